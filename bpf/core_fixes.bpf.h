@@ -1,0 +1,96 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Every kernel-difference shim ioscope needs, in one place. Each one says
+ * why it exists. Differences are resolved with CO-RE relocations (field,
+ * type and enum existence) or by user space choosing program variants from
+ * BTF before load; never by comparing kernel version numbers.
+ */
+#ifndef CORE_FIXES_BPF_H
+#define CORE_FIXES_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_core_read.h>
+#include "ioscope.h"
+
+#define IOSCOPE_MKDEV(ma, mi) (((__u32)(ma) << 20) | (__u32)(mi))
+
+/*
+ * The whole disk a request belongs to. Linux 5.17 removed request->rq_disk
+ * (commit f3fa33acca9f); the disk is reached through the queue since then.
+ * Older kernels keep rq_disk, which we prefer when it exists.
+ */
+struct request___old {
+	struct gendisk *rq_disk;
+} __attribute__((preserve_access_index));
+
+static __always_inline struct gendisk *rq_disk(struct request *rq)
+{
+	struct request___old *old = (void *)rq;
+
+	if (bpf_core_field_exists(old->rq_disk))
+		return BPF_CORE_READ(old, rq_disk);
+	return BPF_CORE_READ(rq, q, disk);
+}
+
+static __always_inline __u32 disk_dev(struct gendisk *disk)
+{
+	if (!disk)
+		return 0;
+	return IOSCOPE_MKDEV(BPF_CORE_READ(disk, major), BPF_CORE_READ(disk, first_minor));
+}
+
+/*
+ * The disk a bio is aimed at. bio->bi_bdev replaced bio->bi_disk in 5.12
+ * (commit 309dca309fc3); before that the bio pointed at the gendisk.
+ */
+struct bio___old {
+	struct gendisk *bi_disk;
+} __attribute__((preserve_access_index));
+
+static __always_inline struct gendisk *bio_disk(struct bio *bio)
+{
+	struct bio___old *old = (void *)bio;
+
+	if (bpf_core_field_exists(old->bi_disk))
+		return BPF_CORE_READ(old, bi_disk);
+	return BPF_CORE_READ(bio, bi_bdev, bd_disk);
+}
+
+/*
+ * Only blk-mq (request based) queues go through issue and completion of a
+ * request. Bio-based drivers (zram, dm, md) would leave per-bio state behind
+ * that nothing ever removes, so they are skipped and counted in user space.
+ */
+static __always_inline bool disk_is_mq(struct gendisk *disk)
+{
+	return BPF_CORE_READ(disk, queue, mq_ops) != NULL;
+}
+
+/*
+ * REQ_OP_* and the __REQ_PREFLUSH bit are enum values whose numbers are
+ * kernel ABI only by convention; read them through CO-RE enum relocations.
+ */
+static __always_inline __u8 opf_to_op(__u32 opf, __u32 bytes)
+{
+	__u32 op = opf & 0xff; /* REQ_OP_MASK: (1 << REQ_OP_BITS) - 1, 8 bits since 4.10 */
+	__u32 preflush = 1u << bpf_core_enum_value(enum req_flag_bits, __REQ_PREFLUSH);
+
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_READ))
+		return IOS_OP_READ;
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_WRITE)) {
+		/* an empty write carrying only PREFLUSH is fsync's cache flush */
+		if (bytes == 0 && (opf & preflush))
+			return IOS_OP_FLUSH;
+		return IOS_OP_WRITE;
+	}
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_WRITE_ZEROES))
+		return IOS_OP_WRITE;
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+		return IOS_OP_FLUSH;
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_DISCARD) ||
+	    op == bpf_core_enum_value(enum req_op, REQ_OP_SECURE_ERASE))
+		return IOS_OP_DISCARD;
+	return IOS_OP_OTHER;
+}
+
+#endif /* CORE_FIXES_BPF_H */

@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * Structs and constants shared by the BPF programs and the Python side.
+ *
+ * This is the single definition of the histogram bucket scheme and of every
+ * record/key struct that crosses the kernel/user boundary. lib/ioscope/abi.py
+ * mirrors these as numpy dtypes; tests/test_abi.py reads the compiled
+ * objects' BTF and fails if a size or an offset differs.
+ *
+ * Fields are fixed width and ordered largest first so that there is no
+ * hidden padding.
+ */
+#ifndef IOSCOPE_H
+#define IOSCOPE_H
+
+/*
+ * Log-linear histogram (HDR style). Values below IOS_HIST_SUB are counted
+ * exactly (one bucket each). Above that, every power of two [2^k, 2^(k+1))
+ * is split into IOS_HIST_SUB equal sub-buckets, so a bucket's width is at most
+ * 1/IOS_HIST_SUB of its lower bound: any value read back from a bucket (its
+ * lower bound, upper bound or midpoint) is within 12.5% of the true value.
+ * Values >= 2^IOS_HIST_MAX_LOG2 land in the last bucket; max is kept exactly.
+ */
+#define IOS_HIST_SUB_BITS 3
+#define IOS_HIST_SUB (1 << IOS_HIST_SUB_BITS)
+#define IOS_HIST_MAX_LOG2 40
+#define IOS_HIST_NBUCKETS ((IOS_HIST_MAX_LOG2 - IOS_HIST_SUB_BITS + 1) * IOS_HIST_SUB)
+
+struct hist {
+	__u64 slots[IOS_HIST_NBUCKETS];
+	__u64 count;
+	__u64 sum;
+	__u64 max;
+	__u64 min_inv; /* ~min: zero-initialised entries need no special case */
+};
+
+/* Latency phases of ioscope lat. */
+enum lat_phase {
+	IOS_PHASE_Q2C = 0,
+	IOS_PHASE_Q2D = 1,
+	IOS_PHASE_D2C = 2,
+	IOS_NR_PHASES = 3,
+};
+
+/* Operations (the -F split). */
+enum io_op {
+	IOS_OP_READ = 0,
+	IOS_OP_WRITE = 1,
+	IOS_OP_DISCARD = 2,
+	IOS_OP_FLUSH = 3,
+	IOS_OP_OTHER = 4,
+	IOS_OP_ALL = 255, /* the key when -F is not given */
+};
+
+struct lat_key {
+	__u32 dev;   /* kernel dev_t of the whole disk (major << 20 | minor); 0 = all */
+	__u32 pid;   /* submitting process (tgid); 0 when -P is not given */
+	__u8 op;     /* enum io_op */
+	__u8 phase;  /* enum lat_phase */
+	__u8 pad[6];
+};
+
+/* Per-bio state kept between queue, issue and completion. */
+struct bio_start {
+	__u64 q_ns;  /* bio queued (0: queued before tracing started) */
+	__u64 d_ns;  /* request issued to the driver (0: not yet) */
+	__u32 tgid;  /* the process that queued the bio */
+	__u32 dev;
+};
+
+/*
+ * Counters of everything that did not make it into a histogram, in a
+ * per-CPU array indexed by these values. LOST_* are real losses; the
+ * INFLIGHT_* and STALE counters explain why some I/O has fewer phases.
+ */
+enum stat_idx {
+	IOS_LOST_START_FULL = 0,   /* per-bio start map full: bio not timed */
+	IOS_LOST_HIST_FULL = 1,    /* histogram map full: value dropped */
+	IOS_LOST_CHAIN_LONG = 2,   /* request with more bios than we walk */
+	IOS_LOST_RQ_FULL = 3,      /* bio-less request map full */
+	IOS_INFLIGHT_AT_START = 4, /* issued/completed I/O queued before tracing */
+	IOS_STAT_SPLIT = 5,        /* bios split; the new bio inherits the queue time */
+	IOS_STAT_STALE = 6,        /* start entries swept by user space (never completed) */
+	IOS_NR_STATS = 8,
+};
+#define IOS_NR_LOST_STATS 4 /* indexes below this are losses */
+
+#endif /* IOSCOPE_H */

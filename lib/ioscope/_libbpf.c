@@ -1,0 +1,1173 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * ioscope._libbpf: a small CPython extension over the system libbpf (>= 1.0).
+ *
+ * Object: open a compiled BPF object, set read-only globals, choose which
+ *         programs load, resize/retype maps, load, attach, close (which
+ *         detaches everything).
+ * Map:    lookup/update/delete, batched dump (and dump-and-delete) with
+ *         per-CPU values optionally summed as u64 lanes.
+ * RingBuffer: poll with the GIL released; records are appended to one C
+ *         buffer by the libbpf callback and handed back as a single bytes
+ *         object. No Python code runs per event.
+ * BTF helpers: struct layouts of a compiled object, type existence and
+ *         function prototype arity in the kernel's BTF.
+ *
+ * Every error is an OSError subclass (BPFError) with errno set and a
+ * message naming the object, program or map, plus the tail of libbpf's log.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <bpf/btf.h>
+#include <bpf/libbpf.h>
+#include <linux/bpf.h>
+
+/* the kernel-internal ENOTSUPP some bpf(2) commands return for "not supported" */
+#define ENOTSUPP_COMPAT 524
+
+static PyObject *BPFError;
+
+/* ---- libbpf log capture: the last bytes of libbpf's messages ---------- */
+
+#define LOGBUF_SIZE 16384
+static char logbuf[LOGBUF_SIZE];
+static size_t loglen;
+static int log_verbose;
+
+static int print_fn(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	char line[1024];
+	int n;
+
+	if (level == LIBBPF_DEBUG && !log_verbose)
+		return 0;
+	n = vsnprintf(line, sizeof(line), fmt, args);
+	if (n < 0)
+		return 0;
+	if ((size_t)n >= sizeof(line))
+		n = sizeof(line) - 1;
+	if (log_verbose)
+		fputs(line, stderr);
+	if (loglen + (size_t)n >= LOGBUF_SIZE) {
+		/* keep the newest half */
+		size_t keep = LOGBUF_SIZE / 2;
+		memmove(logbuf, logbuf + loglen - keep, keep);
+		loglen = keep;
+	}
+	memcpy(logbuf + loglen, line, (size_t)n);
+	loglen += (size_t)n;
+	logbuf[loglen] = '\0';
+	return 0;
+}
+
+static void log_reset(void)
+{
+	loglen = 0;
+	logbuf[0] = '\0';
+}
+
+/* Raise BPFError(errno, "what: strerror") with libbpf's log attached as .log */
+static PyObject *raise_errno(int err, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	PyObject *exc, *args, *log;
+
+	if (err < 0)
+		err = -err;
+	if (err == 0)
+		err = EINVAL;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	args = Py_BuildValue("(is)", err, msg);
+	if (!args)
+		return NULL;
+	exc = PyObject_Call(BPFError, args, NULL);
+	Py_DECREF(args);
+	if (!exc)
+		return NULL;
+	log = PyUnicode_DecodeUTF8(logbuf, (Py_ssize_t)loglen, "replace");
+	if (log) {
+		PyObject_SetAttrString(exc, "log", log);
+		Py_DECREF(log);
+	}
+	PyErr_SetObject(BPFError, exc);
+	Py_DECREF(exc);
+	return NULL;
+}
+
+/* ---- Object ---------------------------------------------------------- */
+
+typedef struct {
+	PyObject_HEAD
+	struct bpf_object *obj;
+	struct bpf_link **links;
+	Py_ssize_t nlinks;
+	int loaded;
+	PyObject *path;
+} ObjectObject;
+
+static PyTypeObject ObjectType;
+static PyTypeObject MapType;
+static PyTypeObject RingBufferType;
+
+static int object_check_open(ObjectObject *self)
+{
+	if (!self->obj) {
+		PyErr_SetString(PyExc_ValueError, "BPF object is closed");
+		return -1;
+	}
+	return 0;
+}
+
+static void object_close_impl(ObjectObject *self)
+{
+	Py_ssize_t i;
+
+	for (i = 0; i < self->nlinks; i++)
+		bpf_link__destroy(self->links[i]);
+	PyMem_Free(self->links);
+	self->links = NULL;
+	self->nlinks = 0;
+	if (self->obj) {
+		bpf_object__close(self->obj);
+		self->obj = NULL;
+	}
+}
+
+static void object_dealloc(ObjectObject *self)
+{
+	object_close_impl(self);
+	Py_XDECREF(self->path);
+	Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int object_init(ObjectObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"path", "btf_path", NULL};
+	const char *path, *btf_path = NULL;
+	LIBBPF_OPTS(bpf_object_open_opts, opts);
+	struct bpf_object *obj;
+	int err;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "s|z", kwlist, &path, &btf_path))
+		return -1;
+	opts.btf_custom_path = btf_path;
+	log_reset();
+	obj = bpf_object__open_file(path, &opts);
+	err = libbpf_get_error(obj);
+	if (err) {
+		raise_errno(err, "cannot open BPF object %s", path);
+		return -1;
+	}
+	self->obj = obj;
+	self->path = PyUnicode_FromString(path);
+	return 0;
+}
+
+static struct bpf_program *find_prog(ObjectObject *self, const char *name)
+{
+	struct bpf_program *p = bpf_object__find_program_by_name(self->obj, name);
+
+	if (!p)
+		raise_errno(ENOENT, "no BPF program named %s in %s", name, bpf_object__name(self->obj));
+	return p;
+}
+
+static struct bpf_map *find_map(ObjectObject *self, const char *name)
+{
+	struct bpf_map *m = bpf_object__find_map_by_name(self->obj, name);
+
+	if (!m)
+		raise_errno(ENOENT, "no BPF map named %s in %s", name, bpf_object__name(self->obj));
+	return m;
+}
+
+static PyObject *object_programs(ObjectObject *self, PyObject *unused)
+{
+	struct bpf_program *p;
+	PyObject *list;
+
+	if (object_check_open(self))
+		return NULL;
+	list = PyList_New(0);
+	if (!list)
+		return NULL;
+	bpf_object__for_each_program(p, self->obj) {
+		PyObject *t = Py_BuildValue("(ssO)", bpf_program__name(p), bpf_program__section_name(p),
+					    bpf_program__autoload(p) ? Py_True : Py_False);
+		if (!t || PyList_Append(list, t)) {
+			Py_XDECREF(t);
+			Py_DECREF(list);
+			return NULL;
+		}
+		Py_DECREF(t);
+	}
+	return list;
+}
+
+static PyObject *object_maps(ObjectObject *self, PyObject *unused)
+{
+	struct bpf_map *m;
+	PyObject *list;
+
+	if (object_check_open(self))
+		return NULL;
+	list = PyList_New(0);
+	if (!list)
+		return NULL;
+	bpf_object__for_each_map(m, self->obj) {
+		PyObject *s = PyUnicode_FromString(bpf_map__name(m));
+		if (!s || PyList_Append(list, s)) {
+			Py_XDECREF(s);
+			Py_DECREF(list);
+			return NULL;
+		}
+		Py_DECREF(s);
+	}
+	return list;
+}
+
+static PyObject *object_set_autoload(ObjectObject *self, PyObject *args)
+{
+	const char *name;
+	int on;
+	struct bpf_program *p;
+	int err;
+
+	if (!PyArg_ParseTuple(args, "sp", &name, &on))
+		return NULL;
+	if (object_check_open(self) || !(p = find_prog(self, name)))
+		return NULL;
+	err = bpf_program__set_autoload(p, on);
+	if (err)
+		return raise_errno(err, "cannot set autoload of program %s", name);
+	Py_RETURN_NONE;
+}
+
+static PyObject *object_set_max_entries(ObjectObject *self, PyObject *args)
+{
+	const char *name;
+	unsigned int n;
+	struct bpf_map *m;
+	int err;
+
+	if (!PyArg_ParseTuple(args, "sI", &name, &n))
+		return NULL;
+	if (object_check_open(self) || !(m = find_map(self, name)))
+		return NULL;
+	err = bpf_map__set_max_entries(m, n);
+	if (err)
+		return raise_errno(err, "cannot set max_entries of map %s", name);
+	Py_RETURN_NONE;
+}
+
+static PyObject *object_set_map_type(ObjectObject *self, PyObject *args)
+{
+	const char *name;
+	unsigned int type;
+	struct bpf_map *m;
+	int err;
+
+	if (!PyArg_ParseTuple(args, "sI", &name, &type))
+		return NULL;
+	if (object_check_open(self) || !(m = find_map(self, name)))
+		return NULL;
+	err = bpf_map__set_type(m, (enum bpf_map_type)type);
+	if (err)
+		return raise_errno(err, "cannot set type of map %s", name);
+	Py_RETURN_NONE;
+}
+
+/*
+ * Set a global variable in a data section (.rodata, .data, .bss) before
+ * load. The variable is found through the object's BTF DATASEC, and the
+ * value must have exactly the variable's size.
+ */
+static PyObject *object_set_global(ObjectObject *self, PyObject *args)
+{
+	const char *name;
+	Py_buffer val;
+	struct bpf_map *m;
+	const struct btf *btf;
+
+	if (!PyArg_ParseTuple(args, "sy*", &name, &val))
+		return NULL;
+	if (object_check_open(self))
+		goto fail;
+	if (self->loaded) {
+		raise_errno(EBUSY, "cannot set global %s: object already loaded", name);
+		goto fail;
+	}
+	btf = bpf_object__btf(self->obj);
+	if (!btf) {
+		raise_errno(ENOENT, "BPF object has no BTF; cannot find global %s", name);
+		goto fail;
+	}
+	bpf_object__for_each_map(m, self->obj) {
+		const char *mname = bpf_map__name(m);
+		const char *dot = strrchr(mname, '.');
+		const struct btf_type *sec;
+		const struct btf_var_secinfo *vs;
+		size_t size;
+		const void *cur;
+		void *data;
+		int id, i, err;
+
+		if (!bpf_map__is_internal(m) || !dot)
+			continue;
+		id = btf__find_by_name_kind(btf, dot, BTF_KIND_DATASEC);
+		if (id < 0)
+			continue;
+		sec = btf__type_by_id(btf, id);
+		vs = btf_var_secinfos(sec);
+		for (i = 0; i < btf_vlen(sec); i++, vs++) {
+			const struct btf_type *var = btf__type_by_id(btf, vs->type);
+			const char *vname = btf__name_by_offset(btf, var->name_off);
+
+			if (strcmp(vname, name))
+				continue;
+			if ((size_t)val.len != vs->size) {
+				raise_errno(EINVAL, "global %s has size %u, value has %zd bytes", name, vs->size,
+					    val.len);
+				goto fail;
+			}
+			/* copy, patch, set back: the initial value is const in some libbpf versions */
+			cur = bpf_map__initial_value(m, &size);
+			if (!cur || vs->offset + vs->size > size) {
+				raise_errno(EINVAL, "cannot reach the data of global %s", name);
+				goto fail;
+			}
+			data = PyMem_Malloc(size);
+			if (!data) {
+				PyErr_NoMemory();
+				goto fail;
+			}
+			memcpy(data, cur, size);
+			memcpy((char *)data + vs->offset, val.buf, vs->size);
+			err = bpf_map__set_initial_value(m, data, size);
+			PyMem_Free(data);
+			if (err) {
+				raise_errno(err, "cannot set global %s", name);
+				goto fail;
+			}
+			PyBuffer_Release(&val);
+			Py_RETURN_NONE;
+		}
+	}
+	raise_errno(ENOENT, "no global variable named %s in %s", name, bpf_object__name(self->obj));
+fail:
+	PyBuffer_Release(&val);
+	return NULL;
+}
+
+static PyObject *object_load(ObjectObject *self, PyObject *unused)
+{
+	int err;
+
+	if (object_check_open(self))
+		return NULL;
+	log_reset();
+	Py_BEGIN_ALLOW_THREADS
+	err = bpf_object__load(self->obj);
+	Py_END_ALLOW_THREADS
+	if (err) {
+		/* name the program the verifier refused, if libbpf said which */
+		const char *p = strstr(logbuf, "prog '");
+		char which[128] = "";
+
+		if (p) {
+			const char *q = strchr(p + 6, '\'');
+			if (q && q - (p + 6) < (long)sizeof(which))
+				snprintf(which, sizeof(which), " (program %.*s)", (int)(q - (p + 6)), p + 6);
+		}
+		return raise_errno(err, "cannot load BPF object %s%s", bpf_object__name(self->obj), which);
+	}
+	self->loaded = 1;
+	Py_RETURN_NONE;
+}
+
+static PyObject *object_attach(ObjectObject *self, PyObject *args)
+{
+	const char *name;
+	struct bpf_program *p;
+	struct bpf_link *link, **links;
+	int err;
+
+	if (!PyArg_ParseTuple(args, "s", &name))
+		return NULL;
+	if (object_check_open(self) || !(p = find_prog(self, name)))
+		return NULL;
+	log_reset();
+	link = bpf_program__attach(p);
+	err = libbpf_get_error(link);
+	if (err)
+		return raise_errno(err, "cannot attach program %s (%s)", name, bpf_program__section_name(p));
+	links = PyMem_Realloc(self->links, sizeof(*links) * (size_t)(self->nlinks + 1));
+	if (!links) {
+		bpf_link__destroy(link);
+		return PyErr_NoMemory();
+	}
+	self->links = links;
+	self->links[self->nlinks++] = link;
+	Py_RETURN_NONE;
+}
+
+static PyObject *object_close(ObjectObject *self, PyObject *unused)
+{
+	object_close_impl(self);
+	Py_RETURN_NONE;
+}
+
+static PyObject *object_prog_info(ObjectObject *self, PyObject *args)
+{
+	const char *name;
+	struct bpf_program *p;
+	struct bpf_prog_info info;
+	__u32 len = sizeof(info);
+	int fd, err;
+
+	if (!PyArg_ParseTuple(args, "s", &name))
+		return NULL;
+	if (object_check_open(self) || !(p = find_prog(self, name)))
+		return NULL;
+	fd = bpf_program__fd(p);
+	if (fd < 0)
+		return raise_errno(EBADF, "program %s is not loaded", name);
+	memset(&info, 0, sizeof(info));
+	err = bpf_obj_get_info_by_fd(fd, &info, &len);
+	if (err)
+		return raise_errno(errno, "cannot read info of program %s", name);
+	return Py_BuildValue("{s:I,s:K,s:K,s:K}", "id", info.id, "run_cnt", (unsigned long long)info.run_cnt,
+			     "run_time_ns", (unsigned long long)info.run_time_ns, "recursion_misses",
+			     (unsigned long long)info.recursion_misses);
+}
+
+static PyObject *map_new(ObjectObject *owner, struct bpf_map *m);
+
+static PyObject *object_map(ObjectObject *self, PyObject *args)
+{
+	const char *name;
+	struct bpf_map *m;
+
+	if (!PyArg_ParseTuple(args, "s", &name))
+		return NULL;
+	if (object_check_open(self) || !(m = find_map(self, name)))
+		return NULL;
+	if (!self->loaded)
+		return raise_errno(EBADF, "map %s is not created until the object is loaded", name);
+	return map_new(self, m);
+}
+
+static PyObject *ringbuf_new(ObjectObject *owner, struct bpf_map *m);
+
+static PyObject *object_ringbuf(ObjectObject *self, PyObject *args)
+{
+	const char *name;
+	struct bpf_map *m;
+
+	if (!PyArg_ParseTuple(args, "s", &name))
+		return NULL;
+	if (object_check_open(self) || !(m = find_map(self, name)))
+		return NULL;
+	if (!self->loaded)
+		return raise_errno(EBADF, "ring buffer %s is not created until the object is loaded", name);
+	return ringbuf_new(self, m);
+}
+
+static PyObject *object_enter(ObjectObject *self, PyObject *unused)
+{
+	Py_INCREF(self);
+	return (PyObject *)self;
+}
+
+static PyObject *object_exit(ObjectObject *self, PyObject *args)
+{
+	object_close_impl(self);
+	Py_RETURN_FALSE;
+}
+
+static PyObject *object_get_loaded(ObjectObject *self, void *c)
+{
+	return PyBool_FromLong(self->loaded && self->obj);
+}
+
+static PyObject *object_get_nlinks(ObjectObject *self, void *c)
+{
+	return PyLong_FromSsize_t(self->nlinks);
+}
+
+static PyMethodDef object_methods[] = {
+	{"programs", (PyCFunction)object_programs, METH_NOARGS, "[(name, section, autoload)]"},
+	{"maps", (PyCFunction)object_maps, METH_NOARGS, "[map names]"},
+	{"set_autoload", (PyCFunction)object_set_autoload, METH_VARARGS, "set_autoload(prog, bool)"},
+	{"set_max_entries", (PyCFunction)object_set_max_entries, METH_VARARGS, "set_max_entries(map, n)"},
+	{"set_map_type", (PyCFunction)object_set_map_type, METH_VARARGS, "set_map_type(map, BPF_MAP_TYPE_*)"},
+	{"set_global", (PyCFunction)object_set_global, METH_VARARGS, "set_global(name, bytes) before load"},
+	{"load", (PyCFunction)object_load, METH_NOARGS, "load all autoloaded programs and create maps"},
+	{"attach", (PyCFunction)object_attach, METH_VARARGS, "attach(prog) by its section"},
+	{"close", (PyCFunction)object_close, METH_NOARGS, "detach everything and close"},
+	{"prog_info", (PyCFunction)object_prog_info, METH_VARARGS, "prog_info(prog) -> dict"},
+	{"map", (PyCFunction)object_map, METH_VARARGS, "map(name) -> Map"},
+	{"ringbuf", (PyCFunction)object_ringbuf, METH_VARARGS, "ringbuf(name) -> RingBuffer"},
+	{"__enter__", (PyCFunction)object_enter, METH_NOARGS, NULL},
+	{"__exit__", (PyCFunction)object_exit, METH_VARARGS, NULL},
+	{NULL},
+};
+
+static PyGetSetDef object_getset[] = {
+	{"loaded", (getter)object_get_loaded, NULL, "True once loaded and not closed", NULL},
+	{"nlinks", (getter)object_get_nlinks, NULL, "number of attached links", NULL},
+	{NULL},
+};
+
+static PyTypeObject ObjectType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ioscope._libbpf.Object",
+	.tp_basicsize = sizeof(ObjectObject),
+	.tp_dealloc = (destructor)object_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Object(path, btf_path=None): an opened BPF object file",
+	.tp_methods = object_methods,
+	.tp_getset = object_getset,
+	.tp_init = (initproc)object_init,
+	.tp_new = PyType_GenericNew,
+};
+
+/* ---- Map ------------------------------------------------------------- */
+
+typedef struct {
+	PyObject_HEAD
+	ObjectObject *owner; /* keeps the object (and the fd) alive */
+	int fd;
+	unsigned int key_size, value_size, max_entries, type;
+	int percpu;
+	int ncpus;
+	PyObject *name;
+} MapObject;
+
+static int is_percpu(unsigned int type)
+{
+	return type == BPF_MAP_TYPE_PERCPU_HASH || type == BPF_MAP_TYPE_PERCPU_ARRAY ||
+	       type == BPF_MAP_TYPE_LRU_PERCPU_HASH || type == BPF_MAP_TYPE_PERCPU_CGROUP_STORAGE;
+}
+
+static PyObject *map_new(ObjectObject *owner, struct bpf_map *m)
+{
+	MapObject *self = PyObject_New(MapObject, &MapType);
+
+	if (!self)
+		return NULL;
+	Py_INCREF(owner);
+	self->owner = owner;
+	self->fd = bpf_map__fd(m);
+	self->key_size = bpf_map__key_size(m);
+	self->value_size = bpf_map__value_size(m);
+	self->max_entries = bpf_map__max_entries(m);
+	self->type = bpf_map__type(m);
+	self->percpu = is_percpu(self->type);
+	self->ncpus = self->percpu ? libbpf_num_possible_cpus() : 1;
+	self->name = PyUnicode_FromString(bpf_map__name(m));
+	return (PyObject *)self;
+}
+
+static void map_dealloc(MapObject *self)
+{
+	Py_XDECREF(self->owner);
+	Py_XDECREF(self->name);
+	PyObject_Free(self);
+}
+
+static int map_check(MapObject *self)
+{
+	if (!self->owner->obj) {
+		PyErr_Format(PyExc_ValueError, "map %U: its BPF object is closed", self->name);
+		return -1;
+	}
+	return 0;
+}
+
+/* Size of one element as user space sees it (per-CPU: one 8-aligned slot per CPU). */
+static size_t map_elem_size(MapObject *self)
+{
+	if (self->percpu)
+		return (size_t)((self->value_size + 7) & ~7u) * (size_t)self->ncpus;
+	return self->value_size;
+}
+
+/* Sum per-CPU slots as u64 lanes into out (value_size bytes). */
+static void sum_percpu(MapObject *self, const char *in, char *out)
+{
+	size_t stride = (self->value_size + 7) & ~7u;
+	size_t lanes = self->value_size / 8;
+	__u64 *o = (__u64 *)out;
+	size_t c, l;
+
+	memset(out, 0, self->value_size);
+	for (c = 0; c < (size_t)self->ncpus; c++) {
+		const __u64 *s = (const __u64 *)(in + c * stride);
+		for (l = 0; l < lanes; l++)
+			o[l] += s[l];
+	}
+}
+
+static PyObject *map_lookup(MapObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"key", "sum", NULL};
+	Py_buffer key;
+	int sum = 0, err;
+	size_t esz;
+	PyObject *res;
+	char *buf;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "y*|p", kwlist, &key, &sum))
+		return NULL;
+	if (map_check(self) || (size_t)key.len != self->key_size) {
+		if (!PyErr_Occurred())
+			PyErr_Format(PyExc_ValueError, "map %U: key must be %u bytes", self->name, self->key_size);
+		PyBuffer_Release(&key);
+		return NULL;
+	}
+	esz = map_elem_size(self);
+	buf = PyMem_Malloc(esz);
+	if (!buf) {
+		PyBuffer_Release(&key);
+		return PyErr_NoMemory();
+	}
+	err = bpf_map_lookup_elem(self->fd, key.buf, buf);
+	PyBuffer_Release(&key);
+	if (err) {
+		int e = errno;
+		PyMem_Free(buf);
+		if (e == ENOENT)
+			Py_RETURN_NONE;
+		return raise_errno(e, "lookup in map %s failed", PyUnicode_AsUTF8(self->name));
+	}
+	if (self->percpu && sum) {
+		char *out = PyMem_Malloc(self->value_size);
+		if (!out) {
+			PyMem_Free(buf);
+			return PyErr_NoMemory();
+		}
+		sum_percpu(self, buf, out);
+		res = PyBytes_FromStringAndSize(out, self->value_size);
+		PyMem_Free(out);
+	} else {
+		res = PyBytes_FromStringAndSize(buf, (Py_ssize_t)esz);
+	}
+	PyMem_Free(buf);
+	return res;
+}
+
+static PyObject *map_update(MapObject *self, PyObject *args)
+{
+	Py_buffer key, val;
+	unsigned long long flags = BPF_ANY;
+	int err;
+
+	if (!PyArg_ParseTuple(args, "y*y*|K", &key, &val, &flags))
+		return NULL;
+	if (map_check(self))
+		goto fail;
+	if ((size_t)key.len != self->key_size || (size_t)val.len != map_elem_size(self)) {
+		PyErr_Format(PyExc_ValueError, "map %U: key must be %u bytes and value %zu bytes", self->name,
+			     self->key_size, map_elem_size(self));
+		goto fail;
+	}
+	err = bpf_map_update_elem(self->fd, key.buf, val.buf, flags);
+	if (err) {
+		raise_errno(errno, "update of map %s failed", PyUnicode_AsUTF8(self->name));
+		goto fail;
+	}
+	PyBuffer_Release(&key);
+	PyBuffer_Release(&val);
+	Py_RETURN_NONE;
+fail:
+	PyBuffer_Release(&key);
+	PyBuffer_Release(&val);
+	return NULL;
+}
+
+static PyObject *map_delete(MapObject *self, PyObject *args)
+{
+	Py_buffer key;
+	int err, e;
+
+	if (!PyArg_ParseTuple(args, "y*", &key))
+		return NULL;
+	if (map_check(self)) {
+		PyBuffer_Release(&key);
+		return NULL;
+	}
+	err = bpf_map_delete_elem(self->fd, key.buf);
+	e = errno;
+	PyBuffer_Release(&key);
+	if (err) {
+		if (e == ENOENT)
+			Py_RETURN_FALSE;
+		return raise_errno(e, "delete from map %s failed", PyUnicode_AsUTF8(self->name));
+	}
+	Py_RETURN_TRUE;
+}
+
+/*
+ * dump(sum=True, delete=False) -> (keys: bytes, values: bytes, n)
+ * Batched when the kernel supports it (BPF_MAP_LOOKUP[_AND_DELETE]_BATCH),
+ * otherwise by get_next_key. delete=True needs a hash map: each entry is
+ * removed as it is read, so counts between two dumps are never lost or
+ * counted twice.
+ */
+static PyObject *map_dump(MapObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"sum", "delete", NULL};
+	int sum = 1, del = 0, err = 0, e = 0, batched = 1;
+	size_t esz, osz, cap;
+	char *keys = NULL, *vals = NULL, *outv = NULL;
+	size_t n = 0;
+	PyObject *res = NULL;
+	__u64 in_batch = 0, out_batch = 0;
+	int first = 1;
+
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|pp", kwlist, &sum, &del))
+		return NULL;
+	if (map_check(self))
+		return NULL;
+	esz = map_elem_size(self);
+	cap = self->max_entries ? self->max_entries : 1;
+	keys = PyMem_Malloc(cap * self->key_size);
+	vals = PyMem_Malloc(cap * esz);
+	if (!keys || !vals) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	for (;;) {
+		__u32 count = (__u32)(cap - n);
+		LIBBPF_OPTS(bpf_map_batch_opts, opts);
+
+		if (count == 0)
+			break;
+		if (del)
+			err = bpf_map_lookup_and_delete_batch(self->fd, first ? NULL : &in_batch, &out_batch,
+							      keys + n * self->key_size, vals + n * esz, &count,
+							      &opts);
+		else
+			err = bpf_map_lookup_batch(self->fd, first ? NULL : &in_batch, &out_batch,
+						   keys + n * self->key_size, vals + n * esz, &count, &opts);
+		e = err ? errno : 0;
+		if (err && e != ENOENT) {
+			if (first && (e == EINVAL || e == ENOTSUP || e == EOPNOTSUPP || e == ENOTSUPP_COMPAT))
+				batched = 0;
+			break;
+		}
+		n += count;
+		if (err) { /* ENOENT: done */
+			err = 0;
+			break;
+		}
+		in_batch = out_batch;
+		first = 0;
+	}
+	if (!batched) {
+		/* fallback: iterate keys one by one */
+		char *prev = NULL;
+		err = 0;
+		n = 0;
+		while (n < cap) {
+			char *k = keys + n * self->key_size;
+			if (bpf_map_get_next_key(self->fd, prev, k))
+				break;
+			if (bpf_map_lookup_elem(self->fd, k, vals + n * esz) == 0) {
+				if (del)
+					bpf_map_delete_elem(self->fd, k);
+				prev = del ? NULL : k;
+				n++;
+			} else {
+				prev = k;
+			}
+		}
+	}
+	Py_END_ALLOW_THREADS
+	if (err) {
+		raise_errno(e, "batched read of map %s failed", PyUnicode_AsUTF8(self->name));
+		goto out;
+	}
+	if (self->percpu && sum) {
+		size_t i;
+		osz = self->value_size;
+		outv = PyMem_Malloc((n ? n : 1) * osz);
+		if (!outv) {
+			PyErr_NoMemory();
+			goto out;
+		}
+		for (i = 0; i < n; i++)
+			sum_percpu(self, vals + i * esz, outv + i * osz);
+		res = Py_BuildValue("(y#y#n)", keys, (Py_ssize_t)(n * self->key_size), outv,
+				    (Py_ssize_t)(n * osz), (Py_ssize_t)n);
+	} else {
+		res = Py_BuildValue("(y#y#n)", keys, (Py_ssize_t)(n * self->key_size), vals,
+				    (Py_ssize_t)(n * esz), (Py_ssize_t)n);
+	}
+out:
+	PyMem_Free(keys);
+	PyMem_Free(vals);
+	PyMem_Free(outv);
+	return res;
+}
+
+static PyObject *map_get(MapObject *self, void *which)
+{
+	switch ((long)which) {
+	case 0: return PyLong_FromLong(self->fd);
+	case 1: return PyLong_FromUnsignedLong(self->key_size);
+	case 2: return PyLong_FromUnsignedLong(self->value_size);
+	case 3: return PyLong_FromUnsignedLong(self->max_entries);
+	case 4: return PyLong_FromUnsignedLong(self->type);
+	case 5: return PyBool_FromLong(self->percpu);
+	case 6: return PyLong_FromLong(self->ncpus);
+	default: Py_INCREF(self->name); return self->name;
+	}
+}
+
+static PyMethodDef map_methods[] = {
+	{"lookup", (PyCFunction)(void (*)(void))map_lookup, METH_VARARGS | METH_KEYWORDS,
+	 "lookup(key, sum=False) -> bytes or None"},
+	{"update", (PyCFunction)map_update, METH_VARARGS, "update(key, value, flags=BPF_ANY)"},
+	{"delete", (PyCFunction)map_delete, METH_VARARGS, "delete(key) -> bool"},
+	{"dump", (PyCFunction)(void (*)(void))map_dump, METH_VARARGS | METH_KEYWORDS,
+	 "dump(sum=True, delete=False) -> (keys, values, n)"},
+	{NULL},
+};
+
+static PyGetSetDef map_getset[] = {
+	{"fd", (getter)map_get, NULL, NULL, (void *)0},
+	{"key_size", (getter)map_get, NULL, NULL, (void *)1},
+	{"value_size", (getter)map_get, NULL, NULL, (void *)2},
+	{"max_entries", (getter)map_get, NULL, NULL, (void *)3},
+	{"type", (getter)map_get, NULL, NULL, (void *)4},
+	{"percpu", (getter)map_get, NULL, NULL, (void *)5},
+	{"ncpus", (getter)map_get, NULL, NULL, (void *)6},
+	{"name", (getter)map_get, NULL, NULL, (void *)7},
+	{NULL},
+};
+
+static PyTypeObject MapType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ioscope._libbpf.Map",
+	.tp_basicsize = sizeof(MapObject),
+	.tp_dealloc = (destructor)map_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "A BPF map of a loaded Object",
+	.tp_methods = map_methods,
+	.tp_getset = map_getset,
+};
+
+/* ---- RingBuffer ------------------------------------------------------ */
+
+typedef struct {
+	PyObject_HEAD
+	ObjectObject *owner;
+	struct ring_buffer *rb;
+	char *buf;
+	size_t len, cap;
+	int oom;
+	PyObject *name;
+} RingBufferObject;
+
+static int rb_cb(void *ctx, void *data, size_t size)
+{
+	RingBufferObject *self = ctx;
+
+	if (self->len + size > self->cap) {
+		size_t ncap = self->cap ? self->cap * 2 : (1 << 20);
+		char *nb;
+		while (ncap < self->len + size)
+			ncap *= 2;
+		nb = realloc(self->buf, ncap); /* GIL not held: plain libc */
+		if (!nb) {
+			self->oom = 1;
+			return -ENOMEM;
+		}
+		self->buf = nb;
+		self->cap = ncap;
+	}
+	memcpy(self->buf + self->len, data, size);
+	self->len += size;
+	return 0;
+}
+
+static PyObject *ringbuf_new(ObjectObject *owner, struct bpf_map *m)
+{
+	RingBufferObject *self = PyObject_New(RingBufferObject, &RingBufferType);
+	int err;
+
+	if (!self)
+		return NULL;
+	self->buf = NULL;
+	self->len = self->cap = 0;
+	self->oom = 0;
+	Py_INCREF(owner);
+	self->owner = owner;
+	self->name = PyUnicode_FromString(bpf_map__name(m));
+	self->rb = ring_buffer__new(bpf_map__fd(m), rb_cb, self, NULL);
+	err = libbpf_get_error(self->rb);
+	if (err) {
+		self->rb = NULL;
+		Py_DECREF(self);
+		return raise_errno(err, "cannot open ring buffer %s", bpf_map__name(m));
+	}
+	return (PyObject *)self;
+}
+
+static void ringbuf_dealloc(RingBufferObject *self)
+{
+	if (self->rb)
+		ring_buffer__free(self->rb);
+	free(self->buf);
+	Py_XDECREF(self->owner);
+	Py_XDECREF(self->name);
+	PyObject_Free(self);
+}
+
+/* poll(timeout_ms) -> bytes: every record available, concatenated. */
+static PyObject *ringbuf_poll(RingBufferObject *self, PyObject *args)
+{
+	int timeout = 100, n;
+	PyObject *res;
+
+	if (!PyArg_ParseTuple(args, "|i", &timeout))
+		return NULL;
+	if (!self->rb || !self->owner->obj) {
+		PyErr_Format(PyExc_ValueError, "ring buffer %U: its BPF object is closed", self->name);
+		return NULL;
+	}
+	self->len = 0;
+	Py_BEGIN_ALLOW_THREADS
+	n = timeout > 0 ? ring_buffer__poll(self->rb, timeout) : ring_buffer__consume(self->rb);
+	Py_END_ALLOW_THREADS
+	if (n < 0 && n != -EINTR && !self->oom)
+		return raise_errno(n, "poll of ring buffer %s failed", PyUnicode_AsUTF8(self->name));
+	if (self->oom) {
+		self->oom = 0;
+		PyErr_NoMemory();
+		return NULL;
+	}
+	res = PyBytes_FromStringAndSize(self->buf ? self->buf : "", (Py_ssize_t)self->len);
+	/* give back a huge buffer after a burst */
+	if (self->cap > (64u << 20)) {
+		free(self->buf);
+		self->buf = NULL;
+		self->cap = 0;
+	}
+	self->len = 0;
+	return res;
+}
+
+static PyObject *ringbuf_epoll_fd(RingBufferObject *self, void *c)
+{
+	return PyLong_FromLong(self->rb ? ring_buffer__epoll_fd(self->rb) : -1);
+}
+
+static PyMethodDef ringbuf_methods[] = {
+	{"poll", (PyCFunction)ringbuf_poll, METH_VARARGS,
+	 "poll(timeout_ms=100) -> bytes (timeout 0: consume without waiting)"},
+	{NULL},
+};
+
+static PyGetSetDef ringbuf_getset[] = {
+	{"epoll_fd", (getter)ringbuf_epoll_fd, NULL, NULL, NULL},
+	{NULL},
+};
+
+static PyTypeObject RingBufferType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ioscope._libbpf.RingBuffer",
+	.tp_basicsize = sizeof(RingBufferObject),
+	.tp_dealloc = (destructor)ringbuf_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "A BPF ring buffer consumer",
+	.tp_methods = ringbuf_methods,
+	.tp_getset = ringbuf_getset,
+};
+
+/* ---- BTF helpers ------------------------------------------------------ */
+
+static struct btf *open_btf(const char *path)
+{
+	struct btf *btf;
+
+	if (path && *path)
+		btf = btf__parse(path, NULL);
+	else
+		btf = btf__load_vmlinux_btf();
+	if (libbpf_get_error(btf))
+		return NULL;
+	return btf;
+}
+
+/* struct_layout(path, name) -> (size, [(member, offset, size), ...]) */
+static PyObject *mod_struct_layout(PyObject *m, PyObject *args)
+{
+	const char *path, *name;
+	struct btf *btf;
+	const struct btf_type *t;
+	const struct btf_member *mem;
+	PyObject *list, *res;
+	int id, i;
+
+	if (!PyArg_ParseTuple(args, "ss", &path, &name))
+		return NULL;
+	btf = open_btf(path);
+	if (!btf)
+		return raise_errno(errno, "cannot read BTF from %s", path);
+	id = btf__find_by_name_kind(btf, name, BTF_KIND_STRUCT);
+	if (id < 0) {
+		btf__free(btf);
+		return raise_errno(ENOENT, "no struct %s in the BTF of %s", name, path);
+	}
+	t = btf__type_by_id(btf, id);
+	list = PyList_New(0);
+	mem = btf_members(t);
+	for (i = 0; list && i < btf_vlen(t); i++, mem++) {
+		PyObject *tup = Py_BuildValue("(sIn)", btf__name_by_offset(btf, mem->name_off),
+					      btf_member_bit_offset(t, i) / 8,
+					      (Py_ssize_t)btf__resolve_size(btf, mem->type));
+		if (!tup || PyList_Append(list, tup)) {
+			Py_XDECREF(tup);
+			Py_CLEAR(list);
+		}
+		Py_XDECREF(tup);
+	}
+	res = list ? Py_BuildValue("(IN)", t->size, list) : NULL;
+	btf__free(btf);
+	return res;
+}
+
+/* has_type(name, kind, btf_path=None): kind is "struct", "typedef", "enum", "func" */
+static PyObject *mod_has_type(PyObject *m, PyObject *args)
+{
+	const char *name, *kind, *path = NULL;
+	struct btf *btf;
+	int k, id;
+
+	if (!PyArg_ParseTuple(args, "ss|z", &name, &kind, &path))
+		return NULL;
+	if (!strcmp(kind, "struct"))
+		k = BTF_KIND_STRUCT;
+	else if (!strcmp(kind, "typedef"))
+		k = BTF_KIND_TYPEDEF;
+	else if (!strcmp(kind, "enum"))
+		k = BTF_KIND_ENUM;
+	else if (!strcmp(kind, "func"))
+		k = BTF_KIND_FUNC;
+	else {
+		PyErr_Format(PyExc_ValueError, "unknown BTF kind %s", kind);
+		return NULL;
+	}
+	btf = open_btf(path);
+	if (!btf)
+		return raise_errno(errno, "cannot read kernel BTF%s%s", path ? " from " : "", path ? path : "");
+	id = btf__find_by_name_kind(btf, name, k);
+	btf__free(btf);
+	return PyBool_FromLong(id > 0);
+}
+
+/*
+ * tp_params(tracepoint, btf_path=None) -> number of tracepoint arguments
+ * (without the leading void *), from the btf_trace_<tp> typedef, or -1 when
+ * the kernel has no such typedef (no tp_btf for it).
+ */
+static PyObject *mod_tp_params(PyObject *m, PyObject *args)
+{
+	const char *tp, *path = NULL;
+	char name[256];
+	struct btf *btf;
+	const struct btf_type *t;
+	int id, n = -1;
+
+	if (!PyArg_ParseTuple(args, "s|z", &tp, &path))
+		return NULL;
+	btf = open_btf(path);
+	if (!btf)
+		return raise_errno(errno, "cannot read kernel BTF%s%s", path ? " from " : "", path ? path : "");
+	snprintf(name, sizeof(name), "btf_trace_%s", tp);
+	id = btf__find_by_name_kind(btf, name, BTF_KIND_TYPEDEF);
+	if (id > 0) {
+		t = btf__type_by_id(btf, id);
+		t = btf__type_by_id(btf, t->type); /* pointer */
+		if (t && btf_is_ptr(t))
+			t = btf__type_by_id(btf, t->type);
+		if (t && btf_is_func_proto(t))
+			n = btf_vlen(t) - 1;
+	}
+	btf__free(btf);
+	return PyLong_FromLong(n);
+}
+
+static PyObject *mod_set_verbose(PyObject *m, PyObject *args)
+{
+	int v;
+
+	if (!PyArg_ParseTuple(args, "p", &v))
+		return NULL;
+	log_verbose = v;
+	Py_RETURN_NONE;
+}
+
+static PyObject *mod_last_log(PyObject *m, PyObject *unused)
+{
+	return PyUnicode_DecodeUTF8(logbuf, (Py_ssize_t)loglen, "replace");
+}
+
+static PyObject *mod_num_possible_cpus(PyObject *m, PyObject *unused)
+{
+	return PyLong_FromLong(libbpf_num_possible_cpus());
+}
+
+static PyMethodDef mod_methods[] = {
+	{"struct_layout", mod_struct_layout, METH_VARARGS, "struct_layout(btf_or_elf_path, struct_name)"},
+	{"has_type", mod_has_type, METH_VARARGS, "has_type(name, kind, btf_path=None)"},
+	{"tp_params", mod_tp_params, METH_VARARGS, "tp_params(tracepoint, btf_path=None)"},
+	{"set_verbose", mod_set_verbose, METH_VARARGS, "echo libbpf's debug log to stderr"},
+	{"last_log", mod_last_log, METH_NOARGS, "the tail of libbpf's log"},
+	{"num_possible_cpus", mod_num_possible_cpus, METH_NOARGS, NULL},
+	{NULL},
+};
+
+static struct PyModuleDef moddef = {
+	PyModuleDef_HEAD_INIT, "ioscope._libbpf", "CPython bindings over libbpf for ioscope", -1, mod_methods,
+};
+
+PyMODINIT_FUNC PyInit__libbpf(void)
+{
+	PyObject *mod;
+
+	libbpf_set_print(print_fn);
+	libbpf_set_strict_mode(LIBBPF_STRICT_ALL);
+	if (PyType_Ready(&ObjectType) < 0 || PyType_Ready(&MapType) < 0 || PyType_Ready(&RingBufferType) < 0)
+		return NULL;
+	mod = PyModule_Create(&moddef);
+	if (!mod)
+		return NULL;
+	BPFError = PyErr_NewExceptionWithDoc("ioscope._libbpf.BPFError",
+					     "a libbpf or bpf(2) failure; errno is set", PyExc_OSError, NULL);
+	Py_INCREF(&ObjectType);
+	PyModule_AddObject(mod, "Object", (PyObject *)&ObjectType);
+	Py_INCREF(&MapType);
+	PyModule_AddObject(mod, "Map", (PyObject *)&MapType);
+	Py_INCREF(&RingBufferType);
+	PyModule_AddObject(mod, "RingBuffer", (PyObject *)&RingBufferType);
+	PyModule_AddObject(mod, "BPFError", BPFError);
+	PyModule_AddIntConstant(mod, "BPF_ANY", BPF_ANY);
+	PyModule_AddIntConstant(mod, "BPF_NOEXIST", BPF_NOEXIST);
+	PyModule_AddIntConstant(mod, "BPF_EXIST", BPF_EXIST);
+	PyModule_AddIntConstant(mod, "MAP_TYPE_HASH", BPF_MAP_TYPE_HASH);
+	PyModule_AddIntConstant(mod, "MAP_TYPE_PERCPU_HASH", BPF_MAP_TYPE_PERCPU_HASH);
+	PyModule_AddIntConstant(mod, "MAP_TYPE_ARRAY", BPF_MAP_TYPE_ARRAY);
+	PyModule_AddIntConstant(mod, "MAP_TYPE_PERCPU_ARRAY", BPF_MAP_TYPE_PERCPU_ARRAY);
+	return mod;
+}

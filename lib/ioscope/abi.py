@@ -1,0 +1,86 @@
+"""numpy mirrors of the structs in bpf/ioscope.h.
+
+tests/test_abi.py checks every dtype here against the BTF of the compiled
+objects, and the constants against the header, so the two sides cannot drift.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ioscope import hist
+
+# enum ios_lat_phase
+PHASE_Q2C, PHASE_Q2D, PHASE_D2C = 0, 1, 2
+PHASES = {"q2c": PHASE_Q2C, "q2d": PHASE_Q2D, "d2c": PHASE_D2C}
+PHASE_NAMES = {v: k for k, v in PHASES.items()}
+
+# enum ios_io_op
+OP_READ, OP_WRITE, OP_DISCARD, OP_FLUSH, OP_OTHER, OP_ALL = 0, 1, 2, 3, 4, 255
+OP_NAMES = {OP_READ: "read", OP_WRITE: "write", OP_DISCARD: "discard", OP_FLUSH: "flush", OP_OTHER: "other",
+            OP_ALL: "all"}
+
+# enum ios_stat_idx
+STAT_NAMES = {
+    0: "start_map_full",
+    1: "hist_map_full",
+    2: "bio_chain_too_long",
+    3: "rq_map_full",
+    4: "inflight_at_start",
+    5: "split",
+    6: "stale",
+}
+NR_STATS = 8
+NR_LOST_STATS = 4
+
+HIST = np.dtype([
+    ("slots", np.uint64, (hist.NBUCKETS,)),
+    ("count", np.uint64),
+    ("sum", np.uint64),
+    ("max", np.uint64),
+    ("min_inv", np.uint64),
+])
+
+LAT_KEY = np.dtype([
+    ("dev", np.uint32),
+    ("pid", np.uint32),
+    ("op", np.uint8),
+    ("phase", np.uint8),
+    ("pad", np.uint8, (6,)),
+])
+
+BIO_START = np.dtype([
+    ("q_ns", np.uint64),
+    ("d_ns", np.uint64),
+    ("tgid", np.uint32),
+    ("dev", np.uint32),
+])
+
+# C struct name -> dtype, for the ABI test
+STRUCTS = {"hist": HIST, "lat_key": LAT_KEY, "bio_start": BIO_START}
+
+
+def combine_percpu_hists(raw: bytes, n: int, ncpus: int) -> np.ndarray:
+    """Per-CPU HIST values of n keys -> n HIST records: counters summed, max and min_inv maxed."""
+    per = np.frombuffer(raw, dtype=HIST, count=n * ncpus).reshape(n, ncpus)
+    out = np.zeros(n, dtype=HIST)
+    for name in ("slots", "count", "sum"):
+        out[name] = per[name].sum(axis=1, dtype=np.uint64)
+    for name in ("max", "min_inv"):
+        out[name] = per[name].max(axis=1)
+    return out
+
+
+def hists_from_array(arr: np.ndarray) -> list[hist.Hist]:
+    """Turn an array of HIST records (summed over CPUs) into Hist objects."""
+    out = []
+    for rec in arr:
+        count = int(rec["count"])
+        out.append(hist.Hist(
+            counts=rec["slots"].astype(np.uint64),
+            count=count,
+            total=int(rec["sum"]),
+            min=int(~np.uint64(rec["min_inv"])) if count else 0,
+            max=int(rec["max"]),
+        ))
+    return out

@@ -1,0 +1,85 @@
+"""The ioscope command: one entry point, a subcommand per tool.
+
+Every failure the user can act on ends as one line on stderr and a non-zero
+exit code; a traceback only appears with IOSCOPE_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+from typing import NoReturn
+
+from ioscope import __version__
+from ioscope.errors import EXIT_ERROR, EXIT_USAGE, IoscopeError
+
+EXAMPLES = """\
+examples:
+  ioscope demo                 # make a loop device, run a workload, show its latency
+  ioscope lat -D -F 1 5        # latency histograms per disk and operation, every second
+  ioscope <tool> --help        # options and examples of one tool
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports errors in one line: 'ioscope lat: error: ...; see ioscope lat --help'."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message}; see {self.prog} --help\n")
+        sys.exit(EXIT_USAGE)
+
+
+def build_parser() -> Parser:
+    from ioscope import demo, lat
+
+    p = Parser(prog="ioscope", description="eBPF block I/O tracing toolkit.", epilog=EXAMPLES,
+               formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"ioscope {__version__}")
+    p.add_argument("--btf", metavar="FILE", help="kernel BTF to use instead of /sys/kernel/btf/vmlinux")
+    sub = p.add_subparsers(title="tools", metavar="TOOL", parser_class=Parser)
+    for mod in (lat, demo):
+        mod.add_parser(sub)
+    return p
+
+
+def _on_term(signum: int, frame: FrameType | None) -> None:
+    # SIGTERM/SIGHUP end a tool like Ctrl-C does: finally blocks run, probes are detached.
+    raise KeyboardInterrupt
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _on_term)
+    try:
+        return int(args.func(args))
+    except IoscopeError as exc:
+        if os.environ.get("IOSCOPE_DEBUG"):
+            raise
+        sys.stderr.write(f"ioscope {args.tool}: error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # output piped into head & co: not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    except OSError as exc:
+        if os.environ.get("IOSCOPE_DEBUG"):
+            raise
+        sys.stderr.write(f"ioscope {args.tool}: error: {exc.strerror or exc}"
+                         f"{' (' + exc.filename + ')' if getattr(exc, 'filename', None) else ''}\n")
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The option vocabulary and helpers every tool shares."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import sys
+import time
+
+from rich.console import Console
+
+from ioscope import abi
+
+
+def positive_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"interval must be a number of seconds, not '{s}'") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"interval must be a positive number of seconds, not '{s}'")
+    return v
+
+
+def positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"count must be a whole number, not '{s}'") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"count must be at least 1, not '{s}'")
+    return v
+
+
+def pid_type(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"PID must be a number, not '{s}'") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"PID must be positive, not '{s}'")
+    return v
+
+
+def phases_type(s: str) -> list[str]:
+    out = [p.strip().lower() for p in s.split(",") if p.strip()]
+    bad = [p for p in out if p not in abi.PHASES]
+    if bad or not out:
+        raise argparse.ArgumentTypeError(f"unknown phase '{','.join(bad) or s}' (choose from q2c, q2d, d2c)")
+    return list(dict.fromkeys(out))
+
+
+def add_disk_pid(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-d", "--disk", action="append", metavar="DISK",
+                   help="trace only this disk (name, /dev/name or major:minor); repeatable")
+    p.add_argument("-p", "--pid", type=pid_type, help="trace only I/O queued by this process")
+
+
+def add_interval_count(p: argparse.ArgumentParser) -> None:
+    p.add_argument("interval", nargs="?", type=positive_float, help="print every INTERVAL seconds")
+    p.add_argument("count", nargs="?", type=positive_int, help="stop after COUNT intervals")
+
+
+def iso_time(t: float) -> str:
+    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).astimezone().isoformat(timespec="milliseconds")
+
+
+def sleep_until(deadline: float) -> None:
+    while True:
+        left = deadline - time.time()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.5))
+
+
+def console() -> Console:
+    """rich on a terminal; plain text (no colour, no wrapping surprises) otherwise."""
+    if sys.stdout.isatty():
+        return Console(highlight=False)
+    return Console(file=sys.stdout, color_system=None, force_terminal=False, width=200, highlight=False,
+                   soft_wrap=True)

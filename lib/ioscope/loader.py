@@ -1,0 +1,214 @@
+"""Life cycle of one BPF object: open, pick program variants, configure, load, attach, close.
+
+Each kernel hook is implemented by up to three programs that differ only in
+how they attach, named by prefix: ``btf_<hook>`` (tp_btf), ``raw_<hook>``
+(raw_tp) and ``tp_<hook>`` (classic tracepoint). For every hook the loader
+autoloads the best variant this kernel offers, decided from BTF (is there a
+``btf_trace_<tracepoint>`` type?) and tracefs (does the event exist?), never
+from the kernel version. A hook whose tracepoint does not exist is either an
+error (required) or reported as unavailable and left out.
+
+``IOSCOPE_ATTACH=raw_tp|tracepoint`` forces a lower variant (tests use it).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+
+from ioscope import system
+from ioscope.errors import IoscopeError
+
+try:
+    from ioscope import _libbpf
+except ImportError as _exc:  # pragma: no cover - broken installs only
+    _libbpf = None
+    _IMPORT_ERROR: ImportError | None = _exc
+else:
+    _IMPORT_ERROR = None
+
+OBJ_DIR = Path(__file__).resolve().parent / "bpfobj"
+VARIANTS = ("tp_btf", "raw_tp", "tracepoint")
+PREFIX = {"tp_btf": "btf_", "raw_tp": "raw_", "tracepoint": "tp_"}
+
+
+def object_path(name: str) -> Path:
+    return OBJ_DIR / f"{name}.bpf.o"
+
+
+def _require_lib() -> None:
+    if _libbpf is None:
+        raise IoscopeError(f"the ioscope._libbpf extension is not built ({_IMPORT_ERROR})",
+                           "reinstall ioscope: pip install . (needs libbpf-dev, pkg-config and clang)")
+
+
+def _hint(err: int) -> str:
+    if err == errno.EPERM:
+        return "run as root; kernel lockdown or a seccomp/LSM policy may forbid this program type"
+    if err == errno.ENOENT:
+        return "this kernel lacks the hook; run with IOSCOPE_DEBUG=1 to see libbpf's log"
+    if err == errno.EINVAL:
+        return "the kernel refused the program; run with IOSCOPE_DEBUG=1 to see the verifier log"
+    return "run with IOSCOPE_DEBUG=1 to see libbpf's log"
+
+
+@dataclass
+class Hook:
+    name: str            # e.g. "bio_queue"
+    tracepoint: str      # e.g. "block_bio_queue"
+    category: str        # e.g. "block"
+    variants: dict[str, str] = field(default_factory=dict)  # variant -> program name
+    chosen: str | None = None  # variant
+
+
+class BPFObject:
+    """A compiled BPF object with its programs chosen, loaded and attached."""
+
+    def __init__(self, name: str, btf: str | None = None) -> None:
+        _require_lib()
+        assert _libbpf is not None
+        path = object_path(name)
+        if not path.is_file():
+            raise IoscopeError(f"BPF object {path} is missing",
+                               "reinstall ioscope (pip install .) so that the BPF programs are compiled")
+        self.name = name
+        self.btf = btf
+        if os.environ.get("IOSCOPE_DEBUG"):
+            _libbpf.set_verbose(True)
+        try:
+            self.obj = _libbpf.Object(str(path), btf_path=btf)
+        except _libbpf.BPFError as exc:
+            raise IoscopeError(str(exc), _hint(exc.errno)) from None
+        self.hooks: dict[str, Hook] = {}
+        self.unavailable: list[str] = []
+        self.attached: list[str] = []
+        for prog, section, _auto in self.obj.programs():
+            kind, _, rest = section.partition("/")
+            for variant, prefix in PREFIX.items():
+                if kind == variant and prog.startswith(prefix):
+                    hook = prog[len(prefix):]
+                    tp = rest.split("/")[-1]
+                    cat = rest.split("/")[0] if variant == "tracepoint" else _category_of(tp)
+                    h = self.hooks.setdefault(hook, Hook(hook, tp, cat))
+                    h.variants[variant] = prog
+
+    # -- choosing -------------------------------------------------------
+
+    def _kernel_offers(self, variant: str, h: Hook) -> bool:
+        assert _libbpf is not None
+        if variant == "tp_btf":
+            return bool(_libbpf.tp_params(h.tracepoint, self.btf) >= 0)
+        tracefs = system.ensure_tracefs()
+        return system.tracepoint_exists(h.category, h.tracepoint, tracefs)
+
+    def choose(self, required: Iterable[str], optional: Iterable[str] = ()) -> None:
+        """Autoload the best variant of each wanted hook; every other program stays unloaded."""
+        forced = os.environ.get("IOSCOPE_ATTACH")
+        order = list(VARIANTS)
+        if forced:
+            if forced not in VARIANTS:
+                raise IoscopeError(f"IOSCOPE_ATTACH={forced} is not one of {', '.join(VARIANTS)}")
+            order = order[order.index(forced):]
+        wanted = {name: True for name in required}
+        wanted.update({name: False for name in optional if name not in wanted})
+        for prog, _section, _auto in self.obj.programs():
+            self.obj.set_autoload(prog, False)
+        for name, is_required in wanted.items():
+            h = self.hooks.get(name)
+            if h is None:
+                raise IoscopeError(f"BPF object {self.name} has no program for hook {name}")
+            for variant in order:
+                if variant in h.variants and self._kernel_offers(variant, h):
+                    h.chosen = variant
+                    self.obj.set_autoload(h.variants[variant], True)
+                    break
+            else:
+                what = f"tracepoint {h.category}:{h.tracepoint} is not available on this kernel"
+                if is_required:
+                    raise IoscopeError(what, "ioscope cannot run this tool here")
+                self.unavailable.append(what)
+
+    def variant_summary(self) -> str:
+        """e.g. 'tp_btf' or 'tp_btf+raw_tp' when hooks differ."""
+        used = sorted({h.chosen for h in self.hooks.values() if h.chosen}, key=VARIANTS.index)
+        return "+".join(used)
+
+    # -- configuring ----------------------------------------------------
+
+    def set_global(self, name: str, value: bool | int, fmt: str) -> None:
+        """Set a const volatile global; fmt is its struct format ('?', 'B', 'I', 'Q', ...)."""
+        assert _libbpf is not None
+        try:
+            self.obj.set_global(name, struct.pack("=" + fmt, value))
+        except _libbpf.BPFError as exc:
+            raise IoscopeError(str(exc)) from None
+
+    def set_max_entries(self, map_name: str, n: int) -> None:
+        self.obj.set_max_entries(map_name, n)
+
+    def set_map_type(self, map_name: str, type_: int) -> None:
+        self.obj.set_map_type(map_name, type_)
+
+    # -- loading and attaching -----------------------------------------
+
+    def load(self) -> None:
+        """Create maps and load the chosen programs (nothing runs until attach)."""
+        assert _libbpf is not None
+        try:
+            self.obj.load()
+        except _libbpf.BPFError as exc:
+            raise IoscopeError(str(exc), _hint(exc.errno)) from None
+
+    def attach(self) -> None:
+        assert _libbpf is not None
+        for h in self.hooks.values():
+            if not h.chosen:
+                continue
+            prog = h.variants[h.chosen]
+            try:
+                self.obj.attach(prog)
+            except _libbpf.BPFError as exc:
+                raise IoscopeError(str(exc), _hint(exc.errno)) from None
+            self.attached.append(prog)
+
+    def map(self, name: str) -> _libbpf.Map:
+        return self.obj.map(name)
+
+    def ringbuf(self, name: str) -> _libbpf.RingBuffer:
+        return self.obj.ringbuf(name)
+
+    def recursion_misses(self) -> int:
+        """Program runs the kernel skipped (another BPF program was running on that CPU)."""
+        total = 0
+        for prog in self.attached:
+            total += int(self.obj.prog_info(prog)["recursion_misses"])
+        return total
+
+    def close(self) -> None:
+        """Detach every program and free the object. Safe to call twice."""
+        self.obj.close()
+        self.attached = []
+
+    def __enter__(self) -> BPFObject:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+_CATEGORIES = {"block_": "block", "page_cache_": "filemap", "mm_filemap_": "filemap", "sys_": "syscalls"}
+
+
+def _category_of(tp: str) -> str:
+    """tracefs category of a tracepoint used with tp_btf/raw_tp sections."""
+    if tp.startswith("page_cache_"):
+        return "readahead" if system.tracepoint_exists("readahead", tp) else "filemap"
+    for prefix, cat in _CATEGORIES.items():
+        if tp.startswith(prefix):
+            return cat
+    return "block"

@@ -1,0 +1,111 @@
+"""Renderers shared by the tools: numbers, histogram bars (plain text or rich)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.text import Text
+
+from ioscope.hist import Hist
+
+BAR_WIDTH = 40
+
+
+def fmt_ns(ns: float, unit: str | None = None) -> str:
+    """A duration with 3 significant digits: '812ns', '64.2us', '1.05ms', '2.31s'; unit forces one."""
+    if unit == "ms":
+        return f"{ns / 1e6:.3f}ms"
+    if unit == "us":
+        return f"{ns / 1e3:.1f}us"
+    for div, suffix in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
+        if ns >= div:
+            return _sig3(ns / div) + suffix
+    return _sig3(ns) + "ns"
+
+
+def fmt_bytes(n: float) -> str:
+    for div, suffix in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
+        if n >= div:
+            return _sig3(n / div) + suffix
+    return f"{int(n)}"
+
+
+def _sig3(x: float) -> str:
+    if x == 0:
+        return "0"
+    digits = max(0, 2 - int(math.floor(math.log10(abs(x)))))
+    s = f"{x:.{digits}f}"
+    return s
+
+
+PCTS = (50.0, 90.0, 99.0, 99.9)
+
+
+def summary_line(h: Hist, fmt: type[object] | None = None, unit: str | None = None) -> str:
+    p = h.percentiles(PCTS)
+    return (f"count {h.count}  avg {fmt_ns(h.mean, unit)}  p50 {fmt_ns(p[50.0], unit)}  p90 {fmt_ns(p[90.0], unit)}"
+            f"  p99 {fmt_ns(p[99.0], unit)}  p99.9 {fmt_ns(p[99.9], unit)}  max {fmt_ns(h.max, unit)}")
+
+
+def hist_rows(h: Hist, fine: bool = False, unit: str | None = None,
+              fmt: str = "ns") -> Iterator[tuple[str, int, int]]:
+    """(range label, count, bar length) rows, DTrace-quantize style."""
+    rows = h.nonzero_buckets() if fine else h.coarse()
+    peak = max((n for _, _, n in rows), default=0)
+    for low, high, n in rows:
+        if fmt == "ns":
+            label = f"{fmt_ns(low, unit):>9} -> {fmt_ns(high, unit):<9}"
+        else:
+            label = f"{fmt_bytes(low):>9} -> {fmt_bytes(high):<9}"
+        bar = int(round(BAR_WIDTH * n / peak)) if peak else 0
+        if n and not bar:
+            bar = 1
+        yield label, n, bar
+
+
+class HistView:
+    """A titled histogram; renders as plain text lines or as a rich renderable."""
+
+    def __init__(self, title: str, h: Hist, fine: bool = False, unit: str | None = None,
+                 fmt: str = "ns", summary: str | None = None) -> None:
+        self.title = title
+        self.h = h
+        self.fine = fine
+        self.unit = unit
+        self.fmt = fmt
+        self.summary = summary if summary is not None else summary_line(h, unit=unit)
+
+    def lines(self) -> list[str]:
+        out = [self.title, self.summary]
+        if self.h.count:
+            out.append(f"{'range':^22} : {'count':<9} distribution")
+            for label, n, bar in hist_rows(self.h, self.fine, self.unit, self.fmt):
+                out.append(f"{label} : {n:<9} |{'*' * bar:<{BAR_WIDTH}}|")
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield Text(self.title, style="bold")
+        yield Text(self.summary, style="cyan")
+        if not self.h.count:
+            return
+        yield Text(f"{'range':^22} : {'count':<9} distribution", style="dim")
+        for label, n, bar in hist_rows(self.h, self.fine, self.unit, self.fmt):
+            line = Text(f"{label} : {n:<9} |")
+            line.append("*" * bar, style="green")
+            line.append(" " * (BAR_WIDTH - bar) + "|")
+            yield line
+
+
+def percentile_table(rows: list[tuple[str, str, Hist]], unit: str | None = None) -> list[str]:
+    """One line per (label, phase, histogram): count, avg and percentiles; fits 80 columns."""
+    out = [f"{'':<8}{'phase':<6}{'count':>9}{'avg':>9}{'p50':>9}{'p90':>9}{'p99':>9}{'p99.9':>9}{'max':>9}"]
+    for label, phase, h in rows:
+        p = h.percentiles(PCTS)
+        vals = [h.mean, p[50.0], p[90.0], p[99.0], p[99.9], float(h.max)]
+        out.append(f"{label:<8}{phase:<6}{h.count:>9}" + "".join(f"{fmt_ns(v, unit):>9}" for v in vals))
+    return out
