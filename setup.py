@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
@@ -78,7 +78,7 @@ setup(
     description="eBPF block I/O tracing toolkit: latency, traces, readahead, live views",
     python_requires=">=3.9",
     package_dir={"": "lib"},
-    packages=["ioscope"],
+    packages=find_packages("lib"),
     package_data={"ioscope": ["bpfobj/*.bpf.o", "py.typed"]},
     ext_modules=[
         Extension(

@@ -7,11 +7,13 @@ exit code; a traceback only appears with IOSCOPE_DEBUG=1.
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import os
 import signal
 import sys
 from collections.abc import Sequence
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import NoReturn
 
 from ioscope import __version__
@@ -33,16 +35,49 @@ class Parser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
-def build_parser() -> Parser:
-    from ioscope import demo, lat
+# Subcommand modules, in --help order. Each has add_parser(subparsers), whose
+# parser sets defaults func=run and tool=<name>. A module listed here that is
+# not part of this build is left out of the command (checked by find_spec, so
+# a real import error in a module that exists is never hidden).
+TOOLS = (
+    "ioscope.lat",
+    "ioscope.trace.record",
+    "ioscope.trace.snoop",
+    "ioscope.trace.parse",
+    "ioscope.trace.report",
+    "ioscope.trace.export",
+    "ioscope.trace.importer",
+    "ioscope.ra.readsize",
+    "ioscope.ra.readahead",
+    "ioscope.ra.fair",
+    "ioscope.top.cmd",
+    "ioscope.demo",
+)
 
+
+def _tool_modules() -> list[ModuleType]:
+    mods = []
+    for name in TOOLS:
+        try:
+            present = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # its package does not exist
+            present = False
+        if present:
+            mods.append(importlib.import_module(name))
+    return mods
+
+
+def build_parser() -> Parser:
     p = Parser(prog="ioscope", description="eBPF block I/O tracing toolkit.", epilog=EXAMPLES,
                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"ioscope {__version__}")
     p.add_argument("--btf", metavar="FILE", help="kernel BTF to use instead of /sys/kernel/btf/vmlinux")
     sub = p.add_subparsers(title="tools", metavar="TOOL", parser_class=Parser)
-    for mod in (lat, demo):
+    for mod in _tool_modules():
         mod.add_parser(sub)
+    for tool in sub.choices.values():
+        tool.add_argument("--btf", metavar="FILE", default=argparse.SUPPRESS,
+                          help="kernel BTF to use instead of /sys/kernel/btf/vmlinux")
     return p
 
 

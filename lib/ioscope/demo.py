@@ -58,8 +58,8 @@ def _python_workload(path: str, seconds: float) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    btf = system.btf_path(args.btf)
     system.require_bpf_privileges("demo")
+    btf = system.btf_path(args.btf)
     out = cli_common.console()
     with LoopDevice(size_mb=256, scheduler=args.scheduler) as loop:
         out.print(f"ioscope demo: {loop.path} on tmpfs ({loop.size_mb} MiB, scheduler {args.scheduler})")

@@ -222,8 +222,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    btf = system.btf_path(args.btf)
     system.require_bpf_privileges("lat")
+    btf = system.btf_path(args.btf)
     opts = LatOptions(
         disks=[devices.resolve_disk(d) for d in args.disk or []],
         pid=args.pid, per_disk=args.disks, per_op=args.flags, per_pid=args.pids,

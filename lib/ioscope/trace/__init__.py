@@ -1,0 +1,1 @@
+"""Block-layer event traces: record, snoop, parse, report, export, import."""

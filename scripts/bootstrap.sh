@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install what ioscope needs on Debian 12, as root; idempotent and quiet when
+# everything is already there. Used by install.sh and test.sh.
+#   - Debian packages: the BPF build chain (clang, llvm, libbpf-dev, pkg-config),
+#     Python headers and venv, and the peers and workloads tests compare against
+#     (fio, blktrace, bpftrace, sysstat, tmux, xfsprogs).
+#   - A virtualenv in .venv with ioscope installed in editable mode (this builds
+#     the C extension and compiles bpf/*.bpf.c), plus the test tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+    echo "bootstrap: run as root (it installs Debian packages and loads BPF programs): sudo $0" >&2
+    exit 1
+fi
+
+PKGS="clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc python3 python3-dev python3-venv
+      fio blktrace bpftrace sysstat tmux xfsprogs e2fsprogs util-linux procps"
+missing=""
+for p in $PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+    echo "bootstrap: installing Debian packages:$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    # shellcheck disable=SC2086
+    apt-get install -y -q --no-install-recommends $missing >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel >/dev/null
+.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt >/dev/null
+.venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation -e . >/dev/null
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
+echo "bootstrap: ioscope $(.venv/bin/ioscope --version | cut -d' ' -f2) installed in $PWD/.venv"

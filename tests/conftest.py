@@ -1,0 +1,85 @@
+"""Shared fixtures. Live tests need root, BPF and loop devices.
+
+Without them a live test is skipped on a developer's machine, but fails when
+CI is set: CI must never pass by skipping the real tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bpf_problem() -> str | None:
+    if os.geteuid() != 0:
+        return "live tests need root"
+    if not os.path.exists("/sys/kernel/btf/vmlinux"):
+        return "live tests need kernel BTF (/sys/kernel/btf/vmlinux)"
+    try:
+        from ioscope import _libbpf  # noqa: F401
+    except ImportError as exc:
+        return f"ioscope._libbpf is not built: {exc}"
+    if not Path("/dev/loop-control").exists():
+        return "live tests need loop devices (/dev/loop-control)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def live() -> None:
+    """Use in every live test: skips locally, fails in CI, when BPF cannot run."""
+    problem = _bpf_problem()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"{problem} (CI is set: live tests must run, not skip)")
+        pytest.skip(problem)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if "live" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.live)
+
+
+@pytest.fixture
+def loopdev(live: None) -> Iterator[Callable[..., Any]]:
+    """Factory: loopdev(size_mb=..., scheduler=...) -> an entered LoopDevice, removed after the test."""
+    from ioscope.testbed import LoopDevice
+
+    made: list[LoopDevice] = []
+
+    def make(**kw: Any) -> LoopDevice:
+        d = LoopDevice(**kw).__enter__()
+        made.append(d)
+        return d
+
+    yield make
+    for d in reversed(made):
+        d.__exit__(None, None, None)
+
+
+def ioscope_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ioscope.cli", *args]
+
+
+def run_ioscope(*args: str, timeout: float = 60, env: dict[str, str] | None = None,
+                check: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the real command line in a subprocess and capture its output."""
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run(ioscope_cmd(*args), capture_output=True, text=True, timeout=timeout, env=e)
+    if check and p.returncode != 0:
+        raise AssertionError(f"ioscope {' '.join(args)} exited {p.returncode}: {p.stderr}")
+    return p
+
+
+def json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
