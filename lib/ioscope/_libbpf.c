@@ -996,17 +996,33 @@ static PyTypeObject RingBufferType = {
 
 /* ---- BTF helpers ------------------------------------------------------ */
 
-static struct btf *open_btf(const char *path)
+/* The running kernel's BTF, parsed once per process (about 20 ms each time). */
+static struct btf *vmlinux_btf;
+
+/* BTF from a file (owned by the caller), or the kernel's own (cached, not to be freed). */
+static struct btf *open_btf(const char *path, int *owned)
 {
 	struct btf *btf;
 
-	if (path && *path)
+	if (path && *path) {
+		*owned = 1;
 		btf = btf__parse(path, NULL);
-	else
+		return libbpf_get_error(btf) ? NULL : btf;
+	}
+	*owned = 0;
+	if (!vmlinux_btf) {
 		btf = btf__load_vmlinux_btf();
-	if (libbpf_get_error(btf))
-		return NULL;
-	return btf;
+		if (libbpf_get_error(btf))
+			return NULL;
+		vmlinux_btf = btf;
+	}
+	return vmlinux_btf;
+}
+
+static void close_btf(struct btf *btf, int owned)
+{
+	if (owned)
+		btf__free(btf);
 }
 
 /* struct_layout(path, name) -> (size, [(member, offset, size), ...]) */
@@ -1017,16 +1033,16 @@ static PyObject *mod_struct_layout(PyObject *m, PyObject *args)
 	const struct btf_type *t;
 	const struct btf_member *mem;
 	PyObject *list, *res;
-	int id, i;
+	int id, i, owned;
 
 	if (!PyArg_ParseTuple(args, "ss", &path, &name))
 		return NULL;
-	btf = open_btf(path);
+	btf = open_btf(path, &owned);
 	if (!btf)
 		return raise_errno(errno, "cannot read BTF from %s", path);
 	id = btf__find_by_name_kind(btf, name, BTF_KIND_STRUCT);
 	if (id < 0) {
-		btf__free(btf);
+		close_btf(btf, owned);
 		return raise_errno(ENOENT, "no struct %s in the BTF of %s", name, path);
 	}
 	t = btf__type_by_id(btf, id);
@@ -1043,7 +1059,7 @@ static PyObject *mod_struct_layout(PyObject *m, PyObject *args)
 		Py_XDECREF(tup);
 	}
 	res = list ? Py_BuildValue("(IN)", t->size, list) : NULL;
-	btf__free(btf);
+	close_btf(btf, owned);
 	return res;
 }
 
@@ -1052,7 +1068,7 @@ static PyObject *mod_has_type(PyObject *m, PyObject *args)
 {
 	const char *name, *kind, *path = NULL;
 	struct btf *btf;
-	int k, id;
+	int k, id, owned;
 
 	if (!PyArg_ParseTuple(args, "ss|z", &name, &kind, &path))
 		return NULL;
@@ -1068,11 +1084,11 @@ static PyObject *mod_has_type(PyObject *m, PyObject *args)
 		PyErr_Format(PyExc_ValueError, "unknown BTF kind %s", kind);
 		return NULL;
 	}
-	btf = open_btf(path);
+	btf = open_btf(path, &owned);
 	if (!btf)
 		return raise_errno(errno, "cannot read kernel BTF%s%s", path ? " from " : "", path ? path : "");
 	id = btf__find_by_name_kind(btf, name, k);
-	btf__free(btf);
+	close_btf(btf, owned);
 	return PyBool_FromLong(id > 0);
 }
 
@@ -1087,11 +1103,11 @@ static PyObject *mod_tp_params(PyObject *m, PyObject *args)
 	char name[256];
 	struct btf *btf;
 	const struct btf_type *t;
-	int id, n = -1;
+	int id, n = -1, owned;
 
 	if (!PyArg_ParseTuple(args, "s|z", &tp, &path))
 		return NULL;
-	btf = open_btf(path);
+	btf = open_btf(path, &owned);
 	if (!btf)
 		return raise_errno(errno, "cannot read kernel BTF%s%s", path ? " from " : "", path ? path : "");
 	snprintf(name, sizeof(name), "btf_trace_%s", tp);
@@ -1104,7 +1120,7 @@ static PyObject *mod_tp_params(PyObject *m, PyObject *args)
 		if (t && btf_is_func_proto(t))
 			n = btf_vlen(t) - 1;
 	}
-	btf__free(btf);
+	close_btf(btf, owned);
 	return PyLong_FromLong(n);
 }
 

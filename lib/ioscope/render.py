@@ -43,10 +43,10 @@ def _sig3(x: float) -> str:
 PCTS = (50.0, 90.0, 99.0, 99.9)
 
 
-def summary_line(h: Hist, fmt: type[object] | None = None, unit: str | None = None) -> str:
+def summary_line(h: Hist, unit: str | None = None) -> str:
     p = h.percentiles(PCTS)
-    return (f"count {h.count}  avg {fmt_ns(h.mean, unit)}  p50 {fmt_ns(p[50.0], unit)}  p90 {fmt_ns(p[90.0], unit)}"
-            f"  p99 {fmt_ns(p[99.0], unit)}  p99.9 {fmt_ns(p[99.9], unit)}  max {fmt_ns(h.max, unit)}")
+    return (f"n={h.count} avg={fmt_ns(h.mean, unit)} p50={fmt_ns(p[50.0], unit)} p90={fmt_ns(p[90.0], unit)}"
+            f" p99={fmt_ns(p[99.0], unit)} p99.9={fmt_ns(p[99.9], unit)} max={fmt_ns(h.max, unit)}")
 
 
 def hist_rows(h: Hist, fine: bool = False, unit: str | None = None,

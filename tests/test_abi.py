@@ -1,0 +1,53 @@
+"""Structs shared by kernel and user space agree: numpy dtypes vs the compiled objects' BTF."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ioscope import _libbpf, abi, hist
+from ioscope.loader import OBJ_DIR
+
+HEADER = Path(__file__).resolve().parent.parent / "bpf" / "ioscope.h"
+
+
+def _layout(obj: str, struct: str) -> tuple[int, list[tuple[str, int, int]]]:
+    size, members = _libbpf.struct_layout(str(OBJ_DIR / obj), struct)
+    return size, members
+
+
+@pytest.mark.parametrize(("obj", "struct"), [("lat.bpf.o", name) for name in abi.STRUCTS])
+def test_dtype_matches_btf(obj: str, struct: str) -> None:
+    size, members = _layout(obj, struct)
+    dt: np.dtype = abi.STRUCTS[struct]
+    assert dt.itemsize == size
+    assert [m[0] for m in members] == list(dt.names or ())
+    for name, offset, msize in members:
+        field_dt, field_off = dt.fields[name][:2]  # type: ignore[index]
+        assert (field_off, field_dt.itemsize) == (offset, msize), name
+
+
+def _header_defines() -> dict[str, int]:
+    text = HEADER.read_text()
+    out = {m[0]: int(m[1]) for m in re.findall(r"#define (IOS_\w+) (\d+)", text)}
+    for m in re.finditer(r"(IOS_\w+) = (\d+),", text):
+        out[m[1]] = int(m[2])
+    return out
+
+
+def test_constants_match_header() -> None:
+    d = _header_defines()
+    assert d["IOS_HIST_SUB_BITS"] == hist.SUB_BITS
+    assert d["IOS_HIST_MAX_LOG2"] == hist.MAX_LOG2
+    assert d["IOS_NR_STATS"] == abi.NR_STATS and d["IOS_NR_LOST_STATS"] == abi.NR_LOST_STATS
+    assert {k: d[f"IOS_PHASE_{k.upper()}"] for k in abi.PHASES} == abi.PHASES
+    for code, name in abi.OP_NAMES.items():
+        assert d[f"IOS_OP_{name.upper()}"] == code
+    assert abi.HIST["slots"].shape == (hist.NBUCKETS,)
+    stat_names = {"LOST_START_FULL": 0, "LOST_HIST_FULL": 1, "LOST_CHAIN_LONG": 2, "LOST_RQ_FULL": 3,
+                  "INFLIGHT_AT_START": 4, "STAT_SPLIT": 5, "STAT_STALE": 6}
+    for cname, idx in stat_names.items():
+        assert d[f"IOS_{cname}"] == idx and idx in abi.STAT_NAMES
