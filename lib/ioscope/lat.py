@@ -56,7 +56,7 @@ class LatHist:
             "disk": self.disk, "dev": f"{ma}:{mi}" if self.dev else "all", "op": self.op,
             "pid": self.pid, "comm": self.comm, "phase": self.phase, "unit": "ns",
             "count": h.count, "sum": h.total, "min": h.min, "max": h.max,
-            "p50": p[50], "p90": p[90], "p99": p[99], "p999": p[99.9],
+            "p50": round(p[50], 1), "p90": round(p[90], 1), "p99": round(p[99], 1), "p999": round(p[99.9], 1),
             "buckets": [list(b) for b in h.nonzero_buckets()],
         }
 
