@@ -79,7 +79,7 @@ setup(
     python_requires=">=3.9",
     package_dir={"": "lib"},
     packages=find_packages("lib"),
-    package_data={"ioscope": ["bpfobj/*.bpf.o", "py.typed"]},
+    package_data={"ioscope": ["bpfobj/*.bpf.o", "py.typed", "_libbpf.pyi"]},
     ext_modules=[
         Extension(
             "ioscope._libbpf",

@@ -27,7 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
-from ioscope.testbed import LoopDevice, run_fio  # noqa: E402
+from ioscope.testbed import LoopDevice, run_fio
 
 BPFTRACE_ONE_LINER = (
     "tracepoint:block:block_rq_issue { @start[args->dev, args->sector] = nsecs; }"
@@ -84,9 +84,9 @@ def main() -> int:
         configs: list[tuple[str, Callable[[], AbstractContextManager[Any]]]] = [
             ("baseline", nullcontext),
             ("ioscope lat -D -F", lambda: Tracer("ioscope", [*ioscope, "lat", "-D", "-F"], "Tracing", "stderr")),
-            ("bpftrace one-liner", lambda: Tracer("bpftrace", ["bpftrace", "-e",
-                                                                 "BEGIN { printf(\"ready\\n\"); } " + BPFTRACE_ONE_LINER],
-                                                  "ready", "stdout")),
+            ("bpftrace one-liner", lambda: Tracer(
+                "bpftrace", ["bpftrace", "-e", 'BEGIN { printf("ready\\n"); } ' + BPFTRACE_ONE_LINER],
+                "ready", "stdout")),
         ]
         run_fio(dev.path, rw="randread", bs="4k", iodepth=32, runtime=1)  # warm-up
         for r in range(args.rounds):

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT, run_ioscope
 
+from conftest import ROOT, run_ioscope
 from ioscope import __version__
 
 

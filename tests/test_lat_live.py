@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import run_ioscope
-from livelat import lat_running
 
+from conftest import run_ioscope
 from ioscope.hist import RELATIVE_ERROR
 from ioscope.testbed import run_fio
+from livelat import lat_running
 
 PRIME_IOS = 20011  # per fio job; a prime so nothing lines up by accident
 
@@ -65,8 +65,8 @@ def test_per_process_attribution(loopdev: Any) -> None:
 def test_pid_filter_in_kernel(loopdev: Any) -> None:
     """-p keeps only the chosen process: a second reader on the same disk is not counted."""
     dev = loopdev(size_mb=64)
-    sleeper = subprocess.Popen(["sh", "-c", "read x; exec dd if=%s of=/dev/null bs=4k count=503 iflag=direct"
-                                % dev.path], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    sleeper = subprocess.Popen(["sh", "-c", f"read x; exec dd if={dev.path} of=/dev/null bs=4k count=503 iflag=direct"
+                               ], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         with lat_running("-d", dev.name, "-p", str(sleeper.pid), "-j") as run:
             other = subprocess.run(["dd", f"if={dev.path}", "of=/dev/null", "bs=4k", "count=211",

@@ -87,7 +87,11 @@ def _on_term(signum: int, frame: FrameType | None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except IoscopeError as exc:  # a broken install: say so in one line
+        sys.stderr.write(f"ioscope: error: {exc}\n")
+        return exc.exit_code
     args = parser.parse_args(argv)
     if not hasattr(args, "func"):
         parser.print_help(sys.stderr)

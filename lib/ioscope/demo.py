@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-
 import time
 
 from ioscope import cli_common, system

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ioscope import abi, cli_common, devices, system
-
 from ioscope.hist import Hist
 from ioscope.loader import BPFObject
 from ioscope.render import HistView

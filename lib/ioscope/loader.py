@@ -27,10 +27,8 @@ from ioscope.errors import IoscopeError
 try:
     from ioscope import _libbpf
 except ImportError as _exc:  # pragma: no cover - broken installs only
-    _libbpf = None
-    _IMPORT_ERROR: ImportError | None = _exc
-else:
-    _IMPORT_ERROR = None
+    raise IoscopeError(f"the ioscope._libbpf extension is not built ({_exc})",
+                       "reinstall ioscope: pip install . (needs libbpf-dev, pkg-config and clang)") from None
 
 OBJ_DIR = Path(__file__).resolve().parent / "bpfobj"
 VARIANTS = ("tp_btf", "raw_tp", "tracepoint")
@@ -41,13 +39,7 @@ def object_path(name: str) -> Path:
     return OBJ_DIR / f"{name}.bpf.o"
 
 
-def _require_lib() -> None:
-    if _libbpf is None:
-        raise IoscopeError(f"the ioscope._libbpf extension is not built ({_IMPORT_ERROR})",
-                           "reinstall ioscope: pip install . (needs libbpf-dev, pkg-config and clang)")
-
-
-def _hint(err: int) -> str:
+def _hint(err: int | None) -> str:
     if err == errno.EPERM:
         return "run as root; kernel lockdown or a seccomp/LSM policy may forbid this program type"
     if err == errno.ENOENT:
@@ -70,8 +62,6 @@ class BPFObject:
     """A compiled BPF object with its programs chosen, loaded and attached."""
 
     def __init__(self, name: str, btf: str | None = None) -> None:
-        _require_lib()
-        assert _libbpf is not None
         path = object_path(name)
         if not path.is_file():
             raise IoscopeError(f"BPF object {path} is missing",
@@ -100,7 +90,6 @@ class BPFObject:
     # -- choosing -------------------------------------------------------
 
     def _kernel_offers(self, variant: str, h: Hook) -> bool:
-        assert _libbpf is not None
         if variant == "tp_btf":
             return bool(_libbpf.tp_params(h.tracepoint, self.btf) >= 0)
         tracefs = system.ensure_tracefs()
@@ -142,7 +131,6 @@ class BPFObject:
 
     def set_global(self, name: str, value: bool | int, fmt: str) -> None:
         """Set a const volatile global; fmt is its struct format ('?', 'B', 'I', 'Q', ...)."""
-        assert _libbpf is not None
         try:
             self.obj.set_global(name, struct.pack("=" + fmt, value))
         except _libbpf.BPFError as exc:
@@ -158,14 +146,12 @@ class BPFObject:
 
     def load(self) -> None:
         """Create maps and load the chosen programs (nothing runs until attach)."""
-        assert _libbpf is not None
         try:
             self.obj.load()
         except _libbpf.BPFError as exc:
             raise IoscopeError(str(exc), _hint(exc.errno)) from None
 
     def attach(self) -> None:
-        assert _libbpf is not None
         for h in self.hooks.values():
             if not h.chosen:
                 continue

@@ -35,7 +35,7 @@ def fmt_bytes(n: float) -> str:
 def _sig3(x: float) -> str:
     if x == 0:
         return "0"
-    digits = max(0, 2 - int(math.floor(math.log10(abs(x)))))
+    digits = max(0, 2 - math.floor(math.log10(abs(x))))
     s = f"{x:.{digits}f}"
     return s
 
@@ -59,7 +59,7 @@ def hist_rows(h: Hist, fine: bool = False, unit: str | None = None,
             label = f"{fmt_ns(low, unit):>9} -> {fmt_ns(high, unit):<9}"
         else:
             label = f"{fmt_bytes(low):>9} -> {fmt_bytes(high):<9}"
-        bar = int(round(BAR_WIDTH * n / peak)) if peak else 0
+        bar = round(BAR_WIDTH * n / peak) if peak else 0
         if n and not bar:
             bar = 1
         yield label, n, bar

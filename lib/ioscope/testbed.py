@@ -23,7 +23,8 @@ def _run(cmd: list[str], what: str) -> str:
     try:
         out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     except FileNotFoundError:
-        raise IoscopeError(f"{cmd[0]} is not installed, needed to {what}", f"install it (apt-get install {cmd[0]})") from None
+        raise IoscopeError(f"{cmd[0]} is not installed, needed to {what}",
+                           f"install it (apt-get install {cmd[0]})") from None
     except subprocess.CalledProcessError as exc:
         msg = (exc.stderr or exc.stdout or "").strip().splitlines()
         raise IoscopeError(f"cannot {what}: {' '.join(cmd)} failed: {msg[-1] if msg else exc.returncode}") from None
