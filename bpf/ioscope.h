@@ -35,7 +35,7 @@ struct hist {
 };
 
 /* Latency phases of ioscope lat. */
-enum lat_phase {
+enum ios_lat_phase {
 	IOS_PHASE_Q2C = 0,
 	IOS_PHASE_Q2D = 1,
 	IOS_PHASE_D2C = 2,
@@ -43,7 +43,7 @@ enum lat_phase {
 };
 
 /* Operations (the -F split). */
-enum io_op {
+enum ios_io_op {
 	IOS_OP_READ = 0,
 	IOS_OP_WRITE = 1,
 	IOS_OP_DISCARD = 2,
@@ -55,8 +55,8 @@ enum io_op {
 struct lat_key {
 	__u32 dev;   /* kernel dev_t of the whole disk (major << 20 | minor); 0 = all */
 	__u32 pid;   /* submitting process (tgid); 0 when -P is not given */
-	__u8 op;     /* enum io_op */
-	__u8 phase;  /* enum lat_phase */
+	__u8 op;     /* enum ios_io_op */
+	__u8 phase;  /* enum ios_lat_phase */
 	__u8 pad[6];
 };
 
@@ -73,16 +73,22 @@ struct bio_start {
  * per-CPU array indexed by these values. LOST_* are real losses; the
  * INFLIGHT_* and STALE counters explain why some I/O has fewer phases.
  */
-enum stat_idx {
+enum ios_stat_idx {
 	IOS_LOST_START_FULL = 0,   /* per-bio start map full: bio not timed */
 	IOS_LOST_HIST_FULL = 1,    /* histogram map full: value dropped */
 	IOS_LOST_CHAIN_LONG = 2,   /* request with more bios than we walk */
 	IOS_LOST_RQ_FULL = 3,      /* bio-less request map full */
-	IOS_INFLIGHT_AT_START = 4, /* issued/completed I/O queued before tracing */
-	IOS_STAT_SPLIT = 5,        /* bios split; the new bio inherits the queue time */
-	IOS_STAT_STALE = 6,        /* start entries swept by user space (never completed) */
-	IOS_NR_STATS = 8,
+	IOS_LOST_START_FAILED = 4, /* per-bio start not stored for another reason */
+	IOS_LOST_C_UNSEEN = 5,     /* a bio was issued but no completion reached us (seen when its address is reused) */
+	IOS_INFLIGHT_AT_START = 6, /* issued/completed I/O queued before tracing */
+	IOS_STAT_SPLIT = 7,        /* bios split; the new bio inherits the queue time */
+	IOS_STAT_STALE = 8,        /* start entries swept by user space (never completed) */
+	IOS_STAT_NEVER_ISSUED = 9, /* a bio queued earlier at the same address was never issued */
+	IOS_STAT_REQUEUED = 10,    /* a split bio's remainder queued again: first queue time kept */
+	IOS_STAT_DEL_FAILED = 11,  /* deleting a finished bio's entry failed (it is reused or swept) */
+	IOS_STAT_C_NOENTRY = 12,   /* a completed bio with no start entry (queued before tracing) */
+	IOS_NR_STATS = 16,
 };
-#define IOS_NR_LOST_STATS 4 /* indexes below this are losses */
+#define IOS_NR_LOST_STATS 6 /* indexes below this are losses */
 
 #endif /* IOSCOPE_H */

@@ -28,7 +28,7 @@ const volatile bool targ_per_op = false;
 const volatile bool targ_per_pid = false;
 const volatile bool targ_filter_dev = false;
 const volatile __u32 targ_tgid = 0;
-const volatile __u8 targ_phases = 0x7; /* bit per enum lat_phase */
+const volatile __u8 targ_phases = 0x7; /* bit per enum ios_lat_phase */
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -149,6 +149,7 @@ static __always_inline int on_bio_queue(struct bio *bio)
 	__u32 zero = 0, dev;
 	__u64 key = (__u64)bio;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	long err;
 
 	if (!disk || !disk_is_mq(disk))
 		return 0;
@@ -160,10 +161,32 @@ static __always_inline int on_bio_queue(struct bio *bio)
 	s.q_ns = bpf_ktime_get_ns();
 	s.tgid = tgid;
 	s.dev = dev;
-	/* NOEXIST: a bio resubmitted after a split keeps its first queue time */
-	if (bpf_map_update_elem(&starts, &key, &s, BPF_NOEXIST) == -7 /* E2BIG */)
-		stat_inc(IOS_LOST_START_FULL);
 	last = bpf_map_lookup_elem(&last_queued, &zero);
+	err = bpf_map_update_elem(&starts, &key, &s, BPF_NOEXIST);
+	if (err == -17 /* EEXIST */) {
+		struct bio_start *old = bpf_map_lookup_elem(&starts, &key);
+
+		/*
+		 * The remainder of a bio split right after it was queued comes back
+		 * here at once: it keeps its first queue time. Any other entry is
+		 * left over from an earlier bio at the same address whose
+		 * completion we did not see: replace it in place.
+		 */
+		if (old && last && last->bio == key && !old->d_ns) {
+			stat_inc(IOS_STAT_REQUEUED);
+		} else if (old) {
+			/* issued but its completion never reached us: a lost measurement */
+			stat_inc(old->d_ns ? IOS_LOST_C_UNSEEN : IOS_STAT_NEVER_ISSUED);
+			old->q_ns = s.q_ns;
+			old->d_ns = 0;
+			old->tgid = tgid;
+			old->dev = dev;
+		}
+	} else if (err == -7 /* E2BIG */) {
+		stat_inc(IOS_LOST_START_FULL);
+	} else if (err) {
+		stat_inc(IOS_LOST_START_FAILED);
+	}
 	if (last) {
 		last->bio = key;
 		last->q_ns = s.q_ns;
@@ -295,7 +318,10 @@ static __always_inline int on_rq_complete(struct request *rq, unsigned int nr_by
 				record(dev, s->tgid, op, IOS_PHASE_D2C, now - s->d_ns);
 			if (s->q_ns)
 				record(dev, s->tgid, op, IOS_PHASE_Q2C, now - s->q_ns);
-			bpf_map_delete_elem(&starts, &key);
+			if (bpf_map_delete_elem(&starts, &key))
+				stat_inc(IOS_STAT_DEL_FAILED);
+		} else {
+			stat_inc(IOS_STAT_C_NOENTRY);
 		}
 		bio = BPF_CORE_READ(bio, bi_next);
 	}

@@ -34,11 +34,13 @@ def test_counts_match_fio_and_diskstats(loopdev: Any) -> None:
     assert run.returncode == 0, run.stderr
     fio_r, fio_w = int(job["read"]["total_ios"]), int(job["write"]["total_ios"])
     assert fio_r + fio_w == PRIME_IOS
+    assert run.doc["lost"] == 0, run.doc["lost_detail"]
     ks_r, ks_w = _delta(before, after)
     assert (ks_r, ks_w) == (fio_r, fio_w)
+    assert run.doc["kernel_completed"] == {dev.name: fio_r + fio_w}
     for phase in ("q2c", "q2d", "d2c"):
-        assert run.count(phase, op="read") == fio_r, phase
-        assert run.count(phase, op="write") == fio_w, phase
+        assert run.count(phase, op="read") == fio_r, (phase, {k: v for k, v in run.doc["lost_detail"].items() if v})
+        assert run.count(phase, op="write") == fio_w, (phase, {k: v for k, v in run.doc["lost_detail"].items() if v})
     assert run.doc["lost"] == 0
     for h in run.doc["hists"]:
         assert h["disk"] == "all" and h["pid"] is None and h["unit"] == "ns"
@@ -90,7 +92,9 @@ def test_scheduler_queueing_shows_in_q2d(loopdev: Any) -> None:
         run_fio(dev.path, rw="randread", bs="4k", iodepth=128, number_ios=30011, size="128m")
         time.sleep(0.2)
     (q2c,), (q2d,), (d2c,) = run.hists("q2c"), run.hists("q2d"), run.hists("d2c")
-    assert q2c["count"] == q2d["count"] == d2c["count"] == 30011
+    assert run.doc["lost"] == 0, run.doc["lost_detail"]
+    assert (q2c["count"], q2d["count"], d2c["count"]) == (30011, 30011, 30011), \
+        {k: v for k, v in run.doc["lost_detail"].items() if v}
     assert q2d["p50"] > 0 and q2d["p99"] > 0
     for p in ("p50", "p90", "p99", "p999", "max", "min"):
         assert q2c[p] >= d2c[p], (p, q2c[p], d2c[p])
@@ -141,11 +145,12 @@ def test_percentiles_match_exact_per_io_latencies(loopdev: Any, tmp_path: Any) -
     # lines look like "@v[123456, 98765432]: (12345, 10234)"
     rows = np.array([[int(x) for x in re.findall(r"\((\d+), (\d+)\)", ln)[0]]
                      for ln in out.splitlines() if ln.startswith("@v[")])
-    # bpftrace's classic-tracepoint programs are skipped when another BPF program runs on
-    # that CPU (tracers of other tests share the machine); ioscope must still count all.
-    assert 20011 - 20 <= len(rows) <= 20011, len(rows)
+    # bpftrace's classic-tracepoint programs are skipped, uncounted, when another BPF program
+    # runs on that CPU (seen here: up to 25 of 20011 on a busy machine); the reference may
+    # miss a few, ioscope must still count all (asserted above and below).
+    assert 20011 * 0.99 <= len(rows) <= 20011, len(rows)
     (q2c,), (d2c,) = run.hists("q2c"), run.hists("d2c")
-    assert q2c["count"] == d2c["count"] == 20011
+    assert q2c["count"] == d2c["count"] == 20011, {k: v for k, v in run.doc["lost_detail"].items() if v}
     for ours, exact in ((q2c, rows[:, 0]), (d2c, rows[:, 1])):
         for key, pct in (("p50", 50), ("p90", 90), ("p99", 99)):
             truth = float(np.percentile(exact, pct))
@@ -219,12 +224,15 @@ def prog_ids_of(pid: int) -> set[int]:
 
 
 def test_demo_runs_and_cleans_up(live: None) -> None:
-    loops_before = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     p = run_ioscope("demo", "--seconds", "1", timeout=120)
     assert p.returncode == 0, p.stderr
-    assert "cross-check" in p.stdout
     # the demo's own cross-check: fio's count, ioscope's and the kernel's agree
     line = next(ln for ln in p.stdout.splitlines() if ln.startswith("cross-check"))
     nums = [int(w) for w in line.replace("(", " ").replace(";", " ").split() if w.isdigit()]
     assert len(set(nums)) == 1 and nums[0] > 0, line
-    assert subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout == loops_before
+    # what it created is gone: its backing file, and no loop device still uses that file
+    m = re.search(r"ioscope demo: (/dev/loop\d+) over (\S+) ", p.stdout)
+    assert m, p.stdout
+    backing = m.group(2)
+    assert not os.path.exists(backing)
+    assert backing not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout

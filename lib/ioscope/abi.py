@@ -26,12 +26,18 @@ STAT_NAMES = {
     1: "hist_map_full",
     2: "bio_chain_too_long",
     3: "rq_map_full",
-    4: "inflight_at_start",
-    5: "split",
-    6: "stale",
+    4: "start_store_failed",
+    5: "completion_unseen",
+    6: "inflight_at_start",
+    7: "split",
+    8: "stale",
+    9: "queued_never_issued",
+    10: "requeued_after_split",
+    11: "delete_failed",
+    12: "completed_without_start",
 }
-NR_STATS = 8
-NR_LOST_STATS = 4
+NR_STATS = 16
+NR_LOST_STATS = 6
 
 HIST = np.dtype([
     ("slots", np.uint64, (hist.NBUCKETS,)),

@@ -61,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     btf = system.btf_path(args.btf)
     out = cli_common.console()
     with LoopDevice(size_mb=256, scheduler=args.scheduler) as loop:
-        out.print(f"ioscope demo: {loop.path} on tmpfs ({loop.size_mb} MiB, scheduler {args.scheduler})")
+        out.print(f"ioscope demo: {loop.path} over {loop.backing} ({loop.size_mb} MiB on tmpfs, "
+                  f"scheduler {args.scheduler})")
         collector = LatCollector(LatOptions(disks=[loop.device], per_op=True, btf=btf))
         try:
             before = loop.diskstats()
@@ -98,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
     out.print(f"cross-check: workload issued {ios} I/Os; ioscope timed {q2c} (q2c) and {d2c} device "
               f"requests (d2c); /proc/diskstats counted {kernel} completed requests.")
     out.print("where the time goes: q2d is the scheduler and queueing, d2c the device; q2c = q2d + d2c.")
-    out.print(f"removed {loop.name if loop else ''} and its backing file. Try: ioscope lat --help")
+    out.print(f"removed {loop.name} and its backing file. Try: ioscope lat --help")
     return 0 if losses.lost == 0 else 1
 
 

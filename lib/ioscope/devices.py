@@ -61,6 +61,16 @@ def list_disks(sys_root: str = "/sys") -> list[BlockDevice]:
     return out
 
 
+def is_mq(name: str, sys_root: str = "/sys") -> bool:
+    """True for a blk-mq (request based) disk; bio-based ones (zram, dm, md) have no request stage."""
+    return (Path(sys_root) / "block" / name / "mq").is_dir()
+
+
+def completed_requests(stats: DiskStats) -> int:
+    """Requests the kernel counted as completed: reads, writes, discards and flushes."""
+    return stats.reads + stats.writes + stats.discards + stats.flushes
+
+
 def resolve_disk(spec: str, sys_root: str = "/sys") -> BlockDevice:
     """A disk named as 'loop1', '/dev/loop1', '7:1' or '7,1'. A partition resolves to its disk."""
     disks = list_disks(sys_root)

@@ -22,6 +22,7 @@ PHASE_TITLES = {
     "d2c": "issue to completion (device)",
 }
 STALE_NS = 120 * 1_000_000_000  # a bio unfinished after 2 minutes is dropped and counted
+SWEEP_EVERY_S = 10
 HIST_MAX_ENTRIES = 1024
 HIST_MAX_ENTRIES_PER_PID = 16384
 
@@ -90,6 +91,9 @@ class LatCollector:
         self._stale = 0
         self._last_stats = np.zeros(abi.NR_STATS, dtype=np.uint64)
         self._last_misses = 0
+        names = [d.name for d in opts.disks] or [d.name for d in devices.list_disks()]
+        self.cross_disks = [n for n in names if devices.is_mq(n)]
+        self._last_kernel = self._kernel_counts()
         try:
             self._setup()
         except BaseException:
@@ -184,6 +188,18 @@ class LatCollector:
         counters["stale"] = self._stale
         return Losses(counters, dmiss)
 
+    def _kernel_counts(self) -> dict[str, int]:
+        stats = devices.read_diskstats()
+        return {n: devices.completed_requests(stats[n]) for n in self.cross_disks if n in stats}
+
+    def kernel_completed(self, since_last: bool) -> dict[str, int]:
+        """Requests the kernel completed on the traced blk-mq disks (from /proc/diskstats)."""
+        cur = self._kernel_counts()
+        delta = {n: v - self._last_kernel.get(n, v) for n, v in cur.items()}
+        if since_last:
+            self._last_kernel = cur
+        return delta
+
     def close(self) -> None:
         self.bpf.close()
 
@@ -241,13 +257,16 @@ def _emit(collector: LatCollector, args: argparse.Namespace, started: float, res
     if reset:
         collector.sweep_stale()
     losses = collector.losses(since_last=True)
+    kernel = collector.kernel_completed(since_last=reset)
     if losses.lost:
         print(f"ioscope lat: lost {losses.lost} values ({losses.describe()})", file=sys.stderr)
+    timed = sum(h.hist.count for h in hists if h.phase == "d2c")
     if args.json:
         doc = {
             "time": cli_common.iso_time(now), "interval_s": round(now - started, 6), "lost": losses.lost,
             "lost_detail": {k: v for k, v in losses.counters.items()} | {"recursion_misses": losses.recursion_misses},
             "attach": collector.bpf.variant_summary(),
+            "kernel_completed": kernel,
             "hists": [h.to_json() for h in hists],
         }
         print(json.dumps(doc), flush=True)
@@ -271,6 +290,9 @@ def _emit(collector: LatCollector, args: argparse.Namespace, started: float, res
             title += "  [" + ", ".join(tags) + "]"
         out.print(HistView(title, h.hist, fine=args.fine, unit=unit))
         out.print()
+    if "d2c" in args.phase and args.pid is None and kernel:
+        out.print(f"[dim]cross-check: the kernel completed {sum(kernel.values())} requests on "
+                  f"{', '.join(kernel)}; ioscope timed {timed} (d2c)[/dim]", highlight=False)
     inflight = losses.counters.get("inflight_at_start", 0)
     if inflight:
         out.print(f"[dim]{inflight} requests were queued before tracing started: counted in d2c only[/dim]",
@@ -278,22 +300,26 @@ def _emit(collector: LatCollector, args: argparse.Namespace, started: float, res
 
 
 def _loop(collector: LatCollector, args: argparse.Namespace) -> int:
-    for what in collector.unavailable:
-        print(f"ioscope lat: {what}; carrying on without it", file=sys.stderr)
-    where = ", ".join(d.name for d in collector.opts.disks) or "all disks"
-    interval: float | None = args.interval
-    what = "Ctrl-C to end" if interval is None else f"every {interval:g}s"
-    print(f"Tracing block I/O latency on {where} ({collector.bpf.variant_summary()}); {what}.",
-          file=sys.stderr, flush=True)
     started = time.time()
-    if interval is None:
-        try:
+    interval: float | None = args.interval
+    # Ctrl-C / SIGTERM may arrive at any point once tracing has started (even before the
+    # "Tracing" line is out): whatever was measured is still printed.
+    try:
+        for what in collector.unavailable:
+            print(f"ioscope lat: {what}; carrying on without it", file=sys.stderr)
+        where = ", ".join(d.name for d in collector.opts.disks) or "all disks"
+        what = "Ctrl-C to end" if interval is None else f"every {interval:g}s"
+        print(f"Tracing block I/O latency on {where} ({collector.bpf.variant_summary()}); {what}.",
+              file=sys.stderr, flush=True)
+        if interval is None:
             while True:
-                time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
-        _emit(collector, args, started, reset=False)
+                time.sleep(SWEEP_EVERY_S)
+                collector.sweep_stale()
+    except KeyboardInterrupt:
+        if interval is None:
+            _emit(collector, args, started, reset=False)
         return 0
+    assert interval is not None
     done = 0
     try:
         while args.count is None or done < args.count:
