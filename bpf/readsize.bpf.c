@@ -1,0 +1,319 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * ioscope readsize and ioscope fair: per process, the sizes of the reads (and
+ * with targ_writes, writes) the application asked for and got back, beside
+ * the block I/O it queued (bio sizes, readahead or not). Everything is
+ * aggregated here; user space reads the per-process map once per interval.
+ *
+ * Syscalls are seen at sys_enter/sys_exit (one raw tracepoint for all
+ * syscalls, filtered by number: cheaper than ten classic tracepoints). Only
+ * reads of regular files and block devices count, so pipes, sockets and
+ * terminals do not blur the picture; with a disk filter, only files on it.
+ * Block I/O is attributed at block_bio_queue to the process in context, which
+ * for buffered reads (and their readahead) is the reader itself.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "core_fixes.bpf.h"
+#include "hist.bpf.h"
+#include "ra.h"
+
+#define MAX_IOV 16
+#define S_IFMT 00170000
+#define S_IFREG 0100000
+#define S_IFBLK 0060000
+
+const volatile __u32 targ_tgid = 0;
+const volatile bool targ_filter_dev = false;
+const volatile bool targ_filter_comm = false;
+const volatile bool targ_writes = false;
+const volatile char targ_comm[16] = {};
+/* syscall numbers of this architecture, set by user space; -1 = none */
+const volatile __s32 nr_read = -1;
+const volatile __s32 nr_pread64 = -1;
+const volatile __s32 nr_readv = -1;
+const volatile __s32 nr_preadv = -1;
+const volatile __s32 nr_preadv2 = -1;
+const volatile __s32 nr_write = -1;
+const volatile __s32 nr_pwrite64 = -1;
+const volatile __s32 nr_writev = -1;
+const volatile __s32 nr_pwritev = -1;
+const volatile __s32 nr_pwritev2 = -1;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u8);
+} dev_filter SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* thread id */
+	__type(value, struct rs_inflight);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct rs_key);
+	__type(value, struct rs_val);
+} procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RS_NR_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static struct rs_val zero_val;
+
+static __always_inline void stat_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline bool comm_wanted(void)
+{
+	char comm[16];
+	int i;
+
+	if (!targ_filter_comm)
+		return true;
+	bpf_get_current_comm(comm, sizeof(comm));
+	for (i = 0; i < 16; i++) {
+		if (comm[i] != targ_comm[i])
+			return false;
+		if (!comm[i])
+			break;
+	}
+	return true;
+}
+
+static __always_inline bool dev_wanted(__u32 dev)
+{
+	if (!targ_filter_dev)
+		return true;
+	return bpf_map_lookup_elem(&dev_filter, &dev) != NULL;
+}
+
+static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op)
+{
+	struct rs_key key = { .tgid = tgid, .op = op };
+	struct rs_val *v;
+	long err;
+
+	v = bpf_map_lookup_elem(&procs, &key);
+	if (v)
+		return v;
+	err = bpf_map_update_elem(&procs, &key, &zero_val, BPF_NOEXIST);
+	if (err && err != -17 /* EEXIST: another CPU created it */) {
+		stat_inc(RS_LOST_PROC_FULL);
+		return NULL;
+	}
+	v = bpf_map_lookup_elem(&procs, &key);
+	if (!v) {
+		stat_inc(RS_LOST_PROC_FULL);
+		return NULL;
+	}
+	if (!v->comm[0])
+		bpf_get_current_comm(v->comm, sizeof(v->comm));
+	return v;
+}
+
+/* The device a syscall on fd reads: s_dev of a file's filesystem, i_rdev of a
+ * block device; 0 (do not count) for pipes, sockets, terminals and the like. */
+static __always_inline __u32 fd_dev(int fd)
+{
+	struct task_struct *task = (void *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct file **arr;
+	struct file *file = NULL;
+	struct inode *inode;
+	__u32 mode;
+
+	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	arr = BPF_CORE_READ(fdt, fd);
+	if (bpf_probe_read_kernel(&file, sizeof(file), &arr[fd]) || !file)
+		return 0;
+	inode = BPF_CORE_READ(file, f_inode);
+	if (!inode)
+		return 0;
+	mode = BPF_CORE_READ(inode, i_mode) & S_IFMT;
+	if (mode == S_IFREG)
+		return BPF_CORE_READ(inode, i_sb, s_dev);
+	if (mode == S_IFBLK)
+		return BPF_CORE_READ(inode, i_rdev);
+	return 0;
+}
+
+static __always_inline __u64 iov_bytes(const struct iovec *iov, __u64 cnt)
+{
+	__u64 total = 0;
+	int i;
+
+	for (i = 0; i < MAX_IOV; i++) {
+		struct iovec v;
+
+		if (i >= cnt)
+			break;
+		if (bpf_probe_read_user(&v, sizeof(v), &iov[i]))
+			break;
+		total += v.iov_len;
+	}
+	if (cnt > MAX_IOV)
+		stat_inc(RS_STAT_IOV_TRUNC);
+	return total;
+}
+
+static __always_inline int on_sys_enter(struct pt_regs *regs, long id)
+{
+	struct rs_inflight in = {};
+	__u64 pid_tgid, a3;
+	__u32 tid, dev;
+	bool vec;
+	int fd;
+
+	if (id == nr_read || id == nr_pread64) {
+		in.op = RS_OP_READ;
+		vec = false;
+	} else if (id == nr_readv || id == nr_preadv || id == nr_preadv2) {
+		in.op = RS_OP_READ;
+		vec = true;
+	} else if (targ_writes && (id == nr_write || id == nr_pwrite64)) {
+		in.op = RS_OP_WRITE;
+		vec = false;
+	} else if (targ_writes && (id == nr_writev || id == nr_pwritev || id == nr_pwritev2)) {
+		in.op = RS_OP_WRITE;
+		vec = true;
+	} else {
+		return 0;
+	}
+	pid_tgid = bpf_get_current_pid_tgid();
+	if (targ_tgid && (pid_tgid >> 32) != targ_tgid)
+		return 0;
+	if (!comm_wanted())
+		return 0;
+	fd = (int)PT_REGS_PARM1_CORE_SYSCALL(regs);
+	dev = fd_dev(fd);
+	if (!dev || !dev_wanted(dev))
+		return 0;
+	a3 = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	if (vec)
+		in.req = iov_bytes((const struct iovec *)PT_REGS_PARM2_CORE_SYSCALL(regs), a3);
+	else
+		in.req = a3;
+	tid = (__u32)pid_tgid;
+	if (bpf_map_update_elem(&inflight, &tid, &in, BPF_ANY))
+		stat_inc(RS_LOST_INFLIGHT_FULL);
+	return 0;
+}
+
+static __always_inline int on_sys_exit(long ret)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+	struct rs_inflight *in;
+	struct rs_val *v;
+	__u64 req;
+	__u32 op;
+
+	in = bpf_map_lookup_elem(&inflight, &tid);
+	if (!in)
+		return 0;
+	req = in->req;
+	op = in->op;
+	bpf_map_delete_elem(&inflight, &tid);
+	v = proc_val(pid_tgid >> 32, op);
+	if (!v)
+		return 0;
+	hist_add(&v->app_req, req);
+	if (ret < 0) {
+		__sync_fetch_and_add(&v->app_errors, 1);
+		return 0;
+	}
+	hist_add(&v->app_ret, (__u64)ret);
+	if ((__u64)ret < req)
+		__sync_fetch_and_add(&v->app_short, 1);
+	return 0;
+}
+
+static __always_inline int on_bio_queue(struct bio *bio)
+{
+	struct gendisk *disk = bio_disk(bio);
+	__u32 opf, bytes, op;
+	struct rs_val *v;
+	__u8 kop;
+
+	if (!disk)
+		return 0;
+	if (targ_tgid && (bpf_get_current_pid_tgid() >> 32) != targ_tgid)
+		return 0;
+	if (!dev_wanted(disk_dev(disk)) || !comm_wanted())
+		return 0;
+	opf = BPF_CORE_READ(bio, bi_opf);
+	bytes = BPF_CORE_READ(bio, bi_iter.bi_size);
+	kop = opf_to_op(opf, bytes);
+	if (kop == IOS_OP_READ)
+		op = RS_OP_READ;
+	else if (kop == IOS_OP_WRITE && targ_writes)
+		op = RS_OP_WRITE;
+	else
+		return 0;
+	v = proc_val(bpf_get_current_pid_tgid() >> 32, op);
+	if (!v)
+		return 0;
+	hist_add(&v->dev, bytes);
+	if (bio_is_readahead(opf)) {
+		__sync_fetch_and_add(&v->ra_count, 1);
+		__sync_fetch_and_add(&v->ra_bytes, bytes);
+	}
+	return 0;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(btf_sys_enter, struct pt_regs *regs, long id)
+{
+	return on_sys_enter(regs, id);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(btf_sys_exit, struct pt_regs *regs, long ret)
+{
+	return on_sys_exit(ret);
+}
+
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(btf_bio_queue, struct bio *bio)
+{
+	return on_bio_queue(bio);
+}
+
+SEC("raw_tp/sys_enter")
+int BPF_PROG(raw_sys_enter, struct pt_regs *regs, long id)
+{
+	return on_sys_enter(regs, id);
+}
+
+SEC("raw_tp/sys_exit")
+int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret)
+{
+	return on_sys_exit(ret);
+}
+
+SEC("raw_tp/block_bio_queue")
+int BPF_PROG(raw_bio_queue, struct bio *bio)
+{
+	return on_bio_queue(bio);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
