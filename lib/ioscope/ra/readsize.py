@@ -43,7 +43,7 @@ def size_rows(app: Hist, dev: Hist) -> list[tuple[str, int, int]]:
     """Rows (power-of-two size range, application requests, device bios) over the range of both."""
     rows: dict[int, list[int]] = {}
     for col, h in ((0, app), (1, dev)):
-        for low, high, n in h.coarse():
+        for low, _high, n in h.coarse():
             k = max(low, 1).bit_length() - 1 if low else -1
             rows.setdefault(k, [0, 0])[col] += n
     if not rows:
