@@ -191,3 +191,233 @@ def merge_procs(acc: dict[tuple[int, str], ProcIO], procs: list[ProcIO]) -> None
     for p in procs:
         key = (p.pid, p.op)
         acc[key] = acc[key].merge(p) if key in acc else p
+
+
+# -- readahead --------------------------------------------------------------
+
+RA_HOOKS = ("sync_ra", "async_ra", "ra_order", "ra_unbounded", "get_pages", "fault", "map_pages", "add_page",
+            "delete_page")
+# what each hook's absence costs
+RA_HOOK_NUMBERS = {
+    "sync_ra": "sync decisions",
+    "async_ra": "async decisions",
+    "ra_order": "window sizes of large-folio readahead (and the pages it adds)",
+    "ra_unbounded": "window sizes of order-0 and forced readahead (and the pages it adds)",
+    "get_pages": "used pages and age at first use (every page read ahead will look unused)",
+    "fault": "used pages of memory-mapped files (faults)",
+    "map_pages": "used pages of memory-mapped files (fault-around)",
+    "add_page": "pages read ahead, used, wasted and still cached",
+    "delete_page": "wasted pages (evicted pages will look still cached)",
+}
+
+
+@dataclass
+class RaFile:
+    """Readahead on one file by one process (cumulative since the start)."""
+
+    pid: int
+    comm: str
+    dev: int
+    ino: int
+    decisions: dict[str, int]
+    window_pages: dict[str, int]
+    max_ra_pages: int
+    max_window: int
+    pages: int
+    used: int
+    wasted: int
+    cached: int
+    untracked: int
+    path: str | None = None
+
+    @property
+    def efficiency(self) -> float | None:
+        return self.used / self.pages if self.pages else None
+
+    def to_json(self) -> dict[str, object]:
+        ma, mi = devices.kdev_split(self.dev)
+        eff = self.efficiency
+        return {"pid": self.pid, "comm": self.comm, "dev": f"{ma}:{mi}", "ino": self.ino, "path": self.path,
+                "decisions": self.decisions, "window_pages": self.window_pages, "max_ra_pages": self.max_ra_pages,
+                "max_window": self.max_window, "pages": self.pages, "used": self.used, "wasted": self.wasted,
+                "cached": self.cached, "untracked": self.untracked,
+                "efficiency": None if eff is None else round(eff, 4)}
+
+
+@dataclass
+class RaSnapshot:
+    files: list[RaFile]
+    hists: list[Hist]        # indexed by abi.RA_H_*
+    lost: int
+    counters: dict[str, int]
+
+    def window_hist(self, kind: int, what: int) -> Hist:
+        return self.hists[kind * abi.RA_H_PER_KIND + what]
+
+    @property
+    def age(self) -> Hist:
+        return self.hists[abi.RA_H_AGE]
+
+    def totals(self) -> dict[str, int]:
+        keys = ("pages", "used", "wasted", "cached", "untracked")
+        return {k: sum(int(getattr(f, k)) for f in self.files) for k in keys}
+
+
+@dataclass
+class ReadaheadOptions:
+    disks: list[devices.BlockDevice] = field(default_factory=list)
+    pid: int | None = None
+    max_pages: int = 262144
+    btf: str | None = None
+
+
+def group_cached(keys: np.ndarray, vals: np.ndarray) -> dict[tuple[int, int, int], int]:
+    """Pages still tracked, counted per (dev, ino, tgid)."""
+    if not len(keys):
+        return {}
+    rec = np.zeros(len(keys), dtype=[("dev", np.uint32), ("ino", np.uint64), ("tgid", np.uint32)])
+    rec["dev"], rec["ino"], rec["tgid"] = keys["dev"], keys["ino"], vals["tgid"]
+    uniq, counts = np.unique(rec, return_counts=True)
+    return {(int(u["dev"]), int(u["ino"]), int(u["tgid"])): int(c) for u, c in zip(uniq, counts)}
+
+
+def resolve_path(pid: int, dev: int, ino: int, proc_root: str = "/proc") -> str | None:
+    """The path of (dev, ino) if process pid has it open (the cheap way: its fd table)."""
+    ma, mi = devices.kdev_split(dev)
+    want = (os.makedev(ma, mi), ino)
+    base = Path(proc_root) / str(pid) / "fd"
+    try:
+        fds = os.listdir(base)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            st = os.stat(base / fd)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == want:
+            try:
+                return os.readlink(base / fd)
+            except OSError:
+                return None
+    return None
+
+
+def mountpoints(proc_root: str = "/proc") -> dict[int, str]:
+    """kernel dev_t of each mounted filesystem -> its first mount point (from mountinfo)."""
+    out: dict[int, str] = {}
+    try:
+        lines = Path(proc_root, "self", "mountinfo").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 5 or ":" not in parts[2]:
+            continue
+        ma, mi = parts[2].split(":")
+        try:
+            dev = devices.kdev(int(ma), int(mi))
+        except ValueError:
+            continue
+        out.setdefault(dev, parts[4].replace("\\040", " "))
+    return out
+
+
+class ReadaheadCollector:
+    """Owns bpf/readahead.bpf.o; read() returns cumulative readahead accounting."""
+
+    def __init__(self, opts: ReadaheadOptions) -> None:
+        self.opts = opts
+        self.bpf = BPFObject("readahead", btf=opts.btf)
+        self.paths: dict[tuple[int, int], str] = {}
+        self.comms: dict[int, str] = {}
+        self._mounts: dict[int, str] = {}
+        try:
+            self._setup()
+        except BaseException:
+            self.bpf.close()
+            raise
+
+    def _setup(self) -> None:
+        o, b = self.opts, self.bpf
+        b.choose(required=[], optional=list(RA_HOOKS))
+        chosen = {h for h in RA_HOOKS if b.hooks[h].chosen}
+        if not chosen & {"sync_ra", "async_ra", "ra_order", "ra_unbounded"}:
+            raise IoscopeError("this kernel has none of the readahead tracepoints (page_cache_sync_ra, ...)",
+                               "they arrived in Linux 6.10; readahead accounting needs them")
+        self.missing = [f"{RA_HOOK_NUMBERS[h]}: unavailable" for h in RA_HOOKS if h not in chosen]
+        b.set_global("targ_tgid", o.pid or 0, "I")
+        b.set_global("targ_filter_dev", bool(o.disks), "?")
+        b.set_max_entries("pages", o.max_pages)
+        b.load()
+        filt = b.map("dev_filter")
+        for d in o.disks:
+            for dev in filter_devs(d):
+                filt.update(np.uint32(dev).tobytes(), b"\x01")
+        self.files = b.map("files")
+        self.pages = b.map("pages")
+        self.hists = b.map("hists")
+        self.comm_map = b.map("comms")
+        self.stats = b.map("stats")
+        b.attach()
+
+    @property
+    def unavailable(self) -> list[str]:
+        return self.bpf.unavailable
+
+    def _mount_name(self, dev: int, ino: int) -> str | None:
+        """'<mount point> inode N' when the file is not open any more."""
+        mnt = self._mounts.get(dev)
+        if mnt is None:
+            self._mounts = mountpoints()
+            mnt = self._mounts.get(dev)
+        return f"{mnt} ino {ino}" if mnt else None
+
+    def _comms(self) -> None:
+        kb, vb, n = self.comm_map.dump()
+        pids = np.frombuffer(kb, dtype=np.uint32, count=n)
+        raw = np.frombuffer(vb, dtype="S16", count=n)
+        for p, c in zip(pids, raw):
+            self.comms[int(p)] = bytes(c).split(b"\0")[0].decode(errors="replace")
+
+    def read(self) -> RaSnapshot:
+        kb, vb, n = self.files.dump(sum=False)
+        keys = np.frombuffer(kb, dtype=abi.RA_KEY, count=n)
+        vals = np.frombuffer(vb, dtype=abi.RA_STATS, count=n)
+        pk, pv, pn = self.pages.dump(sum=False)
+        cached = group_cached(np.frombuffer(pk, dtype=abi.RA_PAGE_KEY, count=pn),
+                              np.frombuffer(pv, dtype=abi.RA_PAGE, count=pn))
+        self._comms()
+        files = []
+        for k, v in zip(keys, vals):
+            dev, ino, pid = int(k["dev"]), int(k["ino"]), int(k["tgid"])
+            if (dev, ino) not in self.paths:
+                path = resolve_path(pid, dev, ino)
+                if path:
+                    self.paths[(dev, ino)] = path
+            files.append(RaFile(
+                pid=pid, comm=self.comms.get(pid, "?"), dev=dev, ino=ino,
+                decisions={abi.RA_KIND_NAMES[i]: int(v["decisions"][i]) for i in range(abi.RA_NR_KINDS)},
+                window_pages={abi.RA_KIND_NAMES[i]: int(v["window_pages"][i]) for i in range(abi.RA_NR_KINDS)},
+                max_ra_pages=int(v["max_ra_pages"]), max_window=int(v["max_window"]), pages=int(v["pages"]),
+                used=int(v["used"]), wasted=int(v["wasted"]), cached=cached.get((dev, ino, pid), 0),
+                untracked=int(v["untracked"]), path=self.paths.get((dev, ino)) or self._mount_name(dev, ino),
+            ))
+        files.sort(key=lambda f: (-f.pages, f.pid, f.dev, f.ino))
+        hk, hv, hn = self.hists.dump(sum=False)
+        idx = np.frombuffer(hk, dtype=np.uint32, count=hn)
+        harr = np.frombuffer(hv, dtype=core_abi.HIST, count=hn)
+        hists = [Hist() for _ in range(abi.RA_NR_HISTS)]
+        for i, h in zip(idx, core_abi.hists_from_array(harr)):
+            if int(i) < abi.RA_NR_HISTS:
+                hists[int(i)] = h
+        _sk, sv, sn = self.stats.dump(sum=True)
+        svals = np.frombuffer(sv, dtype=np.uint64, count=sn)
+        counters = {name: int(svals[i]) for i, name in abi.RA_STAT_NAMES.items() if i < sn}
+        counters["recursion_misses"] = self.bpf.recursion_misses()
+        lost = counters.get("page_map_full", 0) + counters.get("file_map_full", 0) + \
+            counters.get("task_map_full", 0) + counters["recursion_misses"]
+        return RaSnapshot(files, hists, lost, counters)
+
+    def close(self) -> None:
+        self.bpf.close()

@@ -28,8 +28,12 @@ class LoopFS:
     thread writes to the device later.
     """
 
+    # A loop device keeps its read_ahead_kb after it is detached: always set it, and put the default back.
+    DEFAULT_READ_AHEAD_KB = 128
+
     def __init__(self, size_mb: int = 256, read_ahead_kb: int | None = None, scheduler: str | None = None) -> None:
-        self.loop = LoopDevice(size_mb=size_mb, read_ahead_kb=read_ahead_kb, scheduler=scheduler)
+        self.loop = LoopDevice(size_mb=size_mb, read_ahead_kb=read_ahead_kb or self.DEFAULT_READ_AHEAD_KB,
+                               scheduler=scheduler)
         self.mnt = ""
 
     def __enter__(self) -> LoopFS:
@@ -82,4 +86,9 @@ class LoopFS:
             except OSError:
                 pass
             self.mnt = ""
+        if self.loop.path:
+            try:
+                self.set_read_ahead_kb(self.DEFAULT_READ_AHEAD_KB)
+            except IoscopeError:
+                pass
         self.loop.__exit__(t, v, tb)
