@@ -39,10 +39,18 @@ struct rs_inflight {
 	__u32 pad;
 };
 
+/* The process whose readahead last touched a file (for bios a kernel thread queues). */
+struct rs_owner {
+	char comm[16];
+	__u32 tgid;
+	__u32 pad;
+};
+
 enum rs_stat_idx {
 	RS_LOST_PROC_FULL = 0,     /* per-process map full: value dropped */
 	RS_LOST_INFLIGHT_FULL = 1, /* syscall entry not remembered: syscall not counted */
 	RS_STAT_IOV_TRUNC = 2,     /* readv with more iovecs than summed: request size is a lower bound */
+	RS_STAT_KTHREAD_OWNER = 3, /* read bios queued by a kernel thread, given to the file's reader */
 	RS_NR_STATS = 4,
 };
 #define RS_NR_LOST_STATS 2

@@ -10,7 +10,10 @@
  * reads of regular files and block devices count, so pipes, sockets and
  * terminals do not blur the picture; with a disk filter, only files on it.
  * Block I/O is attributed at block_bio_queue to the process in context, which
- * for buffered reads (and their readahead) is the reader itself.
+ * for buffered reads (and their readahead) is the reader itself. A read bio
+ * queued by a kernel thread (blk-throttle dispatching bios it held back,
+ * for one) is given to the process whose readahead last touched the file the
+ * bio's first page belongs to, when there is one.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -65,6 +68,13 @@ struct {
 } procs SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* struct inode * */
+	__type(value, struct rs_owner);
+} owners SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, RS_NR_STATS);
 	__type(key, __u32);
@@ -81,14 +91,18 @@ static __always_inline void stat_inc(__u32 idx)
 		__sync_fetch_and_add(v, 1);
 }
 
-static __always_inline bool comm_wanted(void)
+/* The -c filter against the current task's comm, or against comm when given. */
+static __always_inline bool comm_matches(const char *other)
 {
 	char comm[16];
 	int i;
 
 	if (!targ_filter_comm)
 		return true;
-	bpf_get_current_comm(comm, sizeof(comm));
+	if (other)
+		bpf_probe_read_kernel_str(comm, sizeof(comm), other);
+	else
+		bpf_get_current_comm(comm, sizeof(comm));
 	for (i = 0; i < 16; i++) {
 		if (comm[i] != targ_comm[i])
 			return false;
@@ -105,7 +119,7 @@ static __always_inline bool dev_wanted(__u32 dev)
 	return bpf_map_lookup_elem(&dev_filter, &dev) != NULL;
 }
 
-static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op)
+static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char *comm)
 {
 	struct rs_key key = { .tgid = tgid, .op = op };
 	struct rs_val *v;
@@ -124,8 +138,12 @@ static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op)
 		stat_inc(RS_LOST_PROC_FULL);
 		return NULL;
 	}
-	if (!v->comm[0])
-		bpf_get_current_comm(v->comm, sizeof(v->comm));
+	if (!v->comm[0]) {
+		if (comm)
+			bpf_probe_read_kernel_str(v->comm, sizeof(v->comm), comm);
+		else
+			bpf_get_current_comm(v->comm, sizeof(v->comm));
+	}
 	return v;
 }
 
@@ -201,7 +219,7 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id)
 	pid_tgid = bpf_get_current_pid_tgid();
 	if (targ_tgid && (pid_tgid >> 32) != targ_tgid)
 		return 0;
-	if (!comm_wanted())
+	if (!comm_matches(NULL))
 		return 0;
 	fd = (int)PT_REGS_PARM1_CORE_SYSCALL(regs);
 	dev = fd_dev(fd);
@@ -233,7 +251,7 @@ static __always_inline int on_sys_exit(long ret)
 	req = in->req;
 	op = in->op;
 	bpf_map_delete_elem(&inflight, &tid);
-	v = proc_val(pid_tgid >> 32, op);
+	v = proc_val(pid_tgid >> 32, op, NULL);
 	if (!v)
 		return 0;
 	hist_add(&v->app_req, req);
@@ -247,18 +265,36 @@ static __always_inline int on_sys_exit(long ret)
 	return 0;
 }
 
+#define PF_KTHREAD 0x00200000
+#define PAGE_MAPPING_FLAGS 0x3
+
+/* The reader a kernel thread's read bio belongs to: owner of the first page's file. */
+static __always_inline struct rs_owner *bio_owner(struct bio *bio)
+{
+	struct task_struct *task = (void *)bpf_get_current_task();
+	struct address_space *mapping;
+	struct inode *host;
+	__u64 key;
+
+	if (!(BPF_CORE_READ(task, flags) & PF_KTHREAD))
+		return NULL;
+	mapping = BPF_CORE_READ(bio, bi_io_vec, bv_page, mapping);
+	if (!mapping || ((__u64)mapping & PAGE_MAPPING_FLAGS))
+		return NULL; /* anonymous or movable: not a file page */
+	host = BPF_CORE_READ(mapping, host);
+	key = (__u64)host;
+	return bpf_map_lookup_elem(&owners, &key);
+}
+
 static __always_inline int on_bio_queue(struct bio *bio)
 {
 	struct gendisk *disk = bio_disk(bio);
-	__u32 opf, bytes, op;
+	struct rs_owner *owner = NULL;
+	__u32 opf, bytes, op, tgid;
 	struct rs_val *v;
 	__u8 kop;
 
-	if (!disk)
-		return 0;
-	if (targ_tgid && (bpf_get_current_pid_tgid() >> 32) != targ_tgid)
-		return 0;
-	if (!dev_wanted(disk_dev(disk)) || !comm_wanted())
+	if (!disk || !dev_wanted(disk_dev(disk)))
 		return 0;
 	opf = BPF_CORE_READ(bio, bi_opf);
 	bytes = BPF_CORE_READ(bio, bi_iter.bi_size);
@@ -269,7 +305,19 @@ static __always_inline int on_bio_queue(struct bio *bio)
 		op = RS_OP_WRITE;
 	else
 		return 0;
-	v = proc_val(bpf_get_current_pid_tgid() >> 32, op);
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	if (op == RS_OP_READ) {
+		owner = bio_owner(bio);
+		if (owner) {
+			tgid = owner->tgid;
+			stat_inc(RS_STAT_KTHREAD_OWNER);
+		}
+	}
+	if (targ_tgid && tgid != targ_tgid)
+		return 0;
+	if (targ_filter_comm && !comm_matches(owner ? owner->comm : NULL))
+		return 0;
+	v = proc_val(tgid, op, owner ? owner->comm : NULL);
 	if (!v)
 		return 0;
 	hist_add(&v->dev, bytes);
@@ -278,6 +326,46 @@ static __always_inline int on_bio_queue(struct bio *bio)
 		__sync_fetch_and_add(&v->ra_bytes, bytes);
 	}
 	return 0;
+}
+
+/* A readahead decision: remember who reads this file ahead. */
+static __always_inline int on_readahead(struct inode *inode)
+{
+	__u64 key = (__u64)inode;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct rs_owner *o = bpf_map_lookup_elem(&owners, &key);
+	struct rs_owner n = {};
+
+	if (o && o->tgid == tgid)
+		return 0;
+	n.tgid = tgid;
+	bpf_get_current_comm(n.comm, sizeof(n.comm));
+	bpf_map_update_elem(&owners, &key, &n, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/page_cache_sync_ra")
+int BPF_PROG(btf_sync_ra, struct inode *inode)
+{
+	return on_readahead(inode);
+}
+
+SEC("tp_btf/page_cache_async_ra")
+int BPF_PROG(btf_async_ra, struct inode *inode)
+{
+	return on_readahead(inode);
+}
+
+SEC("raw_tp/page_cache_sync_ra")
+int BPF_PROG(raw_sync_ra, struct inode *inode)
+{
+	return on_readahead(inode);
+}
+
+SEC("raw_tp/page_cache_async_ra")
+int BPF_PROG(raw_async_ra, struct inode *inode)
+{
+	return on_readahead(inode);
 }
 
 SEC("tp_btf/sys_enter")

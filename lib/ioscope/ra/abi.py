@@ -11,7 +11,7 @@ RS_OP_READ, RS_OP_WRITE = 0, 1
 RS_OP_NAMES = {RS_OP_READ: "read", RS_OP_WRITE: "write"}
 
 # enum rs_stat_idx
-RS_STAT_NAMES = {0: "proc_map_full", 1: "inflight_map_full", 2: "iov_truncated"}
+RS_STAT_NAMES = {0: "proc_map_full", 1: "inflight_map_full", 2: "iov_truncated", 3: "kthread_bios_to_reader"}
 RS_NR_STATS = 4
 RS_NR_LOST_STATS = 2
 
@@ -29,6 +29,7 @@ RS_VAL = np.dtype([
 ])
 
 RS_INFLIGHT = np.dtype([("req", np.uint64), ("op", np.uint32), ("pad", np.uint32)])
+RS_OWNER = np.dtype([("comm", "S16"), ("tgid", np.uint32), ("pad", np.uint32)])
 
 # enum ra_kind
 RA_KIND_NAMES = {0: "sync", 1: "async", 2: "other"}
@@ -64,6 +65,7 @@ RA_TASK = np.dtype([
 # C struct name -> (object, dtype), for the ABI test
 STRUCTS = {
     "rs_key": ("readsize", RS_KEY), "rs_val": ("readsize", RS_VAL), "rs_inflight": ("readsize", RS_INFLIGHT),
+    "rs_owner": ("readsize", RS_OWNER),
     "ra_key": ("readahead", RA_KEY), "ra_stats": ("readahead", RA_STATS), "ra_file": ("readahead", RA_FILE),
     "ra_page_key": ("readahead", RA_PAGE_KEY), "ra_page": ("readahead", RA_PAGE), "ra_task": ("readahead", RA_TASK),
 }

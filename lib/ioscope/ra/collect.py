@@ -127,7 +127,9 @@ class ReadsizeCollector:
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
-        b.choose(required=["sys_enter", "sys_exit", "bio_queue"])
+        b.choose(required=["sys_enter", "sys_exit", "bio_queue"], optional=["sync_ra", "async_ra"])
+        if b.unavailable:
+            b.unavailable.append("read bios queued by kernel threads (blk-throttle, ...) stay with the thread")
         for name, nr in syscall_numbers().items():
             b.set_global(f"nr_{name}", nr, "i")
         b.set_global("targ_tgid", o.pid or 0, "I")
