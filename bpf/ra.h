@@ -32,6 +32,12 @@ struct rs_val {
 	char comm[16];
 };
 
+/* Requests as issued to the driver, per disk and direction (after merges and splits). */
+struct rs_rq_key {
+	__u32 dev;
+	__u32 op; /* enum rs_op */
+};
+
 /* A read/write syscall between entry and exit, keyed by thread id. */
 struct rs_inflight {
 	__u64 req;

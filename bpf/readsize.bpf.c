@@ -68,6 +68,13 @@ struct {
 } procs SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512);
+	__type(key, struct rs_rq_key);
+	__type(value, struct hist);
+} rq_sizes SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64); /* struct inode * */
@@ -326,6 +333,50 @@ static __always_inline int on_bio_queue(struct bio *bio)
 		__sync_fetch_and_add(&v->ra_bytes, bytes);
 	}
 	return 0;
+}
+
+static struct hist zero_hist;
+
+/* The size of each request issued to the driver: what iostat's areq-sz averages. */
+static __always_inline int on_rq_issue(struct request *rq)
+{
+	struct rs_rq_key key = {};
+	__u32 bytes = BPF_CORE_READ(rq, __data_len);
+	__u8 kop = opf_to_op(BPF_CORE_READ(rq, cmd_flags), bytes);
+	struct hist *h;
+
+	if (kop == IOS_OP_READ)
+		key.op = RS_OP_READ;
+	else if (kop == IOS_OP_WRITE && targ_writes)
+		key.op = RS_OP_WRITE;
+	else
+		return 0;
+	key.dev = disk_dev(rq_disk(rq));
+	if (!dev_wanted(key.dev))
+		return 0;
+	h = bpf_map_lookup_elem(&rq_sizes, &key);
+	if (!h) {
+		bpf_map_update_elem(&rq_sizes, &key, &zero_hist, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&rq_sizes, &key);
+		if (!h) {
+			stat_inc(RS_LOST_PROC_FULL);
+			return 0;
+		}
+	}
+	hist_add(h, bytes);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(btf_rq_issue, struct request *rq)
+{
+	return on_rq_issue(rq);
+}
+
+SEC("raw_tp/block_rq_issue")
+int BPF_PROG(raw_rq_issue, struct request *rq)
+{
+	return on_rq_issue(rq);
 }
 
 /* A readahead decision: remember who reads this file ahead. */

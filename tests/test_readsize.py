@@ -81,6 +81,9 @@ def test_787_reads_and_device_bytes(loopfs: Any) -> None:
     kernel_bytes = (after.sectors_read - before.sectors_read) * 512
     traced = sum(p["dev"]["bytes"] for p in doc["procs"] if p["op"] == "read")
     assert traced == kernel_bytes, (traced, kernel_bytes)
+    # and the requests the driver got are the ones /proc/diskstats counted
+    rq = [r for r in doc["requests"] if r["disk"] == loopfs.name and r["op"] == "read"]
+    assert len(rq) == 1 and rq[0]["bytes"] == kernel_bytes and rq[0]["count"] == after.reads - before.reads
 
 
 def test_pid_filter_and_comm(loopfs: Any) -> None:

@@ -29,6 +29,7 @@ RS_VAL = np.dtype([
 ])
 
 RS_INFLIGHT = np.dtype([("req", np.uint64), ("op", np.uint32), ("pad", np.uint32)])
+RS_RQ_KEY = np.dtype([("dev", np.uint32), ("op", np.uint32)])
 RS_OWNER = np.dtype([("comm", "S16"), ("tgid", np.uint32), ("pad", np.uint32)])
 
 # enum ra_kind
@@ -65,7 +66,7 @@ RA_TASK = np.dtype([
 # C struct name -> (object, dtype), for the ABI test
 STRUCTS = {
     "rs_key": ("readsize", RS_KEY), "rs_val": ("readsize", RS_VAL), "rs_inflight": ("readsize", RS_INFLIGHT),
-    "rs_owner": ("readsize", RS_OWNER),
+    "rs_owner": ("readsize", RS_OWNER), "rs_rq_key": ("readsize", RS_RQ_KEY),
     "ra_key": ("readahead", RA_KEY), "ra_stats": ("readahead", RA_STATS), "ra_file": ("readahead", RA_FILE),
     "ra_page_key": ("readahead", RA_PAGE_KEY), "ra_page": ("readahead", RA_PAGE), "ra_task": ("readahead", RA_TASK),
 }

@@ -98,6 +98,17 @@ class ProcIO:
 
 
 @dataclass
+class DevRequests:
+    disk: str
+    op: str
+    sizes: Hist
+
+    def to_json(self) -> dict[str, object]:
+        return {"disk": self.disk, "op": self.op, "count": self.sizes.count, "bytes": self.sizes.total,
+                "buckets": [list(b) for b in self.sizes.nonzero_buckets()]}
+
+
+@dataclass
 class ReadsizeOptions:
     disks: list[devices.BlockDevice] = field(default_factory=list)
     pid: int | None = None
@@ -127,8 +138,8 @@ class ReadsizeCollector:
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
-        b.choose(required=["sys_enter", "sys_exit", "bio_queue"], optional=["sync_ra", "async_ra"])
-        if b.unavailable:
+        b.choose(required=["sys_enter", "sys_exit", "bio_queue"], optional=["sync_ra", "async_ra", "rq_issue"])
+        if any("page_cache" in u for u in b.unavailable):
             b.unavailable.append("read bios queued by kernel threads (blk-throttle, ...) stay with the thread")
         for name, nr in syscall_numbers().items():
             b.set_global(f"nr_{name}", nr, "i")
@@ -145,7 +156,19 @@ class ReadsizeCollector:
                 filt.update(np.uint32(dev).tobytes(), b"\x01")
         self.procs = b.map("procs")
         self.stats = b.map("stats")
+        self.rq_sizes = b.map("rq_sizes")
+        self.names = devices.DevNames()
         b.attach()
+
+    def requests(self, reset: bool) -> list[DevRequests]:
+        """Request sizes as issued to the driver, per disk and direction."""
+        kb, vb, n = self.rq_sizes.dump(sum=False, delete=reset)
+        keys = np.frombuffer(kb, dtype=abi.RS_RQ_KEY, count=n)
+        hists = core_abi.hists_from_array(np.frombuffer(vb, dtype=core_abi.HIST, count=n))
+        out = [DevRequests(self.names.name(int(k["dev"])), abi.RS_OP_NAMES.get(int(k["op"]), "?"), h)
+               for k, h in zip(keys, hists)]
+        out.sort(key=lambda r: (r.disk, r.op))
+        return out
 
     @property
     def unavailable(self) -> list[str]:

@@ -9,7 +9,7 @@ import time
 
 from ioscope import cli_common, devices, system
 from ioscope.hist import Hist
-from ioscope.ra.collect import ProcIO, ReadsizeCollector, ReadsizeOptions
+from ioscope.ra.collect import DevRequests, ProcIO, ReadsizeCollector, ReadsizeOptions
 from ioscope.ra.loop import run_intervals
 from ioscope.render import fmt_bytes
 
@@ -99,6 +99,20 @@ def render_text(procs: list[ProcIO], top: int) -> list[str]:
     return out
 
 
+def request_lines(reqs: list[DevRequests]) -> list[str]:
+    """Per disk: the requests the driver got (after merging and splitting), beside the settings that shape them."""
+    out = []
+    for r in reqs:
+        h = r.sizes
+        if not h.count:
+            continue
+        mx = devices.queue_settings(r.disk).get("max_sectors_kb", "?")
+        dist = ", ".join(f"{fmt_bytes(lo)}-{fmt_bytes(hi)}: {n}" for lo, hi, n in h.coarse() if n)
+        out.append(f"{r.disk} {r.op}: {h.count} requests issued to the driver, avg {fmt_bytes(h.mean)}B, "
+                   f"max {fmt_bytes(h.max)}B (max_sectors_kb={mx}); sizes {dist}")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     system.require_bpf_privileges("readsize")
     btf = system.btf_path(args.btf)
@@ -110,16 +124,20 @@ def run(args: argparse.Namespace) -> int:
     def emit(started: float, reset: bool, final: bool) -> None:
         now = time.time()
         procs = collector.read(reset=reset)
+        reqs = collector.requests(reset=reset)
         lost, counters = collector.losses(since_last=True)
         if lost:
             print(f"ioscope readsize: lost {lost} values ({counters})", file=sys.stderr)
         if args.json:
             doc = {"time": cli_common.iso_time(now), "interval_s": round(now - started, 6), "lost": lost,
-                   "lost_detail": counters, "attach": attach, "procs": [p.to_json() for p in procs]}
+                   "lost_detail": counters, "attach": attach, "procs": [p.to_json() for p in procs],
+                   "requests": [r.to_json() for r in reqs]}
             print(json.dumps(doc), flush=True)
             return
         out = cli_common.console()
         out.print(f"{cli_common.iso_time(now)}  interval {now - started:.3f}s  lost {lost}", highlight=False)
+        for line in request_lines(reqs):
+            out.print(line, highlight=False)
         for line in render_text(procs, args.top):
             out.print(line, highlight=False)
         out.print()
@@ -132,4 +150,4 @@ def run(args: argparse.Namespace) -> int:
         collector.close()
 
 
-__all__ = ["add_parser", "render_text", "run", "size_rows"]
+__all__ = ["add_parser", "render_text", "request_lines", "run", "size_rows"]

@@ -24,6 +24,7 @@ from pathlib import Path
 from ioscope import cli_common, devices, system
 from ioscope.errors import IoscopeError
 from ioscope.ra.collect import (
+    DevRequests,
     ProcIO,
     RaSnapshot,
     ReadaheadCollector,
@@ -34,6 +35,7 @@ from ioscope.ra.collect import (
 from ioscope.ra.fair import balances, per_process
 from ioscope.ra.fairness import Balance
 from ioscope.ra.fs import LoopFS, drop_caches
+from ioscope.ra.readsize import request_lines
 from ioscope.render import fmt_bytes
 
 READ_SIZE = 32 * 1024
@@ -65,6 +67,7 @@ class SettingResult:
     seconds: float
     readers: dict[int, int]          # pid -> bytes the reader counted itself
     procs: list[ProcIO]
+    requests: list[DevRequests]
     ra: RaSnapshot
     balance: Balance | None
     disk_read_bytes: int
@@ -143,13 +146,14 @@ def run_setting(fs: LoopFS, files: list[str], ra_kb: int, seconds: float, btf: s
             counted[p.pid] = int(out.strip() or 0)
         after = fs.loop.diskstats()
         per = [x for x in rs.read(reset=False) if x.pid in counted]
+        reqs = rs.requests(reset=False)
         snap = ra.read()
     finally:
         ra.close()
         rs.close()
     rates = per_process(per)
     bal = balances(rates, "app", 0.0).get("read")
-    return SettingResult(ra_kb, seconds, counted, per, snap, bal[0] if bal else None,
+    return SettingResult(ra_kb, seconds, counted, per, reqs, snap, bal[0] if bal else None,
                          (after.sectors_read - before.sectors_read) * 512, devices.queue_settings(fs.name))
 
 
@@ -175,6 +179,7 @@ def render(r: SettingResult, n: int) -> list[str]:
     out.append(f"  device:      {dev_n} bios, avg {fmt_bytes(dev_avg)}B, {fmt_bytes(dev_b)}B "
                f"({100.0 * ra_b / dev_b if dev_b else 0:.0f}% readahead); /proc/diskstats read "
                f"{fmt_bytes(r.disk_read_bytes)}B")
+    out += ["  " + line for line in request_lines(r.requests)]
     if app_avg:
         out.append(f"  each {fmt_bytes(app_avg)}B read became device I/O of {fmt_bytes(dev_avg)}B on average "
                    f"({dev_avg / app_avg:.1f}x); amplification {dev_b / app_b if app_b else 0:.2f}")
@@ -213,7 +218,7 @@ def to_json(r: SettingResult) -> dict[str, object]:
         "readers": [{"pid": pid, "counted_bytes": own, "read_bytes": rates[pid].read if pid in rates else 0,
                      "dev_read_bytes": rates[pid].dev_read if pid in rates else 0}
                     for pid, own in sorted(r.readers.items())],
-        "procs": [p.to_json() for p in r.procs],
+        "procs": [p.to_json() for p in r.procs], "requests": [q.to_json() for q in r.requests],
         "readahead": {"totals": r.ra.totals(), "files": [f.to_json() for f in r.ra.files]},
         "balance": r.balance.to_json() if r.balance else None,
     }
