@@ -372,13 +372,28 @@ static __always_inline void pages_seen(__u32 dev, __u64 ino, __u64 first, __u64 
 	bpf_loop(count, seen_one, &c, 0);
 }
 
-static __always_inline int on_get_pages(struct address_space *mapping, __u64 index, __u64 last)
+/* Called for every buffered read: keep the common case (a file with no
+ * tracked pages) to a few loads and one hash lookup. btf: direct loads. */
+static __always_inline int on_get_pages(struct address_space *mapping, __u64 index, __u64 last, bool btf)
 {
-	struct inode *host = BPF_CORE_READ(mapping, host);
-	__u32 dev = BPF_CORE_READ(host, i_sb, s_dev);
-	__u64 ino = BPF_CORE_READ(host, i_ino);
+	struct inode *host;
 	struct ra_task *t;
+	__u64 ino;
+	__u32 dev;
+	__s64 *n;
 
+	if (btf) {
+		host = mapping->host;
+		dev = host->i_sb->s_dev;
+		ino = host->i_ino;
+	} else {
+		host = BPF_CORE_READ(mapping, host);
+		dev = BPF_CORE_READ(host, i_sb, s_dev);
+		ino = BPF_CORE_READ(host, i_ino);
+	}
+	n = live_counter(dev, ino, false);
+	if (!n || *n <= 0)
+		return 0;
 	pages_seen(dev, ino, index, last, true);
 	/* the read is past its readahead: later page additions are not readahead */
 	t = task_state(false);
@@ -435,7 +450,7 @@ int BPF_PROG(btf_ra_unbounded, struct inode *inode, unsigned long index, unsigne
 SEC("tp_btf/mm_filemap_get_pages")
 int BPF_PROG(btf_get_pages, struct address_space *mapping, unsigned long index, unsigned long last_index)
 {
-	return on_get_pages(mapping, index, last_index);
+	return on_get_pages(mapping, index, last_index, true);
 }
 
 SEC("tp_btf/mm_filemap_fault")
@@ -490,7 +505,7 @@ int BPF_PROG(raw_ra_unbounded, struct inode *inode, unsigned long index, unsigne
 SEC("raw_tp/mm_filemap_get_pages")
 int BPF_PROG(raw_get_pages, struct address_space *mapping, unsigned long index, unsigned long last_index)
 {
-	return on_get_pages(mapping, index, last_index);
+	return on_get_pages(mapping, index, last_index, false);
 }
 
 /*

@@ -5,8 +5,8 @@
  * the block I/O it queued (bio sizes, readahead or not). Everything is
  * aggregated here; user space reads the per-process map once per interval.
  *
- * Syscalls are seen at sys_enter/sys_exit (one raw tracepoint for all
- * syscalls, filtered by number: cheaper than ten classic tracepoints). Only
+ * Syscalls are seen at the raw sys_exit tracepoint (one tracepoint for all
+ * syscalls, filtered by number; on x86-64 without sys_enter, see below). Only
  * reads of regular files and block devices count, so pipes, sockets and
  * terminals do not blur the picture; with a disk filter, only files on it.
  * Block I/O is attributed at block_bio_queue to the process in context, which
@@ -155,19 +155,37 @@ static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char 
 }
 
 /* The device a syscall on fd reads: s_dev of a file's filesystem, i_rdev of a
- * block device; 0 (do not count) for pipes, sockets, terminals and the like. */
-static __always_inline __u32 fd_dev(int fd)
+ * block device; 0 (do not count) for pipes, sockets, terminals and the like.
+ * btf: the program may load through BTF pointers directly (tp_btf), which is
+ * much cheaper than a bpf_probe_read_kernel per pointer. */
+static __always_inline __u32 fd_dev(int fd, bool btf)
 {
-	struct task_struct *task = (void *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct fdtable *fdt;
 	struct file **arr;
 	struct file *file = NULL;
 	struct inode *inode;
+	unsigned int max;
 	__u32 mode;
 
-	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+	if (btf) {
+		struct task_struct *task = bpf_get_current_task_btf();
+
+		fdt = task->files->fdt;
+		if (!fdt)
+			return 0;
+		max = fdt->max_fds;
+		arr = fdt->fd;
+	} else {
+		struct task_struct *task = (void *)bpf_get_current_task();
+
+		fdt = BPF_CORE_READ(task, files, fdt);
+		if (!fdt)
+			return 0;
+		max = BPF_CORE_READ(fdt, max_fds);
+		arr = BPF_CORE_READ(fdt, fd);
+	}
+	if (fd < 0 || (unsigned int)fd >= max)
 		return 0;
-	arr = BPF_CORE_READ(fdt, fd);
 	if (bpf_probe_read_kernel(&file, sizeof(file), &arr[fd]) || !file)
 		return 0;
 	inode = BPF_CORE_READ(file, f_inode);
@@ -200,36 +218,118 @@ static __always_inline __u64 iov_bytes(const struct iovec *iov, __u64 cnt)
 	return total;
 }
 
-static __always_inline int on_sys_enter(struct pt_regs *regs, long id)
+/* Which syscalls count: 0 = none, else op + 1; *vec for the iovec ones. */
+static __always_inline int classify(long id, bool *vec)
+{
+	*vec = false;
+	if (id == nr_read || id == nr_pread64)
+		return RS_OP_READ + 1;
+	*vec = true;
+	if (id == nr_readv || id == nr_preadv || id == nr_preadv2)
+		return RS_OP_READ + 1;
+	if (!targ_writes)
+		return 0;
+	if (id == nr_writev || id == nr_pwritev || id == nr_pwritev2)
+		return RS_OP_WRITE + 1;
+	*vec = false;
+	if (id == nr_write || id == nr_pwrite64)
+		return RS_OP_WRITE + 1;
+	return 0;
+}
+
+static __always_inline void record_syscall(__u32 tgid, __u32 op, __u64 req, long ret)
+{
+	struct rs_val *v = proc_val(tgid, op, NULL);
+
+	if (!v)
+		return;
+	hist_add(&v->app_req, req);
+	if (ret < 0) {
+		__sync_fetch_and_add(&v->app_errors, 1);
+		return;
+	}
+	hist_add(&v->app_ret, (__u64)ret);
+	if ((__u64)ret < req)
+		__sync_fetch_and_add(&v->app_short, 1);
+}
+
+#if defined(__TARGET_ARCH_x86) && !defined(RS_ENTER_EXIT)
+/*
+ * x86-64 keeps the syscall number (orig_ax) and the arguments (di, si, dx) in
+ * the saved user registers until the syscall returns, so sys_exit alone sees
+ * everything: one program run per syscall instead of two, and no per-thread
+ * state. (Other architectures overwrite the first argument with the return
+ * value and use the sys_enter + sys_exit pair below.)
+ */
+#define RS_EXIT_ONLY 1
+
+static __always_inline int on_sys_exit_regs(struct pt_regs *regs, long ret, bool btf)
+{
+	__u64 a1, a2, a3, req;
+	long id;
+	__u32 tgid, dev;
+	bool vec;
+	int op;
+
+	id = btf ? (long)regs->orig_ax : (long)BPF_CORE_READ(regs, orig_ax);
+	op = classify(id, &vec);
+	if (!op)
+		return 0;
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	if (targ_tgid && tgid != targ_tgid)
+		return 0;
+	if (!comm_matches(NULL))
+		return 0;
+	if (btf) {
+		a1 = regs->di;
+		a2 = regs->si;
+		a3 = regs->dx;
+	} else {
+		a1 = BPF_CORE_READ(regs, di);
+		a2 = BPF_CORE_READ(regs, si);
+		a3 = BPF_CORE_READ(regs, dx);
+	}
+	dev = fd_dev((int)a1, btf);
+	if (!dev || !dev_wanted(dev))
+		return 0;
+	req = vec ? iov_bytes((const struct iovec *)a2, a3) : a3;
+	record_syscall(tgid, op - 1, req, ret);
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(btf_sys_exit, struct pt_regs *regs, long ret)
+{
+	return on_sys_exit_regs(regs, ret, true);
+}
+
+SEC("raw_tp/sys_exit")
+int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret)
+{
+	return on_sys_exit_regs(regs, ret, false);
+}
+
+#else
+
+static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
 {
 	struct rs_inflight in = {};
 	__u64 pid_tgid, a3;
 	__u32 tid, dev;
 	bool vec;
-	int fd;
+	int op, fd;
 
-	if (id == nr_read || id == nr_pread64) {
-		in.op = RS_OP_READ;
-		vec = false;
-	} else if (id == nr_readv || id == nr_preadv || id == nr_preadv2) {
-		in.op = RS_OP_READ;
-		vec = true;
-	} else if (targ_writes && (id == nr_write || id == nr_pwrite64)) {
-		in.op = RS_OP_WRITE;
-		vec = false;
-	} else if (targ_writes && (id == nr_writev || id == nr_pwritev || id == nr_pwritev2)) {
-		in.op = RS_OP_WRITE;
-		vec = true;
-	} else {
+	op = classify(id, &vec);
+	if (!op)
 		return 0;
-	}
+	in.op = op - 1;
 	pid_tgid = bpf_get_current_pid_tgid();
 	if (targ_tgid && (pid_tgid >> 32) != targ_tgid)
 		return 0;
 	if (!comm_matches(NULL))
 		return 0;
 	fd = (int)PT_REGS_PARM1_CORE_SYSCALL(regs);
-	dev = fd_dev(fd);
+	dev = fd_dev(fd, btf);
 	if (!dev || !dev_wanted(dev))
 		return 0;
 	a3 = PT_REGS_PARM3_CORE_SYSCALL(regs);
@@ -248,7 +348,6 @@ static __always_inline int on_sys_exit(long ret)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)pid_tgid;
 	struct rs_inflight *in;
-	struct rs_val *v;
 	__u64 req;
 	__u32 op;
 
@@ -258,19 +357,35 @@ static __always_inline int on_sys_exit(long ret)
 	req = in->req;
 	op = in->op;
 	bpf_map_delete_elem(&inflight, &tid);
-	v = proc_val(pid_tgid >> 32, op, NULL);
-	if (!v)
-		return 0;
-	hist_add(&v->app_req, req);
-	if (ret < 0) {
-		__sync_fetch_and_add(&v->app_errors, 1);
-		return 0;
-	}
-	hist_add(&v->app_ret, (__u64)ret);
-	if ((__u64)ret < req)
-		__sync_fetch_and_add(&v->app_short, 1);
+	record_syscall(pid_tgid >> 32, op, req, ret);
 	return 0;
 }
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(btf_sys_enter, struct pt_regs *regs, long id)
+{
+	return on_sys_enter(regs, id, true);
+}
+
+SEC("raw_tp/sys_enter")
+int BPF_PROG(raw_sys_enter, struct pt_regs *regs, long id)
+{
+	return on_sys_enter(regs, id, false);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(btf_sys_exit, struct pt_regs *regs, long ret)
+{
+	return on_sys_exit(ret);
+}
+
+SEC("raw_tp/sys_exit")
+int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret)
+{
+	return on_sys_exit(ret);
+}
+
+#endif /* __TARGET_ARCH_x86 */
 
 #define PF_KTHREAD 0x00200000
 #define PAGE_MAPPING_FLAGS 0x3
@@ -419,34 +534,10 @@ int BPF_PROG(raw_async_ra, struct inode *inode)
 	return on_readahead(inode);
 }
 
-SEC("tp_btf/sys_enter")
-int BPF_PROG(btf_sys_enter, struct pt_regs *regs, long id)
-{
-	return on_sys_enter(regs, id);
-}
-
-SEC("tp_btf/sys_exit")
-int BPF_PROG(btf_sys_exit, struct pt_regs *regs, long ret)
-{
-	return on_sys_exit(ret);
-}
-
 SEC("tp_btf/block_bio_queue")
 int BPF_PROG(btf_bio_queue, struct bio *bio)
 {
 	return on_bio_queue(bio);
-}
-
-SEC("raw_tp/sys_enter")
-int BPF_PROG(raw_sys_enter, struct pt_regs *regs, long id)
-{
-	return on_sys_enter(regs, id);
-}
-
-SEC("raw_tp/sys_exit")
-int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret)
-{
-	return on_sys_exit(ret);
 }
 
 SEC("raw_tp/block_bio_queue")

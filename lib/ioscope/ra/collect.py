@@ -138,7 +138,9 @@ class ReadsizeCollector:
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
-        b.choose(required=["sys_enter", "sys_exit", "bio_queue"], optional=["sync_ra", "async_ra", "rq_issue"])
+        # x86-64 builds see syscalls at sys_exit alone (see readsize.bpf.c)
+        syscalls = ["sys_enter", "sys_exit"] if "sys_enter" in b.hooks else ["sys_exit"]
+        b.choose(required=[*syscalls, "bio_queue"], optional=["sync_ra", "async_ra", "rq_issue"])
         if any("page_cache" in u for u in b.unavailable):
             b.unavailable.append("read bios queued by kernel threads (blk-throttle, ...) stay with the thread")
         for name, nr in syscall_numbers().items():
