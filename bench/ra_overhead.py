@@ -7,7 +7,10 @@ reaches the device: the cost of the syscall hooks (readsize) and of the
 mm_filemap_get_pages hook (readahead) is all there is to see. Phases run side by
 side in one run, interleaved (baseline, readsize, readahead, both, ...) so that
 drift on a shared machine hits all of them alike; the median of the rounds is
-reported as IOPS and as a ratio to the baseline.
+reported as IOPS and as a ratio to the baseline. With kernel.bpf_stats_enabled switched on
+for the run (and restored after), the kernel also times every program run: the
+average nanoseconds per run of each program are printed too, a figure that the
+noise of a shared machine does not blur.
 
     sudo .venv/bin/python bench/ra_overhead.py [--seconds 3] [--rounds 3] [--attach tp_btf|raw_tp]
 """
@@ -26,6 +29,14 @@ from ioscope.ra.fs import LoopFS
 from ioscope.testbed import run_fio
 
 FILE_MB = 256
+BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"
+
+
+def prog_costs(tools: list[Any], acc: dict[str, list[tuple[int, int]]]) -> None:
+    for t in tools:
+        for prog in t.bpf.attached:
+            info = t.bpf.obj.prog_info(prog)
+            acc.setdefault(f"{t.bpf.name}:{prog}", []).append((int(info["run_cnt"]), int(info["run_time_ns"])))
 
 
 def fio_iops(path: str, seconds: float) -> float:
@@ -46,6 +57,19 @@ def main() -> int:
         return 1
     if args.attach:
         os.environ["IOSCOPE_ATTACH"] = args.attach
+    with open(BPF_STATS) as f:
+        stats_before = f.read().strip()
+    with open(BPF_STATS, "w") as f:
+        f.write("1")
+    try:
+        return _run(args)
+    finally:
+        with open(BPF_STATS, "w") as f:
+            f.write(stats_before)
+
+
+def _run(args: argparse.Namespace) -> int:
+    costs: dict[str, list[tuple[int, int]]] = {}
     with LoopFS(size_mb=FILE_MB + 64) as fs:
         path = fs.make_file("bench", FILE_MB << 20)
         # warm the page cache: every read below is a cache hit
@@ -72,6 +96,7 @@ def main() -> int:
                     if tools:
                         variant = "+".join(sorted({t.bpf.variant_summary() for t in tools}))
                     iops = fio_iops(path, args.seconds)
+                    prog_costs(tools, costs)
                 finally:
                     for t in tools:
                         t.close()
@@ -84,6 +109,12 @@ def main() -> int:
         for name, vals in results.items():
             med = statistics.median(vals)
             print(f"{name:<10} {med:>12,.0f} {med / base:>6.3f}   " + " ".join(f"{v:,.0f}" for v in vals))
+        print(f"{'program':<36} {'runs':>12} {'ns/run':>8}   (kernel.bpf_stats_enabled, all phases)")
+        for prog, samples in sorted(costs.items()):
+            runs = sum(c for c, _ in samples)
+            ns = sum(t for _, t in samples)
+            if runs:
+                print(f"{prog:<36} {runs:>12,} {ns / runs:>8.1f}")
     return 0
 
 

@@ -154,10 +154,15 @@ static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char 
 	return v;
 }
 
+/* Linux 6.2+: view a kernel pointer as a BTF type, for plain (fault-safe) loads. */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
 /* The device a syscall on fd reads: s_dev of a file's filesystem, i_rdev of a
  * block device; 0 (do not count) for pipes, sockets, terminals and the like.
- * btf: the program may load through BTF pointers directly (tp_btf), which is
- * much cheaper than a bpf_probe_read_kernel per pointer. */
+ * btf: the program may load through BTF pointers directly (tp_btf, and the
+ * bpf_rdonly_cast kfunc for the file), which is much cheaper than a
+ * bpf_probe_read_kernel per pointer; user space only picks the tp_btf
+ * variant when the kernel has bpf_rdonly_cast. */
 static __always_inline __u32 fd_dev(int fd, bool btf)
 {
 	struct fdtable *fdt;
@@ -188,6 +193,18 @@ static __always_inline __u32 fd_dev(int fd, bool btf)
 		return 0;
 	if (bpf_probe_read_kernel(&file, sizeof(file), &arr[fd]) || !file)
 		return 0;
+	if (btf) {
+		file = bpf_rdonly_cast(file, bpf_core_type_id_kernel(struct file));
+		inode = file->f_inode;
+		if (!inode)
+			return 0;
+		mode = inode->i_mode & S_IFMT;
+		if (mode == S_IFREG)
+			return inode->i_sb->s_dev;
+		if (mode == S_IFBLK)
+			return inode->i_rdev;
+		return 0;
+	}
 	inode = BPF_CORE_READ(file, f_inode);
 	if (!inode)
 		return 0;

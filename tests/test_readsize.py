@@ -29,8 +29,9 @@ def loopfs(live: None) -> Iterator[Any]:
 class Traced:
     """The real CLI in a subprocess, started and stopped with SIGINT (final totals)."""
 
-    def __init__(self, *args: str) -> None:
-        self.p = subprocess.Popen(ioscope_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.p = subprocess.Popen(ioscope_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, **(env or {})})
         assert self.p.stderr is not None
         line = self.p.stderr.readline()
         if "Tracing" not in line:
@@ -52,12 +53,13 @@ def reader(path: str, reads: int, size: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code, path, str(reads), str(size)])
 
 
-def test_787_reads_and_device_bytes(loopfs: Any) -> None:
+@pytest.mark.parametrize("attach", [None, "raw_tp"])
+def test_787_reads_and_device_bytes(loopfs: Any, attach: str | None) -> None:
     from ioscope.ra.fs import drop_caches
 
     path = loopfs.make_file("data", READS * READ_SIZE + (1 << 20))
     drop_caches()
-    t = Traced("readsize", "-d", loopfs.name, "-j")
+    t = Traced("readsize", "-d", loopfs.name, "-j", env={"IOSCOPE_ATTACH": attach} if attach else None)
     try:
         before = loopfs.loop.diskstats()
         r = reader(path, READS, READ_SIZE)
@@ -69,6 +71,7 @@ def test_787_reads_and_device_bytes(loopfs: Any) -> None:
     docs = json_lines(out)
     assert len(docs) == 1, err
     doc = docs[0]
+    assert doc["attach"] == (attach or "tp_btf")
     assert doc["lost"] == 0
     procs = {(p["pid"], p["op"]): p for p in doc["procs"]}
     me = procs[(r.pid, "read")]

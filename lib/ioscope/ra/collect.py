@@ -122,6 +122,20 @@ def _comm_bytes(comm: str) -> bytes:
     return b + b"\0" * (16 - len(b))
 
 
+def _need_kfunc(b: BPFObject, kfunc: str, hooks: list[str]) -> None:
+    """tp_btf variants of these hooks call kfunc: without it in the kernel (before 6.2), use raw_tp."""
+    import ioscope._libbpf as _libbpf
+
+    if _libbpf.has_type(kfunc, "func", b.btf):
+        return
+    for name in hooks:
+        h = b.hooks[name]
+        if h.chosen == "tp_btf" and "raw_tp" in h.variants:
+            b.obj.set_autoload(h.variants["tp_btf"], False)
+            b.obj.set_autoload(h.variants["raw_tp"], True)
+            h.chosen = "raw_tp"
+
+
 class ReadsizeCollector:
     """Owns bpf/readsize.bpf.o; read() returns per-process I/O since the last reset."""
 
@@ -141,6 +155,7 @@ class ReadsizeCollector:
         # x86-64 builds see syscalls at sys_exit alone (see readsize.bpf.c)
         syscalls = ["sys_enter", "sys_exit"] if "sys_enter" in b.hooks else ["sys_exit"]
         b.choose(required=[*syscalls, "bio_queue"], optional=["sync_ra", "async_ra", "rq_issue"])
+        _need_kfunc(b, "bpf_rdonly_cast", syscalls)
         if any("page_cache" in u for u in b.unavailable):
             b.unavailable.append("read bios queued by kernel threads (blk-throttle, ...) stay with the thread")
         for name, nr in syscall_numbers().items():
