@@ -101,6 +101,8 @@ struct {
 } stats SEC(".maps");
 
 static struct ra_stats zero_stats;
+/* Pages tracked right now, all files: reads return at once while it is 0. */
+__s64 tracked_total = 0;
 
 static __always_inline void stat_inc(__u32 idx)
 {
@@ -282,8 +284,10 @@ static long add_one(__u64 i, void *data)
 		stat_inc(RA_LOST_PAGE_FULL);
 		if (c->stats)
 			__sync_fetch_and_add(&c->stats->untracked, 1);
-	} else if (c->live) {
-		__sync_fetch_and_add(c->live, 1);
+	} else {
+		__sync_fetch_and_add(&tracked_total, 1);
+		if (c->live)
+			__sync_fetch_and_add(c->live, 1);
 	}
 	c->key.index++;
 	return 0;
@@ -332,6 +336,7 @@ static long seen_one(__u64 i, void *data)
 
 		/* count only what this CPU removed: a racing CPU may remove it first */
 		if (bpf_map_delete_elem(&pages, &c->key) == 0) {
+			__sync_fetch_and_add(&tracked_total, -1);
 			if (c->live)
 				__sync_fetch_and_add(c->live, -1);
 			if (s) {
@@ -354,7 +359,7 @@ static __always_inline void pages_seen(__u32 dev, __u64 ino, __u64 first, __u64 
 	__s64 *n = live_counter(dev, ino, false);
 	__u64 count;
 
-	if (!n || *n <= 0)
+	if (tracked_total <= 0 || !n || *n <= 0)
 		return;
 	if (last < first)
 		return;
@@ -382,6 +387,8 @@ static __always_inline int on_get_pages(struct address_space *mapping, __u64 ind
 	__u32 dev;
 	__s64 *n;
 
+	if (tracked_total <= 0)
+		return 0;
 	if (btf) {
 		host = mapping->host;
 		dev = host->i_sb->s_dev;
