@@ -210,7 +210,8 @@ static __always_inline int on_decision(struct inode *inode, struct file_ra_state
 }
 
 /* A window [start, start + size) of which async_size pages are lookahead. */
-static __always_inline int on_window(struct inode *inode, __u64 start, __u64 size, __u64 async_size)
+static __always_inline int on_window(struct inode *inode, __u64 start, __u64 size, __u64 async_size,
+				     __u32 ra_pages)
 {
 	__u32 dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	__u64 ino = BPF_CORE_READ(inode, i_ino);
@@ -242,10 +243,15 @@ static __always_inline int on_window(struct inode *inode, __u64 start, __u64 siz
 	t->has_win = 1;
 	hist_at(kind * RA_H_PER_KIND + RA_H_SIZE, size);
 	hist_at(kind * RA_H_PER_KIND + RA_H_ASYNC, async_size);
+	/* decisions recorded ra_pages already; page_cache_ra_order shows it for the others */
+	if (kind == RA_KIND_OTHER && ra_pages)
+		hist_at(RA_KIND_OTHER * RA_H_PER_KIND + RA_H_RA_PAGES, ra_pages);
 	s = file_stats(dev, ino, bpf_get_current_pid_tgid() >> 32, true);
 	if (s) {
-		if (kind == RA_KIND_OTHER)
+		if (kind == RA_KIND_OTHER) {
 			__sync_fetch_and_add(&s->decisions[RA_KIND_OTHER], 1);
+			atomic_max(&s->max_ra_pages, ra_pages);
+		}
 		__sync_fetch_and_add(&s->window_pages[kind], size);
 		atomic_max(&s->max_window, size);
 	}
@@ -444,14 +450,15 @@ int BPF_PROG(btf_async_ra, struct inode *inode, unsigned long index, struct file
 SEC("tp_btf/page_cache_ra_order")
 int BPF_PROG(btf_ra_order, struct inode *inode, unsigned long index, struct file_ra_state *ra)
 {
-	return on_window(inode, index, BPF_CORE_READ(ra, size), BPF_CORE_READ(ra, async_size));
+	return on_window(inode, index, BPF_CORE_READ(ra, size), BPF_CORE_READ(ra, async_size),
+			 BPF_CORE_READ(ra, ra_pages));
 }
 
 SEC("tp_btf/page_cache_ra_unbounded")
 int BPF_PROG(btf_ra_unbounded, struct inode *inode, unsigned long index, unsigned long nr_to_read,
 	     unsigned long lookahead_size)
 {
-	return on_window(inode, index, nr_to_read, lookahead_size);
+	return on_window(inode, index, nr_to_read, lookahead_size, 0);
 }
 
 SEC("tp_btf/mm_filemap_get_pages")
@@ -499,14 +506,15 @@ int BPF_PROG(raw_async_ra, struct inode *inode, unsigned long index, struct file
 SEC("raw_tp/page_cache_ra_order")
 int BPF_PROG(raw_ra_order, struct inode *inode, unsigned long index, struct file_ra_state *ra)
 {
-	return on_window(inode, index, BPF_CORE_READ(ra, size), BPF_CORE_READ(ra, async_size));
+	return on_window(inode, index, BPF_CORE_READ(ra, size), BPF_CORE_READ(ra, async_size),
+			 BPF_CORE_READ(ra, ra_pages));
 }
 
 SEC("raw_tp/page_cache_ra_unbounded")
 int BPF_PROG(raw_ra_unbounded, struct inode *inode, unsigned long index, unsigned long nr_to_read,
 	     unsigned long lookahead_size)
 {
-	return on_window(inode, index, nr_to_read, lookahead_size);
+	return on_window(inode, index, nr_to_read, lookahead_size, 0);
 }
 
 SEC("raw_tp/mm_filemap_get_pages")

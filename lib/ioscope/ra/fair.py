@@ -280,6 +280,8 @@ def _proc_json(r: ProcRate, cum: ProcRate | None, seconds: float) -> dict[str, o
 
 
 def _bal_line(op: str, b: Balance, by: str, seconds: float, label: str) -> str:
+    if b.n < 2:
+        return f"{label} {op}: one active process, no balance to compute"
     def per_s(v: float) -> str:
         return fmt_bytes(v / seconds) + "B/s" if seconds > 0 else fmt_bytes(v) + "B"
 
