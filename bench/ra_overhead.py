@@ -39,10 +39,14 @@ def prog_costs(tools: list[Any], acc: dict[str, list[tuple[int, int]]]) -> None:
             acc.setdefault(f"{t.bpf.name}:{prog}", []).append((int(info["run_cnt"]), int(info["run_time_ns"])))
 
 
-def fio_iops(path: str, seconds: float) -> float:
+def fio_run(path: str, seconds: float) -> tuple[float, float]:
+    """(IOPS, CPU nanoseconds fio spent per read). The second is what tracing adds to each read; it is
+    much less disturbed than IOPS by other jobs competing for the CPUs."""
     job = run_fio(path, rw="randread", bs="4k", iodepth=1, runtime=seconds, direct=False, ioengine="psync",
                   size=f"{FILE_MB}M", extra=["--invalidate=0"])
-    return float(job["read"]["iops"])
+    ios = int(job["read"]["total_ios"]) or 1
+    cpu_ns = (float(job["usr_cpu"]) + float(job["sys_cpu"])) / 100.0 * float(job["job_runtime"]) * 1e6
+    return float(job["read"]["iops"]), cpu_ns / ios
 
 
 def main() -> int:
@@ -88,6 +92,7 @@ def _run(args: argparse.Namespace) -> int:
             "baseline": [], "readsize": [readsize], "readahead": [readahead], "both": [readsize, readahead],
         }
         results: dict[str, list[float]] = {k: [] for k in phases}
+        cpu: dict[str, list[float]] = {k: [] for k in phases}
         variant = ""
         for rnd in range(args.rounds):
             for name, makers in phases.items():
@@ -95,20 +100,27 @@ def _run(args: argparse.Namespace) -> int:
                 try:
                     if tools:
                         variant = "+".join(sorted({t.bpf.variant_summary() for t in tools}))
-                    iops = fio_iops(path, args.seconds)
+                    iops, ns = fio_run(path, args.seconds)
                     prog_costs(tools, costs)
                 finally:
                     for t in tools:
                         t.close()
                 results[name].append(iops)
-                print(f"round {rnd + 1} {name:<10} {iops:>12,.0f} IOPS", file=sys.stderr, flush=True)
+                cpu[name].append(ns)
+                print(f"round {rnd + 1} {name:<10} {iops:>12,.0f} IOPS {ns:8.0f} CPU ns/read", file=sys.stderr,
+                      flush=True)
         base = statistics.median(results["baseline"])
+        base_ns = statistics.median(cpu["baseline"])
         print(f"ra_overhead: fio psync 4 KiB random reads from the page cache (ext4 on {disk.name}), "
               f"{args.seconds:g}s x {args.rounds} rounds, attach {variant}, {os.cpu_count()} CPUs")
-        print(f"{'phase':<10} {'median IOPS':>12} {'ratio':>6}   rounds")
+        print(f"{'phase':<10} {'median IOPS':>12} {'ratio':>6} {'CPU ns/read':>12} {'ratio':>6}   IOPS per round")
         for name, vals in results.items():
             med = statistics.median(vals)
-            print(f"{name:<10} {med:>12,.0f} {med / base:>6.3f}   " + " ".join(f"{v:,.0f}" for v in vals))
+            ns = statistics.median(cpu[name])
+            print(f"{name:<10} {med:>12,.0f} {med / base:>6.3f} {ns:>12.0f} {base_ns / ns:>6.3f}   "
+                  + " ".join(f"{v:,.0f}" for v in vals))
+        print("ratio = traced / baseline IOPS; CPU ratio = baseline / traced CPU time per read (the throughput "
+              "ratio of a CPU-bound reader)")
         print(f"{'program':<36} {'runs':>12} {'ns/run':>8}   (kernel.bpf_stats_enabled, all phases)")
         for prog, samples in sorted(costs.items()):
             runs = sum(c for c, _ in samples)

@@ -161,8 +161,9 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
  * block device; 0 (do not count) for pipes, sockets, terminals and the like.
  * btf: the program may load through BTF pointers directly (tp_btf, and the
  * bpf_rdonly_cast kfunc for the file), which is much cheaper than a
- * bpf_probe_read_kernel per pointer; user space only picks the tp_btf
- * variant when the kernel has bpf_rdonly_cast. */
+ * bpf_probe_read_kernel per pointer; user space falls back to the raw_tp
+ * variant when the kernel lacks bpf_rdonly_cast or refuses the void * cast
+ * (btf_id 0), which older kernels do. */
 static __always_inline __u32 fd_dev(int fd, bool btf)
 {
 	struct fdtable *fdt;
@@ -191,9 +192,13 @@ static __always_inline __u32 fd_dev(int fd, bool btf)
 	}
 	if (fd < 0 || (unsigned int)fd >= max)
 		return 0;
-	if (bpf_probe_read_kernel(&file, sizeof(file), &arr[fd]) || !file)
-		return 0;
 	if (btf) {
+		/* an untrusted void * view of the fd array: a plain fault-safe load */
+		struct file **fds = bpf_rdonly_cast(arr, 0);
+
+		file = fds[fd & 0xfffff];
+		if (!file)
+			return 0;
 		file = bpf_rdonly_cast(file, bpf_core_type_id_kernel(struct file));
 		inode = file->f_inode;
 		if (!inode)
@@ -205,6 +210,8 @@ static __always_inline __u32 fd_dev(int fd, bool btf)
 			return inode->i_rdev;
 		return 0;
 	}
+	if (bpf_probe_read_kernel(&file, sizeof(file), &arr[fd]) || !file)
+		return 0;
 	inode = BPF_CORE_READ(file, f_inode);
 	if (!inode)
 		return 0;

@@ -122,11 +122,11 @@ def _comm_bytes(comm: str) -> bytes:
     return b + b"\0" * (16 - len(b))
 
 
-def _need_kfunc(b: BPFObject, kfunc: str, hooks: list[str]) -> None:
+def _need_kfunc(b: BPFObject, kfunc: str, hooks: list[str], force: bool = False) -> None:
     """tp_btf variants of these hooks call kfunc: without it in the kernel (before 6.2), use raw_tp."""
     import ioscope._libbpf as _libbpf
 
-    if _libbpf.has_type(kfunc, "func", b.btf):
+    if not force and _libbpf.has_type(kfunc, "func", b.btf):
         return
     for name in hooks:
         h = b.hooks[name]
@@ -141,21 +141,31 @@ class ReadsizeCollector:
 
     def __init__(self, opts: ReadsizeOptions) -> None:
         self.opts = opts
-        self.bpf = BPFObject("readsize", btf=opts.btf)
         self._last_stats = np.zeros(abi.RS_NR_STATS, dtype=np.uint64)
         self._last_misses = 0
+        self.bpf = BPFObject("readsize", btf=opts.btf)
         try:
-            self._setup()
+            try:
+                self._setup(force_raw=False)
+            except IoscopeError:
+                # a kernel with bpf_rdonly_cast that refuses the void * cast (btf_id 0): the
+                # tp_btf syscall program does not load; the raw_tp one does the same with probe reads
+                if not self._syscalls_on_btf:
+                    raise
+                self.bpf.close()
+                self.bpf = BPFObject("readsize", btf=opts.btf)
+                self._setup(force_raw=True)
         except BaseException:
             self.bpf.close()
             raise
 
-    def _setup(self) -> None:
+    def _setup(self, force_raw: bool) -> None:
         o, b = self.opts, self.bpf
         # x86-64 builds see syscalls at sys_exit alone (see readsize.bpf.c)
         syscalls = ["sys_enter", "sys_exit"] if "sys_enter" in b.hooks else ["sys_exit"]
         b.choose(required=[*syscalls, "bio_queue"], optional=["sync_ra", "async_ra", "rq_issue"])
-        _need_kfunc(b, "bpf_rdonly_cast", syscalls)
+        _need_kfunc(b, "bpf_rdonly_cast", syscalls, force_raw)
+        self._syscalls_on_btf = any(b.hooks[h].chosen == "tp_btf" for h in syscalls)
         if any("page_cache" in u for u in b.unavailable):
             b.unavailable.append("read bios queued by kernel threads (blk-throttle, ...) stay with the thread")
         for name, nr in syscall_numbers().items():
