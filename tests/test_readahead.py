@@ -134,3 +134,33 @@ def test_random_preads_are_read_exactly(fs_ra: Any) -> None:
     one = sum(c for lo, _hi, c in sync["buckets"] if lo == 1)
     assert one >= sync["count"] * 0.9
     assert doc["totals"]["used"] >= len(offsets) * 0.9
+
+
+@pytest.mark.parametrize("fs_ra", [128], indirect=True)
+def test_missing_tracepoint_is_reported(fs_ra: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel without mm_filemap_get_pages: the rest still works and the report says what is missing."""
+    from ioscope.loader import BPFObject
+    from ioscope.ra.collect import ReadaheadCollector, ReadaheadOptions
+    from ioscope.ra.fs import drop_caches
+    from ioscope.ra.readahead import render_text
+
+    real = BPFObject._kernel_offers
+
+    def offers(self: BPFObject, variant: str, h: Any) -> bool:
+        return h.tracepoint != "mm_filemap_get_pages" and real(self, variant, h)
+
+    monkeypatch.setattr(BPFObject, "_kernel_offers", offers)
+    path = fs_ra.make_file("seq", 4 * MB)
+    drop_caches()
+    c = ReadaheadCollector(ReadaheadOptions(disks=[fs_ra.loop.device]))
+    try:
+        assert "btf_get_pages" not in c.bpf.attached and "raw_get_pages" not in c.bpf.attached
+        subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=32k", "status=none"], check=True)
+        snap = c.read()
+    finally:
+        c.close()
+    assert any(m.startswith("used pages") for m in c.missing)
+    t = snap.totals()
+    assert t["pages"] >= 4 * MB // PAGE and t["used"] == 0 and t["cached"] == t["pages"]
+    text = "\n".join(str(x) for x in render_text(snap, 5, False, c.missing))
+    assert "note: used pages and age at first use" in text and "unavailable" in text
