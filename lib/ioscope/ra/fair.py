@@ -156,6 +156,12 @@ def likely_causes(rates: dict[int, ProcRate], bal: Balance, pids: list[int], dis
     if op == "read":
         dev_read = sum(r.dev_read for r in rates.values())
         ra = sum(r.ra_bytes for r in rates.values())
+        app_read = sum(rates[p].read for p in pids)
+        dev_counted = sum(rates[p].dev_read for p in pids)
+        if app_read and dev_counted > 1.5 * app_read and ra >= 0.5 * dev_read:
+            causes.append(f"the device read {dev_counted / app_read:.1f}x what these processes got, nearly all of "
+                          "it readahead: pages read ahead are evicted before use (too large a window for "
+                          "the memory and the number of streams); see ioscope readahead for wasted pages")
         for d in disks:
             ra_kb = d.settings.get("read_ahead_kb")
             nr = d.settings.get("nr_requests")

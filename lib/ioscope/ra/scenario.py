@@ -32,7 +32,7 @@ from ioscope.ra.collect import (
     ReadsizeCollector,
     ReadsizeOptions,
 )
-from ioscope.ra.fair import balances, per_process
+from ioscope.ra.fair import DiskState, balances, disk_states, likely_causes, per_process
 from ioscope.ra.fairness import Balance
 from ioscope.ra.fs import LoopFS, drop_caches
 from ioscope.ra.readsize import request_lines
@@ -72,6 +72,8 @@ class SettingResult:
     balance: Balance | None
     disk_read_bytes: int
     settings: dict[str, object]
+    disk: DiskState | None = None
+    causes: list[str] | None = None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,40 +89,72 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="make the device the bottleneck, as the study's HBA was: all readers share one blkio "
                         "cgroup limited to this many MiB/s on the loop device (default 400; 0 = no limit, the "
                         "tmpfs-backed loop device is then CPU-bound)")
+    g.add_argument("--memory-mb", type=int, default=0,
+                   help="also put the readers in one memory cgroup of this size (page cache included), "
+                        "to see readahead against memory (default 0 = no limit)")
     g.add_argument("--json", action="store_true", help="one JSON object per setting instead of text")
 
 
 class SharedLimit:
-    """A blkio cgroup (v1, else v2) that limits the reads of all its processes on one device together."""
+    """cgroups every reader joins: a shared read bandwidth limit on one device (blkio v1, else io.max on
+    v2) and, optionally, a shared memory limit (memory v1, else memory.max on v2)."""
 
-    def __init__(self, majmin: str, bps: int) -> None:
-        self.path = ""
-        v1 = "/sys/fs/cgroup/blkio"
+    def __init__(self, majmin: str, bps: int, memory_bytes: int = 0) -> None:
+        self.paths: list[str] = []
+        name = f"ioscope-demo-{os.getpid()}"
+        v1 = "/sys/fs/cgroup"
         v2 = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
-        if os.path.isfile(f"{v1}/blkio.throttle.read_bps_device"):
-            self.path = f"{v1}/ioscope-demo-{os.getpid()}"
-            os.mkdir(self.path)
-            Path(self.path, "blkio.throttle.read_bps_device").write_text(f"{majmin} {bps}")
-        elif "io" in Path(v2, "cgroup.subtree_control").read_text().split():
-            self.path = f"{v2}/ioscope-demo-{os.getpid()}"
-            os.mkdir(self.path)
-            Path(self.path, "io.max").write_text(f"{majmin} rbps={bps}")
-        else:
-            raise IoscopeError("no blkio cgroup controller to limit the device with", "use --limit-mbs 0")
+        try:
+            if bps:
+                if os.path.isfile(f"{v1}/blkio/blkio.throttle.read_bps_device"):
+                    self._make(f"{v1}/blkio/{name}", "blkio.throttle.read_bps_device", f"{majmin} {bps}")
+                elif "io" in self._controllers(v2):
+                    self._make(f"{v2}/{name}", "io.max", f"{majmin} rbps={bps}")
+                else:
+                    raise IoscopeError("no blkio cgroup controller to limit the device with", "use --limit-mbs 0")
+            if memory_bytes:
+                if os.path.isfile(f"{v1}/memory/memory.limit_in_bytes"):
+                    self._make(f"{v1}/memory/{name}", "memory.limit_in_bytes", str(memory_bytes))
+                elif "memory" in self._controllers(v2):
+                    self._make(f"{v2}/{name}", "memory.max", str(memory_bytes))
+                else:
+                    raise IoscopeError("no memory cgroup controller to limit the readers with", "use --memory-mb 0")
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _controllers(v2: str) -> list[str]:
+        try:
+            return Path(v2, "cgroup.subtree_control").read_text().split()
+        except OSError:
+            return []
+
+    def _make(self, path: str, knob: str, value: str) -> None:
+        if path not in self.paths:
+            os.mkdir(path)
+            self.paths.append(path)
+        try:
+            Path(path, knob).write_text(value)
+        except OSError as exc:
+            raise IoscopeError(f"cannot set {knob}={value} in {path}: {exc.strerror}") from None
 
     def wrap(self, cmd: list[str]) -> list[str]:
-        """cmd run inside the cgroup (the shell moves itself in, then execs cmd under the same pid)."""
-        return ["sh", "-c", f'echo $$ > {self.path}/cgroup.procs && exec "$@"', "sh", *cmd]
+        """cmd run inside the cgroups (the shell moves itself in, then execs cmd under the same pid)."""
+        moves = " && ".join(f"echo $$ > {p}/cgroup.procs" for p in self.paths)
+        return ["sh", "-c", f'{moves} && exec "$@"', "sh", *cmd]
 
     def close(self) -> None:
-        for _ in range(100):
-            try:
-                os.rmdir(self.path)
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.05)
+        for path in reversed(self.paths):
+            for _ in range(100):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        self.paths = []
 
 
 def run_setting(fs: LoopFS, files: list[str], ra_kb: int, seconds: float, btf: str | None,
@@ -135,7 +169,8 @@ def run_setting(fs: LoopFS, files: list[str], ra_kb: int, seconds: float, btf: s
         rs.close()
         raise
     try:
-        before = fs.loop.diskstats()
+        before_all = devices.read_diskstats()
+        before = before_all[fs.name]
         start = time.time() + 0.3
         stop = start + seconds
         cmds = [[sys.executable, "-c", READER, f, str(READ_SIZE), str(start), str(stop)] for f in files]
@@ -144,7 +179,8 @@ def run_setting(fs: LoopFS, files: list[str], ra_kb: int, seconds: float, btf: s
         for p in procs:
             out, _ = p.communicate(timeout=seconds + 60)
             counted[p.pid] = int(out.strip() or 0)
-        after = fs.loop.diskstats()
+        after_all = devices.read_diskstats()
+        after = after_all[fs.name]
         per = [x for x in rs.read(reset=False) if x.pid in counted]
         reqs = rs.requests(reset=False)
         snap = ra.read()
@@ -153,8 +189,11 @@ def run_setting(fs: LoopFS, files: list[str], ra_kb: int, seconds: float, btf: s
         rs.close()
     rates = per_process(per)
     bal = balances(rates, "app", 0.0).get("read")
+    dstate = disk_states(before_all, after_all, [fs.name], seconds)
+    causes = likely_causes(rates, bal[0], bal[1], dstate, "read", "app") if bal and bal[0].poor else None
     return SettingResult(ra_kb, seconds, counted, per, reqs, snap, bal[0] if bal else None,
-                         (after.sectors_read - before.sectors_read) * 512, devices.queue_settings(fs.name))
+                         (after.sectors_read - before.sectors_read) * 512, devices.queue_settings(fs.name),
+                         dstate[0] if dstate else None, causes)
 
 
 def _mbs(b: float, seconds: float) -> str:
@@ -207,6 +246,11 @@ def render(r: SettingResult, n: int) -> list[str]:
         out.append(f"  total {_mbs(b.total, sec)}; min {_mbs(b.min, sec)} max {_mbs(b.max, sec)} "
                    f"mean {_mbs(b.mean, sec)}; cv {b.cv:.2f}; max/min {b.max_min:.2f}; Jain {b.jain:.3f}"
                    f"{'  POOR' if b.poor else ''}")
+    if r.disk:
+        out.append(f"  {r.disk.name} busy {r.disk.util:.0%} during the run")
+    if r.causes:
+        out.append("  likely causes (as ioscope fair reports them):")
+        out += [f"  - {c}" for c in r.causes]
     return out
 
 
@@ -221,6 +265,7 @@ def to_json(r: SettingResult) -> dict[str, object]:
         "procs": [p.to_json() for p in r.procs], "requests": [q.to_json() for q in r.requests],
         "readahead": {"totals": r.ra.totals(), "files": [f.to_json() for f in r.ra.files]},
         "balance": r.balance.to_json() if r.balance else None,
+        "disk": r.disk.to_json() if r.disk else None, "causes": r.causes,
     }
 
 
@@ -236,10 +281,15 @@ def run(args: argparse.Namespace) -> int:
                       f"{n} files of {file_mb} MiB", highlight=False)
         files = [fs.make_file(f"file{i + 1}", file_mb << 20) for i in range(n)]
         results = []
-        limit = SharedLimit(fs.loop.device.majmin, int(args.limit_mbs * (1 << 20))) if args.limit_mbs > 0 else None
-        if limit and not args.json:
+        bps = int(args.limit_mbs * (1 << 20)) if args.limit_mbs > 0 else 0
+        mem = args.memory_mb << 20 if args.memory_mb > 0 else 0
+        limit = SharedLimit(fs.loop.device.majmin, bps, mem) if bps or mem else None
+        if bps and not args.json:
             out.print(f"all readers share one blkio cgroup limited to {args.limit_mbs:g} MiB/s of reads on "
                       f"{fs.name}: the device is the bottleneck, as the study's HBA was", highlight=False)
+        if mem and not args.json:
+            out.print(f"all readers share one memory cgroup of {args.memory_mb} MiB (page cache included)",
+                      highlight=False)
         try:
             for kb in (args.small_kb, args.large_kb):
                 results.append(run_setting(fs, files, kb, args.seconds, btf, limit))
