@@ -152,3 +152,13 @@ def test_syscall_numbers() -> None:
 
     with pytest.raises(IoscopeError):
         syscall_numbers("pdp11")
+
+
+def test_cause_thrown_away_readahead() -> None:
+    from ioscope.ra.fair import likely_causes
+
+    rates = {1: ProcRate(1, "a", read=10 << 20, dev_read=50 << 20, ra_bytes=50 << 20),
+             2: ProcRate(2, "b", read=2 << 20, dev_read=10 << 20, ra_bytes=10 << 20)}
+    b, pids = balances(rates, "app", 0.01)["read"]
+    causes = likely_causes(rates, b, pids, [], "read", "app")
+    assert any(c.startswith("the device read 5.0x what these processes got") for c in causes)

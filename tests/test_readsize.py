@@ -122,3 +122,23 @@ def test_unprivileged_is_one_line() -> None:
     p = run_ioscope("readsize", "1", "1", env={"IOSCOPE_PRETEND_UNPRIVILEGED": "1"})
     assert p.returncode == 1 and "needs root" in p.stderr and "Traceback" not in p.stderr
     assert os.environ.get("IOSCOPE_PRETEND_UNPRIVILEGED") is None
+
+
+def test_writes(loopfs: Any) -> None:
+    """--writes: 97 writes of 8 KiB then fsync, which writes back in the writer's own context."""
+    path = loopfs.path("w")
+    code = ("import os,sys\n"
+            "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)\n"
+            "for _ in range(97):\n"
+            "    assert os.write(fd, b'x' * 8192) == 8192\n"
+            "os.fsync(fd)\n")
+    t = Traced("readsize", "-d", loopfs.name, "--writes", "-j")
+    try:
+        w = subprocess.Popen([sys.executable, "-c", code, path])
+        assert w.wait(timeout=60) == 0
+    finally:
+        out, _err = t.stop()
+    doc = json_lines(out)[0]
+    me = {(p["pid"], p["op"]): p for p in doc["procs"]}[(w.pid, "write")]
+    assert me["app"]["count"] == 97 and me["app"]["buckets"] == [[8192, 9216, 97]]
+    assert me["dev"]["bytes"] >= 97 * 8192 and me["dev"]["ra_count"] == 0
