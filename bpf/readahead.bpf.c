@@ -48,8 +48,9 @@ struct {
 	__type(value, __u8);
 } dev_filter SEC(".maps");
 
+/* LRU: entries of threads that exited make room for new ones. */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32); /* thread id */
 	__type(value, struct ra_task);

@@ -105,6 +105,10 @@ def render_text(snap: RaSnapshot, top: int, fine: bool, missing: list[str]) -> l
         out.append(f"{d['disk'] or d['dev']}: read_ahead_kb={ra if ra is not None else '?'}; the kernel used "
                    f"ra_pages up to {d['max_ra_pages_seen']} ({d['ra_kb_used']} KiB), largest window "
                    f"{d['largest_window_pages']} pages ({d['largest_window_kb']} KiB)")
+    trunc = snap.counters.get("read_range_truncated", 0)
+    if trunc:
+        out.append(f"note: {trunc} reads asked for more than 4096 pages; only their first 4096 pages were "
+                   "checked for use")
     if not snap.files:
         out.append("no readahead seen")
         return out

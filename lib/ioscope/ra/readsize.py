@@ -13,6 +13,8 @@ from ioscope.ra.collect import DevRequests, ProcIO, ReadsizeCollector, ReadsizeO
 from ioscope.ra.loop import run_intervals
 from ioscope.render import fmt_bytes
 
+DETAILS = 5  # processes shown with their size distributions (the busiest ones)
+
 EXAMPLES = """\
 examples:
   ioscope readsize                 # per process read sizes and block I/O until Ctrl-C
@@ -93,7 +95,7 @@ def render_text(procs: list[ProcIO], top: int) -> list[str]:
                    f"{(f'{amp:.2f}' if amp is not None else '-'):>6}")
     if len(procs) > top:
         out.append(f"... {len(procs) - top} more processes (-n to show more)")
-    for p in procs[:top]:
+    for p in procs[:min(top, DETAILS)]:
         out.append("")
         out += proc_lines(p)
     return out
