@@ -35,10 +35,13 @@ class LoopFS:
         self.loop = LoopDevice(size_mb=size_mb, read_ahead_kb=read_ahead_kb or self.DEFAULT_READ_AHEAD_KB,
                                scheduler=scheduler)
         self.mnt = ""
+        self._max_sectors_kb = ""
 
     def __enter__(self) -> LoopFS:
         self.loop.__enter__()
         try:
+            # a loop device also keeps max_sectors_kb after it is detached: put it back on exit
+            self._max_sectors_kb = Path(f"/sys/block/{self.loop.name}/queue/max_sectors_kb").read_text().strip()
             cmd = ["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", self.loop.path]
             p = subprocess.run(cmd, capture_output=True, text=True)
             if p.returncode:
@@ -89,6 +92,8 @@ class LoopFS:
         if self.loop.path:
             try:
                 self.set_read_ahead_kb(self.DEFAULT_READ_AHEAD_KB)
+                if self._max_sectors_kb:
+                    self.loop.set_queue("max_sectors_kb", self._max_sectors_kb)
             except IoscopeError:
                 pass
         self.loop.__exit__(t, v, tb)

@@ -89,6 +89,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="make the device the bottleneck, as the study's HBA was: all readers share one blkio "
                         "cgroup limited to this many MiB/s on the loop device (default 400; 0 = no limit, the "
                         "tmpfs-backed loop device is then CPU-bound)")
+    g.add_argument("--max-kb", type=cli_common.positive_int, default=512,
+                   help="max_sectors_kb of the loop device, the largest request (default 512, the study's "
+                        "maximum I/O size)")
     g.add_argument("--memory-mb", type=int, default=0,
                    help="also put the readers in one memory cgroup of this size (page cache included), "
                         "to see readahead against memory (default 0 = no limit)")
@@ -279,6 +282,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.json:
             out.print(f"ioscope demo readahead: ext4 on {fs.loop.path} ({size_mb} MiB, tmpfs-backed), "
                       f"{n} files of {file_mb} MiB", highlight=False)
+        fs.loop.set_queue("max_sectors_kb", str(args.max_kb))
         files = [fs.make_file(f"file{i + 1}", file_mb << 20) for i in range(n)]
         results = []
         bps = int(args.limit_mbs * (1 << 20)) if args.limit_mbs > 0 else 0
