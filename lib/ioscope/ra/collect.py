@@ -375,6 +375,9 @@ def mountpoints(proc_root: str = "/proc") -> dict[int, str]:
     return out
 
 
+RESOLVE_PATHS = 50
+
+
 class ReadaheadCollector:
     """Owns bpf/readahead.bpf.o; read() returns cumulative readahead accounting."""
 
@@ -436,14 +439,26 @@ class ReadaheadCollector:
         kb, vb, n = self.files.dump(sum=False)
         keys = np.frombuffer(kb, dtype=abi.RA_KEY, count=n)
         vals = np.frombuffer(vb, dtype=abi.RA_STATS, count=n)
+        # the histograms right after the counters, the page map (larger, slower) last: while
+        # readahead goes on, only pages used during this read can be off by one state
+        hk, hv, hn = self.hists.dump(sum=False)
+        idx = np.frombuffer(hk, dtype=np.uint32, count=hn)
+        harr = np.frombuffer(hv, dtype=core_abi.HIST, count=hn)
+        hists = [Hist() for _ in range(abi.RA_NR_HISTS)]
+        for i, h in zip(idx, core_abi.hists_from_array(harr)):
+            if int(i) < abi.RA_NR_HISTS:
+                hists[int(i)] = h
         pk, pv, pn = self.pages.dump(sum=False)
         cached = group_cached(np.frombuffer(pk, dtype=abi.RA_PAGE_KEY, count=pn),
                               np.frombuffer(pv, dtype=abi.RA_PAGE, count=pn))
         self._comms()
         files = []
-        for k, v in zip(keys, vals):
+        # paths are looked up (in the reader's fd table) for the files with most pages only
+        order = np.argsort(-vals["pages"].astype(np.int64), kind="stable") if n else np.zeros(0, dtype=np.int64)
+        busiest = {int(j) for j in order[:RESOLVE_PATHS]}
+        for j, (k, v) in enumerate(zip(keys, vals)):
             dev, ino, pid = int(k["dev"]), int(k["ino"]), int(k["tgid"])
-            if (dev, ino) not in self.paths:
+            if (dev, ino) not in self.paths and j in busiest:
                 path = resolve_path(pid, dev, ino)
                 if path:
                     self.paths[(dev, ino)] = path
@@ -456,13 +471,6 @@ class ReadaheadCollector:
                 untracked=int(v["untracked"]), path=self.paths.get((dev, ino)) or self._mount_name(dev, ino),
             ))
         files.sort(key=lambda f: (-f.pages, f.pid, f.dev, f.ino))
-        hk, hv, hn = self.hists.dump(sum=False)
-        idx = np.frombuffer(hk, dtype=np.uint32, count=hn)
-        harr = np.frombuffer(hv, dtype=core_abi.HIST, count=hn)
-        hists = [Hist() for _ in range(abi.RA_NR_HISTS)]
-        for i, h in zip(idx, core_abi.hists_from_array(harr)):
-            if int(i) < abi.RA_NR_HISTS:
-                hists[int(i)] = h
         _sk, sv, sn = self.stats.dump(sum=True)
         svals = np.frombuffer(sv, dtype=np.uint64, count=sn)
         counters = {name: int(svals[i]) for i, name in abi.RA_STAT_NAMES.items() if i < sn}
