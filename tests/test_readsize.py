@@ -142,3 +142,32 @@ def test_writes(loopfs: Any) -> None:
     me = {(p["pid"], p["op"]): p for p in doc["procs"]}[(w.pid, "write")]
     assert me["app"]["count"] == 97 and me["app"]["buckets"] == [[8192, 9216, 97]]
     assert me["dev"]["bytes"] >= 97 * 8192 and me["dev"]["ra_count"] == 0
+
+
+def test_pid_filter(loopfs: Any) -> None:
+    """-p: only the chosen process, although another one reads the same way at the same time."""
+    from ioscope.ra.fs import drop_caches
+
+    paths = [loopfs.make_file(f"p{i}", 2 << 20) for i in range(2)]
+    drop_caches()
+    code = ("import os,sys\n"
+            "sys.stdin.readline()\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+            "for _ in range(31):\n"
+            "    os.read(fd, 16384)\n")
+    readers = [subprocess.Popen([sys.executable, "-c", code, p], stdin=subprocess.PIPE) for p in paths]
+    t = Traced("readsize", "-d", loopfs.name, "-p", str(readers[0].pid), "-j")
+    try:
+        for r in readers:
+            assert r.stdin is not None
+            r.stdin.write(b"go\n")
+            r.stdin.close()
+        for r in readers:
+            assert r.wait(timeout=60) == 0
+    finally:
+        out, _err = t.stop()
+    doc = json_lines(out)[0]
+    assert {p["pid"] for p in doc["procs"]} == {readers[0].pid}
+    me = doc["procs"][0]
+    assert me["app"]["count"] == 31 and me["app"]["buckets"] == [[16384, 18432, 31]]
+    assert me["dev"]["ra_bytes"] > 0
