@@ -93,4 +93,13 @@ static __always_inline __u8 opf_to_op(__u32 opf, __u32 bytes)
 	return IOS_OP_OTHER;
 }
 
+/*
+ * Readahead bios carry REQ_RAHEAD (blkparse's 'A'). The bit number is an enum
+ * value (__REQ_RAHEAD) that moved as flags were added; read it through CO-RE.
+ */
+static __always_inline bool bio_is_readahead(__u32 opf)
+{
+	return opf & (1u << bpf_core_enum_value(enum req_flag_bits, __REQ_RAHEAD));
+}
+
 #endif /* CORE_FIXES_BPF_H */

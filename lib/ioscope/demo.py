@@ -21,6 +21,7 @@ EXAMPLES = """\
 examples:
   ioscope demo                 # 3 s of mixed 4-64 KiB random I/O at queue depth 16
   ioscope demo --seconds 10    # a longer run
+  ioscope demo readahead       # 16 sequential readers with read_ahead_kb 512 and 12288: readsize, readahead, fair
 """
 
 
@@ -31,6 +32,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seconds", type=cli_common.positive_float, default=3.0, help="workload duration (default 3)")
     p.add_argument("--scheduler", default="mq-deadline", help="I/O scheduler of the loop device (default mq-deadline)")
+    # ioscope demo readahead: the readahead/readsize/fair scenario (lib/ioscope/ra/scenario.py)
+    p.add_argument("scenario", nargs="?", choices=("readahead",),
+                   help="another scenario: readahead = N sequential readers, small vs large read_ahead_kb")
+    from ioscope.ra import scenario
+    scenario.add_arguments(p)
     p.set_defaults(func=run, tool="demo")
 
 
@@ -57,6 +63,9 @@ def _python_workload(path: str, seconds: float) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "scenario", None) == "readahead":
+        from ioscope.ra import scenario
+        return scenario.run(args)
     system.require_bpf_privileges("demo")
     btf = system.btf_path(args.btf)
     out = cli_common.console()

@@ -192,6 +192,8 @@ _CATEGORIES = {"block_": "block", "page_cache_": "filemap", "mm_filemap_": "file
 
 def _category_of(tp: str) -> str:
     """tracefs category of a tracepoint used with tp_btf/raw_tp sections."""
+    if tp in ("sys_enter", "sys_exit"):
+        return "raw_syscalls"
     if tp.startswith("page_cache_"):
         return "readahead" if system.tracepoint_exists("readahead", tp) else "filemap"
     for prefix, cat in _CATEGORIES.items():

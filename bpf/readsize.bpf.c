@@ -1,0 +1,574 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * ioscope readsize and ioscope fair: per process, the sizes of the reads (and
+ * with targ_writes, writes) the application asked for and got back, beside
+ * the block I/O it queued (bio sizes, readahead or not). Everything is
+ * aggregated here; user space reads the per-process map once per interval.
+ *
+ * Syscalls are seen at the raw sys_exit tracepoint (one tracepoint for all
+ * syscalls, filtered by number; on x86-64 without sys_enter, see below). Only
+ * reads of regular files and block devices count, so pipes, sockets and
+ * terminals do not blur the picture; with a disk filter, only files on it.
+ * Block I/O is attributed at block_bio_queue to the process in context, which
+ * for buffered reads (and their readahead) is the reader itself. A read bio
+ * queued by a kernel thread (blk-throttle dispatching bios it held back,
+ * for one) is given to the process whose readahead last touched the file the
+ * bio's first page belongs to, when there is one.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "core_fixes.bpf.h"
+#include "hist.bpf.h"
+#include "ra.h"
+
+#define MAX_IOV 16
+#define S_IFMT 00170000
+#define S_IFREG 0100000
+#define S_IFBLK 0060000
+
+const volatile __u32 targ_tgid = 0;
+const volatile bool targ_filter_dev = false;
+const volatile bool targ_filter_comm = false;
+const volatile bool targ_writes = false;
+const volatile char targ_comm[16] = {};
+/* syscall numbers of this architecture, set by user space; -1 = none */
+const volatile __s32 nr_read = -1;
+const volatile __s32 nr_pread64 = -1;
+const volatile __s32 nr_readv = -1;
+const volatile __s32 nr_preadv = -1;
+const volatile __s32 nr_preadv2 = -1;
+const volatile __s32 nr_write = -1;
+const volatile __s32 nr_pwrite64 = -1;
+const volatile __s32 nr_writev = -1;
+const volatile __s32 nr_pwritev = -1;
+const volatile __s32 nr_pwritev2 = -1;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, __u8);
+} dev_filter SEC(".maps");
+
+/* sys_enter -> sys_exit (not on x86-64). LRU: a thread killed inside a syscall leaves no leak. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* thread id */
+	__type(value, struct rs_inflight);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct rs_key);
+	__type(value, struct rs_val);
+} procs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512);
+	__type(key, struct rs_rq_key);
+	__type(value, struct hist);
+} rq_sizes SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* struct inode * */
+	__type(value, struct rs_owner);
+} owners SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RS_NR_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static struct rs_val zero_val;
+
+static __always_inline void stat_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+/* The -c filter against the current task's comm, or against comm when given. */
+static __always_inline bool comm_matches(const char *other)
+{
+	char comm[16];
+	int i;
+
+	if (!targ_filter_comm)
+		return true;
+	if (other)
+		bpf_probe_read_kernel_str(comm, sizeof(comm), other);
+	else
+		bpf_get_current_comm(comm, sizeof(comm));
+	for (i = 0; i < 16; i++) {
+		if (comm[i] != targ_comm[i])
+			return false;
+		if (!comm[i])
+			break;
+	}
+	return true;
+}
+
+static __always_inline bool dev_wanted(__u32 dev)
+{
+	if (!targ_filter_dev)
+		return true;
+	return bpf_map_lookup_elem(&dev_filter, &dev) != NULL;
+}
+
+static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char *comm)
+{
+	struct rs_key key = { .tgid = tgid, .op = op };
+	struct rs_val *v;
+	long err;
+
+	v = bpf_map_lookup_elem(&procs, &key);
+	if (v)
+		return v;
+	err = bpf_map_update_elem(&procs, &key, &zero_val, BPF_NOEXIST);
+	if (err && err != -17 /* EEXIST: another CPU created it */) {
+		stat_inc(RS_LOST_PROC_FULL);
+		return NULL;
+	}
+	v = bpf_map_lookup_elem(&procs, &key);
+	if (!v) {
+		stat_inc(RS_LOST_PROC_FULL);
+		return NULL;
+	}
+	if (!v->comm[0]) {
+		if (comm)
+			bpf_probe_read_kernel_str(v->comm, sizeof(v->comm), comm);
+		else
+			bpf_get_current_comm(v->comm, sizeof(v->comm));
+	}
+	return v;
+}
+
+/* Linux 6.2+: view a kernel pointer as a BTF type, for plain (fault-safe) loads. */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+
+/* The device a syscall on fd reads: s_dev of a file's filesystem, i_rdev of a
+ * block device; 0 (do not count) for pipes, sockets, terminals and the like.
+ * btf: the program may load through BTF pointers directly (tp_btf, and the
+ * bpf_rdonly_cast kfunc for the file), which is much cheaper than a
+ * bpf_probe_read_kernel per pointer; user space falls back to the raw_tp
+ * variant when the kernel lacks bpf_rdonly_cast or refuses the void * cast
+ * (btf_id 0), which older kernels do. */
+static __always_inline __u32 fd_dev(int fd, bool btf)
+{
+	struct fdtable *fdt;
+	struct file **arr;
+	struct file *file = NULL;
+	struct inode *inode;
+	unsigned int max;
+	__u32 mode;
+
+	if (btf) {
+		struct task_struct *task = bpf_get_current_task_btf();
+
+		fdt = task->files->fdt;
+		if (!fdt)
+			return 0;
+		max = fdt->max_fds;
+		arr = fdt->fd;
+	} else {
+		struct task_struct *task = (void *)bpf_get_current_task();
+
+		fdt = BPF_CORE_READ(task, files, fdt);
+		if (!fdt)
+			return 0;
+		max = BPF_CORE_READ(fdt, max_fds);
+		arr = BPF_CORE_READ(fdt, fd);
+	}
+	if (fd < 0 || (unsigned int)fd >= max)
+		return 0;
+	if (btf) {
+		/* an untrusted void * view of the fd array: a plain fault-safe load */
+		struct file **fds = bpf_rdonly_cast(arr, 0);
+
+		file = fds[fd & 0xfffff];
+		if (!file)
+			return 0;
+		file = bpf_rdonly_cast(file, bpf_core_type_id_kernel(struct file));
+		inode = file->f_inode;
+		if (!inode)
+			return 0;
+		mode = inode->i_mode & S_IFMT;
+		if (mode == S_IFREG)
+			return inode->i_sb->s_dev;
+		if (mode == S_IFBLK)
+			return inode->i_rdev;
+		return 0;
+	}
+	if (bpf_probe_read_kernel(&file, sizeof(file), &arr[fd]) || !file)
+		return 0;
+	inode = BPF_CORE_READ(file, f_inode);
+	if (!inode)
+		return 0;
+	mode = BPF_CORE_READ(inode, i_mode) & S_IFMT;
+	if (mode == S_IFREG)
+		return BPF_CORE_READ(inode, i_sb, s_dev);
+	if (mode == S_IFBLK)
+		return BPF_CORE_READ(inode, i_rdev);
+	return 0;
+}
+
+static __always_inline __u64 iov_bytes(const struct iovec *iov, __u64 cnt)
+{
+	__u64 total = 0;
+	int i;
+
+	for (i = 0; i < MAX_IOV; i++) {
+		struct iovec v;
+
+		if (i >= cnt)
+			break;
+		if (bpf_probe_read_user(&v, sizeof(v), &iov[i]))
+			break;
+		total += v.iov_len;
+	}
+	if (cnt > MAX_IOV)
+		stat_inc(RS_STAT_IOV_TRUNC);
+	return total;
+}
+
+/* Which syscalls count: 0 = none, else op + 1; *vec for the iovec ones. */
+static __always_inline int classify(long id, bool *vec)
+{
+	*vec = false;
+	if (id == nr_read || id == nr_pread64)
+		return RS_OP_READ + 1;
+	*vec = true;
+	if (id == nr_readv || id == nr_preadv || id == nr_preadv2)
+		return RS_OP_READ + 1;
+	if (!targ_writes)
+		return 0;
+	if (id == nr_writev || id == nr_pwritev || id == nr_pwritev2)
+		return RS_OP_WRITE + 1;
+	*vec = false;
+	if (id == nr_write || id == nr_pwrite64)
+		return RS_OP_WRITE + 1;
+	return 0;
+}
+
+static __always_inline void record_syscall(__u32 tgid, __u32 op, __u64 req, long ret)
+{
+	struct rs_val *v = proc_val(tgid, op, NULL);
+
+	if (!v)
+		return;
+	hist_add(&v->app_req, req);
+	if (ret < 0) {
+		__sync_fetch_and_add(&v->app_errors, 1);
+		return;
+	}
+	hist_add(&v->app_ret, (__u64)ret);
+	if ((__u64)ret < req)
+		__sync_fetch_and_add(&v->app_short, 1);
+}
+
+#if defined(__TARGET_ARCH_x86) && !defined(RS_ENTER_EXIT)
+/*
+ * x86-64 keeps the syscall number (orig_ax) and the arguments (di, si, dx) in
+ * the saved user registers until the syscall returns, so sys_exit alone sees
+ * everything: one program run per syscall instead of two, and no per-thread
+ * state. (Other architectures overwrite the first argument with the return
+ * value and use the sys_enter + sys_exit pair below.)
+ */
+#define RS_EXIT_ONLY 1
+
+static __always_inline int on_sys_exit_regs(struct pt_regs *regs, long ret, bool btf)
+{
+	__u64 a1, a2, a3, req;
+	long id;
+	__u32 tgid, dev;
+	bool vec;
+	int op;
+
+	id = btf ? (long)regs->orig_ax : (long)BPF_CORE_READ(regs, orig_ax);
+	op = classify(id, &vec);
+	if (!op)
+		return 0;
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	if (targ_tgid && tgid != targ_tgid)
+		return 0;
+	if (!comm_matches(NULL))
+		return 0;
+	if (btf) {
+		a1 = regs->di;
+		a2 = regs->si;
+		a3 = regs->dx;
+	} else {
+		a1 = BPF_CORE_READ(regs, di);
+		a2 = BPF_CORE_READ(regs, si);
+		a3 = BPF_CORE_READ(regs, dx);
+	}
+	dev = fd_dev((int)a1, btf);
+	if (!dev || !dev_wanted(dev))
+		return 0;
+	req = vec ? iov_bytes((const struct iovec *)a2, a3) : a3;
+	record_syscall(tgid, op - 1, req, ret);
+	return 0;
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(btf_sys_exit, struct pt_regs *regs, long ret)
+{
+	return on_sys_exit_regs(regs, ret, true);
+}
+
+SEC("raw_tp/sys_exit")
+int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret)
+{
+	return on_sys_exit_regs(regs, ret, false);
+}
+
+#else
+
+static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
+{
+	struct rs_inflight in = {};
+	__u64 pid_tgid, a3;
+	__u32 tid, dev;
+	bool vec;
+	int op, fd;
+
+	op = classify(id, &vec);
+	if (!op)
+		return 0;
+	in.op = op - 1;
+	pid_tgid = bpf_get_current_pid_tgid();
+	if (targ_tgid && (pid_tgid >> 32) != targ_tgid)
+		return 0;
+	if (!comm_matches(NULL))
+		return 0;
+	fd = (int)PT_REGS_PARM1_CORE_SYSCALL(regs);
+	dev = fd_dev(fd, btf);
+	if (!dev || !dev_wanted(dev))
+		return 0;
+	a3 = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	if (vec)
+		in.req = iov_bytes((const struct iovec *)PT_REGS_PARM2_CORE_SYSCALL(regs), a3);
+	else
+		in.req = a3;
+	tid = (__u32)pid_tgid;
+	if (bpf_map_update_elem(&inflight, &tid, &in, BPF_ANY))
+		stat_inc(RS_LOST_INFLIGHT_FULL);
+	return 0;
+}
+
+static __always_inline int on_sys_exit(long ret)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)pid_tgid;
+	struct rs_inflight *in;
+	__u64 req;
+	__u32 op;
+
+	in = bpf_map_lookup_elem(&inflight, &tid);
+	if (!in)
+		return 0;
+	req = in->req;
+	op = in->op;
+	bpf_map_delete_elem(&inflight, &tid);
+	record_syscall(pid_tgid >> 32, op, req, ret);
+	return 0;
+}
+
+SEC("tp_btf/sys_enter")
+int BPF_PROG(btf_sys_enter, struct pt_regs *regs, long id)
+{
+	return on_sys_enter(regs, id, true);
+}
+
+SEC("raw_tp/sys_enter")
+int BPF_PROG(raw_sys_enter, struct pt_regs *regs, long id)
+{
+	return on_sys_enter(regs, id, false);
+}
+
+SEC("tp_btf/sys_exit")
+int BPF_PROG(btf_sys_exit, struct pt_regs *regs, long ret)
+{
+	return on_sys_exit(ret);
+}
+
+SEC("raw_tp/sys_exit")
+int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret)
+{
+	return on_sys_exit(ret);
+}
+
+#endif /* __TARGET_ARCH_x86 */
+
+#define PF_KTHREAD 0x00200000
+#define PAGE_MAPPING_FLAGS 0x3
+
+/* The reader a kernel thread's read bio belongs to: owner of the first page's file. */
+static __always_inline struct rs_owner *bio_owner(struct bio *bio)
+{
+	struct task_struct *task = (void *)bpf_get_current_task();
+	struct address_space *mapping;
+	struct inode *host;
+	__u64 key;
+
+	if (!(BPF_CORE_READ(task, flags) & PF_KTHREAD))
+		return NULL;
+	mapping = BPF_CORE_READ(bio, bi_io_vec, bv_page, mapping);
+	if (!mapping || ((__u64)mapping & PAGE_MAPPING_FLAGS))
+		return NULL; /* anonymous or movable: not a file page */
+	host = BPF_CORE_READ(mapping, host);
+	key = (__u64)host;
+	return bpf_map_lookup_elem(&owners, &key);
+}
+
+static __always_inline int on_bio_queue(struct bio *bio)
+{
+	struct gendisk *disk = bio_disk(bio);
+	struct rs_owner *owner = NULL;
+	__u32 opf, bytes, op, tgid;
+	struct rs_val *v;
+	__u8 kop;
+
+	if (!disk || !dev_wanted(disk_dev(disk)))
+		return 0;
+	opf = BPF_CORE_READ(bio, bi_opf);
+	bytes = BPF_CORE_READ(bio, bi_iter.bi_size);
+	kop = opf_to_op(opf, bytes);
+	if (kop == IOS_OP_READ)
+		op = RS_OP_READ;
+	else if (kop == IOS_OP_WRITE && targ_writes)
+		op = RS_OP_WRITE;
+	else
+		return 0;
+	tgid = bpf_get_current_pid_tgid() >> 32;
+	if (op == RS_OP_READ) {
+		owner = bio_owner(bio);
+		if (owner) {
+			tgid = owner->tgid;
+			stat_inc(RS_STAT_KTHREAD_OWNER);
+		}
+	}
+	if (targ_tgid && tgid != targ_tgid)
+		return 0;
+	if (targ_filter_comm && !comm_matches(owner ? owner->comm : NULL))
+		return 0;
+	v = proc_val(tgid, op, owner ? owner->comm : NULL);
+	if (!v)
+		return 0;
+	hist_add(&v->dev, bytes);
+	if (bio_is_readahead(opf)) {
+		__sync_fetch_and_add(&v->ra_count, 1);
+		__sync_fetch_and_add(&v->ra_bytes, bytes);
+	}
+	return 0;
+}
+
+static struct hist zero_hist;
+
+/* The size of each request issued to the driver: what iostat's areq-sz averages. */
+static __always_inline int on_rq_issue(struct request *rq)
+{
+	struct rs_rq_key key = {};
+	__u32 bytes = BPF_CORE_READ(rq, __data_len);
+	__u8 kop = opf_to_op(BPF_CORE_READ(rq, cmd_flags), bytes);
+	struct hist *h;
+
+	if (kop == IOS_OP_READ)
+		key.op = RS_OP_READ;
+	else if (kop == IOS_OP_WRITE && targ_writes)
+		key.op = RS_OP_WRITE;
+	else
+		return 0;
+	key.dev = disk_dev(rq_disk(rq));
+	if (!dev_wanted(key.dev))
+		return 0;
+	h = bpf_map_lookup_elem(&rq_sizes, &key);
+	if (!h) {
+		bpf_map_update_elem(&rq_sizes, &key, &zero_hist, BPF_NOEXIST);
+		h = bpf_map_lookup_elem(&rq_sizes, &key);
+		if (!h) {
+			stat_inc(RS_LOST_PROC_FULL);
+			return 0;
+		}
+	}
+	hist_add(h, bytes);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(btf_rq_issue, struct request *rq)
+{
+	return on_rq_issue(rq);
+}
+
+SEC("raw_tp/block_rq_issue")
+int BPF_PROG(raw_rq_issue, struct request *rq)
+{
+	return on_rq_issue(rq);
+}
+
+/* A readahead decision: remember who reads this file ahead. */
+static __always_inline int on_readahead(struct inode *inode)
+{
+	__u64 key = (__u64)inode;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct rs_owner *o = bpf_map_lookup_elem(&owners, &key);
+	struct rs_owner n = {};
+
+	if (o && o->tgid == tgid)
+		return 0;
+	n.tgid = tgid;
+	bpf_get_current_comm(n.comm, sizeof(n.comm));
+	bpf_map_update_elem(&owners, &key, &n, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/page_cache_sync_ra")
+int BPF_PROG(btf_sync_ra, struct inode *inode)
+{
+	return on_readahead(inode);
+}
+
+SEC("tp_btf/page_cache_async_ra")
+int BPF_PROG(btf_async_ra, struct inode *inode)
+{
+	return on_readahead(inode);
+}
+
+SEC("raw_tp/page_cache_sync_ra")
+int BPF_PROG(raw_sync_ra, struct inode *inode)
+{
+	return on_readahead(inode);
+}
+
+SEC("raw_tp/page_cache_async_ra")
+int BPF_PROG(raw_async_ra, struct inode *inode)
+{
+	return on_readahead(inode);
+}
+
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(btf_bio_queue, struct bio *bio)
+{
+	return on_bio_queue(bio);
+}
+
+SEC("raw_tp/block_bio_queue")
+int BPF_PROG(raw_bio_queue, struct bio *bio)
+{
+	return on_bio_queue(bio);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

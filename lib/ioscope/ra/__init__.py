@@ -1,0 +1,1 @@
+"""Readahead, read sizes and per-process balance: ioscope readsize, readahead and fair."""

@@ -1,0 +1,323 @@
+"""`ioscope demo readahead`: the study's case (N sequential readers, small vs very large readahead) on a loop device.
+
+Builds ext4 on a tmpfs-backed loop device with N files, then for each
+read_ahead_kb setting drops the page cache and runs N concurrent buffered
+readers, each reading its own file sequentially with 32 KiB reads for a fixed
+time (at the end of its file a reader drops the file from the cache and starts
+again, so every byte keeps coming from the device). ioscope readsize and
+readahead are attached for the whole run; fair's balance is computed from
+readsize's per-process bytes. Each reader also counts its own bytes: that is
+printed beside what ioscope measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ioscope import cli_common, devices, system
+from ioscope.errors import IoscopeError
+from ioscope.ra.collect import (
+    DevRequests,
+    ProcIO,
+    RaSnapshot,
+    ReadaheadCollector,
+    ReadaheadOptions,
+    ReadsizeCollector,
+    ReadsizeOptions,
+)
+from ioscope.ra.fair import DiskState, balances, disk_states, likely_causes, per_process
+from ioscope.ra.fairness import Balance
+from ioscope.ra.fs import LoopFS, drop_caches
+from ioscope.ra.readsize import request_lines
+from ioscope.render import fmt_bytes
+
+READ_SIZE = 32 * 1024
+PAGE = 4096
+
+# A reader: waits for the start time, reads its file with READ_SIZE reads until the
+# deadline, dropping the file from the page cache at each end of file; prints its byte count.
+READER = """\
+import os, sys, time
+path, size, start, stop = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+fd = os.open(path, os.O_RDONLY)
+while time.time() < start:
+    time.sleep(0.001)
+total = 0
+while time.time() < stop:
+    b = os.read(fd, size)
+    if not b:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.lseek(fd, 0, os.SEEK_SET)
+        continue
+    total += len(b)
+print(total, flush=True)
+"""
+
+
+@dataclass
+class SettingResult:
+    read_ahead_kb: int
+    seconds: float
+    readers: dict[int, int]          # pid -> bytes the reader counted itself
+    procs: list[ProcIO]
+    requests: list[DevRequests]
+    ra: RaSnapshot
+    balance: Balance | None
+    disk_read_bytes: int
+    settings: dict[str, object]
+    disk: DiskState | None = None
+    causes: list[str] | None = None
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("readahead scenario")
+    g.add_argument("--readers", type=cli_common.positive_int, default=16,
+                   help="concurrent readers, one file each (default 16)")
+    g.add_argument("--file-mb", type=cli_common.positive_int, default=32, help="size of each file (default 32)")
+    g.add_argument("--small-kb", type=cli_common.positive_int, default=512,
+                   help="the small read_ahead_kb (default 512, the study's good setting)")
+    g.add_argument("--large-kb", type=cli_common.positive_int, default=12288,
+                   help="the very large read_ahead_kb (default 12288, the study's 12 MB)")
+    g.add_argument("--limit-mbs", type=float, default=400.0,
+                   help="make the device the bottleneck, as the study's HBA was: all readers share one blkio "
+                        "cgroup limited to this many MiB/s on the loop device (default 400; 0 = no limit, the "
+                        "tmpfs-backed loop device is then CPU-bound)")
+    g.add_argument("--max-kb", type=cli_common.positive_int, default=512,
+                   help="max_sectors_kb of the loop device, the largest request (default 512, the study's "
+                        "maximum I/O size)")
+    g.add_argument("--memory-mb", type=int, default=0,
+                   help="also put the readers in one memory cgroup of this size (page cache included), "
+                        "to see readahead against memory (default 0 = no limit)")
+    g.add_argument("--json", action="store_true", help="one JSON object per setting instead of text")
+
+
+class SharedLimit:
+    """cgroups every reader joins: a shared read bandwidth limit on one device (blkio v1, else io.max on
+    v2) and, optionally, a shared memory limit (memory v1, else memory.max on v2)."""
+
+    def __init__(self, majmin: str, bps: int, memory_bytes: int = 0) -> None:
+        self.paths: list[str] = []
+        name = f"ioscope-demo-{os.getpid()}"
+        v1 = "/sys/fs/cgroup"
+        v2 = "/sys/fs/cgroup/unified" if os.path.isdir("/sys/fs/cgroup/unified") else "/sys/fs/cgroup"
+        try:
+            if bps:
+                if os.path.isfile(f"{v1}/blkio/blkio.throttle.read_bps_device"):
+                    self._make(f"{v1}/blkio/{name}", "blkio.throttle.read_bps_device", f"{majmin} {bps}")
+                elif "io" in self._controllers(v2):
+                    self._make(f"{v2}/{name}", "io.max", f"{majmin} rbps={bps}")
+                else:
+                    raise IoscopeError("no blkio cgroup controller to limit the device with", "use --limit-mbs 0")
+            if memory_bytes:
+                if os.path.isfile(f"{v1}/memory/memory.limit_in_bytes"):
+                    self._make(f"{v1}/memory/{name}", "memory.limit_in_bytes", str(memory_bytes))
+                elif "memory" in self._controllers(v2):
+                    self._make(f"{v2}/{name}", "memory.max", str(memory_bytes))
+                else:
+                    raise IoscopeError("no memory cgroup controller to limit the readers with", "use --memory-mb 0")
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _controllers(v2: str) -> list[str]:
+        try:
+            return Path(v2, "cgroup.subtree_control").read_text().split()
+        except OSError:
+            return []
+
+    def _make(self, path: str, knob: str, value: str) -> None:
+        if path not in self.paths:
+            os.mkdir(path)
+            self.paths.append(path)
+        try:
+            Path(path, knob).write_text(value)
+        except OSError as exc:
+            raise IoscopeError(f"cannot set {knob}={value} in {path}: {exc.strerror}") from None
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """cmd run inside the cgroups (the shell moves itself in, then execs cmd under the same pid)."""
+        moves = " && ".join(f"echo $$ > {p}/cgroup.procs" for p in self.paths)
+        return ["sh", "-c", f'{moves} && exec "$@"', "sh", *cmd]
+
+    def close(self) -> None:
+        for path in reversed(self.paths):
+            for _ in range(100):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.05)
+        self.paths = []
+
+
+def run_setting(fs: LoopFS, files: list[str], ra_kb: int, seconds: float, btf: str | None,
+                limit: SharedLimit | None = None) -> SettingResult:
+    fs.set_read_ahead_kb(ra_kb)
+    drop_caches()
+    disk = fs.loop.device
+    rs = ReadsizeCollector(ReadsizeOptions(disks=[disk], btf=btf))
+    try:
+        ra = ReadaheadCollector(ReadaheadOptions(disks=[disk], btf=btf))
+    except BaseException:
+        rs.close()
+        raise
+    try:
+        before_all = devices.read_diskstats()
+        before = before_all[fs.name]
+        start = time.time() + 0.3
+        stop = start + seconds
+        cmds = [[sys.executable, "-c", READER, f, str(READ_SIZE), str(start), str(stop)] for f in files]
+        procs = [subprocess.Popen(limit.wrap(c) if limit else c, stdout=subprocess.PIPE, text=True) for c in cmds]
+        counted: dict[int, int] = {}
+        for p in procs:
+            out, _ = p.communicate(timeout=seconds + 60)
+            counted[p.pid] = int(out.strip() or 0)
+        after_all = devices.read_diskstats()
+        after = after_all[fs.name]
+        per = [x for x in rs.read(reset=False) if x.pid in counted]
+        reqs = rs.requests(reset=False)
+        snap = ra.read()
+    finally:
+        ra.close()
+        rs.close()
+    rates = per_process(per)
+    bal = balances(rates, "app", 0.0).get("read")
+    dstate = disk_states(before_all, after_all, [fs.name], seconds)
+    causes = likely_causes(rates, bal[0], bal[1], dstate, "read", "app") if bal and bal[0].poor else None
+    return SettingResult(ra_kb, seconds, counted, per, reqs, snap, bal[0] if bal else None,
+                         (after.sectors_read - before.sectors_read) * 512, devices.queue_settings(fs.name),
+                         dstate[0] if dstate else None, causes)
+
+
+def _mbs(b: float, seconds: float) -> str:
+    return f"{b / seconds / (1 << 20):6.1f} MB/s"
+
+
+def render(r: SettingResult, n: int) -> list[str]:
+    sec = r.seconds
+    s = r.settings
+    out = [f"== read_ahead_kb={r.read_ahead_kb}: {n} readers, {READ_SIZE // 1024} KiB sequential buffered reads, "
+           f"{sec:g}s (scheduler {s.get('scheduler')}, nr_requests {s.get('nr_requests')}, "
+           f"max_sectors_kb {s.get('max_sectors_kb')})"]
+    app_n = sum(p.app_req.count for p in r.procs)
+    app_b = sum(p.app_bytes for p in r.procs)
+    dev_n = sum(p.dev.count for p in r.procs)
+    dev_b = sum(p.dev.total for p in r.procs)
+    ra_b = sum(p.ra_bytes for p in r.procs)
+    app_avg = app_b / app_n if app_n else 0.0
+    dev_avg = dev_b / dev_n if dev_n else 0.0
+    out.append("readsize (all readers):")
+    out.append(f"  application: {app_n} reads, avg {fmt_bytes(app_avg)}B, {fmt_bytes(app_b)}B returned")
+    out.append(f"  device:      {dev_n} bios, avg {fmt_bytes(dev_avg)}B, {fmt_bytes(dev_b)}B "
+               f"({100.0 * ra_b / dev_b if dev_b else 0:.0f}% readahead); /proc/diskstats read "
+               f"{fmt_bytes(r.disk_read_bytes)}B")
+    out += ["  " + line for line in request_lines(r.requests)]
+    if app_avg:
+        out.append(f"  each {fmt_bytes(app_avg)}B read became device I/O of {fmt_bytes(dev_avg)}B on average "
+                   f"({dev_avg / app_avg:.1f}x); amplification {dev_b / app_b if app_b else 0:.2f}")
+    t = r.ra.totals()
+    dec = {k: sum(f.decisions[k] for f in r.ra.files) for k in ("sync", "async", "other")}
+    wmax = max((f.max_window for f in r.ra.files), default=0)
+    rmax = max((f.max_ra_pages for f in r.ra.files), default=0)
+    out.append("readahead:")
+    out.append(f"  decisions sync {dec['sync']}, async {dec['async']}; ra_pages {rmax} ({rmax * PAGE // 1024} KiB); "
+               f"largest window {wmax} pages ({wmax * PAGE // 1024} KiB)")
+    out.append(f"  pages read ahead {t['pages']}: used {t['used']}, wasted {t['wasted']}, still cached unused "
+               f"{t['cached']}, untracked {t['untracked']}")
+    out.append("fair (bytes returned to each reader; the reader's own count beside):")
+    rates = per_process(r.procs)
+    rows = sorted(rates.values(), key=lambda x: -x.read)
+    for i, pr in enumerate(rows, 1):
+        own = r.readers.get(pr.pid, 0)
+        out.append(f"  reader {i:2d} pid {pr.pid:>7}: {_mbs(pr.read, sec)}  device {_mbs(pr.dev_read, sec)}  "
+                   f"(counted itself: {_mbs(own, sec)})")
+    missing = [pid for pid in r.readers if pid not in rates]
+    if missing:
+        out.append(f"  {len(missing)} readers read nothing: {missing}")
+    b = r.balance
+    if b:
+        out.append(f"  total {_mbs(b.total, sec)}; min {_mbs(b.min, sec)} max {_mbs(b.max, sec)} "
+                   f"mean {_mbs(b.mean, sec)}; cv {b.cv:.2f}; max/min {b.max_min:.2f}; Jain {b.jain:.3f}"
+                   f"{'  POOR' if b.poor else ''}")
+    if r.disk:
+        out.append(f"  {r.disk.name} busy {r.disk.util:.0%} during the run")
+    if r.causes:
+        out.append("  likely causes (as ioscope fair reports them):")
+        out += [f"  - {c}" for c in r.causes]
+    return out
+
+
+def to_json(r: SettingResult) -> dict[str, object]:
+    rates = per_process(r.procs)
+    return {
+        "read_ahead_kb": r.read_ahead_kb, "seconds": r.seconds, "device": r.settings,
+        "disk_read_bytes": r.disk_read_bytes,
+        "readers": [{"pid": pid, "counted_bytes": own, "read_bytes": rates[pid].read if pid in rates else 0,
+                     "dev_read_bytes": rates[pid].dev_read if pid in rates else 0}
+                    for pid, own in sorted(r.readers.items())],
+        "procs": [p.to_json() for p in r.procs], "requests": [q.to_json() for q in r.requests],
+        "readahead": {"totals": r.ra.totals(), "files": [f.to_json() for f in r.ra.files]},
+        "balance": r.balance.to_json() if r.balance else None,
+        "disk": r.disk.to_json() if r.disk else None, "causes": r.causes,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    system.require_bpf_privileges("demo")
+    btf = system.btf_path(args.btf)
+    n, file_mb = args.readers, args.file_mb
+    out = cli_common.console()
+    size_mb = n * file_mb + 64 + n
+    with LoopFS(size_mb=size_mb, scheduler=args.scheduler) as fs:
+        if not args.json:
+            out.print(f"ioscope demo readahead: ext4 on {fs.loop.path} ({size_mb} MiB, tmpfs-backed), "
+                      f"{n} files of {file_mb} MiB", highlight=False)
+        fs.loop.set_queue("max_sectors_kb", str(args.max_kb))
+        files = [fs.make_file(f"file{i + 1}", file_mb << 20) for i in range(n)]
+        results = []
+        bps = int(args.limit_mbs * (1 << 20)) if args.limit_mbs > 0 else 0
+        mem = args.memory_mb << 20 if args.memory_mb > 0 else 0
+        limit = SharedLimit(fs.loop.device.majmin, bps, mem) if bps or mem else None
+        if bps and not args.json:
+            out.print(f"all readers share one blkio cgroup limited to {args.limit_mbs:g} MiB/s of reads on "
+                      f"{fs.name}: the device is the bottleneck, as the study's HBA was", highlight=False)
+        if mem and not args.json:
+            out.print(f"all readers share one memory cgroup of {args.memory_mb} MiB (page cache included)",
+                      highlight=False)
+        try:
+            for kb in (args.small_kb, args.large_kb):
+                results.append(run_setting(fs, files, kb, args.seconds, btf, limit))
+        finally:
+            if limit:
+                limit.close()
+        for r in results:
+            if args.json:
+                print(json.dumps(to_json(r)), flush=True)
+            else:
+                for line in render(r, n):
+                    out.print(line, highlight=False)
+                out.print()
+    if not args.json:
+        out.print("summary:", highlight=False)
+        for r in results:
+            b = r.balance
+            if b:
+                out.print(f"  read_ahead_kb={r.read_ahead_kb:>6}: total {_mbs(b.total, r.seconds)}, "
+                          f"per reader {_mbs(b.min, r.seconds)} .. {_mbs(b.max, r.seconds)}, Jain {b.jain:.3f}",
+                          highlight=False)
+        out.print(f"removed {fs.name}, its file system and backing file.", highlight=False)
+    return 0
+
+
+__all__ = ["READER", "add_arguments", "render", "run", "run_setting", "to_json"]
+

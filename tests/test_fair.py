@@ -1,0 +1,162 @@
+"""ioscope fair: the math (no root) and two real readers, equal and blkio-throttled (live)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from conftest import json_lines
+from ioscope.ra.fairness import balance, jain_index, select_active
+from test_readsize import Traced
+
+MB = 1 << 20
+
+
+# -- unit: the fairness math ------------------------------------------------
+
+def test_jain_equal_is_one() -> None:
+    assert jain_index([5.0] * 7) == pytest.approx(1.0)
+
+
+def test_jain_one_takes_all_is_one_over_n() -> None:
+    assert jain_index([10.0, 0.0, 0.0, 0.0]) == pytest.approx(0.25)
+
+
+def test_jain_by_hand() -> None:
+    xs = [48.0, 48.0, 4.5, 4.5]
+    assert jain_index(xs) == pytest.approx(sum(xs) ** 2 / (4 * sum(x * x for x in xs)))
+    assert jain_index(xs) == pytest.approx(105.0 ** 2 / (4 * (2 * 48 ** 2 + 2 * 4.5 ** 2)))
+
+
+def test_balance_fields() -> None:
+    b = balance([2.0, 4.0, 6.0])
+    assert (b.n, b.total, b.min, b.max, b.mean) == (3, 12.0, 2.0, 6.0, 4.0)
+    assert b.cv == pytest.approx(math.sqrt(8 / 3) / 4)
+    assert b.max_min == pytest.approx(3.0)
+    assert b.jain == pytest.approx(144 / (3 * 56))
+    assert b.poor  # 0.857: max/min 3 is poor
+
+
+def test_balance_poor_and_edges() -> None:
+    assert balance([10.0, 1.0]).poor
+    assert not balance([10.0]).poor and balance([10.0]).jain == 1.0
+    assert balance([]).n == 0
+    assert balance([0.0, 3.0]).max_min == math.inf
+    assert balance([0.0, 3.0]).to_json()["max_min"] is None
+
+
+def test_select_active() -> None:
+    assert select_active({1: 100.0, 2: 50.0, 3: 0.5}, 0.01) == {1: 100.0, 2: 50.0}
+    assert select_active({1: 0.0}, 0.01) == {}
+
+
+# -- live ------------------------------------------------------------------
+
+@pytest.fixture
+def fs2(live: None) -> Iterator[Any]:
+    from ioscope.ra.fs import LoopFS
+
+    with LoopFS(size_mb=160) as fs:
+        yield fs
+
+
+READER = ("import os,sys\n"
+          "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+          "while os.read(fd, 32768):\n"
+          "    pass\n")
+
+
+def _reader(path: str, cgroup: str | None = None) -> subprocess.Popen[bytes]:
+    if cgroup:
+        # move into the cgroup first, then become the reader (exec keeps the pid)
+        return subprocess.Popen(["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$0" -c "$1" "$2"',
+                                 sys.executable, READER, path])
+    return subprocess.Popen([sys.executable, "-c", READER, path])
+
+
+def _run_pair(fs: Any, files: list[str], cgroup: str | None, seconds: float) -> tuple[dict[str, Any], list[int]]:
+    from ioscope.ra.fs import drop_caches
+
+    drop_caches()
+    t = Traced("fair", "-d", fs.name, "-j")
+    try:
+        a = _reader(files[0])
+        b = _reader(files[1], cgroup)
+        time.sleep(seconds)
+        a.wait(timeout=60)
+    finally:
+        out, err = t.stop()
+        for p in (locals().get("a"), locals().get("b")):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    docs = json_lines(out)
+    assert len(docs) == 1, err
+    return docs[0], [a.pid, b.pid]
+
+
+def test_two_identical_readers_are_fair(fs2: Any) -> None:
+    files = [fs2.make_file(f"f{i}", 40 * MB) for i in range(2)]
+    doc, pids = _run_pair(fs2, files, None, 1.0)
+    procs = {p["pid"]: p for p in doc["procs"]}
+    assert set(pids) <= set(procs)
+    for pid in pids:
+        assert procs[pid]["read_bytes"] == 40 * MB
+    bal = doc["balance"]["read"]
+    assert set(bal["pids"]) == set(pids)
+    assert bal["jain"] > 0.99 and not bal["poor"]
+
+
+@pytest.fixture
+def blkio_cgroup(live: None) -> Iterator[str]:
+    base = "/sys/fs/cgroup/blkio"
+    if not os.path.isfile(f"{base}/blkio.throttle.read_bps_device"):
+        base = "/sys/fs/cgroup/unified"
+        if not os.path.isfile(f"{base}/cgroup.controllers"):
+            pytest.fail("no blkio (v1) or unified (v2) cgroup hierarchy to throttle a reader")
+    path = f"{base}/ioscope-fair-{os.getpid()}"
+    os.mkdir(path)
+    try:
+        yield path
+    finally:
+        for _ in range(50):
+            try:
+                os.rmdir(path)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def test_throttled_reader_is_flagged(fs2: Any, blkio_cgroup: str) -> None:
+    files = [fs2.make_file(f"f{i}", 40 * MB) for i in range(2)]
+    limit = 4 * MB
+    majmin = fs2.loop.device.majmin
+    if blkio_cgroup.startswith("/sys/fs/cgroup/blkio"):
+        with open(f"{blkio_cgroup}/blkio.throttle.read_bps_device", "w") as f:
+            f.write(f"{majmin} {limit}")
+    else:
+        with open(f"{blkio_cgroup}/io.max", "w") as f:
+            f.write(f"{majmin} rbps={limit}")
+    doc, pids = _run_pair(fs2, files, blkio_cgroup, 2.0)
+    procs = {p["pid"]: p for p in doc["procs"]}
+    fast, slow = procs[pids[0]], procs[pids[1]]
+    assert fast["read_bytes"] == 40 * MB
+    assert 0 < slow["read_bytes"] < 20 * MB
+    # bios the throttle held back are queued later by a kernel thread: still the slow reader's
+    assert slow["dev_read_bytes"] >= slow["read_bytes"] // 2
+    assert not [p for p in doc["procs"] if p["comm"].startswith("kworker") and p["dev_read_bytes"]]
+    bal = doc["balance"]["read"]
+    assert set(bal["pids"]) == set(pids)
+    xs = [procs[p]["read_bytes"] for p in bal["pids"]]
+    by_hand = sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
+    assert bal["jain"] == pytest.approx(by_hand, abs=1e-6)
+    assert bal["poor"] is True
+    causes = doc["poor"]["read"]["causes"]
+    assert any("throttled" in c and str(pids[1]) in c for c in causes), causes

@@ -1,0 +1,164 @@
+"""No root: ABI of bpf/ra.h, histogram merges, grouping and renders of readsize/readahead/fair."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ioscope.hist import Hist
+from ioscope.ra import abi
+from ioscope.ra.collect import ProcIO, filter_devs, group_cached, merge_procs, mountpoints, syscall_numbers
+from ioscope.ra.fair import ProcRate, balances, blkio_limits, per_process, render_text
+from ioscope.ra.readsize import render_text as rs_render
+from ioscope.ra.readsize import size_rows
+
+OBJ = Path(__file__).resolve().parent.parent / "lib" / "ioscope" / "bpfobj"
+
+
+@pytest.mark.parametrize("name", sorted(abi.STRUCTS))
+def test_struct_matches_btf(name: str) -> None:
+    from ioscope import _libbpf
+
+    obj, dtype = abi.STRUCTS[name]
+    size, members = _libbpf.struct_layout(str(OBJ / f"{obj}.bpf.o"), name)
+    assert size == dtype.itemsize
+    assert [(m, off, sz) for m, off, sz in members] == \
+        [(n, dtype.fields[n][1], dtype.fields[n][0].itemsize) for n in dtype.names]
+
+
+def test_header_constants() -> None:
+    text = (Path(__file__).resolve().parent.parent / "bpf" / "ra.h").read_text()
+    assert f"RS_NR_STATS = {abi.RS_NR_STATS}" in text and f"RA_NR_HISTS = {abi.RA_NR_HISTS}" in text
+    assert f"RA_H_AGE = {abi.RA_H_AGE}" in text and f"RA_NR_STATS = {abi.RA_NR_STATS}" in text
+
+
+def _proc(pid: int, app: list[int], dev: list[int], ra: int = 0) -> ProcIO:
+    return ProcIO(pid, "reader", "read", Hist.from_values(app), Hist.from_values(app), Hist.from_values(dev),
+                  ra_count=ra, ra_bytes=sum(dev[:ra]))
+
+
+def test_procio_merge_is_histogram_merge() -> None:
+    a = _proc(7, [32768] * 3, [524288])
+    b = _proc(7, [32768] * 4 + [4096], [131072, 524288], ra=2)
+    m = a.merge(b)
+    assert m.app_req.count == 8 and m.app_req.total == 7 * 32768 + 4096
+    assert m.app_req.min == 4096 and m.app_req.max == 32768
+    assert (m.dev.counts == a.dev.counts + b.dev.counts).all()
+    assert m.ra_count == 2 and m.ra_bytes == 131072 + 524288
+    acc: dict[tuple[int, str], ProcIO] = {}
+    merge_procs(acc, [a])
+    merge_procs(acc, [b, _proc(8, [1], [])])
+    assert acc[(7, "read")].app_req.count == 8 and acc[(8, "read")].app_req.count == 1
+
+
+def test_merge_with_empty_keeps_min_max() -> None:
+    h = Hist.from_values([5, 9]).merge(Hist())
+    assert (h.min, h.max, h.count) == (5, 9, 2)
+
+
+def test_amplification_and_ratio() -> None:
+    p = _proc(1, [32768] * 16, [524288])
+    assert p.amplification == pytest.approx(1.0)
+    assert p.size_ratio == pytest.approx(16.0)
+    assert _proc(1, [], [4096]).amplification is None
+
+
+def test_size_rows_and_render() -> None:
+    p = _proc(4242, [32768] * 787, [524288] * 49, ra=49)
+    assert size_rows(p.app_req, p.dev) == [
+        (" 32.0K -> 64.0K ", 787, 0), (" 64.0K -> 128K  ", 0, 0), ("  128K -> 256K  ", 0, 0),
+        ("  256K -> 512K  ", 0, 0), ("  512K -> 1.00M ", 0, 49)]
+    text = "\n".join(rs_render([p], 5))
+    assert text.splitlines()[1].split() == ["4242", "reader", "read", "787", "24.6M", "32.0K", "49", "24.5M",
+                                           "512K", "24.5M", "1.00"]
+    assert "device requests 16.0x the application's size" in text
+
+
+def test_json_shape() -> None:
+    doc = _proc(3, [32768] * 2, [65536], ra=1).to_json()
+    assert set(doc) >= {"pid", "comm", "app", "dev"}
+    assert set(doc["app"]) >= {"count", "bytes", "buckets"}  # type: ignore[arg-type]
+    assert set(doc["dev"]) >= {"count", "bytes", "ra_count", "ra_bytes", "buckets"}  # type: ignore[arg-type]
+    assert doc["app"]["buckets"] == [[32768, 36864, 2]]  # type: ignore[index]
+
+
+def test_group_cached() -> None:
+    keys = np.zeros(5, dtype=abi.RA_PAGE_KEY)
+    vals = np.zeros(5, dtype=abi.RA_PAGE)
+    keys["dev"], keys["ino"], keys["index"] = [7, 7, 7, 8, 7], [12, 12, 12, 12, 13], [0, 1, 2, 0, 0]
+    vals["tgid"] = [100, 100, 101, 100, 100]
+    assert group_cached(keys, vals) == {(7, 12, 100): 2, (7, 12, 101): 1, (8, 12, 100): 1, (7, 13, 100): 1}
+    assert group_cached(keys[:0], vals[:0]) == {}
+
+
+def test_fair_render_and_balance() -> None:
+    rates = {1: ProcRate(1, "fast", read=48 << 20, dev_read=48 << 20), 2: ProcRate(2, "slow", read=4 << 20)}
+    bal = balances(rates, "app", 0.01)
+    b, pids = bal["read"]
+    assert pids == [1, 2] and b.poor and "write" not in bal
+    assert b.jain == pytest.approx(52 ** 2 / (2 * (48 ** 2 + 4 ** 2)))
+    lines = render_text(rates, rates, bal, bal, {"read": ["x"]}, [], 1.0, "app", 0, "T")
+    assert lines[0] == "T  interval 1.000s  lost 0"
+    assert lines[2].split() == ["1", "fast", "48.0M", "48.0M", "0", "0", "48.0M", "48.0M"]
+    assert "Jain 0.583  POOR" in lines[4] and lines[5] == "  likely causes:" and lines[6] == "  - x"
+
+
+def test_per_process_sums_directions() -> None:
+    r = ProcIO(5, "w", "write", Hist.from_values([4096]), Hist.from_values([4096]), Hist.from_values([8192]))
+    rates = per_process([_proc(5, [100], [4096], ra=1), r])
+    assert (rates[5].read, rates[5].dev_read, rates[5].write, rates[5].dev_write, rates[5].ra_bytes) == \
+        (100, 4096, 4096, 8192, 4096)
+
+
+def test_blkio_limits_fixture(tmp_path: Path) -> None:
+    (tmp_path / "proc" / "42").mkdir(parents=True)
+    (tmp_path / "proc" / "42" / "cgroup").write_text("7:blkio:/slow\n0::/v2slow\n")
+    (tmp_path / "cg" / "blkio" / "slow").mkdir(parents=True)
+    (tmp_path / "cg" / "blkio" / "slow" / "blkio.throttle.read_bps_device").write_text("7:3 4194304\n")
+    (tmp_path / "cg" / "unified" / "v2slow").mkdir(parents=True)
+    (tmp_path / "cg" / "unified" / "v2slow" / "io.max").write_text("7:3 rbps=1048576 wbps=max riops=max wiops=max\n")
+    got = blkio_limits(42, str(tmp_path / "proc"), str(tmp_path / "cg"))
+    assert got == ["cgroup /slow read_bps_device 7:3 4194304",
+                   "cgroup /v2slow io.max 7:3 rbps=1048576 wbps=max riops=max wiops=max"]
+    assert blkio_limits(43, str(tmp_path / "proc"), str(tmp_path / "cg")) == []
+
+
+def test_filter_devs_includes_partitions(tmp_path: Path) -> None:
+    from ioscope.devices import BlockDevice, kdev
+
+    d = tmp_path / "block" / "sdz"
+    (d / "sdz1").mkdir(parents=True)
+    (d / "sdz1" / "dev").write_text("8:241\n")
+    (d / "sdz1" / "partition").write_text("1\n")
+    (d / "queue").mkdir()
+    assert filter_devs(BlockDevice("sdz", 8, 240), str(tmp_path)) == [kdev(8, 240), kdev(8, 241)]
+
+
+def test_mountpoints_fixture(tmp_path: Path) -> None:
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "mountinfo").write_text(
+        "36 35 7:3 / /mnt/a\\040b rw,noatime - ext4 /dev/loop3 rw\n30 1 254:1 / / rw - ext4 /dev/vda1 rw\n")
+    from ioscope.devices import kdev
+
+    assert mountpoints(str(tmp_path)) == {kdev(7, 3): "/mnt/a b", kdev(254, 1): "/"}
+
+
+def test_syscall_numbers() -> None:
+    assert syscall_numbers("x86_64")["preadv2"] == 327
+    assert syscall_numbers("aarch64")["read"] == 63
+    from ioscope.errors import IoscopeError
+
+    with pytest.raises(IoscopeError):
+        syscall_numbers("pdp11")
+
+
+def test_cause_thrown_away_readahead() -> None:
+    from ioscope.ra.fair import likely_causes
+
+    rates = {1: ProcRate(1, "a", read=10 << 20, dev_read=50 << 20, ra_bytes=50 << 20),
+             2: ProcRate(2, "b", read=2 << 20, dev_read=10 << 20, ra_bytes=10 << 20)}
+    b, pids = balances(rates, "app", 0.01)["read"]
+    causes = likely_causes(rates, b, pids, [], "read", "app")
+    assert any(c.startswith("the device read 5.0x what these processes got") for c in causes)

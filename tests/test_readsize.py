@@ -1,0 +1,173 @@
+"""ioscope readsize, live: a known reader against its own counts and /proc/diskstats."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from conftest import ioscope_cmd, json_lines
+
+READS = 787          # a prime number of reads
+READ_SIZE = 32768
+
+
+@pytest.fixture
+def loopfs(live: None) -> Iterator[Any]:
+    from ioscope.ra.fs import LoopFS
+
+    with LoopFS(size_mb=96) as fs:
+        yield fs
+
+
+class Traced:
+    """The real CLI in a subprocess, started and stopped with SIGINT (final totals)."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.p = subprocess.Popen(ioscope_cmd(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, **(env or {})})
+        assert self.p.stderr is not None
+        line = self.p.stderr.readline()
+        if "Tracing" not in line:
+            self.p.kill()
+            rest = self.p.communicate()[1]
+            raise AssertionError(f"ioscope {' '.join(args)} did not start: {line}{rest}")
+
+    def stop(self) -> tuple[str, str]:
+        self.p.send_signal(signal.SIGINT)
+        out, err = self.p.communicate(timeout=30)
+        return out, err
+
+
+def reader(path: str, reads: int, size: int) -> subprocess.Popen[bytes]:
+    code = ("import os,sys\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+            "for _ in range(int(sys.argv[2])):\n"
+            "    assert len(os.read(fd, int(sys.argv[3]))) == int(sys.argv[3])\n")
+    return subprocess.Popen([sys.executable, "-c", code, path, str(reads), str(size)])
+
+
+@pytest.mark.parametrize("attach", [None, "raw_tp"])
+def test_787_reads_and_device_bytes(loopfs: Any, attach: str | None) -> None:
+    from ioscope.ra.fs import drop_caches
+
+    path = loopfs.make_file("data", READS * READ_SIZE + (1 << 20))
+    drop_caches()
+    t = Traced("readsize", "-d", loopfs.name, "-j", env={"IOSCOPE_ATTACH": attach} if attach else None)
+    try:
+        before = loopfs.loop.diskstats()
+        r = reader(path, READS, READ_SIZE)
+        assert r.wait(timeout=60) == 0
+        time.sleep(0.2)
+        after = loopfs.loop.diskstats()
+    finally:
+        out, err = t.stop()
+    docs = json_lines(out)
+    assert len(docs) == 1, err
+    doc = docs[0]
+    assert doc["attach"] == (attach or "tp_btf")
+    assert doc["lost"] == 0
+    procs = {(p["pid"], p["op"]): p for p in doc["procs"]}
+    me = procs[(r.pid, "read")]
+    assert me["app"]["count"] == READS
+    assert me["app"]["buckets"] == [[READ_SIZE, READ_SIZE + READ_SIZE // 8, READS]]
+    assert me["app"]["bytes"] == READS * READ_SIZE
+    assert me["app"]["ret_buckets"] == [[READ_SIZE, READ_SIZE + READ_SIZE // 8, READS]]
+    # the reader's I/O was readahead, queued by the reader itself
+    assert me["dev"]["ra_bytes"] > 0 and me["dev"]["bytes"] >= READS * READ_SIZE
+    kernel_bytes = (after.sectors_read - before.sectors_read) * 512
+    traced = sum(p["dev"]["bytes"] for p in doc["procs"] if p["op"] == "read")
+    assert traced == kernel_bytes, (traced, kernel_bytes)
+    # and the requests the driver got are the ones /proc/diskstats counted
+    rq = [r for r in doc["requests"] if r["disk"] == loopfs.name and r["op"] == "read"]
+    assert len(rq) == 1 and rq[0]["bytes"] == kernel_bytes and rq[0]["count"] == after.reads - before.reads
+
+
+def test_pid_filter_and_comm(loopfs: Any) -> None:
+    from ioscope.ra.fs import drop_caches
+
+    path = loopfs.make_file("data", 4 << 20)
+    drop_caches()
+    other = loopfs.make_file("other", 1 << 20)
+    t = Traced("readsize", "-d", loopfs.name, "-c", "dd", "-j")
+    try:
+        subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=4k", "count=257", "status=none"], check=True)
+        subprocess.run(["cat", other], check=True, stdout=subprocess.DEVNULL)
+    finally:
+        out, _err = t.stop()
+    doc = json_lines(out)[0]
+    comms = {p["comm"] for p in doc["procs"]}
+    assert comms == {"dd"}
+    dd = doc["procs"][0]
+    assert dd["app"]["count"] == 257 and dd["app"]["buckets"] == [[4096, 4608, 257]]
+
+
+def test_bad_disk_is_one_line(live: None) -> None:
+    from conftest import run_ioscope
+
+    p = run_ioscope("readsize", "-d", "nosuchdisk", "1", "1")
+    assert p.returncode == 1
+    assert p.stderr.count("\n") == 1 and "unknown disk" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_unprivileged_is_one_line() -> None:
+    from conftest import run_ioscope
+
+    p = run_ioscope("readsize", "1", "1", env={"IOSCOPE_PRETEND_UNPRIVILEGED": "1"})
+    assert p.returncode == 1 and "needs root" in p.stderr and "Traceback" not in p.stderr
+    assert os.environ.get("IOSCOPE_PRETEND_UNPRIVILEGED") is None
+
+
+def test_writes(loopfs: Any) -> None:
+    """--writes: 97 writes of 8 KiB then fsync, which writes back in the writer's own context."""
+    path = loopfs.path("w")
+    code = ("import os,sys\n"
+            "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)\n"
+            "for _ in range(97):\n"
+            "    assert os.write(fd, b'x' * 8192) == 8192\n"
+            "os.fsync(fd)\n")
+    t = Traced("readsize", "-d", loopfs.name, "--writes", "-j")
+    try:
+        w = subprocess.Popen([sys.executable, "-c", code, path])
+        assert w.wait(timeout=60) == 0
+    finally:
+        out, _err = t.stop()
+    doc = json_lines(out)[0]
+    me = {(p["pid"], p["op"]): p for p in doc["procs"]}[(w.pid, "write")]
+    assert me["app"]["count"] == 97 and me["app"]["buckets"] == [[8192, 9216, 97]]
+    assert me["dev"]["bytes"] >= 97 * 8192 and me["dev"]["ra_count"] == 0
+
+
+def test_pid_filter(loopfs: Any) -> None:
+    """-p: only the chosen process, although another one reads the same way at the same time."""
+    from ioscope.ra.fs import drop_caches
+
+    paths = [loopfs.make_file(f"p{i}", 2 << 20) for i in range(2)]
+    drop_caches()
+    code = ("import os,sys\n"
+            "sys.stdin.readline()\n"
+            "fd = os.open(sys.argv[1], os.O_RDONLY)\n"
+            "for _ in range(31):\n"
+            "    os.read(fd, 16384)\n")
+    readers = [subprocess.Popen([sys.executable, "-c", code, p], stdin=subprocess.PIPE) for p in paths]
+    t = Traced("readsize", "-d", loopfs.name, "-p", str(readers[0].pid), "-j")
+    try:
+        for r in readers:
+            assert r.stdin is not None
+            r.stdin.write(b"go\n")
+            r.stdin.close()
+        for r in readers:
+            assert r.wait(timeout=60) == 0
+    finally:
+        out, _err = t.stop()
+    doc = json_lines(out)[0]
+    assert {p["pid"] for p in doc["procs"]} == {readers[0].pid}
+    me = doc["procs"][0]
+    assert me["app"]["count"] == 31 and me["app"]["buckets"] == [[16384, 18432, 31]]
+    assert me["dev"]["ra_bytes"] > 0
