@@ -6,6 +6,7 @@ import argparse
 import datetime as _dt
 import sys
 import time
+from collections.abc import Callable
 
 from rich.console import Console
 
@@ -79,3 +80,45 @@ def console() -> Console:
         return Console(highlight=False)
     return Console(file=sys.stdout, color_system=None, force_terminal=False, width=200, highlight=False,
                    soft_wrap=True)
+
+
+# emit(interval_start_wall_time, reset, final) prints one report
+Emit = Callable[[float, bool, bool], None]
+
+
+def run_intervals(tool: str, what: str, interval: float | None, count: int | None, emit: Emit,
+                  unavailable: list[str], tick: Callable[[], None] | None = None,
+                  tick_every: float = 10.0) -> int:
+    """The life cycle every aggregating tool shares, after its programs are attached.
+
+    Without an interval: wait for Ctrl-C/SIGTERM, then report once. With one: report (and
+    reset) every interval, count times. Ctrl-C or SIGTERM may arrive at any moment, even
+    before the "Tracing" line is out: what was measured is still reported. tick() runs every
+    tick_every seconds while waiting (housekeeping such as sweeping stale state).
+    """
+    started = time.time()
+    try:
+        for msg in unavailable:
+            print(f"ioscope {tool}: {msg}; carrying on without it", file=sys.stderr)
+        when = "Ctrl-C to end" if interval is None else f"every {interval:g}s"
+        print(f"Tracing {what}; {when}.", file=sys.stderr, flush=True)
+        if interval is None:
+            while True:
+                time.sleep(tick_every)
+                if tick:
+                    tick()
+    except KeyboardInterrupt:
+        if interval is None:
+            emit(started, False, True)
+        return 0
+    done = 0
+    try:
+        while count is None or done < count:
+            sleep_until(started + interval * (done + 1))
+            done += 1
+            emit(started + interval * (done - 1), True, count is not None and done >= count)
+            if tick:
+                tick()
+    except KeyboardInterrupt:
+        pass
+    return 0

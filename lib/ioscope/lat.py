@@ -158,11 +158,11 @@ class LatCollector:
         out.sort(key=lambda x: (x.disk, x.op, x.pid or 0, list(abi.PHASES).index(x.phase)))
         return out
 
-    def sweep_stale(self) -> int:
+    def sweep_stale(self) -> None:
         """Drop per-bio state older than STALE_NS (I/O that will never complete in view)."""
         kb, vb, n = self.starts.dump(sum=False)
         if not n:
-            return 0
+            return
         keys = np.frombuffer(kb, dtype=np.uint64, count=n)
         vals = np.frombuffer(vb, dtype=abi.BIO_START, count=n)
         now = time.monotonic_ns()
@@ -171,7 +171,6 @@ class LatCollector:
         for k in old:
             self.starts.delete(k.tobytes())
         self._stale += len(old)
-        return len(old)
 
     def losses(self, since_last: bool) -> Losses:
         raw = self.stats.dump(sum=True)
@@ -254,8 +253,6 @@ def run(args: argparse.Namespace) -> int:
 def _emit(collector: LatCollector, args: argparse.Namespace, started: float, reset: bool) -> None:
     now = time.time()
     hists = collector.read(reset=reset)
-    if reset:
-        collector.sweep_stale()
     losses = collector.losses(since_last=True)
     kernel = collector.kernel_completed(since_last=reset)
     if losses.lost:
@@ -300,35 +297,14 @@ def _emit(collector: LatCollector, args: argparse.Namespace, started: float, res
 
 
 def _loop(collector: LatCollector, args: argparse.Namespace) -> int:
-    started = time.time()
-    interval: float | None = args.interval
-    # Ctrl-C / SIGTERM may arrive at any point once tracing has started (even before the
-    # "Tracing" line is out): whatever was measured is still printed.
-    try:
-        for what in collector.unavailable:
-            print(f"ioscope lat: {what}; carrying on without it", file=sys.stderr)
-        where = ", ".join(d.name for d in collector.opts.disks) or "all disks"
-        what = "Ctrl-C to end" if interval is None else f"every {interval:g}s"
-        print(f"Tracing block I/O latency on {where} ({collector.bpf.variant_summary()}); {what}.",
-              file=sys.stderr, flush=True)
-        if interval is None:
-            while True:
-                time.sleep(SWEEP_EVERY_S)
-                collector.sweep_stale()
-    except KeyboardInterrupt:
-        if interval is None:
-            _emit(collector, args, started, reset=False)
-        return 0
-    assert interval is not None
-    done = 0
-    try:
-        while args.count is None or done < args.count:
-            cli_common.sleep_until(started + interval * (done + 1))
-            _emit(collector, args, started + interval * done, reset=True)
-            done += 1
-    except KeyboardInterrupt:
-        pass
-    return 0
+    where = ", ".join(d.name for d in collector.opts.disks) or "all disks"
+
+    def emit(start: float, reset: bool, final: bool) -> None:
+        _emit(collector, args, start, reset)
+
+    return cli_common.run_intervals("lat", f"block I/O latency on {where} ({collector.bpf.variant_summary()})",
+                                    args.interval, args.count, emit, collector.unavailable,
+                                    tick=collector.sweep_stale, tick_every=SWEEP_EVERY_S)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

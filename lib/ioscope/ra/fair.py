@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ioscope import cli_common, devices, system
+from ioscope.cli_common import run_intervals
 from ioscope.ra.collect import ProcIO, ReadsizeCollector, ReadsizeOptions, merge_procs
 from ioscope.ra.fairness import POOR_JAIN, Balance, balance, select_active
-from ioscope.ra.loop import run_intervals
 from ioscope.render import fmt_bytes
 
 BUSY_UTIL = 0.5  # a disk with I/O in flight at least half the interval is busy

@@ -8,11 +8,11 @@ import sys
 import time
 
 from ioscope import cli_common, devices, system
+from ioscope.cli_common import run_intervals
 from ioscope.errors import UsageError
 from ioscope.hist import Hist
 from ioscope.ra import abi
 from ioscope.ra.collect import RaFile, RaSnapshot, ReadaheadCollector, ReadaheadOptions
-from ioscope.ra.loop import run_intervals
 from ioscope.render import HistView, fmt_bytes, fmt_ns
 
 PAGE = 4096

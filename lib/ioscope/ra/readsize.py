@@ -8,9 +8,9 @@ import sys
 import time
 
 from ioscope import cli_common, devices, system
+from ioscope.cli_common import run_intervals
 from ioscope.hist import Hist
 from ioscope.ra.collect import DevRequests, ProcIO, ReadsizeCollector, ReadsizeOptions
-from ioscope.ra.loop import run_intervals
 from ioscope.render import fmt_bytes
 
 DETAILS = 5  # processes shown with their size distributions (the busiest ones)
