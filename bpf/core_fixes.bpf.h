@@ -93,4 +93,17 @@ static __always_inline __u8 opf_to_op(__u32 opf, __u32 bytes)
 	return IOS_OP_OTHER;
 }
 
+/*
+ * When the block layer started timing the request (the start of the await
+ * in /proc/diskstats), 0 when it did not stamp it (no I/O accounting and no
+ * scheduler). Kernels before 4.17 (commit 522a777566f5) had start_time in
+ * jiffies under another name: there the caller falls back to its own time.
+ */
+static __always_inline __u64 rq_start_ns(struct request *rq)
+{
+	if (bpf_core_field_exists(rq->start_time_ns))
+		return BPF_CORE_READ(rq, start_time_ns);
+	return 0;
+}
+
 #endif /* CORE_FIXES_BPF_H */

@@ -1,0 +1,114 @@
+"""ioscope top: which disk is busy, who does the I/O, how slow it is; refreshed every interval."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from collections.abc import Callable
+
+from ioscope import cli_common, devices, system
+from ioscope.errors import UsageError
+from ioscope.top.collector import TopCollector
+from ioscope.top.model import PROC_SORT_KEYS, HeatHistory, Sample, Snapshot, build_snapshot, filter_snapshot
+from ioscope.top.view import ViewState, batch_text, interactive
+
+SWEEP_EVERY_S = 30.0
+
+EXAMPLES = """\
+examples:
+  ioscope top                  # the live screen, refreshed every second (q quits, ? shows the keys)
+  ioscope top 2                # refresh every 2 seconds
+  ioscope top -b -n 5          # 5 plain-text snapshots, like top -b (automatic when piped)
+  ioscope top -j -n 10         # one JSON object per interval: {"devices": [...], "procs": [...]}
+  ioscope top -d loop0         # start filtered on one disk (d in the screen changes it)
+  ioscope top -b -s p99_ms     # batch, processes sorted by their p99 latency
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("top", help="live view of busy disks, the processes doing I/O, and latency",
+                       description="A top-like view: devices with iostat -x columns and p99 latency, "
+                                   "processes with their I/O rates and latency (attributed to the process "
+                                   "that queued the I/O), and a latency heat map of the selected disk.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-d", "--disk", metavar="DISK", help="show only this disk (name, /dev/name or major:minor)")
+    p.add_argument("-p", "--pid", type=cli_common.pid_type, help="show only I/O queued by this process")
+    p.add_argument("-b", "--batch", action="store_true",
+                   help="plain-text snapshots, one per interval (the default when stdout is not a terminal)")
+    p.add_argument("-j", "--json", action="store_true", help="one JSON object per interval")
+    p.add_argument("-n", "--iterations", type=cli_common.positive_int, metavar="COUNT",
+                   help="stop after COUNT refreshes")
+    p.add_argument("-s", "--sort", default="total", choices=("total", *PROC_SORT_KEYS),
+                   help="process sort column (default total: rkB/s + wkB/s)")
+    p.add_argument("-l", "--limit", type=cli_common.positive_int, metavar="N",
+                   help="batch: print at most N processes per snapshot")
+    cli_common.add_interval_count(p)
+    p.set_defaults(func=run, tool="top")
+
+
+class Sampler:
+    """Turns collector samples into snapshots (keeps the previous sample)."""
+
+    def __init__(self, collector: TopCollector) -> None:
+        self.c = collector
+        self.host = platform.node()
+        self.kernel = platform.release()
+        self.prev: Sample = collector.sample()
+        self.last_sweep = time.monotonic()
+
+    def __call__(self) -> Snapshot:
+        cur = self.c.sample()
+        snap = build_snapshot(self.prev, cur, host=self.host, kernel=self.kernel, disks=self.c.whole_disks(),
+                              name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary())
+        self.prev = cur
+        if cur.mono - self.last_sweep >= SWEEP_EVERY_S:
+            self.c.sweep()
+            self.last_sweep = cur.mono
+        return snap
+
+
+def run(args: argparse.Namespace) -> int:
+    interval: float = args.interval or 1.0
+    count: int | None = args.iterations or args.count
+    disk = devices.resolve_disk(args.disk).name if args.disk else None
+    batch = args.batch or args.json or not sys.stdout.isatty()
+    if not batch and not sys.stdin.isatty():
+        raise UsageError("the interactive screen needs a terminal on stdin", "use --batch or -j")
+    system.require_bpf_privileges("top")
+    btf = system.btf_path(args.btf)
+    collector = TopCollector(btf=btf)
+    try:
+        for what in collector.unavailable:
+            print(f"ioscope top: {what}; carrying on without it", file=sys.stderr)
+        sampler = Sampler(collector)
+        if batch:
+            return _batch(sampler, args, interval, count, disk)
+        st = ViewState(sort=args.sort, interval=interval, disk=disk, pid=args.pid, heat_disk=disk)
+        try:
+            return interactive(sampler, st, HeatHistory(), count)
+        except KeyboardInterrupt:
+            return 0
+    finally:
+        collector.close()
+
+
+def _batch(sample: Callable[[], Snapshot], args: argparse.Namespace, interval: float, count: int | None,
+           disk: str | None) -> int:
+    done = 0
+    start = time.time()
+    try:
+        while count is None or done < count:
+            cli_common.sleep_until(start + interval * (done + 1))
+            snap = filter_snapshot(sample(), disk, args.pid)
+            if args.json:
+                print(json.dumps(snap.to_json()), flush=True)
+            else:
+                print(batch_text(snap, args.sort, reverse=args.sort not in ("pid", "comm", "disk"),
+                                 limit=args.limit), flush=True)
+            done += 1
+    except KeyboardInterrupt:
+        pass
+    return 0

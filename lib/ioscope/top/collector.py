@@ -1,0 +1,119 @@
+"""The kernel side of ioscope top: the top BPF object plus /proc/diskstats, read once per refresh.
+
+The BPF maps are read with one batched dump each and emptied in the same
+call (dump(delete=True)), so each read returns exactly what happened since
+the previous one and user space never walks keys one by one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from ioscope import abi, devices, lat
+from ioscope.loader import BPFObject
+from ioscope.top.model import Sample
+
+PROC_MAX_ENTRIES = 4096
+
+
+class TopCollector:
+    """Owns the top BPF object. sample() returns a Sample; close() detaches everything."""
+
+    def __init__(self, btf: str | None = None, proc_root: str = "/proc", sys_root: str = "/sys") -> None:
+        self.proc_root = proc_root
+        self.sys_root = sys_root
+        self.names = devices.DevNames(sys_root)
+        self._comms: dict[int, str] = {0: "[unknown]"}
+        self._stale = 0
+        self._last_stats = np.zeros(abi.NR_STATS, dtype=np.uint64)
+        self._last_misses = 0
+        self.bpf = BPFObject("top", btf=btf)
+        try:
+            b = self.bpf
+            b.choose(required=["bio_queue", "rq_complete"], optional=["split"])
+            b.set_max_entries("procs", PROC_MAX_ENTRIES)
+            b.load()
+            self.procs = b.map("procs")
+            self.disks = b.map("disks")
+            self.comms = b.map("comms")
+            self.stats = b.map("stats")
+            self.starts = b.map("starts")
+            b.attach()
+        except BaseException:
+            self.bpf.close()
+            raise
+
+    @property
+    def unavailable(self) -> list[str]:
+        return self.bpf.unavailable
+
+    def whole_disks(self) -> list[str]:
+        return [d.name for d in devices.list_disks(self.sys_root)]
+
+    def comm(self, tgid: int) -> str:
+        c = self._comms.get(tgid)
+        if c is None:
+            try:
+                with open(os.path.join(self.proc_root, str(tgid), "comm")) as f:
+                    c = f.read().strip()
+            except OSError:
+                c = "[exited]"
+            self._comms[tgid] = c
+        return c
+
+    def _refresh_comms(self) -> None:
+        kb, vb, n = self.comms.dump()
+        if not n:
+            return
+        pids = np.frombuffer(kb, dtype=np.uint32, count=n)
+        raw = np.frombuffer(vb, dtype="S16", count=n)
+        for p, c in zip(pids.tolist(), raw.tolist()):
+            self._comms[p] = c.split(b"\0")[0].decode(errors="replace")
+
+    def sample(self) -> Sample:
+        """Read and empty the maps, read /proc/diskstats: one consistent moment."""
+        mono, wall = time.monotonic(), time.time()
+        ds = devices.read_diskstats(self.proc_root)
+        pk, pv, pn = self.procs.dump(sum=False, delete=True)
+        dk, dv, dn = self.disks.dump(sum=False, delete=True)
+        proc_keys = np.frombuffer(pk, dtype=abi.TOP_PROC_KEY, count=pn).copy()
+        proc_vals = np.frombuffer(pv, dtype=abi.TOP_PROC_VAL, count=pn).copy()
+        disk_keys = np.frombuffer(dk, dtype=abi.TOP_DISK_KEY, count=dn).copy()
+        disk_hists = abi.combine_percpu_hists(dv, dn, self.disks.ncpus)
+        if pn:
+            self._refresh_comms()
+        losses = self.losses()
+        return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
+                      _loss_detail(losses))
+
+    def sweep(self) -> int:
+        """Forget per-bio state of I/O that never completed (see lat.sweep_stale_starts)."""
+        n = lat.sweep_stale_starts(self.starts)
+        self._stale += n
+        return n
+
+    def losses(self) -> lat.Losses:
+        """Losses since the previous call."""
+        raw = self.stats.dump(sum=True)
+        vals = np.frombuffer(raw[1], dtype=np.uint64, count=raw[2])
+        cur = np.zeros(abi.NR_STATS, dtype=np.uint64)
+        cur[: len(vals)] = vals
+        misses = self.bpf.recursion_misses()
+        delta, dmiss = cur - self._last_stats, misses - self._last_misses
+        self._last_stats, self._last_misses = cur, misses
+        counters = {abi.STAT_NAMES[i]: int(delta[i]) for i in abi.STAT_NAMES if i < abi.NR_STATS}
+        counters["stale"] = self._stale
+        return lat.Losses(counters, dmiss)
+
+    def close(self) -> None:
+        self.bpf.close()
+
+
+def _loss_detail(losses: lat.Losses) -> dict[str, Any]:
+    out: dict[str, Any] = dict(losses.counters)
+    out["recursion_misses"] = losses.recursion_misses
+    return out
