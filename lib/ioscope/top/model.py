@@ -343,20 +343,24 @@ class HeatGrid:
         lo_oct = _octave(lo_b)
         hi_oct = _octave(hi_b)
         noct = hi_oct - lo_oct + 1
-        if noct > max_rows:  # keep the slowest bands: that is where trouble shows
-            lo_oct = hi_oct - max_rows + 1
-            noct = max_rows
-        per = 1
-        for p in (8, 4, 2):
-            if noct * p <= max_rows:
-                per = p
-                break
         bounds: list[float] = []
-        for o in range(lo_oct, hi_oct + 1):
-            start = float(1 << o) if o > 0 else 0.0
-            step = (float(1 << (o + 1)) - start) / per
-            bounds.extend(start + step * j for j in range(per))
-        bounds.append(float(1 << (hi_oct + 1)))
+        if noct > max_rows:
+            # more powers of two than rows: each band covers k of them
+            k = -(-noct // max_rows)
+            nb = -(-noct // k)
+            bounds = [float(1 << (lo_oct + j * k)) if lo_oct + j * k > 0 else 0.0 for j in range(nb)]
+            bounds.append(float(1 << (lo_oct + nb * k)))
+        else:
+            per = 1
+            for p in (8, 4, 2):
+                if noct * p <= max_rows:
+                    per = p
+                    break
+            for o in range(lo_oct, hi_oct + 1):
+                start = float(1 << o) if o > 0 else 0.0
+                step = (float(1 << (o + 1)) - start) / per
+                bounds.extend(start + step * j for j in range(per))
+            bounds.append(float(1 << (hi_oct + 1)))
         lows, highs = bounds[:-1], bounds[1:]
         # every fine bucket goes to the band holding its lower bound; values below the first band join it,
         # values above the last join the last

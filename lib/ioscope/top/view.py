@@ -17,7 +17,7 @@ import termios
 import time
 import tty
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -105,13 +105,17 @@ def fmt_num(v: float, width: int) -> str:
     return "#" * width
 
 
-def fit_columns(cols: Sequence[Column], width: int) -> list[Column]:
-    """Drop the least important columns until the rest fit in width (order kept)."""
+def fit_columns(cols: Sequence[Column], width: int, stretch: str | None = None, most: int = 32) -> list[Column]:
+    """Drop the least important columns until the rest fit in width (order kept); then widen the
+    `stretch` column (up to `most` characters) into the room left over."""
     chosen = list(cols)
     for c in sorted(cols, key=lambda c: c.keep):
         if sum(x.width for x in chosen) <= width:
             break
         chosen.remove(c)
+    room = width - sum(x.width for x in chosen)
+    if stretch and room > 0:
+        chosen = [replace(c, width=min(most, c.width + room)) if c.key == stretch else c for c in chosen]
     return chosen
 
 
@@ -145,7 +149,7 @@ def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: in
     for d in sort_devices(s.devices, "util"):
         lines.append("".join(c.cell(d) for c in dev_cols).rstrip())
     lines.append("")
-    proc_cols = list(PROC_COLUMNS)
+    proc_cols = fit_columns(PROC_COLUMNS, sum(c.width for c in PROC_COLUMNS) + 9, stretch="comm")
     lines.append("".join(c.head() for c in proc_cols).rstrip())
     procs = sort_procs(s.procs, sort, reverse)
     for p in procs[:limit] if limit else procs:
@@ -314,7 +318,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
     top = Text(f"ioscope top - {now}  {snap.host}  {snap.kernel}", style="bold")
     info = Text(f"{snap.interval:.2f}s  devs {len(s.devices)}  procs {len(s.procs)}  ")
     info.append(f"lost {snap.lost}", style="bold red" if snap.lost else "")
-    info.append(f"  sort {sort_label(st)}{'v' if st.reverse else '^'}")
+    info.append(f"  sort {sort_label(st)} {'desc' if st.reverse else 'asc'}")
     if st.disk is not None:
         info.append(f"  disk={st.disk}", style="yellow")
     if st.pid is not None:
@@ -323,7 +327,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
         info.append("  PAUSED", style="bold reverse")
     if st.interval != snap.interval and abs(st.interval - snap.interval) > 0.05:
         info.append(f"  next {st.interval:g}s", style="dim")
-    footer = Text("q quit <> sort r rev t total spc pause d disk p pid c clear tab heat +- ivl ? help",
+    footer = Text("q quit <> sort r rev t total spc pause d/p filter c clear tab heat +- ivl ? help",
                   style="dim")
     if st.prompt is not None:
         footer = Text(f"{st.prompt} filter (Enter to apply, Esc to cancel): {st.typed}_", style="bold yellow")
@@ -334,7 +338,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
         body = [Text(line) for line in HELP.splitlines()]
         return [top, info, *body[:body_h], footer][:height]
     dev_cols = fit_columns(DEV_COLUMNS, width)
-    proc_cols = fit_columns(PROC_COLUMNS, width)
+    proc_cols = fit_columns(PROC_COLUMNS, width, stretch="comm")
     devs = sort_devices(s.devices, "util")
     procs = sort_procs(s.procs, st.sort, st.reverse)
     # space: devices first (up to a third of the body), the heat map when there is room, processes get the rest
@@ -347,7 +351,9 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
     hdisk = st.heat_disk if st.heat_disk in heat.cols else (devs[0].disk if devs else None)
     if hdisk is None and heat.disks():
         hdisk = heat.disks()[0]
-    heat_rows = min(16, (rest - 1) // 2 - 2) if rest >= 12 else 0
+    # processes keep at least half of what is left (or all they need), the heat map gets the rest
+    proc_need = min(len(procs) + 1, max(5, rest // 2))
+    heat_rows = min(16, rest - proc_need - 1 - 2)
     if hdisk is not None and heat_rows >= 3:
         grid = heat.grid(hdisk, width - LABEL_W - RIGHT_W, heat_rows)
         if grid is not None:
