@@ -24,7 +24,7 @@
 #include "core_fixes.bpf.h"
 #include "hist.bpf.h"
 
-#define MAX_CHAIN 32
+#define MAX_CHAIN 128
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

@@ -12,7 +12,16 @@ from collections.abc import Callable
 from ioscope import cli_common, devices, system
 from ioscope.errors import UsageError
 from ioscope.top.collector import TopCollector
-from ioscope.top.model import PROC_SORT_KEYS, HeatHistory, Sample, Snapshot, build_snapshot, filter_snapshot
+from ioscope.top.model import (
+    PROC_SORT_KEYS,
+    HeatHistory,
+    Sample,
+    Snapshot,
+    build_snapshot,
+    filter_snapshot,
+    sort_devices,
+    sort_procs,
+)
 from ioscope.top.view import ViewState, batch_text, interactive
 
 SWEEP_EVERY_S = 30.0
@@ -103,11 +112,13 @@ def _batch(sample: Callable[[], Snapshot], args: argparse.Namespace, interval: f
         while count is None or done < count:
             cli_common.sleep_until(start + interval * (done + 1))
             snap = filter_snapshot(sample(), disk, args.pid)
+            reverse = args.sort not in ("pid", "comm", "disk")
             if args.json:
+                snap.procs = sort_procs(snap.procs, args.sort, reverse)[: args.limit]
+                snap.devices = sort_devices(snap.devices, "util")
                 print(json.dumps(snap.to_json()), flush=True)
             else:
-                print(batch_text(snap, args.sort, reverse=args.sort not in ("pid", "comm", "disk"),
-                                 limit=args.limit), flush=True)
+                print(batch_text(snap, args.sort, reverse=reverse, limit=args.limit), flush=True)
             done += 1
     except KeyboardInterrupt:
         pass
