@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+
 from conftest import ioscope_cmd, run_ioscope
 from top_live_util import fio_report, start_fio
 
