@@ -45,3 +45,14 @@ def bpf_prog_ids(pid: int) -> set[int]:
 def loaded_prog_ids() -> set[int]:
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
     return {int(p["id"]) for p in json.loads(out)}
+
+
+def stop_fio(p: subprocess.Popen[str]) -> None:
+    """End a background fio early (it exits non-zero when interrupted; that is expected here)."""
+    if p.poll() is None:
+        p.send_signal(2)  # SIGINT: fio stops its jobs and exits
+    try:
+        p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()

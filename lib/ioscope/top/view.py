@@ -182,7 +182,7 @@ def heat_lines(grid: HeatGrid, disk: str, interval: float) -> list[Text]:
     nrows, ncols = counts.shape
     peak = int(counts.max()) if counts.size else 0
     latest = counts[:, -1] if ncols else counts[:, :0]
-    out = [Text(f"latency heat map {disk}: last {ncols} x {interval:g}s, I/Os per band (log colour), "
+    out = [Text(f"latency heat map {disk}: last {ncols} x {round(interval, 2):g}s, I/Os per band (log colour), "
                 f"peak {peak}", style="bold")]
     for r in range(nrows - 1, -1, -1):
         line = Text(fmt_ns(grid.lows[r]).rjust(LABEL_W - 1) + " ", style="dim")
@@ -195,7 +195,7 @@ def heat_lines(grid: HeatGrid, disk: str, interval: float) -> list[Text]:
                 line.append(" ")
         line.append("|" + str(int(latest[r])).rjust(RIGHT_W - 1), style="dim")
         out.append(line)
-    span = ncols * interval
+    span = round(ncols * interval)
     axis = f"-{span:g}s".ljust(max(0, ncols - 3)) + "now"
     out.append(Text(" " * LABEL_W + axis[:ncols] + "|" + "last".rjust(RIGHT_W - 1), style="dim"))
     return out
