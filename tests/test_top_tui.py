@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
-from top_live_util import bpf_prog_ids, loaded_prog_ids, start_fio, stop_fio
 
+from conftest import ROOT
 from ioscope.top import view
+from top_live_util import bpf_prog_ids, loaded_prog_ids, start_fio, stop_fio
 
 
 class Tmux:
