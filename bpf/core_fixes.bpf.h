@@ -106,4 +106,48 @@ static __always_inline __u64 rq_start_ns(struct request *rq)
 	return 0;
 }
 
+/*
+ * The same shims as direct loads, for tp_btf programs only: their arguments
+ * are BTF-typed pointers the verifier lets a program dereference (CO-RE
+ * relocated, faults handled), which costs a load instead of a
+ * bpf_probe_read_kernel() call per field. raw_tp programs must keep using
+ * the BPF_CORE_READ versions above.
+ */
+static __always_inline struct gendisk *bio_disk_direct(struct bio *bio)
+{
+	struct bio___old *old = (void *)bio;
+
+	if (bpf_core_field_exists(old->bi_disk))
+		return old->bi_disk;
+	return bio->bi_bdev->bd_disk;
+}
+
+static __always_inline struct gendisk *rq_disk_direct(struct request *rq)
+{
+	struct request___old *old = (void *)rq;
+
+	if (bpf_core_field_exists(old->rq_disk))
+		return old->rq_disk;
+	return rq->q->disk;
+}
+
+static __always_inline __u32 disk_dev_direct(struct gendisk *disk)
+{
+	if (!disk)
+		return 0;
+	return IOSCOPE_MKDEV(disk->major, disk->first_minor);
+}
+
+static __always_inline bool disk_is_mq_direct(struct gendisk *disk)
+{
+	return disk->queue->mq_ops != NULL;
+}
+
+static __always_inline __u64 rq_start_ns_direct(struct request *rq)
+{
+	if (bpf_core_field_exists(rq->start_time_ns))
+		return rq->start_time_ns;
+	return 0;
+}
+
 #endif /* CORE_FIXES_BPF_H */

@@ -100,6 +100,16 @@ struct top_proc_val {
 	struct hist lat; /* queue-to-completion latency of the timed ones (ns) */
 };
 
+/* A slot of top's direct-mapped table of bios in flight (index: hash of the
+ * bio pointer). Cheaper than a hash map per I/O; a slot taken by another bio
+ * in flight is a collision, counted (IOS_LOST_START_FULL) and not timed. */
+struct top_slot {
+	__u64 bio;   /* struct bio *, 0 = free */
+	__u64 q_ns;  /* queued */
+	__u32 tgid;  /* the process that queued it */
+	__u32 dev;
+};
+
 struct top_disk_key {
 	__u32 dev;
 	__u8 op;

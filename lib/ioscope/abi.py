@@ -70,6 +70,13 @@ TOP_PROC_VAL = np.dtype([
     ("lat", HIST),
 ])
 
+TOP_SLOT = np.dtype([
+    ("bio", np.uint64),
+    ("q_ns", np.uint64),
+    ("tgid", np.uint32),
+    ("dev", np.uint32),
+])
+
 TOP_DISK_KEY = np.dtype([
     ("dev", np.uint32),
     ("op", np.uint8),
@@ -78,7 +85,8 @@ TOP_DISK_KEY = np.dtype([
 
 # C struct name -> dtype, for the ABI test
 STRUCTS = {"hist": HIST, "lat_key": LAT_KEY, "bio_start": BIO_START,
-           "top_proc_key": TOP_PROC_KEY, "top_proc_val": TOP_PROC_VAL, "top_disk_key": TOP_DISK_KEY}
+           "top_proc_key": TOP_PROC_KEY, "top_proc_val": TOP_PROC_VAL, "top_disk_key": TOP_DISK_KEY,
+           "top_slot": TOP_SLOT}
 
 
 def combine_percpu_hists(raw: bytes, n: int, ncpus: int) -> np.ndarray:

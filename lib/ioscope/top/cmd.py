@@ -24,8 +24,6 @@ from ioscope.top.model import (
 )
 from ioscope.top.view import ViewState, batch_text, interactive
 
-SWEEP_EVERY_S = 30.0
-
 EXAMPLES = """\
 examples:
   ioscope top                  # the live screen, refreshed every second (q quits, ? shows the keys)
@@ -66,16 +64,12 @@ class Sampler:
         self.host = platform.node()
         self.kernel = platform.release()
         self.prev: Sample = collector.sample()
-        self.last_sweep = time.monotonic()
 
     def __call__(self) -> Snapshot:
         cur = self.c.sample()
         snap = build_snapshot(self.prev, cur, host=self.host, kernel=self.kernel, disks=self.c.whole_disks(),
                               name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary())
         self.prev = cur
-        if cur.mono - self.last_sweep >= SWEEP_EVERY_S:
-            self.c.sweep()
-            self.last_sweep = cur.mono
         return snap
 
 

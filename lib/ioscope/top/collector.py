@@ -17,7 +17,15 @@ from ioscope import abi, devices, lat
 from ioscope.loader import BPFObject
 from ioscope.top.model import Sample
 
+PROC_MEMORY = 32 << 20  # bytes for the per-CPU process table (entries x CPUs x value size)
 PROC_MAX_ENTRIES = 4096
+PROC_MIN_ENTRIES = 256
+
+
+def proc_entries(ncpus: int) -> int:
+    """(process, disk, op) entries the per-CPU procs map gets on a machine with ncpus CPUs."""
+    per = abi.TOP_PROC_VAL.itemsize * max(1, ncpus)
+    return max(PROC_MIN_ENTRIES, min(PROC_MAX_ENTRIES, PROC_MEMORY // per))
 
 
 class TopCollector:
@@ -28,20 +36,19 @@ class TopCollector:
         self.sys_root = sys_root
         self.names = devices.DevNames(sys_root)
         self._comms: dict[int, str] = {0: "[unknown]"}
-        self._stale = 0
         self._last_stats = np.zeros(abi.NR_STATS, dtype=np.uint64)
         self._last_misses = 0
         self.bpf = BPFObject("top", btf=btf)
         try:
             b = self.bpf
             b.choose(required=["bio_queue", "rq_complete"], optional=["split"])
-            b.set_max_entries("procs", PROC_MAX_ENTRIES)
+            from ioscope import _libbpf  # type: ignore[attr-defined]
+            b.set_max_entries("procs", proc_entries(_libbpf.num_possible_cpus()))
             b.load()
             self.procs = b.map("procs")
             self.disks = b.map("disks")
             self.comms = b.map("comms")
             self.stats = b.map("stats")
-            self.starts = b.map("starts")
             b.attach()
         except BaseException:
             self.bpf.close()
@@ -81,7 +88,7 @@ class TopCollector:
         pk, pv, pn = self.procs.dump(sum=False, delete=True)
         dk, dv, dn = self.disks.dump(sum=False, delete=True)
         proc_keys = np.frombuffer(pk, dtype=abi.TOP_PROC_KEY, count=pn).copy()
-        proc_vals = np.frombuffer(pv, dtype=abi.TOP_PROC_VAL, count=pn).copy()
+        proc_vals = combine_percpu_procs(pv, pn, self.procs.ncpus)
         disk_keys = np.frombuffer(dk, dtype=abi.TOP_DISK_KEY, count=dn).copy()
         disk_hists = abi.combine_percpu_hists(dv, dn, self.disks.ncpus)
         if pn:
@@ -89,12 +96,6 @@ class TopCollector:
         losses = self.losses()
         return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
                       _loss_detail(losses))
-
-    def sweep(self) -> int:
-        """Forget per-bio state of I/O that never completed (see lat.sweep_stale_starts)."""
-        n = lat.sweep_stale_starts(self.starts)
-        self._stale += n
-        return n
 
     def losses(self) -> lat.Losses:
         """Losses since the previous call."""
@@ -106,7 +107,6 @@ class TopCollector:
         delta, dmiss = cur - self._last_stats, misses - self._last_misses
         self._last_stats, self._last_misses = cur, misses
         counters = {abi.STAT_NAMES[i]: int(delta[i]) for i in abi.STAT_NAMES if i < abi.NR_STATS}
-        counters["stale"] = self._stale
         return lat.Losses(counters, dmiss)
 
     def close(self) -> None:
@@ -116,4 +116,14 @@ class TopCollector:
 def _loss_detail(losses: lat.Losses) -> dict[str, Any]:
     out: dict[str, Any] = dict(losses.counters)
     out["recursion_misses"] = losses.recursion_misses
+    return out
+
+
+def combine_percpu_procs(raw: bytes, n: int, ncpus: int) -> np.ndarray:
+    """Per-CPU TOP_PROC_VAL values of n keys -> n values (counters summed, max/min_inv maxed)."""
+    per = np.frombuffer(raw, dtype=abi.TOP_PROC_VAL, count=n * ncpus).reshape(n, ncpus)
+    out = np.zeros(n, dtype=abi.TOP_PROC_VAL)
+    out["ios"] = per["ios"].sum(axis=1, dtype=np.uint64)
+    out["bytes"] = per["bytes"].sum(axis=1, dtype=np.uint64)
+    out["lat"] = abi.combine_percpu_hists(per["lat"].tobytes(), n, ncpus)
     return out
