@@ -8,7 +8,6 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -80,21 +79,6 @@ class Losses:
         if self.recursion_misses:
             parts.append(f"recursion_misses {self.recursion_misses}")
         return ", ".join(parts)
-
-
-def sweep_stale_starts(starts: Any, stale_ns: int = STALE_NS) -> int:
-    """Delete the entries of a per-bio `starts` map (struct bio_start) older than stale_ns; returns how many."""
-    kb, vb, n = starts.dump(sum=False)
-    if not n:
-        return 0
-    keys = np.frombuffer(kb, dtype=np.uint64, count=n)
-    vals = np.frombuffer(vb, dtype=abi.BIO_START, count=n)
-    now = time.monotonic_ns()
-    ts = np.maximum(vals["q_ns"], vals["d_ns"]).astype(np.int64)
-    old = keys[(ts > 0) & (now - ts > stale_ns)]
-    for k in old:
-        starts.delete(k.tobytes())
-    return len(old)
 
 
 class LatCollector:
@@ -173,9 +157,18 @@ class LatCollector:
 
     def sweep_stale(self) -> int:
         """Drop per-bio state older than STALE_NS (I/O that will never complete in view)."""
-        n = sweep_stale_starts(self.starts)
-        self._stale += n
-        return n
+        kb, vb, n = self.starts.dump(sum=False)
+        if not n:
+            return 0
+        keys = np.frombuffer(kb, dtype=np.uint64, count=n)
+        vals = np.frombuffer(vb, dtype=abi.BIO_START, count=n)
+        now = time.monotonic_ns()
+        ts = np.maximum(vals["q_ns"], vals["d_ns"]).astype(np.int64)
+        old = keys[(ts > 0) & (now - ts > STALE_NS)]
+        for k in old:
+            self.starts.delete(k.tobytes())
+        self._stale += len(old)
+        return len(old)
 
     def losses(self, since_last: bool) -> Losses:
         raw = self.stats.dump(sum=True)
