@@ -7,9 +7,11 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
+from rich.text import Text
 
 import top_fixture
 from ioscope.top import view
@@ -152,3 +154,21 @@ def test_heat_levels_are_log_scaled() -> None:
     assert view.heat_level(1000, 1000) == len(view.HEAT_CHARS)
     # one I/O next to a thousand is still visible and clearly fainter than the peak
     assert view.heat_level(1, 1000) < view.heat_level(30, 1000) < view.heat_level(1000, 1000)
+
+
+def test_optional_panel_extension_point() -> None:
+    """A panel registered under a name draws snapshot.extras[name] on the screen and in batch text."""
+    def balance(data: Any, width: int, rows: int) -> list[Text]:
+        return [Text(f"balance: Jain index {data['jain']:.2f} over {data['n']} processes")][:rows]
+
+    view.register_panel("balance", balance)
+    try:
+        snap = top_fixture.snapshot()
+        assert "Jain" not in _screen(view.ViewState(), 80, 24)  # no data: no panel
+        snap.extras["balance"] = {"jain": 0.93, "n": 4}
+        lines = view.screen_lines(view.ViewState(), snap, top_fixture.heat(), 80, 24)
+        assert any("Jain index 0.93 over 4" in t.plain for t in lines)
+        assert "Jain index 0.93" in view.batch_text(snap)
+        assert snap.to_json()["extras"] == {"balance": {"jain": 0.93, "n": 4}}
+    finally:
+        del view.PANELS["balance"]

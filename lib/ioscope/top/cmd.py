@@ -8,6 +8,7 @@ import platform
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ioscope import cli_common, devices, system
 from ioscope.errors import UsageError
@@ -57,10 +58,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 class Sampler:
-    """Turns collector samples into snapshots (keeps the previous sample)."""
+    """Turns collector samples into snapshots (keeps the previous sample).
 
-    def __init__(self, collector: TopCollector) -> None:
+    sources: optional extra collectors, name -> fn(interval_s) returning JSON-able data for the interval,
+    stored in snapshot.extras[name] and drawn by the panel registered under the same name in view.PANELS
+    (the extension point for the balance and readahead panels)."""
+
+    def __init__(self, collector: TopCollector, sources: dict[str, Callable[[float], Any]] | None = None) -> None:
         self.c = collector
+        self.sources = dict(sources or {})
         self.host = platform.node()
         self.kernel = platform.release()
         self.prev: Sample = collector.sample()
@@ -70,6 +76,8 @@ class Sampler:
         snap = build_snapshot(self.prev, cur, host=self.host, kernel=self.kernel, disks=self.c.whole_disks(),
                               name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary())
         self.prev = cur
+        for name, fn in self.sources.items():
+            snap.extras[name] = fn(snap.interval)
         return snap
 
 

@@ -35,7 +35,8 @@ class TopCollector:
         self.proc_root = proc_root
         self.sys_root = sys_root
         self.names = devices.DevNames(sys_root)
-        self._comms: dict[int, str] = {0: "[unknown]"}
+        self._comms: dict[int, str] = {}              # tgid -> name seen by BPF at queue time
+        self._live: dict[int, str] = {0: "[unknown]"}  # tgid -> name for the current refresh
         self._last_stats = np.zeros(abi.NR_STATS, dtype=np.uint64)
         self._last_misses = 0
         self.bpf = BPFObject("top", btf=btf)
@@ -62,17 +63,21 @@ class TopCollector:
         return [d.name for d in devices.list_disks(self.sys_root)]
 
     def comm(self, tgid: int) -> str:
-        c = self._comms.get(tgid)
-        if c is None:
-            try:
-                with open(os.path.join(self.proc_root, str(tgid), "comm")) as f:
-                    c = f.read().strip()
-            except OSError:
-                c = "[exited]"
-            self._comms[tgid] = c
+        """The process's name: its current one from /proc while it lives (a process that exec'ed after
+        queueing I/O has a new name), else the name the BPF program saw at queue time."""
+        c = self._live.get(tgid)
+        if c is not None:
+            return c
+        try:
+            with open(os.path.join(self.proc_root, str(tgid), "comm")) as f:
+                c = f.read().strip()
+        except OSError:
+            c = self._comms.get(tgid, "[exited]")
+        self._live[tgid] = c
         return c
 
     def _refresh_comms(self) -> None:
+        self._live = {0: "[unknown]"}  # names are looked up again for each refresh
         kb, vb, n = self.comms.dump()
         if not n:
             return
@@ -91,8 +96,7 @@ class TopCollector:
         proc_vals = combine_percpu_procs(pv, pn, self.procs.ncpus)
         disk_keys = np.frombuffer(dk, dtype=abi.TOP_DISK_KEY, count=dn).copy()
         disk_hists = abi.combine_percpu_hists(dv, dn, self.disks.ncpus)
-        if pn:
-            self._refresh_comms()
+        self._refresh_comms()
         losses = self.losses()
         return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
                       _loss_detail(losses))

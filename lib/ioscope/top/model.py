@@ -159,6 +159,9 @@ class Snapshot:
     lost_detail: dict[str, int] = field(default_factory=dict)
     attach: str = ""
     disk_hists: dict[str, Hist] = field(default_factory=dict)  # disk -> all-op request latency this interval
+    # Optional panels' data (e.g. per-process balance, readahead), filled by extra sources of the Sampler
+    # (cmd.py) and drawn by the panels registered in view.PANELS; JSON carries them under "extras".
+    extras: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         from ioscope.cli_common import iso_time
@@ -166,6 +169,7 @@ class Snapshot:
             "time": iso_time(self.wall), "interval_s": round(self.interval, 6), "host": self.host,
             "kernel": self.kernel, "lost": self.lost, "lost_detail": self.lost_detail, "attach": self.attach,
             "devices": [d.to_json() for d in self.devices], "procs": [p.to_json() for p in self.procs],
+            **({"extras": self.extras} if self.extras else {}),
         }
 
 
@@ -279,7 +283,7 @@ def filter_snapshot(s: Snapshot, disk: str | None = None, pid: int | None = None
     devs = [d for d in s.devices if disk is None or d.disk == disk]
     procs = [p for p in s.procs if (disk is None or p.disk == disk) and (pid is None or p.pid == pid)]
     return Snapshot(s.wall, s.interval, s.host, s.kernel, devs, procs, s.lost, s.lost_detail, s.attach,
-                    s.disk_hists)
+                    s.disk_hists, s.extras)
 
 
 # -- heat map -----------------------------------------------------------------

@@ -130,6 +130,27 @@ def table_lines(rows: Sequence[Any], cols: Sequence[Column], sort_key: str | Non
     return out
 
 
+# -- optional panels ---------------------------------------------------------------
+
+# An optional panel draws snapshot.extras[name] (data from an extra source of the Sampler, see cmd.py) in at
+# most `rows` lines of `width` cells; it is drawn between the process table and the heat map, and printed
+# in batch mode. This is the extension point for the per-process balance (Jain index) and readahead panels.
+PanelFn = Callable[[Any, int, int], list[Text]]
+PANELS: dict[str, PanelFn] = {}
+
+
+def register_panel(name: str, fn: PanelFn) -> None:
+    PANELS[name] = fn
+
+
+def panel_lines(s: Snapshot, width: int, rows: int) -> list[Text]:
+    out: list[Text] = []
+    for name, fn in PANELS.items():
+        if name in s.extras and rows - len(out) > 1:
+            out += fn(s.extras[name], width, rows - len(out))
+    return out
+
+
 # -- batch and JSON -------------------------------------------------------------
 
 def header_words(s: Snapshot) -> str:
@@ -155,6 +176,9 @@ def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: in
     for p in procs[:limit] if limit else procs:
         lines.append("".join(c.cell(p) for c in proc_cols).rstrip())
     lines.append("")
+    extra = panel_lines(s, 200, 1000)
+    if extra:
+        lines += [t.plain.rstrip() for t in extra] + [""]
     return "\n".join(lines)
 
 
@@ -358,11 +382,12 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
         grid = heat.grid(hdisk, width - LABEL_W - RIGHT_W, heat_rows)
         if grid is not None:
             heat_block = heat_lines(grid, hdisk, snap.interval)
-    proc_h = rest - len(heat_block) - (1 if heat_block else 0)
+    extra = panel_lines(s, width, max(0, rest - len(heat_block) - proc_need - 1))
+    proc_h = rest - len(heat_block) - (1 if heat_block else 0) - len(extra)
     proc_block = table_lines(procs[: max(0, proc_h - 1)], proc_cols, st.sort)
     if not procs:
         proc_block.append(Text(" no process I/O completed in this interval", style="dim"))
-    body = dev_block + proc_block[:proc_h]
+    body = dev_block + proc_block[:proc_h] + extra
     if heat_block:
         body += [Text(""), *heat_block]
     body = body[:body_h]
