@@ -27,13 +27,53 @@ sys.path.insert(0, str(ROOT / "lib"))
 
 from ioscope.testbed import LoopDevice, run_fio  # noqa: E402
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
 
 def cpu_seconds(pid: int) -> float:
-    """user + system CPU time of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    """CPU time of all threads of a process so far (schedstat: nanoseconds, unlike /proc/PID/stat's ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError):
+            pass
+    return total / 1e9
+
+
+STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+
+
+def prog_ids(pid: int) -> set[int]:
+    ids = set()
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            for line in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines():
+                if line.startswith("prog_id:"):
+                    ids.add(int(line.split()[1]))
+        except OSError:
+            pass
+    return ids
+
+
+def kernel_cost(path: str, seconds: float) -> dict[str, Any]:
+    """ns per I/O spent in top's BPF programs, from the kernel's own per-program run time (bpf_stats,
+    switched on for this run only and restored): insensitive to what else the machine is doing."""
+    top = Top("--batch", "1")
+    top.wait_first("ioscope top - ")
+    ids = prog_ids(top.p.pid)
+    old = STATS.read_text().strip()
+    STATS.write_text("1")
+    try:
+        job = run_fio(path, rw="randread", bs="4k", iodepth=32, runtime=seconds, ioengine="libaio", direct=True)
+        progs = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True,
+                                          check=True).stdout)
+    finally:
+        STATS.write_text(old)
+        top.stop()
+    per = {p["name"]: p["run_time_ns"] / p["run_cnt"] for p in progs if p["id"] in ids and p.get("run_cnt")}
+    ios = int(job["read"]["total_ios"])
+    total_ns = sum(p["run_time_ns"] for p in progs if p["id"] in ids)
+    ns_per_io = total_ns / max(1, ios)
+    return {"ns_per_call": per, "bpf_ns_per_io": ns_per_io}
 
 
 class Top:
@@ -141,11 +181,12 @@ def main() -> int:
         raise SystemExit("top_overhead: run as root (loop devices and BPF)")
     with LoopDevice(size_mb=512, scheduler="none") as dev:
         res = {"overhead": overhead(dev.path, a.seconds, a.rounds),
+               "kernel": kernel_cost(dev.path, a.seconds),
                "many_procs": many_procs(dev.path, a.procs, max(5.0, a.seconds))}
     if a.json:
         print(json.dumps(res, indent=1))
         return 0
-    o, m = res["overhead"], res["many_procs"]
+    o, m, k = res["overhead"], res["many_procs"], res["kernel"]
     print(f"fio 4 KiB randread QD32 on a tmpfs loop device, {a.seconds:g} s runs, {a.rounds} rounds (alternating)")
     print(f"  nothing attached      {statistics.mean(o['baseline_iops']):>10,.0f} IOPS  "
           f"{' '.join(f'{x:,.0f}' for x in o['baseline_iops'])}")
@@ -153,6 +194,13 @@ def main() -> int:
           f"{' '.join(f'{x:,.0f}' for x in o['top_iops'])}")
     print(f"  ratio                 {o['ratio']:.3f}  (goal >= 0.95)")
     print(f"  top CPU per refresh   {statistics.mean(o['top_cpu_ms_per_refresh']):.1f} ms")
+    calls = ", ".join(f"{n} {v:.0f} ns" for n, v in sorted(k["ns_per_call"].items()))
+    print(f"  in-kernel cost        {k['bpf_ns_per_io']:.0f} ns per I/O in top's BPF programs ({calls}; "
+          "measured with bpf_stats on)")
+    ncpu = os.cpu_count() or 1
+    base = statistics.mean(o["baseline_iops"])
+    print(f"  => at {base:,.0f} IOPS on {ncpu} CPUs that is {k['bpf_ns_per_io'] * base / (ncpu * 1e9):.1%} of "
+          f"the machine: expected ratio about {1 - k['bpf_ns_per_io'] * base / (ncpu * 1e9):.3f}")
     print(f"{m['fio_processes']} fio processes doing 4 KiB reads at 100 IOPS each, ioscope top -j 1:")
     print(f"  procs per refresh     {m['procs_per_refresh']}")
     print(f"  longest interval      {m['longest_interval_s']:.3f} s   lost {m['lost']}")
