@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -39,7 +40,20 @@ def cpu_seconds(pid: int) -> float:
     return total / 1e9
 
 
-STATS = Path("/proc/sys/kernel/bpf_stats_enabled")
+def enable_bpf_stats() -> int:
+    """Turn on the kernel's per-program run-time accounting for as long as the returned fd is open
+    (bpf(BPF_ENABLE_STATS) is reference counted: unlike writing kernel.bpf_stats_enabled, it cannot race
+    with another tool doing the same, and closing the fd restores the previous state)."""
+    import ctypes
+    import struct as _struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    attr = ctypes.create_string_buffer(_struct.pack("=I", 0), 8)  # enable_stats.type = BPF_STATS_RUN_TIME
+    nr_bpf = {"x86_64": 321, "aarch64": 280}[platform.machine()]
+    fd = int(libc.syscall(nr_bpf, 32, attr, 8))  # BPF_ENABLE_STATS
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "bpf(BPF_ENABLE_STATS) failed")
+    return fd
 
 
 def prog_ids(pid: int) -> set[int]:
@@ -55,19 +69,18 @@ def prog_ids(pid: int) -> set[int]:
 
 
 def kernel_cost(path: str, seconds: float) -> dict[str, Any]:
-    """ns per I/O spent in top's BPF programs, from the kernel's own per-program run time (bpf_stats,
-    switched on for this run only and restored): insensitive to what else the machine is doing."""
+    """ns per I/O spent in top's BPF programs, from the kernel's own per-program run time (bpf_stats, on
+    for this run only): insensitive to what else the machine is doing."""
     top = Top("--batch", "1")
     top.wait_first("ioscope top - ")
     ids = prog_ids(top.p.pid)
-    old = STATS.read_text().strip()
-    STATS.write_text("1")
+    stats_fd = enable_bpf_stats()
     try:
         job = run_fio(path, rw="randread", bs="4k", iodepth=32, runtime=seconds, ioengine="libaio", direct=True)
         progs = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True,
                                           check=True).stdout)
     finally:
-        STATS.write_text(old)
+        os.close(stats_fd)
         top.stop()
     per = {p["name"]: p["run_time_ns"] / p["run_cnt"] for p in progs if p["id"] in ids and p.get("run_cnt")}
     ios = int(job["read"]["total_ios"])

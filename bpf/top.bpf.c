@@ -179,9 +179,13 @@ static __always_inline void slot_put(__u64 bio, __u64 q_ns, __u32 tgid, __u32 de
 
 	if (!sl || !sl2)
 		return;
-	if (sl->bio == bio || sl2->bio == bio)
-		return; /* resubmitted after a split: keeps its first queue time */
-	if (sl->bio && !sl2->bio) {
+	/* The same pointer still in a slot is a bio object freed and reused whose
+	 * completion was not seen (e.g. beyond MAX_CHAIN): start afresh. */
+	if (sl2->bio == bio) {
+		sl = sl2;
+	} else if (sl->bio == bio) {
+		/* keep sl */
+	} else if (sl->bio && !sl2->bio) {
 		sl = sl2;
 	} else if (sl->bio) {
 		/* both taken: the older bio will not be timed, unless it is long
