@@ -172,3 +172,18 @@ def test_optional_panel_extension_point() -> None:
         assert snap.to_json()["extras"] == {"balance": {"jain": 0.93, "n": 4}}
     finally:
         del view.PANELS["balance"]
+
+
+@pytest.mark.parametrize(("width", "height"), [(1, 1), (10, 3), (20, 5), (40, 10), (80, 8), (300, 100)])
+def test_any_terminal_size_fits(width: int, height: int) -> None:
+    lines = _screen(view.ViewState(), width, height).splitlines()
+    assert len(lines) <= height and max(len(ln) for ln in lines) <= width
+
+
+def test_empty_and_first_screens() -> None:
+    from ioscope.top.model import HeatHistory, Snapshot
+    empty = Snapshot(top_fixture.WALL, 1.0, "h", "k", [], [])
+    text = view.render_text(view.screen_lines(view.ViewState(), empty, HeatHistory(), 80, 24), 80)
+    assert "no disk did I/O" in text and "no process I/O" in text and "lost 0" in text
+    first = view.render_text(view.screen_lines(view.ViewState(), None, HeatHistory(), 80, 24), 80)
+    assert "first refresh" in first
