@@ -174,28 +174,28 @@ static __always_inline __u32 slot_of(__u64 bio)
 static __always_inline void slot_put(__u64 bio, __u64 q_ns, __u32 tgid, __u32 dev)
 {
 	__u32 idx = slot_of(bio), alt = idx ^ 1;
-	struct top_slot *sl = bpf_map_lookup_elem(&inflight, &idx);
-	struct top_slot *sl2 = bpf_map_lookup_elem(&inflight, &alt);
+	struct top_slot *sl = bpf_map_lookup_elem(&inflight, &idx), *sl2;
 
-	if (!sl || !sl2)
+	if (!sl)
 		return;
 	/* The same pointer still in a slot is a bio object freed and reused whose
-	 * completion was not seen (e.g. beyond MAX_CHAIN): start afresh. */
-	if (sl2->bio == bio) {
-		sl = sl2;
-	} else if (sl->bio == bio) {
-		/* keep sl */
-	} else if (sl->bio && !sl2->bio) {
-		sl = sl2;
-	} else if (sl->bio) {
-		/* both taken: the older bio will not be timed, unless it is long
-		 * gone (a bio that never completed in view: not a loss) */
-		if (sl2->q_ns < sl->q_ns)
+	 * completion was not seen (e.g. beyond MAX_CHAIN): it starts afresh. */
+	if (sl->bio && sl->bio != bio) {
+		sl2 = bpf_map_lookup_elem(&inflight, &alt);
+		if (!sl2)
+			return;
+		if (!sl2->bio || sl2->bio == bio) {
 			sl = sl2;
-		if (q_ns - sl->q_ns > STALE_NS)
-			stat_inc(IOS_STAT_STALE);
-		else
-			stat_inc(IOS_LOST_START_FULL);
+		} else {
+			/* both taken: the older bio will not be timed, unless it is
+			 * long gone (a bio that never completed in view: not a loss) */
+			if (sl2->q_ns < sl->q_ns)
+				sl = sl2;
+			if (q_ns - sl->q_ns > STALE_NS)
+				stat_inc(IOS_STAT_STALE);
+			else
+				stat_inc(IOS_LOST_START_FULL);
+		}
 	}
 	sl->bio = bio;
 	sl->q_ns = q_ns;
