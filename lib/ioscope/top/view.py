@@ -528,6 +528,9 @@ def interactive(sample_fn: Callable[[], Snapshot], st: ViewState, heat: HeatHist
                 for d in heat.disks():
                     if d not in st.disks_seen:
                         st.disks_seen.append(d)
+                if st.heat_disk is None and snap.devices:
+                    # the heat map stays on the disk that was busiest first, until Tab or a disk filter
+                    st.heat_disk = sort_devices(snap.devices, "util")[0].disk
                 if not st.paused:
                     shown = snap
                 next_at = max(next_at + st.interval, time.monotonic() + 0.05)
