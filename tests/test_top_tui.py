@@ -180,8 +180,11 @@ def test_tui_200x50_and_sigterm(live: None, loopdev: Callable[..., Any], tmux_fa
         assert len(s) == 50 and max(len(ln) for ln in s) <= 200
         for col in ("rrqm/s", "wrqm/s", "aqu-sz", "rareq-sz", "wareq-sz", "%util", "p99ms"):
             assert col in s[2]
-        heat = [ln for ln in s if re.match(r"^ *[\d.]+(ns|us|ms|s) ", ln)]
-        assert len(heat) >= 8  # a tall heat map uses the room
+        # the wide screen shows 200 - 16 intervals of history and the latency bands of the data
+        assert any(f"latency heat map {dev.name}: last 184 x" in ln for ln in s)
+        start = next(i for i, ln in enumerate(s) if "latency heat map" in ln)
+        bands = [ln for ln in s[start + 1:] if re.match(r"^ *[\d.]+(ns|us|ms|s) +.*\| *\d+$", ln)]
+        assert len(bands) >= 3
         progs = bpf_prog_ids(top)
         assert progs
         os.kill(top, signal.SIGTERM)

@@ -12,10 +12,12 @@ from typing import Any
 def start_fio(path: str, runtime: float, read_iops: int, write_iops: int) -> subprocess.Popen[str]:
     """fio --thread (its I/O is queued by the fio process itself: the pid Popen returns), 4 KiB random
     reads and writes at fixed rates, direct I/O, JSON report on stdout."""
-    cmd = ["fio", "--name=toptest", f"--filename={path}", "--rw=randrw", "--bs=4k", "--iodepth=4",
+    # (fio reads a rate of 0 as no limit: a job without writes is a pure reader)
+    mix = ["--rw=randrw", f"--rate_iops={read_iops},{write_iops}", "--rwmixread=67"] if write_iops else [
+        "--rw=randread", f"--rate_iops={read_iops}"]
+    cmd = ["fio", "--name=toptest", f"--filename={path}", *mix, "--bs=4k", "--iodepth=4",
            "--ioengine=libaio", "--direct=1", "--thread", "--time_based", f"--runtime={runtime}",
-           f"--rate_iops={read_iops},{write_iops}", "--rwmixread=67", "--randrepeat=0", "--norandommap",
-           "--output-format=json"]
+           "--randrepeat=0", "--norandommap", "--output-format=json"]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
