@@ -187,3 +187,13 @@ def test_empty_and_first_screens() -> None:
     assert "no disk did I/O" in text and "no process I/O" in text and "lost 0" in text
     first = view.render_text(view.screen_lines(view.ViewState(), None, HeatHistory(), 80, 24), 80)
     assert "first refresh" in first
+
+
+def test_optional_sources_are_loaded_when_present() -> None:
+    from ioscope.top import cmd
+    table = [("count", "top_fixture", "counting_source"), ("ra", "ioscope.no_such_module", "x")]
+    srcs = cmd.optional_sources(None, table)
+    assert list(srcs) == ["count"]  # a module that is not part of the build is skipped
+    assert srcs["count"](1.0) == {"calls": 1, "interval_s": 1.0}
+    srcs["count"].close()
+    assert top_fixture.CountingSource.closed

@@ -34,3 +34,23 @@ def heat() -> HeatHistory:
         vals = [20_000] * n + [60_000] * (n // 10) + ([2_000_000] * 3 if i % 7 == 0 else [])
         hh.push(WALL - 30 + i, {"loop2": hist.Hist.from_values(vals), "vda": hist.Hist.from_values([400_000] * 4)})
     return hh
+
+
+class CountingSource:
+    """An optional-panel source for the extension-point test: reports how often it was called."""
+
+    closed = False
+
+    def __init__(self, btf: str | None) -> None:
+        self.calls = 0
+
+    def __call__(self, interval_s: float) -> dict[str, float]:
+        self.calls += 1
+        return {"calls": self.calls, "interval_s": interval_s}
+
+    def close(self) -> None:
+        CountingSource.closed = True
+
+
+def counting_source(btf: str | None) -> CountingSource:
+    return CountingSource(btf)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import json
 import platform
 import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from ioscope import cli_common, devices, system
 from ioscope.errors import UsageError
@@ -57,6 +59,39 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run, tool="top")
 
 
+class Source(Protocol):
+    """An optional collector feeding a panel: called once per refresh with the interval's length, returns
+    JSON-able data (snapshot.extras[name]); close() detaches whatever it attached."""
+
+    def __call__(self, interval_s: float) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+# Optional panels, tried in this order: (name, module, factory). The module is imported when it is part of
+# this build (an import error inside a module that exists is not hidden); it registers its panel drawing
+# with view.register_panel(name, fn), and factory(btf) returns a Source. This is where the per-process
+# balance (Jain index) and readahead panels plug in, e.g. ("balance", "ioscope.ra.fair", "top_source").
+OPTIONAL_SOURCES: tuple[tuple[str, str, str], ...] = ()
+
+
+def optional_sources(btf: str | None, table: Sequence[tuple[str, str, str]] = OPTIONAL_SOURCES) -> dict[str, Source]:
+    out: dict[str, Source] = {}
+    try:
+        for name, module, factory in table:
+            try:
+                present = importlib.util.find_spec(module) is not None
+            except ModuleNotFoundError:
+                present = False
+            if present:
+                out[name] = getattr(importlib.import_module(module), factory)(btf)
+    except BaseException:
+        for src in out.values():
+            src.close()
+        raise
+    return out
+
+
 class Sampler:
     """Turns collector samples into snapshots (keeps the previous sample).
 
@@ -91,10 +126,12 @@ def run(args: argparse.Namespace) -> int:
     system.require_bpf_privileges("top")
     btf = system.btf_path(args.btf)
     collector = TopCollector(btf=btf)
+    sources: dict[str, Source] = {}
     try:
         for what in collector.unavailable:
             print(f"ioscope top: {what}; carrying on without it", file=sys.stderr)
-        sampler = Sampler(collector)
+        sources = optional_sources(btf)
+        sampler = Sampler(collector, dict(sources))
         if batch:
             return _batch(sampler, args, interval, count, disk)
         st = ViewState(sort=args.sort, interval=interval, disk=disk, pid=args.pid, heat_disk=disk)
@@ -103,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             return 0
     finally:
+        for src in sources.values():
+            src.close()
         collector.close()
 
 
