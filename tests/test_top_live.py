@@ -4,6 +4,7 @@ the workload's process row against fio's own counts. Needs root, BPF and loop de
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import time
@@ -127,3 +128,38 @@ def test_batch_text_and_bad_input(live: None, loopdev: Callable[..., Any]) -> No
     assert bad.returncode == 1 and "unknown disk 'nosuchdisk'" in bad.stderr and "Traceback" not in bad.stderr
     bad = run_ioscope("top", "-n", "0")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_raw_tp_variant_counts_the_same(live: None, loopdev: Callable[..., Any]) -> None:
+    """The raw_tp programs (kernels without tp_btf) read the kernel with BPF_CORE_READ instead of direct
+    loads: the same workload must give the same process numbers."""
+    dev = loopdev(size_mb=64)
+    time.sleep(0.5)
+    top = subprocess.Popen(ioscope_cmd("top", "-j", "-d", dev.name, "-n", "5", "1"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=dict(os.environ, IOSCOPE_ATTACH="raw_tp"))
+    try:
+        first = _lines(top, 1)
+        assert first, top.stderr.read() if top.stderr else ""
+        before = dev.diskstats()
+        fio = start_fio(dev.path, 2, 1009, 401)
+        job = fio_report(fio)
+        rest = _lines(top, 4)
+        assert top.wait(timeout=30) == 0
+        after = dev.diskstats()
+    finally:
+        if top.poll() is None:
+            top.kill()
+            top.wait()
+    docs = [first[0], *rest]
+    assert {d["attach"] for d in docs} == {"raw_tp"}
+    window = docs[1:]
+    tol = 0.5 * len(window) + 1
+    mine = [(p, d["interval_s"]) for d in window for p in d["procs"] if p["pid"] == fio.pid]
+    assert mine
+    assert abs(sum(p["r_s"] * t for p, t in mine) - job["read"]["total_ios"]) <= tol
+    assert abs(sum(p["w_s"] * t for p, t in mine) - job["write"]["total_ios"]) <= tol
+    assert abs(sum(p["wkB_s"] * t for p, t in mine) - job["write"]["io_bytes"] / 1024) <= 4 * tol
+    dev_reads = sum(dv["r_s"] * d["interval_s"] for d in window for dv in d["devices"])
+    assert abs(dev_reads - (after.reads - before.reads)) <= tol
+    assert all(p["avg_kB"] == pytest.approx(4.0) and p["p99_ms"] for p, _ in mine)
+    assert any(dv["p99_ms"] for d in window for dv in d["devices"])
