@@ -156,6 +156,10 @@ def test_tui_80x24_sort_filter_quit(live: None, loopdev: Callable[..., Any], tmu
         t.keys("Enter")
         s = t.wait_for(lambda s: f"pid={fio.pid}" in s[1] and _proc_rows(s), "the pid filter")
         assert [r[0] for r in _proc_rows(s)] == [str(fio.pid)]
+        # a bigger window: the screen follows (all device columns from 119 columns on)
+        subprocess.run(["tmux", "resize-window", "-t", t.name, "-x", "130", "-y", "30"], check=True)
+        s = t.wait_for(lambda s: len(s) == 30 and "rrqm/s" in s[2], "the resized screen")
+        assert max(len(ln) for ln in s) <= 130 and "aqu-sz" in s[2] and "wareq-sz" in s[2]
         t.keys("?")
         t.wait_for(lambda s: any("ioscope top keys" in ln for ln in s), "the help")
         t.keys("q")  # leaves the help and quits
@@ -193,6 +197,21 @@ def test_tui_200x50_and_sigterm(live: None, loopdev: Callable[..., Any], tmux_fa
         assert not (progs & loaded_prog_ids()), "BPF programs left attached"
     finally:
         stop_fio(fio)
+
+
+def test_resize_wakes_the_key_wait() -> None:
+    """No root: SIGWINCH ends the wait for keys at once with a RESIZE (the screen is redrawn)."""
+    master, slave = pty.openpty()
+    try:
+        with open(slave, "w", closefd=False) as out, view.Terminal(fd_in=slave, out=out) as term:
+            assert term.read_keys(0.01) == []
+            os.write(master, b">q")
+            assert term.read_keys(1.0) == [">", "q"]
+            os.kill(os.getpid(), signal.SIGWINCH)
+            assert term.read_keys(5.0) == ["RESIZE"]  # not [] after the 5 s timeout
+    finally:
+        os.close(master)
+        os.close(slave)
 
 
 def test_terminal_restored_after_a_crash() -> None:

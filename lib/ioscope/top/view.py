@@ -268,7 +268,9 @@ class ViewState:
 
 
 def handle_key(st: ViewState, key: str) -> None:
-    """Apply one key (a character, or 'TAB', 'ENTER', 'ESC', 'BS', 'LEFT', 'RIGHT')."""
+    """Apply one key (a character, or 'TAB', 'ENTER', 'ESC', 'BS', 'LEFT', 'RIGHT'; 'RESIZE' only redraws)."""
+    if key == "RESIZE":
+        return
     st.message = ""
     if st.prompt is not None:
         if key == "ENTER":
@@ -449,19 +451,25 @@ class Terminal:
         self.fd = sys.stdin.fileno() if fd_in is None else fd_in
         self.out = out or sys.stdout
         self.saved: list[Any] | None = None
-        self.resized = True
         self._old_winch: Any = None
+        self._wake_r, self._wake_w = -1, -1
 
     def __enter__(self) -> Terminal:
         self.saved = termios.tcgetattr(self.fd)
         tty.setcbreak(self.fd)  # keeps ISIG: Ctrl-C still interrupts, and ends here through __exit__
+        # a resize wakes the key wait up through a pipe, so the screen is redrawn at once
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
         self._old_winch = signal.signal(signal.SIGWINCH, self._on_winch)
         self.out.write("\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J")
         self.out.flush()
         return self
 
     def _on_winch(self, signum: int, frame: FrameType | None) -> None:
-        self.resized = True
+        try:
+            os.write(self._wake_w, b"w")
+        except OSError:
+            pass
 
     def size(self) -> tuple[int, int]:
         try:
@@ -471,10 +479,11 @@ class Terminal:
             return 80, 24
 
     def read_keys(self, timeout: float) -> list[str]:
-        try:
-            ready, _, _ = select.select([self.fd], [], [], max(0.0, timeout))
-        except InterruptedError:
-            return []
+        fds = [self.fd] + ([self._wake_r] if self._wake_r >= 0 else [])
+        ready, _, _ = select.select(fds, [], [], max(0.0, timeout))
+        if self._wake_r in ready:
+            os.read(self._wake_r, 64)
+            return ["RESIZE"]
         if not ready:
             return []
         data = os.read(self.fd, 256)
@@ -498,6 +507,10 @@ class Terminal:
         if self._old_winch is not None:
             signal.signal(signal.SIGWINCH, self._old_winch)
             self._old_winch = None
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                os.close(fd)
+        self._wake_r, self._wake_w = -1, -1
 
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
