@@ -150,4 +150,19 @@ static __always_inline __u64 rq_start_ns_direct(struct request *rq)
 	return 0;
 }
 
+/*
+ * A request with data in the flush sequence (a PREFLUSH/FUA write the device
+ * cannot do in one command) is reported complete twice: when its data step
+ * ends (RQF_FLUSH_SEQ set, its bios not ended yet) and again when the whole
+ * sequence ends (flag cleared, bios ended). Recent kernels have the flag as
+ * a value of enum rqf_flags; older ones as a #define BTF cannot see, where
+ * it reads as not set (and the data step is counted like any completion).
+ */
+static __always_inline bool rq_flush_seq(__u32 rq_flags)
+{
+	if (!bpf_core_enum_value_exists(enum rqf_flags, __RQF_FLUSH_SEQ))
+		return false;
+	return rq_flags & (1u << bpf_core_enum_value(enum rqf_flags, __RQF_FLUSH_SEQ));
+}
+
 #endif /* CORE_FIXES_BPF_H */

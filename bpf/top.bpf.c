@@ -249,17 +249,36 @@ static __always_inline int on_bio_queue(struct bio *bio, const bool btf)
 	return 0;
 }
 
+/*
+ * block_split names the new bio, split off the front of one already queued.
+ * The block layer chains it to its parent (bio_chain: bi_private = parent)
+ * before the tracepoint, so it inherits the parent's slot: queue time and
+ * process. Failing that (a slot already gone), the last bio queued on this
+ * CPU by the same process stands in.
+ */
 static __always_inline int on_split(struct bio *bio, const bool btf)
 {
 	struct top_last_q *last;
+	struct top_slot *parent;
 	__u32 zero = 0;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
+	__u64 priv = btf ? ptr_value(bio->bi_private) : (__u64)BPF_CORE_READ(bio, bi_private);
 
+	parent = priv ? slot_get(priv) : NULL;
+	if (parent) {
+		__u64 q = parent->q_ns;
+		__u32 ptgid = parent->tgid, pdev = parent->dev;
+
+		slot_put(key, q, ptgid, pdev);
+		stat_inc(IOS_STAT_SPLIT);
+		return 0;
+	}
 	last = bpf_map_lookup_elem(&last_queued, &zero);
 	if (!last || !last->bio || last->tgid != tgid ||
 	    last->dev != (btf ? disk_dev_direct(bio_disk_direct(bio)) : disk_dev(bio_disk(bio))))
 		return 0;
-	slot_put(btf ? ptr_value(bio) : (__u64)bio, last->q_ns, tgid, last->dev);
+	slot_put(key, last->q_ns, tgid, last->dev);
 	stat_inc(IOS_STAT_SPLIT);
 	return 0;
 }
@@ -272,12 +291,15 @@ static __always_inline int on_rq_complete(struct request *rq, unsigned int nr_by
 	__u32 opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
 	__u32 rq_bytes = btf ? rq->__data_len : BPF_CORE_READ(rq, __data_len);
 	__u64 rq_start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
+	__u32 rq_flags = btf ? rq->rq_flags : BPF_CORE_READ(rq, rq_flags);
 	__u8 op = opf_to_op(opf, rq_bytes);
 	struct top_slot *sl;
 	__u64 key, done = 0, first_q = 0;
 	bool whole = nr_bytes >= rq_bytes;
 	int i;
 
+	if (rq_flush_seq(rq_flags))
+		return 0; /* its data step: counted when the flush sequence ends */
 	for (i = 0; i < MAX_CHAIN && bio; i++) {
 		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
 
