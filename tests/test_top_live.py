@@ -197,7 +197,8 @@ def test_filesystem_io_is_fully_attributed(live: None, loopdev: Callable[..., An
     docs_all = [first[0], *rest]
     assert job["sync"]["total_ios"] > 100  # fsyncs: journal commits with flushes happened
     for d in window:
-        assert not [p for p in d["procs"] if p["pid"] == 0], ([(p["pid"], p["ios"], p["w_s"], p["r_s"]) for p in d["procs"]], d["lost_detail"], [x["interval_s"] for x in window])
+        unknown = [p for p in d["procs"] if p["pid"] == 0]
+        assert not unknown, ([(p["pid"], p["ios"], p["w_s"], p["r_s"]) for p in d["procs"]], d["lost_detail"])
         assert d["lost_detail"]["inflight_at_start"] == 0 or all(p["pid"] for p in d["procs"])
     dev_kb = sum((dv["rkB_s"] + dv["wkB_s"]) * d["interval_s"] for d in window for dv in d["devices"])
     proc_kb = sum((p["rkB_s"] + p["wkB_s"]) * d["interval_s"] for d in window for p in d["procs"])
