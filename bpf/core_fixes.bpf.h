@@ -102,4 +102,76 @@ static __always_inline bool bio_is_readahead(__u32 opf)
 	return opf & (1u << bpf_core_enum_value(enum req_flag_bits, __REQ_RAHEAD));
 }
 
+/*
+ * When the block layer started timing the request (the start of the await
+ * in /proc/diskstats), 0 when it did not stamp it (no I/O accounting and no
+ * scheduler). Kernels before 4.17 (commit 522a777566f5) had start_time in
+ * jiffies under another name: there the caller falls back to its own time.
+ */
+static __always_inline __u64 rq_start_ns(struct request *rq)
+{
+	if (bpf_core_field_exists(rq->start_time_ns))
+		return BPF_CORE_READ(rq, start_time_ns);
+	return 0;
+}
+
+/*
+ * The same shims as direct loads, for tp_btf programs only: their arguments
+ * are BTF-typed pointers the verifier lets a program dereference (CO-RE
+ * relocated, faults handled), which costs a load instead of a
+ * bpf_probe_read_kernel() call per field. raw_tp programs must keep using
+ * the BPF_CORE_READ versions above.
+ */
+static __always_inline struct gendisk *bio_disk_direct(struct bio *bio)
+{
+	struct bio___old *old = (void *)bio;
+
+	if (bpf_core_field_exists(old->bi_disk))
+		return old->bi_disk;
+	return bio->bi_bdev->bd_disk;
+}
+
+static __always_inline struct gendisk *rq_disk_direct(struct request *rq)
+{
+	struct request___old *old = (void *)rq;
+
+	if (bpf_core_field_exists(old->rq_disk))
+		return old->rq_disk;
+	return rq->q->disk;
+}
+
+static __always_inline __u32 disk_dev_direct(struct gendisk *disk)
+{
+	if (!disk)
+		return 0;
+	return IOSCOPE_MKDEV(disk->major, disk->first_minor);
+}
+
+static __always_inline bool disk_is_mq_direct(struct gendisk *disk)
+{
+	return disk->queue->mq_ops != NULL;
+}
+
+static __always_inline __u64 rq_start_ns_direct(struct request *rq)
+{
+	if (bpf_core_field_exists(rq->start_time_ns))
+		return rq->start_time_ns;
+	return 0;
+}
+
+/*
+ * A request with data in the flush sequence (a PREFLUSH/FUA write the device
+ * cannot do in one command) is reported complete twice: when its data step
+ * ends (RQF_FLUSH_SEQ set, its bios not ended yet) and again when the whole
+ * sequence ends (flag cleared, bios ended). Recent kernels have the flag as
+ * a value of enum rqf_flags; older ones as a #define BTF cannot see, where
+ * it reads as not set (and the data step is counted like any completion).
+ */
+static __always_inline bool rq_flush_seq(__u32 rq_flags)
+{
+	if (!bpf_core_enum_value_exists(enum rqf_flags, __RQF_FLUSH_SEQ))
+		return false;
+	return rq_flags & (1u << bpf_core_enum_value(enum rqf_flags, __RQF_FLUSH_SEQ));
+}
+
 #endif /* CORE_FIXES_BPF_H */

@@ -91,4 +91,35 @@ enum ios_stat_idx {
 };
 #define IOS_NR_LOST_STATS 6 /* indexes below this are losses */
 
+/* ioscope top (bpf/top.bpf.c): per-process counters, keyed by the process
+ * that queued the bio, and per-disk request latency histograms. */
+struct top_proc_key {
+	__u32 tgid;  /* 0: queued before tracing started (no latency) */
+	__u32 dev;   /* kernel dev_t of the whole disk */
+	__u8 op;     /* enum io_op */
+	__u8 pad[7];
+};
+
+struct top_proc_val {
+	__u64 ios;   /* bios completed */
+	__u64 bytes; /* bytes completed */
+	struct hist lat; /* queue-to-completion latency of the timed ones (ns) */
+};
+
+/* A slot of top's direct-mapped table of bios in flight (index: hash of the
+ * bio pointer). Cheaper than a hash map per I/O; a slot taken by another bio
+ * in flight is a collision, counted (IOS_LOST_START_FULL) and not timed. */
+struct top_slot {
+	__u64 bio;   /* struct bio *, 0 = free */
+	__u64 q_ns;  /* queued */
+	__u32 tgid;  /* the process that queued it */
+	__u32 dev;
+};
+
+struct top_disk_key {
+	__u32 dev;
+	__u8 op;
+	__u8 pad[3];
+};
+
 #endif /* IOSCOPE_H */

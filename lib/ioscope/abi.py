@@ -62,8 +62,37 @@ BIO_START = np.dtype([
     ("dev", np.uint32),
 ])
 
+# ioscope top (bpf/top.bpf.c)
+TOP_PROC_KEY = np.dtype([
+    ("tgid", np.uint32),
+    ("dev", np.uint32),
+    ("op", np.uint8),
+    ("pad", np.uint8, (7,)),
+])
+
+TOP_PROC_VAL = np.dtype([
+    ("ios", np.uint64),
+    ("bytes", np.uint64),
+    ("lat", HIST),
+])
+
+TOP_SLOT = np.dtype([
+    ("bio", np.uint64),
+    ("q_ns", np.uint64),
+    ("tgid", np.uint32),
+    ("dev", np.uint32),
+])
+
+TOP_DISK_KEY = np.dtype([
+    ("dev", np.uint32),
+    ("op", np.uint8),
+    ("pad", np.uint8, (3,)),
+])
+
 # C struct name -> dtype, for the ABI test
-STRUCTS = {"hist": HIST, "lat_key": LAT_KEY, "bio_start": BIO_START}
+STRUCTS = {"hist": HIST, "lat_key": LAT_KEY, "bio_start": BIO_START,
+           "top_proc_key": TOP_PROC_KEY, "top_proc_val": TOP_PROC_VAL, "top_disk_key": TOP_DISK_KEY,
+           "top_slot": TOP_SLOT}
 
 
 def combine_percpu_hists(raw: bytes, n: int, ncpus: int) -> np.ndarray:

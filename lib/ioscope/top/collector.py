@@ -1,0 +1,133 @@
+"""The kernel side of ioscope top: the top BPF object plus /proc/diskstats, read once per refresh.
+
+The BPF maps are read with one batched dump each and emptied in the same
+call (dump(delete=True)), so each read returns exactly what happened since
+the previous one and user space never walks keys one by one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from ioscope import abi, devices, lat
+from ioscope.loader import BPFObject
+from ioscope.top.model import Sample
+
+PROC_MEMORY = 32 << 20  # bytes for the per-CPU process table (entries x CPUs x value size)
+PROC_MAX_ENTRIES = 4096
+PROC_MIN_ENTRIES = 256
+
+
+def proc_entries(ncpus: int) -> int:
+    """(process, disk, op) entries the per-CPU procs map gets on a machine with ncpus CPUs."""
+    per = abi.TOP_PROC_VAL.itemsize * max(1, ncpus)
+    return max(PROC_MIN_ENTRIES, min(PROC_MAX_ENTRIES, PROC_MEMORY // per))
+
+
+class TopCollector:
+    """Owns the top BPF object. sample() returns a Sample; close() detaches everything."""
+
+    def __init__(self, btf: str | None = None, proc_root: str = "/proc", sys_root: str = "/sys") -> None:
+        self.proc_root = proc_root
+        self.sys_root = sys_root
+        self.names = devices.DevNames(sys_root)
+        self._comms: dict[int, str] = {}              # tgid -> name seen by BPF at queue time
+        self._live: dict[int, str] = {0: "[unknown]"}  # tgid -> name for the current refresh
+        self._last_stats = np.zeros(abi.NR_STATS, dtype=np.uint64)
+        self._last_misses = 0
+        self.bpf = BPFObject("top", btf=btf)
+        try:
+            b = self.bpf
+            b.choose(required=["bio_queue", "rq_complete"], optional=["split"])
+            from ioscope import _libbpf  # type: ignore[attr-defined]
+            b.set_max_entries("procs", proc_entries(_libbpf.num_possible_cpus()))
+            b.load()
+            self.procs = b.map("procs")
+            self.disks = b.map("disks")
+            self.comms = b.map("comms")
+            self.stats = b.map("stats")
+            b.attach()
+        except BaseException:
+            self.bpf.close()
+            raise
+
+    @property
+    def unavailable(self) -> list[str]:
+        return self.bpf.unavailable
+
+    def whole_disks(self) -> list[str]:
+        return [d.name for d in devices.list_disks(self.sys_root)]
+
+    def comm(self, tgid: int) -> str:
+        """The process's name: its current one from /proc while it lives (a process that exec'ed after
+        queueing I/O has a new name), else the name the BPF program saw at queue time."""
+        c = self._live.get(tgid)
+        if c is not None:
+            return c
+        try:
+            with open(os.path.join(self.proc_root, str(tgid), "comm")) as f:
+                c = f.read().strip()
+        except OSError:
+            c = self._comms.get(tgid, "[exited]")
+        self._live[tgid] = c
+        return c
+
+    def _refresh_comms(self) -> None:
+        self._live = {0: "[unknown]"}  # names are looked up again for each refresh
+        kb, vb, n = self.comms.dump()
+        if not n:
+            return
+        pids = np.frombuffer(kb, dtype=np.uint32, count=n)
+        raw = np.frombuffer(vb, dtype="S16", count=n)
+        for p, c in zip(pids.tolist(), raw.tolist()):
+            self._comms[p] = c.split(b"\0")[0].decode(errors="replace")
+
+    def sample(self) -> Sample:
+        """Read and empty the maps, read /proc/diskstats: one consistent moment."""
+        mono, wall = time.monotonic(), time.time()
+        ds = devices.read_diskstats(self.proc_root)
+        pk, pv, pn = self.procs.dump(sum=False, delete=True)
+        dk, dv, dn = self.disks.dump(sum=False, delete=True)
+        proc_keys = np.frombuffer(pk, dtype=abi.TOP_PROC_KEY, count=pn).copy()
+        proc_vals = combine_percpu_procs(pv, pn, self.procs.ncpus)
+        disk_keys = np.frombuffer(dk, dtype=abi.TOP_DISK_KEY, count=dn).copy()
+        disk_hists = abi.combine_percpu_hists(dv, dn, self.disks.ncpus)
+        self._refresh_comms()
+        losses = self.losses()
+        return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
+                      _loss_detail(losses))
+
+    def losses(self) -> lat.Losses:
+        """Losses since the previous call."""
+        raw = self.stats.dump(sum=True)
+        vals = np.frombuffer(raw[1], dtype=np.uint64, count=raw[2])
+        cur = np.zeros(abi.NR_STATS, dtype=np.uint64)
+        cur[: len(vals)] = vals
+        misses = self.bpf.recursion_misses()
+        delta, dmiss = cur - self._last_stats, misses - self._last_misses
+        self._last_stats, self._last_misses = cur, misses
+        counters = {abi.STAT_NAMES[i]: int(delta[i]) for i in abi.STAT_NAMES if i < abi.NR_STATS}
+        return lat.Losses(counters, dmiss)
+
+    def close(self) -> None:
+        self.bpf.close()
+
+
+def _loss_detail(losses: lat.Losses) -> dict[str, Any]:
+    out: dict[str, Any] = dict(losses.counters)
+    out["recursion_misses"] = losses.recursion_misses
+    return out
+
+
+def combine_percpu_procs(raw: bytes, n: int, ncpus: int) -> np.ndarray:
+    """Per-CPU TOP_PROC_VAL values of n keys -> n values (counters summed, max/min_inv maxed)."""
+    per = np.frombuffer(raw, dtype=abi.TOP_PROC_VAL, count=n * ncpus).reshape(n, ncpus)
+    out = np.zeros(n, dtype=abi.TOP_PROC_VAL)
+    out["ios"] = per["ios"].sum(axis=1, dtype=np.uint64)
+    out["bytes"] = per["bytes"].sum(axis=1, dtype=np.uint64)
+    out["lat"] = abi.combine_percpu_hists(per["lat"].tobytes(), n, ncpus)
+    return out

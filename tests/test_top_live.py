@@ -1,0 +1,210 @@
+"""ioscope top --batch/-j on a known workload: device numbers against /proc/diskstats and sysstat's iostat -x,
+the workload's process row against fio's own counts. Needs root, BPF and loop devices (fails in CI otherwise)."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import ioscope_cmd, run_ioscope
+from top_live_util import fio_report, start_fio
+
+READ_IOPS, WRITE_IOPS = 1999, 797  # primes; fio holds these rates
+FIO_SECONDS = 4
+INTERVALS = 7
+
+
+def _lines(p: subprocess.Popen[str], n: int, timeout: float = 30) -> list[dict[str, Any]]:
+    assert p.stdout is not None
+    out = []
+    end = time.monotonic() + timeout
+    while len(out) < n and time.monotonic() < end:
+        line = p.stdout.readline()
+        if not line:
+            break
+        out.append(json.loads(line))
+    return out
+
+
+def test_batch_json_agrees_with_diskstats_iostat_and_fio(live: None, loopdev: Callable[..., Any]) -> None:
+    dev = loopdev(size_mb=128)
+    time.sleep(0.5)  # let udev's probe of the new device finish
+    top = subprocess.Popen(ioscope_cmd("top", "-j", "-d", dev.name, "-n", str(INTERVALS), "1"),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = _lines(top, 1)
+        assert first, f"ioscope top printed nothing: {top.stderr.read() if top.stderr else ''}"
+        before = dev.diskstats()
+        fio = start_fio(dev.path, FIO_SECONDS, READ_IOPS, WRITE_IOPS)
+        time.sleep(1.2)  # iostat measures while fio is in its steady state
+        iostat = subprocess.run(["iostat", "-x", "-d", "-y", "-o", "JSON", dev.name, "1", "2"],
+                                capture_output=True, text=True, timeout=30, check=True)
+        job = fio_report(fio)
+        rest = _lines(top, INTERVALS - 1)
+        assert top.wait(timeout=30) == 0
+        after = dev.diskstats()
+    finally:
+        if top.poll() is None:
+            top.kill()
+            top.wait()
+    docs = [first[0], *rest]
+    assert len(docs) == INTERVALS
+    # losses are counted for all disks (other tests may be using vda): they must add up, and our device's
+    # numbers below are exact only if nothing of it was lost
+    lost_names = ("start_map_full", "hist_map_full", "bio_chain_too_long", "rq_map_full", "recursion_misses")
+    assert all(d["lost"] == sum(d["lost_detail"][k] for k in lost_names) for d in docs)
+    window = docs[1:]  # fio ran after the first refresh and ended before the last one
+
+    # 1. exact: the sums over top's intervals are the kernel's own counters over the same window
+    def total(field: str) -> float:
+        return sum(dv[field] * d["interval_s"] for d in window for dv in d["devices"] if dv["disk"] == dev.name)
+
+    reads, writes = after.reads - before.reads, after.writes - before.writes
+    assert reads > 3 * READ_IOPS and writes > 3 * WRITE_IOPS
+    tol = 0.5 * len(window)  # rates are printed with 3 decimals: at most half an I/O of rounding per interval
+    assert abs(total("r_s") - reads) <= tol + 1
+    assert abs(total("w_s") - writes) <= tol + 1
+    assert abs(total("rkB_s") - (after.sectors_read - before.sectors_read) / 2) <= 4 * (tol + 1)
+    assert abs(total("wkB_s") - (after.sectors_written - before.sectors_written) / 2) <= 4 * (tol + 1)
+    assert abs(total("util") / 100 * 1000 - (after.io_ms - before.io_ms)) <= 2 * len(window)
+
+    # 2. sysstat's iostat -x over (unaligned) seconds of the steady state: within 10% (rates),
+    #    and %util within 3 points or 25%
+    rep = json.loads(iostat.stdout)["sysstat"]["hosts"][0]["statistics"]
+    ios = [next(d for d in r["disk"] if d["disk_device"] == dev.name) for r in rep]
+    steady = [next(dv for dv in d["devices"] if dv["disk"] == dev.name) for d in docs[2:5]]
+    for ours, theirs in (("r_s", "r/s"), ("w_s", "w/s"), ("rkB_s", "rkB/s"), ("wkB_s", "wkB/s")):
+        a = statistics.median(s[ours] for s in steady)
+        b = statistics.median(i[theirs] for i in ios)
+        assert a == pytest.approx(b, rel=0.10), (ours, a, b)
+    a = statistics.median(s["util"] for s in steady)
+    b = statistics.median(i["util"] for i in ios)
+    assert abs(a - b) <= max(3.0, 0.25 * b), (a, b)
+    for s in steady:
+        assert s["p99_ms"] is not None and s["p99_ms"] > 0 and s["lat_ios"] > 0
+
+    # 3. the process: fio's pid tops the list in every steady interval, with fio's own byte counts
+    for d in docs[2:5]:
+        assert d["procs"], d
+        assert d["procs"][0]["pid"] == fio.pid and d["procs"][0]["comm"].startswith("fio"), d["procs"][:3]
+    mine = [p for d in window for p in d["procs"] if p["pid"] == fio.pid]
+    got_r = sum(p["r_s"] * d["interval_s"] for d in window for p in d["procs"] if p["pid"] == fio.pid)
+    got_rkb = sum(p["rkB_s"] * d["interval_s"] for d in window for p in d["procs"] if p["pid"] == fio.pid)
+    got_wkb = sum(p["wkB_s"] * d["interval_s"] for d in window for p in d["procs"] if p["pid"] == fio.pid)
+    assert abs(got_r - job["read"]["total_ios"]) <= tol + 1
+    assert abs(got_rkb - job["read"]["io_bytes"] / 1024) <= 4 * (tol + 1)
+    assert abs(got_wkb - job["write"]["io_bytes"] / 1024) <= 4 * (tol + 1)
+    # and the rate in a steady interval is fio's rate (4 KiB each)
+    mid = [p for p in mine if p is not None]
+    assert statistics.median(p["rkB_s"] for p in docs[3]["procs"] if p["pid"] == fio.pid) == pytest.approx(
+        READ_IOPS * 4, rel=0.10)
+    assert all(p["avg_kB"] == pytest.approx(4.0) for p in mid)
+    assert all(p["p99_ms"] is not None and p["p99_ms"] >= p["avg_ms"] > 0 for p in mid if p["ios"] > 100)
+
+
+def test_batch_text_and_bad_input(live: None, loopdev: Callable[..., Any]) -> None:
+    dev = loopdev(size_mb=64)
+    fio = start_fio(dev.path, 3, 499, 0)
+    try:
+        p = run_ioscope("top", "-b", "-n", "2", "0.5", timeout=60, check=True)
+    finally:
+        job = fio_report(fio)
+    assert job["read"]["total_ios"] > 0
+    snaps = [s for s in p.stdout.split("ioscope top - ") if s.strip()]
+    assert len(snaps) == 2
+    for s in snaps:
+        assert "lost 0" in s.splitlines()[0]
+        assert "r_await" in s and "PID" in s
+    row = [ln for ln in snaps[1].splitlines() if ln.split()[:1] == [str(fio.pid)]]
+    assert row and dev.name in row[0] and "fio" in row[0]
+    bad = run_ioscope("top", "-b", "-n", "1", "-d", "nosuchdisk")
+    assert bad.returncode == 1 and "unknown disk 'nosuchdisk'" in bad.stderr and "Traceback" not in bad.stderr
+    bad = run_ioscope("top", "-n", "0")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_raw_tp_variant_counts_the_same(live: None, loopdev: Callable[..., Any]) -> None:
+    """The raw_tp programs (kernels without tp_btf) read the kernel with BPF_CORE_READ instead of direct
+    loads: the same workload must give the same process numbers."""
+    dev = loopdev(size_mb=64)
+    time.sleep(0.5)
+    top = subprocess.Popen(ioscope_cmd("top", "-j", "-d", dev.name, "-n", "5", "1"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=dict(os.environ, IOSCOPE_ATTACH="raw_tp"))
+    try:
+        first = _lines(top, 1)
+        assert first, top.stderr.read() if top.stderr else ""
+        before = dev.diskstats()
+        fio = start_fio(dev.path, 2, 1009, 401)
+        job = fio_report(fio)
+        rest = _lines(top, 4)
+        assert top.wait(timeout=30) == 0
+        after = dev.diskstats()
+    finally:
+        if top.poll() is None:
+            top.kill()
+            top.wait()
+    docs = [first[0], *rest]
+    assert {d["attach"] for d in docs} == {"raw_tp"}
+    window = docs[1:]
+    tol = 0.5 * len(window) + 1
+    mine = [(p, d["interval_s"]) for d in window for p in d["procs"] if p["pid"] == fio.pid]
+    assert mine
+    assert abs(sum(p["r_s"] * t for p, t in mine) - job["read"]["total_ios"]) <= tol
+    assert abs(sum(p["w_s"] * t for p, t in mine) - job["write"]["total_ios"]) <= tol
+    assert abs(sum(p["wkB_s"] * t for p, t in mine) - job["write"]["io_bytes"] / 1024) <= 4 * tol
+    dev_reads = sum(dv["r_s"] * d["interval_s"] for d in window for dv in d["devices"])
+    assert abs(dev_reads - (after.reads - before.reads)) <= tol
+    assert all(p["avg_kB"] == pytest.approx(4.0) and p["p99_ms"] for p, _ in mine)
+    assert any(dv["p99_ms"] for d in window for dv in d["devices"])
+
+
+def test_filesystem_io_is_fully_attributed(live: None, loopdev: Callable[..., Any], tmp_path: Path) -> None:
+    """ext4 with fsync: journal commits go through the flush sequence, whose requests the kernel reports
+    complete twice. Every byte the disk moved must be in a process row, none under PID 0 once top runs."""
+    dev = loopdev(size_mb=256)
+    subprocess.run(["mkfs.ext4", "-q", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev.path], check=True)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mount", dev.path, str(mnt)], check=True)
+    try:
+        top = subprocess.Popen(ioscope_cmd("top", "-j", "-d", dev.name, "-n", "5", "1"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            first = _lines(top, 1)
+            assert first, top.stderr.read() if top.stderr else ""
+            fio = subprocess.run(["fio", "--name=fs", f"--directory={mnt}", "--rw=randrw", "--bs=16k",
+                                  "--size=32m", "--ioengine=psync", "--fsync=7", "--time_based", "--runtime=2",
+                                  "--rate_iops=1009,1009", "--output-format=json"],
+                                 capture_output=True, text=True, timeout=60, check=True)
+            job = json.loads(fio.stdout[fio.stdout.index("{"):])["jobs"][0]
+            rest = _lines(top, 4)
+            assert top.wait(timeout=30) == 0
+        finally:
+            if top.poll() is None:
+                top.kill()
+                top.wait()
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+    window = rest
+    docs_all = [first[0], *rest]
+    assert job["sync"]["total_ios"] > 100  # fsyncs: journal commits with flushes happened
+    for d in window:
+        unknown = [p for p in d["procs"] if p["pid"] == 0]
+        assert not unknown, ([(p["pid"], p["ios"], p["w_s"], p["r_s"]) for p in d["procs"]], d["lost_detail"])
+        assert d["lost_detail"]["inflight_at_start"] == 0 or all(p["pid"] for p in d["procs"])
+    dev_kb = sum((dv["rkB_s"] + dv["wkB_s"]) * d["interval_s"] for d in window for dv in d["devices"])
+    proc_kb = sum((p["rkB_s"] + p["wkB_s"]) * d["interval_s"] for d in window for p in d["procs"])
+    assert dev_kb > 10_000
+    assert proc_kb == pytest.approx(dev_kb, rel=0.01)
+    assert any(p["comm"].startswith("jbd2") for d in window for p in d["procs"])
+    # the file's writeback came in bios larger than the device takes: split ones inherited their parent's
+    # process (fio's layout writes, not PID 0)
+    assert sum(d["lost_detail"]["split"] for d in docs_all) > 0

@@ -1,0 +1,199 @@
+"""ioscope top renderings: golden screens (80x24, 200x50), batch text, keys (no root)."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from rich.text import Text
+
+import top_fixture
+from ioscope.top import view
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+@pytest.fixture(autouse=True)
+def utc() -> Iterator[None]:
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    yield
+    if old is None:
+        del os.environ["TZ"]
+    else:
+        os.environ["TZ"] = old
+    time.tzset()
+
+
+def _screen(st: view.ViewState, width: int, height: int) -> str:
+    lines = view.screen_lines(st, top_fixture.snapshot(), top_fixture.heat(), width, height)
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, color_system=None, highlight=False)
+    for t in lines:
+        con.print(t, crop=True, no_wrap=True)
+    return buf.getvalue()
+
+
+def _golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("IOSCOPE_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text(), f"render differs from {path} (IOSCOPE_UPDATE_GOLDEN=1 rewrites it)"
+
+
+@pytest.mark.parametrize(("width", "height"), [(80, 24), (200, 50)])
+def test_screen_golden(width: int, height: int) -> None:
+    text = _screen(view.ViewState(), width, height)
+    lines = text.splitlines()
+    assert len(lines) == height
+    assert max(len(line) for line in lines) <= width
+    _golden(f"top_{width}x{height}.txt", text)
+
+
+def test_screen_80x24_keeps_the_essentials() -> None:
+    text = _screen(view.ViewState(), 80, 24)
+    for word in ("lost 0", "r/s", "w/s", "rkB/s", "wkB/s", "%util", "p99ms", "PID", "COMM", "latency heat map loop2"):
+        assert word in text
+    # the device columns that do not fit in 80 are the ones dropped first
+    assert "rrqm/s" not in text and "rareq-sz" not in text
+    wide = _screen(view.ViewState(), 200, 50)
+    for word in ("rrqm/s", "wrqm/s", "aqu-sz", "rareq-sz", "wareq-sz", "postgres: walwriter"):
+        assert word in wide
+
+
+def test_batch_golden() -> None:
+    _golden("top_batch.txt", view.batch_text(top_fixture.snapshot()))
+
+
+def test_sort_and_filter_keys_change_the_screen() -> None:
+    st = view.ViewState()
+    body = _screen(st, 80, 24).splitlines()
+    pids = [ln.split()[0] for ln in body if ln[:7].strip().isdigit()]
+    assert pids[:4] == ["31337", "4021", "1", "0"]  # by total throughput
+    for k in ">" * (view.SORT_KEYS.index("p99_ms") - view.SORT_KEYS.index("rkB_s")):  # default: rkB/s + wkB/s
+        view.handle_key(st, k)
+    assert st.sort == "p99_ms" and st.reverse
+    view.handle_key(st, "<")
+    view.handle_key(st, ">")
+    body = _screen(st, 80, 24).splitlines()
+    assert "sort p99ms desc" in body[1]
+    pids = [ln.split()[0] for ln in body if ln[:7].strip().isdigit()]
+    assert pids[:4] == ["1", "4021", "31337", "0"]
+    view.handle_key(st, "r")
+    assert "sort p99ms asc" in _screen(st, 80, 24)
+    # filter by disk: d, type, Enter
+    for k in ["d", *"vda", "ENTER"]:
+        view.handle_key(st, k)
+    assert st.disk == "vda" and st.heat_disk == "vda"
+    text = _screen(st, 80, 24)
+    assert "disk=vda" in text and "31337" not in text and "loop2 " not in text
+    assert "latency heat map vda" in text
+    # filter by pid
+    for k in ["c", "p", *"31337", "ENTER"]:
+        view.handle_key(st, k)
+    text = _screen(st, 80, 24)
+    assert "pid=31337" in text and "postgres" not in text and "31337 fio" in text
+    view.handle_key(st, "p")
+    for k in ["x", "ENTER"]:
+        view.handle_key(st, k)
+    assert st.message == "not a PID: x" and st.pid == 31337
+    view.handle_key(st, "c")
+    assert st.disk is None and st.pid is None
+
+
+def test_other_keys() -> None:
+    st = view.ViewState(disks_seen=["loop2", "vda"])
+    view.handle_key(st, "TAB")
+    assert st.heat_disk == "loop2"
+    view.handle_key(st, "h")
+    assert st.heat_disk == "vda"
+    view.handle_key(st, " ")
+    assert st.paused and "PAUSED" in _screen(st, 80, 24)
+    view.handle_key(st, "+")
+    assert st.interval == 2.0
+    view.handle_key(st, "-")
+    view.handle_key(st, "-")
+    assert st.interval == 0.5
+    view.handle_key(st, "?")
+    assert "ioscope top keys" in _screen(st, 80, 24)
+    view.handle_key(st, "x")  # any key leaves the help
+    assert not st.help and not st.quit
+    view.handle_key(st, "d")
+    view.handle_key(st, "ESC")
+    assert st.prompt is None and st.disk is None
+    view.handle_key(st, "q")
+    assert st.quit
+
+
+def test_parse_keys() -> None:
+    assert view.parse_keys("q") == ["q"]
+    assert view.parse_keys("\t\x1b[C\x1b[D\x7f\r") == ["TAB", "RIGHT", "LEFT", "BS", "ENTER"]
+    assert view.parse_keys("\x1b[1;5A>") == [">"]  # unknown sequences are dropped
+    assert view.parse_keys("\x1b") == ["ESC"]
+
+
+def test_fmt_num_fits() -> None:
+    assert view.fmt_num(0.0, 6) == "0.00"
+    assert view.fmt_num(1234.5678, 7) == "1234.57"
+    assert view.fmt_num(123456.0, 6) == "123456"
+    assert view.fmt_num(12345678.0, 6) == "12346k" or len(view.fmt_num(12345678.0, 6)) <= 6
+    for v in (0.001, 9.99, 1e3, 1e5, 1e7, 1e9, 1e13):
+        assert len(view.fmt_num(v, 5)) <= 5
+
+
+def test_heat_levels_are_log_scaled() -> None:
+    assert view.heat_level(0, 1000) == 0
+    assert view.heat_level(1, 1000) >= 1
+    assert view.heat_level(1000, 1000) == len(view.HEAT_CHARS)
+    # one I/O next to a thousand is still visible and clearly fainter than the peak
+    assert view.heat_level(1, 1000) < view.heat_level(30, 1000) < view.heat_level(1000, 1000)
+
+
+def test_optional_panel_extension_point() -> None:
+    """A panel registered under a name draws snapshot.extras[name] on the screen and in batch text."""
+    def balance(data: Any, width: int, rows: int) -> list[Text]:
+        return [Text(f"balance: Jain index {data['jain']:.2f} over {data['n']} processes")][:rows]
+
+    view.register_panel("balance", balance)
+    try:
+        snap = top_fixture.snapshot()
+        assert "Jain" not in _screen(view.ViewState(), 80, 24)  # no data: no panel
+        snap.extras["balance"] = {"jain": 0.93, "n": 4}
+        lines = view.screen_lines(view.ViewState(), snap, top_fixture.heat(), 80, 24)
+        assert any("Jain index 0.93 over 4" in t.plain for t in lines)
+        assert "Jain index 0.93" in view.batch_text(snap)
+        assert snap.to_json()["extras"] == {"balance": {"jain": 0.93, "n": 4}}
+    finally:
+        del view.PANELS["balance"]
+
+
+@pytest.mark.parametrize(("width", "height"), [(1, 1), (10, 3), (20, 5), (40, 10), (80, 8), (300, 100)])
+def test_any_terminal_size_fits(width: int, height: int) -> None:
+    lines = _screen(view.ViewState(), width, height).splitlines()
+    assert len(lines) <= height and max(len(ln) for ln in lines) <= width
+
+
+def test_empty_and_first_screens() -> None:
+    from ioscope.top.model import HeatHistory, Snapshot
+    empty = Snapshot(top_fixture.WALL, 1.0, "h", "k", [], [])
+    text = view.render_text(view.screen_lines(view.ViewState(), empty, HeatHistory(), 80, 24), 80)
+    assert "no disk did I/O" in text and "no process I/O" in text and "lost 0" in text
+    first = view.render_text(view.screen_lines(view.ViewState(), None, HeatHistory(), 80, 24), 80)
+    assert "first refresh" in first
+
+
+def test_optional_sources_are_loaded_when_present() -> None:
+    from ioscope.top import cmd
+    table = [("count", "top_fixture", "counting_source"), ("ra", "ioscope.no_such_module", "x")]
+    srcs = cmd.optional_sources(None, table)
+    assert list(srcs) == ["count"]  # a module that is not part of the build is skipped
+    assert srcs["count"](1.0) == {"calls": 1, "interval_s": 1.0}
+    srcs["count"].close()
+    assert top_fixture.CountingSource.closed

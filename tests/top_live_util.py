@@ -1,0 +1,60 @@
+"""Helpers of ioscope top's live tests: a rate-limited fio in the background, BPF programs of a process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def start_fio(path: str, runtime: float, read_iops: int, write_iops: int) -> subprocess.Popen[str]:
+    """fio --thread (its I/O is queued by the fio process itself: the pid Popen returns), 4 KiB random
+    reads and writes at fixed rates, direct I/O, JSON report on stdout."""
+    # (fio reads a rate of 0 as no limit: a job without writes is a pure reader)
+    mix = ["--rw=randrw", f"--rate_iops={read_iops},{write_iops}", "--rwmixread=67"] if write_iops else [
+        "--rw=randread", f"--rate_iops={read_iops}"]
+    cmd = ["fio", "--name=toptest", f"--filename={path}", *mix, "--bs=4k", "--iodepth=4",
+           "--ioengine=libaio", "--direct=1", "--thread", "--time_based", f"--runtime={runtime}",
+           "--randrepeat=0", "--norandommap", "--output-format=json"]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def fio_report(p: subprocess.Popen[str], timeout: float = 60) -> dict[str, Any]:
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, f"fio failed: {err}"
+    doc: dict[str, Any] = json.loads(out[out.index("{"):])
+    job: dict[str, Any] = doc["jobs"][0]
+    return job
+
+
+def bpf_prog_ids(pid: int) -> set[int]:
+    """IDs of the BPF programs a process holds open (from /proc/PID/fdinfo)."""
+    ids = set()
+    base = Path(f"/proc/{pid}/fdinfo")
+    for fd in os.listdir(base):
+        try:
+            text = (base / fd).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("prog_id:"):
+                ids.add(int(line.split()[1]))
+    return ids
+
+
+def loaded_prog_ids() -> set[int]:
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    return {int(p["id"]) for p in json.loads(out)}
+
+
+def stop_fio(p: subprocess.Popen[str]) -> None:
+    """End a background fio early (it exits non-zero when interrupted; that is expected here)."""
+    if p.poll() is None:
+        p.send_signal(2)  # SIGINT: fio stops its jobs and exits
+    try:
+        p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
