@@ -43,7 +43,7 @@ class TopCollector:
         try:
             b = self.bpf
             b.choose(required=["bio_queue", "rq_complete"], optional=["split"])
-            from ioscope import _libbpf  # type: ignore[attr-defined]
+            from ioscope import _libbpf
             b.set_max_entries("procs", proc_entries(_libbpf.num_possible_cpus()))
             b.load()
             self.procs = b.map("procs")
