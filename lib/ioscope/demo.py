@@ -26,7 +26,7 @@ examples:
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("demo", help="run ioscope lat on a built-in workload on a temporary loop device",
+    p = sub.add_parser("demo", help="ioscope on built-in workloads on temporary loop devices",
                        description="Create a tmpfs-backed loop device, run a mixed read/write workload on it "
                                    "with ioscope lat attached, print the latency report and clean up.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
