@@ -20,22 +20,16 @@
 #include <bpf/bpf_core_read.h>
 #include "core_fixes.bpf.h"
 #include "hist.bpf.h"
+#include "common.bpf.h"
+#include "comms.bpf.h"
 
 #define MAX_CHAIN 32
 
 const volatile bool targ_per_disk = false;
 const volatile bool targ_per_op = false;
 const volatile bool targ_per_pid = false;
-const volatile bool targ_filter_dev = false;
 const volatile __u32 targ_tgid = 0;
 const volatile __u8 targ_phases = 0x7; /* bit per enum ios_lat_phase */
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 64);
-	__type(key, __u32);
-	__type(value, __u8);
-} dev_filter SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -60,20 +54,6 @@ struct {
 	__type(value, struct hist);
 } hists SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);
-	__type(value, char[16]);
-} comms SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, IOS_NR_STATS);
-	__type(key, __u32);
-	__type(value, __u64);
-} stats SEC(".maps");
-
 /* The last bio queued on this CPU: a bio split right after being queued
  * inherits its queue time (block_split names only the new bio). */
 struct last_q {
@@ -91,21 +71,6 @@ struct {
 } last_queued SEC(".maps");
 
 static struct hist zero_hist;
-
-static __always_inline void stat_inc(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
-
-	if (v)
-		__sync_fetch_and_add(v, 1);
-}
-
-static __always_inline bool dev_wanted(__u32 dev)
-{
-	if (!targ_filter_dev)
-		return true;
-	return bpf_map_lookup_elem(&dev_filter, &dev) != NULL;
-}
 
 /*
  * A global (not inlined) function: the verifier checks it once, on its own,

@@ -34,19 +34,14 @@
 #include "core_fixes.bpf.h"
 #include "hist.bpf.h"
 #include "ra.h"
+#define IOS_STATS_SIZE RA_NR_STATS
+#include "common.bpf.h"
+#include "comms.bpf.h"
 
 #define MAX_FOLIO_PAGES 512  /* order 9: 2 MiB folios */
 #define MAX_READ_PAGES 4096  /* pages of one read range walked (16 MiB) */
 
 const volatile __u32 targ_tgid = 0;
-const volatile bool targ_filter_dev = false;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 256);
-	__type(key, __u32);
-	__type(value, __u8);
-} dev_filter SEC(".maps");
 
 /* LRU: entries of threads that exited make room for new ones. */
 struct {
@@ -87,31 +82,9 @@ struct {
 	__type(value, struct hist);
 } hists SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);
-	__type(value, char[16]);
-} comms SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RA_NR_STATS);
-	__type(key, __u32);
-	__type(value, __u64);
-} stats SEC(".maps");
-
 static struct ra_stats zero_stats;
 /* Pages tracked right now, all files: reads return at once while it is 0. */
 __s64 tracked_total = 0;
-
-static __always_inline void stat_inc(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
-
-	if (v)
-		__sync_fetch_and_add(v, 1);
-}
 
 /*
  * A global (separately verified) function: inside the bpf_loop callbacks an

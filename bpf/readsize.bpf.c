@@ -22,6 +22,8 @@
 #include "core_fixes.bpf.h"
 #include "hist.bpf.h"
 #include "ra.h"
+#define IOS_STATS_SIZE RS_NR_STATS
+#include "common.bpf.h"
 
 #define MAX_IOV 16
 #define S_IFMT 00170000
@@ -29,7 +31,6 @@
 #define S_IFBLK 0060000
 
 const volatile __u32 targ_tgid = 0;
-const volatile bool targ_filter_dev = false;
 const volatile bool targ_filter_comm = false;
 const volatile bool targ_writes = false;
 const volatile char targ_comm[16] = {};
@@ -44,13 +45,6 @@ const volatile __s32 nr_pwrite64 = -1;
 const volatile __s32 nr_writev = -1;
 const volatile __s32 nr_pwritev = -1;
 const volatile __s32 nr_pwritev2 = -1;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 256);
-	__type(key, __u32);
-	__type(value, __u8);
-} dev_filter SEC(".maps");
 
 /* sys_enter -> sys_exit (not on x86-64). LRU: a thread killed inside a syscall leaves no leak. */
 struct {
@@ -82,22 +76,7 @@ struct {
 	__type(value, struct rs_owner);
 } owners SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, RS_NR_STATS);
-	__type(key, __u32);
-	__type(value, __u64);
-} stats SEC(".maps");
-
 static struct rs_val zero_val;
-
-static __always_inline void stat_inc(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
-
-	if (v)
-		__sync_fetch_and_add(v, 1);
-}
 
 /* The -c filter against the current task's comm, or against comm when given. */
 static __always_inline bool comm_matches(const char *other)
@@ -118,13 +97,6 @@ static __always_inline bool comm_matches(const char *other)
 			break;
 	}
 	return true;
-}
-
-static __always_inline bool dev_wanted(__u32 dev)
-{
-	if (!targ_filter_dev)
-		return true;
-	return bpf_map_lookup_elem(&dev_filter, &dev) != NULL;
 }
 
 static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char *comm)

@@ -26,6 +26,8 @@
 #include <bpf/bpf_core_read.h>
 #include "core_fixes.bpf.h"
 #include "hist.bpf.h"
+#include "common.bpf.h"
+#include "comms.bpf.h"
 
 #define MAX_CHAIN 64
 #define STALE_NS (120ULL * 1000000000ULL)
@@ -56,20 +58,6 @@ struct {
 	__type(value, struct hist);
 } disks SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);
-	__type(value, char[16]);
-} comms SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, IOS_NR_STATS);
-	__type(key, __u32);
-	__type(value, __u64);
-} stats SEC(".maps");
-
 /* The last bio queued on this CPU: a split bio inherits its queue time. */
 struct top_last_q {
 	__u64 bio;
@@ -87,14 +75,6 @@ struct {
 
 static struct top_proc_val zero_proc;
 static struct hist zero_hist;
-
-static __always_inline void stat_inc(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
-
-	if (v)
-		__sync_fetch_and_add(v, 1);
-}
 
 static __always_inline void *lookup_or_init(void *map, void *key, void *zero)
 {

@@ -83,3 +83,24 @@ def run_ioscope(*args: str, timeout: float = 60, env: dict[str, str] | None = No
 
 def json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip().startswith("{")]
+
+
+def bpf_prog_ids(pid: int) -> set[int]:
+    """IDs of the BPF programs a process holds open (from /proc/PID/fdinfo)."""
+    ids = set()
+    base = Path(f"/proc/{pid}/fdinfo")
+    for fd in os.listdir(base):
+        try:
+            text = (base / fd).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("prog_id:"):
+                ids.add(int(line.split()[1]))
+    return ids
+
+
+def loaded_prog_ids() -> set[int]:
+    """IDs of every BPF program loaded in the kernel."""
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    return {int(p["id"]) for p in json.loads(out)}

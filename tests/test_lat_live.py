@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import run_ioscope
+from conftest import bpf_prog_ids, loaded_prog_ids, run_ioscope
 from ioscope.hist import RELATIVE_ERROR
 from ioscope.testbed import run_fio
 from livelat import lat_running
@@ -197,30 +197,15 @@ def test_sigterm_detaches_everything(loopdev: Any) -> None:
     dev = loopdev(size_mb=16)
     with lat_running("-d", dev.name, "-j") as run:
         assert run.proc is not None
-        ids = prog_ids_of(run.proc.pid)
+        ids = bpf_prog_ids(run.proc.pid)
         assert len(ids) >= 3, "lat's programs should be loaded while it runs"
         run.proc.terminate()
         run.proc.wait(timeout=30)
     assert run.returncode == 0
     assert run.doc["lost"] == 0
     # the kernel frees a program once no fd or link holds it
-    alive = [i for i in ids if subprocess.run(["bpftool", "prog", "show", "id", str(i)],
-                                              capture_output=True).returncode == 0]
+    alive = ids & loaded_prog_ids()
     assert not alive, f"programs still loaded after SIGTERM: {alive}"
-
-
-def prog_ids_of(pid: int) -> set[int]:
-    """IDs of the BPF programs a process holds, from its fds' fdinfo."""
-    ids = set()
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            text = open(f"/proc/{pid}/fdinfo/{fd}").read()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if line.startswith("prog_id:"):
-                ids.add(int(line.split()[1]))
-    return ids
 
 
 def test_demo_runs_and_cleans_up(live: None) -> None:

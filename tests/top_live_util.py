@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-from pathlib import Path
 from typing import Any
+
+from conftest import bpf_prog_ids, loaded_prog_ids  # noqa: F401  (re-exported for the top tests)
 
 
 def start_fio(path: str, runtime: float, read_iops: int, write_iops: int) -> subprocess.Popen[str]:
@@ -27,26 +27,6 @@ def fio_report(p: subprocess.Popen[str], timeout: float = 60) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads(out[out.index("{"):])
     job: dict[str, Any] = doc["jobs"][0]
     return job
-
-
-def bpf_prog_ids(pid: int) -> set[int]:
-    """IDs of the BPF programs a process holds open (from /proc/PID/fdinfo)."""
-    ids = set()
-    base = Path(f"/proc/{pid}/fdinfo")
-    for fd in os.listdir(base):
-        try:
-            text = (base / fd).read_text()
-        except OSError:
-            continue
-        for line in text.splitlines():
-            if line.startswith("prog_id:"):
-                ids.add(int(line.split()[1]))
-    return ids
-
-
-def loaded_prog_ids() -> set[int]:
-    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    return {int(p["id"]) for p in json.loads(out)}
 
 
 def stop_fio(p: subprocess.Popen[str]) -> None:
