@@ -1,0 +1,490 @@
+"""blktrace version 7 binaries: write them from EVENT arrays, read them back.
+
+Layout (struct blk_io_trace, 48 bytes, the file's byte order, told by the
+magic): magic|version, sequence, time (ns), sector, bytes, action (low 16
+bits: action code; high 16 bits: category bits), pid, device (major << 20 |
+minor), cpu, error, pdu_len; then pdu_len bytes of payload. Payloads:
+unplug/split hold a big-endian u64 (request count / new sector), remap a
+big-endian {u32 device_from, u32 device_to, u64 sector_from}, process notes
+the 16-byte command name, the timestamp note {u32 tv_sec, u32 tv_nsec} in the
+file's byte order.
+
+Both directions work on whole numpy arrays: the fixed part is a structured
+dtype, payloads are gathered with fancy indexing. Only records that carry a
+payload cost a Python step when a file is read (a window scan finds them).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+
+from ioscope.errors import IoscopeError
+from ioscope.trace.events import (
+    EV_NOTE_PROCESS,
+    EVENT,
+    TA_REMAP,
+    TA_SPLIT,
+    TA_UNPLUG_IO,
+    TA_UNPLUG_TIMER,
+    TC_NOTIFY,
+)
+
+MAGIC = 0x65617400
+VERSION = 0x07
+TA_CGROUP = 1 << 8           # action flag: an 8-byte cgroup id starts the payload
+TN_PROCESS, TN_TIMESTAMP, TN_MESSAGE = 0, 1, 2
+NOTIFY_ACTION = TC_NOTIFY << 16
+
+
+def bit_dtype(order: str = "<") -> np.dtype[np.void]:
+    """struct blk_io_trace in byte order '<' or '>'."""
+    return np.dtype([
+        ("magic", order + "u4"), ("sequence", order + "u4"), ("time", order + "u8"),
+        ("sector", order + "u8"), ("bytes", order + "u4"), ("action", order + "u4"),
+        ("pid", order + "u4"), ("device", order + "u4"), ("cpu", order + "u4"),
+        ("error", order + "u2"), ("pdu_len", order + "u2"),
+    ])
+
+
+BIT = bit_dtype("<")
+assert BIT.itemsize == 48
+_PAYLOAD_ACTIONS = (TA_UNPLUG_IO, TA_UNPLUG_TIMER, TA_SPLIT, TA_REMAP)
+
+
+class BlktraceError(IoscopeError):
+    """A blktrace file that cannot be read; says which file and where."""
+
+
+def _comm_bytes(comm: str) -> bytes:
+    return comm.encode(errors="replace")[:15].ljust(16, b"\0")
+
+
+# --------------------------------------------------------------------------- writing
+
+def encode(events: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = None,
+           base_ts: int = 0) -> bytes:
+    """blk_io_trace records (native little-endian) for EVENT records, with their payloads.
+
+    Process notes (EV_NOTE_PROCESS) become BLK_TN_PROCESS records. seq gives
+    each record's sequence number; base_ts is subtracted from every time.
+    """
+    n = len(events)
+    if n == 0:
+        return b""
+    ev = events
+    note = (ev["flags"] & EV_NOTE_PROCESS) != 0
+    act = ev["action"].astype(np.uint32)
+    pdu_len = np.zeros(n, dtype=np.uint16)
+    is_unplug = ~note & ((act == TA_UNPLUG_IO) | (act == TA_UNPLUG_TIMER))
+    is_split = ~note & (act == TA_SPLIT)
+    is_remap = ~note & (act == TA_REMAP)
+    pdu_len[is_unplug | is_split] = 8
+    pdu_len[is_remap | note] = 16
+
+    hdr = np.zeros(n, dtype=BIT)
+    hdr["magic"] = MAGIC | VERSION
+    hdr["sequence"] = 0 if seq is None else seq
+    ts = ev["ts"].astype(np.int64) - np.int64(base_ts)
+    hdr["time"] = np.maximum(ts, 0).astype(np.uint64)
+    hdr["sector"] = np.where(note, 0, ev["sector"])
+    hdr["bytes"] = np.where(note, 0, ev["bytes"])
+    hdr["action"] = np.where(note, np.uint32(NOTIFY_ACTION | TN_PROCESS),
+                             act | (ev["category"].astype(np.uint32) << 16))
+    hdr["pid"] = ev["pid"]
+    hdr["device"] = ev["dev"]
+    hdr["cpu"] = ev["cpu"]
+    hdr["error"] = ev["error"]
+    hdr["pdu_len"] = pdu_len
+
+    # one row per record: 48 header bytes + up to 16 payload bytes, then drop the unused tail
+    rows = np.zeros((n, 64), dtype=np.uint8)
+    rows[:, :48] = hdr.view(np.uint8).reshape(n, 48)
+    pay = rows[:, 48:]
+    if is_unplug.any() or is_split.any():
+        m = is_unplug | is_split
+        pay[m, :8] = ev["aux"][m].astype(">u8").view(np.uint8).reshape(-1, 8)
+    if is_remap.any():
+        r = np.zeros(int(is_remap.sum()), dtype=[("f", ">u4"), ("t", ">u4"), ("s", ">u8")])
+        r["f"] = ev["aux_dev"][is_remap]
+        r["t"] = ev["dev"][is_remap]
+        r["s"] = ev["aux"][is_remap]
+        pay[is_remap, :16] = r.view(np.uint8).reshape(-1, 16)
+    if note.any():
+        pay[note, :16] = np.stack([ev["sector"][note], ev["aux"][note]], axis=1).astype("<u8") \
+            .view(np.uint8).reshape(-1, 16)
+    length = 48 + pdu_len.astype(np.int64)
+    keep = np.arange(64)[None, :] < length[:, None]
+    return rows[keep].tobytes()
+
+
+def timestamp_note(dev: int, cpu: int, time_ns: int, wall_ns: int) -> bytes:
+    """The BLK_TN_TIMESTAMP record: the wall clock (tv_sec, tv_nsec) at trace time time_ns."""
+    hdr = np.zeros(1, dtype=BIT)
+    hdr["magic"] = MAGIC | VERSION
+    hdr["time"] = time_ns
+    hdr["action"] = NOTIFY_ACTION | TN_TIMESTAMP
+    hdr["device"] = dev
+    hdr["cpu"] = cpu
+    hdr["pdu_len"] = 8
+    sec, nsec = divmod(int(wall_ns), 1_000_000_000)
+    return hdr.tobytes() + np.array([sec & 0xFFFFFFFF, nsec], dtype="<u4").tobytes()
+
+
+def process_notes(comms: dict[int, str], pids: Iterable[int], dev: int, cpu: int, ts: int) -> npt.NDArray[np.void]:
+    """EVENT process notes for pids, with names from comms ("pid<N>" style names are left to the reader)."""
+    pids = [int(p) for p in pids]
+    out = np.zeros(len(pids), dtype=EVENT)
+    if not pids:
+        return out
+    raw = np.frombuffer(b"".join(_comm_bytes(comms.get(p, "") or "") for p in pids), dtype="<u8").reshape(-1, 2)
+    out["ts"] = ts
+    out["sector"] = raw[:, 0]
+    out["aux"] = raw[:, 1]
+    out["pid"] = pids
+    out["tgid"] = pids
+    out["dev"] = dev
+    out["cpu"] = cpu
+    out["category"] = TC_NOTIFY
+    out["flags"] = EV_NOTE_PROCESS
+    return out
+
+
+@dataclass
+class BlktraceWriter:
+    """Streams time-ordered EVENT chunks into one blktrace stream (a `blkparse -d` style dump).
+
+    Times are written relative to base_ts (the first event, as blkparse -d
+    writes them). Each device gets the wall-clock timestamp note first; each
+    (device, pid) a process note before its first event, named from comms or
+    from the capture's own process notes. Sequence numbers run per (device,
+    cpu) from 1, as the kernel numbers each per-CPU buffer.
+    """
+
+    out: BinaryIO
+    base_ts: int
+    wall_at_base_ns: int | None = None
+    comms: dict[int, str] = field(default_factory=dict)
+    records: int = 0
+    bytes_written: int = 0
+    _seen: set[tuple[int, int]] = field(default_factory=set)
+    _devs: set[int] = field(default_factory=set)
+    _seq: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def write(self, events: npt.NDArray[np.void]) -> None:
+        if len(events) == 0:
+            return
+        notes = (events["flags"] & EV_NOTE_PROCESS) != 0
+        if notes.any():
+            from ioscope.trace.events import note_comm
+            for ev in events[notes]:
+                self.comms[int(ev["pid"])] = note_comm(ev)
+            events = events[~notes]
+            if len(events) == 0:
+                return
+        parts: list[bytes] = []
+        for dev in np.unique(events["dev"]).tolist():
+            if dev not in self._devs:
+                self._devs.add(dev)
+                if self.wall_at_base_ns is not None:
+                    parts.append(timestamp_note(dev, int(events["cpu"][0]), 0, self.wall_at_base_ns))
+        # process notes for (dev, pid) pairs seen for the first time in this chunk
+        key = (events["dev"].astype(np.uint64) << np.uint64(32)) | events["pid"].astype(np.uint64)
+        ukey, first = np.unique(key, return_index=True)
+        new = [i for k, i in zip(ukey.tolist(), first.tolist())
+               if ((k >> 32), (k & 0xFFFFFFFF)) not in self._seen]
+        if new:
+            new_idx = np.array(sorted(new), dtype=np.int64)
+            for i in new_idx.tolist():
+                self._seen.add((int(events["dev"][i]), int(events["pid"][i])))
+            # merge notes in front of the first event of each pair
+            notes_ev = np.zeros(len(new_idx), dtype=EVENT)
+            for j, i in enumerate(new_idx.tolist()):
+                e = events[i]
+                notes_ev[j] = process_notes(self.comms, [int(e["pid"])], int(e["dev"]), int(e["cpu"]), int(e["ts"]))[0]
+            merged = np.insert(events, new_idx, notes_ev)
+        else:
+            merged = events
+        seq = self._sequences(merged)
+        parts.append(encode(merged, seq, self.base_ts))
+        data = b"".join(parts)
+        self.out.write(data)
+        self.records += len(merged) + (len(parts) - 1)
+        self.bytes_written += len(data)
+
+    def _sequences(self, ev: npt.NDArray[np.void]) -> npt.NDArray[np.uint32]:
+        notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
+        seq = np.zeros(len(ev), dtype=np.uint32)
+        data_idx = np.flatnonzero(~notes)
+        if not len(data_idx):
+            return seq
+        key = (ev["dev"][data_idx].astype(np.uint64) << np.uint64(32)) | ev["cpu"][data_idx].astype(np.uint64)
+        order = np.argsort(key, kind="stable")
+        sk = key[order]
+        starts = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        counts = np.diff(np.r_[starts, len(sk)])
+        rank = np.arange(len(sk)) - np.repeat(starts, counts)
+        base = np.empty(len(starts), dtype=np.int64)
+        for j, k in enumerate(sk[starts].tolist()):
+            pair = (k >> 32, k & 0xFFFFFFFF)
+            base[j] = self._seq.get(pair, 0)
+            self._seq[pair] = int(base[j]) + int(counts[j])
+        seq[data_idx[order]] = (np.repeat(base, counts) + rank + 1).astype(np.uint32)
+        return seq
+
+
+# --------------------------------------------------------------------------- reading
+
+@dataclass
+class Decoded:
+    """One decoded piece of a blktrace stream."""
+
+    events: npt.NDArray[np.void]                      # EVENT records (process notes included)
+    comms: dict[int, str]
+    timestamps: list[tuple[int, int]]                 # (trace time ns, wall ns) from TIMESTAMP notes
+    messages: int = 0
+    offsets: npt.NDArray[np.int64] | None = None      # byte offset of each event's record
+
+
+def _order(buf: bytes | memoryview, path: str, offset: int) -> str:
+    if len(buf) < 4:
+        raise BlktraceError(f"{path}: truncated at byte offset {offset}: a record needs 48 bytes, "
+                            f"{len(buf)} left", "the file was cut; re-copy it")
+    le = int.from_bytes(bytes(buf[:4]), "little")
+    be = int.from_bytes(bytes(buf[:4]), "big")
+    if le & 0xFFFFFF00 == MAGIC:
+        return "<"
+    if be & 0xFFFFFF00 == MAGIC:
+        return ">"
+    raise BlktraceError(f"{path}: not a blktrace file: bad magic 0x{le:08x} at byte offset {offset}",
+                        "expected blktrace version 7 records (magic 0x65617407)")
+
+
+def record_offsets(buf: bytes | memoryview, path: str = "<data>", start: int = 0,
+                   order: str | None = None, final: bool = True) -> tuple[npt.NDArray[np.int64], int, str]:
+    """Byte offsets of the records in buf, the offset where parsing stopped, and the byte order.
+
+    Runs of payload-free records are found with numpy; only a record with a
+    payload costs a Python step. With final=False an incomplete record at the
+    end is left for the next call instead of being an error.
+    """
+    mv = memoryview(buf)
+    total = len(mv)
+    if order is None:
+        order = _order(mv[:4], path, start)
+    dt = bit_dtype(order)
+    magic_hi = np.uint32(MAGIC)
+    out: list[npt.NDArray[np.int64]] = []
+    off = 0
+    window = 256
+    while off < total:
+        left = total - off
+        if left < 48:
+            if not final:
+                break
+            raise BlktraceError(f"{path}: truncated at byte offset {start + off}: a record needs 48 bytes, "
+                                f"{left} left", "the file was cut in the middle of a record")
+        n = min(window, left // 48)
+        hdr = np.frombuffer(mv, dtype=dt, count=n, offset=off)
+        bad = np.flatnonzero((hdr["magic"] & np.uint32(0xFFFFFF00)) != magic_hi)
+        plen = hdr["pdu_len"]
+        has = np.flatnonzero(plen != 0)
+        stop = n
+        if len(has):
+            stop = int(has[0]) + 1
+        if len(bad) and int(bad[0]) < stop:
+            b = int(bad[0])
+            if b:
+                out.append(off + 48 * np.arange(b, dtype=np.int64))
+            raise BlktraceError(f"{path}: bad magic 0x{int(hdr['magic'][b]):08x} at byte offset "
+                                f"{start + off + 48 * b}", "the file is corrupt from there on")
+        ver = hdr["magic"][:stop] & np.uint32(0xFF)
+        badv = np.flatnonzero(ver != VERSION)
+        if len(badv):
+            b = int(badv[0])
+            raise BlktraceError(f"{path}: unsupported blktrace version {int(ver[b])} at byte offset "
+                                f"{start + off + 48 * b}", "only version 7 is supported")
+        out.append(off + 48 * np.arange(stop, dtype=np.int64))
+        if len(has):
+            pl = int(plen[stop - 1])
+            rec_end = off + 48 * stop + pl
+            if rec_end > total:
+                out.pop()
+                if stop > 1:
+                    out.append(off + 48 * np.arange(stop - 1, dtype=np.int64))
+                if not final:
+                    off += 48 * (stop - 1)
+                    break
+                raise BlktraceError(
+                    f"{path}: truncated at byte offset {start + off + 48 * (stop - 1)}: a record's "
+                    f"{pl}-byte payload runs past the end of the file ({total - off - 48 * stop} bytes left)",
+                    "the file was cut in the middle of a payload")
+            off = rec_end
+            window = max(64, window // 2)
+        else:
+            off += 48 * stop
+            window = min(window * 4, 1 << 20)
+    offs = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    return offs, off, order
+
+
+def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, path: str = "<data>",
+           start: int = 0) -> Decoded:
+    """EVENT records for the blk_io_trace records at offs (from record_offsets)."""
+    mv = memoryview(buf)
+    raw = np.frombuffer(mv, dtype=np.uint8)
+    n = len(offs)
+    dt = bit_dtype(order)
+    if n == 0:
+        return Decoded(np.zeros(0, dtype=EVENT), {}, [], 0, offs)
+    idx = offs[:, None] + np.arange(48)[None, :]
+    hdr = raw[idx].copy().view(dt).reshape(n)
+    action = hdr["action"].astype(np.uint32)
+    code = (action & np.uint32(0xFFFF)).astype(np.uint32)
+    cat = (action >> np.uint32(16)).astype(np.uint32)
+    plen = hdr["pdu_len"].astype(np.int64)
+    cg = ((code & TA_CGROUP) != 0) & (plen >= 8)
+    pstart = offs + 48 + np.where(cg, 8, 0)
+    plen_eff = plen - np.where(cg, 8, 0)
+    code = code & np.uint32(0xFF)
+    notify = (cat & TC_NOTIFY) != 0
+    # gather the first 16 payload bytes of every record (zeros past its end)
+    col = np.arange(16)[None, :]
+    pidx = pstart[:, None] + col
+    valid = col < plen_eff[:, None]
+    pidx = np.where(valid, pidx, 0)
+    pay = np.where(valid, raw[np.minimum(pidx, len(raw) - 1)], 0).astype(np.uint8)
+
+    ev = np.zeros(n, dtype=EVENT)
+    ev["ts"] = hdr["time"]
+    ev["sector"] = hdr["sector"]
+    ev["bytes"] = hdr["bytes"]
+    ev["dev"] = hdr["device"]
+    ev["pid"] = hdr["pid"]
+    ev["tgid"] = hdr["pid"]
+    ev["cpu"] = hdr["cpu"].astype(np.uint16)
+    ev["error"] = hdr["error"]
+    ev["action"] = np.where(notify, 0, code)
+    ev["category"] = cat.astype(np.uint16)
+    be8 = pay[:, :8].copy().view(">u8").reshape(n)
+    u32s = pay[:, :8].copy().view(">u4").reshape(n, 2)
+    be8b = pay[:, 8:16].copy().view(">u8").reshape(n)
+    one = ~notify & ((code == TA_UNPLUG_IO) | (code == TA_UNPLUG_TIMER) | (code == TA_SPLIT)) & (plen_eff >= 8)
+    ev["aux"][one] = be8[one]
+    rm = ~notify & (code == TA_REMAP) & (plen_eff >= 16)
+    ev["aux_dev"][rm] = u32s[rm, 0]
+    ev["aux"][rm] = be8b[rm]
+
+    comms: dict[int, str] = {}
+    stamps: list[tuple[int, int]] = []
+    messages = 0
+    keep = ~notify
+    proc = notify & (code == TN_PROCESS)
+    if proc.any():
+        ev["flags"][proc] = EV_NOTE_PROCESS
+        ev["action"][proc] = 0
+        le = pay[proc].copy().view("<u8").reshape(-1, 2)
+        ev["sector"][proc] = le[:, 0]
+        ev["aux"][proc] = le[:, 1]
+        ev["bytes"][proc] = 0
+        for pid, row in zip(hdr["pid"][proc].tolist(), pay[proc]):
+            comms[int(pid)] = bytes(row).split(b"\0")[0].decode(errors="replace")
+        keep |= proc
+    ts_note = notify & (code == TN_TIMESTAMP) & (plen_eff == 8)
+    if ts_note.any():
+        words = pay[ts_note][:, :8].copy().view(order + "u4").reshape(-1, 2)
+        for t, (s, ns) in zip(hdr["time"][ts_note].tolist(), words.tolist()):
+            stamps.append((int(t), int(s) * 1_000_000_000 + int(ns)))
+    messages = int((notify & (code == TN_MESSAGE)).sum())
+    return Decoded(ev[keep], comms, stamps, messages, offs[keep] + start)
+
+
+def read_stream(path: str, block: int = 64 << 20) -> Iterator[Decoded]:
+    """Decode one blktrace stream file block by block (bounded memory)."""
+    try:
+        size = os.path.getsize(path)
+        f = open(path, "rb")
+    except OSError as exc:
+        raise BlktraceError(f"{path}: {exc.strerror or exc}", "check the path") from None
+    with f:
+        if size == 0:
+            raise BlktraceError(f"{path}: empty file (0 bytes) at byte offset 0", "no trace records in it")
+        pos = 0
+        carry = b""
+        order: str | None = None
+        while True:
+            data = f.read(block)
+            buf = carry + data
+            final = len(data) < block
+            if not buf:
+                break
+            offs, used, order = record_offsets(buf, path, pos, order, final=final)
+            yield decode(buf, offs, order, path, pos)
+            pos += used
+            carry = buf[used:]
+            if final:
+                break
+
+
+def per_cpu_files(path: str) -> list[str]:
+    """blktrace's per-CPU files for a name: NAME.blktrace.0, .1, ... (or the file itself)."""
+    base = path
+    k = base.find(".blktrace.")
+    if k >= 0 and os.path.exists(base):
+        base = base[:k]
+    files = []
+    cpu = 0
+    while os.path.exists(f"{base}.blktrace.{cpu}"):
+        files.append(f"{base}.blktrace.{cpu}")
+        cpu += 1
+    if files:
+        return files
+    return [path]
+
+
+def read_merged(paths: list[str], block: int = 64 << 20) -> Iterator[Decoded]:
+    """Several blktrace streams (per-CPU files) merged into one time-ordered sequence, chunk by chunk.
+
+    Each stream is time-ordered; events are released up to the smallest
+    latest-time-read among the streams that still have data, so memory stays
+    bounded by a block per stream.
+    """
+    its = [read_stream(p, block) for p in paths]
+    last = [-1] * len(paths)
+    alive = [True] * len(paths)
+    held = np.zeros(0, dtype=EVENT)
+    comms: dict[int, str] = {}
+    while True:
+        got: list[Decoded] = []
+        for i in range(len(paths)):
+            # one more block from every stream that still has data
+            while alive[i]:
+                try:
+                    d = next(its[i])
+                except StopIteration:
+                    alive[i] = False
+                    break
+                got.append(d)
+                if len(d.events):
+                    last[i] = max(last[i], int(d.events["ts"].max()))
+                    break
+        for d in got:
+            comms.update(d.comms)
+        evs = np.concatenate([held] + [d.events for d in got])
+        evs = evs[np.argsort(evs["ts"], kind="stable")]
+        live = [last[i] for i in range(len(paths)) if alive[i]]
+        if live:
+            cut = int(np.searchsorted(evs["ts"], min(live), side="right"))
+        else:
+            cut = len(evs)
+        out, held = evs[:cut], evs[cut:]
+        yield Decoded(out, dict(comms), [s for d in got for s in d.timestamps], sum(d.messages for d in got))
+        if not any(alive):
+            if len(held):
+                yield Decoded(held, dict(comms), [], 0)
+            break
