@@ -89,6 +89,6 @@ setup(
         )
     ],
     cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
-    install_requires=["numpy>=1.22", "rich>=12"],
+    install_requires=["numpy>=1.22", "rich>=12", "pyarrow>=14"],
     entry_points={"console_scripts": ["ioscope=ioscope.cli:main"]},
 )
