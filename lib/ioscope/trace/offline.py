@@ -1,0 +1,87 @@
+"""Open what the offline tools read: an ioscope capture or blktrace binaries.
+
+parse, report and export take either; a file is a blktrace stream when it
+starts with blktrace's magic (or is one of NAME.blktrace.N), else a capture.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ioscope.errors import IoscopeError
+from ioscope.trace import blktrace
+
+
+@dataclass
+class Source:
+    path: str
+    kind: str                                   # "capture" or "blktrace"
+    meta: dict[str, Any] = field(default_factory=dict)
+    comms: dict[int, str] = field(default_factory=dict)
+    truncation: str | None = None
+    files: list[str] = field(default_factory=list)
+    _capture: Any = None
+    wall_stamps: list[tuple[int, int]] = field(default_factory=list)
+
+    def chunks(self) -> Iterator[npt.NDArray[np.void]]:
+        """EVENT arrays in time order."""
+        if self.kind == "capture":
+            yield from self._capture.iter_chunks()
+            return
+        for d in blktrace.read_merged(self.files):
+            self.comms.update(d.comms)
+            self.wall_stamps.extend(d.timestamps)
+            if len(d.events):
+                yield d.events
+
+    def close(self) -> None:
+        if self._capture is not None:
+            self._capture.close()
+
+    def __enter__(self) -> Source:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def dev_name(self, dev: int) -> str | None:
+        """The device's name from the capture header, if it has one."""
+        devs = self.meta.get("devices") or {}
+        info = devs.get(f"{dev >> 20},{dev & 0xFFFFF}") if isinstance(devs, dict) else None
+        if isinstance(info, dict) and isinstance(info.get("name"), str):
+            return str(info["name"])
+        return None
+
+
+def is_blktrace(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return ".blktrace." in os.path.basename(path) or os.path.exists(f"{path}.blktrace.0")
+    if len(head) < 4:
+        return ".blktrace." in os.path.basename(path)
+    le = int.from_bytes(head, "little")
+    be = int.from_bytes(head, "big")
+    return (le & 0xFFFFFF00) == blktrace.MAGIC or (be & 0xFFFFFF00) == blktrace.MAGIC
+
+
+def open_source(path: str) -> Source:
+    """A capture or a blktrace file (or NAME for NAME.blktrace.0, .1, ...), ready to stream."""
+    if not os.path.exists(path) and os.path.exists(f"{path}.blktrace.0"):
+        return Source(path, "blktrace", files=blktrace.per_cpu_files(f"{path}.blktrace.0"))
+    if is_blktrace(path):
+        files = blktrace.per_cpu_files(path) if ".blktrace." in os.path.basename(path) else [path]
+        return Source(path, "blktrace", files=files)
+    from ioscope.trace.capture import open_capture
+    if not os.path.exists(path):
+        raise IoscopeError(f"cannot open {path}: no such file", "give a capture written by ioscope record")
+    cap = open_capture(path)
+    return Source(path, "capture", meta=dict(cap.meta), comms=dict(cap.comms), truncation=cap.truncation,
+                  _capture=cap)
