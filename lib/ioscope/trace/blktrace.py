@@ -9,9 +9,10 @@ big-endian {u32 device_from, u32 device_to, u64 sector_from}, process notes
 the 16-byte command name, the timestamp note {u32 tv_sec, u32 tv_nsec} in the
 file's byte order.
 
-Both directions work on whole numpy arrays: the fixed part is a structured
-dtype, payloads are gathered with fancy indexing. Only records that carry a
-payload cost a Python step when a file is read (a window scan finds them).
+Both directions work on whole numpy arrays (the fixed part is a structured
+dtype). Reading needs one sequential walk, since each record's length depends
+on its payload: a small C loop (_tracecore) finds the records and copies them
+into a regular array, no Python step per record.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ioscope.errors import IoscopeError
+from ioscope.trace import _tracecore
 from ioscope.trace.events import (
     EV_NOTE_PROCESS,
     EVENT,
@@ -269,96 +271,56 @@ def record_offsets(buf: bytes | memoryview, path: str = "<data>", start: int = 0
                    order: str | None = None, final: bool = True) -> tuple[npt.NDArray[np.int64], int, str]:
     """Byte offsets of the records in buf, the offset where parsing stopped, and the byte order.
 
-    Runs of payload-free records are found with numpy; only a record with a
-    payload costs a Python step. With final=False an incomplete record at the
-    end is left for the next call instead of being an error.
+    Each record's length depends on the one before, so the walk is done in C
+    (_tracecore.scan_blktrace). With final=False an incomplete record at the
+    end is left for the next call instead of being an error. Errors name the
+    file and the byte offset (start + offset in buf).
     """
     mv = memoryview(buf)
-    total = len(mv)
     if order is None:
         order = _order(mv[:4], path, start)
-    dt = bit_dtype(order)
-    magic_hi = np.uint32(MAGIC)
-    out: list[npt.NDArray[np.int64]] = []
-    off = 0
-    window = 256
-    while off < total:
-        left = total - off
-        if left < 48:
-            if not final:
-                break
-            raise BlktraceError(f"{path}: truncated at byte offset {start + off}: a record needs 48 bytes, "
+    raw, end, status, bad_off, bad_val = _tracecore.scan_blktrace(mv, order == ">", final)
+    offs = np.frombuffer(raw, dtype=np.int64)
+    if status == 2:
+        raise BlktraceError(f"{path}: bad magic 0x{bad_val:08x} at byte offset {start + bad_off}",
+                            "the file is corrupt from there on (or not a blktrace file)")
+    if status == 3:
+        raise BlktraceError(f"{path}: unsupported blktrace version {bad_val} at byte offset {start + bad_off}",
+                            "only version 7 is supported")
+    if status == 1 and final:
+        left = len(mv) - bad_off
+        if bad_val == 0:
+            raise BlktraceError(f"{path}: truncated at byte offset {start + bad_off}: a record needs 48 bytes, "
                                 f"{left} left", "the file was cut in the middle of a record")
-        n = min(window, left // 48)
-        hdr = np.frombuffer(mv, dtype=dt, count=n, offset=off)
-        bad = np.flatnonzero((hdr["magic"] & np.uint32(0xFFFFFF00)) != magic_hi)
-        plen = hdr["pdu_len"]
-        has = np.flatnonzero(plen != 0)
-        stop = n
-        if len(has):
-            stop = int(has[0]) + 1
-        if len(bad) and int(bad[0]) < stop:
-            b = int(bad[0])
-            if b:
-                out.append(off + 48 * np.arange(b, dtype=np.int64))
-            raise BlktraceError(f"{path}: bad magic 0x{int(hdr['magic'][b]):08x} at byte offset "
-                                f"{start + off + 48 * b}", "the file is corrupt from there on")
-        ver = hdr["magic"][:stop] & np.uint32(0xFF)
-        badv = np.flatnonzero(ver != VERSION)
-        if len(badv):
-            b = int(badv[0])
-            raise BlktraceError(f"{path}: unsupported blktrace version {int(ver[b])} at byte offset "
-                                f"{start + off + 48 * b}", "only version 7 is supported")
-        out.append(off + 48 * np.arange(stop, dtype=np.int64))
-        if len(has):
-            pl = int(plen[stop - 1])
-            rec_end = off + 48 * stop + pl
-            if rec_end > total:
-                out.pop()
-                if stop > 1:
-                    out.append(off + 48 * np.arange(stop - 1, dtype=np.int64))
-                if not final:
-                    off += 48 * (stop - 1)
-                    break
-                raise BlktraceError(
-                    f"{path}: truncated at byte offset {start + off + 48 * (stop - 1)}: a record's "
-                    f"{pl}-byte payload runs past the end of the file ({total - off - 48 * stop} bytes left)",
-                    "the file was cut in the middle of a payload")
-            off = rec_end
-            window = max(64, window // 2)
-        else:
-            off += 48 * stop
-            window = min(window * 4, 1 << 20)
-    offs = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-    return offs, off, order
+        raise BlktraceError(f"{path}: truncated at byte offset {start + bad_off}: the record there has a "
+                            f"{bad_val}-byte payload, only {left - 48} bytes follow its header",
+                            "the file was cut in the middle of a payload")
+    return offs, int(end), order
 
 
 def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, path: str = "<data>",
            start: int = 0) -> Decoded:
     """EVENT records for the blk_io_trace records at offs (from record_offsets)."""
-    mv = memoryview(buf)
-    raw = np.frombuffer(mv, dtype=np.uint8)
     n = len(offs)
     dt = bit_dtype(order)
     if n == 0:
         return Decoded(np.zeros(0, dtype=EVENT), {}, [], 0, offs)
-    idx = offs[:, None] + np.arange(48)[None, :]
-    hdr = raw[idx].copy().view(dt).reshape(n)
+    rows = np.frombuffer(_tracecore.gather_blktrace(memoryview(buf), offs, order == ">"),
+                         dtype=np.uint8).reshape(n, 64)
+    hdr = rows[:, :48].copy().view(dt).reshape(n)
+    pay = rows[:, 48:]
     action = hdr["action"].astype(np.uint32)
     code = (action & np.uint32(0xFFFF)).astype(np.uint32)
     cat = (action >> np.uint32(16)).astype(np.uint32)
     plen = hdr["pdu_len"].astype(np.int64)
     cg = ((code & TA_CGROUP) != 0) & (plen >= 8)
-    pstart = offs + 48 + np.where(cg, 8, 0)
-    plen_eff = plen - np.where(cg, 8, 0)
+    if cg.any():   # an 8-byte cgroup id comes first: shift those payloads
+        pay = pay.copy()
+        pay[cg, :8] = pay[cg, 8:]
+        pay[cg, 8:] = 0
+        plen = plen - np.where(cg, 8, 0)
     code = code & np.uint32(0xFF)
     notify = (cat & TC_NOTIFY) != 0
-    # gather the first 16 payload bytes of every record (zeros past its end)
-    col = np.arange(16)[None, :]
-    pidx = pstart[:, None] + col
-    valid = col < plen_eff[:, None]
-    pidx = np.where(valid, pidx, 0)
-    pay = np.where(valid, raw[np.minimum(pidx, len(raw) - 1)], 0).astype(np.uint8)
 
     ev = np.zeros(n, dtype=EVENT)
     ev["ts"] = hdr["time"]
@@ -371,18 +333,17 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
     ev["error"] = hdr["error"]
     ev["action"] = np.where(notify, 0, code)
     ev["category"] = cat.astype(np.uint16)
-    be8 = pay[:, :8].copy().view(">u8").reshape(n)
-    u32s = pay[:, :8].copy().view(">u4").reshape(n, 2)
-    be8b = pay[:, 8:16].copy().view(">u8").reshape(n)
-    one = ~notify & ((code == TA_UNPLUG_IO) | (code == TA_UNPLUG_TIMER) | (code == TA_SPLIT)) & (plen_eff >= 8)
-    ev["aux"][one] = be8[one]
-    rm = ~notify & (code == TA_REMAP) & (plen_eff >= 16)
-    ev["aux_dev"][rm] = u32s[rm, 0]
-    ev["aux"][rm] = be8b[rm]
+    one = ~notify & ((code == TA_UNPLUG_IO) | (code == TA_UNPLUG_TIMER) | (code == TA_SPLIT)) & (plen >= 8)
+    if one.any():
+        ev["aux"][one] = pay[one, :8].copy().view(">u8").reshape(-1)
+    rm = ~notify & (code == TA_REMAP) & (plen >= 16)
+    if rm.any():
+        r = pay[rm].copy().view([("f", ">u4"), ("t", ">u4"), ("s", ">u8")]).reshape(-1)
+        ev["aux_dev"][rm] = r["f"]
+        ev["aux"][rm] = r["s"]
 
     comms: dict[int, str] = {}
     stamps: list[tuple[int, int]] = []
-    messages = 0
     keep = ~notify
     proc = notify & (code == TN_PROCESS)
     if proc.any():
@@ -395,16 +356,16 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
         for pid, row in zip(hdr["pid"][proc].tolist(), pay[proc]):
             comms[int(pid)] = bytes(row).split(b"\0")[0].decode(errors="replace")
         keep |= proc
-    ts_note = notify & (code == TN_TIMESTAMP) & (plen_eff == 8)
+    ts_note = notify & (code == TN_TIMESTAMP) & (plen == 8)
     if ts_note.any():
         words = pay[ts_note][:, :8].copy().view(order + "u4").reshape(-1, 2)
-        for t, (s, ns) in zip(hdr["time"][ts_note].tolist(), words.tolist()):
-            stamps.append((int(t), int(s) * 1_000_000_000 + int(ns)))
+        for t, (sec, ns) in zip(hdr["time"][ts_note].tolist(), words.tolist()):
+            stamps.append((int(t), int(sec) * 1_000_000_000 + int(ns)))
     messages = int((notify & (code == TN_MESSAGE)).sum())
     return Decoded(ev[keep], comms, stamps, messages, offs[keep] + start)
 
 
-def read_stream(path: str, block: int = 64 << 20) -> Iterator[Decoded]:
+def read_stream(path: str, block: int = 8 << 20) -> Iterator[Decoded]:
     """Decode one blktrace stream file block by block (bounded memory)."""
     try:
         size = os.path.getsize(path)
@@ -447,7 +408,7 @@ def per_cpu_files(path: str) -> list[str]:
     return [path]
 
 
-def read_merged(paths: list[str], block: int = 64 << 20) -> Iterator[Decoded]:
+def read_merged(paths: list[str], block: int = 8 << 20) -> Iterator[Decoded]:
     """Several blktrace streams (per-CPU files) merged into one time-ordered sequence, chunk by chunk.
 
     Each stream is time-ordered; events are released up to the smallest

@@ -17,15 +17,17 @@ code here is ioscope's own):
 - Device-mapper/md devices (majors 9, 253, 254) are "remappers": their Q2Q,
   Q2A and Q2C go to the *dm rows.
 
-Results are kept as counters, min/max/sum and log-linear histograms (one per
-phase per device and per process), so memory stays bounded whatever the
-capture's size; only I/Os in flight are carried from chunk to chunk.
+The pairing itself is sequential and runs in C (_tracecore.c), one pass per
+chunk, emitting one record per measured interval; everything else here is
+numpy over those records. Results are kept as counters, min/max/sum and
+log-linear histograms (one per phase per device and per process), so memory
+stays bounded whatever the capture's size; only I/Os in flight (in C) and the
+still-open active periods are carried from chunk to chunk.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,32 +35,19 @@ import numpy as np
 import numpy.typing as npt
 
 from ioscope.hist import NBUCKETS, Hist, bucket_indexes
-from ioscope.trace.events import (
-    EV_NOTE_PROCESS,
-    TA_BACKMERGE,
-    TA_COMPLETE,
-    TA_FRONTMERGE,
-    TA_GETRQ,
-    TA_INSERT,
-    TA_ISSUE,
-    TA_PLUG,
-    TA_QUEUE,
-    TA_REMAP,
-    TA_REQUEUE,
-    TA_SLEEPRQ,
-    TA_UNPLUG_IO,
-    TA_UNPLUG_TIMER,
-    TC_READ,
-)
+from ioscope.trace import _tracecore
+from ioscope.trace.events import EV_NOTE_PROCESS, TA_BACKMERGE, TA_COMPLETE, TA_FRONTMERGE, TA_REMAP, TC_READ
 
 PHASES = ("q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "m2d", "d2c", "q2c", "q2d",
           "q2q_dm", "q2a_dm", "q2c_dm")
-PH = {name: i for i, name in enumerate(PHASES)}
 NPH = len(PHASES)
+K_SEEK_Q, K_SEEK_D, K_LIVE = NPH, NPH + 1, NPH + 2
 # btt's ALL table rows (q2d is ioscope's addition: btt prints it only as a histogram)
 ALL_ROWS = ("q2q_dm", "q2a_dm", "q2c_dm", "q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "m2d", "d2c", "q2c")
 REMAPPER_MAJORS = (9, 253, 254)
-NONE = -1
+REC = np.dtype([("kind", "<i4"), ("dev", "<i4"), ("proc", "<i4"), ("rd", "<i4"),
+                ("t", "<u8"), ("v", "<u8"), ("sector", "<u8")])
+assert REC.itemsize == _tracecore.REC_SIZE
 Q2D_EDGES_MS = (5, 10, 25, 50, 75, 100, 250, 500, 1000)
 
 
@@ -86,25 +75,17 @@ class Stat:
     max: int = 0
     counts: npt.NDArray[np.uint64] = field(default_factory=lambda: np.zeros(NBUCKETS, dtype=np.uint64))
 
-    def add(self, v: npt.NDArray[np.int64]) -> None:
+    def add(self, v: npt.NDArray[Any], buckets: npt.NDArray[Any] | None = None) -> None:
+        """Add values (ns); buckets: their bucket indexes, if already known."""
         if not len(v):
             return
         mn, mx = int(v.min()), int(v.max())
         self.min = mn if not self.n else min(self.min, mn)
         self.max = mx if not self.n else max(self.max, mx)
         self.n += len(v)
-        self.total += int(v.sum())
-        self.counts += np.bincount(bucket_indexes(v), minlength=NBUCKETS).astype(np.uint64)
-
-    def merged(self, other: Stat) -> Stat:
-        out = Stat(self.n, self.total, self.min, self.max, self.counts.copy())
-        if other.n:
-            out.min = other.min if not out.n else min(out.min, other.min)
-            out.max = other.max if not out.n else max(out.max, other.max)
-            out.n += other.n
-            out.total += other.total
-            out.counts += other.counts
-        return out
+        self.total += int(v.sum(dtype=np.uint64))
+        b = bucket_indexes(v) if buckets is None else buckets
+        self.counts += np.bincount(b, minlength=NBUCKETS).astype(np.uint64)
 
     @property
     def avg(self) -> float:
@@ -119,85 +100,102 @@ class Stat:
         out: dict[str, Any] = {"min": self.min / 1e9, "avg": self.avg, "max": self.max / 1e9, "n": self.n,
                                "total": self.total / 1e9}
         for p in pcts:
-            out[f"p{p:g}".replace(".", "_") if p != 99.9 else "p99_9"] = h.percentile(p) / 1e9 if self.n else 0.0
+            out[f"p{p:g}"] = h.percentile(p) / 1e9 if self.n else 0.0
         return out
 
 
 @dataclass
 class Seeks:
-    """btt's seek distances between consecutive Qs (or Ds) of a device, in sectors."""
+    """Seek distances (sectors) between consecutive Qs or Ds of a device, as btt measures them."""
 
-    last_start: int = 0
-    last_end: int = 0
     n: int = 0
     total: int = 0
-    dists: dict[int, int] = field(default_factory=dict)   # |distance| -> count
+    _vals: list[npt.NDArray[np.uint64]] = field(default_factory=list)
+    _cnts: list[npt.NDArray[np.int64]] = field(default_factory=list)
+    _pending: int = 0
 
-    def add(self, start: int, end: int) -> None:
-        ls, le = self.last_start, self.last_end
-        if (ls <= start <= le) or (ls <= end <= le):
-            d = 0
-        elif start > le:
-            d = start - le
-        else:
-            d = start - ls
-        self.last_start, self.last_end = start, end
-        d = abs(d)
-        self.n += 1
-        self.total += d
-        self.dists[d] = self.dists.get(d, 0) + 1
+    def add(self, dists: npt.NDArray[np.uint64]) -> None:
+        if not len(dists):
+            return
+        self.n += len(dists)
+        self.total += int(dists.sum(dtype=np.uint64))
+        self._vals.append(dists.copy())
+        self._cnts.append(np.ones(1, dtype=np.int64))   # raw distances: a count of one each
+        self._pending += len(dists)
+        if self._pending > 1 << 21:
+            self._compact()
+
+    def _compact(self) -> None:
+        if len(self._vals) > 1 or (self._vals and len(self._cnts[0]) != len(self._vals[0])):
+            v = np.concatenate(self._vals)
+            c = np.concatenate([cn if len(cn) == len(vs) else np.ones(len(vs), dtype=np.int64)
+                                for vs, cn in zip(self._vals, self._cnts)])
+            u, inv = np.unique(v, return_inverse=True)
+            self._vals = [u]
+            self._cnts = [np.bincount(inv, weights=c).astype(np.int64)]
+        self._pending = len(self._vals[0]) if self._vals else 0
+
+    def table(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
+        self._compact()
+        if not self._vals:
+            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
+        return self._vals[0], self._cnts[0]
 
     @property
     def mean(self) -> float:
         return self.total / self.n if self.n else 0.0
 
     def median(self) -> int:
-        if not self.n:
+        """The true median distance (btt prints an artefact of its tree walk instead)."""
+        v, c = self.table()
+        if not len(v):
             return 0
-        keys = sorted(self.dists)
-        cum = 0
-        half = self.n / 2
-        for k in keys:
-            cum += self.dists[k]
-            if cum >= half:
-                return k
-        return keys[-1]
+        i = int(np.searchsorted(np.cumsum(c), self.n / 2, side="left"))
+        return int(v[min(i, len(v) - 1)])
 
     def modes(self) -> tuple[list[int], int]:
-        if not self.dists:
+        v, c = self.table()
+        if not len(v):
             return [], 0
-        most = max(self.dists.values())
-        return sorted(k for k, c in self.dists.items() if c == most), most
+        most = int(c.max())
+        return [int(x) for x in v[c == most]], most
 
 
 @dataclass
-class Intervals:
-    """Union of [start, end] intervals (btt's I/O active periods), merged as they come."""
+class Spans:
+    """Union of [start, end] intervals (btt's I/O active periods), streaming.
 
-    spans: list[list[int]] = field(default_factory=list)
+    Intervals that touch or overlap are one period. Periods that can no longer
+    grow (they end before any I/O still in flight was issued) are reduced to
+    counters, so memory does not grow with the capture.
+    """
 
-    def add(self, s: int, e: int) -> None:
-        sp = self.spans
-        if sp and s >= sp[-1][0]:
-            last = sp[-1]
-            if s <= last[1]:
-                if e > last[1]:
-                    last[1] = e
-                return
-            sp.append([s, e])
-            return
-        # out of order: insert and merge neighbours
-        i = bisect.bisect_left(sp, [s, e])
-        sp.insert(i, [s, e])
-        j = max(i - 1, 0)
-        while j + 1 < len(sp):
-            if sp[j + 1][0] <= sp[j][1]:
-                sp[j][1] = max(sp[j][1], sp[j + 1][1])
-                del sp[j + 1]
-            elif j >= i:
-                break
-            else:
-                j += 1
+    done_n: int = 0
+    done_live: int = 0
+    done_end: int = 0
+    starts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    ends: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def add(self, s: npt.NDArray[Any], e: npt.NDArray[Any], horizon: int | None) -> None:
+        """Add intervals; horizon: no later interval will start before it (None: unknown)."""
+        if len(s):
+            st = np.concatenate([self.starts, s.astype(np.int64)])
+            en = np.concatenate([self.ends, e.astype(np.int64)])
+            o = np.argsort(st, kind="stable")
+            st, en = st[o], en[o]
+            cmax = np.maximum.accumulate(en)
+            new = np.r_[True, st[1:] > cmax[:-1]]
+            idx = np.flatnonzero(new)
+            self.starts = st[idx]
+            self.ends = np.maximum.reduceat(en, idx)
+        if horizon is not None and len(self.starts):
+            k = int(np.searchsorted(self.ends, horizon, side="left"))
+            if k:
+                self.done_n += k
+                self.done_live += int((self.ends[:k] - self.starts[:k]).sum())
+                self.done_end = max(self.done_end, int(self.ends[k - 1]))
+                self.starts = self.starts[k:]
+                self.ends = self.ends[k:]
 
     def summary(self, t0: int) -> tuple[int, float, float, float]:
         """(# live, avg active s, avg inactive s, % live) like btt's I/O Active Period table.
@@ -205,73 +203,45 @@ class Intervals:
         As in btt, the observed span runs from the trace's time zero t0 (not
         from the first active period) to the end of the last one.
         """
-        n = len(self.spans)
+        n = self.done_n + len(self.starts)
         if n == 0:
             return 0, 0.0, 0.0, 0.0
-        live = sum(e - s for s, e in self.spans) / 1e9
         if n == 1:
             return 1, 0.0, 0.0, 100.0
-        t = (self.spans[-1][1] - t0) / 1e9
+        live = (self.done_live + int((self.ends - self.starts).sum())) / 1e9
+        end = max(self.done_end, int(self.ends.max()) if len(self.ends) else 0)
+        t = (end - t0) / 1e9
         return n, live / n, (t - live) / (n - 1), 100.0 * live / t if t else 0.0
 
 
 @dataclass
 class DevState:
+    """One device's results (what btt keeps per device)."""
+
     dev: int
-    culling: bool = True
     start_time: int = 0
     end_time: int = 0
-    starts: list[int] = field(default_factory=list)      # sorted start sectors of tracked Qs
-    qs: dict[int, list[Any]] = field(default_factory=dict)
-    last_q: int = NONE
     n_qs: int = 0
     n_ds: int = 0
-    n_act_q: int = 0
     t_act_q: int = 0
+    dup_q: int = 0
+    culled: int = 0
+    overlap_q: int = 0
     blk_n: int = 0
     blk_total: int = 0
     blk_min: int = 0
     blk_max: int = 0
-    q2q_seek: Seeks = field(default_factory=Seeks)
-    d2d_seek: Seeks = field(default_factory=Seeks)
-    plugged: bool = False
-    last_plug: int = 0
-    plugged_time: int = 0
     nplugs: int = 0
     nplugs_t: int = 0
     nios_up: int = 0
     nios_upt: int = 0
-    live: Intervals = field(default_factory=Intervals)
+    plugged_time: int = 0
+    inflight: int = 0
+    inflight_issued: int = 0
     q2d_hist: list[int] = field(default_factory=lambda: [0] * 10)
-    dup_q: int = 0
-    culled: int = 0
-    reads_done: int = 0
-    writes_done: int = 0
-
-
-# Q record fields
-Q_T, Q_S, Q_E, Q_PROC, Q_G, Q_I, Q_M, Q_D, Q_SL, Q_READ = range(10)
-
-
-@dataclass
-class BttResult:
-    devices: dict[int, DevState]
-    stats: dict[tuple[str, int], Stat]            # (phase, dev) -> Stat; dev -1 = all devices
-    proc_stats: dict[tuple[str, str], Stat]       # (phase, process name) -> Stat
-    live_all: Intervals
-    inflight_end: dict[int, int]                  # dev -> Qs still in flight at the end
-    inflight_end_issued: dict[int, int]           # of which issued (D seen)
-    first_ts: int
-    last_ts: int
-    n_events: int
-    processes: list[str]
-    heat: HeatMap
-    iostat: dict[int, dict[int, list[float]]]     # dev -> interval index -> counters
-    iostat_interval: int
-    time_zero: int = 0                            # the trace's time zero (btt's reference for % live)
-
-    def stat(self, phase: str, dev: int = -1) -> Stat:
-        return self.stats.get((phase, dev), Stat())
+    q2q_seek: Seeks = field(default_factory=Seeks)
+    d2d_seek: Seeks = field(default_factory=Seeks)
+    live: Spans = field(default_factory=Spans)
 
 
 class HeatMap:
@@ -285,16 +255,17 @@ class HeatMap:
         self.max_bins = max_bins
         self.grid = np.zeros((0, self.NLAT), dtype=np.int64)
 
-    def add(self, t: npt.NDArray[np.int64], lat: npt.NDArray[np.int64]) -> None:
+    def add(self, t: npt.NDArray[Any], lat: npt.NDArray[Any]) -> None:
         if not len(t):
             return
+        t = t.astype(np.int64)
         if self.t0 is None:
             self.t0 = int(t.min())
         rel = np.maximum(t - self.t0, 0)
         while int(rel.max()) // self.width >= self.max_bins:
             self._widen()
-        col = (rel // self.width).astype(np.int64)
-        lb = np.minimum(np.floor(np.log2(np.maximum(lat, 1))).astype(np.int64), self.NLAT - 1)
+        col = rel // self.width
+        lb = np.minimum(np.floor(np.log2(np.maximum(lat.astype(np.float64), 1))).astype(np.int64), self.NLAT - 1)
         need = int(col.max()) + 1
         if need > len(self.grid):
             self.grid = np.vstack([self.grid, np.zeros((need - len(self.grid), self.NLAT), dtype=np.int64)])
@@ -308,55 +279,106 @@ class HeatMap:
         self.width *= 2
 
 
+@dataclass
+class BttResult:
+    devices: dict[int, DevState]
+    stats: dict[tuple[str, int], Stat]            # (phase, dev) -> Stat; dev -1 = all devices
+    proc_stats: dict[tuple[str, str], Stat]       # (phase, process name) -> Stat
+    live_all: Spans
+    first_ts: int
+    last_ts: int
+    n_events: int
+    heat: HeatMap
+    iostat: dict[tuple[int, int], npt.NDArray[np.float64]]   # (dev, interval) -> counters
+    iostat_interval: int
+    time_zero: int = 0                            # the trace's time zero (btt's reference for % live)
+
+    def stat(self, phase: str, dev: int = -1) -> Stat:
+        return self.stats.get((phase, dev), Stat())
+
+    @property
+    def inflight_end(self) -> dict[int, int]:
+        return {dev: d.inflight for dev, d in self.devices.items()}
+
+    @property
+    def inflight_end_issued(self) -> dict[int, int]:
+        return {dev: d.inflight_issued for dev, d in self.devices.items()}
+
+
+# iostat counters per (device, interval)
+IO_R, IO_W, IO_RSEC, IO_WSEC, IO_RM, IO_WM, IO_Q2C_SUM, IO_Q2C_N = range(8)
+LatencySink = Callable[[str, npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any],
+                        npt.NDArray[Any]], None]
+
+
 class Btt:
     """Feed EVENT chunks in time order with feed(); result() gives the analysis.
 
-    on_latency(phase, dev, proc, t_ns, value_ns, sector) is called per chunk with
-    arrays of per-I/O values (for latency dumps), if given.
+    on_latency(phase, dev, proc, t_ns, value_ns, sector) receives each chunk's
+    per-I/O values of q2c, d2c and q2d (dev: device numbers, proc: indexes
+    into proc_names), for latency dumps.
     """
 
     def __init__(self, comms: dict[int, str] | None = None, iostat_interval_ns: int = 1_000_000_000,
-                 on_latency: Callable[[str, npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any],
-                                       npt.NDArray[Any], npt.NDArray[Any]], None] | None = None) -> None:
+                 on_latency: LatencySink | None = None) -> None:
+        self.core = _tracecore.Core()
         self.comms: dict[int, str] = dict(comms or {})
-        self.devs: dict[int, DevState] = {}
+        self.dev_idx: dict[int, int] = {}
+        self.dev_of: list[int] = []
         self.stats: dict[tuple[str, int], Stat] = {}
         self.proc_stats: dict[tuple[str, str], Stat] = {}
         self.proc_ids: dict[str, int] = {}
         self.proc_names: list[str] = []
         self.pid_proc: dict[int, int] = {}
-        self.last_q = NONE
-        self.live_all = Intervals()
+        self.seek_q: dict[int, Seeks] = {}
+        self.seek_d: dict[int, Seeks] = {}
+        self.live: dict[int, Spans] = {}
+        self.live_all = Spans()
         self.first_ts: int | None = None
         self.last_ts = 0
         self.n_events = 0
         self.heat = HeatMap()
         self.on_latency = on_latency
         self.iostat_interval = iostat_interval_ns
-        self.iostat: dict[int, dict[int, list[float]]] = {}
-        self._proc_last_q: dict[int, int] = {}
+        self.iostat: dict[tuple[int, int], npt.NDArray[np.float64]] = {}
+        self._pid_lut = np.full(1 << 16, -1, dtype=np.int32)
 
-    # ---------------------------------------------------------------- helpers
-    def _proc(self, pid: int) -> int:
-        p = self.pid_proc.get(pid)
-        if p is None:
-            name = process_name(pid, self.comms)
-            p = self.proc_ids.get(name)
-            if p is None:
-                p = len(self.proc_names)
-                self.proc_ids[name] = p
-                self.proc_names.append(name)
-            self.pid_proc[pid] = p
-        return p
+    def _devs(self, devs: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
+        first = int(devs[0])
+        if first in self.dev_idx and bool((devs == devs[0]).all()):   # the common case: one disk
+            return np.full(len(devs), self.dev_idx[first], dtype=np.int32)
+        u, inv = np.unique(devs, return_inverse=True)
+        lut = np.empty(len(u), dtype=np.int32)
+        for j, dv in enumerate(u.tolist()):
+            i = self.dev_idx.get(dv)
+            if i is None:
+                i = self.dev_idx[dv] = len(self.dev_of)
+                self.dev_of.append(dv)
+                self.core.set_remapper(i, is_remapper(dv))
+            lut[j] = i
+        return lut[inv].astype(np.int32)
 
-    def _dev(self, dev: int, ts: int) -> DevState:
-        d = self.devs.get(dev)
-        if d is None:
-            d = DevState(dev, start_time=ts, end_time=ts)
-            self.devs[dev] = d
-        return d
+    def _procs(self, pids: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
+        """Process index of each pid, through a lookup table indexed by pid."""
+        top = int(pids.max())
+        if top >= len(self._pid_lut):
+            grown = np.full(max(top + 1, 2 * len(self._pid_lut)), -1, dtype=np.int32)
+            grown[:len(self._pid_lut)] = self._pid_lut
+            self._pid_lut = grown
+        out = self._pid_lut[pids]
+        missing = out < 0
+        if missing.any():
+            for pid in np.unique(pids[missing]).tolist():
+                name = process_name(pid, self.comms)
+                p = self.proc_ids.get(name)
+                if p is None:
+                    p = self.proc_ids[name] = len(self.proc_names)
+                    self.proc_names.append(name)
+                self.pid_proc[pid] = p
+                self._pid_lut[pid] = p
+            out = self._pid_lut[pids]
+        return out
 
-    # ---------------------------------------------------------------- the matcher
     def feed(self, ev: npt.NDArray[np.void]) -> None:
         if not len(ev):
             return
@@ -372,265 +394,165 @@ class Btt:
             self.first_ts = int(ev["ts"][0])
         self.last_ts = max(self.last_ts, int(ev["ts"][-1]))
         self.n_events += len(ev)
-        # per-phase outputs of this chunk: parallel lists (dev, proc, t, value, sector)
-        out: dict[int, tuple[list[int], list[int], list[int], list[int], list[int]]] = {
-            i: ([], [], [], [], []) for i in range(NPH)}
-        ph = PH
-        remap_majors = REMAPPER_MAJORS
-        devs = self.devs
-        proc_of = self._proc
-        get_dev = self._dev
-        bl, bl_right, ins = bisect.bisect_left, bisect.bisect_right, bisect.insort
-        iostat = self.iostat
-        ival = self.iostat_interval
+        n = len(ev)
+        dev = self._devs(ev["dev"])
+        auxdev = np.full(n, -1, dtype=np.int32)
+        rm = ev["action"] == TA_REMAP
+        if rm.any():
+            auxdev[rm] = self._devs(ev["aux_dev"][rm])
+        proc = self._procs(ev["pid"])
+        rd = ((ev["category"] & TC_READ) != 0).astype(np.uint8)
+        raw = self.core.feed(n, np.ascontiguousarray(ev["ts"]), np.ascontiguousarray(ev["action"]), dev,
+                             np.ascontiguousarray(ev["sector"]), np.ascontiguousarray(ev["bytes"]), proc, rd,
+                             np.ascontiguousarray(ev["aux"]), auxdev)
+        per_kind = [np.frombuffer(b, dtype=REC) for b in raw]
+        self._absorb(per_kind)
+        self._iostat(ev, dev, per_kind[PHASES.index("q2c")])
 
-        def emit(p: int, dev: int, proc: int, t: int, v: int, sec: int) -> None:
-            o = out[p]
-            o[0].append(dev)
-            o[1].append(proc)
-            o[2].append(t)
-            o[3].append(v if v > 0 else 1)
-            o[4].append(sec)
-
-        def find_sec(d: DevState, sec: int) -> list[Any] | None:
-            i = bl_right(d.starts, sec) - 1
-            if i >= 0:
-                q = d.qs[d.starts[i]]
-                if sec < q[Q_E]:
-                    return q
-            return None
-
-        def inside(d: DevState, s: int, e: int) -> list[list[Any]]:
-            st = d.starts
-            i = bl(st, s)
-            res = []
-            n = len(st)
-            while i < n and st[i] < e:
-                q = d.qs[st[i]]
-                if q[Q_E] <= e:
-                    res.append(q)
-                i += 1
-            return res
-
-        def io_stat(dev: int, t: int) -> list[float]:
-            per = iostat.get(dev)
-            if per is None:
-                per = iostat[dev] = {}
-            k = t // ival
-            row = per.get(k)
-            if row is None:
-                # r_ios w_ios r_sect w_sect r_merges w_merges sum_q2c n_q2c busy_ns
-                row = per[k] = [0, 0, 0, 0, 0, 0, 0, 0, 0]
-            return row
-
-        cols = zip(ev["ts"].tolist(), ev["action"].tolist(), ev["dev"].tolist(), ev["sector"].tolist(),
-                   ev["bytes"].tolist(), ev["pid"].tolist(), ev["category"].tolist(), ev["aux"].tolist(),
-                   ev["aux_dev"].tolist())
-        for t, act, dev, sec, nb, pid, cat, aux, aux_dev in cols:
-            if act == TA_PLUG or act == TA_UNPLUG_IO or act == TA_UNPLUG_TIMER:
-                d = devs.get(dev)
-                if d is None:
-                    continue
-                if act == TA_PLUG:
-                    if not d.plugged:
-                        d.plugged = True
-                        d.last_plug = t
-                elif d.plugged:
-                    if act == TA_UNPLUG_IO:
-                        d.nplugs += 1
-                        d.nios_up += aux
-                    else:
-                        d.nplugs_t += 1
-                        d.nios_upt += aux
-                    d.plugged = False
-                    d.plugged_time += t - d.last_plug
+    def _absorb(self, per_kind: list[npt.NDArray[np.void]]) -> None:
+        dev_of = np.array(self.dev_of, dtype=np.int64)
+        for k, r in enumerate(per_kind):
+            if not len(r):
                 continue
-            if nb == 0 and act != TA_REQUEUE and act != TA_REMAP:
+            if k == K_SEEK_Q or k == K_SEEK_D:
+                table = self.seek_q if k == K_SEEK_Q else self.seek_d
+                rdev = r["dev"]
+                devs = _present(rdev)
+                for di in devs:
+                    sk = table.setdefault(self.dev_of[di], Seeks())
+                    sk.add(r["v"] if len(devs) == 1 else r["v"][rdev == di])
                 continue
-            if act not in _TRACKED:
+            if k == K_LIVE:
+                self._live(r)
                 continue
-            d = get_dev(dev, t)
-            if d.culling:
-                if act == TA_QUEUE or act == TA_REMAP:
-                    d.culling = False
-                else:
-                    d.culled += 1
-                    continue
-            d.end_time = t
-            e = sec + (nb >> 9)
-            if act == TA_QUEUE:
-                if sec in d.qs:
-                    d.dup_q += 1
-                    continue
-                proc = proc_of(pid)
-                d.q2q_seek.add(sec, e)
-                dm = (dev >> 20) in remap_majors
-                qp = ph["q2q_dm"] if dm else ph["q2q"]
-                if self.last_q != NONE:
-                    emit(qp, NONE, NONE, t, t - self.last_q, sec)      # all devices
-                self.last_q = t
-                if d.last_q != NONE:
-                    emit(qp, dev, NONE, t, t - d.last_q, sec)           # per device
-                d.last_q = t
-                pl = self._proc_last_q
-                lq = pl.get(proc, NONE)
-                if lq != NONE:
-                    emit(qp, NONE, proc, t, t - lq, sec)               # per process
-                pl[proc] = t
-                q = [t, sec, e, proc, NONE, NONE, NONE, NONE, 0, bool(cat & TC_READ)]
-                d.qs[sec] = q
-                ins(d.starts, sec)
-                d.n_qs += 1
-                d.t_act_q += d.n_act_q
-                d.n_act_q += 1
-            elif act == TA_GETRQ:
-                q = find_sec(d, sec)
-                if q is not None:
-                    q[Q_G] = t
-                    emit(ph["q2g"], dev, q[Q_PROC], t, t - q[Q_T], q[Q_S])
-                    if q[Q_SL]:
-                        emit(ph["s2g"], dev, q[Q_PROC], t, t - q[Q_SL], q[Q_S])
-            elif act == TA_INSERT:
-                q = find_sec(d, sec)
-                if q is not None:
-                    q[Q_I] = t
-                    if q[Q_G] != NONE:
-                        emit(ph["g2i"], dev, q[Q_PROC], t, t - q[Q_G], q[Q_S])
-            elif act == TA_BACKMERGE or act == TA_FRONTMERGE:
-                row = io_stat(dev, t)
-                row[4 if cat & TC_READ else 5] += 1
-                q = find_sec(d, sec)
-                if q is not None:
-                    q[Q_M] = t
-                    emit(ph["q2m"], dev, q[Q_PROC], t, t - q[Q_T], q[Q_S])
-                if d.n_act_q:
-                    d.n_act_q -= 1
-            elif act == TA_ISSUE:
-                if d.n_act_q:
-                    d.n_act_q -= 1
-                d.d2d_seek.add(sec, e)
-                d.n_ds += 1
-                for q in inside(d, sec, e):
-                    if q[Q_I] != NONE:
-                        emit(ph["i2d"], dev, q[Q_PROC], t, t - q[Q_I], q[Q_S])
-                    elif q[Q_M] != NONE:
-                        emit(ph["m2d"], dev, q[Q_PROC], t, t - q[Q_M], q[Q_S])
-                    q[Q_D] = t
-                    q2d = t - q[Q_T]
-                    emit(ph["q2d"], dev, q[Q_PROC], t, q2d, q[Q_S])
-                    ms = q2d // 1_000_000 if q2d > 0 else 0
-                    k = 0
-                    while k < 9 and ms >= Q2D_EDGES_MS[k]:
-                        k += 1
-                    d.q2d_hist[k] += 1
-            elif act == TA_COMPLETE:
-                nblk = nb >> 9
-                if d.blk_n == 0:
-                    d.blk_min = d.blk_max = nblk
-                else:
-                    if nblk < d.blk_min:
-                        d.blk_min = nblk
-                    if nblk > d.blk_max:
-                        d.blk_max = nblk
-                d.blk_n += 1
-                d.blk_total += nblk
-                row = io_stat(dev, t)
-                rd = bool(cat & TC_READ)
-                row[0 if rd else 1] += 1
-                row[2 if rd else 3] += nblk
-                dm = (dev >> 20) in remap_majors
-                for q in inside(d, sec, e):
-                    q2c = t - q[Q_T]
-                    emit(ph["q2c_dm"] if dm else ph["q2c"], dev, q[Q_PROC], q[Q_T], q2c, q[Q_S])
-                    row[6] += q2c
-                    row[7] += 1
-                    if q[Q_D] != NONE:
-                        emit(ph["d2c"], dev, q[Q_PROC], t, t - q[Q_D], q[Q_S])
-                        d.live.add(q[Q_D], t)
-                        self.live_all.add(q[Q_D], t)
-                    del d.qs[q[Q_S]]
-                    st = d.starts
-                    del st[bl(st, q[Q_S])]
-            elif act == TA_REQUEUE:
-                d.n_qs += 1
-                d.t_act_q += d.n_act_q
-                d.n_act_q += 1
-            elif act == TA_SLEEPRQ:
-                q = find_sec(d, sec)
-                if q is not None:
-                    q[Q_SL] = t
-            elif act == TA_REMAP:
-                src = devs.get(aux_dev)
-                if src is not None:
-                    q = find_sec(src, aux)
-                    if q is not None:
-                        dm = (aux_dev >> 20) in remap_majors
-                        emit(ph["q2a_dm"] if dm else ph["q2a"], aux_dev, q[Q_PROC], t, t - q[Q_T], q[Q_S])
-        self._absorb(out)
-
-    def _absorb(self, out: dict[int, tuple[list[int], list[int], list[int], list[int], list[int]]]) -> None:
-        for p, (devl, procl, tl, vl, secl) in out.items():
-            if not vl:
-                continue
-            name = PHASES[p]
-            dev = np.array(devl, dtype=np.int64)
-            proc = np.array(procl, dtype=np.int64)
-            v = np.array(vl, dtype=np.int64)
-            t = np.array(tl, dtype=np.int64)
+            name = PHASES[k]
+            v = np.ascontiguousarray(r["v"])
+            rdev, rproc = np.ascontiguousarray(r["dev"]), np.ascontiguousarray(r["proc"])
             if name in ("q2q", "q2q_dm"):
-                # all-device, per-device and per-process rows were emitted separately
-                self._add(name, -1, v[(dev == NONE) & (proc == NONE)])
-                per_dev = dev != NONE
-                for dv in np.unique(dev[per_dev]).tolist():
-                    self._add(name, int(dv), v[dev == dv])
-                per_proc = proc != NONE
-                for pr in np.unique(proc[per_proc]).tolist():
-                    self._addp(name, int(pr), v[proc == pr])
+                self._add(name, -1, v[(rdev < 0) & (rproc < 0)])
+                for di in _present(rdev):
+                    self._add(name, self.dev_of[di], v[rdev == di])
+                for pi in _present(rproc):
+                    self._addp(name, pi, v[rproc == pi])
                 continue
-            self._add(name, -1, v)
-            for dv in np.unique(dev).tolist():
-                m = dev == dv
-                self._add(name, int(dv), v[m])
-            for pr in np.unique(proc).tolist():
-                self._addp(name, int(pr), v[proc == pr])
-            if name in ("d2c", "q2c"):
-                if name == "q2c":
-                    self.heat.add(t, v)
+            b = bucket_indexes(v)
+            self._add(name, -1, v, b)
+            devs = _present(rdev)
+            if len(devs) == 1:
+                self._add(name, self.dev_of[devs[0]], v, b)
+            else:
+                for di in devs:
+                    m = rdev == di
+                    self._add(name, self.dev_of[di], v[m], b[m])
+            procs = _present(rproc)
+            if len(procs) == 1:
+                self._addp(name, procs[0], v, b)
+            else:
+                for pi in procs:
+                    m = rproc == pi
+                    self._addp(name, pi, v[m], b[m])
+            if name == "q2c":
+                self.heat.add(r["t"], v)
             if self.on_latency is not None and name in ("d2c", "q2c", "q2d"):
-                self.on_latency(name, dev, proc, t, v, np.array(secl, dtype=np.int64))
+                self.on_latency(name, dev_of[rdev], rproc, r["t"], v, r["sector"])
 
-    def _add(self, phase: str, dev: int, v: npt.NDArray[np.int64]) -> None:
+    def _live(self, r: npt.NDArray[np.void]) -> None:
+        # Later periods start when an I/O still in flight was issued, or later than now: periods that end
+        # before that can be closed.
+        now = self.last_ts
+        horizons = {}
+        for di in range(len(self.dev_of)):
+            m = self.core.min_issued(di)
+            horizons[di] = now if m < 0 else min(now, m)
+        self.live_all.add(r["t"], r["v"], min(horizons.values(), default=now))
+        devs = r["dev"]
+        for di in _present(devs):
+            m = devs == di
+            self.live.setdefault(self.dev_of[di], Spans()).add(r["t"][m], r["v"][m], horizons[di])
+
+    def _iostat(self, ev: npt.NDArray[np.void], dev: npt.NDArray[np.int32], recs: npt.NDArray[np.void]) -> None:
+        """Counters per (device, interval): completions, sectors, merges (from events), Q2C (records)."""
+        ival = self.iostat_interval
+        act = ev["action"]
+        sel = ((act == TA_COMPLETE) | (act == TA_BACKMERGE) | (act == TA_FRONTMERGE)) & (ev["bytes"] > 0)
+        di_parts, iv_parts, col_parts, w_parts = [], [], [], []
+        if sel.any():
+            rd = (ev["category"][sel] & TC_READ) != 0
+            comp = ev["action"][sel] == TA_COMPLETE
+            d_sel = dev[sel].astype(np.int64)
+            iv = ev["ts"][sel].astype(np.int64) // ival
+            di_parts += [d_sel, d_sel[comp]]
+            iv_parts += [iv, iv[comp]]
+            col_parts += [np.where(comp, np.where(rd, IO_R, IO_W), np.where(rd, IO_RM, IO_WM)),
+                          np.where(rd[comp], IO_RSEC, IO_WSEC)]
+            w_parts += [np.ones(len(iv)), (ev["bytes"][sel][comp] >> 9).astype(np.float64)]
+        if len(recs):
+            q = recs[recs["kind"] == PHASES.index("q2c")]
+            if len(q):
+                done = (q["t"] + q["v"]).astype(np.int64) // ival
+                qd = q["dev"].astype(np.int64)
+                di_parts += [qd, qd]
+                iv_parts += [done, done]
+                col_parts += [np.full(len(q), IO_Q2C_SUM), np.full(len(q), IO_Q2C_N)]
+                w_parts += [q["v"].astype(np.float64), np.ones(len(q))]
+        if not di_parts:
+            return
+        di = np.concatenate(di_parts)
+        iv = np.concatenate(iv_parts)
+        lo = int(iv.min())
+        span = int(iv.max()) - lo + 1
+        ndev = len(self.dev_of)
+        key = (di * span + (iv - lo)) * 8 + np.concatenate(col_parts)
+        acc = np.bincount(key, weights=np.concatenate(w_parts), minlength=ndev * span * 8).reshape(ndev, span, 8)
+        for d_i, k in zip(*np.nonzero(acc.any(axis=2))):
+            row = acc[d_i, k]
+            slot = (self.dev_of[int(d_i)], lo + int(k))
+            cur = self.iostat.get(slot)
+            if cur is None:
+                self.iostat[slot] = row.copy()
+            else:
+                cur += row
+
+    def _add(self, phase: str, dev: int, v: npt.NDArray[Any], b: npt.NDArray[Any] | None = None) -> None:
         if len(v):
             s = self.stats.get((phase, dev))
             if s is None:
                 s = self.stats[(phase, dev)] = Stat()
-            s.add(v)
+            s.add(v, b)
 
-    def _addp(self, phase: str, proc: int, v: npt.NDArray[np.int64]) -> None:
+    def _addp(self, phase: str, proc: int, v: npt.NDArray[Any], b: npt.NDArray[Any] | None = None) -> None:
         if len(v):
             key = (phase, self.proc_names[proc])
             s = self.proc_stats.get(key)
             if s is None:
                 s = self.proc_stats[key] = Stat()
-            s.add(v)
+            s.add(v, b)
 
     def result(self) -> BttResult:
-        infl: dict[int, int] = {}
-        infl_d: dict[int, int] = {}
-        for dev, d in self.devs.items():
-            infl[dev] = len(d.qs)
-            infl_d[dev] = sum(1 for q in d.qs.values() if q[Q_D] != NONE)
-            if d.plugged:   # btt closes an open plug at the device's last event
+        devices: dict[int, DevState] = {}
+        for info in self.core.devices():
+            dev = self.dev_of[info["idx"]]
+            d = DevState(dev, **{k: info[k] for k in (
+                "start_time", "end_time", "n_qs", "n_ds", "t_act_q", "dup_q", "culled", "overlap_q", "blk_n",
+                "blk_total", "blk_min", "blk_max", "nplugs", "nplugs_t", "nios_up", "nios_upt", "plugged_time",
+                "inflight", "inflight_issued", "q2d_hist")})
+            if info["plugged"]:   # btt closes a plug still open at the device's last event
                 d.nplugs += 1
-                d.plugged = False
-                d.plugged_time += d.end_time - d.last_plug
-        return BttResult(self.devs, self.stats, self.proc_stats, self.live_all, infl, infl_d,
-                         self.first_ts or 0, self.last_ts, self.n_events, list(self.proc_names), self.heat,
-                         self.iostat, self.iostat_interval)
+                d.plugged_time += info["end_time"] - info["last_plug"]
+            d.q2q_seek = self.seek_q.get(dev, Seeks())
+            d.d2d_seek = self.seek_d.get(dev, Seeks())
+            d.live = self.live.get(dev, Spans())
+            devices[dev] = d
+        return BttResult(devices, self.stats, self.proc_stats, self.live_all, self.first_ts or 0, self.last_ts,
+                         self.n_events, self.heat, self.iostat, self.iostat_interval)
 
 
-_TRACKED = frozenset((TA_QUEUE, TA_REMAP, TA_INSERT, TA_GETRQ, TA_BACKMERGE, TA_FRONTMERGE, TA_REQUEUE,
-                      TA_ISSUE, TA_COMPLETE, TA_SLEEPRQ))
+def _present(idx: npt.NDArray[Any]) -> list[int]:
+    """The distinct non-negative small integers in idx (device or process indexes)."""
+    ok = idx[idx >= 0]
+    if not len(ok):
+        return []
+    return [int(x) for x in np.flatnonzero(np.bincount(ok))]
 
 
 def analyse(chunks: Iterable[npt.NDArray[np.void]], comms: dict[int, str] | None = None,
@@ -642,14 +564,11 @@ def analyse(chunks: Iterable[npt.NDArray[np.void]], comms: dict[int, str] | None
     return b.result()
 
 
-def time_ordered(chunks: Iterable[npt.NDArray[np.void]], hold_ns: int = 200_000_000) -> Iterable[npt.NDArray[np.void]]:
+def time_ordered(chunks: Iterable[npt.NDArray[np.void]], hold_ns: int = 200_000_000) -> Iterator[npt.NDArray[np.void]]:
     """Re-sort a stream of EVENT chunks into time order with bounded memory.
 
-    Events from different CPUs may reach a capture slightly out of order; each
-    chunk is merged with the held-back tail of the previous ones and events
-    older than (newest - hold_ns) are released. An event later than that
-    window is released as it comes (it cannot be placed before events already
-    released).
+    Each chunk is merged with the held-back tail of the previous ones and
+    events older than (newest - hold_ns) are released.
     """
     held: npt.NDArray[np.void] | None = None
     for c in chunks:

@@ -32,7 +32,13 @@ class Source:
     def chunks(self) -> Iterator[npt.NDArray[np.void]]:
         """EVENT arrays in time order."""
         if self.kind == "capture":
-            yield from self._capture.iter_chunks()
+            done = 0
+            for c in self._capture.iter_chunks():
+                yield c
+                done += c.nbytes
+                if done >= RELEASE_EVERY:
+                    _release_mapping(self._capture)
+                    done = 0
             return
         for d in blktrace.read_merged(self.files):
             self.comms.update(d.comms)
@@ -59,6 +65,33 @@ class Source:
         return None
 
 
+RELEASE_EVERY = 64 << 20
+_MADV_DONTNEED = 4
+
+
+def _release_mapping(cap: Any) -> None:
+    """Drop the capture file's pages already read from this process's memory.
+
+    The capture reader maps the whole file; pages it has read stay resident
+    (and count in RSS) until the file is closed, so a long capture would cost
+    its full size in memory. They are clean file pages: MADV_DONTNEED unmaps
+    them and a later access faults them back in from the page cache. Best
+    effort: nothing happens if the reader does not expose its mapping.
+    """
+    buf = getattr(cap, "_buf", None)
+    addr, size = getattr(buf, "address", None), getattr(buf, "size", None)
+    if not isinstance(addr, int) or not isinstance(size, int) or size <= 0:
+        return
+    import ctypes
+    import mmap
+    start = addr - addr % mmap.PAGESIZE
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(size + addr - start), _MADV_DONTNEED)
+    except (OSError, AttributeError):
+        return
+
+
 def is_blktrace(path: str) -> bool:
     try:
         with open(path, "rb") as f:
@@ -83,5 +116,6 @@ def open_source(path: str) -> Source:
     if not os.path.exists(path):
         raise IoscopeError(f"cannot open {path}: no such file", "give a capture written by ioscope record")
     cap = open_capture(path)
+    _release_mapping(cap)   # opening read every chunk's header: let those pages go too
     return Source(path, "capture", meta=dict(cap.meta), comms=dict(cap.comms), truncation=cap.truncation,
                   _capture=cap)

@@ -7,7 +7,7 @@ import csv
 import io
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import IO, Any
 
 import numpy as np
@@ -256,7 +256,7 @@ def render_btt(r: BttResult, all_data: bool = True) -> list[str]:
     if all_data:
         _hdr(out, "Q2D Histogram")
         out.append(f"{'DEV':>10s} | " + " ".join(f"{h:>5s}" for h in Q2D_HEADS))
-        out.append("--------- | " + "===== " * 10)
+        out.append(" --------- | " + "===== " * 10)  # btt's header ends its line early; the space lands here
         acc = [0] * 10
         nd = 0
         for d in devs:
@@ -317,14 +317,19 @@ def render_percentiles(r: BttResult, name: Callable[[int], str]) -> list[str]:
 
 def render_unclean(r: BttResult, name: Callable[[int], str]) -> list[str]:
     out = ["==================== Capture edges (ioscope) ====================", ""]
-    out.append(f"{'DEV':>12s} | {'ignored@start':>13s} {'dup Q':>6s} {'in flight@end':>13s} {'(issued)':>8s}")
-    out.append("------------ | ------------- ------ ------------- --------")
+    out.append(f"{'DEV':>12s} | {'ignored@start':>13s} {'dup Q':>6s} {'overlap Q':>9s} {'in flight@end':>13s} "
+               f"{'(issued)':>8s}")
+    out.append("------------ | ------------- ------ --------- ------------- --------")
     for dev, d in r.devices.items():
-        out.append(f"{name(dev):>12s} | {d.culled:13d} {d.dup_q:6d} {r.inflight_end.get(dev, 0):13d} "
-                   f"{r.inflight_end_issued.get(dev, 0):8d}")
+        out.append(f"{name(dev):>12s} | {d.culled:13d} {d.dup_q:6d} {d.overlap_q:9d} {d.inflight:13d} "
+                   f"{d.inflight_issued:8d}")
     out.append("")
     out.append("ignored@start: events of I/Os already in flight when the capture began (before the device's "
-               "first Q); in flight@end: Qs never completed. Neither is mixed into the tables above.")
+               "first Q or A);")
+    out.append("dup Q: Qs at the start sector of an I/O still in flight (not tracked, as in btt); overlap Q: Qs "
+               "overlapping one in flight (btt may lose one of them, ioscope does not);")
+    out.append("in flight@end: Qs never completed (issued: of which D was seen). None of these is mixed into "
+               "the tables above.")
     out.append("")
     return out
 
@@ -349,8 +354,8 @@ def render_heatmap(r: BttResult, width: int = 64) -> list[str]:
     bin_s = r.heat.width * per / 1e9
     for b in range(hi, lo - 1, -1):
         cells = "".join(shades[0 if c == 0 else 1 + min(8, int(8 * np.log1p(c) / np.log1p(peak)))] for c in g[:, b])
-        out.append(f"{_fmt_lat(1 << b):>8s} |{cells}|")
-    out.append(f"{'':8s}  {'^ ' + f'{bin_s:.6g} s per column, time from the first Q':<{len(g)}s}")
+        out.append(f"{_fmt_lat(1 << b):>9s} |{cells}|")
+    out.append(f"{'':9s}  {'^ ' + f'{bin_s:.6g} s per column, time from the first Q':<{len(g)}s}")
     out.append("latency rows are powers of two (row = [value, 2*value)); darker = more I/Os (log scale)")
     out.append("")
     return out
@@ -360,27 +365,26 @@ def _fmt_lat(ns: int) -> str:
     if ns < 1000:
         return f"{ns}ns"
     if ns < 1_000_000:
-        return f"{ns / 1000:g}us"
+        return f"{ns / 1000:.0f}us"
     if ns < 1_000_000_000:
-        return f"{ns / 1e6:g}ms"
-    return f"{ns / 1e9:g}s"
+        return f"{ns / 1e6:.0f}ms"
+    return f"{ns / 1e9:.0f}s"
 
 
 def iostat_rows(r: BttResult) -> list[dict[str, Any]]:
     out = []
     sec = r.iostat_interval / 1e9
-    for dev, per in r.iostat.items():
-        for k in sorted(per):
-            rio, wio, rs, ws, rm, wm, q2c_sum, q2c_n, _busy = per[k]
-            nios = rio + wio
-            out.append({
-                "device": dev_key(dev), "time": (k * r.iostat_interval - r.first_ts) / 1e9,
-                "rrqm/s": rm / sec, "wrqm/s": wm / sec, "r/s": rio / sec, "w/s": wio / sec,
-                "rsec/s": rs / sec, "wsec/s": ws / sec, "rkB/s": rs / 2 / sec, "wkB/s": ws / 2 / sec,
-                "avgrq-sz": (rs + ws) / nios if nios else 0.0,
-                "avgqu-sz": (q2c_sum / 1e9) / sec,
-                "await": (q2c_sum / q2c_n / 1e6) if q2c_n else 0.0,
-            })
+    for (dev, k) in sorted(r.iostat):
+        rio, wio, rs, ws, rm, wm, q2c_sum, q2c_n = (float(x) for x in r.iostat[(dev, k)])
+        nios = rio + wio
+        out.append({
+            "device": dev_key(dev), "time": (k * r.iostat_interval - r.time_zero) / 1e9,
+            "rrqm/s": rm / sec, "wrqm/s": wm / sec, "r/s": rio / sec, "w/s": wio / sec,
+            "rsec/s": rs / sec, "wsec/s": ws / sec, "rkB/s": rs / 2 / sec, "wkB/s": ws / 2 / sec,
+            "avgrq-sz": (rs + ws) / nios if nios else 0.0,
+            "avgqu-sz": (q2c_sum / 1e9) / sec,
+            "await": (q2c_sum / q2c_n / 1e6) if q2c_n else 0.0,
+        })
     return out
 
 
@@ -389,7 +393,8 @@ def render_iostat(r: BttResult, name: Callable[[int], str]) -> list[str]:
     cols = ("rrqm/s", "wrqm/s", "r/s", "w/s", "rkB/s", "wkB/s", "avgrq-sz", "avgqu-sz", "await")
     out.append(f"{'Device':<12s} {'time':>10s} " + " ".join(f"{c:>9s}" for c in cols))
     for row in iostat_rows(r):
-        dev = int(row["device"].split(",")[0]) << 20 | int(row["device"].split(",")[1])
+        ma, mi = row["device"].split(",")
+        dev = int(ma) << 20 | int(mi)
         out.append(f"{name(dev):<12s} {row['time']:10.3f} " + " ".join(f"{row[c]:9.2f}" for c in cols))
     out.append("")
     out.append("r/s, w/s: completions; rrqm/s, wrqm/s: merges; avgrq-sz in 512-byte sectors; avgqu-sz: I/Os "
@@ -428,7 +433,7 @@ def to_json(r: BttResult, src_meta: dict[str, Any], name: Callable[[int], str]) 
             "avg_reqs_at_q": d.t_act_q / d.n_qs if d.n_qs else 0.0,
             "active_periods": {"n": n, "avg_active": act, "avg_inactive": nact, "pct_live": pl},
             "q2d_histogram": dict(zip(Q2D_HEADS, d.q2d_hist)),
-            "ignored_at_start": d.culled, "duplicate_q": d.dup_q,
+            "ignored_at_start": d.culled, "duplicate_q": d.dup_q, "overlapping_q": d.overlap_q,
             "in_flight_at_end": r.inflight_end.get(dev, 0),
             "in_flight_at_end_issued": r.inflight_end_issued.get(dev, 0),
         }
@@ -507,6 +512,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run, tool="report")
 
 
+def batched(chunks: Iterable[npt.NDArray[np.void]], rows: int = 1 << 18) -> Iterator[npt.NDArray[np.void]]:
+    """Join small chunks into batches of about rows events (fewer numpy calls; memory stays bounded)."""
+    held: list[npt.NDArray[np.void]] = []
+    n = 0
+    for c in chunks:
+        held.append(c)
+        n += len(c)
+        if n >= rows:
+            yield held[0] if len(held) == 1 else np.concatenate(held)
+            held, n = [], 0
+    if held:
+        yield held[0] if len(held) == 1 else np.concatenate(held)
+
+
 def analyse_source(path: str, interval_ns: int = 1_000_000_000,
                    csv_paths: dict[str, str] | None = None) -> tuple[BttResult, Any]:
     from ioscope.trace.offline import open_source
@@ -518,7 +537,7 @@ def analyse_source(path: str, interval_ns: int = 1_000_000_000,
             dumps = CsvDumps(csv_paths, lambda d: dev_key(d), engine.proc_names)
             engine.on_latency = dumps
         try:
-            for chunk in src.chunks():
+            for chunk in batched(src.chunks()):
                 engine.comms.update(src.comms)
                 engine.feed(chunk)
         finally:

@@ -1,0 +1,779 @@
+/*
+ * ioscope.trace._tracecore: the two sequential loops of the offline tools, in C.
+ *
+ * 1. scan_blktrace/gather_blktrace: find the records of a blktrace stream
+ *    (each record's length depends on the one before it) and copy their
+ *    fixed part and first payload bytes into a regular array for numpy.
+ * 2. Core: the pairing part of btt's analysis.
+ *
+ * Pairing Q/G/I/M/D/C events is inherently sequential (each event changes
+ * which I/Os are in flight), so it runs here, one pass over each chunk of
+ * events; everything else (statistics, histograms, percentiles, seeks,
+ * active periods) is done with numpy in btt.py from the records this emits.
+ *
+ * Rules (see btt.py for the list): in-flight Qs per device are kept sorted
+ * by start sector, one per start sector; G/I/M/S apply to the Q whose range
+ * holds their sector; D and C to every Q whose range lies inside theirs.
+ *
+ * Input per chunk: parallel arrays ts u64, act u16, dev i32 (dense index),
+ * sector u64, bytes u32, proc i32 (dense index), rd u8, aux u64, auxdev i32.
+ * Output: bytes of rec_t records, one bytes object per kind; per-device
+ * counters via devices().
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NONE UINT64_MAX
+
+enum {
+	K_Q2Q, K_Q2A, K_Q2G, K_S2G, K_G2I, K_Q2M, K_I2D, K_M2D, K_D2C, K_Q2C, K_Q2D,
+	K_Q2Q_DM, K_Q2A_DM, K_Q2C_DM,
+	K_SEEK_Q, K_SEEK_D, K_LIVE, K_NKINDS
+};
+
+enum {  /* blktrace action codes */
+	A_QUEUE = 1, A_BACKMERGE, A_FRONTMERGE, A_GETRQ, A_SLEEPRQ, A_REQUEUE, A_ISSUE, A_COMPLETE,
+	A_PLUG, A_UNPLUG_IO, A_UNPLUG_TIMER, A_INSERT, A_SPLIT, A_BOUNCE, A_REMAP
+};
+
+typedef struct {
+	int32_t kind, dev, proc, rd;
+	uint64_t t, v, sector;
+} rec_t;
+
+typedef struct {
+	uint64_t t, s, e, g, i, m, d, sl;
+	int32_t proc, rd;
+} qrec_t;
+
+typedef struct {
+	int alloc, culling, dm;
+	uint64_t start_time, end_time;
+	qrec_t *q;
+	size_t nq, capq;
+	uint64_t last_q;
+	uint64_t n_qs, n_ds, n_act_q, t_act_q, dup_q, culled, overlap_q;
+	int64_t sq_ls, sq_le, sd_ls, sd_le;
+	int plugged;
+	uint64_t last_plug, plugged_time, nplugs, nplugs_t, nios_up, nios_upt;
+	uint64_t blk_n, blk_total, blk_min, blk_max;
+	uint64_t q2d_hist[10];
+} dev_t_;
+
+typedef struct {
+	PyObject_HEAD
+	dev_t_ *devs;
+	size_t ndevs;
+	int32_t *order;          /* device indexes in allocation order */
+	size_t norder;
+	uint64_t *proc_last_q;
+	size_t nprocs;
+	uint64_t last_q;
+	rec_t *out[K_NKINDS];
+	size_t nout[K_NKINDS], capout[K_NKINDS];
+	int oom;
+} Core;
+
+static inline uint64_t tdelta(uint64_t from, uint64_t to)
+{
+	return from < to ? to - from : 1;
+}
+
+static void emit(Core *c, int kind, int32_t dev, int32_t proc, uint64_t t, uint64_t v, uint64_t sector, int rd)
+{
+	if (c->nout[kind] == c->capout[kind]) {
+		size_t cap = c->capout[kind] ? c->capout[kind] * 2 : 4096;
+		rec_t *n = realloc(c->out[kind], cap * sizeof(*n));
+		if (!n) {
+			c->oom = 1;
+			return;
+		}
+		c->out[kind] = n;
+		c->capout[kind] = cap;
+	}
+	rec_t *r = &c->out[kind][c->nout[kind]++];
+	r->kind = kind;
+	r->dev = dev;
+	r->proc = proc;
+	r->rd = rd;
+	r->t = t;
+	r->v = v;
+	r->sector = sector;
+}
+
+static int ensure_dev(Core *c, size_t idx)
+{
+	if (idx < c->ndevs)
+		return 0;
+	size_t n = idx + 8;
+	dev_t_ *d = realloc(c->devs, n * sizeof(*d));
+	int32_t *o = realloc(c->order, n * sizeof(*o));
+	if (!d || !o) {
+		if (d) c->devs = d;
+		if (o) c->order = o;
+		return -1;
+	}
+	memset(d + c->ndevs, 0, (n - c->ndevs) * sizeof(*d));
+	c->devs = d;
+	c->order = o;
+	c->ndevs = n;
+	return 0;
+}
+
+static int ensure_proc(Core *c, size_t idx)
+{
+	if (idx < c->nprocs)
+		return 0;
+	size_t n = idx + 64;
+	uint64_t *p = realloc(c->proc_last_q, n * sizeof(*p));
+	if (!p)
+		return -1;
+	for (size_t i = c->nprocs; i < n; i++)
+		p[i] = NONE;
+	c->proc_last_q = p;
+	c->nprocs = n;
+	return 0;
+}
+
+/* the device of an event that btt sets up (allocating it on first sight) */
+static dev_t_ *setup_dev(Core *c, int32_t idx, uint64_t ts)
+{
+	dev_t_ *d = &c->devs[idx];
+	if (!d->alloc) {
+		d->alloc = 1;
+		d->culling = 1;
+		d->start_time = d->end_time = ts;
+		d->last_q = NONE;
+		c->order[c->norder++] = idx;
+	}
+	return d;
+}
+
+/* index of the first tracked Q with start >= s */
+static size_t lower(const dev_t_ *d, uint64_t s)
+{
+	size_t lo = 0, hi = d->nq;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (d->q[mid].s < s)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+static qrec_t *find_sec(dev_t_ *d, uint64_t sec)
+{
+	size_t i = lower(d, sec + 1);  /* first start > sec */
+	if (i == 0)
+		return NULL;
+	qrec_t *q = &d->q[i - 1];
+	return sec < q->e ? q : NULL;
+}
+
+static int64_t seek_dist(int64_t *ls, int64_t *le, int64_t s, int64_t e)
+{
+	int64_t dist;
+	if ((*ls <= s && s <= *le) || (*ls <= e && e <= *le))
+		dist = 0;
+	else if (s > *le)
+		dist = s - *le;
+	else
+		dist = s - *ls;
+	*ls = s;
+	*le = e;
+	return dist < 0 ? -dist : dist;
+}
+
+static int get_buf(PyObject *obj, Py_buffer *b, Py_ssize_t itemsize, Py_ssize_t n, const char *what)
+{
+	if (PyObject_GetBuffer(obj, b, PyBUF_C_CONTIGUOUS) < 0)
+		return -1;
+	if (b->len != itemsize * n) {
+		PyErr_Format(PyExc_ValueError, "%s: expected %zd bytes, got %zd", what, itemsize * n, b->len);
+		PyBuffer_Release(b);
+		return -1;
+	}
+	return 0;
+}
+
+
+/* ------------------------------------------------------------------ blktrace scanning */
+
+#define BT_MAGIC 0x65617400u
+#define BT_VERSION 0x07u
+
+static inline uint32_t rd32(const uint8_t *p, int swap)
+{
+	uint32_t v;
+	memcpy(&v, p, 4);
+	return swap ? __builtin_bswap32(v) : v;
+}
+
+static inline uint16_t rd16(const uint8_t *p, int swap)
+{
+	uint16_t v;
+	memcpy(&v, p, 2);
+	return swap ? __builtin_bswap16(v) : v;
+}
+
+/*
+ * scan_blktrace(buf, swap, final) -> (offsets: bytes of int64, end, status, bad_offset, bad_value)
+ * status: 0 all records complete; 1 the last record is incomplete (needs more data, or the
+ * stream was cut when final); 2 bad magic at bad_offset; 3 unsupported version at bad_offset.
+ * With status 1, bad_offset is where the incomplete record starts and bad_value is 0 when
+ * its 48-byte header is cut, else its payload length.
+ */
+static PyObject *scan_blktrace(PyObject *self, PyObject *args)
+{
+	Py_buffer b;
+	int swap, final;
+	if (!PyArg_ParseTuple(args, "y*pp", &b, &swap, &final))
+		return NULL;
+	const uint8_t *p = b.buf;
+	size_t len = (size_t)b.len, off = 0, n = 0;
+	int64_t *offs = malloc((len / 48 + 1) * sizeof(int64_t));
+	int status = 0;
+	unsigned long long bad_off = 0, bad_val = 0;
+	if (!offs) {
+		PyBuffer_Release(&b);
+		return PyErr_NoMemory();
+	}
+	Py_BEGIN_ALLOW_THREADS
+	while (off < len) {
+		if (len - off < 48) {
+			status = 1;
+			bad_off = off;
+			bad_val = 0;
+			break;
+		}
+		uint32_t magic = rd32(p + off, swap);
+		if ((magic & 0xffffff00u) != BT_MAGIC) {
+			status = 2;
+			bad_off = off;
+			bad_val = magic;
+			break;
+		}
+		if ((magic & 0xffu) != BT_VERSION) {
+			status = 3;
+			bad_off = off;
+			bad_val = magic & 0xffu;
+			break;
+		}
+		uint16_t plen = rd16(p + off + 46, swap);
+		if (len - off - 48 < plen) {
+			status = 1;
+			bad_off = off;
+			bad_val = plen;
+			break;
+		}
+		offs[n++] = (int64_t)off;
+		off += 48 + (size_t)plen;
+	}
+	Py_END_ALLOW_THREADS
+	(void)final;
+	PyObject *ob = PyBytes_FromStringAndSize((const char *)offs, (Py_ssize_t)(n * sizeof(int64_t)));
+	free(offs);
+	PyBuffer_Release(&b);
+	if (!ob)
+		return NULL;
+	return Py_BuildValue("(NKiKK)", ob, (unsigned long long)off, status, bad_off, bad_val);
+}
+
+/* gather_blktrace(buf, offsets) -> bytes: 64 per record, the 48-byte header then the first
+ * 16 payload bytes (zeros past the payload's end) */
+static PyObject *gather_blktrace(PyObject *self, PyObject *args)
+{
+	Py_buffer b, o;
+	int swap;
+	if (!PyArg_ParseTuple(args, "y*y*p", &b, &o, &swap))
+		return NULL;
+	size_t n = (size_t)o.len / sizeof(int64_t);
+	const int64_t *offs = o.buf;
+	const uint8_t *p = b.buf;
+	PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(n * 64));
+	if (!out) {
+		PyBuffer_Release(&b);
+		PyBuffer_Release(&o);
+		return NULL;
+	}
+	uint8_t *q = (uint8_t *)PyBytes_AS_STRING(out);
+	int bad = 0;
+	Py_BEGIN_ALLOW_THREADS
+	for (size_t i = 0; i < n; i++) {
+		size_t off = (size_t)offs[i];
+		if (off + 48 > (size_t)b.len) {
+			bad = 1;
+			break;
+		}
+		uint16_t plen = rd16(p + off + 46, swap);
+		size_t avail = (size_t)b.len - off - 48;
+		size_t take = plen < 16 ? plen : 16;
+		if (take > avail)
+			take = avail;
+		memcpy(q + i * 64, p + off, 48);
+		memcpy(q + i * 64 + 48, p + off + 48, take);
+		memset(q + i * 64 + 48 + take, 0, 16 - take);
+	}
+	Py_END_ALLOW_THREADS
+	PyBuffer_Release(&b);
+	PyBuffer_Release(&o);
+	if (bad) {
+		Py_DECREF(out);
+		PyErr_SetString(PyExc_ValueError, "record offset past the end of the buffer");
+		return NULL;
+	}
+	return out;
+}
+
+/* ------------------------------------------------------------------ btt pairing */
+
+static PyObject *Core_feed(Core *c, PyObject *args)
+{
+	PyObject *o[9];
+	Py_ssize_t n;
+	Py_buffer b[9];
+	static const Py_ssize_t sz[9] = {8, 2, 4, 8, 4, 4, 1, 8, 4};
+	static const char *names[9] = {"ts", "act", "dev", "sector", "bytes", "proc", "rd", "aux", "auxdev"};
+	int got = 0;
+
+	if (!PyArg_ParseTuple(args, "nOOOOOOOOO", &n, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8]))
+		return NULL;
+	for (got = 0; got < 9; got++)
+		if (get_buf(o[got], &b[got], sz[got], n, names[got]) < 0)
+			goto fail;
+
+	const uint64_t *ts = b[0].buf, *sector = b[3].buf, *aux = b[7].buf;
+	const uint16_t *act = b[1].buf;
+	const int32_t *devi = b[2].buf, *proc = b[5].buf, *auxdev = b[8].buf;
+	const uint32_t *bytes = b[4].buf;
+	const uint8_t *rd = b[6].buf;
+	int32_t maxdev = -1, maxproc = -1;
+
+	for (Py_ssize_t k = 0; k < n; k++) {
+		if (devi[k] > maxdev) maxdev = devi[k];
+		if (auxdev[k] > maxdev) maxdev = auxdev[k];
+		if (proc[k] > maxproc) maxproc = proc[k];
+	}
+	if ((maxdev >= 0 && ensure_dev(c, (size_t)maxdev) < 0) || (maxproc >= 0 && ensure_proc(c, (size_t)maxproc) < 0)) {
+		PyErr_NoMemory();
+		goto fail;
+	}
+	for (int k = 0; k < K_NKINDS; k++)
+		c->nout[k] = 0;
+
+	Py_BEGIN_ALLOW_THREADS
+	size_t *hits = NULL;
+	size_t caphits = 0;
+	for (Py_ssize_t k = 0; k < n && !c->oom; k++) {
+		uint64_t t = ts[k], sec = sector[k];
+		int a = act[k];
+		int32_t di = devi[k];
+		dev_t_ *d;
+
+		if (di < 0)
+			continue;
+		if (a == A_PLUG || a == A_UNPLUG_IO || a == A_UNPLUG_TIMER) {
+			d = &c->devs[di];
+			if (!d->alloc)
+				continue;
+			if (a == A_PLUG) {
+				if (!d->plugged) {
+					d->plugged = 1;
+					d->last_plug = t;
+				}
+			} else if (d->plugged) {
+				if (a == A_UNPLUG_IO) {
+					d->nplugs++;
+					d->nios_up += aux[k];
+				} else {
+					d->nplugs_t++;
+					d->nios_upt += aux[k];
+				}
+				d->plugged = 0;
+				d->plugged_time += t - d->last_plug;
+			}
+			continue;
+		}
+		if (!(a == A_QUEUE || a == A_REMAP || a == A_INSERT || a == A_GETRQ || a == A_BACKMERGE ||
+		      a == A_FRONTMERGE || a == A_REQUEUE || a == A_ISSUE || a == A_COMPLETE || a == A_SLEEPRQ))
+			continue;
+		if (bytes[k] == 0 && a != A_REQUEUE && a != A_REMAP)
+			continue;
+		d = setup_dev(c, di, t);
+		if (d->culling) {
+			if (a == A_QUEUE || a == A_REMAP) {
+				d->culling = 0;
+			} else {
+				d->culled++;
+				continue;
+			}
+		}
+		d->end_time = t;
+		uint64_t e = sec + (bytes[k] >> 9);
+		qrec_t *q;
+
+		switch (a) {
+		case A_QUEUE: {
+			size_t i = lower(d, sec);
+			if (i < d->nq && d->q[i].s == sec) {
+				d->dup_q++;
+				break;
+			}
+			int32_t p = proc[k];
+			emit(c, K_SEEK_Q, di, p, t, (uint64_t)seek_dist(&d->sq_ls, &d->sq_le, (int64_t)sec, (int64_t)e), sec, rd[k]);
+			int kind = d->dm ? K_Q2Q_DM : K_Q2Q;
+			if (c->last_q != NONE)
+				emit(c, kind, -1, -1, t, t > c->last_q ? t - c->last_q : 1, sec, rd[k]);
+			c->last_q = t;
+			if (d->last_q != NONE)
+				emit(c, kind, di, -1, t, t > d->last_q ? t - d->last_q : 1, sec, rd[k]);
+			d->last_q = t;
+			if (p >= 0) {
+				if (c->proc_last_q[p] != NONE)
+					emit(c, kind, -1, p, t, t > c->proc_last_q[p] ? t - c->proc_last_q[p] : 1, sec, rd[k]);
+				c->proc_last_q[p] = t;
+			}
+			if (d->nq == d->capq) {
+				size_t cap = d->capq ? d->capq * 2 : 64;
+				qrec_t *nq = realloc(d->q, cap * sizeof(*nq));
+				if (!nq) {
+					c->oom = 1;
+					break;
+				}
+				d->q = nq;
+				d->capq = cap;
+			}
+			/* a Q overlapping one in flight: btt's tree search can miss one of them */
+			if ((i > 0 && d->q[i - 1].e > sec) || (i < d->nq && d->q[i].s < e))
+				d->overlap_q++;
+			memmove(&d->q[i + 1], &d->q[i], (d->nq - i) * sizeof(qrec_t));
+			d->nq++;
+			q = &d->q[i];
+			q->t = t;
+			q->s = sec;
+			q->e = e;
+			q->g = q->i = q->m = q->d = NONE;
+			q->sl = 0;
+			q->proc = p;
+			q->rd = rd[k];
+			d->n_qs++;
+			d->t_act_q += d->n_act_q;
+			d->n_act_q++;
+			break;
+		}
+		case A_GETRQ:
+			q = find_sec(d, sec);
+			if (q) {
+				q->g = t;
+				emit(c, K_Q2G, di, q->proc, t, tdelta(q->t, t), q->s, q->rd);
+				if (q->sl != 0)
+					emit(c, K_S2G, di, q->proc, t, tdelta(q->sl, t), q->s, q->rd);
+			}
+			break;
+		case A_SLEEPRQ:
+			q = find_sec(d, sec);
+			if (q)
+				q->sl = t;
+			break;
+		case A_INSERT:
+			q = find_sec(d, sec);
+			if (q) {
+				q->i = t;
+				if (q->g != NONE)
+					emit(c, K_G2I, di, q->proc, t, tdelta(q->g, t), q->s, q->rd);
+			}
+			break;
+		case A_BACKMERGE:
+		case A_FRONTMERGE:
+			q = find_sec(d, sec);
+			if (q) {
+				q->m = t;
+				emit(c, K_Q2M, di, q->proc, t, tdelta(q->t, t), q->s, q->rd);
+			}
+			if (d->n_act_q)
+				d->n_act_q--;
+			break;
+		case A_REQUEUE:
+			d->n_qs++;
+			d->t_act_q += d->n_act_q;
+			d->n_act_q++;
+			break;
+		case A_REMAP: {
+			int32_t si = auxdev[k];
+			if (si >= 0 && c->devs[si].alloc) {
+				q = find_sec(&c->devs[si], aux[k]);
+				if (q)
+					emit(c, c->devs[si].dm ? K_Q2A_DM : K_Q2A, si, q->proc, t, tdelta(q->t, t), q->s, q->rd);
+			}
+			break;
+		}
+		case A_ISSUE: {
+			if (d->n_act_q)
+				d->n_act_q--;
+			emit(c, K_SEEK_D, di, -1, t, (uint64_t)seek_dist(&d->sd_ls, &d->sd_le, (int64_t)sec, (int64_t)e), sec, rd[k]);
+			d->n_ds++;
+			for (size_t i = lower(d, sec); i < d->nq && d->q[i].s < e; i++) {
+				q = &d->q[i];
+				if (q->e > e)
+					continue;
+				if (q->i != NONE)
+					emit(c, K_I2D, di, q->proc, t, tdelta(q->i, t), q->s, q->rd);
+				else if (q->m != NONE)
+					emit(c, K_M2D, di, q->proc, t, tdelta(q->m, t), q->s, q->rd);
+				q->d = t;
+				uint64_t q2d = t - q->t;
+				emit(c, K_Q2D, di, q->proc, t, q2d ? q2d : 1, q->s, q->rd);
+				long ms = (long)((double)q2d / 1e6);
+				int h;
+				if ((int64_t)q2d < 0 || ms >= 1000) h = 9;
+				else if (ms >= 500) h = 8;
+				else if (ms >= 250) h = 7;
+				else if (ms >= 100) h = 6;
+				else if (ms >= 75) h = 5;
+				else if (ms >= 50) h = 4;
+				else if (ms >= 25) h = 3;
+				else if (ms >= 10) h = 2;
+				else if (ms >= 5) h = 1;
+				else h = 0;
+				d->q2d_hist[h]++;
+			}
+			break;
+		}
+		case A_COMPLETE: {
+			uint64_t nblk = bytes[k] >> 9;
+			if (d->blk_n == 0) {
+				d->blk_min = d->blk_max = nblk;
+			} else {
+				if (nblk < d->blk_min) d->blk_min = nblk;
+				if (nblk > d->blk_max) d->blk_max = nblk;
+			}
+			d->blk_n++;
+			d->blk_total += nblk;
+			size_t nh = 0;
+			for (size_t i = lower(d, sec); i < d->nq && d->q[i].s < e; i++) {
+				q = &d->q[i];
+				if (q->e > e)
+					continue;
+				emit(c, d->dm ? K_Q2C_DM : K_Q2C, di, q->proc, q->t, tdelta(q->t, t), q->s, q->rd);
+				if (q->d != NONE) {
+					emit(c, K_D2C, di, q->proc, t, tdelta(q->d, t), q->s, q->rd);
+					emit(c, K_LIVE, di, q->proc, q->d, t, q->s, q->rd);
+				}
+				if (nh == caphits) {
+					size_t cap = caphits ? caphits * 2 : 64;
+					size_t *nhp = realloc(hits, cap * sizeof(*nhp));
+					if (!nhp) {
+						c->oom = 1;
+						break;
+					}
+					hits = nhp;
+					caphits = cap;
+				}
+				hits[nh++] = i;
+			}
+			if (nh) {  /* drop the completed Qs, keeping the array sorted */
+				size_t w = hits[0], h = 0;
+				for (size_t r = hits[0]; r < d->nq; r++) {
+					if (h < nh && hits[h] == r) {
+						h++;
+						continue;
+					}
+					d->q[w++] = d->q[r];
+				}
+				d->nq = w;
+			}
+			break;
+		}
+		}
+	}
+	free(hits);
+	Py_END_ALLOW_THREADS
+
+	for (int i = 0; i < got; i++)
+		PyBuffer_Release(&b[i]);
+	if (c->oom)
+		return PyErr_NoMemory();
+	PyObject *res = PyTuple_New(K_NKINDS);
+	if (!res)
+		return NULL;
+	for (int k = 0; k < K_NKINDS; k++) {
+		PyObject *b = PyBytes_FromStringAndSize((const char *)c->out[k], (Py_ssize_t)(c->nout[k] * sizeof(rec_t)));
+		if (!b) {
+			Py_DECREF(res);
+			return NULL;
+		}
+		PyTuple_SET_ITEM(res, k, b);
+	}
+	return res;
+fail:
+	for (int i = 0; i < got; i++)
+		PyBuffer_Release(&b[i]);
+	return NULL;
+}
+
+static PyObject *Core_set_remapper(Core *c, PyObject *args)
+{
+	int idx, dm;
+	if (!PyArg_ParseTuple(args, "ip", &idx, &dm))
+		return NULL;
+	if (idx < 0 || ensure_dev(c, (size_t)idx) < 0)
+		return PyErr_NoMemory();
+	c->devs[idx].dm = dm;
+	Py_RETURN_NONE;
+}
+
+#define SET_U64(dict, name, val) do { \
+		PyObject *v_ = PyLong_FromUnsignedLongLong((unsigned long long)(val)); \
+		if (!v_ || PyDict_SetItemString(dict, name, v_) < 0) { Py_XDECREF(v_); goto err; } \
+		Py_DECREF(v_); \
+	} while (0)
+
+static PyObject *Core_devices(Core *c, PyObject *unused)
+{
+	PyObject *list = PyList_New(0), *dct = NULL;
+	if (!list)
+		return NULL;
+	for (size_t k = 0; k < c->norder; k++) {
+		int32_t idx = c->order[k];
+		dev_t_ *d = &c->devs[idx];
+		uint64_t issued = 0;
+		for (size_t i = 0; i < d->nq; i++)
+			if (d->q[i].d != NONE)
+				issued++;
+		dct = PyDict_New();
+		if (!dct)
+			goto err;
+		SET_U64(dct, "idx", idx);
+		SET_U64(dct, "start_time", d->start_time);
+		SET_U64(dct, "end_time", d->end_time);
+		SET_U64(dct, "n_qs", d->n_qs);
+		SET_U64(dct, "n_ds", d->n_ds);
+		SET_U64(dct, "t_act_q", d->t_act_q);
+		SET_U64(dct, "dup_q", d->dup_q);
+		SET_U64(dct, "culled", d->culled);
+		SET_U64(dct, "overlap_q", d->overlap_q);
+		SET_U64(dct, "plugged", d->plugged);
+		SET_U64(dct, "last_plug", d->last_plug);
+		SET_U64(dct, "plugged_time", d->plugged_time);
+		SET_U64(dct, "nplugs", d->nplugs);
+		SET_U64(dct, "nplugs_t", d->nplugs_t);
+		SET_U64(dct, "nios_up", d->nios_up);
+		SET_U64(dct, "nios_upt", d->nios_upt);
+		SET_U64(dct, "blk_n", d->blk_n);
+		SET_U64(dct, "blk_total", d->blk_total);
+		SET_U64(dct, "blk_min", d->blk_min);
+		SET_U64(dct, "blk_max", d->blk_max);
+		SET_U64(dct, "inflight", d->nq);
+		SET_U64(dct, "inflight_issued", issued);
+		PyObject *h = PyList_New(10);
+		if (!h)
+			goto err;
+		for (int i = 0; i < 10; i++)
+			PyList_SET_ITEM(h, i, PyLong_FromUnsignedLongLong(d->q2d_hist[i]));
+		if (PyDict_SetItemString(dct, "q2d_hist", h) < 0) {
+			Py_DECREF(h);
+			goto err;
+		}
+		Py_DECREF(h);
+		if (PyList_Append(list, dct) < 0)
+			goto err;
+		Py_CLEAR(dct);
+	}
+	return list;
+err:
+	Py_XDECREF(dct);
+	Py_DECREF(list);
+	return NULL;
+}
+
+static PyObject *Core_min_issued(Core *c, PyObject *args)
+{
+	int idx;
+	if (!PyArg_ParseTuple(args, "i", &idx))
+		return NULL;
+	uint64_t best = NONE;
+	if (idx >= 0 && (size_t)idx < c->ndevs) {
+		dev_t_ *d = &c->devs[idx];
+		for (size_t i = 0; i < d->nq; i++)
+			if (d->q[i].d != NONE && d->q[i].d < best)
+				best = d->q[i].d;
+	}
+	if (best == NONE)
+		return PyLong_FromLong(-1);
+	return PyLong_FromUnsignedLongLong(best);
+}
+
+static void Core_dealloc(Core *c)
+{
+	for (size_t i = 0; i < c->ndevs; i++)
+		free(c->devs[i].q);
+	free(c->devs);
+	free(c->order);
+	free(c->proc_last_q);
+	for (int k = 0; k < K_NKINDS; k++)
+		free(c->out[k]);
+	Py_TYPE(c)->tp_free((PyObject *)c);
+}
+
+static PyObject *Core_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+	Core *c = (Core *)type->tp_alloc(type, 0);
+	if (c)
+		c->last_q = NONE;
+	return (PyObject *)c;
+}
+
+static PyMethodDef Core_methods[] = {
+	{"feed", (PyCFunction)Core_feed, METH_VARARGS,
+	 "feed(n, ts, act, dev, sector, bytes, proc, rd, aux, auxdev) -> tuple: bytes of records per kind"},
+	{"set_remapper", (PyCFunction)Core_set_remapper, METH_VARARGS, "set_remapper(dev_idx, flag)"},
+	{"min_issued", (PyCFunction)Core_min_issued, METH_VARARGS,
+	 "min_issued(dev_idx): earliest issue time of a Q still in flight on the device, or -1"},
+	{"devices", (PyCFunction)Core_devices, METH_NOARGS, "per-device counters, in allocation order"},
+	{NULL}
+};
+
+static PyTypeObject CoreType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "ioscope.trace._tracecore.Core",
+	.tp_basicsize = sizeof(Core),
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_new = Core_new,
+	.tp_dealloc = (destructor)Core_dealloc,
+	.tp_methods = Core_methods,
+	.tp_doc = "btt's event pairing state (in-flight Qs per device)",
+};
+
+static PyMethodDef mod_methods[] = {
+	{"scan_blktrace", scan_blktrace, METH_VARARGS,
+	 "scan_blktrace(buf, swap, final) -> (offsets, end, status, bad_offset, bad_value)"},
+	{"gather_blktrace", gather_blktrace, METH_VARARGS,
+	 "gather_blktrace(buf, offsets, swap) -> 64 bytes per record: header + first 16 payload bytes"},
+	{NULL}
+};
+
+static struct PyModuleDef mod = {
+	PyModuleDef_HEAD_INIT, "_tracecore", "the sequential loops of ioscope's offline tools, in C", -1, mod_methods,
+};
+
+PyMODINIT_FUNC PyInit__tracecore(void)
+{
+	if (PyType_Ready(&CoreType) < 0)
+		return NULL;
+	PyObject *m = PyModule_Create(&mod);
+	if (!m)
+		return NULL;
+	Py_INCREF(&CoreType);
+	if (PyModule_AddObject(m, "Core", (PyObject *)&CoreType) < 0) {
+		Py_DECREF(&CoreType);
+		Py_DECREF(m);
+		return NULL;
+	}
+	PyModule_AddIntConstant(m, "REC_SIZE", (long)sizeof(rec_t));
+	return m;
+}
