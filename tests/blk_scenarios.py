@@ -148,3 +148,15 @@ def inflight_at_start() -> Scenario:
     for i in range(11):
         s.io(t + 50_000 + i * 30_000, 40_000 + 8 * i, 4096, pid=100, d2c=10_000 + i * 1_000)
     return s
+
+
+def write_capture(path: str, s: Scenario, meta: dict[str, object] | None = None) -> None:
+    """The scenario as an ioscope capture (CaptureWriter, as ioscope record writes them)."""
+    from ioscope.trace.capture import CaptureWriter
+    m: dict[str, object] = {"devices": {"7,0": {"name": "loop0", "major": 7, "minor": 0},
+                                        "7,1": {"name": "loop1", "major": 7, "minor": 1}}}
+    m.update(meta or {})
+    w = CaptureWriter(path, m)
+    w.add_comms(s.comms)
+    w.write(s.events())
+    w.close()

@@ -55,6 +55,9 @@ def bit_dtype(order: str = "<") -> np.dtype[np.void]:
 
 
 BIT = bit_dtype("<")
+# Exported times start at 1 ns, not 0: blkparse reading a stream whose first event has time 0 takes
+# the 0 for "no time base yet" and re-bases every later batch of 512 events on its own first time.
+EXPORT_BASE_OFFSET = 1
 assert BIT.itemsize == 48
 _PAYLOAD_ACTIONS = (TA_UNPLUG_IO, TA_UNPLUG_TIMER, TA_SPLIT, TA_REMAP)
 
@@ -176,7 +179,7 @@ class BlktraceWriter:
     bytes_written: int = 0
     _seen: set[tuple[int, int]] = field(default_factory=set)
     _devs: set[int] = field(default_factory=set)
-    _seq: dict[tuple[int, int], int] = field(default_factory=dict)
+    sequencer: Sequencer = field(default_factory=lambda: Sequencer())
 
     def write(self, events: npt.NDArray[np.void]) -> None:
         if len(events) == 0:
@@ -194,7 +197,8 @@ class BlktraceWriter:
             if dev not in self._devs:
                 self._devs.add(dev)
                 if self.wall_at_base_ns is not None:
-                    parts.append(timestamp_note(dev, int(events["cpu"][0]), 0, self.wall_at_base_ns))
+                    rel = max(int(events["ts"][0]) - self.base_ts, 0)
+                    parts.append(timestamp_note(dev, int(events["cpu"][0]), rel, self.wall_at_base_ns + rel))
         # process notes for (dev, pid) pairs seen for the first time in this chunk
         key = (events["dev"].astype(np.uint64) << np.uint64(32)) | events["pid"].astype(np.uint64)
         ukey, first = np.unique(key, return_index=True)
@@ -220,6 +224,16 @@ class BlktraceWriter:
         self.bytes_written += len(data)
 
     def _sequences(self, ev: npt.NDArray[np.void]) -> npt.NDArray[np.uint32]:
+        return self.sequencer.number(ev)
+
+
+class Sequencer:
+    """blktrace's sequence numbers: per (device, cpu), from 1, for every record but the notes."""
+
+    def __init__(self) -> None:
+        self.next: dict[tuple[int, int], int] = {}
+
+    def number(self, ev: npt.NDArray[np.void]) -> npt.NDArray[np.uint32]:
         notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
         seq = np.zeros(len(ev), dtype=np.uint32)
         data_idx = np.flatnonzero(~notes)
@@ -234,8 +248,8 @@ class BlktraceWriter:
         base = np.empty(len(starts), dtype=np.int64)
         for j, k in enumerate(sk[starts].tolist()):
             pair = (k >> 32, k & 0xFFFFFFFF)
-            base[j] = self._seq.get(pair, 0)
-            self._seq[pair] = int(base[j]) + int(counts[j])
+            base[j] = self.next.get(pair, 0)
+            self.next[pair] = int(base[j]) + int(counts[j])
         seq[data_idx[order]] = (np.repeat(base, counts) + rank + 1).astype(np.uint32)
         return seq
 
@@ -251,6 +265,7 @@ class Decoded:
     timestamps: list[tuple[int, int]]                 # (trace time ns, wall ns) from TIMESTAMP notes
     messages: int = 0
     offsets: npt.NDArray[np.int64] | None = None      # byte offset of each event's record
+    seq: npt.NDArray[np.uint32] | None = None         # each event's sequence number
 
 
 def _order(buf: bytes | memoryview, path: str, offset: int) -> str:
@@ -304,7 +319,7 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
     n = len(offs)
     dt = bit_dtype(order)
     if n == 0:
-        return Decoded(np.zeros(0, dtype=EVENT), {}, [], 0, offs)
+        return Decoded(np.zeros(0, dtype=EVENT), {}, [], 0, offs, np.zeros(0, dtype=np.uint32))
     rows = np.frombuffer(_tracecore.gather_blktrace(memoryview(buf), offs, order == ">"),
                          dtype=np.uint8).reshape(n, 64)
     hdr = rows[:, :48].copy().view(dt).reshape(n)
@@ -362,7 +377,7 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
         for t, (sec, ns) in zip(hdr["time"][ts_note].tolist(), words.tolist()):
             stamps.append((int(t), int(sec) * 1_000_000_000 + int(ns)))
     messages = int((notify & (code == TN_MESSAGE)).sum())
-    return Decoded(ev[keep], comms, stamps, messages, offs[keep] + start)
+    return Decoded(ev[keep], comms, stamps, messages, offs[keep] + start, hdr["sequence"][keep].astype(np.uint32))
 
 
 def read_stream(path: str, block: int = 8 << 20) -> Iterator[Decoded]:
@@ -409,16 +424,22 @@ def per_cpu_files(path: str) -> list[str]:
 
 
 def read_merged(paths: list[str], block: int = 8 << 20) -> Iterator[Decoded]:
-    """Several blktrace streams (per-CPU files) merged into one time-ordered sequence, chunk by chunk.
+    """blktrace streams merged into one time-ordered sequence, chunk by chunk.
 
-    Each stream is time-ordered; events are released up to the smallest
+    One file (a `blkparse -d` dump) is read in file order, as btt reads it.
+    Several (per-CPU files, each time-ordered) are merged by (time, device,
+    sequence) as blkparse orders them; events are released up to the smallest
     latest-time-read among the streams that still have data, so memory stays
     bounded by a block per stream.
     """
+    if len(paths) == 1:
+        yield from read_stream(paths[0], block)
+        return
     its = [read_stream(p, block) for p in paths]
     last = [-1] * len(paths)
     alive = [True] * len(paths)
     held = np.zeros(0, dtype=EVENT)
+    held_seq = np.zeros(0, dtype=np.uint32)
     comms: dict[int, str] = {}
     while True:
         got: list[Decoded] = []
@@ -437,15 +458,17 @@ def read_merged(paths: list[str], block: int = 8 << 20) -> Iterator[Decoded]:
         for d in got:
             comms.update(d.comms)
         evs = np.concatenate([held] + [d.events for d in got])
-        evs = evs[np.argsort(evs["ts"], kind="stable")]
+        seq = np.concatenate([held_seq] + [d.seq if d.seq is not None else np.zeros(len(d.events), np.uint32)
+                                           for d in got])
+        o = np.lexsort((seq, evs["dev"], evs["ts"]))
+        evs, seq = evs[o], seq[o]
         live = [last[i] for i in range(len(paths)) if alive[i]]
-        if live:
-            cut = int(np.searchsorted(evs["ts"], min(live), side="right"))
-        else:
-            cut = len(evs)
+        cut = int(np.searchsorted(evs["ts"], min(live), side="right")) if live else len(evs)
         out, held = evs[:cut], evs[cut:]
-        yield Decoded(out, dict(comms), [s for d in got for s in d.timestamps], sum(d.messages for d in got))
+        out_seq, held_seq = seq[:cut], seq[cut:]
+        yield Decoded(out, dict(comms), [s for d in got for s in d.timestamps], sum(d.messages for d in got),
+                      None, out_seq)
         if not any(alive):
             if len(held):
-                yield Decoded(held, dict(comms), [], 0)
+                yield Decoded(held, dict(comms), [], 0, None, held_seq)
             break

@@ -10,7 +10,7 @@ from typing import BinaryIO
 import numpy as np
 
 from ioscope.errors import IoscopeError, UsageError
-from ioscope.trace.blktrace import BlktraceWriter
+from ioscope.trace.blktrace import EXPORT_BASE_OFFSET, BlktraceWriter
 from ioscope.trace.offline import Source, open_source
 
 EXAMPLES = """\
@@ -57,14 +57,14 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False) -> tuple[int, in
             if dump is None and not per_cpu:
                 f = _create(out)
                 written.append(out)
-                base = int(chunk["ts"][0])
+                base = int(chunk["ts"][0]) - EXPORT_BASE_OFFSET
                 dump = (f, BlktraceWriter(f, base, wall_at(src, base), dict(src.comms)))
             if dump is not None:
                 dump[1].comms.update(src.comms)
                 dump[1].write(chunk)
                 continue
             if not files:
-                files_base = int(chunk["ts"][0])
+                files_base = int(chunk["ts"][0]) - EXPORT_BASE_OFFSET
             keys = (chunk["dev"].astype(np.uint64) << np.uint64(16)) | chunk["cpu"].astype(np.uint64)
             for k in np.unique(keys).tolist():
                 dev, cpu = k >> 16, k & 0xFFFF

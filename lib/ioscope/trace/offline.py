@@ -40,11 +40,20 @@ class Source:
                     _release_mapping(self._capture)
                     done = 0
             return
+        for ev, _seq in self.chunks_with_seq():
+            yield ev
+
+    def chunks_with_seq(self) -> Iterator[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]]:
+        """(EVENT array, blktrace sequence numbers or None for a capture), in time order."""
+        if self.kind == "capture":
+            for ev in self.chunks():
+                yield ev, None
+            return
         for d in blktrace.read_merged(self.files):
             self.comms.update(d.comms)
             self.wall_stamps.extend(d.timestamps)
             if len(d.events):
-                yield d.events
+                yield d.events, d.seq
 
     def close(self) -> None:
         if self._capture is not None:

@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import btt
+from ioscope.trace.blktrace import EXPORT_BASE_OFFSET
 from ioscope.trace.btt import ALL_ROWS, BttResult, DevState, Stat, is_remapper
 
 EXAMPLES = """\
@@ -544,9 +545,9 @@ def analyse_source(path: str, interval_ns: int = 1_000_000_000,
             if dumps is not None:
                 dumps.close()
         res = engine.result()
-        # btt measures active periods from the trace's time zero: the first event of a capture
-        # (what export writes as 0), or 0 itself in a blktrace file
-        res.time_zero = 0 if src.kind == "blktrace" else res.first_ts
+        # btt measures active periods from the trace's time zero: 0 in a blktrace file, and for a
+        # capture the time export writes as 0 (just before the first event)
+        res.time_zero = 0 if src.kind == "blktrace" else res.first_ts - EXPORT_BASE_OFFSET
         return res, src
 
 
