@@ -73,8 +73,8 @@ def _comm_bytes(comm: str) -> bytes:
 # --------------------------------------------------------------------------- writing
 
 def encode(events: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = None,
-           base_ts: int = 0) -> bytes:
-    """blk_io_trace records (native little-endian) for EVENT records, with their payloads.
+           base_ts: int = 0, order: str = "<") -> bytes:
+    """blk_io_trace records for EVENT records, with their payloads (order: '<' little or '>' big endian).
 
     Process notes (EV_NOTE_PROCESS) become BLK_TN_PROCESS records. seq gives
     each record's sequence number; base_ts is subtracted from every time.
@@ -92,7 +92,7 @@ def encode(events: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = No
     pdu_len[is_unplug | is_split] = 8
     pdu_len[is_remap | note] = 16
 
-    hdr = np.zeros(n, dtype=BIT)
+    hdr = np.zeros(n, dtype=bit_dtype(order))
     hdr["magic"] = MAGIC | VERSION
     hdr["sequence"] = 0 if seq is None else seq
     ts = ev["ts"].astype(np.int64) - np.int64(base_ts)
@@ -128,9 +128,9 @@ def encode(events: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = No
     return rows[keep].tobytes()
 
 
-def timestamp_note(dev: int, cpu: int, time_ns: int, wall_ns: int) -> bytes:
+def timestamp_note(dev: int, cpu: int, time_ns: int, wall_ns: int, order: str = "<") -> bytes:
     """The BLK_TN_TIMESTAMP record: the wall clock (tv_sec, tv_nsec) at trace time time_ns."""
-    hdr = np.zeros(1, dtype=BIT)
+    hdr = np.zeros(1, dtype=bit_dtype(order))
     hdr["magic"] = MAGIC | VERSION
     hdr["time"] = time_ns
     hdr["action"] = NOTIFY_ACTION | TN_TIMESTAMP
@@ -138,7 +138,7 @@ def timestamp_note(dev: int, cpu: int, time_ns: int, wall_ns: int) -> bytes:
     hdr["cpu"] = cpu
     hdr["pdu_len"] = 8
     sec, nsec = divmod(int(wall_ns), 1_000_000_000)
-    return hdr.tobytes() + np.array([sec & 0xFFFFFFFF, nsec], dtype="<u4").tobytes()
+    return hdr.tobytes() + np.array([sec & 0xFFFFFFFF, nsec], dtype=order + "u4").tobytes()
 
 
 def process_notes(comms: dict[int, str], pids: Iterable[int], dev: int, cpu: int, ts: int) -> npt.NDArray[np.void]:
@@ -175,6 +175,7 @@ class BlktraceWriter:
     base_ts: int
     wall_at_base_ns: int | None = None
     comms: dict[int, str] = field(default_factory=dict)
+    order: str = "<"                  # byte order of the records ('>' for a big-endian host's files)
     records: int = 0
     bytes_written: int = 0
     _seen: set[tuple[int, int]] = field(default_factory=set)
@@ -198,7 +199,8 @@ class BlktraceWriter:
                 self._devs.add(dev)
                 if self.wall_at_base_ns is not None:
                     rel = max(int(events["ts"][0]) - self.base_ts, 0)
-                    parts.append(timestamp_note(dev, int(events["cpu"][0]), rel, self.wall_at_base_ns + rel))
+                    parts.append(timestamp_note(dev, int(events["cpu"][0]), rel, self.wall_at_base_ns + rel,
+                                                self.order))
         # process notes for (dev, pid) pairs seen for the first time in this chunk
         key = (events["dev"].astype(np.uint64) << np.uint64(32)) | events["pid"].astype(np.uint64)
         ukey, first = np.unique(key, return_index=True)
@@ -217,7 +219,7 @@ class BlktraceWriter:
         else:
             merged = events
         seq = self._sequences(merged)
-        parts.append(encode(merged, seq, self.base_ts))
+        parts.append(encode(merged, seq, self.base_ts, self.order))
         data = b"".join(parts)
         self.out.write(data)
         self.records += len(merged) + (len(parts) - 1)
