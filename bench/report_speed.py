@@ -145,7 +145,7 @@ def write_capture(path: str, n_events: int) -> int:
     return n
 
 
-def run_child(cmd: list[str], capture: bool) -> tuple[float, int, bytes, int]:
+def run_child(cmd: list[str], capture: bool, cwd: str | None = None) -> tuple[float, int, bytes, int]:
     """Wall seconds, peak RSS (KiB), stdout and exit code of cmd.
 
     The peak RSS comes from GNU time, a small process that forks the command:
@@ -155,7 +155,7 @@ def run_child(cmd: list[str], capture: bool) -> tuple[float, int, bytes, int]:
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         full = ["/usr/bin/time", "-o", tf.name, "-f", "%e %M", *cmd]
         p = subprocess.run(full, stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, check=False)
+                           stderr=subprocess.PIPE, check=False, cwd=cwd)
         wall, rss = tf.read().split()[-2:]
     return float(wall), int(rss), p.stdout or b"", p.returncode
 
@@ -201,7 +201,7 @@ def main() -> int:
         print(f"export: {os.path.getsize(bin_) / 1e6:.0f} MB blktrace in {w:.1f} s (peak RSS {rss / 1024:.0f} MiB)")
         w_io, rss_io, out_io, rc_io = run_child([*ioscope, "report", "--json", cap], True)
         assert rc_io == 0, "ioscope report failed"
-        w_bt, rss_bt, _out, rc_bt = run_child(["btt", "-i", bin_, "-o", os.path.join(work, "btt")], False)
+        w_bt, rss_bt, _out, rc_bt = run_child(["btt", "-i", bin_, "-o", os.path.join(work, "btt")], False, cwd=work)
         assert rc_bt == 0, "btt failed"
         # the same analysis reading the blktrace export (ioscope's own blktrace reader instead of the
         # capture reader): the same input as btt

@@ -160,3 +160,58 @@ def write_capture(path: str, s: Scenario, meta: dict[str, object] | None = None)
     w.add_comms(s.comms)
     w.write(s.events())
     w.close()
+
+
+def run_btt(path: str, workdir: str, *extra: str) -> str:
+    """Real btt on a blktrace dump; returns its .avg text (fails on any complaint)."""
+    import os
+    import subprocess
+    out = os.path.join(workdir, "btt")
+    # btt also writes *_iops_fp.dat and *_mbps_fp.dat into its working directory
+    p = subprocess.run(["btt", "-i", os.path.abspath(path), "-o", out, *extra], capture_output=True, text=True,
+                       timeout=300, cwd=workdir)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == "", p.stderr
+    with open(out + ".avg") as f:
+        return f.read()
+
+
+def run_blkparse(path: str, *extra: str) -> str:
+    """Real blkparse reading a blktrace dump on its standard input (fails on any complaint)."""
+    import subprocess
+    with open(path, "rb") as f:
+        p = subprocess.run(["blkparse", *extra, "-i", "-"], stdin=f, capture_output=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == b"", p.stderr
+    return p.stdout.decode()
+
+
+def btt_table(text: str, section: str) -> dict[str, tuple[float, float, float, int]]:
+    """Rows NAME -> (min, avg, max, n) of one of btt's MIN AVG MAX N tables, e.g. 'All Devices'."""
+    rows: dict[str, tuple[float, float, float, int]] = {}
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("====="):
+            inside = section in line
+            continue
+        parts = line.split()
+        if inside and len(parts) == 5 and parts[0][:1].isalpha() and parts[0] != "ALL":
+            try:
+                rows[parts[0]] = (float(parts[1]), float(parts[2]), float(parts[3]), int(parts[4]))
+            except ValueError:
+                continue
+    return rows
+
+
+def section(text: str, title: str) -> str:
+    """The lines of one btt/ioscope section, header included, up to the next section."""
+    out: list[str] = []
+    inside = False
+    for line in text.splitlines():
+        if line.startswith("=====") and " ==" in line:
+            if inside:
+                break
+            inside = title in line
+        if inside:
+            out.append(line)
+    return "\n".join(out).rstrip() + "\n"

@@ -377,7 +377,7 @@ class Btt:
                 self.pid_proc[pid] = p
                 self._pid_lut[pid] = p
             out = self._pid_lut[pids]
-        return out
+        return np.asarray(out, dtype=np.int32)
 
     def feed(self, ev: npt.NDArray[np.void]) -> None:
         if not len(ev):

@@ -412,7 +412,8 @@ class Parser:
         return {"act": letters, "cpu": cpu, "comm": self.comms.get(pid, ""), "rwbs": rwbs(cat, nb),
                 "major": dev >> 20, "minor": dev & 0xFFFFF, "error": err, "nblocks": nb >> 9, "bytes": nb,
                 "pid": pid, "seq": s, "sector": sec, "sec": t // 1_000_000_000, "nsec": t % 1_000_000_000,
-                "time": t, "pdu": pdu, "pdu_int": int.from_bytes(pdu[:8], "big") & 0xFFFFFFFF if pdu else 0}
+                # %P dumps the payload of SCSI pass-through (PC) events only, as blkparse does
+                "time": t, "pdu": b"", "pdu_int": int.from_bytes(pdu[:8], "big") & 0xFFFFFFFF if pdu else 0}
 
     def summary(self) -> str:
         out: list[str] = []

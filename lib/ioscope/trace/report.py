@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -483,12 +482,10 @@ class CsvDumps:
         w = self.writers.get(ph)
         if w is None:
             return
-        buf = io.StringIO()
         labels = {int(d): dev_key(int(d)) for d in np.unique(dev)}
-        for ti, di, pi, si, vi in zip((t / 1e9).tolist(), dev.tolist(), proc.tolist(), sec.tolist(),
-                                      (v / 1e9).tolist()):
-            buf.write(f"{ti:.9f},{labels[di]},{self.procs[pi] if pi >= 0 else ''},{si},{vi:.9f}\n")
-        self.files[ph].write(buf.getvalue())
+        w.writerows((f"{ti:.9f}", labels[di], self.procs[pi] if pi >= 0 else "", si, f"{vi:.9f}")
+                    for ti, di, pi, si, vi in zip((t / 1e9).tolist(), dev.tolist(), proc.tolist(), sec.tolist(),
+                                                  (v / 1e9).tolist()))
 
     def close(self) -> None:
         for f in self.files.values():
@@ -561,6 +558,8 @@ def run(args: argparse.Namespace) -> int:
         n = src.dev_name(dev)
         return f"{n} {dev_key(dev)}" if n else dev_key(dev)
 
+    if r.n_events == 0 and src.truncation:
+        raise IoscopeError(src.truncation, "nothing before that point holds block events")
     if r.n_events == 0:
         raise IoscopeError(f"{args.capture}: no block events in it", "record again, with I/O on the traced disks")
     if args.json:
