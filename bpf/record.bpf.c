@@ -107,6 +107,9 @@ struct {
 	__type(value, __u8);
 } tracked SEC(".maps");
 
+/* Puts struct trace_event into the object's BTF, where the ABI test reads its layout. */
+struct trace_event trace_event_btf_anchor = {};
+
 static __always_inline void stat_inc(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&rec_stats, &idx);
@@ -330,6 +333,8 @@ static __always_inline int on_rq(struct request *rq, __u16 action, __u16 actbits
 	} else {
 		tc |= IOS_TC_FS;
 		sector = RD(direct, rq, __sector);
+		if (sector == (__u64)-1) /* never set (flush requests): 0, as blk_rq_trace_sector() */
+			sector = 0;
 	}
 	bytes = has_bytes ? nr_bytes : RD(direct, rq, __data_len);
 	return emit(ts, pid_tgid, dev, action, tc, sector, bytes, aux, aux_dev, error);
