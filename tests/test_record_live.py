@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import ioscope_cmd, run_ioscope
 
+from conftest import ioscope_cmd, run_ioscope
 from ioscope import devices
 from ioscope.trace.capture import open_capture
 from ioscope.trace.events import ACTION_LETTERS, EVENT, TA_COMPLETE, TA_QUEUE, TA_REMAP, TA_SPLIT, rwbs
