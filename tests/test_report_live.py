@@ -66,6 +66,7 @@ def test_recording_round_trip(loopdev: Callable[..., Any], shm_dir: Path) -> Non
     text = run_ioscope("report", str(cap), check=True).stdout
     for title in SAME_SECTIONS:
         assert bs.section(text, title) == bs.section(avg, title), title
+    assert text.startswith(avg)   # btt -A's whole output, byte for byte
     ka, kb = f"{a.device.major},{a.device.minor}", f"{b.device.major},{b.device.minor}"
     dev_a, dev_b = doc["devices"][ka], doc["devices"][kb]
     # fio's direct I/O: one Q and one C each; the second disk saw nothing else

@@ -49,6 +49,236 @@ typedef struct {
 	int32_t proc, rd;
 } qrec_t;
 
+
+/*
+ * Seek distances, kept as btt keeps them: a red-black tree of distinct |distance| with a count
+ * each, built by the classic insertion algorithm (the one Linux's rbtree uses, which btt uses).
+ * btt's MEDIAN and MODE columns depend on the tree's shape: its median is the first node, in
+ * pre-order, whose own count reaches half the seeks; its modes are the most frequent
+ * distances in post-order. The true median is reported as well.
+ */
+typedef struct {
+	int64_t key;
+	int64_t cnt;
+	int32_t left, right, parent;
+	int32_t red;
+} snode_t;
+
+typedef struct {
+	snode_t *n;
+	int32_t nn, cap, root;
+	int64_t last_start, last_end;
+	uint64_t nseeks;
+	double total;
+} stree_t;
+
+static void st_rotate_left(stree_t *t, int32_t x)
+{
+	snode_t *n = t->n;
+	int32_t y = n[x].right;
+	n[x].right = n[y].left;
+	if (n[y].left >= 0)
+		n[n[y].left].parent = x;
+	n[y].parent = n[x].parent;
+	if (n[x].parent < 0)
+		t->root = y;
+	else if (x == n[n[x].parent].left)
+		n[n[x].parent].left = y;
+	else
+		n[n[x].parent].right = y;
+	n[y].left = x;
+	n[x].parent = y;
+}
+
+static void st_rotate_right(stree_t *t, int32_t x)
+{
+	snode_t *n = t->n;
+	int32_t y = n[x].left;
+	n[x].left = n[y].right;
+	if (n[y].right >= 0)
+		n[n[y].right].parent = x;
+	n[y].parent = n[x].parent;
+	if (n[x].parent < 0)
+		t->root = y;
+	else if (x == n[n[x].parent].right)
+		n[n[x].parent].right = y;
+	else
+		n[n[x].parent].left = y;
+	n[y].right = x;
+	n[x].parent = y;
+}
+
+static int st_insert(stree_t *t, int64_t key)
+{
+	int32_t parent = -1, cur = t->root;
+	int go_left = 0;
+	while (cur >= 0) {
+		parent = cur;
+		if (key < t->n[cur].key) {
+			cur = t->n[cur].left;
+			go_left = 1;
+		} else if (key > t->n[cur].key) {
+			cur = t->n[cur].right;
+			go_left = 0;
+		} else {
+			t->n[cur].cnt++;
+			return 0;
+		}
+	}
+	if (t->nn == t->cap) {
+		int32_t cap = t->cap ? t->cap * 2 : 256;
+		snode_t *nn = realloc(t->n, (size_t)cap * sizeof(*nn));
+		if (!nn)
+			return -1;
+		t->n = nn;
+		t->cap = cap;
+	}
+	int32_t z = t->nn++;
+	snode_t *n = t->n;
+	n[z].key = key;
+	n[z].cnt = 1;
+	n[z].left = n[z].right = -1;
+	n[z].parent = parent;
+	n[z].red = 1;
+	if (parent < 0)
+		t->root = z;
+	else if (go_left)
+		n[parent].left = z;
+	else
+		n[parent].right = z;
+	/* fix-up */
+	while (n[z].parent >= 0 && n[n[z].parent].red) {
+		int32_t p = n[z].parent, g = n[p].parent;
+		if (p == n[g].left) {
+			int32_t u = n[g].right;
+			if (u >= 0 && n[u].red) {
+				n[p].red = 0;
+				n[u].red = 0;
+				n[g].red = 1;
+				z = g;
+				continue;
+			}
+			if (z == n[p].right) {
+				z = p;
+				st_rotate_left(t, z);
+				p = n[z].parent;
+			}
+			n[p].red = 0;
+			n[g].red = 1;
+			st_rotate_right(t, g);
+		} else {
+			int32_t u = n[g].left;
+			if (u >= 0 && n[u].red) {
+				n[p].red = 0;
+				n[u].red = 0;
+				n[g].red = 1;
+				z = g;
+				continue;
+			}
+			if (z == n[p].left) {
+				z = p;
+				st_rotate_right(t, z);
+				p = n[z].parent;
+			}
+			n[p].red = 0;
+			n[g].red = 1;
+			st_rotate_left(t, g);
+		}
+	}
+	n[t->root].red = 0;
+	return 0;
+}
+
+static int st_add(stree_t *t, int64_t s, int64_t e)
+{
+	int64_t dist;
+	if ((t->last_start <= s && s <= t->last_end) || (t->last_start <= e && e <= t->last_end))
+		dist = 0;
+	else if (s > t->last_end)
+		dist = s - t->last_end;
+	else
+		dist = s - t->last_start;
+	t->last_start = s;
+	t->last_end = e;
+	if (dist < 0)
+		dist = -dist;
+	t->nseeks++;
+	t->total += (double)dist;
+	return st_insert(t, dist);
+}
+
+/* btt's median: the first node in pre-order whose own count reaches the target */
+static int st_btt_median(const stree_t *t, int32_t x, int64_t target, int64_t *out)
+{
+	if (x < 0)
+		return 0;
+	if (t->n[x].cnt >= target) {
+		*out = t->n[x].key;
+		return 1;
+	}
+	return st_btt_median(t, t->n[x].left, target, out) || st_btt_median(t, t->n[x].right, target, out);
+}
+
+static void st_inorder_median(const stree_t *t, int32_t x, uint64_t half, uint64_t *seen, int64_t *out, int *done)
+{
+	if (x < 0 || *done)
+		return;
+	st_inorder_median(t, t->n[x].left, half, seen, out, done);
+	if (*done)
+		return;
+	*seen += (uint64_t)t->n[x].cnt;
+	if (*seen * 2 >= half) {
+		*out = t->n[x].key;
+		*done = 1;
+		return;
+	}
+	st_inorder_median(t, t->n[x].right, half, seen, out, done);
+}
+
+/* btt's modes: post-order, the most frequent distances */
+static int st_modes(const stree_t *t, int32_t x, PyObject *list, int64_t *most, int *first)
+{
+	if (x < 0)
+		return 0;
+	if (st_modes(t, t->n[x].left, list, most, first) < 0 || st_modes(t, t->n[x].right, list, most, first) < 0)
+		return -1;
+	const snode_t *n = &t->n[x];
+	if (*first || n->cnt > *most) {
+		*first = 0;
+		if (PyList_SetSlice(list, 0, PyList_GET_SIZE(list), NULL) < 0)
+			return -1;
+		*most = n->cnt;
+	} else if (n->cnt < *most) {
+		return 0;
+	}
+	PyObject *v = PyLong_FromLongLong(n->key);
+	if (!v || PyList_Append(list, v) < 0) {
+		Py_XDECREF(v);
+		return -1;
+	}
+	Py_DECREF(v);
+	return 0;
+}
+
+static PyObject *st_export(const stree_t *t)
+{
+	int64_t bm = 0, tm = 0, most = 0;
+	int first = 1, done = 0;
+	uint64_t seen = 0;
+	if (t->root >= 0) {
+		st_btt_median(t, t->root, (int64_t)(t->nseeks / 2), &bm);
+		st_inorder_median(t, t->root, t->nseeks, &seen, &tm, &done);
+	}
+	PyObject *modes = PyList_New(0);
+	if (!modes || (t->root >= 0 && st_modes(t, t->root, modes, &most, &first) < 0)) {
+		Py_XDECREF(modes);
+		return NULL;
+	}
+	return Py_BuildValue("{s:K,s:d,s:L,s:L,s:N,s:L,s:i}", "n", (unsigned long long)t->nseeks, "total", t->total,
+			     "btt_median", (long long)bm, "median", (long long)tm, "modes", modes, "most", (long long)most,
+			     "distinct", (int)t->nn);
+}
+
 typedef struct {
 	int alloc, culling, dm;
 	uint64_t start_time, end_time;
@@ -56,7 +286,7 @@ typedef struct {
 	size_t nq, capq;
 	uint64_t last_q;
 	uint64_t n_qs, n_ds, n_act_q, t_act_q, dup_q, culled, overlap_q;
-	int64_t sq_ls, sq_le, sd_ls, sd_le;
+	stree_t seek_q, seek_d;
 	int plugged;
 	uint64_t last_plug, plugged_time, nplugs, nplugs_t, nios_up, nios_upt;
 	uint64_t blk_n, blk_total, blk_min, blk_max;
@@ -147,6 +377,7 @@ static dev_t_ *setup_dev(Core *c, int32_t idx, uint64_t ts)
 		d->culling = 1;
 		d->start_time = d->end_time = ts;
 		d->last_q = NONE;
+		d->seek_q.root = d->seek_d.root = -1;
 		c->order[c->norder++] = idx;
 	}
 	return d;
@@ -173,20 +404,6 @@ static qrec_t *find_sec(dev_t_ *d, uint64_t sec)
 		return NULL;
 	qrec_t *q = &d->q[i - 1];
 	return sec < q->e ? q : NULL;
-}
-
-static int64_t seek_dist(int64_t *ls, int64_t *le, int64_t s, int64_t e)
-{
-	int64_t dist;
-	if ((*ls <= s && s <= *le) || (*ls <= e && e <= *le))
-		dist = 0;
-	else if (s > *le)
-		dist = s - *le;
-	else
-		dist = s - *ls;
-	*ls = s;
-	*le = e;
-	return dist < 0 ? -dist : dist;
 }
 
 static int get_buf(PyObject *obj, Py_buffer *b, Py_ssize_t itemsize, Py_ssize_t n, const char *what)
@@ -420,12 +637,14 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 		switch (a) {
 		case A_QUEUE: {
 			size_t i = lower(d, sec);
-			if (i < d->nq && d->q[i].s == sec) {
-				d->dup_q++;
+			/* A Q at the start sector of one in flight takes its place (btt tracks one I/O per
+			 * start sector, and the newer wins); the older is never completed: counted here. */
+			int replace = i < d->nq && d->q[i].s == sec;
+			int32_t p = proc[k];
+			if (st_add(&d->seek_q, (int64_t)sec, (int64_t)e) < 0) {
+				c->oom = 1;
 				break;
 			}
-			int32_t p = proc[k];
-			emit(c, K_SEEK_Q, di, p, t, (uint64_t)seek_dist(&d->sq_ls, &d->sq_le, (int64_t)sec, (int64_t)e), sec, rd[k]);
 			int kind = d->dm ? K_Q2Q_DM : K_Q2Q;
 			if (c->last_q != NONE)
 				emit(c, kind, -1, -1, t, t > c->last_q ? t - c->last_q : 1, sec, rd[k]);
@@ -438,21 +657,25 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 					emit(c, kind, -1, p, t, t > c->proc_last_q[p] ? t - c->proc_last_q[p] : 1, sec, rd[k]);
 				c->proc_last_q[p] = t;
 			}
-			if (d->nq == d->capq) {
-				size_t cap = d->capq ? d->capq * 2 : 64;
-				qrec_t *nq = realloc(d->q, cap * sizeof(*nq));
-				if (!nq) {
-					c->oom = 1;
-					break;
+			if (replace) {
+				d->dup_q++;
+			} else {
+				if (d->nq == d->capq) {
+					size_t cap = d->capq ? d->capq * 2 : 64;
+					qrec_t *nq = realloc(d->q, cap * sizeof(*nq));
+					if (!nq) {
+						c->oom = 1;
+						break;
+					}
+					d->q = nq;
+					d->capq = cap;
 				}
-				d->q = nq;
-				d->capq = cap;
+				/* a Q overlapping one in flight: btt's tree search can miss one of them */
+				if ((i > 0 && d->q[i - 1].e > sec) || (i < d->nq && d->q[i].s < e))
+					d->overlap_q++;
+				memmove(&d->q[i + 1], &d->q[i], (d->nq - i) * sizeof(qrec_t));
+				d->nq++;
 			}
-			/* a Q overlapping one in flight: btt's tree search can miss one of them */
-			if ((i > 0 && d->q[i - 1].e > sec) || (i < d->nq && d->q[i].s < e))
-				d->overlap_q++;
-			memmove(&d->q[i + 1], &d->q[i], (d->nq - i) * sizeof(qrec_t));
-			d->nq++;
 			q = &d->q[i];
 			q->t = t;
 			q->s = sec;
@@ -515,7 +738,10 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 		case A_ISSUE: {
 			if (d->n_act_q)
 				d->n_act_q--;
-			emit(c, K_SEEK_D, di, -1, t, (uint64_t)seek_dist(&d->sd_ls, &d->sd_le, (int64_t)sec, (int64_t)e), sec, rd[k]);
+			if (st_add(&d->seek_d, (int64_t)sec, (int64_t)e) < 0) {
+				c->oom = 1;
+				break;
+			}
 			d->n_ds++;
 			for (size_t i = lower(d, sec); i < d->nq && d->q[i].s < e; i++) {
 				q = &d->q[i];
@@ -680,6 +906,14 @@ static PyObject *Core_devices(Core *c, PyObject *unused)
 			goto err;
 		}
 		Py_DECREF(h);
+		PyObject *sq = st_export(&d->seek_q), *sd = st_export(&d->seek_d);
+		if (!sq || !sd || PyDict_SetItemString(dct, "seek_q2q", sq) < 0 || PyDict_SetItemString(dct, "seek_d2d", sd) < 0) {
+			Py_XDECREF(sq);
+			Py_XDECREF(sd);
+			goto err;
+		}
+		Py_DECREF(sq);
+		Py_DECREF(sd);
 		if (PyList_Append(list, dct) < 0)
 			goto err;
 		Py_CLEAR(dct);
@@ -710,8 +944,11 @@ static PyObject *Core_min_issued(Core *c, PyObject *args)
 
 static void Core_dealloc(Core *c)
 {
-	for (size_t i = 0; i < c->ndevs; i++)
+	for (size_t i = 0; i < c->ndevs; i++) {
 		free(c->devs[i].q);
+		free(c->devs[i].seek_q.n);
+		free(c->devs[i].seek_d.n);
+	}
 	free(c->devs);
 	free(c->order);
 	free(c->proc_last_q);

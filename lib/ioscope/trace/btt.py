@@ -4,8 +4,9 @@ Matching follows btt's rules (learnt from its documentation and sources; the
 code here is ioscope's own):
 
 - In-flight I/Os are keyed by (device, start sector) of their Q event. A Q
-  whose start sector is already in flight on that device is not tracked (btt
-  keeps one I/O per start sector); it is counted as `dup_q`.
+  at the start sector of an I/O still in flight takes its place, as in btt
+  (found by experiment with btt 2.09: the newer Q is the one completed); the
+  older one is never completed and is counted as `dup_q`.
 - A device's events are ignored until its first Q or A (remap) event: they
   belong to I/Os that were in flight when the capture started (`culled`).
 - G, I, M and S apply to the in-flight Q whose sector range holds their
@@ -41,7 +42,7 @@ from ioscope.trace.events import EV_NOTE_PROCESS, TA_BACKMERGE, TA_COMPLETE, TA_
 PHASES = ("q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "m2d", "d2c", "q2c", "q2d",
           "q2q_dm", "q2a_dm", "q2c_dm")
 NPH = len(PHASES)
-K_SEEK_Q, K_SEEK_D, K_LIVE = NPH, NPH + 1, NPH + 2
+K_LIVE = NPH + 2   # (NPH and NPH + 1 are unused)
 # btt's ALL table rows (q2d is ioscope's addition: btt prints it only as a histogram)
 ALL_ROWS = ("q2q_dm", "q2a_dm", "q2c_dm", "q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "m2d", "d2c", "q2c")
 REMAPPER_MAJORS = (9, 253, 254)
@@ -106,59 +107,23 @@ class Stat:
 
 @dataclass
 class Seeks:
-    """Seek distances (sectors) between consecutive Qs or Ds of a device, as btt measures them."""
+    """Seek distances (sectors) between consecutive Qs or Ds of a device, as btt measures them.
+
+    median is the true median distance; btt_median and modes are what btt
+    prints (they depend on btt's tree of distances, rebuilt the same way in C).
+    """
 
     n: int = 0
-    total: int = 0
-    _vals: list[npt.NDArray[np.uint64]] = field(default_factory=list)
-    _cnts: list[npt.NDArray[np.int64]] = field(default_factory=list)
-    _pending: int = 0
-
-    def add(self, dists: npt.NDArray[np.uint64]) -> None:
-        if not len(dists):
-            return
-        self.n += len(dists)
-        self.total += int(dists.sum(dtype=np.uint64))
-        self._vals.append(dists.copy())
-        self._cnts.append(np.ones(1, dtype=np.int64))   # raw distances: a count of one each
-        self._pending += len(dists)
-        if self._pending > 1 << 21:
-            self._compact()
-
-    def _compact(self) -> None:
-        if len(self._vals) > 1 or (self._vals and len(self._cnts[0]) != len(self._vals[0])):
-            v = np.concatenate(self._vals)
-            c = np.concatenate([cn if len(cn) == len(vs) else np.ones(len(vs), dtype=np.int64)
-                                for vs, cn in zip(self._vals, self._cnts)])
-            u, inv = np.unique(v, return_inverse=True)
-            self._vals = [u]
-            self._cnts = [np.bincount(inv, weights=c).astype(np.int64)]
-        self._pending = len(self._vals[0]) if self._vals else 0
-
-    def table(self) -> tuple[npt.NDArray[np.uint64], npt.NDArray[np.int64]]:
-        self._compact()
-        if not self._vals:
-            return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64)
-        return self._vals[0], self._cnts[0]
+    total: float = 0.0
+    median: int = 0
+    btt_median: int = 0
+    modes: list[int] = field(default_factory=list)
+    most: int = 0
+    distinct: int = 0
 
     @property
     def mean(self) -> float:
         return self.total / self.n if self.n else 0.0
-
-    def median(self) -> int:
-        """The true median distance (btt prints an artefact of its tree walk instead)."""
-        v, c = self.table()
-        if not len(v):
-            return 0
-        i = int(np.searchsorted(np.cumsum(c), self.n / 2, side="left"))
-        return int(v[min(i, len(v) - 1)])
-
-    def modes(self) -> tuple[list[int], int]:
-        v, c = self.table()
-        if not len(v):
-            return [], 0
-        most = int(c.max())
-        return [int(x) for x in v[c == most]], most
 
 
 @dataclass
@@ -289,7 +254,7 @@ class BttResult:
     last_ts: int
     n_events: int
     heat: HeatMap
-    iostat: dict[tuple[int, int], npt.NDArray[np.float64]]   # (dev, interval) -> counters
+    iostat: dict[tuple[int, int], npt.NDArray[np.float64]]   # (dev, interval from the first event) -> counters
     iostat_interval: int
     time_zero: int = 0                            # the trace's time zero (btt's reference for % live)
 
@@ -330,8 +295,6 @@ class Btt:
         self.proc_ids: dict[str, int] = {}
         self.proc_names: list[str] = []
         self.pid_proc: dict[int, int] = {}
-        self.seek_q: dict[int, Seeks] = {}
-        self.seek_d: dict[int, Seeks] = {}
         self.live: dict[int, Spans] = {}
         self.live_all = Spans()
         self.first_ts: int | None = None
@@ -414,14 +377,6 @@ class Btt:
         for k, r in enumerate(per_kind):
             if not len(r):
                 continue
-            if k == K_SEEK_Q or k == K_SEEK_D:
-                table = self.seek_q if k == K_SEEK_Q else self.seek_d
-                rdev = r["dev"]
-                devs = _present(rdev)
-                for di in devs:
-                    sk = table.setdefault(self.dev_of[di], Seeks())
-                    sk.add(r["v"] if len(devs) == 1 else r["v"][rdev == di])
-                continue
             if k == K_LIVE:
                 self._live(r)
                 continue
@@ -471,8 +426,12 @@ class Btt:
             self.live.setdefault(self.dev_of[di], Spans()).add(r["t"][m], r["v"][m], horizons[di])
 
     def _iostat(self, ev: npt.NDArray[np.void], dev: npt.NDArray[np.int32], recs: npt.NDArray[np.void]) -> None:
-        """Counters per (device, interval): completions, sectors, merges (from events), Q2C (records)."""
+        """Counters per (device, interval): completions, sectors, merges (from events), Q2C (records).
+
+        Interval k covers [first event + k * interval, first event + (k + 1) * interval).
+        """
         ival = self.iostat_interval
+        t0 = self.first_ts or 0
         act = ev["action"]
         sel = ((act == TA_COMPLETE) | (act == TA_BACKMERGE) | (act == TA_FRONTMERGE)) & (ev["bytes"] > 0)
         di_parts, iv_parts, col_parts, w_parts = [], [], [], []
@@ -480,7 +439,7 @@ class Btt:
             rd = (ev["category"][sel] & TC_READ) != 0
             comp = ev["action"][sel] == TA_COMPLETE
             d_sel = dev[sel].astype(np.int64)
-            iv = ev["ts"][sel].astype(np.int64) // ival
+            iv = (ev["ts"][sel].astype(np.int64) - t0) // ival
             di_parts += [d_sel, d_sel[comp]]
             iv_parts += [iv, iv[comp]]
             col_parts += [np.where(comp, np.where(rd, IO_R, IO_W), np.where(rd, IO_RM, IO_WM)),
@@ -489,7 +448,7 @@ class Btt:
         if len(recs):
             q = recs[recs["kind"] == PHASES.index("q2c")]
             if len(q):
-                done = (q["t"] + q["v"]).astype(np.int64) // ival
+                done = ((q["t"] + q["v"]).astype(np.int64) - t0) // ival
                 qd = q["dev"].astype(np.int64)
                 di_parts += [qd, qd]
                 iv_parts += [done, done]
@@ -539,8 +498,8 @@ class Btt:
             if info["plugged"]:   # btt closes a plug still open at the device's last event
                 d.nplugs += 1
                 d.plugged_time += info["end_time"] - info["last_plug"]
-            d.q2q_seek = self.seek_q.get(dev, Seeks())
-            d.d2d_seek = self.seek_d.get(dev, Seeks())
+            d.q2q_seek = Seeks(**info["seek_q2q"])
+            d.d2d_seek = Seeks(**info["seek_d2d"])
             d.live = self.live.get(dev, Spans())
             devices[dev] = d
         return BttResult(devices, self.stats, self.proc_stats, self.live_all, self.first_ts or 0, self.last_ts,

@@ -155,17 +155,16 @@ def render_btt(r: BttResult, all_data: bool = True) -> list[str]:
         tn = 0
         tmean = 0.0
         tmed = 0
-        combined: dict[int, int] = {}
+        entries: list[list[int]] = []      # [mode, seeks], the most recent first (btt's list)
         any_dev = False
         for d in devs:
             sk = getattr(d, attr)
             if sk.n <= 0:
                 continue
             any_dev = True
-            modes, most = sk.modes()
-            med = sk.median()
-            line = (f"{dev_label(d.dev):>10s} | {sk.n:15d} {sk.mean:15.1f} {med:15d} | "
-                    f"{modes[0] if modes else 0}({most})")
+            modes = sk.modes
+            line = (f"{dev_label(d.dev):>10s} | {sk.n:15d} {sk.mean:15.1f} {sk.btt_median:15d} | "
+                    f"{modes[0] if modes else 0}({sk.most})")
             if len(modes) > 2:
                 out.append(line)
                 out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({len(modes) - 1} more)")
@@ -173,18 +172,26 @@ def render_btt(r: BttResult, all_data: bool = True) -> list[str]:
                 out.append(line + "".join(f" {m}" for m in modes[1:]))
             tn += sk.n
             tmean += sk.n * sk.mean
-            tmed += sk.n * med
+            tmed += sk.n * sk.btt_median
             for m in modes:
-                combined[m] = combined.get(m, 0) + most
+                hit = next((e for e in entries if e[0] == m), None)
+                if hit is not None:
+                    hit[1] += sk.most
+                else:
+                    entries.insert(0, [m, sk.most])
         if any_dev:
             out.append(dash)
             out.append(f"{'Overall':>10s} | {'NSEEKS':>15s} {'MEAN':>15s} {'MEDIAN':>15s} | {'MODE':<15s}")
-            best = max(combined.values())
-            bmodes = sorted(k for k, v in combined.items() if v == best)
-            line = f"{'Average':>10s} | {tn:15d} {tmean / tn:15.1f} {tmed // tn:15d} | {bmodes[0]}({best})"
-            out.append(line)
-            if len(bmodes) > 1:
-                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({len(bmodes) - 1} more)")
+            best: list[list[int]] = []
+            for e in entries:                   # btt keeps the most frequent, the last seen first
+                if not best or e[1] > best[0][1]:
+                    best = [e]
+                elif e[1] == best[0][1]:
+                    best.insert(0, e)
+            out.append(f"{'Average':>10s} | {tn:15d} {tmean / tn:15.1f} {tmed // tn:15d} | {best[0][0]}({best[0][1]})")
+            if len(best) > 1:
+                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({len(best) - 1} more)")
+                out.append("")
         out.append("")
 
     _hdr(out, "Plug Information")
@@ -326,8 +333,8 @@ def render_unclean(r: BttResult, name: Callable[[int], str]) -> list[str]:
     out.append("")
     out.append("ignored@start: events of I/Os already in flight when the capture began (before the device's "
                "first Q or A);")
-    out.append("dup Q: Qs at the start sector of an I/O still in flight (not tracked, as in btt); overlap Q: Qs "
-               "overlapping one in flight (btt may lose one of them, ioscope does not);")
+    out.append("dup Q: I/Os replaced by a later Q at the same start sector while in flight (btt keeps the later "
+               "one); overlap Q: Qs overlapping one in flight (btt may lose one of them, ioscope does not);")
     out.append("in flight@end: Qs never completed (issued: of which D was seen). None of these is mixed into "
                "the tables above.")
     out.append("")
@@ -378,7 +385,7 @@ def iostat_rows(r: BttResult) -> list[dict[str, Any]]:
         rio, wio, rs, ws, rm, wm, q2c_sum, q2c_n = (float(x) for x in r.iostat[(dev, k)])
         nios = rio + wio
         out.append({
-            "device": dev_key(dev), "time": (k * r.iostat_interval - r.time_zero) / 1e9,
+            "device": dev_key(dev), "time": k * r.iostat_interval / 1e9,
             "rrqm/s": rm / sec, "wrqm/s": wm / sec, "r/s": rio / sec, "w/s": wio / sec,
             "rsec/s": rs / sec, "wsec/s": ws / sec, "rkB/s": rs / 2 / sec, "wkB/s": ws / 2 / sec,
             "avgrq-sz": (rs + ws) / nios if nios else 0.0,
@@ -397,10 +404,17 @@ def render_iostat(r: BttResult, name: Callable[[int], str]) -> list[str]:
         dev = int(ma) << 20 | int(mi)
         out.append(f"{name(dev):<12s} {row['time']:10.3f} " + " ".join(f"{row[c]:9.2f}" for c in cols))
     out.append("")
-    out.append("r/s, w/s: completions; rrqm/s, wrqm/s: merges; avgrq-sz in 512-byte sectors; avgqu-sz: I/Os "
-               "in the block layer on average (sum of Q2C / interval); await: mean Q2C in ms.")
+    out.append("time: start of the interval, seconds from the first event; r/s, w/s: completions; rrqm/s, "
+               "wrqm/s: merges; avgrq-sz in 512-byte sectors;")
+    out.append("avgqu-sz: I/Os in the block layer on average (sum of Q2C of the I/Os completed / interval); await: "
+               "their mean Q2C in ms.")
     out.append("")
     return out
+
+
+def seek_json(sk: btt.Seeks) -> dict[str, Any]:
+    return {"n": sk.n, "mean": sk.mean, "median": sk.median, "btt_median": sk.btt_median, "modes": sk.modes,
+            "mode_count": sk.most, "distinct": sk.distinct}
 
 
 def to_json(r: BttResult, src_meta: dict[str, Any], name: Callable[[int], str]) -> dict[str, Any]:
@@ -416,17 +430,13 @@ def to_json(r: BttResult, src_meta: dict[str, Any], name: Callable[[int], str]) 
     for dev, d in r.devices.items():
         m = merge_info(d)
         n, act, nact, pl = d.live.summary(r.time_zero)
-        modes_q, most_q = d.q2q_seek.modes()
-        modes_d, most_d = d.d2d_seek.modes()
         devices[dev_key(dev)] = {
             "name": name(dev),
             "phases": phases(lambda ph, dev=dev: r.stats.get((ph, dev))),  # type: ignore[misc]
             "merge": None if m is None else {"q": m[0], "d": m[1], "ratio": m[2], "blk_min": d.blk_min,
                                              "blk_avg": m[3], "blk_max": d.blk_max, "blk_total": d.blk_total},
-            "seek_q2q": {"n": d.q2q_seek.n, "mean": d.q2q_seek.mean, "median": d.q2q_seek.median(),
-                         "modes": modes_q, "mode_count": most_q},
-            "seek_d2d": {"n": d.d2d_seek.n, "mean": d.d2d_seek.mean, "median": d.d2d_seek.median(),
-                         "modes": modes_d, "mode_count": most_d},
+            "seek_q2q": seek_json(d.q2q_seek),
+            "seek_d2d": seek_json(d.d2d_seek),
             "plug": {"plugs": d.nplugs, "timer_unplugs": d.nplugs_t, "pct_time_plugged": plug_pct(d),
                      "ios_per_unplug": d.nios_up / d.nplugs if d.nplugs and d.nios_up else 0.0,
                      "ios_per_timer_unplug": d.nios_upt / d.nplugs_t if d.nplugs_t and d.nios_upt else 0.0},
