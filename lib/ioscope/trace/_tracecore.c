@@ -22,6 +22,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,7 +190,7 @@ static int st_insert(stree_t *t, int64_t key)
 	return 0;
 }
 
-static int st_add(stree_t *t, int64_t s, int64_t e)
+static int64_t st_dist(stree_t *t, int64_t s, int64_t e)
 {
 	int64_t dist;
 	if ((t->last_start <= s && s <= t->last_end) || (t->last_start <= e && e <= t->last_end))
@@ -204,7 +205,7 @@ static int st_add(stree_t *t, int64_t s, int64_t e)
 		dist = -dist;
 	t->nseeks++;
 	t->total += (double)dist;
-	return st_insert(t, dist);
+	return dist;
 }
 
 /* btt's median: the first node in pre-order whose own count reaches the target */
@@ -293,6 +294,12 @@ typedef struct {
 	uint64_t q2d_hist[10];
 } dev_t_;
 
+/* a seek distance to insert into tree `tree` (device index * 2 + 0 for Q2Q, 1 for D2D) */
+typedef struct {
+	int64_t dist;
+	int32_t tree;
+} seekjob_t;
+
 typedef struct {
 	PyObject_HEAD
 	dev_t_ *devs;
@@ -305,6 +312,15 @@ typedef struct {
 	rec_t *out[K_NKINDS];
 	size_t nout[K_NKINDS], capout[K_NKINDS];
 	int oom;
+	/* The seek trees are built by a worker thread while Python works on the chunk's records:
+	 * feed() collects the distances in `jobs`, hands them over at its end and waits, at its
+	 * start, until the previous batch is in the trees. */
+	seekjob_t *jobs, *work;
+	size_t njobs, capjobs, nwork, capwork;
+	pthread_t worker;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int started, busy, quit, worker_oom;
 } Core;
 
 static inline uint64_t tdelta(uint64_t from, uint64_t to)
@@ -547,6 +563,98 @@ static PyObject *gather_blktrace(PyObject *self, PyObject *args)
 	return out;
 }
 
+
+/* ------------------------------------------------------------------ the seek-tree worker */
+
+static int queue_seek(Core *c, int32_t tree, int64_t dist)
+{
+	if (c->njobs == c->capjobs) {
+		size_t cap = c->capjobs ? c->capjobs * 2 : 4096;
+		seekjob_t *n = realloc(c->jobs, cap * sizeof(*n));
+		if (!n)
+			return -1;
+		c->jobs = n;
+		c->capjobs = cap;
+	}
+	c->jobs[c->njobs].dist = dist;
+	c->jobs[c->njobs].tree = tree;
+	c->njobs++;
+	return 0;
+}
+
+static void *seek_worker(void *arg)
+{
+	Core *c = arg;
+	for (;;) {
+		pthread_mutex_lock(&c->mu);
+		while (!c->busy && !c->quit)
+			pthread_cond_wait(&c->cv, &c->mu);
+		if (!c->busy) {
+			pthread_mutex_unlock(&c->mu);
+			return NULL;
+		}
+		pthread_mutex_unlock(&c->mu);
+		for (size_t i = 0; i < c->nwork; i++) {
+			dev_t_ *d = &c->devs[c->work[i].tree >> 1];
+			stree_t *t = (c->work[i].tree & 1) ? &d->seek_d : &d->seek_q;
+			if (st_insert(t, c->work[i].dist) < 0)
+				c->worker_oom = 1;
+		}
+		pthread_mutex_lock(&c->mu);
+		c->busy = 0;
+		pthread_cond_broadcast(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+	}
+}
+
+/* wait (without the GIL) until the worker has inserted everything handed to it */
+static void wait_idle(Core *c)
+{
+	if (!c->started)
+		return;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&c->mu);
+	while (c->busy)
+		pthread_cond_wait(&c->cv, &c->mu);
+	pthread_mutex_unlock(&c->mu);
+	Py_END_ALLOW_THREADS
+}
+
+static int hand_over(Core *c)
+{
+	if (!c->njobs)
+		return 0;
+	seekjob_t *tj = c->work;
+	size_t tc = c->capwork;
+	c->work = c->jobs;
+	c->capwork = c->capjobs;
+	c->nwork = c->njobs;
+	c->jobs = tj;
+	c->capjobs = tc;
+	c->njobs = 0;
+	if (!c->started) {
+		pthread_mutex_init(&c->mu, NULL);
+		pthread_cond_init(&c->cv, NULL);
+		if (pthread_create(&c->worker, NULL, seek_worker, c) != 0) {
+			/* no thread: insert here */
+			pthread_mutex_destroy(&c->mu);
+			pthread_cond_destroy(&c->cv);
+			for (size_t i = 0; i < c->nwork; i++) {
+				dev_t_ *d = &c->devs[c->work[i].tree >> 1];
+				if (st_insert((c->work[i].tree & 1) ? &d->seek_d : &d->seek_q, c->work[i].dist) < 0)
+					return -1;
+			}
+			return 0;
+		}
+		c->started = 1;
+	}
+	pthread_mutex_lock(&c->mu);
+	c->busy = 1;
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
 /* ------------------------------------------------------------------ btt pairing */
 
 static PyObject *Core_feed(Core *c, PyObject *args)
@@ -560,6 +668,11 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 
 	if (!PyArg_ParseTuple(args, "nOOOOOOOOO", &n, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7], &o[8]))
 		return NULL;
+	wait_idle(c);
+	if (c->worker_oom) {
+		PyErr_NoMemory();
+		return NULL;
+	}
 	for (got = 0; got < 9; got++)
 		if (get_buf(o[got], &b[got], sz[got], n, names[got]) < 0)
 			goto fail;
@@ -641,7 +754,7 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 			 * start sector, and the newer wins); the older is never completed: counted here. */
 			int replace = i < d->nq && d->q[i].s == sec;
 			int32_t p = proc[k];
-			if (st_add(&d->seek_q, (int64_t)sec, (int64_t)e) < 0) {
+			if (queue_seek(c, di * 2, st_dist(&d->seek_q, (int64_t)sec, (int64_t)e)) < 0) {
 				c->oom = 1;
 				break;
 			}
@@ -738,7 +851,7 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 		case A_ISSUE: {
 			if (d->n_act_q)
 				d->n_act_q--;
-			if (st_add(&d->seek_d, (int64_t)sec, (int64_t)e) < 0) {
+			if (queue_seek(c, di * 2 + 1, st_dist(&d->seek_d, (int64_t)sec, (int64_t)e)) < 0) {
 				c->oom = 1;
 				break;
 			}
@@ -822,7 +935,7 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 
 	for (int i = 0; i < got; i++)
 		PyBuffer_Release(&b[i]);
-	if (c->oom)
+	if (c->oom || hand_over(c) < 0)
 		return PyErr_NoMemory();
 	PyObject *res = PyTuple_New(K_NKINDS);
 	if (!res)
@@ -847,6 +960,7 @@ static PyObject *Core_set_remapper(Core *c, PyObject *args)
 	int idx, dm;
 	if (!PyArg_ParseTuple(args, "ip", &idx, &dm))
 		return NULL;
+	wait_idle(c);   /* ensure_dev may move the devices the worker is inserting into */
 	if (idx < 0 || ensure_dev(c, (size_t)idx) < 0)
 		return PyErr_NoMemory();
 	c->devs[idx].dm = dm;
@@ -861,6 +975,9 @@ static PyObject *Core_set_remapper(Core *c, PyObject *args)
 
 static PyObject *Core_devices(Core *c, PyObject *unused)
 {
+	wait_idle(c);
+	if (c->worker_oom)
+		return PyErr_NoMemory();
 	PyObject *list = PyList_New(0), *dct = NULL;
 	if (!list)
 		return NULL;
@@ -944,6 +1061,19 @@ static PyObject *Core_min_issued(Core *c, PyObject *args)
 
 static void Core_dealloc(Core *c)
 {
+	if (c->started) {
+		pthread_mutex_lock(&c->mu);
+		c->quit = 1;
+		pthread_cond_broadcast(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+		Py_BEGIN_ALLOW_THREADS
+		pthread_join(c->worker, NULL);
+		Py_END_ALLOW_THREADS
+		pthread_mutex_destroy(&c->mu);
+		pthread_cond_destroy(&c->cv);
+	}
+	free(c->jobs);
+	free(c->work);
 	for (size_t i = 0; i < c->ndevs; i++) {
 		free(c->devs[i].q);
 		free(c->devs[i].seek_q.n);
