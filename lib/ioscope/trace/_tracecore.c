@@ -60,9 +60,10 @@ typedef struct {
  */
 typedef struct {
 	int64_t key;
-	int64_t cnt;
-	int32_t left, right, parent;
-	int32_t red;
+	uint32_t cnt;
+	int32_t left, right;
+	int32_t parent : 31;
+	uint32_t red : 1;
 } snode_t;
 
 typedef struct {
