@@ -128,6 +128,19 @@ def test_latency_csv_dumps(tmp_path: Path) -> None:
         vals = [float(r[f"{ph}_s"]) for r in rows]
         assert sum(vals) / len(vals) == pytest.approx(doc["phases"][ph]["avg"], rel=1e-6)
         assert {r["device"] for r in rows} <= {"7,0", "7,1"}
+    # the same values as btt's own per-I/O files (-l D2C, -q Q2C: "time latency" per device, 6 decimals)
+    binary = tmp_path / "m.bin"
+    run_ioscope("export", str(cap), "-o", str(binary), check=True)
+    bs.run_btt(str(binary), str(tmp_path), "-l", "lat", "-q", "qc")
+    for ph, prefix in (("d2c", "lat"), ("q2c", "qc")):
+        with open(files[ph]) as fh:
+            rows = list(csv.DictReader(fh))
+        for dev in ("7,0", "7,1"):
+            ours = sorted((f"{float(r['time_s']):.6f}", f"{float(r[f'{ph}_s']):.6f}") for r in rows
+                          if r["device"] == dev)
+            dat = (tmp_path / f"{prefix}_{dev}_{ph}.dat").read_text()
+            theirs = sorted(tuple(ln.split()) for ln in dat.splitlines())
+            assert ours == theirs, (ph, dev)
 
 
 def test_text_report_has_every_section(tmp_path: Path) -> None:

@@ -469,9 +469,15 @@ def to_json(r: BttResult, src_meta: dict[str, Any], name: Callable[[int], str]) 
 # ----------------------------------------------------------------------------- command
 
 class CsvDumps:
-    """Per-I/O latency files (btt's -l/-q/-z, as CSV): time_s,device,process,sector,latency_s."""
+    """Per-I/O latency files (btt's -l/-q/-z, as CSV): time_s,device,process,sector,latency_s.
 
-    def __init__(self, paths: dict[str, str], names: Callable[[int], str], procs: list[str]) -> None:
+    time_s is the Q time for q2c and the D time for q2d, the C time for d2c (as btt's files), in
+    seconds from the trace's time zero (the blktrace export's 0).
+    """
+
+    def __init__(self, paths: dict[str, str], names: Callable[[int], str], procs: list[str],
+                 t0: Callable[[], int]) -> None:
+        self.t0 = t0   # times are written from the trace's time zero, like btt's files
         self.files: dict[str, IO[str]] = {}
         self.writers: dict[str, Any] = {}
         self.names = names
@@ -493,8 +499,9 @@ class CsvDumps:
         if w is None:
             return
         labels = {int(d): dev_key(int(d)) for d in np.unique(dev)}
+        rel = (t.astype(np.int64) - self.t0()) / 1e9
         w.writerows((f"{ti:.9f}", labels[di], self.procs[pi] if pi >= 0 else "", si, f"{vi:.9f}")
-                    for ti, di, pi, si, vi in zip((t / 1e9).tolist(), dev.tolist(), proc.tolist(), sec.tolist(),
+                    for ti, di, pi, si, vi in zip(rel.tolist(), dev.tolist(), proc.tolist(), sec.tolist(),
                                                   (v / 1e9).tolist()))
 
     def close(self) -> None:
@@ -542,7 +549,9 @@ def analyse_source(path: str, interval_ns: int = 1_000_000_000,
         engine = btt.Btt(src.comms, iostat_interval_ns=interval_ns)
         dumps = None
         if csv_paths:
-            dumps = CsvDumps(csv_paths, lambda d: dev_key(d), engine.proc_names)
+            zero = 0 if src.kind == "blktrace" else EXPORT_BASE_OFFSET
+            dumps = CsvDumps(csv_paths, lambda d: dev_key(d), engine.proc_names,
+                             lambda: 0 if src.kind == "blktrace" else (engine.first_ts or 0) - zero)
             engine.on_latency = dumps
         try:
             for chunk in batched(src.chunks()):
