@@ -76,4 +76,12 @@ def test_recording_round_trip(loopdev: Callable[..., Any], shm_dir: Path) -> Non
     assert doc["processes"]["fio"]["phases"]["q2c"]["n"] >= NREADS + NWRITES
     # parse == blkparse, every line
     assert run_ioscope("parse", str(cap), check=True).stdout == bs.run_blkparse(str(out))
+    # blktrace's own layout: one file per disk and CPU, named after the disks (process notes are no disk's)
+    pc = shm_dir / "pc"
+    run_ioscope("export", str(cap), "--per-cpu", "-o", str(pc), check=True)
+    names = sorted(p.name for p in pc.iterdir())
+    assert names and all(n.split(".blktrace.")[0] in (a.name, b.name) for n in names), names
+    for p in pc.iterdir():
+        p.unlink()
+    pc.rmdir()
     os.unlink(shm_dir / "btt.avg")

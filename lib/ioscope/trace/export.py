@@ -11,6 +11,7 @@ import numpy as np
 
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET, BlktraceWriter
+from ioscope.trace.events import EV_NOTE_PROCESS, note_comm
 from ioscope.trace.offline import Source, open_source
 
 EXAMPLES = """\
@@ -63,6 +64,13 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False) -> tuple[int, in
                 dump[1].comms.update(src.comms)
                 dump[1].write(chunk)
                 continue
+            notes = (chunk["flags"] & EV_NOTE_PROCESS) != 0
+            if notes.any():   # process notes name pids for every file; they belong to no disk
+                for e in chunk[notes]:
+                    src.comms.setdefault(int(e["pid"]), note_comm(e))
+                chunk = chunk[~notes]
+                if not len(chunk):
+                    continue
             if not files:
                 files_base = int(chunk["ts"][0]) - EXPORT_BASE_OFFSET
             keys = (chunk["dev"].astype(np.uint64) << np.uint64(16)) | chunk["cpu"].astype(np.uint64)
