@@ -263,3 +263,29 @@ def test_sleep_requests() -> None:
     s.add(900, TA_COMPLETE, 0, 4096)
     r = _run(s)
     assert r.stat("s2g").n == 1 and r.stat("s2g").total == 250 and r.stat("q2g").total == 300
+
+
+def test_memory_stays_bounded() -> None:
+    """Python-side state after 5 and after 40 batches of a long generated workload: no growth with length
+    (the seek trees, in C, grow with the number of distinct seek distances only)."""
+    import tracemalloc
+    b = btt.Btt(report_speed.COMMS)
+    tracemalloc.start()
+    sizes = []
+    for i, chunk in enumerate(report_speed.synth_chunks(30 * 14_000, seed=2, ios_per_chunk=2_000)):
+        b.feed(chunk)
+        if i in (4, 39):
+            sizes.append(tracemalloc.get_traced_memory()[0])
+    tracemalloc.stop()
+    assert len(b.live_all.starts) < 100
+    assert sizes[1] < sizes[0] * 1.5 + (2 << 20), sizes
+    r = b.result()
+    assert r.stat("q2c").n == 2_000 * (i + 1)   # every generated I/O, none lost between chunks
+    # active periods that ended are reduced to counters as the capture goes on
+    b2 = btt.Btt()
+    base = bs.inflight_at_start().events()[3:]    # eleven whole I/Os
+    for k in range(300):
+        ev = base.copy()
+        ev["ts"] += np.uint64(k * 10_000_000)
+        b2.feed(ev)
+    assert b2.live_all.done_n > 250 and len(b2.live_all.starts) < 20
