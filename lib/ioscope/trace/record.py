@@ -117,6 +117,7 @@ class RecorderOptions:
     pid: int | None = None
     buffer_bytes: int = DEFAULT_BUFFER
     btf: str | None = None
+    hooks: list[str] | None = None  # None: every hook in HOOKS
 
 
 def _ring_size(n: int) -> int:
@@ -144,8 +145,8 @@ class Recorder:
 
     def _setup(self) -> None:
         b, o = self.bpf, self.opts
-        b.choose(required=[h for h, (_, req) in HOOKS.items() if req],
-                 optional=[h for h, (_, req) in HOOKS.items() if not req])
+        wanted = o.hooks if o.hooks is not None else list(HOOKS)
+        b.choose(required=[h for h in wanted if HOOKS[h][1]], optional=[h for h in wanted if not HOOKS[h][1]])
         b.set_global("targ_ndisks", len(o.disks), "I")
         devs = [d.dev for d in o.disks] + [0] * (MAX_DISKS - len(o.disks))
         b.obj.set_global("targ_disks", np.array(devs, dtype=np.uint32).tobytes())
