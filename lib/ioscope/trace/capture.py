@@ -57,6 +57,8 @@ KEY_END = b"ioscope.end"
 NAMES: tuple[str, ...] = tuple(EVENT.names or ())
 DTYPES: dict[str, np.dtype[Any]] = {n: EVENT[n] for n in NAMES}
 
+_RAW = np.dtype((np.void, EVENT.itemsize))
+
 DEFAULT_CHUNK_BYTES = 2 << 20
 DEFAULT_FLUSH_INTERVAL = 1.0
 DEFAULT_REORDER_WINDOW_NS = 20_000_000
@@ -205,10 +207,11 @@ class CaptureWriter:
         self._pending_rows = 0
         if not parts:
             return np.empty(0, EVENT)
-        allev = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        # copies go through an opaque-bytes view: numpy copies structured dtypes field by field
+        allev = parts[0] if len(parts) == 1 else np.concatenate([p.view(_RAW) for p in parts]).view(EVENT)
         ts = allev["ts"]
         if len(ts) > 1 and not bool((ts[1:] >= ts[:-1]).all()):
-            allev = allev[np.argsort(ts, kind="stable")]
+            allev = allev.view(_RAW)[np.argsort(ts, kind="stable")].view(EVENT)
         return allev
 
     def flush(self, final: bool = False) -> None:
