@@ -50,6 +50,17 @@ def test_same_sector_reused_and_missing_phases() -> None:
     assert rows == [(30, 10, 20), (65, 40, 50), (90, 0, 70), (99, 95, 0)]
 
 
+def test_queue_event_is_used_once() -> None:
+    """Flush requests without a Q of their own must not inherit an old Q of the same sector."""
+    p = Pairer()
+    b = np.concatenate([ev(TA_QUEUE, 10, 0, 0), ev(TA_ISSUE, 20, 0, 0), ev(TA_COMPLETE, 30, 0, 0),
+                        ev(TA_ISSUE, 5000, 0, 0), ev(TA_COMPLETE, 5010, 0, 0),   # no Q: flush machinery
+                        ev(TA_QUEUE, 6000, 9, 0), ev(TA_COMPLETE, 6001, 9, 0),   # bio-based
+                        ev(TA_COMPLETE, 7000, 9, 0)])                             # no Q left for this one
+    rows = [(int(r["ts"]), int(r["q_ts"]), int(r["d_ts"])) for r in p.feed(b)]
+    assert rows == [(30, 10, 20), (5010, 0, 5000), (6001, 6000, 0), (7000, 0, 0)]
+
+
 def test_split_remainder_gets_queue_time() -> None:
     p = Pairer()
     b = np.concatenate([ev(TA_QUEUE, 10, 0, 8192), ev(TA_SPLIT, 11, 0, 4096, aux=8),

@@ -72,11 +72,18 @@ class Pairer:
         gstart = np.maximum.accumulate(np.where(new_group, idx, 0))
         last_d = np.maximum.accumulate(np.where(is_d, idx, -1))
         last_q = np.maximum.accumulate(np.where(is_q, idx, -1))
+        last_c = np.maximum.accumulate(np.where(is_c, idx, -1))
         ci = idx[is_c]
+        g = gstart[ci]
         d = last_d[ci]
-        d = np.where(d >= gstart[ci], d, -1)
+        d = np.where(d >= g, d, -1)
+        # a Q belongs to the first D (or, without a D, the first C) after it: one already
+        # followed by another D or C of the same sector was used up (no stale queue times)
+        before_d = np.where(d > 0, last_d[np.maximum(d - 1, 0)], -1)
+        before_c = np.where(ci > 0, last_c[np.maximum(ci - 1, 0)], -1)
         q = np.where(d >= 0, last_q[np.maximum(d, 0)], last_q[ci])
-        q = np.where(q >= gstart[ci], q, -1)
+        used = np.where(d >= 0, q <= before_d, q <= before_c)
+        q = np.where((q >= g) & ~used, q, -1)
         out = np.zeros(len(ci), PAIRED)
         c = ev[ci]
         for f in ("ts", "sector", "bytes", "dev", "category", "error"):
