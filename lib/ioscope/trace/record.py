@@ -157,6 +157,8 @@ class Recorder:
         self.ring = b.ringbuf("events")
         self.stats = b.map("rec_stats")
         b.attach()
+        self.attached_ns = time.monotonic_ns()  # every program runs from here on
+        self.detached_ns = 0
 
     @property
     def unavailable(self) -> list[str]:
@@ -188,6 +190,7 @@ class Recorder:
 
     def detach(self) -> None:
         if not self.detached:
+            self.detached_ns = time.monotonic_ns()  # every program ran until here
             self.bpf.detach()
             self.detached = True
 
@@ -250,6 +253,7 @@ def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, 
         "attach": rec.bpf.variant_summary(),
         "unavailable": list(rec.unavailable),
         "filters": {"disks": [d.name for d in o.disks], "pid": o.pid},
+        "attached_mono_ns": rec.attached_ns,
         "ring_buffer_bytes": rec.ring_bytes,
         "wakeup_bytes": rec.wakeup_bytes,
         "command": " ".join(["ioscope", *(argv or [])]),
@@ -321,7 +325,7 @@ class RecordSession:
             losses = rec.losses()
             w.set_lost(losses.to_json())
             self.status.lost = losses.total
-            w.close(end={"stop_reason": self.status.stop_reason})
+            w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns})
             self.status.bytes = w.bytes_written() or os.path.getsize(w.path)
         except BaseException as exc:  # reported by the main thread
             self.status.error = exc
