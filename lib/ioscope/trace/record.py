@@ -87,7 +87,7 @@ class Losses:
 
     @property
     def total(self) -> int:
-        return int(self.events.sum() + self.notes.sum()) + self.recursion_misses
+        return int(self.events.sum() + self.notes.sum()) + self.recursion_misses + self.pid_map_full
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +108,9 @@ class Losses:
             parts.append(f"{int(self.notes.sum())} process notes (ring buffer full)")
         if self.recursion_misses:
             parts.append(f"{self.recursion_misses} program runs skipped by the kernel (recursion_misses)")
+        if self.pid_map_full:
+            parts.append(f"{self.pid_map_full} bios of the -p process not followed (map full): "
+                         "their request events are missing")
         return ", ".join(parts) or "none"
 
 
@@ -388,6 +391,10 @@ def run(args: argparse.Namespace) -> int:
     disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
     rec = Recorder(RecorderOptions(disks=disks, pid=args.pid, buffer_bytes=args.buffer, btf=btf))
     try:
+        traced_disk = _output_on_traced_disk(parent, disks)
+        if traced_disk:
+            print(f"ioscope record: warning: {out} is on {traced_disk}, which is being traced: writing the "
+                  "capture adds I/O to the trace (write it to another disk or /dev/shm)", file=sys.stderr)
         for what in rec.unavailable:
             print(f"ioscope record: {what}; recording without it", file=sys.stderr)
         meta = capture_meta(rec, sys.argv[1:])
@@ -396,6 +403,20 @@ def run(args: argparse.Namespace) -> int:
         return _record(session, args, disks)
     finally:
         rec.close()
+
+
+def _output_on_traced_disk(directory: str, disks: list[devices.BlockDevice],
+                           sys_root: str = "/sys") -> str | None:
+    """The traced disk that holds directory, if any (None for tmpfs and other disk-less file systems)."""
+    st_dev = os.stat(directory).st_dev
+    spec = f"{os.major(st_dev)}:{os.minor(st_dev)}"
+    try:
+        disk = devices.resolve_disk(spec, sys_root)
+    except IoscopeError:
+        return None  # not a block device (tmpfs, overlay, nfs)
+    if not disks or disk in disks:
+        return disk.name
+    return None
 
 
 def _record(session: RecordSession, args: argparse.Namespace, disks: list[devices.BlockDevice]) -> int:
