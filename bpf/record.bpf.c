@@ -83,6 +83,7 @@ struct cpu_state {
 	__u64 last_check_ns;
 	__u32 last_pid;
 	__u32 last_valid;
+	__u32 submitted; /* records submitted on this CPU (wake-up checks) */
 };
 
 struct {
@@ -140,11 +141,19 @@ static __always_inline bool disk_wanted(__u32 dev)
 	return false;
 }
 
-static __always_inline void submit(void *e)
+/*
+ * Submit without waking the consumer (it polls on a timer) unless
+ * targ_wakeup_bytes are waiting; that is checked on every 32nd record of a
+ * CPU only, to keep the ring buffer's shared positions out of the hot path.
+ */
+#define WAKEUP_CHECK_MASK 31
+
+static __always_inline void submit(void *e, struct cpu_state *cs)
 {
 	__u64 flags = BPF_RB_NO_WAKEUP;
 
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= targ_wakeup_bytes) {
+	if (!(cs->submitted++ & WAKEUP_CHECK_MASK) &&
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= targ_wakeup_bytes) {
 		flags = BPF_RB_FORCE_WAKEUP;
 		stat_inc(IOS_REC_WAKEUPS);
 	}
@@ -159,16 +168,12 @@ static __always_inline void submit(void *e)
  */
 #define COMM_RECHECK_NS 20000000ULL
 
-static __always_inline void note_process(__u64 pid_tgid, __u64 ts)
+static __always_inline void note_process(__u64 pid_tgid, __u64 ts, struct cpu_state *cs)
 {
 	struct comm16 cur = {}, *seen;
-	struct cpu_state *cs;
 	struct trace_event *n;
-	__u32 zero = 0, pid = (__u32)pid_tgid, slot = pid & (IOS_REC_COMM_SLOTS - 1);
+	__u32 pid = (__u32)pid_tgid, slot = pid & (IOS_REC_COMM_SLOTS - 1);
 
-	cs = bpf_map_lookup_elem(&cpu_state, &zero);
-	if (!cs)
-		return;
 	if (cs->last_valid && cs->last_pid == pid && ts - cs->last_check_ns < COMM_RECHECK_NS)
 		return;
 	cs->last_pid = pid;
@@ -205,15 +210,20 @@ static __always_inline void note_process(__u64 pid_tgid, __u64 ts)
 	n->action = 0;
 	n->category = IOS_TC_NOTIFY;
 	n->flags = IOS_EV_NOTE_PROCESS;
-	submit(n);
+	submit(n, cs);
 }
 
 static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 action, __u16 category, __u64 sector,
 				__u32 bytes, __u64 aux, __u32 aux_dev, int error)
 {
 	struct trace_event *e;
+	struct cpu_state *cs;
+	__u32 zero = 0;
 
-	note_process(pid_tgid, ts);
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (!cs)
+		return 0;
+	note_process(pid_tgid, ts, cs);
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		stat_inc(IOS_REC_LOST_EVENT);
@@ -232,7 +242,7 @@ static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 actio
 	e->action = action;
 	e->category = category;
 	e->flags = 0;
-	submit(e);
+	submit(e, cs);
 	return 0;
 }
 
