@@ -270,11 +270,9 @@ class Status:
     """Counters shared by the consumer thread and the status line."""
 
     def __init__(self) -> None:
-        self.events = 0
-        self.notes = 0
+        self.events = 0  # records handed to the writer (process notes included)
         self.bytes = 0
         self.lost = 0
-        self.per_action = np.zeros(32, dtype=np.int64)
         self.stop_reason = ""
         self.error: BaseException | None = None
 
@@ -301,11 +299,7 @@ class RecordSession:
 
     def _take(self, ev: np.ndarray, horizon: int) -> None:
         self.writer.write(ev, horizon)
-        if len(ev):
-            acts = np.bincount(ev["action"], minlength=32)
-            self.status.per_action[: len(acts)] += acts[:32]
-            self.status.notes += int(acts[0])
-            self.status.events += len(ev) - int(acts[0])
+        self.status.events += len(ev)  # records, process notes included
         self.status.bytes = self.writer.bytes_written()
 
     def _run(self) -> None:
@@ -464,8 +458,10 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
         raise IoscopeError(f"recording failed: {st.error}") from st.error
     elapsed = time.monotonic() - started
     losses = session.rec.losses()
-    acts = ", ".join(f"{ACTION_LETTERS.get(a, str(a))} {int(n)}" for a, n in enumerate(st.per_action) if n and a)
-    print(f"Recorded {st.events:,} events ({acts or 'none'}) and {st.notes} process notes in {elapsed:.1f}s "
+    counts = session.writer.action_counts
+    acts = ", ".join(f"{ACTION_LETTERS.get(a, str(a))} {int(n)}" for a, n in enumerate(counts) if n and a)
+    nevents, nnotes = int(counts[1:].sum()), int(counts[0])
+    print(f"Recorded {nevents:,} events ({acts or 'none'}) and {nnotes} process notes in {elapsed:.1f}s "
           f"to {args.output} ({_fmt_size(st.bytes)}); lost {losses.total}"
           f"{' (' + losses.describe() + ')' if losses.total else ''}; stopped: {st.stop_reason or 'end'}.",
           file=sys.stderr)
