@@ -5,7 +5,7 @@ A capture is an Apache Arrow IPC *stream* (docs/capture-format.md):
 - the schema message comes first; its custom metadata holds the capture's
   header (``ioscope.capture``: JSON with host, kernel, devices, clock, ...);
 - then one record batch ("chunk") per flush, one column per EVENT field, each
-  with custom metadata ``ioscope.chunk`` (JSON: sequence number, CRC-32 of the
+  with custom metadata ``ioscope.chunk`` (JSON: sequence number, checksum of the
   column data, process names first seen in it, lost counts so far);
 - then, when the recorder ends cleanly, an empty record batch with
   ``ioscope.end`` (end time, final lost counts) and Arrow's end-of-stream marker.
