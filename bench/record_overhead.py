@@ -119,6 +119,7 @@ def main() -> int:
     ap.add_argument("--runtime", type=float, default=5.0)
     ap.add_argument("--modes", default="base,record,blk")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--scheduler", default="mq-deadline", help="I/O scheduler of the loop device")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     results: dict[str, list[float]] = {m: [] for m in modes}
@@ -127,7 +128,7 @@ def main() -> int:
     print(f"fio randread 4k QD32 direct libaio, {args.runtime:g}s per run, {args.rounds} rounds, "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
     try:
-        with LoopDevice(size_mb=1024) as ld:
+        with LoopDevice(size_mb=1024, scheduler=args.scheduler) as ld:
             sched = Path(f"/sys/block/{ld.name}/queue/scheduler").read_text().strip()
             print(f"device {ld.name} on tmpfs, scheduler {sched}")
             run_fio(ld.path, rw="randread", bs="4k", iodepth=32, runtime=1, size="900M")  # warm-up
