@@ -72,19 +72,26 @@ struct {
 	__type(value, __u64);
 } rec_stats SEC(".maps");
 
-struct comm_cache {
+/* Per-CPU state of the process-note logic: the pid of the last event on
+ * this CPU (and when its comm was last compared), and a small cache of
+ * recently seen (pid, comm) pairs. */
+struct cpu_state {
 	__u64 c0[IOS_REC_COMM_SLOTS];
 	__u64 c1[IOS_REC_COMM_SLOTS];
 	__u32 pid[IOS_REC_COMM_SLOTS];
 	__u8 valid[IOS_REC_COMM_SLOTS];
+	__u64 last_check_ns;
+	__u32 last_pid;
+	__u32 last_valid;
+	__u32 submitted; /* records submitted on this CPU (wake-up checks) */
 };
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct comm_cache);
-} comm_cache SEC(".maps");
+	__type(value, struct cpu_state);
+} cpu_state SEC(".maps");
 
 struct comm16 {
 	__u64 c0;
@@ -134,42 +141,59 @@ static __always_inline bool disk_wanted(__u32 dev)
 	return false;
 }
 
-static __always_inline void submit(void *e)
+/*
+ * Submit without waking the consumer (it polls on a timer) unless
+ * targ_wakeup_bytes are waiting; that is checked on every 32nd record of a
+ * CPU only, to keep the ring buffer's shared positions out of the hot path.
+ */
+#define WAKEUP_CHECK_MASK 31
+
+static __always_inline void submit(void *e, struct cpu_state *cs)
 {
 	__u64 flags = BPF_RB_NO_WAKEUP;
 
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= targ_wakeup_bytes) {
+	if (!(cs->submitted++ & WAKEUP_CHECK_MASK) &&
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= targ_wakeup_bytes) {
 		flags = BPF_RB_FORCE_WAKEUP;
 		stat_inc(IOS_REC_WAKEUPS);
 	}
 	bpf_ringbuf_submit(e, flags);
 }
 
-/* Send a process note when this pid is new or its comm changed. */
-static __always_inline void note_process(__u64 pid_tgid, __u64 ts)
+/*
+ * Send a process note when this pid is new or its comm changed. Fast path:
+ * the same pid as the previous event on this CPU, compared less than
+ * COMM_RECHECK_NS ago: nothing to do (no helper call). A comm change (exec,
+ * prctl) is therefore noticed within COMM_RECHECK_NS of a pid's events.
+ */
+#define COMM_RECHECK_NS 20000000ULL
+
+static __always_inline void note_process(__u64 pid_tgid, __u64 ts, struct cpu_state *cs)
 {
 	struct comm16 cur = {}, *seen;
-	struct comm_cache *cc;
 	struct trace_event *n;
-	__u32 zero = 0, pid = (__u32)pid_tgid, slot = pid & (IOS_REC_COMM_SLOTS - 1);
+	__u32 pid = (__u32)pid_tgid, slot = pid & (IOS_REC_COMM_SLOTS - 1);
 
+	if (cs->last_valid && cs->last_pid == pid && ts - cs->last_check_ns < COMM_RECHECK_NS)
+		return;
+	cs->last_pid = pid;
+	cs->last_check_ns = ts;
+	cs->last_valid = 1;
 	bpf_get_current_comm(&cur, sizeof(cur));
-	cc = bpf_map_lookup_elem(&comm_cache, &zero);
-	if (!cc)
+	if (cs->valid[slot] && cs->pid[slot] == pid && cs->c0[slot] == cur.c0 && cs->c1[slot] == cur.c1)
 		return;
-	if (cc->valid[slot] && cc->pid[slot] == pid && cc->c0[slot] == cur.c0 && cc->c1[slot] == cur.c1)
-		return;
-	cc->valid[slot] = 1;
-	cc->pid[slot] = pid;
-	cc->c0[slot] = cur.c0;
-	cc->c1[slot] = cur.c1;
+	cs->valid[slot] = 1;
+	cs->pid[slot] = pid;
+	cs->c0[slot] = cur.c0;
+	cs->c1[slot] = cur.c1;
 	seen = bpf_map_lookup_elem(&comms_seen, &pid);
 	if (seen && seen->c0 == cur.c0 && seen->c1 == cur.c1)
 		return;
 	n = bpf_ringbuf_reserve(&events, sizeof(*n), 0);
 	if (!n) {
 		stat_inc(IOS_REC_LOST_NOTE);
-		cc->valid[slot] = 0; /* try again next time */
+		cs->valid[slot] = 0; /* try again next time */
+		cs->last_valid = 0;
 		return;
 	}
 	bpf_map_update_elem(&comms_seen, &pid, &cur, BPF_ANY);
@@ -186,16 +210,20 @@ static __always_inline void note_process(__u64 pid_tgid, __u64 ts)
 	n->action = 0;
 	n->category = IOS_TC_NOTIFY;
 	n->flags = IOS_EV_NOTE_PROCESS;
-	stat_inc(IOS_REC_NOTES);
-	submit(n);
+	submit(n, cs);
 }
 
 static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 action, __u16 category, __u64 sector,
 				__u32 bytes, __u64 aux, __u32 aux_dev, int error)
 {
 	struct trace_event *e;
+	struct cpu_state *cs;
+	__u32 zero = 0;
 
-	note_process(pid_tgid, ts);
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (!cs)
+		return 0;
+	note_process(pid_tgid, ts, cs);
 	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		stat_inc(IOS_REC_LOST_EVENT);
@@ -214,8 +242,7 @@ static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 actio
 	e->action = action;
 	e->category = category;
 	e->flags = 0;
-	stat_inc(IOS_REC_EVENTS);
-	submit(e);
+	submit(e, cs);
 	return 0;
 }
 

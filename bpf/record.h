@@ -11,10 +11,8 @@ enum rec_stat {
 	IOS_REC_LOST_EVENT = 0,   /* ring buffer full: an event was dropped */
 	IOS_REC_LOST_NOTE = 1,    /* ring buffer full: a process note was dropped */
 	IOS_REC_PID_MAP_FULL = 2, /* -p: a tracked bio could not be remembered */
-	IOS_REC_EVENTS = 3,       /* events submitted */
-	IOS_REC_NOTES = 4,        /* process notes submitted */
-	IOS_REC_WAKEUPS = 5,      /* forced consumer wake-ups */
-	IOS_REC_NR_STATS = 6,
+	IOS_REC_WAKEUPS = 3,      /* forced consumer wake-ups */
+	IOS_REC_NR_STATS = 4,
 };
 
 #define IOS_REC_MAX_DISKS 16  /* -d filters */

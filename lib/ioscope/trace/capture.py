@@ -5,7 +5,7 @@ A capture is an Apache Arrow IPC *stream* (docs/capture-format.md):
 - the schema message comes first; its custom metadata holds the capture's
   header (``ioscope.capture``: JSON with host, kernel, devices, clock, ...);
 - then one record batch ("chunk") per flush, one column per EVENT field, each
-  with custom metadata ``ioscope.chunk`` (JSON: sequence number, CRC-32 of the
+  with custom metadata ``ioscope.chunk`` (JSON: sequence number, checksum of the
   column data, process names first seen in it, lost counts so far);
 - then, when the recorder ends cleanly, an empty record batch with
   ``ioscope.end`` (end time, final lost counts) and Arrow's end-of-stream marker.
@@ -57,6 +57,8 @@ KEY_END = b"ioscope.end"
 NAMES: tuple[str, ...] = tuple(EVENT.names or ())
 DTYPES: dict[str, np.dtype[Any]] = {n: EVENT[n] for n in NAMES}
 
+_RAW = np.dtype((np.void, EVENT.itemsize))
+
 DEFAULT_CHUNK_BYTES = 2 << 20
 DEFAULT_FLUSH_INTERVAL = 1.0
 DEFAULT_REORDER_WINDOW_NS = 20_000_000
@@ -80,11 +82,22 @@ def _arrow_schema(meta: Mapping[str, Any]) -> Any:
                                        KEY_HEADER_CRC: str(zlib.crc32(text.encode())).encode()})
 
 
-def _columns_crc(cols: list[np.ndarray]) -> int:
-    crc = 0
-    for c in cols:
-        crc = zlib.crc32(np.ascontiguousarray(c).view(np.uint8).data, crc)
-    return crc
+_WEIGHTS = np.empty(0, np.uint64)
+
+
+def checksum(ev: np.ndarray) -> str:
+    """Fletcher-style checksum of a chunk's events: the sum of its 64-bit words, and their sum
+    weighted by odd position factors, both mod 2**64 (hex). Any single changed word changes the
+    first; swapped words change the second. Vectorised: ~3 ns per event, where zlib's CRC-32 takes ~30.
+    """
+    global _WEIGHTS
+    words = np.ascontiguousarray(ev).view(np.uint64)
+    if len(_WEIGHTS) < len(words):
+        _WEIGHTS = np.arange(1, 2 * len(words) + 1, 2, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        s1 = int(words.sum(dtype=np.uint64))
+        s2 = int((words * _WEIGHTS[: len(words)]).sum(dtype=np.uint64))
+    return f"{s1:016x}{s2 & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def notes_to_comms(events: np.ndarray) -> dict[int, str]:
@@ -148,6 +161,7 @@ class CaptureWriter:
         self._lost: dict[str, Any] | None = None
         self._lost_dirty = False
         self.events_written = 0
+        self.action_counts = np.zeros(32, dtype=np.int64)  # records written per action code (0: notes)
         self.chunks_written = 0
         self.late_events = 0
         self.closed = False
@@ -205,10 +219,11 @@ class CaptureWriter:
         self._pending_rows = 0
         if not parts:
             return np.empty(0, EVENT)
-        allev = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        # copies go through an opaque-bytes view: numpy copies structured dtypes field by field
+        allev = parts[0] if len(parts) == 1 else np.concatenate([p.view(_RAW) for p in parts]).view(EVENT)
         ts = allev["ts"]
         if len(ts) > 1 and not bool((ts[1:] >= ts[:-1]).all()):
-            allev = allev[np.argsort(ts, kind="stable")]
+            allev = allev.view(_RAW)[np.argsort(ts, kind="stable")].view(EVENT)
         return allev
 
     def flush(self, final: bool = False) -> None:
@@ -217,7 +232,7 @@ class CaptureWriter:
         if final or self.window <= 0:
             cut = len(allev)
         else:
-            cut = int(np.searchsorted(allev["ts"], self._max_ts - self.window, side="right"))
+            cut = int(np.searchsorted(allev["ts"], np.uint64(max(0, self._max_ts - self.window)), side="right"))
         out, self._held = allev[:cut], allev[cut:]
         if len(out):
             first = int(out["ts"][0])
@@ -232,7 +247,7 @@ class CaptureWriter:
 
     def _write_chunk(self, ev: np.ndarray) -> None:
         cols = [np.ascontiguousarray(ev[name]) for name in NAMES]
-        info: dict[str, Any] = {"seq": self.chunks_written, "rows": len(ev), "crc32": _columns_crc(cols)}
+        info: dict[str, Any] = {"seq": self.chunks_written, "rows": len(ev), "sum64": checksum(ev)}
         if len(ev):
             info["first_ts"] = int(ev["ts"][0])
             info["last_ts"] = int(ev["ts"][-1])
@@ -249,6 +264,8 @@ class CaptureWriter:
             raise IoscopeError(f"cannot write capture file {self.path}: {exc}") from None
         self.chunks_written += 1
         self.events_written += len(ev)
+        acts = np.bincount(cols[NAMES.index("action")], minlength=32)
+        self.action_counts[:32] += acts[:32]
 
     def bytes_written(self) -> int:
         try:
@@ -491,7 +508,7 @@ class Capture:
             info = _json(md.get(KEY_CHUNK, b""))
             if info is None:
                 raise self._err(off, "corrupt chunk (no valid ioscope.chunk metadata)")
-            if info.get("rows") != batch.num_rows or not isinstance(info.get("crc32"), int):
+            if info.get("rows") != batch.num_rows or not isinstance(info.get("sum64"), str):
                 raise self._err(off, "corrupt chunk metadata (row count or checksum)")
             self._absorb(off, info)
             infos.append(info)
@@ -535,12 +552,10 @@ class Capture:
         for (off, batch, _md), info in zip(self._batches(), self._chunk_info):
             n = batch.num_rows
             ev = np.empty(n, EVENT)
-            cols = []
             for i, name in enumerate(NAMES):
-                col = batch.column(i).to_numpy(zero_copy_only=True) if n else np.empty(0, DTYPES[name])
-                cols.append(col)
-                ev[name] = col
-            if _columns_crc(cols) != info.get("crc32"):
+                if n:
+                    ev[name] = batch.column(i).to_numpy(zero_copy_only=True)
+            if checksum(ev) != info.get("sum64"):
                 raise self._err(off, "corrupt chunk (checksum mismatch)")
             yield ev
 

@@ -45,8 +45,8 @@ HOOKS: dict[str, tuple[str, bool]] = {
 }
 
 # enum rec_stat in bpf/record.h
-STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_EVENTS, STAT_NOTES, STAT_WAKEUPS = range(6)
-NR_STATS = 6
+STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_WAKEUPS = range(4)
+NR_STATS = 4
 MAX_DISKS = 16  # IOS_REC_MAX_DISKS
 
 DEFAULT_BUFFER = 32 << 20
@@ -87,7 +87,7 @@ class Losses:
 
     @property
     def total(self) -> int:
-        return int(self.events.sum() + self.notes.sum()) + self.recursion_misses
+        return int(self.events.sum() + self.notes.sum()) + self.recursion_misses + self.pid_map_full
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +108,9 @@ class Losses:
             parts.append(f"{int(self.notes.sum())} process notes (ring buffer full)")
         if self.recursion_misses:
             parts.append(f"{self.recursion_misses} program runs skipped by the kernel (recursion_misses)")
+        if self.pid_map_full:
+            parts.append(f"{self.pid_map_full} bios of the -p process not followed (map full): "
+                         "their request events are missing")
         return ", ".join(parts) or "none"
 
 
@@ -117,6 +120,7 @@ class RecorderOptions:
     pid: int | None = None
     buffer_bytes: int = DEFAULT_BUFFER
     btf: str | None = None
+    hooks: list[str] | None = None  # None: every hook in HOOKS
 
 
 def _ring_size(n: int) -> int:
@@ -144,8 +148,8 @@ class Recorder:
 
     def _setup(self) -> None:
         b, o = self.bpf, self.opts
-        b.choose(required=[h for h, (_, req) in HOOKS.items() if req],
-                 optional=[h for h, (_, req) in HOOKS.items() if not req])
+        wanted = o.hooks if o.hooks is not None else list(HOOKS)
+        b.choose(required=[h for h in wanted if HOOKS[h][1]], optional=[h for h in wanted if not HOOKS[h][1]])
         b.set_global("targ_ndisks", len(o.disks), "I")
         devs = [d.dev for d in o.disks] + [0] * (MAX_DISKS - len(o.disks))
         b.obj.set_global("targ_disks", np.array(devs, dtype=np.uint32).tobytes())
@@ -156,6 +160,8 @@ class Recorder:
         self.ring = b.ringbuf("events")
         self.stats = b.map("rec_stats")
         b.attach()
+        self.attached_ns = time.monotonic_ns()  # every program runs from here on
+        self.detached_ns = 0
 
     @property
     def unavailable(self) -> list[str]:
@@ -187,6 +193,7 @@ class Recorder:
 
     def detach(self) -> None:
         if not self.detached:
+            self.detached_ns = time.monotonic_ns()  # every program ran until here
             self.bpf.detach()
             self.detached = True
 
@@ -249,6 +256,7 @@ def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, 
         "attach": rec.bpf.variant_summary(),
         "unavailable": list(rec.unavailable),
         "filters": {"disks": [d.name for d in o.disks], "pid": o.pid},
+        "attached_mono_ns": rec.attached_ns,
         "ring_buffer_bytes": rec.ring_bytes,
         "wakeup_bytes": rec.wakeup_bytes,
         "command": " ".join(["ioscope", *(argv or [])]),
@@ -262,11 +270,9 @@ class Status:
     """Counters shared by the consumer thread and the status line."""
 
     def __init__(self) -> None:
-        self.events = 0
-        self.notes = 0
+        self.events = 0  # records handed to the writer (process notes included)
         self.bytes = 0
         self.lost = 0
-        self.per_action = np.zeros(32, dtype=np.int64)
         self.stop_reason = ""
         self.error: BaseException | None = None
 
@@ -293,11 +299,7 @@ class RecordSession:
 
     def _take(self, ev: np.ndarray, horizon: int) -> None:
         self.writer.write(ev, horizon)
-        if len(ev):
-            acts = np.bincount(ev["action"], minlength=32)
-            self.status.per_action[: len(acts)] += acts[:32]
-            self.status.notes += int(acts[0])
-            self.status.events += len(ev) - int(acts[0])
+        self.status.events += len(ev)  # records, process notes included
         self.status.bytes = self.writer.bytes_written()
 
     def _run(self) -> None:
@@ -320,7 +322,7 @@ class RecordSession:
             losses = rec.losses()
             w.set_lost(losses.to_json())
             self.status.lost = losses.total
-            w.close(end={"stop_reason": self.status.stop_reason})
+            w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns})
             self.status.bytes = w.bytes_written() or os.path.getsize(w.path)
         except BaseException as exc:  # reported by the main thread
             self.status.error = exc
@@ -383,6 +385,10 @@ def run(args: argparse.Namespace) -> int:
     disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
     rec = Recorder(RecorderOptions(disks=disks, pid=args.pid, buffer_bytes=args.buffer, btf=btf))
     try:
+        traced_disk = _output_on_traced_disk(parent, disks)
+        if traced_disk:
+            print(f"ioscope record: warning: {out} is on {traced_disk}, which is being traced: writing the "
+                  "capture adds I/O to the trace (write it to another disk or /dev/shm)", file=sys.stderr)
         for what in rec.unavailable:
             print(f"ioscope record: {what}; recording without it", file=sys.stderr)
         meta = capture_meta(rec, sys.argv[1:])
@@ -391,6 +397,20 @@ def run(args: argparse.Namespace) -> int:
         return _record(session, args, disks)
     finally:
         rec.close()
+
+
+def _output_on_traced_disk(directory: str, disks: list[devices.BlockDevice],
+                           sys_root: str = "/sys") -> str | None:
+    """The traced disk that holds directory, if any (None for tmpfs and other disk-less file systems)."""
+    st_dev = os.stat(directory).st_dev
+    spec = f"{os.major(st_dev)}:{os.minor(st_dev)}"
+    try:
+        disk = devices.resolve_disk(spec, sys_root)
+    except IoscopeError:
+        return None  # not a block device (tmpfs, overlay, nfs)
+    if not disks or disk in disks:
+        return disk.name
+    return None
 
 
 def _record(session: RecordSession, args: argparse.Namespace, disks: list[devices.BlockDevice]) -> int:
@@ -438,8 +458,10 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
         raise IoscopeError(f"recording failed: {st.error}") from st.error
     elapsed = time.monotonic() - started
     losses = session.rec.losses()
-    acts = ", ".join(f"{ACTION_LETTERS.get(a, str(a))} {int(n)}" for a, n in enumerate(st.per_action) if n and a)
-    print(f"Recorded {st.events:,} events ({acts or 'none'}) and {st.notes} process notes in {elapsed:.1f}s "
+    counts = session.writer.action_counts
+    acts = ", ".join(f"{ACTION_LETTERS.get(a, str(a))} {int(n)}" for a, n in enumerate(counts) if n and a)
+    nevents, nnotes = int(counts[1:].sum()), int(counts[0])
+    print(f"Recorded {nevents:,} events ({acts or 'none'}) and {nnotes} process notes in {elapsed:.1f}s "
           f"to {args.output} ({_fmt_size(st.bytes)}); lost {losses.total}"
           f"{' (' + losses.describe() + ')' if losses.total else ''}; stopped: {st.stop_reason or 'end'}.",
           file=sys.stderr)
