@@ -458,14 +458,15 @@ class Btt:
             return
         di = np.concatenate(di_parts)
         iv = np.concatenate(iv_parts)
+        col = np.concatenate(col_parts)
+        w = np.concatenate(w_parts)
+        # (device, interval) slots of this batch, numbered densely (times can be far apart)
+        slot_key = di * (1 << 40) + (iv - int(iv.min()))
+        uk, inv = np.unique(slot_key, return_inverse=True)
+        acc = np.bincount(inv.reshape(-1) * 8 + col, weights=w, minlength=len(uk) * 8).reshape(len(uk), 8)
         lo = int(iv.min())
-        span = int(iv.max()) - lo + 1
-        ndev = len(self.dev_of)
-        key = (di * span + (iv - lo)) * 8 + np.concatenate(col_parts)
-        acc = np.bincount(key, weights=np.concatenate(w_parts), minlength=ndev * span * 8).reshape(ndev, span, 8)
-        for d_i, k in zip(*np.nonzero(acc.any(axis=2))):
-            row = acc[d_i, k]
-            slot = (self.dev_of[int(d_i)], lo + int(k))
+        for key, row in zip(uk.tolist(), acc):
+            slot = (self.dev_of[key >> 40], lo + (key & ((1 << 40) - 1)))
             cur = self.iostat.get(slot)
             if cur is None:
                 self.iostat[slot] = row.copy()

@@ -33,13 +33,20 @@ class Source:
         """EVENT arrays in time order."""
         if self.kind == "capture":
             done = 0
-            for c in self._capture.iter_chunks():
+            it = self._capture.iter_chunks()
+            while True:
+                try:
+                    c = next(it)
+                except StopIteration:
+                    return
+                except (ValueError, KeyError, IndexError, TypeError) as exc:   # the reader's own checks missed it
+                    raise IoscopeError(f"{self.path}: corrupt capture ({type(exc).__name__}: {exc})".split("\n")[0],
+                                       "the file is damaged after its last readable chunk") from None
                 yield c
                 done += c.nbytes
                 if done >= RELEASE_EVERY:
                     _release_mapping(self._capture)
                     done = 0
-            return
         for ev, _seq in self.chunks_with_seq():
             yield ev
 
@@ -124,7 +131,13 @@ def open_source(path: str) -> Source:
     from ioscope.trace.capture import open_capture
     if not os.path.exists(path):
         raise IoscopeError(f"cannot open {path}: no such file", "give a capture written by ioscope record")
-    cap = open_capture(path)
+    try:
+        cap = open_capture(path)
+    except IoscopeError:
+        raise
+    except (ValueError, KeyError, IndexError, TypeError) as exc:   # the reader's own checks missed it
+        raise IoscopeError(f"{path}: corrupt capture ({type(exc).__name__}: {exc})".split("\n")[0],
+                           "it cannot be read; was it damaged in transfer?") from None
     _release_mapping(cap)   # opening read every chunk's header: let those pages go too
     return Source(path, "capture", meta=dict(cap.meta), comms=dict(cap.comms), truncation=cap.truncation,
                   _capture=cap)
