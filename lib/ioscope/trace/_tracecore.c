@@ -1117,7 +1117,211 @@ static PyTypeObject CoreType = {
 	.tp_doc = "btt's event pairing state (in-flight Qs per device)",
 };
 
+
+/* ------------------------------------------------------------------ blkparse's default lines */
+
+/* per (device, cpu) counters, in this order (ioscope/trace/parse.py:CPU_FIELDS) */
+enum {
+	S_QREADS, S_QWRITES, S_CREADS, S_CWRITES, S_MREADS, S_MWRITES, S_IREADS, S_IWRITES, S_RRQUEUE, S_WRQUEUE,
+	S_QREAD_KB, S_QWRITE_KB, S_CREAD_KB, S_CWRITE_KB, S_QREAD_B, S_QWRITE_B, S_CREAD_B, S_CWRITE_B,
+	S_IREAD_KB, S_IWRITE_KB, S_MREAD_KB, S_MWRITE_KB, S_MREAD_B, S_MWRITE_B, S_IREAD_B, S_IWRITE_B,
+	S_IO_UNPLUGS, S_TIMER_UNPLUGS, S_NELEMS, S_NFIELDS
+};
+/* per device (DEV_FIELDS) */
+enum { D_CUR_R, D_CUR_W, D_MAX_R, D_MAX_W, D_EVENTS, D_FIRST, D_LAST, D_NFIELDS };
+
+#define TC_WRITE_ (1 << 1)
+#define TC_FLUSH_ (1 << 2)
+#define TC_SYNC_ (1 << 3)
+#define TC_AHEAD_ (1 << 11)
+#define TC_META_ (1 << 12)
+#define TC_DISCARD_ (1 << 13)
+#define TC_FUA_ (1 << 15)
+
+static void fill_rwbs(char *out, unsigned cat, uint32_t bytes)
+{
+	int i = 0;
+	if (cat & TC_FLUSH_) out[i++] = 'F';
+	if (cat & TC_DISCARD_) out[i++] = 'D';
+	else if (cat & TC_WRITE_) out[i++] = 'W';
+	else if (bytes) out[i++] = 'R';
+	else out[i++] = 'N';
+	if (cat & TC_FUA_) out[i++] = 'F';
+	if (cat & TC_AHEAD_) out[i++] = 'A';
+	if (cat & TC_SYNC_) out[i++] = 'S';
+	if (cat & TC_META_) out[i++] = 'M';
+	out[i] = 0;
+}
+
+typedef struct {
+	char *p;
+	size_t n, cap;
+	int oom;
+} sbuf_t;
+
+static void sb_reserve(sbuf_t *b, size_t more)
+{
+	if (b->n + more <= b->cap)
+		return;
+	size_t cap = b->cap ? b->cap : 1 << 16;
+	while (cap < b->n + more)
+		cap *= 2;
+	char *np = realloc(b->p, cap);
+	if (!np) {
+		b->oom = 1;
+		return;
+	}
+	b->p = np;
+	b->cap = cap;
+}
+
+/*
+ * format_blkparse(n, t, seq, dev, devidx, cpu, pid, pidx, act, cat, sector, bytes, err, aux, auxdev,
+ *                 mask, comms, cpustats, ncpus, devstats[, text]) -> bytes
+ * Lines of blkparse's default format for events already sorted; updates blkparse's counters in
+ * cpustats (int64, [ndev][ncpus][S_NFIELDS]) and devstats (int64, [ndev][D_NFIELDS]) in place.
+ * comms: a list of bytes, the command of pidx[k]. Actions blkparse does not print count as events
+ * and print nothing (act_unknown counts them).
+ */
+static PyObject *format_blkparse(PyObject *self, PyObject *args)
+{
+	Py_ssize_t n;
+	PyObject *o[15], *comms, *ocs, *ods;
+	unsigned int mask;
+	int ncpus, text = 1;
+	static const Py_ssize_t sz[15] = {8, 4, 4, 4, 2, 4, 4, 2, 2, 8, 4, 2, 8, 4, 0};
+	Py_buffer b[15], bcs, bds;
+	int got = 0, have_cs = 0, have_ds = 0;
+	if (!PyArg_ParseTuple(args, "nOOOOOOOOOOOOOOIOOiO|p", &n, &o[0], &o[1], &o[2], &o[3], &o[4], &o[5], &o[6], &o[7],
+			      &o[8], &o[9], &o[10], &o[11], &o[12], &o[13], &mask, &comms, &ocs, &ncpus, &ods, &text))
+		return NULL;
+	if (!PyList_Check(comms)) {
+		PyErr_SetString(PyExc_TypeError, "comms must be a list of bytes");
+		return NULL;
+	}
+	for (got = 0; got < 14; got++)
+		if (get_buf(o[got], &b[got], sz[got], n, "field") < 0)
+			goto fail;
+	if (PyObject_GetBuffer(ocs, &bcs, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+		goto fail;
+	have_cs = 1;
+	if (PyObject_GetBuffer(ods, &bds, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+		goto fail;
+	have_ds = 1;
+	const int64_t *t = b[0].buf;
+	const uint32_t *seq = b[1].buf, *dev = b[2].buf, *pid = b[5].buf, *bytes = b[10].buf, *auxdev = b[13].buf;
+	const int32_t *devidx = b[3].buf, *pidx = b[6].buf;
+	const uint16_t *cpu = b[4].buf, *act = b[7].buf, *cat = b[8].buf, *err = b[11].buf;
+	const uint64_t *sector = b[9].buf, *aux = b[12].buf;
+	int64_t *cs = bcs.buf, *ds = bds.buf;
+	Py_ssize_t ncomms = PyList_GET_SIZE(comms);
+	int32_t maxdev = -1;
+	for (Py_ssize_t k = 0; k < n; k++) {
+		if (devidx[k] > maxdev) maxdev = devidx[k];
+		if (cpu[k] >= ncpus || pidx[k] < 0 || pidx[k] >= ncomms) {
+			PyErr_SetString(PyExc_ValueError, "cpu or process index out of range");
+			goto fail;
+		}
+	}
+	if ((Py_ssize_t)((maxdev + 1) * ncpus * S_NFIELDS * 8) > bcs.len || (Py_ssize_t)((maxdev + 1) * D_NFIELDS * 8) > bds.len) {
+		PyErr_SetString(PyExc_ValueError, "counter arrays too small");
+		goto fail;
+	}
+	sbuf_t sb = {0};
+	for (Py_ssize_t k = 0; k < n && !sb.oom; k++) {
+		int64_t *c = cs + ((size_t)devidx[k] * ncpus + cpu[k]) * S_NFIELDS;
+		int64_t *d = ds + (size_t)devidx[k] * D_NFIELDS;
+		d[D_LAST] = t[k];
+		c[S_NELEMS]++;
+		if (!(cat[k] & mask))
+			continue;
+		if (!d[D_EVENTS])
+			d[D_FIRST] = t[k];
+		d[D_EVENTS]++;
+		int w = (cat[k] & TC_WRITE_) != 0, a = act[k];
+		uint32_t nb = bytes[k];
+		const char *letters;
+		switch (a) {
+		case A_QUEUE: letters = "Q"; c[w ? S_QWRITES : S_QREADS]++; c[w ? S_QWRITE_KB : S_QREAD_KB] += nb >> 10;
+			c[w ? S_QWRITE_B : S_QREAD_B] += nb & 1023; break;
+		case A_BACKMERGE: case A_FRONTMERGE: letters = a == A_BACKMERGE ? "M" : "F";
+			c[w ? S_MWRITES : S_MREADS]++; c[w ? S_MWRITE_KB : S_MREAD_KB] += nb >> 10;
+			c[w ? S_MWRITE_B : S_MREAD_B] += nb & 1023; break;
+		case A_REQUEUE: letters = "R"; if (d[D_CUR_R + w]) d[D_CUR_R + w]--; c[w ? S_WRQUEUE : S_RRQUEUE]++;
+			c[w ? S_IWRITE_KB : S_IREAD_KB] -= nb >> 10; c[w ? S_IWRITE_B : S_IREAD_B] -= nb & 1023; break;
+		case A_ISSUE: letters = "D"; c[w ? S_IWRITES : S_IREADS]++; c[w ? S_IWRITE_KB : S_IREAD_KB] += nb >> 10;
+			c[w ? S_IWRITE_B : S_IREAD_B] += nb & 1023; d[D_CUR_R + w]++;
+			if (d[D_CUR_R + w] > d[D_MAX_R + w])
+				d[D_MAX_R + w] = d[D_CUR_R + w];
+			break;
+		case A_COMPLETE: letters = "C"; if (d[D_CUR_R + w]) d[D_CUR_R + w]--; c[w ? S_CWRITES : S_CREADS]++;
+			c[w ? S_CWRITE_KB : S_CREAD_KB] += nb >> 10; c[w ? S_CWRITE_B : S_CREAD_B] += nb & 1023; break;
+		case A_UNPLUG_IO: letters = "U"; c[S_IO_UNPLUGS]++; break;
+		case A_UNPLUG_TIMER: letters = "UT"; c[S_TIMER_UNPLUGS]++; break;
+		case A_INSERT: letters = "I"; break;
+		case A_GETRQ: letters = "G"; break;
+		case A_SLEEPRQ: letters = "S"; break;
+		case A_PLUG: letters = "P"; break;
+		case A_SPLIT: letters = "X"; break;
+		case A_BOUNCE: letters = "B"; break;
+		case A_REMAP: letters = "A"; break;
+		default: continue;   /* driver data (17) and unknown actions: counted, not printed */
+		}
+		if (!text)
+			continue;
+		char rw[8];
+		fill_rwbs(rw, cat[k], nb);
+		const char *name = PyBytes_AS_STRING(PyList_GET_ITEM(comms, pidx[k]));
+		sb_reserve(&sb, 160 + strlen(name));
+		if (sb.oom)
+			break;
+		char *q = sb.p + sb.n;
+		int len = sprintf(q, "%3u,%-3u %2u %8u %5lld.%09lld %5u %2s %3s ", dev[k] >> 20, dev[k] & 0xfffff, cpu[k],
+				  seq[k], (long long)(t[k] / 1000000000), (long long)(t[k] % 1000000000), pid[k], letters, rw);
+		unsigned nsec = nb >> 9;
+		unsigned long long sec = (unsigned long long)sector[k];
+		switch (a) {
+		case A_REQUEUE: case A_COMPLETE:
+			len += nsec ? sprintf(q + len, "%llu + %u [%u]\n", sec, nsec, err[k]) : sprintf(q + len, "%llu [%u]\n", sec, err[k]);
+			break;
+		case A_PLUG:
+			len += sprintf(q + len, "[%s]\n", name);
+			break;
+		case A_UNPLUG_IO: case A_UNPLUG_TIMER:
+			len += sprintf(q + len, "[%s] %u\n", name, (unsigned)(aux[k] & 0xffffffffu));
+			break;
+		case A_REMAP:
+			len += sprintf(q + len, "%llu + %u <- (%u,%u) %llu\n", sec, nsec, auxdev[k] >> 20, auxdev[k] & 0xfffff,
+				       (unsigned long long)aux[k]);
+			break;
+		case A_SPLIT:
+			len += sprintf(q + len, "%llu / %u [%s]\n", sec, (unsigned)(aux[k] & 0xffffffffu), name);
+			break;
+		default:
+			len += nsec ? sprintf(q + len, "%llu + %u [%s]\n", sec, nsec, name) : sprintf(q + len, "[%s]\n", name);
+		}
+		sb.n += (size_t)len;
+	}
+	PyObject *res = sb.oom ? PyErr_NoMemory() : PyBytes_FromStringAndSize(sb.p ? sb.p : "", (Py_ssize_t)sb.n);
+	free(sb.p);
+	for (int i = 0; i < got; i++)
+		PyBuffer_Release(&b[i]);
+	PyBuffer_Release(&bcs);
+	PyBuffer_Release(&bds);
+	return res;
+fail:
+	for (int i = 0; i < got; i++)
+		PyBuffer_Release(&b[i]);
+	if (have_cs)
+		PyBuffer_Release(&bcs);
+	if (have_ds)
+		PyBuffer_Release(&bds);
+	return NULL;
+}
+
 static PyMethodDef mod_methods[] = {
+	{"format_blkparse", format_blkparse, METH_VARARGS,
+	 "blkparse's default lines for sorted events; updates blkparse's counters in place"},
 	{"scan_blktrace", scan_blktrace, METH_VARARGS,
 	 "scan_blktrace(buf, swap, final) -> (offsets, end, status, bad_offset, bad_value)"},
 	{"gather_blktrace", gather_blktrace, METH_VARARGS,

@@ -3,6 +3,9 @@ from typing import Any
 REC_SIZE: int
 
 def scan_blktrace(buf: Any, swap: bool, final: bool) -> tuple[bytes, int, int, int, int]: ...
+def format_blkparse(n: int, t: Any, seq: Any, dev: Any, devidx: Any, cpu: Any, pid: Any, pidx: Any, act: Any,
+                    cat: Any, sector: Any, nbytes: Any, err: Any, aux: Any, auxdev: Any, mask: int,
+                    comms: list[bytes], cpustats: Any, ncpus: int, devstats: Any, text: bool = True) -> bytes: ...
 def gather_blktrace(buf: Any, offsets: Any, swap: bool) -> bytes: ...
 
 class Core:

@@ -434,7 +434,10 @@ class Btt:
         t0 = self.first_ts or 0
         act = ev["action"]
         sel = ((act == TA_COMPLETE) | (act == TA_BACKMERGE) | (act == TA_FRONTMERGE)) & (ev["bytes"] > 0)
-        di_parts, iv_parts, col_parts, w_parts = [], [], [], []
+        di_parts: list[npt.NDArray[Any]] = []
+        iv_parts: list[npt.NDArray[Any]] = []
+        col_parts: list[npt.NDArray[Any]] = []
+        w_parts: list[npt.NDArray[Any]] = []
         if sel.any():
             rd = (ev["category"][sel] & TC_READ) != 0
             comp = ev["action"][sel] == TA_COMPLETE
@@ -458,12 +461,13 @@ class Btt:
             return
         di = np.concatenate(di_parts)
         iv = np.concatenate(iv_parts)
-        col = np.concatenate(col_parts)
-        w = np.concatenate(w_parts)
+        col = np.concatenate(col_parts).astype(np.int64)
+        w: npt.NDArray[np.float64] = np.concatenate(w_parts).astype(np.float64)
         # (device, interval) slots of this batch, numbered densely (times can be far apart)
         slot_key = di * (1 << 40) + (iv - int(iv.min()))
         uk, inv = np.unique(slot_key, return_inverse=True)
-        acc = np.bincount(inv.reshape(-1) * 8 + col, weights=w, minlength=len(uk) * 8).reshape(len(uk), 8)
+        acc = np.asarray(np.bincount(inv.reshape(-1) * 8 + col, weights=w, minlength=len(uk) * 8),
+                         dtype=np.float64).reshape(len(uk), 8)
         lo = int(iv.min())
         for key, row in zip(uk.tolist(), acc):
             slot = (self.dev_of[key >> 40], lo + (key & ((1 << 40) - 1)))

@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ioscope.errors import IoscopeError, UsageError
+from ioscope.trace import _tracecore
 from ioscope.trace.blktrace import Sequencer
 from ioscope.trace.events import (
     ACTION_LETTERS,
@@ -39,7 +40,6 @@ from ioscope.trace.events import (
     TA_SPLIT,
     TA_UNPLUG_IO,
     TA_UNPLUG_TIMER,
-    TC_WRITE,
     rwbs,
 )
 
@@ -91,18 +91,6 @@ class IoStats:
         for k in out.v:
             out.v[k] = (self.v[k] + other.v[k]) & U64
         return out
-
-
-@dataclass
-class DevInfo:
-    dev: int
-    cpus: dict[int, IoStats] = field(default_factory=dict)
-    nelems: dict[int, int] = field(default_factory=dict)
-    cur_depth: list[int] = field(default_factory=lambda: [0, 0])
-    max_depth: list[int] = field(default_factory=lambda: [0, 0])
-    events: int = 0
-    first_time: int = 0
-    last_time: int = 0
 
 
 def parse_window(text: str) -> tuple[int, int]:
@@ -243,8 +231,19 @@ def dump_pdu(pdu: bytes) -> str:
     return " ".join(out)
 
 
+CPU_FIELDS = ("qreads", "qwrites", "creads", "cwrites", "mreads", "mwrites", "ireads", "iwrites", "rrqueue", "wrqueue",
+              "qread_kb", "qwrite_kb", "cread_kb", "cwrite_kb", "qread_b", "qwrite_b", "cread_b", "cwrite_b",
+              "iread_kb", "iwrite_kb", "mread_kb", "mwrite_kb", "mread_b", "mwrite_b", "iread_b", "iwrite_b",
+              "io_unplugs", "timer_unplugs", "nelems")
+D_CUR, D_MAX, D_EVENTS, D_FIRST, D_LAST = 0, 2, 4, 5, 6
+
+
 class Parser:
-    """Turns time-ordered EVENT chunks into blkparse lines and totals."""
+    """Turns time-ordered EVENT chunks into blkparse lines and totals.
+
+    Counting and the default line format are one C loop (_tracecore.format_blkparse); -f/-F
+    formats are rendered here from the same sorted events.
+    """
 
     def __init__(self, out: IO[str], comms: dict[int, str], mask: int = 0xFFFF,
                  window: tuple[int, int] | None = None, fmt_all: str | None = None,
@@ -254,7 +253,9 @@ class Parser:
         self.mask = mask
         self.window = window
         self.genesis: int | None = None
-        self.devs: dict[int, DevInfo] = {}
+        self.dev_idx: dict[int, int] = {}
+        self.cpustats = np.zeros((4, 4, len(CPU_FIELDS)), dtype=np.int64)
+        self.devstats = np.zeros((4, 7), dtype=np.int64)
         self.seq = Sequencer()
         self.formats: dict[str, Formatter] = {}
         for spec, fmt in (fmt_per or {}).items():
@@ -263,8 +264,26 @@ class Parser:
             for spec in VALID_SPECS:
                 self.formats.setdefault(spec, Formatter(fmt_all, wall_base))
         self.stopped = False
-        self.bad_actions = 0
         self.nread = 0
+
+    def _register(self, devs: npt.NDArray[Any]) -> None:
+        """Devices get their totals block in the order blkparse first reads them."""
+        u, first = np.unique(devs, return_index=True)
+        for dev in u[np.argsort(first)].tolist():
+            if dev not in self.dev_idx:
+                self.dev_idx[dev] = len(self.dev_idx)
+
+    def _grow(self, ncpus: int) -> None:
+        nd, nc, nf = self.cpustats.shape
+        want_d, want_c = max(nd, len(self.dev_idx)), max(nc, ncpus)
+        if (want_d, want_c) != (nd, nc):
+            grown = np.zeros((want_d, want_c, nf), dtype=np.int64)
+            grown[:nd, :nc] = self.cpustats
+            self.cpustats = grown
+        if len(self.devstats) < want_d:
+            g = np.zeros((want_d, 7), dtype=np.int64)
+            g[:len(self.devstats)] = self.devstats
+            self.devstats = g
 
     def feed(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = None) -> None:
         if self.stopped or not len(ev):
@@ -282,8 +301,11 @@ class Parser:
                 return
         if self.genesis is None:
             self.genesis = int(ev["ts"][0])
-        if self.window is not None and not self._register_read(ev):
-            return
+        if self.window is not None:
+            if not self._register_read(ev):
+                return
+        else:
+            self._register(ev["dev"])
         # blkparse orders by (time, device, sequence)
         o = np.lexsort((seq, ev["dev"], ev["ts"]))
         ev, seq = ev[o], seq[o]
@@ -294,94 +316,52 @@ class Parser:
             if (rel >= hi).any():
                 self.stopped = True
             ev, seq, rel = ev[inside], seq[inside], rel[inside]
-        lines: list[str] = []
-        w = lines.append
-        mask = self.mask
-        devs = self.devs
-        comms = self.comms
+            if not len(ev):
+                return
+        self._grow(int(ev["cpu"].max()) + 1)
+        udev, dinv = np.unique(ev["dev"], return_inverse=True)
+        lut = np.array([self.dev_idx[int(d)] for d in udev.tolist()], dtype=np.int32)
+        devidx = lut[dinv.reshape(-1)]
+        upid, pinv = np.unique(ev["pid"], return_inverse=True)
+        names = [self.comms.get(int(p), "").encode(errors="replace") for p in upid.tolist()]
+        c = np.ascontiguousarray
+        text = _tracecore.format_blkparse(
+            len(ev), c(rel), c(seq.astype(np.uint32)), c(ev["dev"]), c(devidx), c(ev["cpu"]), c(ev["pid"]),
+            c(pinv.reshape(-1).astype(np.int32)), c(ev["action"]), c(ev["category"]), c(ev["sector"]),
+            c(ev["bytes"]), c(ev["error"]), c(ev["aux"]), c(ev["aux_dev"]), self.mask, names, self.cpustats,
+            self.cpustats.shape[1], self.devstats, not self.formats)
+        if not self.formats:
+            self.out.write(text.decode(errors="replace"))
+            return
+        lines = []
         for t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev in zip(
                 rel.tolist(), seq.tolist(), ev["dev"].tolist(), ev["cpu"].tolist(), ev["pid"].tolist(),
                 ev["action"].tolist(), ev["category"].tolist(), ev["sector"].tolist(), ev["bytes"].tolist(),
                 ev["error"].tolist(), ev["aux"].tolist(), ev["aux_dev"].tolist()):
-            d = devs.get(dev)
-            if d is None:
-                d = devs[dev] = DevInfo(dev)
-            d.last_time = t
-            d.nelems[cpu] = d.nelems.get(cpu, 0) + 1
-            st = d.cpus.get(cpu)
-            if st is None:
-                st = d.cpus[cpu] = IoStats()
-            if not cat & mask:
+            if not cat & self.mask or act not in FS_ACTIONS or act == TA_DRV_DATA:
                 continue
-            if not d.events:
-                d.first_time = t
-            d.events += 1
-            wr = 1 if cat & TC_WRITE else 0
-            if act not in FS_ACTIONS:
-                self.bad_actions += 1
-                continue
-            if act == TA_DRV_DATA:
-                continue
-            v = st.v
-            if act == TA_QUEUE:
-                k = "qwrite" if wr else "qread"
-                v[k + "s"] += 1
-                v[k + "_kb"] += nb >> 10
-                v[k + "_b"] += nb & 1023
-            elif act == TA_BACKMERGE or act == TA_FRONTMERGE:
-                k = "mwrite" if wr else "mread"
-                v[k + "s"] += 1
-                v[k + "_kb"] += nb >> 10
-                v[k + "_b"] += nb & 1023
-            elif act == TA_REQUEUE:
-                if d.cur_depth[wr]:
-                    d.cur_depth[wr] -= 1
-                v["wrqueue" if wr else "rrqueue"] += 1
-                k = "iwrite" if wr else "iread"
-                v[k + "_kb"] = (v[k + "_kb"] - (nb >> 10)) & U64
-                v[k + "_b"] = (v[k + "_b"] - (nb & 1023)) & U64
-            elif act == TA_ISSUE:
-                k = "iwrite" if wr else "iread"
-                v[k + "s"] += 1
-                v[k + "_kb"] += nb >> 10
-                v[k + "_b"] += nb & 1023
-                d.cur_depth[wr] += 1
-                if d.cur_depth[wr] > d.max_depth[wr]:
-                    d.max_depth[wr] = d.cur_depth[wr]
-            elif act == TA_COMPLETE:
-                if d.cur_depth[wr]:
-                    d.cur_depth[wr] -= 1
-                k = "cwrite" if wr else "cread"
-                v[k + "s"] += 1
-                v[k + "_kb"] += nb >> 10
-                v[k + "_b"] += nb & 1023
-            elif act == TA_UNPLUG_IO:
-                v["io_unplugs"] += 1
-            elif act == TA_UNPLUG_TIMER:
-                v["timer_unplugs"] += 1
             letters = ACTION_LETTERS[act]
-            fm = self.formats.get(letters[0]) if self.formats else None
-            if fm is not None:
-                w(fm.render(self._fields(t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev, letters)))
-                continue
-            name = comms.get(pid, "")
-            nsec = nb >> 9
-            head = (f"{dev >> 20:3d},{dev & 0xFFFFF:<3d} {cpu:2d} {s:8d} {t // 1_000_000_000:5d}."
-                    f"{t % 1_000_000_000:09d} {pid:5d} {letters:>2s} {rwbs(cat, nb):>3s} ")
-            if act == TA_REQUEUE or act == TA_COMPLETE:
-                w(f"{head}{sec} + {nsec} [{err}]\n" if nsec else f"{head}{sec} [{err}]\n")
-            elif act in (TA_ISSUE, TA_INSERT, TA_QUEUE, TA_BOUNCE, TA_BACKMERGE, TA_FRONTMERGE, TA_GETRQ,
-                         TA_SLEEPRQ):
-                w(f"{head}{sec} + {nsec} [{name}]\n" if nsec else f"{head}[{name}]\n")
-            elif act == TA_PLUG:
-                w(f"{head}[{name}]\n")
-            elif act == TA_UNPLUG_IO or act == TA_UNPLUG_TIMER:
-                w(f"{head}[{name}] {aux & 0xFFFFFFFF}\n")
-            elif act == TA_REMAP:
-                w(f"{head}{sec} + {nsec} <- ({auxdev >> 20},{auxdev & 0xFFFFF}) {aux}\n")
-            elif act == TA_SPLIT:
-                w(f"{head}{sec} / {aux & 0xFFFFFFFF} [{name}]\n")
+            fm = self.formats.get(letters[0])
+            fields = self._fields(t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev, letters)
+            lines.append(fm.render(fields) if fm is not None else self._default(fields, act, aux, auxdev))
         self.out.write("".join(lines))
+
+    def _default(self, e: dict[str, Any], act: int, aux: int, auxdev: int) -> str:
+        """One default line (for actions without a -F format when others have one)."""
+        head = (f"{e['major']:3d},{e['minor']:<3d} {e['cpu']:2d} {e['seq']:8d} {e['sec']:5d}.{e['nsec']:09d} "
+                f"{e['pid']:5d} {e['act']:>2s} {e['rwbs']:>3s} ")
+        sec, nsec, name = e["sector"], e["nblocks"], e["comm"]
+        if act in (TA_REQUEUE, TA_COMPLETE):
+            return f"{head}{sec} + {nsec} [{e['error']}]\n" if nsec else f"{head}{sec} [{e['error']}]\n"
+        if act == TA_PLUG:
+            return f"{head}[{name}]\n"
+        if act in (TA_UNPLUG_IO, TA_UNPLUG_TIMER):
+            return f"{head}[{name}] {aux & 0xFFFFFFFF}\n"
+        if act == TA_REMAP:
+            return f"{head}{sec} + {nsec} <- ({auxdev >> 20},{auxdev & 0xFFFFF}) {aux}\n"
+        if act == TA_SPLIT:
+            return f"{head}{sec} / {aux & 0xFFFFFFFF} [{name}]\n"
+        return f"{head}{sec} + {nsec} [{name}]\n" if nsec else f"{head}[{name}]\n"
 
     def _register_read(self, ev: npt.NDArray[np.void]) -> bool:
         """With a window, blkparse reads 512 events at a time and stops after the first batch that starts
@@ -395,9 +375,7 @@ class Parser:
         mins = np.minimum.reduceat(rel, starts)
         past = np.flatnonzero(mins > self.window[1])
         read = n if not len(past) else (int(starts[past[0] + 1]) if past[0] + 1 < len(starts) else n)
-        for dev in np.unique(ev["dev"][:read]).tolist():
-            if dev not in self.devs:
-                self.devs[dev] = DevInfo(dev)
+        self._register(ev["dev"][:read])
         if len(past):
             self.stopped = True
         return True
@@ -418,33 +396,39 @@ class Parser:
     def summary(self) -> str:
         out: list[str] = []
         w = out.append
-        for i, d in enumerate(self.devs.values()):
-            name = f"{d.dev >> 20},{d.dev & 0xFFFFF}"
+        for i, (dev, di) in enumerate(self.dev_idx.items()):
+            name = f"{dev >> 20},{dev & 0xFFFFF}"
             if i > 0:
                 w("\n")
             total = IoStats()
             shown = 0
-            for cpu in sorted(d.cpus):
-                if not d.nelems.get(cpu):
+            ds = self.devstats[di] if di < len(self.devstats) else np.zeros(7, dtype=np.int64)
+            depth = (int(ds[D_MAX]), int(ds[D_MAX + 1]))
+            rows = self.cpustats[di] if di < len(self.cpustats) else np.zeros((0, len(CPU_FIELDS)), np.int64)
+            for cpu, row in enumerate(rows):
+                if not row[-1]:
                     continue
-                total = total.merged(d.cpus[cpu])
-                w(dump_io_stats(d.cpus[cpu], f"CPU{cpu} ({name}):", d))
+                st = IoStats()
+                for k, v in zip(CPU_FIELDS[:-1], row[:-1].tolist()):
+                    st.v[k] = v & U64
+                total = total.merged(st)
+                w(dump_io_stats(st, f"CPU{cpu} ({name}):", depth))
                 shown += 1
             if shown > 1:
                 w("\n")
                 w(dump_io_stats(total, f"Total ({name}):", None))
-            msec = (d.last_time - d.first_time) // 1_000_000
+            msec = (int(ds[D_LAST]) - int(ds[D_FIRST])) // 1_000_000
             rrate = wrate = 0
             if msec:
                 rrate = ((1000 * total.v["cread_kb"] + total.v["cread_b"]) & U64) // msec
                 wrate = ((1000 * total.v["cwrite_kb"] + total.v["cwrite_b"]) & U64) // msec
             w(f"\nThroughput (R/W): {rrate}KiB/s / {wrate}KiB/s\n")
-            w(f"Events ({name}): {d.events} entries\n")
+            w(f"Events ({name}): {int(ds[D_EVENTS])} entries\n")
             w("Skips: 0 forward (0 -   0.0%)\n")
         return "".join(out)
 
 
-def dump_io_stats(ios: IoStats, msg: str, d: DevInfo | None) -> str:
+def dump_io_stats(ios: IoStats, msg: str, depth: tuple[int, int] | None) -> str:
     v = ios.v
 
     def kib(prefix: str) -> str:
@@ -461,8 +445,8 @@ def dump_io_stats(ios: IoStats, msg: str, d: DevInfo | None) -> str:
              f" Writes Completed: {size_cnv(v['cwrites'], False)}, {kib('cwrite')}iB\n",
              f" Read Merges:     {size_cnv(v['mreads'], False)}, {kib('mread')}iB\t"
              f" Write Merges:     {size_cnv(v['mwrites'], False)}, {kib('mwrite')}iB\n"]
-    if d is not None:
-        lines.append(f" Read depth:      {d.max_depth[0]:8d}{' ':>8s}\t Write depth:      {d.max_depth[1]:8d}\n")
+    if depth is not None:
+        lines.append(f" Read depth:      {depth[0]:8d}{' ':>8s}\t Write depth:      {depth[1]:8d}\n")
     lines.append(f" IO unplugs:      {v['io_unplugs']:8d}{' ':>8s}\t Timer unplugs:    {v['timer_unplugs']:8d}\n")
     return "".join(lines)
 
