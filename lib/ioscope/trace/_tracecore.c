@@ -237,29 +237,32 @@ static void st_inorder_median(const stree_t *t, int32_t x, uint64_t half, uint64
 	st_inorder_median(t, t->n[x].right, half, seen, out, done);
 }
 
-/* btt's modes: post-order, the most frequent distances */
-static int st_modes(const stree_t *t, int32_t x, PyObject *list, int64_t *most, int *first)
+/* btt's modes: post-order, the most frequent distances; the first MAX_MODES are kept, all counted */
+#define MAX_MODES 16
+typedef struct {
+	int64_t keys[MAX_MODES];
+	int64_t most;
+	uint64_t nmodes;
+	int first;
+} modes_t;
+
+static void st_modes(const stree_t *t, int32_t x, modes_t *m)
 {
 	if (x < 0)
-		return 0;
-	if (st_modes(t, t->n[x].left, list, most, first) < 0 || st_modes(t, t->n[x].right, list, most, first) < 0)
-		return -1;
+		return;
+	st_modes(t, t->n[x].left, m);
+	st_modes(t, t->n[x].right, m);
 	const snode_t *n = &t->n[x];
-	if (*first || n->cnt > *most) {
-		*first = 0;
-		if (PyList_SetSlice(list, 0, PyList_GET_SIZE(list), NULL) < 0)
-			return -1;
-		*most = n->cnt;
-	} else if (n->cnt < *most) {
-		return 0;
+	if (m->first || n->cnt > m->most) {
+		m->first = 0;
+		m->nmodes = 0;
+		m->most = n->cnt;
+	} else if (n->cnt < m->most) {
+		return;
 	}
-	PyObject *v = PyLong_FromLongLong(n->key);
-	if (!v || PyList_Append(list, v) < 0) {
-		Py_XDECREF(v);
-		return -1;
-	}
-	Py_DECREF(v);
-	return 0;
+	if (m->nmodes < MAX_MODES)
+		m->keys[m->nmodes] = n->key;
+	m->nmodes++;
 }
 
 static PyObject *st_export(const stree_t *t)
@@ -271,14 +274,20 @@ static PyObject *st_export(const stree_t *t)
 		st_btt_median(t, t->root, (int64_t)(t->nseeks / 2), &bm);
 		st_inorder_median(t, t->root, t->nseeks, &seen, &tm, &done);
 	}
-	PyObject *modes = PyList_New(0);
-	if (!modes || (t->root >= 0 && st_modes(t, t->root, modes, &most, &first) < 0)) {
-		Py_XDECREF(modes);
+	modes_t m = {.first = 1};
+	if (t->root >= 0)
+		st_modes(t, t->root, &m);
+	most = m.most;
+	(void)first;
+	uint64_t keep = m.nmodes < MAX_MODES ? m.nmodes : MAX_MODES;
+	PyObject *modes = PyList_New((Py_ssize_t)keep);
+	if (!modes)
 		return NULL;
-	}
-	return Py_BuildValue("{s:K,s:d,s:L,s:L,s:N,s:L,s:i}", "n", (unsigned long long)t->nseeks, "total", t->total,
-			     "btt_median", (long long)bm, "median", (long long)tm, "modes", modes, "most", (long long)most,
-			     "distinct", (int)t->nn);
+	for (uint64_t i = 0; i < keep; i++)
+		PyList_SET_ITEM(modes, (Py_ssize_t)i, PyLong_FromLongLong(m.keys[i]));
+	return Py_BuildValue("{s:K,s:d,s:L,s:L,s:N,s:K,s:L,s:i}", "n", (unsigned long long)t->nseeks, "total", t->total,
+			     "btt_median", (long long)bm, "median", (long long)tm, "modes", modes,
+			     "nmodes", (unsigned long long)m.nmodes, "most", (long long)most, "distinct", (int)t->nn);
 }
 
 typedef struct {

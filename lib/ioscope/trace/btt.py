@@ -117,7 +117,8 @@ class Seeks:
     total: float = 0.0
     median: int = 0
     btt_median: int = 0
-    modes: list[int] = field(default_factory=list)
+    modes: list[int] = field(default_factory=list)   # the first 16 modes, in btt's order
+    nmodes: int = 0                                    # how many distances share the top count
     most: int = 0
     distinct: int = 0
 

@@ -156,6 +156,7 @@ def render_btt(r: BttResult, all_data: bool = True) -> list[str]:
         tmean = 0.0
         tmed = 0
         entries: list[list[int]] = []      # [mode, seeks], the most recent first (btt's list)
+        with_seeks: list[btt.Seeks] = []
         any_dev = False
         for d in devs:
             sk = getattr(d, attr)
@@ -165,11 +166,12 @@ def render_btt(r: BttResult, all_data: bool = True) -> list[str]:
             modes = sk.modes
             line = (f"{dev_label(d.dev):>10s} | {sk.n:15d} {sk.mean:15.1f} {sk.btt_median:15d} | "
                     f"{modes[0] if modes else 0}({sk.most})")
-            if len(modes) > 2:
+            if sk.nmodes > 2:
                 out.append(line)
-                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({len(modes) - 1} more)")
+                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({sk.nmodes - 1} more)")
             else:
                 out.append(line + "".join(f" {m}" for m in modes[1:]))
+            with_seeks.append(sk)
             tn += sk.n
             tmean += sk.n * sk.mean
             tmed += sk.n * sk.btt_median
@@ -188,9 +190,12 @@ def render_btt(r: BttResult, all_data: bool = True) -> list[str]:
                     best = [e]
                 elif e[1] == best[0][1]:
                     best.insert(0, e)
+            more = len(best) - 1
+            if len(with_seeks) == 1:            # one disk: its modes, however many (only 16 are kept)
+                more = with_seeks[0].nmodes - 1
             out.append(f"{'Average':>10s} | {tn:15d} {tmean / tn:15.1f} {tmed // tn:15d} | {best[0][0]}({best[0][1]})")
-            if len(best) > 1:
-                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({len(best) - 1} more)")
+            if more > 0:
+                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({more} more)")
                 out.append("")
         out.append("")
 
@@ -414,7 +419,7 @@ def render_iostat(r: BttResult, name: Callable[[int], str]) -> list[str]:
 
 def seek_json(sk: btt.Seeks) -> dict[str, Any]:
     return {"n": sk.n, "mean": sk.mean, "median": sk.median, "btt_median": sk.btt_median, "modes": sk.modes,
-            "mode_count": sk.most, "distinct": sk.distinct}
+            "nmodes": sk.nmodes, "mode_count": sk.most, "distinct": sk.distinct}
 
 
 def to_json(r: BttResult, src_meta: dict[str, Any], name: Callable[[int], str]) -> dict[str, Any]:
