@@ -87,8 +87,10 @@ setup(
             extra_compile_args=["-Wall", "-Wno-missing-field-initializers", *_pkg_config("--cflags")],
             extra_link_args=_pkg_config("--libs"),
         ),
-        # btt's event pairing (the sequential part of ioscope report), plain C, no libraries
-        Extension("ioscope.trace._tracecore", sources=["lib/ioscope/trace/_tracecore.c"], extra_compile_args=["-Wall", "-O2"]),
+        # the sequential loops of the offline tools (btt's pairing, blktrace record scanning, blkparse
+        # lines), plain C, no libraries
+        Extension("ioscope.trace._tracecore", sources=["lib/ioscope/trace/_tracecore.c"],
+                  extra_compile_args=["-Wall", "-O2"]),
     ],
     cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
     install_requires=["numpy>=1.22", "rich>=12", "pyarrow>=14"],
