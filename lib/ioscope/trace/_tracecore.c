@@ -324,13 +324,14 @@ typedef struct {
 	int oom;
 	/* The seek trees are built by a worker thread while Python works on the chunk's records:
 	 * feed() collects the distances in `jobs`, hands them over at its end and waits, at its
-	 * start, until the previous batch is in the trees. */
+	 * start, until the previous batch is in the trees. Two workers: Q2Q trees and D2D trees. */
 	seekjob_t *jobs, *work;
 	size_t njobs, capjobs, nwork, capwork;
-	pthread_t worker;
+	pthread_t worker[2];     /* one builds the Q2Q trees, the other the D2D trees */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	int started, busy, quit, worker_oom;
+	uint64_t generation, done[2];
 } Core;
 
 static inline uint64_t tdelta(uint64_t from, uint64_t to)
@@ -592,27 +593,36 @@ static int queue_seek(Core *c, int32_t tree, int64_t dist)
 	return 0;
 }
 
+typedef struct {
+	Core *c;
+	int which;
+} worker_arg_t;
+
 static void *seek_worker(void *arg)
 {
-	Core *c = arg;
+	Core *c = ((worker_arg_t *)arg)->c;
+	int which = ((worker_arg_t *)arg)->which;
+	free(arg);
 	for (;;) {
 		pthread_mutex_lock(&c->mu);
-		while (!c->busy && !c->quit)
+		while (c->done[which] == c->generation && !c->quit)
 			pthread_cond_wait(&c->cv, &c->mu);
-		if (!c->busy) {
+		if (c->done[which] == c->generation) {
 			pthread_mutex_unlock(&c->mu);
 			return NULL;
 		}
 		pthread_mutex_unlock(&c->mu);
 		for (size_t i = 0; i < c->nwork; i++) {
+			if ((c->work[i].tree & 1) != which)
+				continue;
 			dev_t_ *d = &c->devs[c->work[i].tree >> 1];
-			stree_t *t = (c->work[i].tree & 1) ? &d->seek_d : &d->seek_q;
-			if (st_insert(t, c->work[i].dist) < 0)
+			if (st_insert(which ? &d->seek_d : &d->seek_q, c->work[i].dist) < 0)
 				c->worker_oom = 1;
 		}
 		pthread_mutex_lock(&c->mu);
-		c->busy = 0;
-		pthread_cond_broadcast(&c->cv);
+		c->done[which] = c->generation;
+		if (--c->busy == 0)
+			pthread_cond_broadcast(&c->cv);
 		pthread_mutex_unlock(&c->mu);
 	}
 }
@@ -624,7 +634,7 @@ static void wait_idle(Core *c)
 		return;
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&c->mu);
-	while (c->busy)
+	while (c->busy > 0)
 		pthread_cond_wait(&c->cv, &c->mu);
 	pthread_mutex_unlock(&c->mu);
 	Py_END_ALLOW_THREADS
@@ -645,8 +655,28 @@ static int hand_over(Core *c)
 	if (!c->started) {
 		pthread_mutex_init(&c->mu, NULL);
 		pthread_cond_init(&c->cv, NULL);
-		if (pthread_create(&c->worker, NULL, seek_worker, c) != 0) {
-			/* no thread: insert here */
+		int ok = 1;
+		for (int w = 0; w < 2 && ok; w++) {
+			worker_arg_t *a = malloc(sizeof(*a));
+			if (!a) {
+				ok = 0;
+				break;
+			}
+			a->c = c;
+			a->which = w;
+			if (pthread_create(&c->worker[w], NULL, seek_worker, a) != 0) {
+				free(a);
+				ok = 0;
+				if (w == 1) {   /* one worker runs: stop it before inserting here */
+					pthread_mutex_lock(&c->mu);
+					c->quit = 1;
+					pthread_cond_broadcast(&c->cv);
+					pthread_mutex_unlock(&c->mu);
+					pthread_join(c->worker[0], NULL);
+				}
+			}
+		}
+		if (!ok) {   /* no threads: insert here */
 			pthread_mutex_destroy(&c->mu);
 			pthread_cond_destroy(&c->cv);
 			for (size_t i = 0; i < c->nwork; i++) {
@@ -654,12 +684,14 @@ static int hand_over(Core *c)
 				if (st_insert((c->work[i].tree & 1) ? &d->seek_d : &d->seek_q, c->work[i].dist) < 0)
 					return -1;
 			}
+			c->quit = 0;
 			return 0;
 		}
 		c->started = 1;
 	}
 	pthread_mutex_lock(&c->mu);
-	c->busy = 1;
+	c->busy = 2;
+	c->generation++;
 	pthread_cond_broadcast(&c->cv);
 	pthread_mutex_unlock(&c->mu);
 	return 0;
@@ -1077,7 +1109,8 @@ static void Core_dealloc(Core *c)
 		pthread_cond_broadcast(&c->cv);
 		pthread_mutex_unlock(&c->mu);
 		Py_BEGIN_ALLOW_THREADS
-		pthread_join(c->worker, NULL);
+		pthread_join(c->worker[0], NULL);
+		pthread_join(c->worker[1], NULL);
 		Py_END_ALLOW_THREADS
 		pthread_mutex_destroy(&c->mu);
 		pthread_cond_destroy(&c->cv);
