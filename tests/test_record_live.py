@@ -258,6 +258,9 @@ def test_record_sigterm_duration_and_max_size(loopdev: Callable[..., Any], tmpdi
     with open_capture(out) as cap:
         assert not cap.truncated and cap.meta["end"] and "lost" in cap.meta
         assert int(np.count_nonzero(cap.read_all()["action"] == TA_QUEUE)) == NREADS
+        assert cap.end is not None
+        check = cap.end["completions_check"][f"{ld.device.major},{ld.device.minor}"]
+        assert check == {"name": ld.name, "kernel": NREADS, "recorded": NREADS}
     # -w: stops by itself
     t0 = time.monotonic()
     p = run_ioscope("record", "-o", f"{tmpdir_shm}/w.ioscope", "-d", ld.name, "-w", "1.5", "-q")
