@@ -225,7 +225,7 @@ def test_record_sigkill_leaves_readable_prefix(loopdev: Callable[..., Any], tmpd
     rec = _start_record(out, "-d", ld.name, "-q")
     fio = subprocess.Popen(["fio", "--name=k", f"--filename={ld.path}", "--rw=randread", "--bs=4k",
                             "--iodepth=16", "--ioengine=libaio", "--direct=1", "--time_based", "--runtime=4",
-                            "--output-format=terse"], stdout=subprocess.DEVNULL)
+                            "--output-format=terse", "--thread"], stdout=subprocess.DEVNULL)
     time.sleep(2.5)
     rec.kill()
     rec.wait()
@@ -271,11 +271,11 @@ def test_record_sigterm_duration_and_max_size(loopdev: Callable[..., Any], tmpdi
     rec = _start_record(out, "-d", ld.name, "-q", "--max-size", "3M")
     fio = subprocess.Popen(["fio", "--name=m", f"--filename={ld.path}", "--rw=randread", "--bs=4k",
                             "--iodepth=16", "--ioengine=libaio", "--direct=1", "--time_based", "--runtime=30",
-                            "--output-format=terse"], stdout=subprocess.DEVNULL)
+                            "--output-format=terse", "--thread"], stdout=subprocess.DEVNULL)
     try:
         _, err = rec.communicate(timeout=30)
     finally:
-        fio.kill()
+        fio.kill()  # --thread: the job is a thread of this process, not a child that would outlive it
         fio.wait()
     assert rec.returncode == 0 and "--max-size reached" in err, err
     size = os.path.getsize(out)
