@@ -225,7 +225,7 @@ def test_record_sigkill_leaves_readable_prefix(loopdev: Callable[..., Any], tmpd
     rec = _start_record(out, "-d", ld.name, "-q")
     fio = subprocess.Popen(["fio", "--name=k", f"--filename={ld.path}", "--rw=randread", "--bs=4k",
                             "--iodepth=16", "--ioengine=libaio", "--direct=1", "--time_based", "--runtime=4",
-                            "--output-format=terse"], stdout=subprocess.DEVNULL)
+                            "--output-format=terse", "--thread"], stdout=subprocess.DEVNULL)
     time.sleep(2.5)
     rec.kill()
     rec.wait()
@@ -258,6 +258,9 @@ def test_record_sigterm_duration_and_max_size(loopdev: Callable[..., Any], tmpdi
     with open_capture(out) as cap:
         assert not cap.truncated and cap.meta["end"] and "lost" in cap.meta
         assert int(np.count_nonzero(cap.read_all()["action"] == TA_QUEUE)) == NREADS
+        assert cap.end is not None
+        check = cap.end["completions_check"][f"{ld.device.major},{ld.device.minor}"]
+        assert check == {"name": ld.name, "kernel": NREADS, "recorded": NREADS}
     # -w: stops by itself
     t0 = time.monotonic()
     p = run_ioscope("record", "-o", f"{tmpdir_shm}/w.ioscope", "-d", ld.name, "-w", "1.5", "-q")
@@ -268,11 +271,11 @@ def test_record_sigterm_duration_and_max_size(loopdev: Callable[..., Any], tmpdi
     rec = _start_record(out, "-d", ld.name, "-q", "--max-size", "3M")
     fio = subprocess.Popen(["fio", "--name=m", f"--filename={ld.path}", "--rw=randread", "--bs=4k",
                             "--iodepth=16", "--ioengine=libaio", "--direct=1", "--time_based", "--runtime=30",
-                            "--output-format=terse"], stdout=subprocess.DEVNULL)
+                            "--output-format=terse", "--thread"], stdout=subprocess.DEVNULL)
     try:
         _, err = rec.communicate(timeout=30)
     finally:
-        fio.kill()
+        fio.kill()  # --thread: the job is a thread of this process, not a child that would outlive it
         fio.wait()
     assert rec.returncode == 0 and "--max-size reached" in err, err
     size = os.path.getsize(out)

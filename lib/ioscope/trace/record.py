@@ -23,7 +23,7 @@ from ioscope import cli_common, devices, system
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.loader import BPFObject
 from ioscope.trace.capture import CaptureWriter, clock_pair
-from ioscope.trace.events import ACTION_LETTERS, EVENT
+from ioscope.trace.events import ACTION_LETTERS, EVENT, TA_COMPLETE
 
 # hook name -> (blktrace letter(s), required)
 HOOKS: dict[str, tuple[str, bool]] = {
@@ -159,9 +159,11 @@ class Recorder:
         b.load()
         self.ring = b.ringbuf("events")
         self.stats = b.map("rec_stats")
+        self.completions_before = _completions(o.disks)
         b.attach()
         self.attached_ns = time.monotonic_ns()  # every program runs from here on
         self.detached_ns = 0
+        self.completions_after: dict[int, int] = {}
 
     @property
     def unavailable(self) -> list[str]:
@@ -195,7 +197,20 @@ class Recorder:
         if not self.detached:
             self.detached_ns = time.monotonic_ns()  # every program ran until here
             self.bpf.detach()
+            self.completions_after = _completions(self.opts.disks)
             self.detached = True
+
+    def completions_check(self, recorded: dict[int, int]) -> dict[str, dict[str, Any]]:
+        """Per disk: I/Os the kernel completed (/proc/diskstats) while recording vs. C events recorded."""
+        out: dict[str, dict[str, Any]] = {}
+        names = devices.DevNames()
+        for dev, after in self.completions_after.items():
+            kernel = after - self.completions_before.get(dev, after)
+            if kernel <= 0 and not recorded.get(dev):
+                continue
+            ma, mi = devices.kdev_split(dev)
+            out[f"{ma},{mi}"] = {"name": names.name(dev), "kernel": kernel, "recorded": int(recorded.get(dev, 0))}
+        return out
 
     def drain(self) -> np.ndarray:
         """Everything left in the ring buffer (after detach(): the last events)."""
@@ -209,6 +224,21 @@ class Recorder:
 
     def close(self) -> None:
         self.bpf.close()
+
+
+def _completions(disks: list[devices.BlockDevice]) -> dict[int, int]:
+    """kernel dev_t -> I/Os completed so far (reads + writes + discards + flushes, /proc/diskstats)."""
+    want = {d.dev for d in disks} or {d.dev for d in devices.list_disks()}  # whole disks, not partitions
+    out = {}
+    try:
+        stats = devices.read_diskstats()
+    except OSError:
+        return {}
+    for st in stats.values():
+        dev = devices.kdev(st.major, st.minor)
+        if dev in want:
+            out[dev] = st.reads + st.writes + st.discards + st.flushes
+    return out
 
 
 # -- capture metadata -----------------------------------------------------
@@ -285,6 +315,8 @@ class RecordSession:
         self.writer = writer
         self.max_size = max_size
         self.status = Status()
+        self.completed: dict[int, int] = {}  # kernel dev_t -> C events recorded
+        self.check: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._run, name="ioscope-record", daemon=False)
@@ -300,6 +332,10 @@ class RecordSession:
     def _take(self, ev: np.ndarray, horizon: int) -> None:
         self.writer.write(ev, horizon)
         self.status.events += len(ev)  # records, process notes included
+        if len(ev):
+            devs, n = np.unique(ev["dev"][ev["action"] == TA_COMPLETE], return_counts=True)
+            for d, k in zip(devs.tolist(), n.tolist()):
+                self.completed[d] = self.completed.get(d, 0) + k
         self.status.bytes = self.writer.bytes_written()
 
     def _run(self) -> None:
@@ -322,7 +358,9 @@ class RecordSession:
             losses = rec.losses()
             w.set_lost(losses.to_json())
             self.status.lost = losses.total
-            w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns})
+            self.check = rec.completions_check(self.completed)
+            w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns,
+                         "completions_check": self.check})
             self.status.bytes = w.bytes_written() or os.path.getsize(w.path)
         except BaseException as exc:  # reported by the main thread
             self.status.error = exc
@@ -468,6 +506,12 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
     if losses.total:
         print("ioscope record: records were lost; a larger --buffer (e.g. --buffer 256M) or fewer disks (-d) "
               "helps", file=sys.stderr)
+    for dev, c in session.check.items():
+        if c["recorded"] < c["kernel"]:
+            print(f"ioscope record: warning: {c['name']} ({dev}) completed {c['kernel']:,} I/Os while recording "
+                  f"(/proc/diskstats) but the capture has {c['recorded']:,} completions: "
+                  f"{c['kernel'] - c['recorded']:,} were not seen (see 'Completions check' in docs/record.md)",
+                  file=sys.stderr)
     return 0
 
 
