@@ -86,9 +86,13 @@ setup(
             sources=["lib/ioscope/_libbpf.c"],
             extra_compile_args=["-Wall", "-Wno-missing-field-initializers", *_pkg_config("--cflags")],
             extra_link_args=_pkg_config("--libs"),
-        )
+        ),
+        # the sequential loops of the offline tools (btt's pairing, blktrace record scanning, blkparse
+        # lines), plain C, no libraries
+        Extension("ioscope.trace._tracecore", sources=["lib/ioscope/trace/_tracecore.c"],
+                  extra_compile_args=["-Wall", "-O2"]),
     ],
     cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
-    install_requires=["numpy>=1.22", "rich>=12"],
+    install_requires=["numpy>=1.22", "rich>=12", "pyarrow>=14"],
     entry_points={"console_scripts": ["ioscope=ioscope.cli:main"]},
 )

@@ -174,4 +174,99 @@ static __always_inline bool rq_flush_seq(__u32 rq_flags)
 	return rq_flags & (1u << bpf_core_enum_value(enum rqf_flags, __RQF_FLUSH_SEQ));
 }
 
+/*
+ * The disk of a request queue, for block_plug/block_unplug which name only
+ * the queue. request_queue->disk arrived in 5.15 (commit d152c682f03c);
+ * without it the disk is unknown (0) and such events are not filtered by disk.
+ */
+struct request_queue___new {
+	struct gendisk *disk;
+} __attribute__((preserve_access_index));
+
+static __always_inline struct gendisk *queue_disk(struct request_queue *q)
+{
+	struct request_queue___new *nq = (void *)q;
+
+	if (bpf_core_field_exists(nq->disk))
+		return BPF_CORE_READ(nq, disk);
+	return NULL;
+}
+
+/*
+ * blktrace's category bits (BLK_TC_*, include/uapi/linux/blktrace_api.h)
+ * from a request or bio's op and flags, as the kernel's blk tracer computes
+ * them: READ or WRITE by data direction, SYNC, AHEAD, META, FLUSH (preflush),
+ * FUA from the flag bits, DISCARD for (secure) discards and FLUSH for a bare
+ * flush. The flag bit numbers come from CO-RE enum relocations.
+ */
+#define IOS_TC_READ (1 << 0)
+#define IOS_TC_WRITE (1 << 1)
+#define IOS_TC_FLUSH (1 << 2)
+#define IOS_TC_SYNC (1 << 3)
+#define IOS_TC_QUEUE (1 << 4)
+#define IOS_TC_REQUEUE (1 << 5)
+#define IOS_TC_ISSUE (1 << 6)
+#define IOS_TC_COMPLETE (1 << 7)
+#define IOS_TC_FS (1 << 8)
+#define IOS_TC_PC (1 << 9)
+#define IOS_TC_AHEAD (1 << 11)
+#define IOS_TC_META (1 << 12)
+#define IOS_TC_DISCARD (1 << 13)
+#define IOS_TC_FUA (1 << 15)
+
+static __always_inline __u16 opf_to_tc(__u32 opf)
+{
+	__u32 op = opf & 0xff;
+	__u16 tc = (op & 1) ? IOS_TC_WRITE : IOS_TC_READ; /* op_is_write(): odd ops write */
+
+	if (opf & (1u << bpf_core_enum_value(enum req_flag_bits, __REQ_SYNC)))
+		tc |= IOS_TC_SYNC;
+	if (opf & (1u << bpf_core_enum_value(enum req_flag_bits, __REQ_RAHEAD)))
+		tc |= IOS_TC_AHEAD;
+	if (opf & (1u << bpf_core_enum_value(enum req_flag_bits, __REQ_META)))
+		tc |= IOS_TC_META;
+	if (opf & (1u << bpf_core_enum_value(enum req_flag_bits, __REQ_PREFLUSH)))
+		tc |= IOS_TC_FLUSH;
+	if (opf & (1u << bpf_core_enum_value(enum req_flag_bits, __REQ_FUA)))
+		tc |= IOS_TC_FUA;
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_DISCARD) ||
+	    op == bpf_core_enum_value(enum req_op, REQ_OP_SECURE_ERASE))
+		tc |= IOS_TC_DISCARD;
+	if (op == bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+		tc |= IOS_TC_FLUSH;
+	return tc;
+}
+
+/* Driver-private (passthrough) requests carry no sector (blk_rq_is_passthrough). */
+static __always_inline bool opf_is_passthrough(__u32 opf)
+{
+	__u32 op = opf & 0xff;
+
+	return op == bpf_core_enum_value(enum req_op, REQ_OP_DRV_IN) ||
+	       op == bpf_core_enum_value(enum req_op, REQ_OP_DRV_OUT);
+}
+
+/*
+ * blk_status_t -> -errno, as blk_status_to_errno() does (block/blk-core.c,
+ * blk_errors[]). The BLK_STS_* codes are #defines, invisible to BTF; these
+ * have been stable since 4.13. Unknown codes map to -EIO like the kernel's.
+ */
+static __always_inline int blk_status_errno(__u8 sts)
+{
+	switch (sts) {
+	case 0: return 0;
+	case 1: return -95;  /* NOTSUPP: EOPNOTSUPP */
+	case 2: return -110; /* TIMEOUT: ETIMEDOUT */
+	case 3: return -28;  /* NOSPC: ENOSPC */
+	case 4: return -67;  /* TRANSPORT: ENOLINK */
+	case 5: return -121; /* TARGET: EREMOTEIO */
+	case 7: return -61;  /* MEDIUM: ENODATA */
+	case 8: return -84;  /* PROTECTION: EILSEQ */
+	case 9: return -12;  /* RESOURCE: ENOMEM */
+	case 12: return -11; /* AGAIN: EAGAIN */
+	case 13: return -16; /* DEV_RESOURCE: EBUSY */
+	default: return -5;  /* IOERR and the rest: EIO */
+	}
+}
+
 #endif /* CORE_FIXES_BPF_H */

@@ -420,6 +420,19 @@ static PyObject *object_attach(ObjectObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* detach(): destroy every link (programs stop running); maps and ring buffers stay readable. */
+static PyObject *object_detach(ObjectObject *self, PyObject *unused)
+{
+	Py_ssize_t i;
+
+	for (i = 0; i < self->nlinks; i++)
+		bpf_link__destroy(self->links[i]);
+	PyMem_Free(self->links);
+	self->links = NULL;
+	self->nlinks = 0;
+	Py_RETURN_NONE;
+}
+
 static PyObject *object_close(ObjectObject *self, PyObject *unused)
 {
 	object_close_impl(self);
@@ -514,6 +527,7 @@ static PyMethodDef object_methods[] = {
 	{"load", (PyCFunction)object_load, METH_NOARGS, "load all autoloaded programs and create maps"},
 	{"attach", (PyCFunction)object_attach, METH_VARARGS, "attach(prog) by its section"},
 	{"close", (PyCFunction)object_close, METH_NOARGS, "detach everything and close"},
+	{"detach", (PyCFunction)object_detach, METH_NOARGS, "detach every program; maps stay readable"},
 	{"prog_info", (PyCFunction)object_prog_info, METH_VARARGS, "prog_info(prog) -> dict"},
 	{"map", (PyCFunction)object_map, METH_VARARGS, "map(name) -> Map"},
 	{"ringbuf", (PyCFunction)object_ringbuf, METH_VARARGS, "ringbuf(name) -> RingBuffer"},

@@ -175,6 +175,10 @@ class BPFObject:
             total += int(self.obj.prog_info(prog)["recursion_misses"])
         return total
 
+    def detach(self) -> None:
+        """Stop every program (destroy its link); maps and ring buffers stay readable until close()."""
+        self.obj.detach()
+
     def close(self) -> None:
         """Detach every program and free the object. Safe to call twice."""
         self.obj.close()

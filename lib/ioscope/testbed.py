@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -35,8 +36,10 @@ class LoopDevice:
     """A loop device over a file on tmpfs (fast, blk-mq). Use as a context manager."""
 
     def __init__(self, size_mb: int = 256, scheduler: str | None = None, directory: str = "/dev/shm",
-                 nr_requests: int | None = None, read_ahead_kb: int | None = None) -> None:
+                 nr_requests: int | None = None, read_ahead_kb: int | None = None,
+                 partitions_mb: list[int] | None = None) -> None:
         self.size_mb = size_mb
+        self.partitions_mb = partitions_mb or []
         self.scheduler = scheduler
         self.directory = directory
         self.nr_requests = nr_requests
@@ -49,11 +52,17 @@ class LoopDevice:
         fd, self.backing = tempfile.mkstemp(prefix="ioscope-loop-", dir=self.directory)
         try:
             os.ftruncate(fd, self.size_mb << 20)
+            if self.partitions_mb:
+                os.pwrite(fd, mbr(self.partitions_mb, self.size_mb), 0)
         finally:
             os.close(fd)
         try:
-            self.path = _run(["losetup", "-f", "--show", self.backing], "create a loop device").strip()
+            scan = ["-P"] if self.partitions_mb else []
+            self.path = _run(["losetup", "-f", "--show", *scan, self.backing], "create a loop device").strip()
             self.name = os.path.basename(self.path)
+            if self.partitions_mb and not Path(f"/sys/block/{self.name}/{self.name}p1").exists():
+                # kernels without the DOS partition parser: add them explicitly (BLKPG)
+                _run(["partx", "-a", self.path], "add the partitions")
             if self.scheduler:
                 self.set_queue("scheduler", self.scheduler)
             if self.nr_requests:
@@ -71,6 +80,15 @@ class LoopDevice:
         except OSError as exc:
             raise IoscopeError(f"cannot set {key}={value} on {self.name}: {exc.strerror}") from None
 
+    def partition(self, n: int) -> str:
+        """/dev path of partition n (1-based), waiting for udev-less device nodes to appear."""
+        path = f"{self.path}p{n}"
+        for _ in range(100):
+            if os.path.exists(path):
+                return path
+            time.sleep(0.02)
+        raise IoscopeError(f"partition {path} did not appear")
+
     @property
     def device(self) -> devices.BlockDevice:
         return devices.resolve_disk(self.name)
@@ -80,6 +98,8 @@ class LoopDevice:
 
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
         if self.path:
+            if self.partitions_mb:
+                subprocess.run(["partx", "-d", self.path], capture_output=True)
             subprocess.run(["losetup", "-d", self.path], capture_output=True)
             self.path = ""
         if self.backing:
@@ -88,6 +108,143 @@ class LoopDevice:
             except FileNotFoundError:
                 pass
             self.backing = None
+
+
+def mbr(partitions_mb: list[int], disk_mb: int) -> bytes:
+    """A DOS partition table (first sector) with Linux partitions of the given sizes, 1 MiB aligned."""
+    if len(partitions_mb) > 4 or 1 + sum(partitions_mb) > disk_mb:
+        raise ValueError("at most 4 partitions that fit on the disk after its first MiB")
+    sec = bytearray(512)
+    start = 2048
+    for i, size in enumerate(partitions_mb):
+        n = size * 2048
+        chs = bytes([0, 0xFE, 0xFF, 0xFF, 0x83, 0xFE, 0xFF, 0xFF])  # not bootable, CHS unused, type Linux
+        entry = chs + start.to_bytes(4, "little") + n.to_bytes(4, "little")
+        sec[446 + 16 * i: 462 + 16 * i] = entry
+        start += n
+    sec[510:512] = b"\x55\xaa"
+    return bytes(sec)
+
+
+class BlkTracer:
+    """The kernel's own ftrace blk tracer on one disk: the independent reference for event streams.
+
+    tracefs has one blk tracer for the whole system, so users are serialised
+    with a lock file, and every setting changed (current_tracer, buffer size,
+    trace_clock, the disk's trace/enable) is restored on exit. Timestamps are
+    CLOCK_MONOTONIC seconds (trace_clock mono). With output=FILE the events
+    are streamed from trace_pipe into FILE while tracing (as an overhead
+    reference); otherwise they are read from the buffer at the end (lines()).
+    overruns() says whether the kernel dropped any (then the reference is void).
+    """
+
+    LOCK = "/dev/shm/ioscope-blk-tracer.lock"
+
+    def __init__(self, disk: str, output: str | None = None, buffer_kb: int = 131072) -> None:
+        self.disk = disk
+        self.output = output
+        self.buffer_kb = buffer_kb
+        self.tracefs = ""
+        self._saved: dict[str, str] = {}
+        self._lock_fd = -1
+        self._reader: subprocess.Popen[bytes] | None = None
+        self._out: Any = None
+        self.text = ""
+
+    def _w(self, rel: str, value: str) -> None:
+        Path(self.tracefs, rel).write_text(value)
+
+    def _r(self, rel: str) -> str:
+        return Path(self.tracefs, rel).read_text().strip()
+
+    def __enter__(self) -> BlkTracer:
+        import fcntl
+
+        from ioscope import system
+        self.tracefs = system.ensure_tracefs()
+        self._lock_fd = os.open(self.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            if self._r("current_tracer") != "nop":
+                raise IoscopeError(f"the ftrace tracer is in use ({self._r('current_tracer')})")
+            clock = [w[1:-1] for w in self._r("trace_clock").split() if w.startswith("[")]
+            self._saved = {"buffer_size_kb": self._r("buffer_size_kb"), "tracing_on": self._r("tracing_on"),
+                           "trace_clock": clock[0] if clock else "local"}
+            self._w("buffer_size_kb", str(self.buffer_kb))
+            self._w("trace_clock", "mono")  # timestamps on CLOCK_MONOTONIC, as BPF's bpf_ktime_get_ns()
+            self._w("trace", "")
+            self._w("tracing_on", "1")
+            Path(f"/sys/block/{self.disk}/trace/enable").write_text("1")
+            self._saved["enable"] = "0"
+            self._w("current_tracer", "blk")
+            if self.output:
+                self._out = open(self.output, "wb")
+                self._reader = subprocess.Popen(["cat", f"{self.tracefs}/trace_pipe"], stdout=self._out)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop tracing this disk (idempotent); the buffer stays readable."""
+        if "enable" in self._saved:
+            Path(f"/sys/block/{self.disk}/trace/enable").write_text("0")
+            del self._saved["enable"]
+        if self._reader is not None:
+            last = -1
+            while True:  # let cat drain trace_pipe
+                time.sleep(0.3)
+                size = os.fstat(self._out.fileno()).st_size
+                if size == last:
+                    break
+                last = size
+            self._reader.terminate()
+            self._reader.wait()
+            self._reader = None
+            self._out.close()
+        elif not self.text:
+            self.text = Path(self.tracefs, "trace").read_text()
+
+    def overruns(self) -> int:
+        total = 0
+        for stats in Path(self.tracefs, "per_cpu").glob("cpu*/stats"):
+            for line in stats.read_text().splitlines():
+                if line.startswith(("overrun:", "dropped events:")):
+                    total += int(line.split(":")[1])
+        return total
+
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            if self.tracefs:
+                self.stop()
+                if self._r("current_tracer") == "blk":
+                    self._w("current_tracer", "nop")
+                for key in ("buffer_size_kb", "tracing_on", "trace_clock"):
+                    if key in self._saved:
+                        self._w(key, self._saved.pop(key))
+        finally:
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+
+def parse_blk_tracer(text: str, dev: str) -> list[dict[str, Any]]:
+    """Lines of the blk tracer for device "maj,min" as dicts: cpu, ts, action, rwbs, sector, nsec, tail."""
+    import re
+    line_re = re.compile(r"\[(\d+)\]\s+\S+\s+(\d+\.\d+):\s+(\d+,\d+)\s+(\S+)\s+(\S+)\s*(.*)$")
+    out = []
+    for line in text.splitlines():
+        m = line_re.search(line)
+        if not m or m.group(3) != dev:
+            continue
+        cpu, ts, _dev, action, rwbs, tail = m.groups()
+        sector = nsec = None
+        sm = re.match(r"(\d+)(?: [+/] (\d+))?", tail)
+        if sm:
+            sector, nsec = int(sm.group(1)), int(sm.group(2) or 0)
+        out.append({"cpu": int(cpu), "ts": float(ts), "action": action, "rwbs": rwbs, "sector": sector,
+                    "nsec": nsec, "tail": tail})
+    return out
 
 
 def have_fio() -> bool:

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""ioscope report vs btt on the same 10-million-event trace: time and peak memory, side by side.
+
+1. Generate a synthetic but realistic capture with CaptureWriter: I/Os at a
+   steady rate with about 27 in flight, random 4-64 KiB reads and writes from
+   four processes on two CPUs, scattered over the disk (no two I/Os in
+   flight overlap), 10% of them back-merged into the previous
+   request, plug/unplug around bursts; every I/O is Q G I D C (merged ones Q M).
+2. Export it to a blktrace binary (ioscope export).
+3. Run `ioscope report --json CAPTURE`, `btt -i EXPORT` and `ioscope report --json EXPORT`, one
+   after the other, --repeat times (alternating); wall time and peak RSS (GNU time) of each, the
+   fastest run of each kept.
+4. Print both ratios (ioscope / btt; below 1 means ioscope is faster/smaller)
+   and check the two agree on Q2C/D2C averages and counts.
+
+usage: bench/report_speed.py [--events N] [--dir DIR] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ioscope.devices import kdev
+from ioscope.trace.events import (
+    EVENT,
+    TA_BACKMERGE,
+    TA_COMPLETE,
+    TA_GETRQ,
+    TA_INSERT,
+    TA_ISSUE,
+    TA_PLUG,
+    TA_QUEUE,
+    TA_UNPLUG_IO,
+    TC_COMPLETE,
+    TC_ISSUE,
+    TC_QUEUE,
+    TC_READ,
+    TC_WRITE,
+)
+
+DEV = kdev(7, 0)
+PIDS = (4101, 4102, 4103, 4104)
+COMMS = {4101: "fio", 4102: "fio", 4103: "postgres", 4104: "kworker/u4:2", 0: "swapper/0"}
+
+
+def synth_chunks(n_events: int, seed: int = 7, ios_per_chunk: int = 100_000) -> Iterator[npt.NDArray[np.void]]:
+    """EVENT arrays (each sorted by time) for about n_events events."""
+    rng = np.random.default_rng(seed)
+    slots = rng.permutation(1 << 22).astype(np.int64)
+    t = 1_000_000_000_000
+    made = 0
+    while made < n_events:
+        n = ios_per_chunk
+        gap = rng.exponential(3_700, n).astype(np.int64) + 200
+        q = t + np.cumsum(gap)
+        t = int(q[-1])
+        size = (rng.integers(1, 17, n) * 4096).astype(np.int64)
+        # random 128 KiB slots, each used once per 4 million I/Os: I/Os in flight never overlap, as on a
+        # real disk (btt loses track of overlapping ones; see docs/report.md); seeks are random
+        first = made // 5 % len(slots)
+        sector = slots[(first + np.arange(n)) % len(slots)] * 256 + rng.integers(0, 16, n) * 8
+        merged = rng.random(n) < 0.10
+        merged[0] = False
+        merged[1:] &= ~merged[:-1]           # a merged I/O joins the previous, unmerged one
+        # a merged I/O continues the previous one's range, queued right after the previous insert
+        owner = np.arange(n)
+        owner[merged] -= 1
+        sector[merged] = sector[owner[merged]] + size[owner[merged]] // 512
+        g = q + 800 + rng.integers(0, 400, n)
+        i = g + 500 + rng.integers(0, 300, n)
+        q[merged] = i[owner[merged]] + 150
+        m_t = q + 120
+        d = i + rng.exponential(2_500, n).astype(np.int64) + 100
+        d[merged] = d[owner[merged]]
+        c = d + rng.lognormal(11.4, 0.5, n).astype(np.int64)
+        req_bytes = size.copy()
+        np.add.at(req_bytes, owner[merged], size[merged])
+        write = rng.random(n) < 0.3
+        write[merged] = write[owner[merged]]
+        pid = np.array(PIDS)[rng.integers(0, len(PIDS), n)]
+        pid[merged] = pid[owner[merged]]
+        cpu = rng.integers(0, 2, n).astype(np.uint16)
+        base_cat = np.where(write, TC_WRITE, TC_READ).astype(np.uint16)
+        un = ~merged
+        parts: list[npt.NDArray[np.void]] = []
+        cols = {"pid": pid, "cpu": cpu, "cat": base_cat}
+        everyone = np.ones(n, dtype=bool)
+        parts.append(_events(cols, q, TA_QUEUE, sector, size, everyone, TC_QUEUE, None))
+        parts.append(_events(cols, g, TA_GETRQ, sector, size, un, 0, None))
+        parts.append(_events(cols, i, TA_INSERT, sector, size, un, 0, None))
+        parts.append(_events(cols, m_t, TA_BACKMERGE, sector, size, merged, 0, None))
+        parts.append(_events(cols, d, TA_ISSUE, sector, req_bytes, un, TC_ISSUE, None))
+        parts.append(_events(cols, c, TA_COMPLETE, sector, req_bytes, un, TC_COMPLETE, np.zeros(n, dtype=np.int64)))
+        # a plug/unplug pair around every 16th I/O
+        pl = np.zeros(n, dtype=bool)
+        pl[::16] = True
+        zero = np.zeros(n, dtype=np.int64)
+        pl &= un
+        parts.append(_events(cols, q - 50, TA_PLUG, zero, zero, pl, 0, None))
+        parts.append(_events(cols, i + 40, TA_UNPLUG_IO, zero, zero, pl, 0, None))
+        parts[-1]["aux"] = 1
+        allev = np.concatenate(parts)
+        allev = allev[np.argsort(allev["ts"], kind="stable")]
+        made += len(allev)
+        yield allev
+
+
+def _events(cols: dict[str, npt.NDArray[Any]], ts: npt.NDArray[np.int64], act: int, sec: npt.NDArray[np.int64],
+            nb: npt.NDArray[np.int64], sel: npt.NDArray[np.bool_], extra: int,
+            p: npt.NDArray[np.int64] | None) -> npt.NDArray[np.void]:
+    e = np.zeros(int(sel.sum()), dtype=EVENT)
+    e["ts"] = ts[sel]
+    e["action"] = act
+    e["sector"] = sec[sel]
+    e["bytes"] = nb[sel]
+    e["dev"] = DEV
+    e["pid"] = (cols["pid"] if p is None else p)[sel]
+    e["tgid"] = e["pid"]
+    e["cpu"] = cols["cpu"][sel]
+    e["category"] = cols["cat"][sel] | extra
+    return e
+
+
+def write_capture(path: str, n_events: int) -> int:
+    from ioscope.trace.capture import CaptureWriter
+    meta = {"devices": {"7,0": {"name": "loop0", "major": 7, "minor": 0}}, "synthetic": True}
+    w = CaptureWriter(path, meta, flush_interval=1e9)
+    w.add_comms(COMMS)
+    n = 0
+    for chunk in synth_chunks(n_events):
+        w.write(chunk)
+        n += len(chunk)
+    w.close()
+    return n
+
+
+def run_child(cmd: list[str], capture: bool, cwd: str | None = None) -> tuple[float, int, bytes, int]:
+    """Wall seconds, peak RSS (KiB), stdout and exit code of cmd.
+
+    The peak RSS comes from GNU time, a small process that forks the command:
+    measured from this (large) Python process, a child's ru_maxrss would
+    include the memory it inherited before exec.
+    """
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        full = ["/usr/bin/time", "-o", tf.name, "-f", "%e %M", *cmd]
+        p = subprocess.run(full, stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, check=False, cwd=cwd)
+        wall, rss = tf.read().split()[-2:]
+    return float(wall), int(rss), p.stdout or b"", p.returncode
+
+
+def btt_all(text: str) -> dict[str, tuple[float, int]]:
+    rows = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 5 and parts[0] in ("Q2C", "D2C", "I2D", "Q2Q", "Q2G", "G2I", "Q2M", "M2D"):
+            rows[parts[0].lower()] = (float(parts[2]), int(parts[4]))
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--events", type=int, default=10_000_000)
+    ap.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
+    ap.add_argument("--keep", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="run each analysis this many times, alternating, and keep the fastest (default 3)")
+    ap.add_argument("--generate", metavar="CAPTURE", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.generate:
+        write_capture(args.generate, args.events)
+        return 0
+    if not os.path.exists("/usr/bin/time"):
+        sys.exit("GNU time (/usr/bin/time) is needed to measure peak memory: apt install time")
+    if shutil.which("btt") is None:
+        sys.exit("btt not found (apt install blktrace)")
+    work = args.dir or tempfile.mkdtemp(prefix="ioscope-bench-")
+    os.makedirs(work, exist_ok=True)
+    cap = os.path.join(work, "synth.ioscope")
+    bin_ = os.path.join(work, "synth.blktrace")
+    ioscope = [sys.executable, "-m", "ioscope.cli"]
+    try:
+        t0 = time.perf_counter()
+        # made in a child process, so that this one stays small
+        subprocess.run([sys.executable, __file__, "--generate", cap, "--events", str(args.events)], check=True)
+        info = subprocess.run([sys.executable, "-m", "ioscope.trace.capture", cap], capture_output=True,
+                              text=True, check=True).stdout
+        n = int(json.loads(info)["events"])
+        print(f"capture: {n:,} events, {os.path.getsize(cap) / 1e6:.0f} MB, made in {time.perf_counter() - t0:.1f} s")
+        w, rss, _o, rc = run_child([*ioscope, "export", cap, "--format", "blktrace", "-o", bin_], False)
+        assert rc == 0, "export failed"
+        print(f"export: {os.path.getsize(bin_) / 1e6:.0f} MB blktrace in {w:.1f} s (peak RSS {rss / 1024:.0f} MiB)")
+        runs: dict[str, list[tuple[float, int]]] = {"cap": [], "exp": [], "btt": []}
+        out_io = out_iob = b""
+        for _ in range(max(1, args.repeat)):   # alternated, so that a busy moment hits all three alike
+            w, rss, out_io, rc = run_child([*ioscope, "report", "--json", cap], True)
+            assert rc == 0, "ioscope report failed"
+            runs["cap"].append((w, rss))
+            w, rss, _out, rc = run_child(["btt", "-i", bin_, "-o", os.path.join(work, "btt")], False, cwd=work)
+            assert rc == 0, "btt failed"
+            runs["btt"].append((w, rss))
+            # the same analysis reading the blktrace export (ioscope's blktrace reader instead of the
+            # capture reader): the same input as btt
+            w, rss, out_iob, rc = run_child([*ioscope, "report", "--json", bin_], True)
+            assert rc == 0, "ioscope report on the blktrace export failed"
+            runs["exp"].append((w, rss))
+        assert json.loads(out_iob)["phases"]["q2c"]["n"] == json.loads(out_io)["phases"]["q2c"]["n"]
+        (w_io, rss_io), (w_iob, rss_iob), (w_bt, rss_bt) = (min(runs[k]) for k in ("cap", "exp", "btt"))
+        print(f"all runs (s): capture {[round(x[0], 1) for x in runs['cap']]}, export "
+              f"{[round(x[0], 1) for x in runs['exp']]}, btt {[round(x[0], 1) for x in runs['btt']]}")
+        ours = json.loads(out_io)["phases"]
+        with open(os.path.join(work, "btt.avg")) as f:
+            theirs = btt_all(f.read())
+        for ph in ("q2c", "d2c", "i2d"):
+            a, nb = theirs[ph]
+            same = f"{ours[ph]['avg']:.9f}" == f"{a:.9f}" and ours[ph]["n"] == nb
+            print(f"  {ph.upper()}: ioscope avg {ours[ph]['avg']:.9f} n {ours[ph]['n']}, "
+                  f"btt avg {a:.9f} n {nb} -> {'equal' if same else 'DIFFERENT'}")
+        print(f"ioscope report CAPTURE : {w_io:7.1f} s, peak RSS {rss_io / 1024:7.0f} MiB")
+        print(f"ioscope report EXPORT  : {w_iob:7.1f} s, peak RSS {rss_iob / 1024:7.0f} MiB")
+        print(f"btt -i EXPORT          : {w_bt:7.1f} s, peak RSS {rss_bt / 1024:7.0f} MiB")
+        print(f"time ratio (ioscope/btt):   capture {w_io / w_bt:.2f}, export {w_iob / w_bt:.2f}")
+        print(f"memory ratio (ioscope/btt): capture {rss_io / rss_bt:.2f}, export {rss_iob / rss_bt:.2f}")
+    finally:
+        if not args.keep and not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,504 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * ioscope record / snoop: every block-layer event as one struct trace_event
+ * (trace_event.h) in a ring buffer, the events blktrace records:
+ *
+ *   Q block_bio_queue      G block_getrq          I block_rq_insert
+ *   M block_bio_backmerge  F block_bio_frontmerge M block_rq_merge (request merge)
+ *   D block_rq_issue       C block_rq_complete    C block_bio_complete (bio-based)
+ *   R block_rq_requeue     P block_plug           U/UT block_unplug (IO / timer)
+ *   X block_split          A block_bio_remap      A block_rq_remap
+ *
+ * Fields follow the kernel's blk tracer (kernel/trace/blktrace.c): bio events
+ * carry the bio's sector and size, request events the request's (0 sector for
+ * passthrough), completions the completed byte count and -errno; category
+ * bits are computed from the op flags as blktrace does.
+ *
+ * Every pid that appears gets a process note (its comm) the first time it is
+ * seen and whenever its comm changes: a per-CPU cache of recent (pid, comm)
+ * pairs answers the common case without touching a shared map, an LRU hash
+ * answers the rest.
+ *
+ * Wake-ups are batched: records are submitted with BPF_RB_NO_WAKEUP unless
+ * targ_wakeup_bytes are waiting, and the consumer also polls on a timer.
+ * Failed reservations are counted per CPU in rec_stats.
+ *
+ * Each handler exists as tp_btf (direct BTF pointer reads) and raw_tp
+ * (BPF_CORE_READ) programs sharing one __always_inline body; user space
+ * autoloads one set.
+ */
+/* vmlinux.h has the kernel's own struct trace_event (ftrace output); ours,
+ * from trace_event.h, keeps the name, so the kernel's is renamed here. */
+#define trace_event trace_event___kernel
+#include "vmlinux.h"
+#undef trace_event
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "core_fixes.bpf.h"
+#include "trace_event.h"
+#include "record.h"
+
+#define TA_QUEUE 1
+#define TA_BACKMERGE 2
+#define TA_FRONTMERGE 3
+#define TA_GETRQ 4
+#define TA_REQUEUE 6
+#define TA_ISSUE 7
+#define TA_COMPLETE 8
+#define TA_PLUG 9
+#define TA_UNPLUG_IO 10
+#define TA_UNPLUG_TIMER 11
+#define TA_INSERT 12
+#define TA_SPLIT 13
+#define TA_REMAP 15
+
+#define MAX_CHAIN 8 /* bios of a request checked against the -p filter */
+
+const volatile __u32 targ_ndisks = 0;
+const volatile __u32 targ_disks[IOS_REC_MAX_DISKS] = {};
+const volatile __u32 targ_tgid = 0;
+const volatile __u64 targ_wakeup_bytes = 1 << 20;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 32 << 20); /* user space sets --buffer */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, IOS_REC_NR_STATS);
+	__type(key, __u32);
+	__type(value, __u64);
+} rec_stats SEC(".maps");
+
+/* Per-CPU state of the process-note logic: the pid of the last event on
+ * this CPU (and when its comm was last compared), and a small cache of
+ * recently seen (pid, comm) pairs. */
+struct cpu_state {
+	__u64 c0[IOS_REC_COMM_SLOTS];
+	__u64 c1[IOS_REC_COMM_SLOTS];
+	__u32 pid[IOS_REC_COMM_SLOTS];
+	__u8 valid[IOS_REC_COMM_SLOTS];
+	__u64 last_check_ns;
+	__u32 last_pid;
+	__u32 last_valid;
+	__u32 submitted; /* records submitted on this CPU (wake-up checks) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cpu_state);
+} cpu_state SEC(".maps");
+
+struct comm16 {
+	__u64 c0;
+	__u64 c1;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32); /* pid (thread id) */
+	__type(value, struct comm16);
+} comms_seen SEC(".maps");
+
+/* -p: bios queued by the traced process, so that request events done in
+ * other contexts (kworkers, interrupts) can be matched to it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64); /* struct bio * */
+	__type(value, __u8);
+} tracked SEC(".maps");
+
+/* Puts struct trace_event into the object's BTF, where the ABI test reads its layout. */
+struct trace_event trace_event_btf_anchor = {};
+
+static __always_inline void stat_inc(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&rec_stats, &idx);
+
+	if (v)
+		*v += 1; /* per-CPU slot: no atomic needed */
+}
+
+static __always_inline bool disk_wanted(__u32 dev)
+{
+	int i;
+
+	if (!targ_ndisks)
+		return true;
+#pragma unroll
+	for (i = 0; i < IOS_REC_MAX_DISKS; i++) {
+		if (i >= targ_ndisks)
+			break;
+		if (targ_disks[i] == dev)
+			return true;
+	}
+	return false;
+}
+
+/*
+ * Submit without waking the consumer (it polls on a timer) unless
+ * targ_wakeup_bytes are waiting; that is checked on every 32nd record of a
+ * CPU only, to keep the ring buffer's shared positions out of the hot path.
+ */
+#define WAKEUP_CHECK_MASK 31
+
+static __always_inline void submit(void *e, struct cpu_state *cs)
+{
+	__u64 flags = BPF_RB_NO_WAKEUP;
+
+	if (!(cs->submitted++ & WAKEUP_CHECK_MASK) &&
+	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= targ_wakeup_bytes) {
+		flags = BPF_RB_FORCE_WAKEUP;
+		stat_inc(IOS_REC_WAKEUPS);
+	}
+	bpf_ringbuf_submit(e, flags);
+}
+
+/*
+ * Send a process note when this pid is new or its comm changed. Fast path:
+ * the same pid as the previous event on this CPU, compared less than
+ * COMM_RECHECK_NS ago: nothing to do (no helper call). A comm change (exec,
+ * prctl) is therefore noticed within COMM_RECHECK_NS of a pid's events.
+ */
+#define COMM_RECHECK_NS 20000000ULL
+
+static __always_inline void note_process(__u64 pid_tgid, __u64 ts, struct cpu_state *cs)
+{
+	struct comm16 cur = {}, *seen;
+	struct trace_event *n;
+	__u32 pid = (__u32)pid_tgid, slot = pid & (IOS_REC_COMM_SLOTS - 1);
+
+	if (cs->last_valid && cs->last_pid == pid && ts - cs->last_check_ns < COMM_RECHECK_NS)
+		return;
+	cs->last_pid = pid;
+	cs->last_check_ns = ts;
+	cs->last_valid = 1;
+	bpf_get_current_comm(&cur, sizeof(cur));
+	if (cs->valid[slot] && cs->pid[slot] == pid && cs->c0[slot] == cur.c0 && cs->c1[slot] == cur.c1)
+		return;
+	cs->valid[slot] = 1;
+	cs->pid[slot] = pid;
+	cs->c0[slot] = cur.c0;
+	cs->c1[slot] = cur.c1;
+	seen = bpf_map_lookup_elem(&comms_seen, &pid);
+	if (seen && seen->c0 == cur.c0 && seen->c1 == cur.c1)
+		return;
+	n = bpf_ringbuf_reserve(&events, sizeof(*n), 0);
+	if (!n) {
+		stat_inc(IOS_REC_LOST_NOTE);
+		cs->valid[slot] = 0; /* try again next time */
+		cs->last_valid = 0;
+		return;
+	}
+	bpf_map_update_elem(&comms_seen, &pid, &cur, BPF_ANY);
+	n->ts = ts;
+	n->sector = cur.c0;
+	n->aux = cur.c1;
+	n->bytes = 0;
+	n->dev = 0;
+	n->aux_dev = 0;
+	n->pid = pid;
+	n->tgid = pid_tgid >> 32;
+	n->cpu = bpf_get_smp_processor_id();
+	n->error = 0;
+	n->action = 0;
+	n->category = IOS_TC_NOTIFY;
+	n->flags = IOS_EV_NOTE_PROCESS;
+	submit(n, cs);
+}
+
+static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 action, __u16 category, __u64 sector,
+				__u32 bytes, __u64 aux, __u32 aux_dev, int error)
+{
+	struct trace_event *e;
+	struct cpu_state *cs;
+	__u32 zero = 0;
+
+	cs = bpf_map_lookup_elem(&cpu_state, &zero);
+	if (!cs)
+		return 0;
+	note_process(pid_tgid, ts, cs);
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		stat_inc(IOS_REC_LOST_EVENT);
+		return 0;
+	}
+	e->ts = ts;
+	e->sector = sector;
+	e->aux = aux;
+	e->bytes = bytes;
+	e->dev = dev;
+	e->aux_dev = aux_dev;
+	e->pid = (__u32)pid_tgid;
+	e->tgid = pid_tgid >> 32;
+	e->cpu = bpf_get_smp_processor_id();
+	e->error = (__u16)error;
+	e->action = action;
+	e->category = category;
+	e->flags = 0;
+	submit(e, cs);
+	return 0;
+}
+
+/* -p: is this bio (queued by the traced process) remembered? */
+static __always_inline bool bio_tracked(struct bio *bio)
+{
+	__u64 key = (__u64)bio;
+
+	return bpf_map_lookup_elem(&tracked, &key) != NULL;
+}
+
+static __always_inline void track_bio(struct bio *bio)
+{
+	__u64 key = (__u64)bio;
+	__u8 one = 1;
+
+	if (bpf_map_update_elem(&tracked, &key, &one, BPF_ANY))
+		stat_inc(IOS_REC_PID_MAP_FULL);
+}
+
+/* -p for request events: does the request hold a bio of the traced process? */
+static __always_inline bool rq_tracked(struct request *rq, bool untrack)
+{
+	struct bio *bio = BPF_CORE_READ(rq, bio);
+	bool found = false;
+	int i;
+
+	for (i = 0; i < MAX_CHAIN && bio; i++) {
+		__u64 key = (__u64)bio;
+
+		if (bpf_map_lookup_elem(&tracked, &key)) {
+			found = true;
+			if (!untrack)
+				break;
+			bpf_map_delete_elem(&tracked, &key);
+		}
+		bio = BPF_CORE_READ(bio, bi_next);
+	}
+	return found;
+}
+
+/* ---- bio events --------------------------------------------------------- */
+
+#define RD(direct, p, f) ((direct) ? (p)->f : BPF_CORE_READ(p, f))
+
+static __always_inline int on_bio(struct bio *bio, __u16 action, __u16 actbits, __u64 aux, __u32 aux_dev,
+				  bool direct)
+{
+	__u64 ts = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct gendisk *disk = direct ? bio_disk_direct(bio) : bio_disk(bio);
+	__u32 dev = disk_dev(disk);
+	__u32 opf;
+
+	if (!disk_wanted(dev))
+		return 0;
+	if (targ_tgid) {
+		if ((pid_tgid >> 32) == targ_tgid) {
+			if (action == TA_QUEUE || action == TA_SPLIT)
+				track_bio(bio);
+		} else if (!bio_tracked(bio)) {
+			return 0;
+		}
+	}
+	opf = RD(direct, bio, bi_opf);
+	return emit(ts, pid_tgid, dev, action, opf_to_tc(opf) | actbits, RD(direct, bio, bi_iter.bi_sector),
+		    RD(direct, bio, bi_iter.bi_size), aux, aux_dev, 0);
+}
+
+static __always_inline int on_bio_complete(struct bio *bio, bool direct)
+{
+	__u64 ts = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct gendisk *disk = direct ? bio_disk_direct(bio) : bio_disk(bio);
+	__u32 dev = disk_dev(disk);
+	__u32 opf;
+
+	if (!disk_wanted(dev))
+		return 0;
+	if (targ_tgid) {
+		__u64 key = (__u64)bio;
+
+		if (!bpf_map_lookup_elem(&tracked, &key))
+			return 0;
+		bpf_map_delete_elem(&tracked, &key);
+	}
+	opf = RD(direct, bio, bi_opf);
+	return emit(ts, pid_tgid, dev, TA_COMPLETE, opf_to_tc(opf) | IOS_TC_COMPLETE,
+		    RD(direct, bio, bi_iter.bi_sector), RD(direct, bio, bi_iter.bi_size), 0, 0,
+		    blk_status_errno(RD(direct, bio, bi_status)));
+}
+
+/* ---- request events ----------------------------------------------------- */
+
+static __always_inline int on_rq(struct request *rq, __u16 action, __u16 actbits, int has_bytes, __u32 nr_bytes,
+				 int error, __u64 aux, __u32 aux_dev, bool direct)
+{
+	__u64 ts = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	struct gendisk *disk = direct ? rq_disk_direct(rq) : rq_disk(rq);
+	__u32 dev = disk_dev(disk);
+	__u32 opf, bytes;
+	__u64 sector;
+	__u16 tc;
+
+	if (!disk_wanted(dev))
+		return 0;
+	if (targ_tgid && !rq_tracked(rq, action == TA_COMPLETE && nr_bytes >= RD(direct, rq, __data_len)))
+		return 0;
+	opf = RD(direct, rq, cmd_flags);
+	tc = opf_to_tc(opf) | actbits;
+	if (opf_is_passthrough(opf)) {
+		tc |= IOS_TC_PC;
+		sector = 0;
+	} else {
+		tc |= IOS_TC_FS;
+		sector = RD(direct, rq, __sector);
+		if (sector == (__u64)-1) /* never set (flush requests): 0, as blk_rq_trace_sector() */
+			sector = 0;
+	}
+	bytes = has_bytes ? nr_bytes : RD(direct, rq, __data_len);
+	return emit(ts, pid_tgid, dev, action, tc, sector, bytes, aux, aux_dev, error);
+}
+
+/* ---- plug and unplug ---------------------------------------------------- */
+
+static __always_inline int on_plug(struct request_queue *q, __u16 action, __u64 depth)
+{
+	__u64 ts = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 dev = disk_dev(queue_disk(q));
+
+	if (!disk_wanted(dev))
+		return 0;
+	if (targ_tgid && (pid_tgid >> 32) != targ_tgid)
+		return 0;
+	return emit(ts, pid_tgid, dev, action, IOS_TC_QUEUE, 0, 0, depth, 0, 0);
+}
+
+/* ---- the programs: tp_btf, then raw_tp ---------------------------------- */
+
+#define BIO_HOOK(hook, tp, action, actbits)                         \
+	SEC("tp_btf/" #tp)                                          \
+	int BPF_PROG(btf_##hook, struct bio *bio)                   \
+	{                                                           \
+		return on_bio(bio, action, actbits, 0, 0, true);    \
+	}                                                           \
+	SEC("raw_tp/" #tp)                                          \
+	int BPF_PROG(raw_##hook, struct bio *bio)                   \
+	{                                                           \
+		return on_bio(bio, action, actbits, 0, 0, false);   \
+	}
+
+#define RQ_HOOK(hook, tp, action, actbits)                                   \
+	SEC("tp_btf/" #tp)                                                   \
+	int BPF_PROG(btf_##hook, struct request *rq)                         \
+	{                                                                    \
+		return on_rq(rq, action, actbits, 0, 0, 0, 0, 0, true);      \
+	}                                                                    \
+	SEC("raw_tp/" #tp)                                                   \
+	int BPF_PROG(raw_##hook, struct request *rq)                         \
+	{                                                                    \
+		return on_rq(rq, action, actbits, 0, 0, 0, 0, 0, false);     \
+	}
+
+BIO_HOOK(bio_queue, block_bio_queue, TA_QUEUE, IOS_TC_QUEUE)
+BIO_HOOK(getrq, block_getrq, TA_GETRQ, IOS_TC_QUEUE)
+BIO_HOOK(bio_backmerge, block_bio_backmerge, TA_BACKMERGE, IOS_TC_QUEUE)
+BIO_HOOK(bio_frontmerge, block_bio_frontmerge, TA_FRONTMERGE, IOS_TC_QUEUE)
+RQ_HOOK(rq_insert, block_rq_insert, TA_INSERT, IOS_TC_QUEUE)
+RQ_HOOK(rq_issue, block_rq_issue, TA_ISSUE, IOS_TC_ISSUE)
+RQ_HOOK(rq_requeue, block_rq_requeue, TA_REQUEUE, IOS_TC_REQUEUE)
+RQ_HOOK(rq_merge, block_rq_merge, TA_BACKMERGE, IOS_TC_QUEUE)
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(btf_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	return on_rq(rq, TA_COMPLETE, IOS_TC_COMPLETE, 1, nr_bytes, blk_status_errno(error), 0, 0, true);
+}
+
+SEC("raw_tp/block_rq_complete")
+int BPF_PROG(raw_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	return on_rq(rq, TA_COMPLETE, IOS_TC_COMPLETE, 1, nr_bytes, blk_status_errno(error), 0, 0, false);
+}
+
+SEC("tp_btf/block_bio_complete")
+int BPF_PROG(btf_bio_complete, struct request_queue *q, struct bio *bio)
+{
+	return on_bio_complete(bio, true);
+}
+
+SEC("raw_tp/block_bio_complete")
+int BPF_PROG(raw_bio_complete, struct request_queue *q, struct bio *bio)
+{
+	return on_bio_complete(bio, false);
+}
+
+SEC("tp_btf/block_split")
+int BPF_PROG(btf_split, struct bio *bio, unsigned int new_sector)
+{
+	return on_bio(bio, TA_SPLIT, 0, new_sector, 0, true);
+}
+
+SEC("raw_tp/block_split")
+int BPF_PROG(raw_split, struct bio *bio, unsigned int new_sector)
+{
+	return on_bio(bio, TA_SPLIT, 0, new_sector, 0, false);
+}
+
+SEC("tp_btf/block_bio_remap")
+int BPF_PROG(btf_bio_remap, struct bio *bio, dev_t dev, sector_t from)
+{
+	return on_bio(bio, TA_REMAP, IOS_TC_QUEUE, from, dev, true);
+}
+
+SEC("raw_tp/block_bio_remap")
+int BPF_PROG(raw_bio_remap, struct bio *bio, dev_t dev, sector_t from)
+{
+	return on_bio(bio, TA_REMAP, IOS_TC_QUEUE, from, dev, false);
+}
+
+SEC("tp_btf/block_rq_remap")
+int BPF_PROG(btf_rq_remap, struct request *rq, dev_t dev, sector_t from)
+{
+	return on_rq(rq, TA_REMAP, IOS_TC_QUEUE, 0, 0, 0, from, dev, true);
+}
+
+SEC("raw_tp/block_rq_remap")
+int BPF_PROG(raw_rq_remap, struct request *rq, dev_t dev, sector_t from)
+{
+	return on_rq(rq, TA_REMAP, IOS_TC_QUEUE, 0, 0, 0, from, dev, false);
+}
+
+SEC("tp_btf/block_plug")
+int BPF_PROG(btf_plug, struct request_queue *q)
+{
+	return on_plug(q, TA_PLUG, 0);
+}
+
+SEC("raw_tp/block_plug")
+int BPF_PROG(raw_plug, struct request_queue *q)
+{
+	return on_plug(q, TA_PLUG, 0);
+}
+
+SEC("tp_btf/block_unplug")
+int BPF_PROG(btf_unplug, struct request_queue *q, unsigned int depth, bool explicit)
+{
+	return on_plug(q, explicit ? TA_UNPLUG_IO : TA_UNPLUG_TIMER, depth);
+}
+
+SEC("raw_tp/block_unplug")
+int BPF_PROG(raw_unplug, struct request_queue *q, unsigned int depth, bool explicit)
+{
+	return on_plug(q, explicit ? TA_UNPLUG_IO : TA_UNPLUG_TIMER, depth);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,534 @@
+"""ioscope parse: a capture as blkparse text (one line per event, then per-CPU and per-device totals).
+
+The output is meant to be identical to `blkparse -i -` reading the blktrace
+export of the same capture (ioscope export), so that scripts written for
+blkparse output keep working: the same event order (time, device, sequence),
+line format, format specifiers (-f, -F), category mask (-a, -A), stopwatch
+window (-w) and summary blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ioscope.errors import IoscopeError, UsageError
+from ioscope.trace import _tracecore
+from ioscope.trace.blktrace import Sequencer
+from ioscope.trace.events import (
+    ACTION_LETTERS,
+    TA_BACKMERGE,
+    TA_BOUNCE,
+    TA_COMPLETE,
+    TA_DRV_DATA,
+    TA_FRONTMERGE,
+    TA_GETRQ,
+    TA_INSERT,
+    TA_ISSUE,
+    TA_PLUG,
+    TA_QUEUE,
+    TA_REMAP,
+    TA_REQUEUE,
+    TA_SLEEPRQ,
+    TA_SPLIT,
+    TA_UNPLUG_IO,
+    TA_UNPLUG_TIMER,
+    rwbs,
+)
+
+EXAMPLES = """\
+examples:
+  ioscope parse trace.ioscope                      # every event, then the totals
+  ioscope parse -a complete -q trace.ioscope       # completions only, no totals
+  ioscope parse -w 1.5:3 trace.ioscope             # events between 1.5 s and 3 s
+  ioscope parse -f '%T.%t %d %S %n\\n' trace.ioscope
+  ioscope parse -F 'C,%p %C completed %n blocks at %S\\n' trace.ioscope
+"""
+
+# blkparse's -a names: the category bits
+MASKS = {"read": 1 << 0, "write": 1 << 1, "flush": 1 << 2, "sync": 1 << 3, "queue": 1 << 4, "requeue": 1 << 5,
+         "issue": 1 << 6, "complete": 1 << 7, "fs": 1 << 8, "pc": 1 << 9, "notify": 1 << 10, "ahead": 1 << 11,
+         "meta": 1 << 12, "discard": 1 << 13, "drv_data": 1 << 14, "fua": 1 << 15}
+VALID_SPECS = "ABCDFGIMPQRSTUWX"
+FS_ACTIONS = {TA_QUEUE, TA_INSERT, TA_BACKMERGE, TA_FRONTMERGE, TA_GETRQ, TA_SLEEPRQ, TA_REQUEUE, TA_ISSUE,
+              TA_COMPLETE, TA_PLUG, TA_UNPLUG_IO, TA_UNPLUG_TIMER, TA_SPLIT, TA_BOUNCE, TA_REMAP, TA_DRV_DATA}
+U64 = (1 << 64) - 1
+
+
+def size_cnv(num: int, in_kb: bool) -> str:
+    """blkparse's number column: 8 wide, scaled by 1000 with a K/M/G/P suffix past a million."""
+    suff = ["", "K", "M", "G", "P"]
+    i = 1 if in_kb else 0
+    num &= U64
+    while num > 1000 * 1000 and i < len(suff) - 1:
+        i += 1
+        num //= 1000
+    return f"{num:8d}{suff[i]}"
+
+
+@dataclass
+class IoStats:
+    """blkparse's counters for one CPU of one device (unsigned, as in blkparse)."""
+
+    v: dict[str, int] = field(default_factory=lambda: dict.fromkeys((
+        "qreads", "qwrites", "creads", "cwrites", "mreads", "mwrites", "ireads", "iwrites", "rrqueue", "wrqueue",
+        "qread_kb", "qwrite_kb", "cread_kb", "cwrite_kb", "qread_b", "qwrite_b", "cread_b", "cwrite_b",
+        "iread_kb", "iwrite_kb", "mread_kb", "mwrite_kb", "mread_b", "mwrite_b", "iread_b", "iwrite_b",
+        "io_unplugs", "timer_unplugs"), 0))
+
+    def add(self, key: str, n: int) -> None:
+        self.v[key] = (self.v[key] + n) & U64
+
+    def merged(self, other: IoStats) -> IoStats:
+        out = IoStats()
+        for k in out.v:
+            out.v[k] = (self.v[k] + other.v[k]) & U64
+        return out
+
+
+def parse_window(text: str) -> tuple[int, int]:
+    """-w [start:]end in seconds -> (start_ns, end_ns), as blkparse reads it."""
+    try:
+        if ":" in text:
+            a, b = text.split(":", 1)
+            start, end = float(a), float(b)
+        else:
+            start, end = 0.0, float(text)
+    except ValueError:
+        raise UsageError(f"invalid time window '{text}'", "give -w END or -w START:END in seconds") from None
+    s_ns, e_ns = int(start * 1e9), int(end * 1e9)
+    if e_ns <= s_ns or s_ns < 0:
+        raise UsageError(f"invalid time window '{text}': the end must come after the start")
+    return s_ns, e_ns
+
+
+def parse_mask(names: list[str] | None, hexmask: str | None) -> int:
+    mask = 0
+    for n in names or []:
+        for part in n.split(","):
+            bit = MASKS.get(part.strip().lower().removeprefix("blk_tc_"))
+            if bit is None:
+                raise UsageError(f"invalid action mask '{part}'", f"choose from {', '.join(MASKS)}")
+            mask |= bit
+    if hexmask is not None:
+        try:
+            mask = int(hexmask, 16)
+        except ValueError:
+            raise UsageError(f"invalid action mask '{hexmask}'", "give a hexadecimal category mask") from None
+        if not 1 <= mask < (1 << 16):
+            raise UsageError(f"invalid action mask '{hexmask}'", "the mask has 16 bits")
+    return mask or 0xFFFF
+
+
+class Formatter:
+    """blkparse's -f/-F format strings: %a %c %C %d %D %e %M %m %n %N %p %P %s %S %t %T %U %z, widths."""
+
+    def __init__(self, fmt: str, wall_base: int | None) -> None:
+        self.fmt = fmt
+        self.wall_base = wall_base
+        self.parts = self._compile(fmt)
+
+    @staticmethod
+    def _compile(fmt: str) -> list[tuple[str, str, bool, int | None]]:
+        """[(literal, field, minus, width)] with field '' for plain text."""
+        out: list[tuple[str, str, bool, int | None]] = []
+        i = 0
+        lit = []
+        while i < len(fmt):
+            ch = fmt[i]
+            if ch == "%":
+                i += 1
+                if i >= len(fmt):
+                    lit.append("%")
+                    break
+                if fmt[i] == "%":
+                    lit.append("%")
+                    i += 1
+                    continue
+                minus = False
+                if fmt[i] == "-":
+                    minus = True
+                    i += 1
+                width = None
+                j = i
+                while j < len(fmt) and fmt[j].isdigit():
+                    j += 1
+                if j > i:
+                    width = int(fmt[i:j])
+                i = j
+                if i < len(fmt):
+                    out.append(("".join(lit), fmt[i], minus, width))
+                    lit = []
+                    i += 1
+                continue
+            if ch == "\\":
+                nxt = fmt[i + 1] if i + 1 < len(fmt) else ""
+                esc = {"b": "\b", "n": "\n", "r": "\r", "t": "\t"}.get(nxt)
+                if esc is None:
+                    raise UsageError(f"invalid escape char in format: \\{nxt}", "use \\b, \\n, \\r or \\t")
+                lit.append(esc)
+                i += 2
+                continue
+            lit.append(ch)
+            i += 1
+        if lit:
+            out.append(("".join(lit), "", False, None))
+        return out
+
+    def render(self, e: dict[str, Any]) -> str:
+        out = []
+        for lit, f, minus, width in self.parts:
+            out.append(lit)
+            if not f:
+                continue
+            if f == "D":
+                out.append(f"{e['major']:3d},{e['minor']:<3d}")
+                continue
+            if f == "P":
+                if e["pdu"]:
+                    out.append(dump_pdu(e["pdu"]))
+                continue
+            if f == "t":
+                out.append(f"{e['nsec']:0{width if width is not None else 9}d}")
+                continue
+            if f == "u":
+                raise IoscopeError("format %u needs per-I/O elapsed times (blkparse -t), which parse does not track",
+                                   "leave %u out of the format")
+            val: Any
+            val = {"a": e["act"], "c": e["cpu"], "C": e["comm"], "d": e["rwbs"], "e": e["error"],
+                   "M": e["major"], "m": e["minor"], "n": e["nblocks"], "N": e["bytes"], "p": e["pid"],
+                   "s": e["seq"], "S": e["sector"], "T": e["sec"], "U": e["pdu_int"],
+                   "z": self._clock(e["time"])}.get(f, f)
+            s = str(val)
+            if width is not None:
+                s = s.ljust(width) if minus else s.rjust(width)
+            out.append(s)
+        return "".join(out)
+
+    def _clock(self, t: int) -> str:
+        if self.wall_base is None:
+            return "00:00:00.000000"
+        w = self.wall_base + t
+        sec, ns = divmod(w, 1_000_000_000)
+        return time.strftime("%H:%M:%S", time.localtime(sec)) + f".{ns // 1000:06d}"
+
+
+def dump_pdu(pdu: bytes) -> str:
+    """blkparse's %P: hex bytes, stopping with ' ..' where only zeros remain."""
+    out = []
+    for i, b in enumerate(pdu):
+        out.append(f"{b:02x}")
+        if b == 0 and not any(pdu[i:]):
+            out[-1] += " .."
+            break
+    return " ".join(out)
+
+
+CPU_FIELDS = ("qreads", "qwrites", "creads", "cwrites", "mreads", "mwrites", "ireads", "iwrites", "rrqueue", "wrqueue",
+              "qread_kb", "qwrite_kb", "cread_kb", "cwrite_kb", "qread_b", "qwrite_b", "cread_b", "cwrite_b",
+              "iread_kb", "iwrite_kb", "mread_kb", "mwrite_kb", "mread_b", "mwrite_b", "iread_b", "iwrite_b",
+              "io_unplugs", "timer_unplugs", "nelems")
+D_CUR, D_MAX, D_EVENTS, D_FIRST, D_LAST = 0, 2, 4, 5, 6
+
+
+class Parser:
+    """Turns time-ordered EVENT chunks into blkparse lines and totals.
+
+    Counting and the default line format are one C loop (_tracecore.format_blkparse); -f/-F
+    formats are rendered here from the same sorted events.
+    """
+
+    def __init__(self, out: IO[str], comms: dict[int, str], mask: int = 0xFFFF,
+                 window: tuple[int, int] | None = None, fmt_all: str | None = None,
+                 fmt_per: dict[str, str] | None = None, wall_base: int | None = None) -> None:
+        self.out = out
+        self.comms = comms
+        self.mask = mask
+        self.window = window
+        self.genesis: int | None = None
+        self.dev_idx: dict[int, int] = {}
+        self.cpustats = np.zeros((4, 4, len(CPU_FIELDS)), dtype=np.int64)
+        self.devstats = np.zeros((4, 7), dtype=np.int64)
+        self.seq = Sequencer()
+        self.formats: dict[str, Formatter] = {}
+        for spec, fmt in (fmt_per or {}).items():
+            self.formats[spec] = Formatter(fmt, wall_base)
+        if fmt_all is not None:
+            for spec in VALID_SPECS:
+                self.formats.setdefault(spec, Formatter(fmt_all, wall_base))
+        self.stopped = False
+        self.nread = 0
+
+    def _register(self, devs: npt.NDArray[Any]) -> None:
+        """Devices get their totals block in the order blkparse first reads them."""
+        u, first = np.unique(devs, return_index=True)
+        for dev in u[np.argsort(first)].tolist():
+            if dev not in self.dev_idx:
+                self.dev_idx[dev] = len(self.dev_idx)
+
+    def _grow(self, ncpus: int) -> None:
+        nd, nc, nf = self.cpustats.shape
+        want_d, want_c = max(nd, len(self.dev_idx)), max(nc, ncpus)
+        if (want_d, want_c) != (nd, nc):
+            grown = np.zeros((want_d, want_c, nf), dtype=np.int64)
+            grown[:nd, :nc] = self.cpustats
+            self.cpustats = grown
+        if len(self.devstats) < want_d:
+            g = np.zeros((want_d, 7), dtype=np.int64)
+            g[:len(self.devstats)] = self.devstats
+            self.devstats = g
+
+    def feed(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = None) -> None:
+        if self.stopped or not len(ev):
+            return
+        from ioscope.trace.events import EV_NOTE_PROCESS, note_comm
+        notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
+        if seq is None:
+            seq = self.seq.number(ev)
+        if notes.any():
+            for e in ev[notes]:
+                self.comms.setdefault(int(e["pid"]), note_comm(e))
+            keep = ~notes
+            ev, seq = ev[keep], seq[keep]
+            if not len(ev):
+                return
+        if self.genesis is None:
+            self.genesis = int(ev["ts"][0])
+        if self.window is not None:
+            if not self._register_read(ev):
+                return
+        else:
+            self._register(ev["dev"])
+        # blkparse orders by (time, device, sequence)
+        o = np.lexsort((seq, ev["dev"], ev["ts"]))
+        ev, seq = ev[o], seq[o]
+        rel = ev["ts"].astype(np.int64) - self.genesis
+        if self.window is not None:
+            lo, hi = self.window
+            inside = (rel >= lo) & (rel < hi)
+            if (rel >= hi).any():
+                self.stopped = True
+            ev, seq, rel = ev[inside], seq[inside], rel[inside]
+            if not len(ev):
+                return
+        self._grow(int(ev["cpu"].max()) + 1)
+        udev, dinv = np.unique(ev["dev"], return_inverse=True)
+        lut = np.array([self.dev_idx[int(d)] for d in udev.tolist()], dtype=np.int32)
+        devidx = lut[dinv.reshape(-1)]
+        upid, pinv = np.unique(ev["pid"], return_inverse=True)
+        names = [self.comms.get(int(p), "").encode(errors="replace") for p in upid.tolist()]
+        c = np.ascontiguousarray
+        text = _tracecore.format_blkparse(
+            len(ev), c(rel), c(seq.astype(np.uint32)), c(ev["dev"]), c(devidx), c(ev["cpu"]), c(ev["pid"]),
+            c(pinv.reshape(-1).astype(np.int32)), c(ev["action"]), c(ev["category"]), c(ev["sector"]),
+            c(ev["bytes"]), c(ev["error"]), c(ev["aux"]), c(ev["aux_dev"]), self.mask, names, self.cpustats,
+            self.cpustats.shape[1], self.devstats, not self.formats)
+        if not self.formats:
+            self.out.write(text.decode(errors="replace"))
+            return
+        lines = []
+        for t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev in zip(
+                rel.tolist(), seq.tolist(), ev["dev"].tolist(), ev["cpu"].tolist(), ev["pid"].tolist(),
+                ev["action"].tolist(), ev["category"].tolist(), ev["sector"].tolist(), ev["bytes"].tolist(),
+                ev["error"].tolist(), ev["aux"].tolist(), ev["aux_dev"].tolist()):
+            if not cat & self.mask or act not in FS_ACTIONS or act == TA_DRV_DATA:
+                continue
+            letters = ACTION_LETTERS[act]
+            fm = self.formats.get(letters[0])
+            fields = self._fields(t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev, letters)
+            lines.append(fm.render(fields) if fm is not None else self._default(fields, act, aux, auxdev))
+        self.out.write("".join(lines))
+
+    def _default(self, e: dict[str, Any], act: int, aux: int, auxdev: int) -> str:
+        """One default line (for actions without a -F format when others have one)."""
+        head = (f"{e['major']:3d},{e['minor']:<3d} {e['cpu']:2d} {e['seq']:8d} {e['sec']:5d}.{e['nsec']:09d} "
+                f"{e['pid']:5d} {e['act']:>2s} {e['rwbs']:>3s} ")
+        sec, nsec, name = e["sector"], e["nblocks"], e["comm"]
+        if act in (TA_REQUEUE, TA_COMPLETE):
+            return f"{head}{sec} + {nsec} [{e['error']}]\n" if nsec else f"{head}{sec} [{e['error']}]\n"
+        if act == TA_PLUG:
+            return f"{head}[{name}]\n"
+        if act in (TA_UNPLUG_IO, TA_UNPLUG_TIMER):
+            return f"{head}[{name}] {aux & 0xFFFFFFFF}\n"
+        if act == TA_REMAP:
+            return f"{head}{sec} + {nsec} <- ({auxdev >> 20},{auxdev & 0xFFFFF}) {aux}\n"
+        if act == TA_SPLIT:
+            return f"{head}{sec} / {aux & 0xFFFFFFFF} [{name}]\n"
+        return f"{head}{sec} + {nsec} [{name}]\n" if nsec else f"{head}[{name}]\n"
+
+    def _register_read(self, ev: npt.NDArray[np.void]) -> bool:
+        """With a window, blkparse reads 512 events at a time and stops after the first batch that starts
+        past the window's end; every device in what it read gets a summary block. False: nothing left."""
+        assert self.window is not None and self.genesis is not None
+        n = len(ev)
+        batch = (self.nread + np.arange(n)) // 512
+        self.nread += n
+        rel = ev["ts"].astype(np.int64) - self.genesis
+        starts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
+        mins = np.minimum.reduceat(rel, starts)
+        past = np.flatnonzero(mins > self.window[1])
+        read = n if not len(past) else (int(starts[past[0] + 1]) if past[0] + 1 < len(starts) else n)
+        self._register(ev["dev"][:read])
+        if len(past):
+            self.stopped = True
+        return True
+
+    def _fields(self, t: int, s: int, dev: int, cpu: int, pid: int, act: int, cat: int, sec: int, nb: int,
+                err: int, aux: int, auxdev: int, letters: str) -> dict[str, Any]:
+        pdu = b""
+        if act in (TA_UNPLUG_IO, TA_UNPLUG_TIMER, TA_SPLIT):
+            pdu = aux.to_bytes(8, "big")
+        elif act == TA_REMAP:
+            pdu = auxdev.to_bytes(4, "big") + dev.to_bytes(4, "big") + aux.to_bytes(8, "big")
+        return {"act": letters, "cpu": cpu, "comm": self.comms.get(pid, ""), "rwbs": rwbs(cat, nb),
+                "major": dev >> 20, "minor": dev & 0xFFFFF, "error": err, "nblocks": nb >> 9, "bytes": nb,
+                "pid": pid, "seq": s, "sector": sec, "sec": t // 1_000_000_000, "nsec": t % 1_000_000_000,
+                # %P dumps the payload of SCSI pass-through (PC) events only, as blkparse does
+                "time": t, "pdu": b"", "pdu_int": int.from_bytes(pdu[:8], "big") & 0xFFFFFFFF if pdu else 0}
+
+    def summary(self) -> str:
+        out: list[str] = []
+        w = out.append
+        for i, (dev, di) in enumerate(self.dev_idx.items()):
+            name = f"{dev >> 20},{dev & 0xFFFFF}"
+            if i > 0:
+                w("\n")
+            total = IoStats()
+            shown = 0
+            ds = self.devstats[di] if di < len(self.devstats) else np.zeros(7, dtype=np.int64)
+            depth = (int(ds[D_MAX]), int(ds[D_MAX + 1]))
+            rows = self.cpustats[di] if di < len(self.cpustats) else np.zeros((0, len(CPU_FIELDS)), np.int64)
+            for cpu, row in enumerate(rows):
+                if not row[-1]:
+                    continue
+                st = IoStats()
+                for k, v in zip(CPU_FIELDS[:-1], row[:-1].tolist()):
+                    st.v[k] = v & U64
+                total = total.merged(st)
+                w(dump_io_stats(st, f"CPU{cpu} ({name}):", depth))
+                shown += 1
+            if shown > 1:
+                w("\n")
+                w(dump_io_stats(total, f"Total ({name}):", None))
+            msec = (int(ds[D_LAST]) - int(ds[D_FIRST])) // 1_000_000
+            rrate = wrate = 0
+            if msec:
+                rrate = ((1000 * total.v["cread_kb"] + total.v["cread_b"]) & U64) // msec
+                wrate = ((1000 * total.v["cwrite_kb"] + total.v["cwrite_b"]) & U64) // msec
+            w(f"\nThroughput (R/W): {rrate}KiB/s / {wrate}KiB/s\n")
+            w(f"Events ({name}): {int(ds[D_EVENTS])} entries\n")
+            w("Skips: 0 forward (0 -   0.0%)\n")
+        return "".join(out)
+
+
+def dump_io_stats(ios: IoStats, msg: str, depth: tuple[int, int] | None) -> str:
+    v = ios.v
+
+    def kib(prefix: str) -> str:
+        return size_cnv(v[prefix + "_kb"] + (v[prefix + "_b"] >> 10), True)
+
+    lines = [f"{msg}\n",
+             f" Reads Queued:    {size_cnv(v['qreads'], False)}, {kib('qread')}iB\t"
+             f" Writes Queued:    {size_cnv(v['qwrites'], False)}, {kib('qwrite')}iB\n",
+             f" Read Dispatches: {size_cnv(v['ireads'], False)}, {kib('iread')}iB\t"
+             f" Write Dispatches: {size_cnv(v['iwrites'], False)}, {kib('iwrite')}iB\n",
+             f" Reads Requeued:  {size_cnv(v['rrqueue'], False)}\t\t"
+             f" Writes Requeued:  {size_cnv(v['wrqueue'], False)}\n",
+             f" Reads Completed: {size_cnv(v['creads'], False)}, {kib('cread')}iB\t"
+             f" Writes Completed: {size_cnv(v['cwrites'], False)}, {kib('cwrite')}iB\n",
+             f" Read Merges:     {size_cnv(v['mreads'], False)}, {kib('mread')}iB\t"
+             f" Write Merges:     {size_cnv(v['mwrites'], False)}, {kib('mwrite')}iB\n"]
+    if depth is not None:
+        lines.append(f" Read depth:      {depth[0]:8d}{' ':>8s}\t Write depth:      {depth[1]:8d}\n")
+    lines.append(f" IO unplugs:      {v['io_unplugs']:8d}{' ':>8s}\t Timer unplugs:    {v['timer_unplugs']:8d}\n")
+    return "".join(lines)
+
+
+def parse_formats(specs: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for spec in specs or []:
+        if len(spec) < 2 or spec[1] != "," or spec[0] not in VALID_SPECS:
+            raise UsageError(f"bad format specifier '{spec}'",
+                             f"give -F ACTION,FORMAT with ACTION one of {VALID_SPECS}")
+        out[spec[0]] = spec[2:]
+    return out
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("parse", help="blkparse-compatible text of a capture",
+                       description="Print a capture's block events the way blkparse does: one line per event "
+                                   "(device, cpu, sequence, time, pid, action, RWBS, sector + blocks, process), "
+                                   "then per-CPU and per-device totals.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("capture", metavar="CAPTURE", help="an ioscope capture, or blktrace binaries")
+    p.add_argument("-a", "--act-mask", action="append", metavar="NAME",
+                   help=f"only events of this category (repeatable): {', '.join(MASKS)}")
+    p.add_argument("-A", "--set-mask", metavar="HEX", help="category mask as a hexadecimal number")
+    p.add_argument("-f", "--format", metavar="FMT", help="output format for every action (blkparse -f)")
+    p.add_argument("-F", "--format-spec", action="append", metavar="ACT,FMT",
+                   help="output format for one action letter (blkparse -F), repeatable")
+    p.add_argument("-w", "--stopwatch", metavar="[START:]END", help="only events between START and END seconds")
+    p.add_argument("-q", "--quiet", action="store_true", help="leave out the totals")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+    p.set_defaults(func=run, tool="parse")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ioscope.trace.export import wall_at
+    from ioscope.trace.offline import open_source
+    mask = parse_mask(args.act_mask, args.set_mask)
+    window = parse_window(args.stopwatch) if args.stopwatch else None
+    fmt_per = parse_formats(args.format_spec)
+    fmt_all = None
+    if args.format is not None:
+        fmt_all = args.format
+    out: IO[str]
+    if args.output:
+        try:
+            out = open(args.output, "w")
+        except OSError as exc:
+            raise IoscopeError(f"cannot write {args.output}: {exc.strerror}") from None
+    else:
+        out = sys.stdout
+    try:
+        with open_source(args.capture) as src:
+            parser: Parser | None = None
+            for ev, seq in src.chunks_with_seq():
+                if parser is None:
+                    wall = wall_at(src, int(ev["ts"][0])) if src.kind == "capture" else (
+                        src.wall_stamps[0][1] - src.wall_stamps[0][0] + int(ev["ts"][0])
+                        if src.wall_stamps else None)
+                    parser = Parser(out, dict(src.comms), mask, window, fmt_all, fmt_per, wall)
+                parser.comms.update(src.comms)
+                parser.feed(ev, seq)
+                if parser.stopped:
+                    break
+            if parser is None:
+                raise IoscopeError(f"{args.capture}: no block events in it")
+            if not args.quiet:
+                out.write(parser.summary())
+            if src.truncation:
+                sys.stderr.write(f"ioscope parse: note: {src.truncation}\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+def lines_of(chunks: Iterable[npt.NDArray[np.void]], comms: dict[int, str], **kw: Any) -> str:
+    """The whole parse output for EVENT chunks (for tests and small captures)."""
+    import io
+    buf = io.StringIO()
+    p = Parser(buf, dict(comms), **kw)
+    for c in chunks:
+        p.feed(c)
+    buf.write(p.summary())
+    return buf.getvalue()
+

@@ -1,0 +1,524 @@
+"""ioscope record: every block-layer event into a capture file (blktrace's job, with BPF).
+
+The kernel side is bpf/record.bpf.c. Recorder owns the BPF object and hands
+out batches of events as EVENT arrays (one numpy view per ring-buffer batch,
+no Python per event); `ioscope snoop` uses the same Recorder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ioscope import cli_common, devices, system
+from ioscope.errors import IoscopeError, UsageError
+from ioscope.loader import BPFObject
+from ioscope.trace.capture import CaptureWriter, clock_pair
+from ioscope.trace.events import ACTION_LETTERS, EVENT, TA_COMPLETE
+
+# hook name -> (blktrace letter(s), required)
+HOOKS: dict[str, tuple[str, bool]] = {
+    "bio_queue": ("Q", True),
+    "getrq": ("G", False),
+    "rq_insert": ("I", False),
+    "bio_backmerge": ("M", False),
+    "bio_frontmerge": ("F", False),
+    "rq_merge": ("M", False),
+    "rq_issue": ("D", True),
+    "rq_complete": ("C", True),
+    "bio_complete": ("C", False),
+    "rq_requeue": ("R", False),
+    "plug": ("P", False),
+    "unplug": ("U/UT", False),
+    "split": ("X", False),
+    "bio_remap": ("A", False),
+    "rq_remap": ("A", False),
+}
+
+# enum rec_stat in bpf/record.h
+STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_WAKEUPS = range(4)
+NR_STATS = 4
+MAX_DISKS = 16  # IOS_REC_MAX_DISKS
+
+DEFAULT_BUFFER = 32 << 20
+POLL_MS = 50
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """'64M', '1g', '4096', '512KiB' -> bytes."""
+    s = text.strip().lower().removesuffix("ib").removesuffix("b")
+    mult = 1
+    for suffix, m in (("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30), ("t", 1 << 40)):
+        if s.endswith(suffix):
+            s, mult = s[:-1], m
+            break
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must be a size like 64M or 1G, not '{text}'") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{what} must be positive, not '{text}'")
+    return int(v * mult)
+
+
+def _size_arg(what: str) -> Any:
+    def conv(text: str) -> int:
+        return parse_size(text, what)
+    return conv
+
+
+@dataclass
+class Losses:
+    """What the recorder did not record, as stored in captures (meta['lost'])."""
+
+    events: np.ndarray      # per CPU: events dropped, ring buffer full
+    notes: np.ndarray       # per CPU: process notes dropped, ring buffer full
+    pid_map_full: int
+    recursion_misses: int
+
+    @property
+    def total(self) -> int:
+        return int(self.events.sum() + self.notes.sum()) + self.recursion_misses + self.pid_map_full
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "ringbuf_full_events": int(self.events.sum()),
+            "ringbuf_full_notes": int(self.notes.sum()),
+            "recursion_misses": self.recursion_misses,
+            "pid_map_full": self.pid_map_full,
+            "per_cpu": {"ringbuf_full_events": [int(x) for x in self.events],
+                        "ringbuf_full_notes": [int(x) for x in self.notes]},
+        }
+
+    def describe(self) -> str:
+        parts = []
+        if self.events.sum():
+            parts.append(f"{int(self.events.sum())} events (ring buffer full)")
+        if self.notes.sum():
+            parts.append(f"{int(self.notes.sum())} process notes (ring buffer full)")
+        if self.recursion_misses:
+            parts.append(f"{self.recursion_misses} program runs skipped by the kernel (recursion_misses)")
+        if self.pid_map_full:
+            parts.append(f"{self.pid_map_full} bios of the -p process not followed (map full): "
+                         "their request events are missing")
+        return ", ".join(parts) or "none"
+
+
+@dataclass
+class RecorderOptions:
+    disks: list[devices.BlockDevice] = field(default_factory=list)
+    pid: int | None = None
+    buffer_bytes: int = DEFAULT_BUFFER
+    btf: str | None = None
+    hooks: list[str] | None = None  # None: every hook in HOOKS
+
+
+def _ring_size(n: int) -> int:
+    page = os.sysconf("SC_PAGE_SIZE")
+    size = max(n, 16 * page)
+    return 1 << (size - 1).bit_length()
+
+
+class Recorder:
+    """The record BPF object, loaded and attached; poll() returns EVENT arrays."""
+
+    def __init__(self, opts: RecorderOptions) -> None:
+        if len(opts.disks) > MAX_DISKS:
+            raise UsageError(f"at most {MAX_DISKS} disks can be given with -d")
+        self.opts = opts
+        self.ring_bytes = _ring_size(opts.buffer_bytes)
+        self.wakeup_bytes = max(self.ring_bytes // 8, 64 << 10)
+        self.bpf = BPFObject("record", btf=opts.btf)
+        self.detached = False
+        try:
+            self._setup()
+        except BaseException:
+            self.bpf.close()
+            raise
+
+    def _setup(self) -> None:
+        b, o = self.bpf, self.opts
+        wanted = o.hooks if o.hooks is not None else list(HOOKS)
+        b.choose(required=[h for h in wanted if HOOKS[h][1]], optional=[h for h in wanted if not HOOKS[h][1]])
+        b.set_global("targ_ndisks", len(o.disks), "I")
+        devs = [d.dev for d in o.disks] + [0] * (MAX_DISKS - len(o.disks))
+        b.obj.set_global("targ_disks", np.array(devs, dtype=np.uint32).tobytes())
+        b.set_global("targ_tgid", o.pid or 0, "I")
+        b.set_global("targ_wakeup_bytes", self.wakeup_bytes, "Q")
+        b.set_max_entries("events", self.ring_bytes)
+        b.load()
+        self.ring = b.ringbuf("events")
+        self.stats = b.map("rec_stats")
+        self.completions_before = _completions(o.disks)
+        b.attach()
+        self.attached_ns = time.monotonic_ns()  # every program runs from here on
+        self.detached_ns = 0
+        self.completions_after: dict[int, int] = {}
+
+    @property
+    def unavailable(self) -> list[str]:
+        return self.bpf.unavailable
+
+    def tracepoints(self) -> dict[str, str]:
+        """tracepoint -> attach variant (tp_btf, raw_tp) for every attached hook."""
+        return {h.tracepoint: h.chosen for h in self.bpf.hooks.values() if h.chosen}
+
+    def poll(self, timeout_ms: int) -> np.ndarray:
+        """Every event waiting in the ring buffer (waits up to timeout_ms for a wake-up; 0: no wait)."""
+        raw = self.ring.poll(timeout_ms)
+        n = len(raw) // EVENT.itemsize
+        return np.frombuffer(raw, dtype=EVENT, count=n)
+
+    def counters(self) -> np.ndarray:
+        """rec_stats per CPU: shape (ncpus, NR_STATS)."""
+        out = np.zeros((self.stats.ncpus, NR_STATS), dtype=np.uint64)
+        for i in range(NR_STATS):
+            raw = self.stats.lookup(np.uint32(i).tobytes(), sum=False)
+            out[:, i] = np.frombuffer(raw, dtype=np.uint64, count=self.stats.ncpus)
+        return out
+
+    def losses(self) -> Losses:
+        c = self.counters()
+        return Losses(events=c[:, STAT_LOST_EVENT].copy(), notes=c[:, STAT_LOST_NOTE].copy(),
+                      pid_map_full=int(c[:, STAT_PID_MAP_FULL].sum()),
+                      recursion_misses=self.bpf.recursion_misses())
+
+    def detach(self) -> None:
+        if not self.detached:
+            self.detached_ns = time.monotonic_ns()  # every program ran until here
+            self.bpf.detach()
+            self.completions_after = _completions(self.opts.disks)
+            self.detached = True
+
+    def completions_check(self, recorded: dict[int, int]) -> dict[str, dict[str, Any]]:
+        """Per disk: I/Os the kernel completed (/proc/diskstats) while recording vs. C events recorded."""
+        out: dict[str, dict[str, Any]] = {}
+        names = devices.DevNames()
+        for dev, after in self.completions_after.items():
+            kernel = after - self.completions_before.get(dev, after)
+            if kernel <= 0 and not recorded.get(dev):
+                continue
+            ma, mi = devices.kdev_split(dev)
+            out[f"{ma},{mi}"] = {"name": names.name(dev), "kernel": kernel, "recorded": int(recorded.get(dev, 0))}
+        return out
+
+    def drain(self) -> np.ndarray:
+        """Everything left in the ring buffer (after detach(): the last events)."""
+        parts = []
+        while True:
+            ev = self.poll(0)
+            if not len(ev):
+                break
+            parts.append(ev)
+        return np.concatenate(parts) if parts else np.empty(0, EVENT)
+
+    def close(self) -> None:
+        self.bpf.close()
+
+
+def _completions(disks: list[devices.BlockDevice]) -> dict[int, int]:
+    """kernel dev_t -> I/Os completed so far (reads + writes + discards + flushes, /proc/diskstats)."""
+    want = {d.dev for d in disks} or {d.dev for d in devices.list_disks()}  # whole disks, not partitions
+    out = {}
+    try:
+        stats = devices.read_diskstats()
+    except OSError:
+        return {}
+    for st in stats.values():
+        dev = devices.kdev(st.major, st.minor)
+        if dev in want:
+            out[dev] = st.reads + st.writes + st.discards + st.flushes
+    return out
+
+
+# -- capture metadata -----------------------------------------------------
+
+
+def _partitions(sys_root: str = "/sys") -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    base = Path(sys_root) / "class" / "block"
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return out
+    for name in names:
+        p = base / name
+        try:
+            if not (p / "partition").exists():
+                continue
+            ma, mi = (p / "dev").read_text().strip().split(":")
+            disk = p.resolve().parent.name
+            dma, dmi = (Path(sys_root) / "block" / disk / "dev").read_text().strip().split(":")
+            out[f"{ma},{mi}"] = {
+                "name": name, "major": int(ma), "minor": int(mi), "disk": f"{dma},{dmi}",
+                "start_sector": int((p / "start").read_text()), "size_bytes": int((p / "size").read_text()) * 512,
+            }
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def device_meta(disks: list[devices.BlockDevice] | None = None, sys_root: str = "/sys") -> dict[str, Any]:
+    """Devices as stored in captures: {"maj,min": {name, major, minor, size_bytes, scheduler, ...}}."""
+    out: dict[str, Any] = {}
+    for d in disks or devices.list_disks(sys_root):
+        out[f"{d.major},{d.minor}"] = {"name": d.name, "major": d.major, "minor": d.minor,
+                                       **devices.queue_settings(d.name, sys_root)}
+    return out
+
+
+def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    o = rec.opts
+    return {
+        "devices": device_meta(o.disks or None),
+        "partitions": _partitions(),
+        "tracepoints": rec.tracepoints(),
+        "attach": rec.bpf.variant_summary(),
+        "unavailable": list(rec.unavailable),
+        "filters": {"disks": [d.name for d in o.disks], "pid": o.pid},
+        "attached_mono_ns": rec.attached_ns,
+        "ring_buffer_bytes": rec.ring_bytes,
+        "wakeup_bytes": rec.wakeup_bytes,
+        "command": " ".join(["ioscope", *(argv or [])]),
+    }
+
+
+# -- the record command ---------------------------------------------------
+
+
+class Status:
+    """Counters shared by the consumer thread and the status line."""
+
+    def __init__(self) -> None:
+        self.events = 0  # records handed to the writer (process notes included)
+        self.bytes = 0
+        self.lost = 0
+        self.stop_reason = ""
+        self.error: BaseException | None = None
+
+
+class RecordSession:
+    """Recorder -> CaptureWriter in a consumer thread; stop() ends it cleanly."""
+
+    def __init__(self, rec: Recorder, writer: CaptureWriter, max_size: int | None = None) -> None:
+        self.rec = rec
+        self.writer = writer
+        self.max_size = max_size
+        self.status = Status()
+        self.completed: dict[int, int] = {}  # kernel dev_t -> C events recorded
+        self.check: dict[str, dict[str, Any]] = {}
+        self._stop = threading.Event()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="ioscope-record", daemon=False)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self, reason: str) -> None:
+        if not self.status.stop_reason:
+            self.status.stop_reason = reason
+        self._stop.set()
+
+    def _take(self, ev: np.ndarray, horizon: int) -> None:
+        self.writer.write(ev, horizon)
+        self.status.events += len(ev)  # records, process notes included
+        if len(ev):
+            devs, n = np.unique(ev["dev"][ev["action"] == TA_COMPLETE], return_counts=True)
+            for d, k in zip(devs.tolist(), n.tolist()):
+                self.completed[d] = self.completed.get(d, 0) + k
+        self.status.bytes = self.writer.bytes_written()
+
+    def _run(self) -> None:
+        rec, w = self.rec, self.writer
+        last_lost = 0.0
+        try:
+            while not self._stop.is_set():
+                horizon = time.monotonic_ns()
+                self._take(rec.poll(POLL_MS), horizon)
+                now = time.monotonic()
+                if now - last_lost >= 1.0:
+                    losses = rec.losses()
+                    w.set_lost(losses.to_json())
+                    self.status.lost = losses.total
+                    last_lost = now
+                if self.max_size and self.status.bytes >= self.max_size:
+                    self.stop(f"--max-size reached ({self.status.bytes} bytes)")
+            rec.detach()
+            self._take(rec.drain(), time.monotonic_ns())
+            losses = rec.losses()
+            w.set_lost(losses.to_json())
+            self.status.lost = losses.total
+            self.check = rec.completions_check(self.completed)
+            w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns,
+                         "completions_check": self.check})
+            self.status.bytes = w.bytes_written() or os.path.getsize(w.path)
+        except BaseException as exc:  # reported by the main thread
+            self.status.error = exc
+        finally:
+            self.done.set()
+
+
+def _fmt_count(n: float) -> str:
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= div:
+            return f"{n / div:.1f}{unit}"
+    return f"{n:.0f}"
+
+
+def _fmt_size(n: float) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+EXAMPLES = """\
+examples:
+  ioscope record -o trace.ioscope                 # every disk until Ctrl-C
+  ioscope record -o trace.ioscope -d sda -w 60    # one disk for 60 seconds
+  ioscope record -o trace.ioscope -d nvme0n1 -d nvme1n1 --max-size 2G
+  ioscope record -o trace.ioscope -p 1234         # only I/O queued by process 1234
+  ioscope parse trace.ioscope | less              # then read it (blkparse format)
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("record", help="record every block-layer event to a capture file (like blktrace)",
+                       description="Record every block-layer event (Q G I M F D C R P U X A, as blktrace) "
+                                   "into a capture file for offline analysis with ioscope parse/report/export. "
+                                   "Ctrl-C or SIGTERM ends it cleanly; a killed recorder leaves a readable file.",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="capture file to write")
+    cli_common.add_disk_pid(p)
+    p.add_argument("-w", "--duration", type=cli_common.positive_float, metavar="SECONDS",
+                   help="stop after SECONDS")
+    p.add_argument("--max-size", type=_size_arg("--max-size"), metavar="SIZE",
+                   help="stop when the file reaches SIZE (e.g. 500M, 2G)")
+    p.add_argument("--buffer", type=_size_arg("--buffer"), default=DEFAULT_BUFFER, metavar="SIZE",
+                   help="kernel ring buffer size (rounded up to a power of two; default 32M)")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite FILE if it exists")
+    p.add_argument("-q", "--quiet", action="store_true", help="no status line, only the summary")
+    p.set_defaults(func=run, tool="record")
+
+
+def run(args: argparse.Namespace) -> int:
+    out = args.output
+    if os.path.exists(out) and not args.force:
+        raise IoscopeError(f"{out} exists", "choose another file or overwrite it with -f")
+    parent = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(parent):
+        raise IoscopeError(f"directory {parent} does not exist", "create it or write the capture elsewhere")
+    system.require_bpf_privileges("record")
+    btf = system.btf_path(getattr(args, "btf", None))
+    disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
+    rec = Recorder(RecorderOptions(disks=disks, pid=args.pid, buffer_bytes=args.buffer, btf=btf))
+    try:
+        traced_disk = _output_on_traced_disk(parent, disks)
+        if traced_disk:
+            print(f"ioscope record: warning: {out} is on {traced_disk}, which is being traced: writing the "
+                  "capture adds I/O to the trace (write it to another disk or /dev/shm)", file=sys.stderr)
+        for what in rec.unavailable:
+            print(f"ioscope record: {what}; recording without it", file=sys.stderr)
+        meta = capture_meta(rec, sys.argv[1:])
+        writer = CaptureWriter(out, meta)
+        session = RecordSession(rec, writer, max_size=args.max_size)
+        return _record(session, args, disks)
+    finally:
+        rec.close()
+
+
+def _output_on_traced_disk(directory: str, disks: list[devices.BlockDevice],
+                           sys_root: str = "/sys") -> str | None:
+    """The traced disk that holds directory, if any (None for tmpfs and other disk-less file systems)."""
+    st_dev = os.stat(directory).st_dev
+    spec = f"{os.major(st_dev)}:{os.minor(st_dev)}"
+    try:
+        disk = devices.resolve_disk(spec, sys_root)
+    except IoscopeError:
+        return None  # not a block device (tmpfs, overlay, nfs)
+    if not disks or disk in disks:
+        return disk.name
+    return None
+
+
+def _record(session: RecordSession, args: argparse.Namespace, disks: list[devices.BlockDevice]) -> int:
+    where = ", ".join(d.name for d in disks) or "all disks"
+    pid = f", pid {args.pid}" if args.pid else ""
+    stop_how = f"for {args.duration:g}s" if args.duration else "until Ctrl-C"
+    print(f"Recording block I/O events on {where}{pid} to {args.output} "
+          f"({session.rec.bpf.variant_summary()}) {stop_how}.", file=sys.stderr, flush=True)
+    tty = sys.stderr.isatty() and not args.quiet
+    started = time.monotonic()
+    deadline = started + args.duration if args.duration else None
+    last_line = started
+    last_events = 0
+    st = session.status
+    session.start()
+    try:
+        while not session.done.is_set():
+            timeout = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+            session.done.wait(timeout)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                session.stop(f"-w {args.duration:g}s elapsed")
+            if not args.quiet and now - last_line >= (1.0 if tty else 10.0) and not session.done.is_set():
+                rate = (st.events - last_events) / (now - last_line)
+                line = (f"{now - started:7.1f}s  {st.events:>12,} events  {_fmt_count(rate):>7}/s  "
+                        f"{_fmt_size(st.bytes):>10}  lost {st.lost}")
+                sys.stderr.write(("\r" + line) if tty else (line + "\n"))
+                sys.stderr.flush()
+                last_line, last_events = now, st.events
+    except KeyboardInterrupt:
+        session.stop("interrupted")
+    finally:
+        # a second Ctrl-C must not leave the capture without its end record
+        while True:
+            try:
+                session.thread.join()
+                break
+            except KeyboardInterrupt:
+                continue
+        if tty:
+            sys.stderr.write("\n")
+    if st.error is not None:
+        if isinstance(st.error, IoscopeError):
+            raise st.error
+        raise IoscopeError(f"recording failed: {st.error}") from st.error
+    elapsed = time.monotonic() - started
+    losses = session.rec.losses()
+    counts = session.writer.action_counts
+    acts = ", ".join(f"{ACTION_LETTERS.get(a, str(a))} {int(n)}" for a, n in enumerate(counts) if n and a)
+    nevents, nnotes = int(counts[1:].sum()), int(counts[0])
+    print(f"Recorded {nevents:,} events ({acts or 'none'}) and {nnotes} process notes in {elapsed:.1f}s "
+          f"to {args.output} ({_fmt_size(st.bytes)}); lost {losses.total}"
+          f"{' (' + losses.describe() + ')' if losses.total else ''}; stopped: {st.stop_reason or 'end'}.",
+          file=sys.stderr)
+    if losses.total:
+        print("ioscope record: records were lost; a larger --buffer (e.g. --buffer 256M) or fewer disks (-d) "
+              "helps", file=sys.stderr)
+    for dev, c in session.check.items():
+        if c["recorded"] < c["kernel"]:
+            print(f"ioscope record: warning: {c['name']} ({dev}) completed {c['kernel']:,} I/Os while recording "
+                  f"(/proc/diskstats) but the capture has {c['recorded']:,} completions: "
+                  f"{c['kernel'] - c['recorded']:,} were not seen (see 'Completions check' in docs/record.md)",
+                  file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ioscope.cli import main as cli_main
+    return cli_main(["record", *(argv if argv is not None else sys.argv[1:])])
+
+
+__all__ = ["HOOKS", "Losses", "Recorder", "RecorderOptions", "add_parser", "capture_meta", "clock_pair",
+           "device_meta", "main", "parse_size", "run"]

@@ -1,0 +1,263 @@
+"""ioscope snoop: one line per completed block I/O, live (biosnoop-like).
+
+Uses the recorder's BPF object (bpf/record.bpf.c) with only the queue, issue
+and completion hooks attached. Events are paired in user space, one numpy
+pass per ring-buffer batch: every completion (C) is matched with the last
+issue (D) of the same (disk, sector) before it, and that with the last queue
+event (Q) before the issue; what is not matched yet waits for later batches.
+A split (X) counts as the queueing of the bio's remainder, which gets no Q of
+its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ioscope import cli_common, devices, system
+from ioscope.trace.capture import clock_pair, notes_to_comms
+from ioscope.trace.events import EVENT, TA_COMPLETE, TA_ISSUE, TA_QUEUE, TA_SPLIT, rwbs
+from ioscope.trace.record import POLL_MS, Recorder, RecorderOptions
+
+SNOOP_HOOKS = ["bio_queue", "split", "rq_issue", "rq_complete", "bio_complete"]
+PENDING_MAX_AGE_NS = 30 * 1_000_000_000  # a Q or D unmatched for this long is dropped (merged bios, lost C)
+PENDING_MAX = 1 << 20
+
+PAIRED = np.dtype([
+    ("ts", np.uint64),        # completion time (CLOCK_MONOTONIC ns)
+    ("sector", np.uint64),
+    ("q_ts", np.uint64),      # 0: not seen
+    ("d_ts", np.uint64),      # 0: not seen (bio-based devices have no issue)
+    ("bytes", np.uint32),
+    ("dev", np.uint32),
+    ("pid", np.uint32),       # thread that queued the I/O (or issued it, or completed it)
+    ("tgid", np.uint32),
+    ("category", np.uint16),
+    ("error", np.uint16),
+])
+
+
+class Pairer:
+    """Turns EVENT batches into one PAIRED row per completion; no Python per event."""
+
+    def __init__(self) -> None:
+        self.pending = np.empty(0, EVENT)
+        self.dropped = 0  # unmatched Q/D given up (merged into another request, or too old)
+
+    def feed(self, batch: np.ndarray) -> np.ndarray:
+        act = batch["action"]
+        sel = batch[(act == TA_QUEUE) | (act == TA_ISSUE) | (act == TA_COMPLETE) | (act == TA_SPLIT)]
+        split = sel["action"] == TA_SPLIT
+        if split.any():
+            # the rest of a split bio is queued again without a Q of its own: the split stands for it
+            sel = sel.copy()
+            sel["sector"][split] = sel["aux"][split]
+            sel["action"][split] = TA_QUEUE
+        if not len(sel) and not len(self.pending):
+            return np.empty(0, PAIRED)
+        ev = np.concatenate([self.pending, sel]) if len(self.pending) else sel
+        ev = ev[np.lexsort((ev["ts"], ev["sector"], ev["dev"]))]
+        n = len(ev)
+        idx = np.arange(n)
+        a = ev["action"]
+        is_q, is_d, is_c = a == TA_QUEUE, a == TA_ISSUE, a == TA_COMPLETE
+        new_group = np.ones(n, bool)
+        new_group[1:] = (ev["dev"][1:] != ev["dev"][:-1]) | (ev["sector"][1:] != ev["sector"][:-1])
+        gstart = np.maximum.accumulate(np.where(new_group, idx, 0))
+        last_d = np.maximum.accumulate(np.where(is_d, idx, -1))
+        last_q = np.maximum.accumulate(np.where(is_q, idx, -1))
+        last_c = np.maximum.accumulate(np.where(is_c, idx, -1))
+        ci = idx[is_c]
+        g = gstart[ci]
+        d = last_d[ci]
+        d = np.where(d >= g, d, -1)
+        # a Q belongs to the first D (or, without a D, the first C) after it: one already
+        # followed by another D or C of the same sector was used up (no stale queue times)
+        before_d = np.where(d > 0, last_d[np.maximum(d - 1, 0)], -1)
+        before_c = np.where(ci > 0, last_c[np.maximum(ci - 1, 0)], -1)
+        q = np.where(d >= 0, last_q[np.maximum(d, 0)], last_q[ci])
+        used = np.where(d >= 0, q <= before_d, q <= before_c)
+        q = np.where((q >= g) & ~used, q, -1)
+        out = np.zeros(len(ci), PAIRED)
+        c = ev[ci]
+        for f in ("ts", "sector", "bytes", "dev", "category", "error"):
+            out[f] = c[f]
+        out["q_ts"] = np.where(q >= 0, ev["ts"][np.maximum(q, 0)], 0)
+        out["d_ts"] = np.where(d >= 0, ev["ts"][np.maximum(d, 0)], 0)
+        who = np.where(q >= 0, q, np.where(d >= 0, d, ci))
+        out["pid"] = ev["pid"][who]
+        out["tgid"] = ev["tgid"][who]
+        # keep the Q and D events that no completion of their group has followed yet
+        gid = np.cumsum(new_group) - 1
+        last_c_in_group = np.maximum.reduceat(np.where(is_c, idx, -1), idx[new_group])
+        keep = (is_q | is_d) & (idx > last_c_in_group[gid])
+        pend = ev[keep]
+        if len(pend):
+            newest = int(ev["ts"].max())
+            young = pend["ts"] + PENDING_MAX_AGE_NS >= newest
+            self.dropped += int(np.count_nonzero(~young))
+            pend = pend[young]
+            if len(pend) > PENDING_MAX:
+                self.dropped += len(pend) - PENDING_MAX
+                pend = pend[np.argsort(pend["ts"], kind="stable")[-PENDING_MAX:]]
+        self.pending = pend.copy()
+        return out[np.argsort(out["ts"], kind="stable")]
+
+
+@dataclass
+class SnoopLine:
+    t: float
+    wall_ns: int
+    comm: str
+    pid: int
+    disk: str
+    dev: str
+    op: str
+    sector: int
+    bytes: int
+    queue_ns: int | None
+    service_ns: int | None
+    error: int  # -errno, 0 = success
+
+    def to_json(self) -> dict[str, object]:
+        return {"time": cli_common.iso_time(self.wall_ns / 1e9), "t": round(self.t, 9), "comm": self.comm,
+                "pid": self.pid, "disk": self.disk, "dev": self.dev, "op": self.op, "sector": self.sector,
+                "bytes": self.bytes, "queue_ns": self.queue_ns, "service_ns": self.service_ns,
+                "error": self.error}
+
+
+def _signed16(v: int) -> int:
+    """The -errno blktrace-style u16 error back to a signed number (65531 -> -5)."""
+    return v - 65536 if v > 32767 else v
+
+
+HEADER = f"{'TIME(s)':<12} {'COMM':<16} {'PID':>7} {'DISK':<8} {'T':<4} {'SECTOR':>12} {'BYTES':>8} " \
+         f"{'QUE(ms)':>8} {'SVC(ms)':>8}"
+
+
+def fmt_line(s: SnoopLine) -> str:
+    que = f"{s.queue_ns / 1e6:8.3f}" if s.queue_ns is not None else f"{'-':>8}"
+    svc = f"{s.service_ns / 1e6:8.3f}" if s.service_ns is not None else f"{'-':>8}"
+    err = f" error {s.error}" if s.error else ""
+    return f"{s.t:<12.6f} {s.comm[:16]:<16} {s.pid:>7} {s.disk[:8]:<8} {s.op:<4} {s.sector:>12} {s.bytes:>8} " \
+           f"{que} {svc}{err}"
+
+
+class Snooper:
+    """Recorder + Pairer: yields SnoopLines until stopped."""
+
+    def __init__(self, opts: RecorderOptions) -> None:
+        self.rec = Recorder(opts)
+        self.pairer = Pairer()
+        self.names = devices.DevNames()
+        self.comms: dict[int, str] = {}
+        self.clock = clock_pair()
+        self.start_ns = self.clock["mono_ns"]
+
+    def lines(self, rows: np.ndarray) -> Iterator[SnoopLine]:
+        for r in rows:
+            q, d, ts = int(r["q_ts"]), int(r["d_ts"]), int(r["ts"])
+            pid = int(r["pid"])
+            dev = int(r["dev"])
+            ma, mi = devices.kdev_split(dev)
+            yield SnoopLine(
+                t=(ts - self.start_ns) / 1e9, wall_ns=self.clock["wall_ns"] + ts - self.clock["mono_ns"],
+                comm=self.comms.get(pid, "?"), pid=int(r["tgid"]), disk=self.names.name(dev), dev=f"{ma},{mi}",
+                op=rwbs(int(r["category"]), int(r["bytes"])), sector=int(r["sector"]), bytes=int(r["bytes"]),
+                queue_ns=d - q if q and d else None, service_ns=ts - d if d else None,
+                error=_signed16(int(r["error"])))
+
+    def poll(self, timeout_ms: int) -> list[SnoopLine]:
+        ev = self.rec.poll(timeout_ms)
+        return self._take(ev)
+
+    def _take(self, ev: np.ndarray) -> list[SnoopLine]:
+        if len(ev) and (ev["action"] == 0).any():
+            self.comms.update(notes_to_comms(ev))
+        return list(self.lines(self.pairer.feed(ev)))
+
+    def finish(self) -> list[SnoopLine]:
+        self.rec.detach()
+        return self._take(self.rec.drain())
+
+    def close(self) -> None:
+        self.rec.close()
+
+
+EXAMPLES = """\
+examples:
+  ioscope snoop                 # every completed I/O on every disk
+  ioscope snoop -d sda -d sdb   # two disks
+  ioscope snoop -p 1234         # I/O queued by process 1234
+  ioscope snoop -j | jq .       # JSON lines
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("snoop", help="one line per completed block I/O (like biosnoop)",
+                       description="One line per completed block I/O: time, process that queued it, disk, "
+                                   "operation (RWBS), sector, size, queue time (queued to issued) and service "
+                                   "time (issued to completed).",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli_common.add_disk_pid(p)
+    p.add_argument("-j", "--json", action="store_true", help="one JSON object per I/O")
+    p.add_argument("-w", "--duration", type=cli_common.positive_float, metavar="SECONDS",
+                   help="stop after SECONDS")
+    p.set_defaults(func=run, tool="snoop")
+
+
+def run(args: argparse.Namespace) -> int:
+    system.require_bpf_privileges("snoop")
+    btf = system.btf_path(getattr(args, "btf", None))
+    disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
+    snooper = Snooper(RecorderOptions(disks=disks, pid=args.pid, btf=btf, hooks=SNOOP_HOOKS, buffer_bytes=8 << 20))
+    try:
+        return _loop(snooper, args)
+    finally:
+        snooper.close()
+
+
+def _emit(lines: list[SnoopLine], as_json: bool) -> None:
+    if not lines:
+        return
+    if as_json:
+        out = "".join(json.dumps(s.to_json()) + "\n" for s in lines)
+    else:
+        out = "".join(fmt_line(s) + "\n" for s in lines)
+    sys.stdout.write(out)
+    sys.stdout.flush()
+
+
+def _loop(sn: Snooper, args: argparse.Namespace) -> int:
+    for what in sn.rec.unavailable:
+        print(f"ioscope snoop: {what}; carrying on without it", file=sys.stderr)
+    where = ", ".join(d.name for d in sn.rec.opts.disks) or "all disks"
+    print(f"Tracing block I/O on {where} ({sn.rec.bpf.variant_summary()}); Ctrl-C to end.", file=sys.stderr,
+          flush=True)
+    if not args.json:
+        print(HEADER, flush=True)
+    deadline = time.monotonic() + args.duration if args.duration else None
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            _emit(sn.poll(POLL_MS), args.json)
+    except KeyboardInterrupt:
+        pass
+    _emit(sn.finish(), args.json)
+    losses = sn.rec.losses()
+    if losses.total:
+        print(f"ioscope snoop: lost {losses.total} events ({losses.describe()})", file=sys.stderr)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from ioscope.cli import main as cli_main
+    return cli_main(["snoop", *(argv if argv is not None else sys.argv[1:])])
+
+
+__all__ = ["PAIRED", "Pairer", "SnoopLine", "Snooper", "add_parser", "fmt_line", "main", "run"]

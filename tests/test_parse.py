@@ -1,0 +1,111 @@
+"""ioscope parse prints what the real blkparse prints for the same trace, line for line."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import blk_scenarios as bs
+from conftest import ROOT, run_ioscope
+from ioscope.trace.parse import Formatter, dump_pdu, size_cnv
+
+sys.path.insert(0, str(ROOT / "bench"))
+import report_speed
+
+OPTIONS = (
+    (),
+    ("-a", "complete"),
+    ("-a", "read", "-a", "issue"),
+    ("-A", "c0"),
+    ("-q",),
+    ("-w", "0.002:0.005"),
+    ("-w", "0.0021"),
+    ("-w", "1:2"),
+    ("-f", "%D|%c|%s|%T.%t|%p|%a|%d|%S|%n|%N|%e|%C|%M|%m|%P\\n"),
+    ("-F", "Q,%-10C|%5p|%3c %2a %10S\\n", "-F", "X,%S / %U %P\\n", "-F", "A,%12t%%\\n"),
+)
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("parse")
+    cap = d / "mixed.ioscope"
+    bs.write_capture(str(cap), bs.mixed())
+    out = d / "mixed.bin"
+    run_ioscope("export", str(cap), "-o", str(out), check=True)
+    return cap, out
+
+
+@pytest.mark.parametrize("opts", OPTIONS, ids=[" ".join(o) or "default" for o in OPTIONS])
+def test_parse_equals_blkparse(mixed: tuple[Path, Path], opts: tuple[str, ...]) -> None:
+    cap, binary = mixed
+    theirs = bs.run_blkparse(str(binary), *opts)
+    ours = run_ioscope("parse", *opts, str(cap), check=True).stdout
+    assert ours == theirs
+    # the same from the blktrace file itself
+    assert run_ioscope("parse", *opts, str(binary), check=True).stdout == theirs
+
+
+def test_parse_generated_workload_equals_blkparse(tmp_path: Path) -> None:
+    """Some 40,000 events from the bench's generator: 2 CPUs, 4 processes, merges and unplugs (80 batches
+    of blkparse's 512)."""
+    from ioscope.trace.capture import CaptureWriter
+    cap = tmp_path / "gen.ioscope"
+    w = CaptureWriter(str(cap), {})
+    w.add_comms(report_speed.COMMS)
+    for chunk in report_speed.synth_chunks(40_000, seed=5, ios_per_chunk=2_003):
+        w.write(chunk)
+    w.close()
+    binary = tmp_path / "gen.bin"
+    run_ioscope("export", str(cap), "-o", str(binary), check=True)
+    theirs = bs.run_blkparse(str(binary))
+    ours = run_ioscope("parse", str(cap), check=True).stdout
+    assert ours.count("\n") > 40_000
+    assert ours == theirs
+
+
+def test_parse_in_flight_at_start(tmp_path: Path) -> None:
+    cap = tmp_path / "s.ioscope"
+    bs.write_capture(str(cap), bs.inflight_at_start())
+    binary = tmp_path / "s.bin"
+    run_ioscope("export", str(cap), "-o", str(binary), check=True)
+    assert run_ioscope("parse", str(cap), check=True).stdout == bs.run_blkparse(str(binary))
+
+
+def test_size_cnv_and_pdu() -> None:
+    assert size_cnv(12, False) == "      12"
+    assert size_cnv(1036, True) == "    1036K"
+    assert size_cnv(5_000_000, True) == "    5000M"
+    assert size_cnv(-1 & ((1 << 64) - 1), False).endswith("P")
+    assert dump_pdu(b"\0\0\0\0\0\0\0\x01") == "00 00 00 00 00 00 00 01"
+    assert dump_pdu(b"\x07\0\0\0") == "07 00 .."
+
+
+def test_formatter_widths() -> None:
+    f = Formatter("[%-6C][%6p][%t][%4t]\\t%%%x", None)
+    e = {"comm": "fio", "pid": 42, "nsec": 5, "act": "Q", "cpu": 1, "rwbs": "R", "error": 0, "major": 7,
+         "minor": 0, "nblocks": 8, "bytes": 4096, "seq": 3, "sector": 2048, "sec": 0, "pdu_int": 0, "time": 5,
+         "pdu": b""}
+    assert f.render(e) == "[fio   ][    42][000000005][0005]\t%x"
+
+
+def test_parse_bad_arguments(mixed: tuple[Path, Path]) -> None:
+    cap, _bin = mixed
+    for args in (("-a", "nonsense"), ("-w", "3:1"), ("-w", "x"), ("-F", "Z,%p"), ("-A", "zz"),
+                 ("-f", "%T\\q")):
+        p = run_ioscope("parse", *args, str(cap))
+        assert p.returncode == 2, args
+        assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, args
+    p = run_ioscope("parse", "-f", "%u\\n", str(cap))
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+
+
+def test_parse_output_file(mixed: tuple[Path, Path], tmp_path: Path) -> None:
+    cap, binary = mixed
+    out = tmp_path / "o.txt"
+    run_ioscope("parse", "-o", str(out), str(cap), check=True)
+    assert out.read_text() == bs.run_blkparse(str(binary))
+    assert np.char.startswith(np.array(out.read_text().splitlines()[:3]), "  7,0").all()

@@ -1,0 +1,89 @@
+"""ioscope record's pure parts: sizes, loss accounting, device metadata from a fixture /sys (no root)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ioscope import devices
+from ioscope.trace.record import HOOKS, Losses, _partitions, _ring_size, device_meta, parse_size
+
+
+@pytest.mark.parametrize("text, value", [
+    ("4096", 4096), ("64M", 64 << 20), ("64m", 64 << 20), ("1G", 1 << 30), ("512KiB", 512 << 10),
+    ("1.5g", 3 << 29), ("2T", 2 << 40), ("10MB", 10 << 20),
+])
+def test_parse_size(text: str, value: int) -> None:
+    assert parse_size(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-1M", "0", "nan", "inf", "5X"])
+def test_parse_size_rejects(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_size(text, "--buffer")
+
+
+def test_ring_size_is_a_power_of_two_of_pages() -> None:
+    assert _ring_size(32 << 20) == 32 << 20
+    assert _ring_size((32 << 20) + 1) == 64 << 20
+    assert _ring_size(1) >= 16 * 4096 and _ring_size(1) & (_ring_size(1) - 1) == 0
+
+
+def test_losses_json_and_total() -> None:
+    lo = Losses(events=np.array([3, 0], dtype=np.uint64), notes=np.array([0, 2], dtype=np.uint64),
+                pid_map_full=1, recursion_misses=5)
+    assert lo.total == 11  # a bio not followed under -p means its request events are missing
+    doc = lo.to_json()
+    assert doc["per_cpu"]["ringbuf_full_events"] == [3, 0] and doc["ringbuf_full_notes"] == 2
+    assert "3 events (ring buffer full)" in lo.describe() and "recursion_misses" in lo.describe()
+    none = Losses(np.zeros(2, np.uint64), np.zeros(2, np.uint64), 0, 0)
+    assert none.total == 0 and none.describe() == "none"
+
+
+def test_every_hook_has_a_program_pair() -> None:
+    """Each hook the recorder can choose exists as tp_btf and raw_tp in the compiled object."""
+    from ioscope import _libbpf
+    from ioscope.loader import object_path
+    progs = {name for name, _sec, _auto in _libbpf.Object(str(object_path("record"))).programs()}
+    for hook in HOOKS:
+        assert {f"btf_{hook}", f"raw_{hook}"} <= progs, hook
+
+
+def _fake_sys(root: Path) -> None:
+    for name, dev, size, sched in (("loop3", "7:3", 614400, "none [mq-deadline] kyber"),
+                                   ("vda", "254:0", 2097152, "[none] mq-deadline")):
+        d = root / "block" / name
+        (d / "queue").mkdir(parents=True)
+        (d / "dev").write_text(dev + "\n")
+        (d / "size").write_text(f"{size}\n")
+        (d / "queue" / "scheduler").write_text(sched + "\n")
+        for k, v in (("nr_requests", 64), ("read_ahead_kb", 128), ("max_sectors_kb", 1280), ("rotational", 0),
+                     ("logical_block_size", 512)):
+            (d / "queue" / k).write_text(f"{v}\n")
+        (root / "class" / "block").mkdir(parents=True, exist_ok=True)
+        (root / "class" / "block" / name).symlink_to(d)
+    part = root / "block" / "loop3" / "loop3p1"
+    part.mkdir()
+    (part / "partition").write_text("1\n")
+    (part / "dev").write_text("259:0\n")
+    (part / "start").write_text("2048\n")
+    (part / "size").write_text("262144\n")
+    (root / "class" / "block" / "loop3p1").symlink_to(part)
+
+
+def test_device_and_partition_metadata(tmp_path: Path) -> None:
+    _fake_sys(tmp_path)
+    meta = device_meta(None, str(tmp_path))
+    assert set(meta) == {"7,3", "254,0"}
+    loop = meta["7,3"]
+    assert loop == {"name": "loop3", "major": 7, "minor": 3, "size_bytes": 614400 * 512, "scheduler": "mq-deadline",
+                    "nr_requests": 64, "read_ahead_kb": 128, "max_sectors_kb": 1280, "rotational": 0,
+                    "logical_block_size": 512}
+    only = device_meta([devices.BlockDevice("vda", 254, 0)], str(tmp_path))
+    assert set(only) == {"254,0"} and only["254,0"]["scheduler"] == "none"
+    parts = _partitions(str(tmp_path))
+    assert parts == {"259,0": {"name": "loop3p1", "major": 259, "minor": 0, "disk": "7,3", "start_sector": 2048,
+                               "size_bytes": 262144 * 512}}

@@ -1,0 +1,291 @@
+"""ioscope report against the real btt on the same trace, and btt's rules on known scenarios."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import blk_scenarios as bs
+from conftest import ROOT, run_ioscope
+from ioscope.hist import RELATIVE_ERROR
+from ioscope.trace import btt
+from ioscope.trace.events import TA_COMPLETE, TA_GETRQ, TA_INSERT, TA_ISSUE, TA_QUEUE
+
+sys.path.insert(0, str(ROOT / "bench"))
+import report_speed
+
+BTT_ROWS = {"Q2Q": "q2q", "Q2A": "q2a", "Q2G": "q2g", "S2G": "s2g", "G2I": "g2i", "Q2M": "q2m", "I2D": "i2d",
+            "M2D": "m2d", "D2C": "d2c", "Q2C": "q2c"}
+SAME_SECTIONS = ("All Devices", "Device Overhead", "Device Merge Information", "Device Q2Q Seek Information",
+                 "Device D2D Seek Information", "Plug Information", "Active Requests At Q Information",
+                 "I/O Active Period Information", "Per Process", "Per Device", "Q2D Histogram")
+
+
+def report_json(path: Path) -> dict[str, Any]:
+    p = run_ioscope("report", "--json", str(path), check=True)
+    doc: dict[str, Any] = json.loads(p.stdout)
+    return doc
+
+
+def assert_same_as_btt(cap: Path, tmp_path: Path) -> tuple[dict[str, Any], str]:
+    """Export, run real btt -A, and compare it with report --json and report's text, section by section."""
+    out = tmp_path / "x.bin"
+    run_ioscope("export", str(cap), "-o", str(out), check=True)
+    avg = bs.run_btt(str(out), str(tmp_path), "-A")
+    doc = report_json(cap)
+    rows = bs.btt_table(avg, "All Devices")
+    assert rows, avg
+    for label, (mn, av, mx, n) in rows.items():
+        ph = doc["phases"][BTT_ROWS[label]]
+        assert ph["n"] == n, label
+        # btt prints 9 decimals
+        assert (f"{ph['min']:.9f}", f"{ph['avg']:.9f}", f"{ph['max']:.9f}") == (f"{mn:.9f}", f"{av:.9f}",
+                                                                                  f"{mx:.9f}"), label
+    # phases btt did not print have no I/O in ioscope either
+    for ph, st in doc["phases"].items():
+        if ph not in ("q2d",) and st["n"]:
+            assert ph.upper() in rows or ph.endswith("_dm"), ph
+    text = run_ioscope("report", str(cap), check=True).stdout
+    for title in SAME_SECTIONS:
+        assert bs.section(text, title) == bs.section(avg, title), title
+    # the whole of btt's -A output, byte for byte, then ioscope's own sections
+    assert text.startswith(avg)
+    assert run_ioscope("report", "--btt", str(cap), check=True).stdout == bs.run_btt(str(out), str(tmp_path))
+    return doc, avg
+
+
+def test_mixed_scenario_equals_btt(tmp_path: Path) -> None:
+    cap = tmp_path / "mixed.ioscope"
+    bs.write_capture(str(cap), bs.mixed())
+    doc, _avg = assert_same_as_btt(cap, tmp_path)
+    dev0 = doc["devices"]["7,0"]
+    assert dev0["in_flight_at_end"] == 1 and dev0["in_flight_at_end_issued"] == 1
+    assert dev0["merge"]["q"] == 17 and dev0["merge"]["d"] == 15
+    # the plug on 7,1 came before any I/O event of that disk: btt (and so ioscope) has no state for the disk
+    # yet and ignores it, and then the timer unplug of a disk that is not plugged
+    assert doc["devices"]["7,1"]["plug"]["timer_unplugs"] == 0 and doc["devices"]["7,0"]["plug"]["plugs"] == 1
+    assert set(doc["processes"]) == {"fio", "dd"}   # I/O belongs to the process that queued it
+
+
+def test_inflight_at_start_equals_btt(tmp_path: Path) -> None:
+    cap = tmp_path / "start.ioscope"
+    bs.write_capture(str(cap), bs.inflight_at_start())
+    doc, _avg = assert_same_as_btt(cap, tmp_path)
+    assert doc["devices"]["7,0"]["ignored_at_start"] == 3   # C, D, C of I/Os queued before the capture
+    assert doc["phases"]["q2c"]["n"] == 11
+
+
+def test_generated_workload_equals_btt(tmp_path: Path) -> None:
+    """About 150,000 events of the bench's generator: merges, plugs, four processes, two CPUs."""
+    cap = tmp_path / "gen.ioscope"
+    from ioscope.trace.capture import CaptureWriter
+    w = CaptureWriter(str(cap), {"devices": {"7,0": {"name": "loop0", "major": 7, "minor": 0}}})
+    w.add_comms(report_speed.COMMS)
+    for chunk in report_speed.synth_chunks(150_000, seed=11, ios_per_chunk=10_007):
+        w.write(chunk)
+    w.close()
+    doc, _avg = assert_same_as_btt(cap, tmp_path)
+    assert doc["phases"]["q2m"]["n"] > 1000 and doc["phases"]["m2d"]["n"] > 1000
+
+
+def test_json_shape_and_percentiles(tmp_path: Path) -> None:
+    s = bs.Scenario(comms={7: "app"})
+    d2c = [10_000 + 997 * i for i in range(101)]
+    t = 1_000_000_000
+    for i, v in enumerate(d2c):
+        s.io(t + i * 1_000_000, 5000 + 64 * i, 4096, pid=7, d2c=v)
+    cap = tmp_path / "p.ioscope"
+    bs.write_capture(str(cap), s)
+    doc = report_json(cap)
+    for scope in (doc["phases"], doc["devices"]["7,0"]["phases"], doc["processes"]["app"]["phases"]):
+        st = scope["d2c"]
+        assert set(st) >= {"min", "avg", "max", "n", "p50", "p90", "p99", "p99.9"}
+        assert st["n"] == 101
+        assert st["min"] == pytest.approx(min(d2c) / 1e9) and st["max"] == pytest.approx(max(d2c) / 1e9)
+        assert st["avg"] == pytest.approx(sum(d2c) / len(d2c) / 1e9)
+        for p in (50, 90, 99):
+            truth = float(np.percentile(d2c, p)) / 1e9
+            assert abs(st[f"p{p}"] - truth) <= RELATIVE_ERROR * truth, p
+
+
+def test_latency_csv_dumps(tmp_path: Path) -> None:
+    cap = tmp_path / "mixed.ioscope"
+    bs.write_capture(str(cap), bs.mixed())
+    files = {ph: tmp_path / f"{ph}.csv" for ph in ("d2c", "q2c", "q2d")}
+    run_ioscope("report", "--json", str(cap), "--d2c-csv", str(files["d2c"]), "--q2c-csv", str(files["q2c"]),
+                "--q2d-csv", str(files["q2d"]), check=True)
+    doc = report_json(cap)
+    for ph, f in files.items():
+        with open(f) as fh:
+            rows = list(csv.DictReader(fh))
+        assert len(rows) == doc["phases"][ph]["n"], ph
+        vals = [float(r[f"{ph}_s"]) for r in rows]
+        assert sum(vals) / len(vals) == pytest.approx(doc["phases"][ph]["avg"], rel=1e-6)
+        assert {r["device"] for r in rows} <= {"7,0", "7,1"}
+    # the same values as btt's own per-I/O files (-l D2C, -q Q2C: "time latency" per device, 6 decimals)
+    binary = tmp_path / "m.bin"
+    run_ioscope("export", str(cap), "-o", str(binary), check=True)
+    bs.run_btt(str(binary), str(tmp_path), "-l", "lat", "-q", "qc")
+    for ph, prefix in (("d2c", "lat"), ("q2c", "qc")):
+        with open(files[ph]) as fh:
+            rows = list(csv.DictReader(fh))
+        for dev in ("7,0", "7,1"):
+            ours = sorted((f"{float(r['time_s']):.6f}", f"{float(r[f'{ph}_s']):.6f}") for r in rows
+                          if r["device"] == dev)
+            dat = (tmp_path / f"{prefix}_{dev}_{ph}.dat").read_text()
+            theirs = sorted(tuple(ln.split()) for ln in dat.splitlines())
+            assert ours == theirs, (ph, dev)
+
+
+def test_text_report_has_every_section(tmp_path: Path) -> None:
+    cap = tmp_path / "mixed.ioscope"
+    bs.write_capture(str(cap), bs.mixed())
+    text = run_ioscope("report", str(cap), check=True).stdout
+    for title in (*SAME_SECTIONS, "Latency percentiles", "Capture edges", "Q2C heat map",
+                  "iostat per 1 s"):
+        assert f"= {title}" in text, title
+    btt_only = run_ioscope("report", "--btt", str(cap), check=True).stdout
+    assert "Per Process" not in btt_only and "heat map" not in btt_only
+
+
+# --------------------------------------------------------------------------- btt's rules, unit level
+
+def _run(s: bs.Scenario, chunk: int | None = None) -> btt.BttResult:
+    ev = s.events()
+    chunks = [ev] if chunk is None else [ev[i:i + chunk] for i in range(0, len(ev), chunk)]
+    return btt.analyse(chunks, s.comms)
+
+
+def test_duplicate_and_overlapping_qs_are_counted() -> None:
+    s = bs.Scenario(comms={1: "a"})
+    t = 10_000
+    s.add(t, TA_QUEUE, 100, 4096, pid=1)
+    s.add(t + 1, TA_QUEUE, 100, 4096, pid=1)      # same start sector while the first is in flight: not tracked
+    s.add(t + 2, TA_QUEUE, 104, 4096, pid=1)      # overlaps [100, 108)
+    s.add(t + 10, TA_ISSUE, 100, 8192, pid=1)
+    s.add(t + 100, TA_COMPLETE, 100, 8192, pid=1)
+    r = _run(s)
+    d = r.devices[bs.LOOP0]
+    assert d.dup_q == 1 and d.overlap_q == 1
+    # the C covers [100, 116): both tracked Qs complete
+    assert r.stat("q2c").n == 2 and d.inflight == 0
+
+
+def test_partial_completion_and_requeue() -> None:
+    s = bs.Scenario()
+    t = 1_000
+    s.add(t, TA_QUEUE, 0, 4096)
+    s.add(t + 1, TA_QUEUE, 8, 4096)
+    s.add(t + 2, TA_GETRQ, 0, 4096)
+    s.add(t + 3, TA_INSERT, 0, 4096)
+    s.add(t + 10, TA_ISSUE, 0, 8192)
+    s.add(t + 50, TA_COMPLETE, 0, 4096)           # completes the first bio only
+    r1 = _run(s)
+    assert r1.stat("q2c").n == 1 and r1.devices[bs.LOOP0].inflight == 1
+    s.add(t + 90, TA_COMPLETE, 8, 4096)
+    r2 = _run(s)
+    assert r2.stat("q2c").n == 2 and r2.stat("d2c").n == 2
+    assert r2.stat("d2c").max == 80 and r2.stat("d2c").min == 40
+
+
+def test_chunk_boundaries_do_not_change_results(tmp_path: Path) -> None:
+    s = bs.mixed()
+    whole = _run(s)
+    for size in (1, 2, 3, 7, 50):
+        part = _run(s, size)
+        for key, st in whole.stats.items():
+            other = part.stats[key]
+            assert (st.n, st.total, st.min, st.max) == (other.n, other.total, other.min, other.max), (size, key)
+        assert whole.live_all.summary(0) == part.live_all.summary(0)
+        for dev, d in whole.devices.items():
+            p = part.devices[dev]
+            assert (d.n_qs, d.n_ds, d.t_act_q, d.q2q_seek.n, d.q2q_seek.total, d.live.summary(0)) == \
+                (p.n_qs, p.n_ds, p.t_act_q, p.q2q_seek.n, p.q2q_seek.total, p.live.summary(0))
+
+
+def test_report_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.ioscope"
+    bad.write_bytes(b"this is not a capture at all, just some bytes" * 10)
+    p = run_ioscope("report", str(bad))
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert "byte offset" in p.stderr and str(bad) in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    cap = tmp_path / "m.ioscope"
+    bs.write_capture(str(cap), bs.mixed())
+    data = cap.read_bytes()
+    cut = tmp_path / "cut.ioscope"
+    cut.write_bytes(data[: len(data) // 2])
+    p = run_ioscope("report", "--json", str(cut))
+    # a capture cut in the middle: its complete chunks are analysed, or it says where it is broken
+    assert p.returncode in (0, 1) and "Traceback" not in p.stderr
+    if p.returncode == 1:
+        assert "byte offset" in p.stderr
+    p = run_ioscope("report", "--interval", "0", str(cap))
+    assert p.returncode == 2
+
+
+def test_heatmap_widens_and_keeps_counts() -> None:
+    h = btt.HeatMap(max_bins=8)
+    t = np.arange(0, 100_000_000, 1_000_000, dtype=np.int64)   # 100 ms of 1 ms steps
+    h.add(t, np.full(len(t), 5000, dtype=np.int64))
+    assert h.grid.sum() == len(t) and len(h.grid) <= 8
+    assert int(np.flatnonzero(h.grid.sum(axis=0))[0]) == 12    # 5000 ns is in [4096, 8192)
+
+
+def test_time_ordered_restores_order() -> None:
+    ev = bs.mixed().events()
+    rng = np.random.default_rng(3)
+    shuffled = [ev[i:i + 9][rng.permutation(len(ev[i:i + 9]))] for i in range(0, len(ev), 9)]
+    out = np.concatenate(list(btt.time_ordered(shuffled, hold_ns=10**12)))
+    assert (np.diff(out["ts"].astype(np.int64)) >= 0).all() and len(out) == len(ev)
+
+
+def test_remapper_devices_use_dm_rows() -> None:
+    s = bs.Scenario()
+    from ioscope.devices import kdev
+    s.io(1000, 0, 4096, dev=kdev(253, 0))
+    r = _run(s)
+    assert r.stat("q2c_dm").n == 1 and r.stat("q2c").n == 0
+
+
+def test_sleep_requests() -> None:
+    from ioscope.trace.events import TA_SLEEPRQ
+    s = bs.Scenario()
+    s.add(100, TA_QUEUE, 0, 4096)
+    s.add(150, TA_SLEEPRQ, 0, 4096)
+    s.add(400, TA_GETRQ, 0, 4096)
+    s.add(500, TA_ISSUE, 0, 4096)
+    s.add(900, TA_COMPLETE, 0, 4096)
+    r = _run(s)
+    assert r.stat("s2g").n == 1 and r.stat("s2g").total == 250 and r.stat("q2g").total == 300
+
+
+def test_memory_stays_bounded() -> None:
+    """Python-side state after 5 and after 40 batches of a long generated workload: no growth with length
+    (the seek trees, in C, grow with the number of distinct seek distances only)."""
+    import tracemalloc
+    b = btt.Btt(report_speed.COMMS)
+    tracemalloc.start()
+    sizes = []
+    for i, chunk in enumerate(report_speed.synth_chunks(30 * 14_000, seed=2, ios_per_chunk=2_000)):
+        b.feed(chunk)
+        if i in (4, 39):
+            sizes.append(tracemalloc.get_traced_memory()[0])
+    tracemalloc.stop()
+    assert len(b.live_all.starts) < 100
+    assert sizes[1] < sizes[0] * 1.5 + (2 << 20), sizes
+    r = b.result()
+    assert r.stat("q2c").n == 2_000 * (i + 1)   # every generated I/O, none lost between chunks
+    # active periods that ended are reduced to counters as the capture goes on
+    b2 = btt.Btt()
+    base = bs.inflight_at_start().events()[3:]    # eleven whole I/Os
+    for k in range(300):
+        ev = base.copy()
+        ev["ts"] += np.uint64(k * 10_000_000)
+        b2.feed(ev)
+    assert b2.live_all.done_n > 250 and len(b2.live_all.starts) < 20

@@ -1,0 +1,114 @@
+"""ioscope snoop: pairing of Q/D/C in user space (unit) and the live command (root)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from conftest import ioscope_cmd, json_lines
+from ioscope.trace.events import EVENT, TA_COMPLETE, TA_ISSUE, TA_QUEUE, TA_SPLIT, TC_READ, TC_SYNC, TC_WRITE
+from ioscope.trace.snoop import Pairer, SnoopLine, fmt_line
+
+DEV = (7 << 20) | 5
+
+
+def ev(action: int, ts: int, sector: int, nbytes: int = 4096, pid: int = 10, aux: int = 0) -> np.ndarray:
+    e = np.zeros(1, EVENT)
+    e["action"], e["ts"], e["sector"], e["bytes"], e["pid"], e["tgid"], e["dev"], e["aux"] = (
+        action, ts, sector, nbytes, pid, pid, DEV, aux)
+    e["category"] = TC_READ
+    return e
+
+
+def test_pairs_across_batches_and_keeps_only_unmatched() -> None:
+    p = Pairer()
+    b1 = np.concatenate([ev(TA_QUEUE, 100, 8, pid=1), ev(TA_ISSUE, 150, 8, pid=2), ev(TA_QUEUE, 160, 64, pid=3)])
+    assert len(p.feed(b1)) == 0 and len(p.pending) == 3
+    b2 = np.concatenate([ev(TA_COMPLETE, 400, 8, pid=0), ev(TA_ISSUE, 420, 64, pid=4),
+                         ev(TA_COMPLETE, 500, 64, pid=0)])
+    out = p.feed(b2)
+    assert out["ts"].tolist() == [400, 500]
+    assert out["q_ts"].tolist() == [100, 160] and out["d_ts"].tolist() == [150, 420]
+    assert out["pid"].tolist() == [1, 3]  # the process that queued it, not the completion context
+    assert len(p.pending) == 0
+
+
+def test_same_sector_reused_and_missing_phases() -> None:
+    p = Pairer()
+    b = np.concatenate([
+        ev(TA_QUEUE, 10, 0), ev(TA_ISSUE, 20, 0), ev(TA_COMPLETE, 30, 0),  # first I/O to sector 0
+        ev(TA_QUEUE, 40, 0), ev(TA_ISSUE, 50, 0), ev(TA_COMPLETE, 65, 0),  # second one
+        ev(TA_ISSUE, 70, 99), ev(TA_COMPLETE, 90, 99),                      # queued before tracing
+        ev(TA_QUEUE, 95, 500), ev(TA_COMPLETE, 99, 500),                    # bio-based: no issue
+    ])
+    out = p.feed(b)
+    rows = [(int(r["ts"]), int(r["q_ts"]), int(r["d_ts"])) for r in out]
+    assert rows == [(30, 10, 20), (65, 40, 50), (90, 0, 70), (99, 95, 0)]
+
+
+def test_queue_event_is_used_once() -> None:
+    """Flush requests without a Q of their own must not inherit an old Q of the same sector."""
+    p = Pairer()
+    b = np.concatenate([ev(TA_QUEUE, 10, 0, 0), ev(TA_ISSUE, 20, 0, 0), ev(TA_COMPLETE, 30, 0, 0),
+                        ev(TA_ISSUE, 5000, 0, 0), ev(TA_COMPLETE, 5010, 0, 0),   # no Q: flush machinery
+                        ev(TA_QUEUE, 6000, 9, 0), ev(TA_COMPLETE, 6001, 9, 0),   # bio-based
+                        ev(TA_COMPLETE, 7000, 9, 0)])                             # no Q left for this one
+    rows = [(int(r["ts"]), int(r["q_ts"]), int(r["d_ts"])) for r in p.feed(b)]
+    assert rows == [(30, 10, 20), (5010, 0, 5000), (6001, 6000, 0), (7000, 0, 0)]
+
+
+def test_split_remainder_gets_queue_time() -> None:
+    p = Pairer()
+    b = np.concatenate([ev(TA_QUEUE, 10, 0, 8192), ev(TA_SPLIT, 11, 0, 4096, aux=8),
+                        ev(TA_ISSUE, 20, 0), ev(TA_ISSUE, 21, 8), ev(TA_COMPLETE, 30, 0), ev(TA_COMPLETE, 31, 8)])
+    out = p.feed(b)
+    assert [(int(r["q_ts"]), int(r["d_ts"])) for r in out] == [(10, 20), (11, 21)]
+
+
+def test_unmatched_queue_events_age_out() -> None:
+    p = Pairer()
+    p.feed(ev(TA_QUEUE, 1, 123))  # e.g. a bio merged into another request: never completes at its sector
+    p.feed(ev(TA_QUEUE, 60 * 10**9, 7))
+    assert p.dropped == 1 and p.pending["sector"].tolist() == [7]
+
+
+def test_fmt_line_golden() -> None:
+    s = SnoopLine(t=1.5, wall_ns=0, comm="fio", pid=42, disk="loop5", dev="7,5", op="WS", sector=2048,
+                  bytes=65536, queue_ns=12_000, service_ns=None, error=-5)
+    assert fmt_line(s) == ("1.500000     fio                   42 loop5    WS           2048    65536"
+                           "    0.012        - error -5")
+    assert TC_WRITE | TC_SYNC  # the op letters come from events.rwbs
+
+
+NIOS = 1009
+
+
+def test_snoop_lines_match_workload(loopdev: Callable[..., Any]) -> None:
+    from ioscope.testbed import run_fio
+    ld = loopdev(size_mb=128, scheduler="mq-deadline")
+    other = loopdev(size_mb=16)
+    p = subprocess.Popen(ioscope_cmd("snoop", "-d", ld.name, "-j"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stderr is not None
+    assert p.stderr.readline().startswith("Tracing block I/O")
+    job = run_fio(ld.path, rw="randread", bs="8k", number_ios=NIOS, size="100M", iodepth=8)
+    run_fio(other.path, rw="randread", bs="4k", number_ios=101, size="8M")  # not traced (-d)
+    subprocess.run(["dd", "if=/dev/zero", f"of={ld.path}", "bs=1M", "count=3", "oflag=direct", "status=none"],
+                   check=True)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert job["read"]["total_ios"] == NIOS
+    lines = json_lines(out)
+    reads = [x for x in lines if x["op"].startswith("R")]
+    writes = [x for x in lines if x["op"].startswith("W")]
+    assert len(reads) == NIOS and all(x["bytes"] == 8192 for x in reads)
+    assert sum(x["bytes"] for x in writes) == 3 << 20
+    assert {x["disk"] for x in lines} == {ld.name}
+    assert all(x["comm"] == "fio" for x in reads) and all(x["comm"] == "dd" for x in writes)
+    assert all(x["queue_ns"] is not None and x["service_ns"] is not None for x in lines)
+    assert all(x["service_ns"] > 0 and x["queue_ns"] >= 0 for x in lines)
