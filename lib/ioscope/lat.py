@@ -185,7 +185,21 @@ class LatCollector:
             delta, dmiss = cur, misses
         counters = {abi.STAT_NAMES[i]: int(delta[i]) for i in abi.STAT_NAMES if i < abi.NR_STATS}
         counters["stale"] = self._stale
+        counters["issued_not_completed"] = self.issued_pending()
         return Losses(counters, dmiss)
+
+    def issued_pending(self) -> int:
+        """Bios issued to the driver whose completion has not reached us (yet): a gauge.
+
+        When no I/O is in flight any more, these are completions the kernel finished without
+        running the block_rq_complete programs (see docs/lat.md, "Completions the kernel does
+        not report"); together with completion_unseen they account for every such I/O.
+        """
+        _kb, vb, n = self.starts.dump(sum=False)
+        if not n:
+            return 0
+        vals = np.frombuffer(vb, dtype=abi.BIO_START, count=n)
+        return int(np.count_nonzero(vals["d_ns"]))
 
     def _kernel_counts(self) -> dict[str, int]:
         stats = devices.read_diskstats()
