@@ -56,8 +56,12 @@ struct lat_key {
 	__u32 dev;   /* kernel dev_t of the whole disk (major << 20 | minor); 0 = all */
 	__u32 pid;   /* submitting process (tgid); 0 when -P is not given */
 	__u8 op;     /* enum ios_io_op */
-	__u8 phase;  /* enum ios_lat_phase */
-	__u8 pad[6];
+	__u8 pad[7];
+};
+
+/* The three phases of one key together: one map lookup per I/O. */
+struct lat_val {
+	struct hist ph[IOS_NR_PHASES]; /* indexed by enum ios_lat_phase */
 };
 
 /* Per-bio state kept between queue, issue and completion. */
@@ -109,9 +113,11 @@ struct top_proc_val {
 /* A slot of top's direct-mapped table of bios in flight (index: hash of the
  * bio pointer). Cheaper than a hash map per I/O; a slot taken by another bio
  * in flight is a collision, counted (IOS_LOST_START_FULL) and not timed. */
-struct top_slot {
+/* A bio in flight (bpf/inflight.bpf.h), used by lat and top. */
+struct bio_slot {
 	__u64 bio;   /* struct bio *, 0 = free */
-	__u64 q_ns;  /* queued */
+	__u64 q_ns;  /* queued (0: queued before tracing started) */
+	__u64 d_ns;  /* its request issued to the driver (0: not yet; lat only) */
 	__u32 tgid;  /* the process that queued it */
 	__u32 dev;
 };

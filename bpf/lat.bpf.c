@@ -22,6 +22,7 @@
 #include "hist.bpf.h"
 #include "common.bpf.h"
 #include "comms.bpf.h"
+#include "inflight.bpf.h"
 
 #define MAX_CHAIN 32
 
@@ -31,12 +32,6 @@ const volatile bool targ_per_pid = false;
 const volatile __u32 targ_tgid = 0;
 const volatile __u8 targ_phases = 0x7; /* bit per enum ios_lat_phase */
 
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, __u64); /* struct bio * */
-	__type(value, struct bio_start);
-} starts SEC(".maps");
 
 /* Requests without bios (the flush machinery's flush_rq): issue time. */
 struct {
@@ -51,7 +46,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 1024);
 	__type(key, struct lat_key);
-	__type(value, struct hist);
+	__type(value, struct lat_val);
 } hists SEC(".maps");
 
 /* The last bio queued on this CPU: a bio split right after being queued
@@ -70,132 +65,149 @@ struct {
 	__type(value, struct last_q);
 } last_queued SEC(".maps");
 
-static struct hist zero_hist;
+static struct lat_val zero_val;
 
 /*
- * A global (not inlined) function: the verifier checks it once, on its own,
- * instead of once per call site inside the bio-chain loops. That cut the
- * load time of this object from ~0.3 s to a few tens of ms.
+ * Everything measured for one bio, added with one map lookup. A global (not
+ * inlined) function: the verifier checks it once, on its own, instead of once
+ * per call site inside the bio-chain loops (the object loads in tens of ms).
+ * op_have: the op in the low byte, and above it which of q2c, q2d, d2c were
+ * measured (bits of enum ios_lat_phase); q_ns/d_ns: the bio's queue and
+ * issue times (the completion time is now).
  */
-__noinline int record(__u32 dev, __u32 tgid, __u32 op, __u32 phase, __u64 delta)
+__noinline int record(__u32 dev, __u32 tgid, __u32 op_have, __u64 q_ns, __u64 d_ns)
 {
+	__u64 now = bpf_ktime_get_ns();
+	__u32 op = op_have & 0xff, have = (op_have >> 8) & targ_phases;
 	struct lat_key key = {};
-	struct hist *h;
+	struct lat_val *v;
 	long err;
 
-	if (phase >= IOS_NR_PHASES || !(targ_phases & (1 << phase)))
+	if (!have)
 		return 0;
 	key.dev = targ_per_disk ? dev : 0;
 	key.pid = targ_per_pid ? tgid : 0;
 	key.op = targ_per_op ? op : IOS_OP_ALL;
-	key.phase = phase;
-	h = bpf_map_lookup_elem(&hists, &key);
-	if (!h) {
-		err = bpf_map_update_elem(&hists, &key, &zero_hist, BPF_NOEXIST);
+	v = bpf_map_lookup_elem(&hists, &key);
+	if (!v) {
+		err = bpf_map_update_elem(&hists, &key, &zero_val, BPF_NOEXIST);
 		if (err && err != -17 /* EEXIST: another CPU won the race */) {
 			stat_inc(IOS_LOST_HIST_FULL);
 			return 0;
 		}
-		h = bpf_map_lookup_elem(&hists, &key);
-		if (!h) {
+		v = bpf_map_lookup_elem(&hists, &key);
+		if (!v) {
 			stat_inc(IOS_LOST_HIST_FULL);
 			return 0;
 		}
 	}
-	hist_add(h, delta);
+	if (have & (1 << IOS_PHASE_Q2C))
+		hist_add(&v->ph[IOS_PHASE_Q2C], now - q_ns);
+	if (have & (1 << IOS_PHASE_Q2D))
+		hist_add(&v->ph[IOS_PHASE_Q2D], d_ns - q_ns);
+	if (have & (1 << IOS_PHASE_D2C))
+		hist_add(&v->ph[IOS_PHASE_D2C], now - d_ns);
 	return 0;
 }
 
-static __always_inline int on_bio_queue(struct bio *bio)
+/*
+ * Each body takes btf, a constant: tp_btf programs read kernel memory with
+ * direct (BTF-checked) loads, raw_tp programs with bpf_probe_read_kernel();
+ * the compiler keeps only the variant's own kind of access.
+ */
+static __always_inline int on_bio_queue(struct bio *bio, const bool btf)
 {
-	struct gendisk *disk = bio_disk(bio);
-	struct bio_start s = {};
+	struct gendisk *disk = btf ? bio_disk_direct(bio) : bio_disk(bio);
 	struct last_q *last;
+	struct bio_slot *sl;
 	__u32 zero = 0, dev;
-	__u64 key = (__u64)bio;
+	__u64 key, now;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	long err;
 
-	if (!disk || !disk_is_mq(disk))
+	if (!disk || !(btf ? disk_is_mq_direct(disk) : disk_is_mq(disk)))
 		return 0;
 	if (targ_tgid && tgid != targ_tgid)
 		return 0;
-	dev = disk_dev(disk);
+	dev = btf ? disk_dev_direct(disk) : disk_dev(disk);
 	if (!dev_wanted(dev))
 		return 0;
-	s.q_ns = bpf_ktime_get_ns();
-	s.tgid = tgid;
-	s.dev = dev;
+	key = btf ? ptr_value(bio) : (__u64)bio;
+	now = bpf_ktime_get_ns();
 	last = bpf_map_lookup_elem(&last_queued, &zero);
-	err = bpf_map_update_elem(&starts, &key, &s, BPF_NOEXIST);
-	if (err == -17 /* EEXIST */) {
-		struct bio_start *old = bpf_map_lookup_elem(&starts, &key);
-
+	sl = slot_get(key);
+	if (sl) {
 		/*
 		 * The remainder of a bio split right after it was queued comes back
-		 * here at once: it keeps its first queue time. Any other entry is
-		 * left over from an earlier bio at the same address whose
-		 * completion we did not see: replace it in place.
+		 * here at once: it keeps its first queue time. Any other slot still
+		 * holding this address is left over from an earlier bio whose
+		 * completion never reached us: a lost measurement if it was issued.
 		 */
-		if (old && last && last->bio == key && !old->d_ns) {
+		if (last && last->bio == key && !sl->d_ns) {
 			stat_inc(IOS_STAT_REQUEUED);
-		} else if (old) {
-			/* issued but its completion never reached us: a lost measurement */
-			stat_inc(old->d_ns ? IOS_LOST_C_UNSEEN : IOS_STAT_NEVER_ISSUED);
-			old->q_ns = s.q_ns;
-			old->d_ns = 0;
-			old->tgid = tgid;
-			old->dev = dev;
+		} else {
+			stat_inc(sl->d_ns ? IOS_LOST_C_UNSEEN : IOS_STAT_NEVER_ISSUED);
+			sl->q_ns = now;
+			sl->d_ns = 0;
+			sl->tgid = tgid;
+			sl->dev = dev;
 		}
-	} else if (err == -7 /* E2BIG */) {
-		stat_inc(IOS_LOST_START_FULL);
-	} else if (err) {
-		stat_inc(IOS_LOST_START_FAILED);
+	} else {
+		slot_put(key, now, tgid, dev);
 	}
 	if (last) {
+		if (targ_per_pid && last->tgid != tgid) {
+			char comm[16];
+
+			bpf_get_current_comm(comm, sizeof(comm));
+			bpf_map_update_elem(&comms, &tgid, comm, BPF_ANY);
+		}
 		last->bio = key;
-		last->q_ns = s.q_ns;
+		last->q_ns = now;
 		last->tgid = tgid;
 		last->dev = dev;
-	}
-	if (targ_per_pid) {
-		char comm[16];
-
-		bpf_get_current_comm(comm, sizeof(comm));
-		bpf_map_update_elem(&comms, &tgid, comm, BPF_ANY);
 	}
 	return 0;
 }
 
-static __always_inline int on_split(struct bio *bio)
+/*
+ * block_split names the new bio, split off the front of one already queued:
+ * it inherits the parent's queue time and process (bio_chain() made the
+ * parent its bi_private before the tracepoint), or else those of the last
+ * bio this CPU queued for the same process.
+ */
+static __always_inline int on_split(struct bio *bio, const bool btf)
 {
-	struct bio_start s = {};
+	struct bio_slot *parent;
 	struct last_q *last;
 	__u32 zero = 0;
-	__u64 key = (__u64)bio;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct gendisk *disk = bio_disk(bio);
+	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
+	__u64 priv = btf ? ptr_value(bio->bi_private) : (__u64)BPF_CORE_READ(bio, bi_private);
 
-	last = bpf_map_lookup_elem(&last_queued, &zero);
-	if (!last || !last->bio || last->tgid != tgid || last->dev != disk_dev(disk))
+	parent = priv ? slot_get(priv) : NULL;
+	if (parent) {
+		__u64 q = parent->q_ns;
+		__u32 ptgid = parent->tgid, pdev = parent->dev;
+
+		slot_put(key, q, ptgid, pdev);
+		stat_inc(IOS_STAT_SPLIT);
 		return 0;
-	s.q_ns = last->q_ns;
-	s.tgid = tgid;
-	s.dev = last->dev;
-	if (bpf_map_update_elem(&starts, &key, &s, BPF_NOEXIST) == -7)
-		stat_inc(IOS_LOST_START_FULL);
+	}
+	last = bpf_map_lookup_elem(&last_queued, &zero);
+	if (!last || !last->bio || last->tgid != tgid ||
+	    last->dev != (btf ? disk_dev_direct(bio_disk_direct(bio)) : disk_dev(bio_disk(bio))))
+		return 0;
+	slot_put(key, last->q_ns, tgid, last->dev);
 	stat_inc(IOS_STAT_SPLIT);
 	return 0;
 }
 
-static __always_inline int on_rq_issue(struct request *rq)
+static __always_inline int on_rq_issue(struct request *rq, const bool btf)
 {
 	__u64 now = bpf_ktime_get_ns();
-	struct bio *bio = BPF_CORE_READ(rq, bio);
-	__u32 dev = disk_dev(rq_disk(rq));
-	__u32 opf = BPF_CORE_READ(rq, cmd_flags);
-	__u8 op = opf_to_op(opf, BPF_CORE_READ(rq, __data_len));
-	struct bio_start *s;
+	struct bio *bio = btf ? rq->bio : BPF_CORE_READ(rq, bio);
+	__u32 dev = btf ? disk_dev_direct(rq_disk_direct(rq)) : disk_dev(rq_disk(rq));
+	struct bio_slot *sl;
 	__u64 key;
 	int i;
 
@@ -206,53 +218,47 @@ static __always_inline int on_rq_issue(struct request *rq)
 
 		if (targ_tgid)
 			return 0; /* no submitter to match the filter against */
-		key = (__u64)rq;
+		key = btf ? ptr_value(rq) : (__u64)rq;
 		rs.d_ns = now;
 		rs.dev = dev;
 		if (bpf_map_update_elem(&rq_starts, &key, &rs, BPF_ANY))
 			stat_inc(IOS_LOST_RQ_FULL);
 		return 0;
 	}
-	key = (__u64)bio;
-	s = bpf_map_lookup_elem(&starts, &key);
-	if (!s) {
-		struct bio_start ns = {};
-
+	key = btf ? ptr_value(bio) : (__u64)bio;
+	if (!slot_get(key)) {
 		if (targ_tgid)
 			return 0; /* queued by another process, or before tracing */
 		/* queued before tracing started: d2c only */
-		ns.d_ns = now;
-		ns.dev = dev;
-		if (bpf_map_update_elem(&starts, &key, &ns, BPF_NOEXIST) == -7)
-			stat_inc(IOS_LOST_START_FULL);
+		slot_put(key, 0, 0, dev);
+		sl = slot_get(key);
+		if (sl)
+			sl->d_ns = now;
 		stat_inc(IOS_INFLIGHT_AT_START);
 		return 0;
 	}
 	for (i = 0; i < MAX_CHAIN && bio; i++) {
-		key = (__u64)bio;
-		s = bpf_map_lookup_elem(&starts, &key);
-		/* a requeued request is issued again: keep its q2d from the first issue */
-		if (s && !s->d_ns) {
-			s->d_ns = now;
-			if (s->q_ns)
-				record(dev, s->tgid, op, IOS_PHASE_Q2D, now - s->q_ns);
-		}
-		bio = BPF_CORE_READ(bio, bi_next);
+		key = btf ? ptr_value(bio) : (__u64)bio;
+		sl = slot_get(key);
+		/* a requeued request is issued again: q2d runs to its first issue */
+		if (sl && !sl->d_ns)
+			sl->d_ns = now;
+		bio = btf ? bio->bi_next : BPF_CORE_READ(bio, bi_next);
 	}
 	if (bio)
 		stat_inc(IOS_LOST_CHAIN_LONG);
 	return 0;
 }
 
-static __always_inline int on_rq_complete(struct request *rq, unsigned int nr_bytes)
+static __always_inline int on_rq_complete(struct request *rq, unsigned int nr_bytes, const bool btf)
 {
-	__u64 now = bpf_ktime_get_ns();
-	struct bio *bio = BPF_CORE_READ(rq, bio);
-	__u32 dev = disk_dev(rq_disk(rq));
-	__u32 opf = BPF_CORE_READ(rq, cmd_flags);
-	__u32 rq_bytes = BPF_CORE_READ(rq, __data_len);
+	struct bio *bio = btf ? rq->bio : BPF_CORE_READ(rq, bio);
+	__u32 dev = btf ? disk_dev_direct(rq_disk_direct(rq)) : disk_dev(rq_disk(rq));
+	__u32 opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
+	__u32 rq_bytes = btf ? rq->__data_len : BPF_CORE_READ(rq, __data_len);
 	__u8 op = opf_to_op(opf, rq_bytes);
-	struct bio_start *s;
+	struct bio_slot *sl;
+	struct bio_start *rs;
 	__u64 key, done = 0;
 	bool whole = nr_bytes >= rq_bytes;
 	int i;
@@ -260,35 +266,39 @@ static __always_inline int on_rq_complete(struct request *rq, unsigned int nr_by
 	if (!dev_wanted(dev))
 		return 0;
 	if (!bio) {
-		key = (__u64)rq;
-		s = bpf_map_lookup_elem(&rq_starts, &key);
-		if (s) {
-			record(dev, 0, op, IOS_PHASE_D2C, now - s->d_ns);
+		key = btf ? ptr_value(rq) : (__u64)rq;
+		rs = bpf_map_lookup_elem(&rq_starts, &key);
+		if (rs) {
+			record(dev, 0, op | (1 << IOS_PHASE_D2C) << 8, 0, rs->d_ns);
 			bpf_map_delete_elem(&rq_starts, &key);
 		}
 		return 0;
 	}
 	for (i = 0; i < MAX_CHAIN && bio; i++) {
-		__u32 size = BPF_CORE_READ(bio, bi_iter.bi_size);
+		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
 
 		/* a partial completion ends only the bios it fully covers */
 		if (!whole && done + size > nr_bytes)
 			break;
 		done += size;
-		key = (__u64)bio;
-		s = bpf_map_lookup_elem(&starts, &key);
-		if (s) {
+		key = btf ? ptr_value(bio) : (__u64)bio;
+		sl = slot_get(key);
+		if (sl) {
+			__u32 have = 0;
+
 			/* d2c once per request, from the first bio's issue time */
-			if (i == 0 && whole && s->d_ns)
-				record(dev, s->tgid, op, IOS_PHASE_D2C, now - s->d_ns);
-			if (s->q_ns)
-				record(dev, s->tgid, op, IOS_PHASE_Q2C, now - s->q_ns);
-			if (bpf_map_delete_elem(&starts, &key))
-				stat_inc(IOS_STAT_DEL_FAILED);
+			if (i == 0 && whole && sl->d_ns)
+				have |= 1 << IOS_PHASE_D2C;
+			if (sl->q_ns)
+				have |= 1 << IOS_PHASE_Q2C;
+			if (sl->q_ns && sl->d_ns)
+				have |= 1 << IOS_PHASE_Q2D;
+			record(dev, sl->tgid, op | have << 8, sl->q_ns, sl->d_ns);
+			sl->bio = 0; /* free the slot */
 		} else {
 			stat_inc(IOS_STAT_C_NOENTRY);
 		}
-		bio = BPF_CORE_READ(bio, bi_next);
+		bio = btf ? bio->bi_next : BPF_CORE_READ(bio, bi_next);
 	}
 	return 0;
 }
@@ -296,49 +306,49 @@ static __always_inline int on_rq_complete(struct request *rq, unsigned int nr_by
 SEC("tp_btf/block_bio_queue")
 int BPF_PROG(btf_bio_queue, struct bio *bio)
 {
-	return on_bio_queue(bio);
+	return on_bio_queue(bio, true);
 }
 
 SEC("tp_btf/block_split")
 int BPF_PROG(btf_split, struct bio *bio)
 {
-	return on_split(bio);
+	return on_split(bio, true);
 }
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(btf_rq_issue, struct request *rq)
 {
-	return on_rq_issue(rq);
+	return on_rq_issue(rq, true);
 }
 
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(btf_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
-	return on_rq_complete(rq, nr_bytes);
+	return on_rq_complete(rq, nr_bytes, true);
 }
 
 SEC("raw_tp/block_bio_queue")
 int BPF_PROG(raw_bio_queue, struct bio *bio)
 {
-	return on_bio_queue(bio);
+	return on_bio_queue(bio, false);
 }
 
 SEC("raw_tp/block_split")
 int BPF_PROG(raw_split, struct bio *bio)
 {
-	return on_split(bio);
+	return on_split(bio, false);
 }
 
 SEC("raw_tp/block_rq_issue")
 int BPF_PROG(raw_rq_issue, struct request *rq)
 {
-	return on_rq_issue(rq);
+	return on_rq_issue(rq, false);
 }
 
 SEC("raw_tp/block_rq_complete")
 int BPF_PROG(raw_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
-	return on_rq_complete(rq, nr_bytes);
+	return on_rq_complete(rq, nr_bytes, false);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -28,19 +28,11 @@
 #include "hist.bpf.h"
 #include "common.bpf.h"
 #include "comms.bpf.h"
+#include "inflight.bpf.h"
 
 #define MAX_CHAIN 64
 #define STALE_NS (120ULL * 1000000000ULL)
 
-#define INFLIGHT_BITS 17
-#define INFLIGHT_SLOTS (1 << INFLIGHT_BITS)
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, INFLIGHT_SLOTS);
-	__type(key, __u32);
-	__type(value, struct top_slot);
-} inflight SEC(".maps");
 
 /* Per-CPU: no cache line is shared between CPUs on the I/O path. User space
  * sizes it from the number of CPUs (entries x CPUs x 2.5 KiB). */
@@ -123,79 +115,10 @@ static __always_inline void disk_add(__u32 dev, __u8 op, __u64 lat)
 	hist_add(h, lat);
 }
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} scratch SEC(".maps");
 
-/* A pointer's value as a plain number: tp_btf arguments are typed pointers,
- * on which the verifier forbids arithmetic such as hashing. Stored to and
- * read back from map memory, it is a number. */
-static __always_inline __u64 ptr_value(const void *p)
-{
-	__u32 zero = 0;
-	__u64 *s = bpf_map_lookup_elem(&scratch, &zero);
 
-	if (!s)
-		return 0;
-	*(volatile __u64 *)s = (__u64)p;
-	return *(volatile __u64 *)s;
-}
 
-static __always_inline __u32 slot_of(__u64 bio)
-{
-	return (__u32)((bio * 0x9E3779B97F4A7C15ULL) >> (64 - INFLIGHT_BITS));
-}
 
-/* Two-way: a bio goes to its slot or the neighbour (idx ^ 1), whichever is
- * free, so a collision needs both taken. */
-static __always_inline void slot_put(__u64 bio, __u64 q_ns, __u32 tgid, __u32 dev)
-{
-	__u32 idx = slot_of(bio), alt = idx ^ 1;
-	struct top_slot *sl = bpf_map_lookup_elem(&inflight, &idx), *sl2;
-
-	if (!sl)
-		return;
-	/* The same pointer still in a slot is a bio object freed and reused whose
-	 * completion was not seen (e.g. beyond MAX_CHAIN): it starts afresh. */
-	if (sl->bio && sl->bio != bio) {
-		sl2 = bpf_map_lookup_elem(&inflight, &alt);
-		if (!sl2)
-			return;
-		if (!sl2->bio || sl2->bio == bio) {
-			sl = sl2;
-		} else {
-			/* both taken: the older bio will not be timed, unless it is
-			 * long gone (a bio that never completed in view: not a loss) */
-			if (sl2->q_ns < sl->q_ns)
-				sl = sl2;
-			if (q_ns - sl->q_ns > STALE_NS)
-				stat_inc(IOS_STAT_STALE);
-			else
-				stat_inc(IOS_LOST_START_FULL);
-		}
-	}
-	sl->bio = bio;
-	sl->q_ns = q_ns;
-	sl->tgid = tgid;
-	sl->dev = dev;
-}
-
-/* The slot holding bio, or NULL. */
-static __always_inline struct top_slot *slot_get(__u64 bio)
-{
-	__u32 idx = slot_of(bio), alt = idx ^ 1;
-	struct top_slot *sl = bpf_map_lookup_elem(&inflight, &idx);
-
-	if (sl && sl->bio == bio)
-		return sl;
-	sl = bpf_map_lookup_elem(&inflight, &alt);
-	if (sl && sl->bio == bio)
-		return sl;
-	return NULL;
-}
 
 /* btf: the program is tp_btf (direct loads); a constant, so each variant
  * keeps only its own kind of access. */
@@ -239,7 +162,7 @@ static __always_inline int on_bio_queue(struct bio *bio, const bool btf)
 static __always_inline int on_split(struct bio *bio, const bool btf)
 {
 	struct top_last_q *last;
-	struct top_slot *parent;
+	struct bio_slot *parent;
 	__u32 zero = 0;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
@@ -273,7 +196,7 @@ static __always_inline int on_rq_complete(struct request *rq, unsigned int nr_by
 	__u64 rq_start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
 	__u32 rq_flags = btf ? rq->rq_flags : BPF_CORE_READ(rq, rq_flags);
 	__u8 op = opf_to_op(opf, rq_bytes);
-	struct top_slot *sl;
+	struct bio_slot *sl;
 	__u64 key, done = 0, first_q = 0;
 	bool whole = nr_bytes >= rq_bytes;
 	int i;

@@ -176,7 +176,7 @@ def test_top_structs_match_the_bpf_object() -> None:
     except ImportError:
         pytest.skip("ioscope._libbpf is not built")
     path = object_path("top")
-    for name in ("top_proc_key", "top_proc_val", "top_disk_key", "top_slot", "hist"):
+    for name in ("top_proc_key", "top_proc_val", "top_disk_key", "bio_slot", "hist"):
         size, members = _libbpf.struct_layout(str(path), name)
         dt = abi.STRUCTS[name]
         assert size == dt.itemsize, name

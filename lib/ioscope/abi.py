@@ -14,6 +14,7 @@ from ioscope import hist
 PHASE_Q2C, PHASE_Q2D, PHASE_D2C = 0, 1, 2
 PHASES = {"q2c": PHASE_Q2C, "q2d": PHASE_Q2D, "d2c": PHASE_D2C}
 PHASE_NAMES = {v: k for k, v in PHASES.items()}
+NR_PHASES = 3
 
 # enum ios_io_op
 OP_READ, OP_WRITE, OP_DISCARD, OP_FLUSH, OP_OTHER, OP_ALL = 0, 1, 2, 3, 4, 255
@@ -51,9 +52,10 @@ LAT_KEY = np.dtype([
     ("dev", np.uint32),
     ("pid", np.uint32),
     ("op", np.uint8),
-    ("phase", np.uint8),
-    ("pad", np.uint8, (6,)),
+    ("pad", np.uint8, (7,)),
 ])
+
+LAT_VAL = np.dtype([("ph", HIST, (3,))])
 
 BIO_START = np.dtype([
     ("q_ns", np.uint64),
@@ -76,9 +78,10 @@ TOP_PROC_VAL = np.dtype([
     ("lat", HIST),
 ])
 
-TOP_SLOT = np.dtype([
+BIO_SLOT = np.dtype([
     ("bio", np.uint64),
     ("q_ns", np.uint64),
+    ("d_ns", np.uint64),
     ("tgid", np.uint32),
     ("dev", np.uint32),
 ])
@@ -90,15 +93,16 @@ TOP_DISK_KEY = np.dtype([
 ])
 
 # C struct name -> dtype, for the ABI test
-STRUCTS = {"hist": HIST, "lat_key": LAT_KEY, "bio_start": BIO_START,
+STRUCTS = {"hist": HIST, "lat_key": LAT_KEY, "lat_val": LAT_VAL, "bio_start": BIO_START,
            "top_proc_key": TOP_PROC_KEY, "top_proc_val": TOP_PROC_VAL, "top_disk_key": TOP_DISK_KEY,
-           "top_slot": TOP_SLOT}
+           "bio_slot": BIO_SLOT}
 
 
-def combine_percpu_hists(raw: bytes, n: int, ncpus: int) -> np.ndarray:
-    """Per-CPU HIST values of n keys -> n HIST records: counters summed, max and min_inv maxed."""
-    per = np.frombuffer(raw, dtype=HIST, count=n * ncpus).reshape(n, ncpus)
-    out = np.zeros(n, dtype=HIST)
+def combine_percpu_hists(raw: bytes, n: int, ncpus: int, per_value: int = 1) -> np.ndarray:
+    """Per-CPU values of n keys, each per_value HISTs -> shape (n, per_value) of HIST records:
+    counters summed over CPUs, max and min_inv maxed."""
+    per = np.frombuffer(raw, dtype=HIST, count=n * ncpus * per_value).reshape(n, ncpus, per_value)
+    out = np.zeros((n, per_value), dtype=HIST)
     for name in ("slots", "count", "sum"):
         out[name] = per[name].sum(axis=1, dtype=np.uint64)
     for name in ("max", "min_inv"):

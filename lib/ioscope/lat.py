@@ -106,24 +106,21 @@ class LatCollector:
         b.set_global("targ_per_disk", o.per_disk, "?")
         b.set_global("targ_per_op", o.per_op, "?")
         b.set_global("targ_per_pid", o.per_pid, "?")
-        b.set_global("targ_filter_dev", bool(o.disks), "?")
+        b.filter_disks(d.dev for d in o.disks)
         b.set_global("targ_tgid", o.pid or 0, "I")
         mask = sum(1 << abi.PHASES[p] for p in o.phases)
         b.set_global("targ_phases", mask, "B")
         if o.per_pid:
-            # per-CPU values for thousands of keys would cost ncpus x 2.4 KiB each
+            # per-CPU values for thousands of keys would cost ncpus x 7.4 KiB each
             from ioscope import _libbpf
             b.set_map_type("hists", _libbpf.MAP_TYPE_HASH)
             b.set_max_entries("hists", HIST_MAX_ENTRIES_PER_PID)
         else:
             b.set_max_entries("hists", HIST_MAX_ENTRIES)
         b.load()
-        filt = b.map("dev_filter")
-        for d in o.disks:
-            filt.update(np.uint32(d.dev).tobytes(), b"\x01")
         self.hists = b.map("hists")
         self.stats = b.map("stats")
-        self.starts = b.map("starts")
+        self.inflight = b.map("inflight")
         self.comms = b.map("comms")
         b.attach()
 
@@ -135,7 +132,7 @@ class LatCollector:
         """Histograms since the last reset; reset=True empties them atomically per key."""
         keys_b, vals_b, n = self.hists.dump(sum=False, delete=reset)
         keys = np.frombuffer(keys_b, dtype=abi.LAT_KEY, count=n)
-        vals = abi.combine_percpu_hists(vals_b, n, self.hists.ncpus)
+        vals = abi.combine_percpu_hists(vals_b, n, self.hists.ncpus, per_value=abi.NR_PHASES)
         comms: dict[int, str] = {}
         if self.opts.per_pid and n:
             ck, cv, cn = self.comms.dump()
@@ -143,33 +140,41 @@ class LatCollector:
             raw = np.frombuffer(cv, dtype="S16", count=cn)
             comms = {int(p): c.split(b"\0")[0].decode(errors="replace") for p, c in zip(pids, raw)}
         out = []
-        for k, h in zip(keys, abi.hists_from_array(vals)):
+        for k, phases in zip(keys, vals):
             dev = int(k["dev"])
             pid = int(k["pid"]) if self.opts.per_pid else None
-            out.append(LatHist(
-                dev=dev,
-                disk=self.names.name(dev) if dev else "all",
-                op=abi.OP_NAMES.get(int(k["op"]), "other"),
-                pid=pid,
-                comm=(comms.get(pid, "[unknown]") if pid else "[kernel]") if pid is not None else None,
-                phase=abi.PHASE_NAMES[int(k["phase"])],
-                hist=h,
-            ))
+            for phase, h in zip(abi.PHASES, abi.hists_from_array(phases)):
+                if phase not in self.opts.phases or not h.count:
+                    continue
+                out.append(LatHist(
+                    dev=dev,
+                    disk=self.names.name(dev) if dev else "all",
+                    op=abi.OP_NAMES.get(int(k["op"]), "other"),
+                    pid=pid,
+                    comm=(comms.get(pid, "[unknown]") if pid else "[kernel]") if pid is not None else None,
+                    phase=phase,
+                    hist=h,
+                ))
         out.sort(key=lambda x: (x.disk, x.op, x.pid or 0, list(abi.PHASES).index(x.phase)))
         return out
 
+    def _slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slot indexes, slots) of the bios in flight in the kernel's slot table."""
+        kb, vb, n = self.inflight.dump(sum=False)
+        keys = np.frombuffer(kb, dtype=np.uint32, count=n)
+        vals = np.frombuffer(vb, dtype=abi.BIO_SLOT, count=n)
+        used = vals["bio"] != 0
+        return keys[used], vals[used]
+
     def sweep_stale(self) -> None:
-        """Drop per-bio state older than STALE_NS (I/O that will never complete in view)."""
-        kb, vb, n = self.starts.dump(sum=False)
-        if not n:
-            return
-        keys = np.frombuffer(kb, dtype=np.uint64, count=n)
-        vals = np.frombuffer(vb, dtype=abi.BIO_START, count=n)
+        """Free slots older than STALE_NS (I/O whose completion will never be seen)."""
+        keys, vals = self._slots()
         now = time.monotonic_ns()
         ts = np.maximum(vals["q_ns"], vals["d_ns"]).astype(np.int64)
         old = keys[(ts > 0) & (now - ts > STALE_NS)]
+        empty = np.zeros(1, dtype=abi.BIO_SLOT).tobytes()
         for k in old:
-            self.starts.delete(k.tobytes())
+            self.inflight.update(k.tobytes(), empty)
         self._stale += len(old)
 
     def losses(self, since_last: bool) -> Losses:
@@ -195,10 +200,7 @@ class LatCollector:
         running the block_rq_complete programs (see docs/lat.md, "Completions the kernel does
         not report"); together with completion_unseen they account for every such I/O.
         """
-        _kb, vb, n = self.starts.dump(sum=False)
-        if not n:
-            return 0
-        vals = np.frombuffer(vb, dtype=abi.BIO_START, count=n)
+        _keys, vals = self._slots()
         return int(np.count_nonzero(vals["d_ns"]))
 
     def _kernel_counts(self) -> dict[str, int]:

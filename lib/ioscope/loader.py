@@ -75,6 +75,7 @@ class BPFObject:
         except _libbpf.BPFError as exc:
             raise IoscopeError(str(exc), _hint(exc.errno)) from None
         self.hooks: dict[str, Hook] = {}
+        self._filter_devs: list[int] = []
         self.unavailable: list[str] = []
         self.attached: list[str] = []
         for prog, section, _auto in self.obj.programs():
@@ -136,6 +137,11 @@ class BPFObject:
         except _libbpf.BPFError as exc:
             raise IoscopeError(str(exc)) from None
 
+    def filter_disks(self, devs: Iterable[int]) -> None:
+        """-d: only these kernel dev_t values (bpf/common.bpf.h). Call before load(), which fills the map."""
+        self._filter_devs = sorted(set(devs))
+        self.set_global("targ_filter_dev", bool(self._filter_devs), "?")
+
     def set_max_entries(self, map_name: str, n: int) -> None:
         self.obj.set_max_entries(map_name, n)
 
@@ -150,6 +156,10 @@ class BPFObject:
             self.obj.load()
         except _libbpf.BPFError as exc:
             raise IoscopeError(str(exc), _hint(exc.errno)) from None
+        if self._filter_devs:
+            filt = self.obj.map("dev_filter")
+            for dev in self._filter_devs:
+                filt.update(struct.pack("=I", dev), b"\x01")
 
     def attach(self) -> None:
         for h in self.hooks.values():

@@ -171,16 +171,12 @@ class ReadsizeCollector:
         for name, nr in syscall_numbers().items():
             b.set_global(f"nr_{name}", nr, "i")
         b.set_global("targ_tgid", o.pid or 0, "I")
-        b.set_global("targ_filter_dev", bool(o.disks), "?")
+        b.filter_disks(dev for d in o.disks for dev in filter_devs(d))
         b.set_global("targ_writes", o.writes, "?")
         if o.comm:
             b.set_global("targ_filter_comm", True, "?")
             b.obj.set_global("targ_comm", _comm_bytes(o.comm))
         b.load()
-        filt = b.map("dev_filter")
-        for d in o.disks:
-            for dev in filter_devs(d):
-                filt.update(np.uint32(dev).tobytes(), b"\x01")
         self.procs = b.map("procs")
         self.stats = b.map("stats")
         self.rq_sizes = b.map("rq_sizes")
@@ -402,13 +398,9 @@ class ReadaheadCollector:
                                "they arrived in Linux 6.10; readahead accounting needs them")
         self.missing = [f"{RA_HOOK_NUMBERS[h]}: unavailable" for h in RA_HOOKS if h not in chosen]
         b.set_global("targ_tgid", o.pid or 0, "I")
-        b.set_global("targ_filter_dev", bool(o.disks), "?")
+        b.filter_disks(dev for d in o.disks for dev in filter_devs(d))
         b.set_max_entries("pages", o.max_pages)
         b.load()
-        filt = b.map("dev_filter")
-        for d in o.disks:
-            for dev in filter_devs(d):
-                filt.update(np.uint32(dev).tobytes(), b"\x01")
         self.files = b.map("files")
         self.pages = b.map("pages")
         self.hists = b.map("hists")

@@ -95,7 +95,7 @@ class TopCollector:
         proc_keys = np.frombuffer(pk, dtype=abi.TOP_PROC_KEY, count=pn).copy()
         proc_vals = combine_percpu_procs(pv, pn, self.procs.ncpus)
         disk_keys = np.frombuffer(dk, dtype=abi.TOP_DISK_KEY, count=dn).copy()
-        disk_hists = abi.combine_percpu_hists(dv, dn, self.disks.ncpus)
+        disk_hists = abi.combine_percpu_hists(dv, dn, self.disks.ncpus)[:, 0]
         self._refresh_comms()
         losses = self.losses()
         return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
@@ -129,5 +129,5 @@ def combine_percpu_procs(raw: bytes, n: int, ncpus: int) -> np.ndarray:
     out = np.zeros(n, dtype=abi.TOP_PROC_VAL)
     out["ios"] = per["ios"].sum(axis=1, dtype=np.uint64)
     out["bytes"] = per["bytes"].sum(axis=1, dtype=np.uint64)
-    out["lat"] = abi.combine_percpu_hists(per["lat"].tobytes(), n, ncpus)
+    out["lat"] = abi.combine_percpu_hists(per["lat"].tobytes(), n, ncpus)[:, 0]
     return out

@@ -23,7 +23,9 @@ in ``late_events``; only then is a capture not sorted.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import mmap
 import os
 import socket
 import struct
@@ -354,6 +356,9 @@ def _message_info(buf: Any, m: int, length: int) -> tuple[int, int]:
     return int(htype), int(body)
 
 
+_MADV_DONTNEED = 4
+
+
 class Capture:
     """An opened capture: header, process names and its chunks (see open_capture)."""
 
@@ -447,9 +452,11 @@ class Capture:
     def _read_schema(self, off: int, total: int) -> None:
         try:
             schema = paipc.read_schema(pa.BufferReader(self._buf.slice(off, total)))
-        except (pa.ArrowException, OSError, ValueError) as exc:
+            # names and metadata are decoded lazily: a flipped byte shows up here
+            have = [(f.name, f.type) for f in schema]
+            md = schema.metadata or {}
+        except (pa.ArrowException, OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
             raise self._err(off, f"corrupt capture header ({_first_line(exc)})") from None
-        md = schema.metadata or {}
         if KEY_HEADER not in md:
             raise self._err(off, "not an ioscope capture (an Arrow stream without the ioscope.capture header)")
         raw = md[KEY_HEADER]
@@ -466,7 +473,6 @@ class Capture:
             raise self._err(off, f"capture format version {version} is newer than this ioscope reads "
                                  f"({FORMAT_VERSION}); upgrade ioscope")
         want = [(n, pa.from_numpy_dtype(DTYPES[n])) for n in NAMES]
-        have = [(f.name, f.type) for f in schema]
         if have != want:
             raise self._err(off, "not an ioscope capture (its columns differ from the event schema)")
         self.schema = schema
@@ -562,6 +568,25 @@ class Capture:
     def read_all(self) -> np.ndarray:
         parts = list(self.iter_chunks())
         return np.concatenate(parts) if parts else np.empty(0, EVENT)
+
+    def drop_read_pages(self) -> None:
+        """Let go of the file pages read so far (they stay in the page cache, not in this process).
+
+        The reader maps the whole file; pages it has read would stay resident, and count in
+        RSS, until the file is closed, so a capture larger than memory would cost its size.
+        They are clean file pages: MADV_DONTNEED unmaps them and a later access faults them
+        back in. Streaming readers call this every few chunks.
+        """
+        buf = self._buf
+        addr, size = getattr(buf, "address", None), getattr(buf, "size", None)
+        if not isinstance(addr, int) or not isinstance(size, int) or size <= 0:
+            return
+        start = addr - addr % mmap.PAGESIZE
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(size + addr - start), _MADV_DONTNEED)
+        except (OSError, AttributeError):
+            return
 
     def close(self) -> None:
         self._buf = None

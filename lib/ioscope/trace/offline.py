@@ -45,7 +45,7 @@ class Source:
                 yield c
                 done += c.nbytes
                 if done >= RELEASE_EVERY:
-                    _release_mapping(self._capture)
+                    self._capture.drop_read_pages()
                     done = 0
         for ev, _seq in self.chunks_with_seq():
             yield ev
@@ -82,32 +82,6 @@ class Source:
 
 
 RELEASE_EVERY = 64 << 20
-_MADV_DONTNEED = 4
-
-
-def _release_mapping(cap: Any) -> None:
-    """Drop the capture file's pages already read from this process's memory.
-
-    The capture reader maps the whole file; pages it has read stay resident
-    (and count in RSS) until the file is closed, so a long capture would cost
-    its full size in memory. They are clean file pages: MADV_DONTNEED unmaps
-    them and a later access faults them back in from the page cache. Best
-    effort: nothing happens if the reader does not expose its mapping.
-    """
-    buf = getattr(cap, "_buf", None)
-    addr, size = getattr(buf, "address", None), getattr(buf, "size", None)
-    if not isinstance(addr, int) or not isinstance(size, int) or size <= 0:
-        return
-    import ctypes
-    import mmap
-    start = addr - addr % mmap.PAGESIZE
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(size + addr - start), _MADV_DONTNEED)
-    except (OSError, AttributeError):
-        return
-
-
 def is_blktrace(path: str) -> bool:
     try:
         with open(path, "rb") as f:
@@ -138,6 +112,6 @@ def open_source(path: str) -> Source:
     except (ValueError, KeyError, IndexError, TypeError) as exc:   # the reader's own checks missed it
         raise IoscopeError(f"{path}: corrupt capture ({type(exc).__name__}: {exc})".split("\n")[0],
                            "it cannot be read; was it damaged in transfer?") from None
-    _release_mapping(cap)   # opening read every chunk's header: let those pages go too
+    cap.drop_read_pages()   # opening read every chunk's header: let those pages go too
     return Source(path, "capture", meta=dict(cap.meta), comms=dict(cap.comms), truncation=cap.truncation,
                   _capture=cap)

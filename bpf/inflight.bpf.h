@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * The bios in flight, without a hash map: an array of slots indexed by a
+ * hash of the bio pointer, each slot holding the pointer it belongs to.
+ * Array lookups need no lock and no allocation, which is what keeps the
+ * per-I/O cost low (a BPF hash map takes a bucket lock on every update and
+ * delete). Two-way: a bio goes to its slot or the neighbour (idx ^ 1).
+ * Used by lat and top. Include after common.bpf.h.
+ */
+#ifndef INFLIGHT_BPF_H
+#define INFLIGHT_BPF_H
+
+#define INFLIGHT_BITS 17
+#define INFLIGHT_SLOTS (1 << INFLIGHT_BITS)
+#ifndef INFLIGHT_STALE_NS
+#define INFLIGHT_STALE_NS (120ULL * 1000000000ULL)
+#endif
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, INFLIGHT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct bio_slot);
+} inflight SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} scratch SEC(".maps");
+
+/* A pointer's value as a plain number: tp_btf arguments are typed pointers,
+ * on which the verifier forbids arithmetic such as hashing. Stored to and
+ * read back from map memory, it is a number. */
+static __always_inline __u64 ptr_value(const void *p)
+{
+	__u32 zero = 0;
+	__u64 *s = bpf_map_lookup_elem(&scratch, &zero);
+
+	if (!s)
+		return 0;
+	*(volatile __u64 *)s = (__u64)p;
+	return *(volatile __u64 *)s;
+}
+
+
+static __always_inline __u32 slot_of(__u64 bio)
+{
+	return (__u32)((bio * 0x9E3779B97F4A7C15ULL) >> (64 - INFLIGHT_BITS));
+}
+
+
+/* Two-way: a bio goes to its slot or the neighbour (idx ^ 1), whichever is
+ * free, so a collision needs both taken. */
+static __always_inline void slot_put(__u64 bio, __u64 q_ns, __u32 tgid, __u32 dev)
+{
+	__u32 idx = slot_of(bio), alt = idx ^ 1;
+	struct bio_slot *sl = bpf_map_lookup_elem(&inflight, &idx), *sl2;
+
+	if (!sl)
+		return;
+	/* The same pointer still in a slot is a bio object freed and reused whose
+	 * completion was not seen (e.g. beyond MAX_CHAIN): it starts afresh. */
+	if (sl->bio && sl->bio != bio) {
+		sl2 = bpf_map_lookup_elem(&inflight, &alt);
+		if (!sl2)
+			return;
+		if (!sl2->bio || sl2->bio == bio) {
+			sl = sl2;
+		} else {
+			/* both taken: the older bio will not be timed, unless it is
+			 * long gone (a bio that never completed in view: not a loss) */
+			if (sl2->q_ns < sl->q_ns)
+				sl = sl2;
+			if (q_ns - sl->q_ns > INFLIGHT_STALE_NS)
+				stat_inc(IOS_STAT_STALE);
+			else
+				stat_inc(IOS_LOST_START_FULL);
+		}
+	}
+	sl->bio = bio;
+	sl->q_ns = q_ns;
+	sl->d_ns = 0;
+	sl->tgid = tgid;
+	sl->dev = dev;
+}
+
+
+/* The slot holding bio, or NULL. */
+static __always_inline struct bio_slot *slot_get(__u64 bio)
+{
+	__u32 idx = slot_of(bio), alt = idx ^ 1;
+	struct bio_slot *sl = bpf_map_lookup_elem(&inflight, &idx);
+
+	if (sl && sl->bio == bio)
+		return sl;
+	sl = bpf_map_lookup_elem(&inflight, &alt);
+	if (sl && sl->bio == bio)
+		return sl;
+	return NULL;
+}
+
+
+#endif /* INFLIGHT_BPF_H */
