@@ -47,4 +47,25 @@ static __always_inline void hist_add(struct hist *h, __u64 v)
 		h->min_inv = ~v;
 }
 
+/*
+ * Add one value to a histogram only this CPU writes: a per-CPU map value
+ * updated from a single program, which the kernel never runs nested with
+ * itself on one CPU (tp_btf/raw_tp recursion protection). Plain adds: no
+ * locked instructions.
+ */
+static __always_inline void hist_add_local(struct hist *h, __u64 v)
+{
+	__u32 idx = hist_bucket(v);
+
+	if (idx >= IOS_HIST_NBUCKETS)
+		idx = IOS_HIST_NBUCKETS - 1;
+	h->slots[idx] += 1;
+	h->count += 1;
+	h->sum += v;
+	if (v > h->max)
+		h->max = v;
+	if (~v > h->min_inv)
+		h->min_inv = ~v;
+}
+
 #endif /* HIST_BPF_H */

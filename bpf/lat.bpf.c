@@ -29,6 +29,7 @@
 const volatile bool targ_per_disk = false;
 const volatile bool targ_per_op = false;
 const volatile bool targ_per_pid = false;
+const volatile bool targ_shared_hists = false; /* hists is a shared (not per-CPU) hash: -P */
 const volatile __u32 targ_tgid = 0;
 const volatile __u8 targ_phases = 0x7; /* bit per enum ios_lat_phase */
 
@@ -101,12 +102,23 @@ __noinline int record(__u32 dev, __u32 tgid, __u32 op_have, __u64 q_ns, __u64 d_
 			return 0;
 		}
 	}
-	if (have & (1 << IOS_PHASE_Q2C))
-		hist_add(&v->ph[IOS_PHASE_Q2C], now - q_ns);
-	if (have & (1 << IOS_PHASE_Q2D))
-		hist_add(&v->ph[IOS_PHASE_Q2D], d_ns - q_ns);
-	if (have & (1 << IOS_PHASE_D2C))
-		hist_add(&v->ph[IOS_PHASE_D2C], now - d_ns);
+	/* only record() writes hists, from the completion program: per-CPU values
+	 * have one writer per CPU; a shared map needs atomic adds */
+	if (targ_shared_hists) {
+		if (have & (1 << IOS_PHASE_Q2C))
+			hist_add(&v->ph[IOS_PHASE_Q2C], now - q_ns);
+		if (have & (1 << IOS_PHASE_Q2D))
+			hist_add(&v->ph[IOS_PHASE_Q2D], d_ns - q_ns);
+		if (have & (1 << IOS_PHASE_D2C))
+			hist_add(&v->ph[IOS_PHASE_D2C], now - d_ns);
+	} else {
+		if (have & (1 << IOS_PHASE_Q2C))
+			hist_add_local(&v->ph[IOS_PHASE_Q2C], now - q_ns);
+		if (have & (1 << IOS_PHASE_Q2D))
+			hist_add_local(&v->ph[IOS_PHASE_Q2D], d_ns - q_ns);
+		if (have & (1 << IOS_PHASE_D2C))
+			hist_add_local(&v->ph[IOS_PHASE_D2C], now - d_ns);
+	}
 	return 0;
 }
 

@@ -114,6 +114,7 @@ class LatCollector:
             # per-CPU values for thousands of keys would cost ncpus x 7.4 KiB each
             from ioscope import _libbpf
             b.set_map_type("hists", _libbpf.MAP_TYPE_HASH)
+            b.set_global("targ_shared_hists", True, "?")
             b.set_max_entries("hists", HIST_MAX_ENTRIES_PER_PID)
         else:
             b.set_max_entries("hists", HIST_MAX_ENTRIES)
