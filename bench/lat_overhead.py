@@ -99,8 +99,11 @@ def main() -> int:
             print(f"round {r + 1}/{args.rounds}: " + ", ".join(f"{k} {v[-1]:,.0f}" for k, v in results.items()),
                   file=sys.stderr)
     base = statistics.median(results["baseline"])
+    # each round's traced run against the baseline run next to it: the baseline itself moves
+    paired = {name: statistics.median(t / b for t, b in zip(v, results["baseline"])) for name, v in results.items()}
     summary = {
         name: {"iops_median": statistics.median(v), "ratio": statistics.median(v) / base,
+               "paired_ratio_median": paired[name],
                "iops_all": [round(x) for x in v],
                "startup_s": statistics.median(startup[name]) if startup.get(name) else None}
         for name, v in results.items()
@@ -110,10 +113,11 @@ def main() -> int:
         return 0
     print(f"fio 4KiB randread QD32 libaio direct, tmpfs loop device, {args.rounds} rounds x {args.seconds:g}s, "
           "alternating")
-    print(f"{'configuration':<22}{'IOPS (median)':>15}{'ratio':>8}{'start->tracing':>16}")
+    print(f"{'configuration':<22}{'IOPS (median)':>15}{'ratio':>8}{'paired':>8}{'start->tracing':>16}")
     for name, s in summary.items():
         st = f"{s['startup_s']:.3f}s" if s["startup_s"] is not None else "-"
-        print(f"{name:<22}{s['iops_median']:>15,.0f}{s['ratio']:>8.3f}{st:>16}")
+        print(f"{name:<22}{s['iops_median']:>15,.0f}{s['ratio']:>8.3f}{s['paired_ratio_median']:>8.3f}{st:>16}")
+    print("ratio: median IOPS / median baseline IOPS; paired: median over rounds of IOPS / that round's baseline")
     return 0
 
 
