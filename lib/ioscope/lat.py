@@ -208,6 +208,11 @@ class LatCollector:
         stats = devices.read_diskstats()
         return {n: devices.completed_requests(stats[n]) for n in self.cross_disks if n in stats}
 
+    def kernel_in_flight(self) -> int:
+        """Requests the kernel has in flight now on the traced blk-mq disks (/proc/diskstats)."""
+        stats = devices.read_diskstats()
+        return sum(stats[n].in_flight for n in self.cross_disks if n in stats)
+
     def kernel_completed(self, since_last: bool) -> dict[str, int]:
         """Requests the kernel completed on the traced blk-mq disks (from /proc/diskstats)."""
         cur = self._kernel_counts()
@@ -272,6 +277,13 @@ def _emit(collector: LatCollector, args: argparse.Namespace, started: float, res
     hists = collector.read(reset=reset)
     losses = collector.losses(since_last=True)
     kernel = collector.kernel_completed(since_last=reset)
+    # bios issued and still waiting for a completion, beyond what the kernel has in flight:
+    # completions the kernel finished without running our programs (docs/lat.md)
+    pending = losses.counters["issued_not_completed"]
+    unreported = max(0, pending - collector.kernel_in_flight()) if pending and args.pid is None else 0
+    if not reset and unreported:  # the final report: nothing more can arrive, they are lost
+        losses.counters["completion_unseen"] += unreported
+        losses.counters["issued_not_completed"] -= unreported
     if losses.lost:
         print(f"ioscope lat: lost {losses.lost} values ({losses.describe()})", file=sys.stderr)
     timed = sum(h.hist.count for h in hists if h.phase == "d2c")
@@ -281,6 +293,7 @@ def _emit(collector: LatCollector, args: argparse.Namespace, started: float, res
             "lost_detail": {k: v for k, v in losses.counters.items()} | {"recursion_misses": losses.recursion_misses},
             "attach": collector.bpf.variant_summary(),
             "kernel_completed": kernel,
+            "completions_unreported": unreported,
             "hists": [h.to_json() for h in hists],
         }
         print(json.dumps(doc), flush=True)
@@ -307,6 +320,9 @@ def _emit(collector: LatCollector, args: argparse.Namespace, started: float, res
     if "d2c" in args.phase and args.pid is None and kernel:
         out.print(f"[dim]cross-check: the kernel completed {sum(kernel.values())} requests on "
                   f"{', '.join(kernel)}; ioscope timed {timed} (d2c)[/dim]", highlight=False)
+    if unreported:
+        out.print(f"[yellow]{unreported} issued requests completed without the kernel reporting the completion "
+                  f"to BPF programs: not timed, counted as lost (see docs/lat.md)[/yellow]", highlight=False)
     inflight = losses.counters.get("inflight_at_start", 0)
     if inflight:
         out.print(f"[dim]{inflight} requests were queued before tracing started: counted in d2c only[/dim]",
