@@ -102,4 +102,52 @@ static __always_inline struct bio_slot *slot_get(__u64 bio)
 }
 
 
+/* The last bio each CPU queued (the queue programs keep it up to date). */
+struct last_q {
+	__u64 bio;
+	__u64 q_ns;
+	__u32 tgid;
+	__u32 dev;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct last_q);
+} last_queued SEC(".maps");
+
+/*
+ * block_split names the new bio, split off the front of one already queued:
+ * it inherits the parent's queue time and process (bio_chain() made the
+ * parent its bi_private before the tracepoint), or else those of the last
+ * bio this CPU queued for the same process.
+ */
+static __always_inline int slot_split(struct bio *bio, const bool btf)
+{
+	struct bio_slot *parent;
+	struct last_q *last;
+	__u32 zero = 0;
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
+	__u64 priv = btf ? ptr_value(bio->bi_private) : (__u64)BPF_CORE_READ(bio, bi_private);
+
+	parent = priv ? slot_get(priv) : NULL;
+	if (parent) {
+		__u64 q = parent->q_ns;
+		__u32 ptgid = parent->tgid, pdev = parent->dev;
+
+		slot_put(key, q, ptgid, pdev);
+		stat_inc(IOS_STAT_SPLIT);
+		return 0;
+	}
+	last = bpf_map_lookup_elem(&last_queued, &zero);
+	if (!last || !last->bio || last->tgid != tgid ||
+	    last->dev != (btf ? disk_dev_direct(bio_disk_direct(bio)) : disk_dev(bio_disk(bio))))
+		return 0;
+	slot_put(key, last->q_ns, tgid, last->dev);
+	stat_inc(IOS_STAT_SPLIT);
+	return 0;
+}
+
 #endif /* INFLIGHT_BPF_H */

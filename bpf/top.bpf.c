@@ -50,20 +50,6 @@ struct {
 	__type(value, struct hist);
 } disks SEC(".maps");
 
-/* The last bio queued on this CPU: a split bio inherits its queue time. */
-struct top_last_q {
-	__u64 bio;
-	__u64 q_ns;
-	__u32 tgid;
-	__u32 dev;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct top_last_q);
-} last_queued SEC(".maps");
 
 static struct top_proc_val zero_proc;
 static struct hist zero_hist;
@@ -125,7 +111,7 @@ static __always_inline void disk_add(__u32 dev, __u8 op, __u64 lat)
 static __always_inline int on_bio_queue(struct bio *bio, const bool btf)
 {
 	struct gendisk *disk = btf ? bio_disk_direct(bio) : bio_disk(bio);
-	struct top_last_q *last;
+	struct last_q *last;
 	__u32 zero = 0, dev;
 	__u64 key = btf ? ptr_value(bio) : (__u64)bio, now;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -149,40 +135,6 @@ static __always_inline int on_bio_queue(struct bio *bio, const bool btf)
 	last->q_ns = now;
 	last->tgid = tgid;
 	last->dev = dev;
-	return 0;
-}
-
-/*
- * block_split names the new bio, split off the front of one already queued.
- * The block layer chains it to its parent (bio_chain: bi_private = parent)
- * before the tracepoint, so it inherits the parent's slot: queue time and
- * process. Failing that (a slot already gone), the last bio queued on this
- * CPU by the same process stands in.
- */
-static __always_inline int on_split(struct bio *bio, const bool btf)
-{
-	struct top_last_q *last;
-	struct bio_slot *parent;
-	__u32 zero = 0;
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
-	__u64 priv = btf ? ptr_value(bio->bi_private) : (__u64)BPF_CORE_READ(bio, bi_private);
-
-	parent = priv ? slot_get(priv) : NULL;
-	if (parent) {
-		__u64 q = parent->q_ns;
-		__u32 ptgid = parent->tgid, pdev = parent->dev;
-
-		slot_put(key, q, ptgid, pdev);
-		stat_inc(IOS_STAT_SPLIT);
-		return 0;
-	}
-	last = bpf_map_lookup_elem(&last_queued, &zero);
-	if (!last || !last->bio || last->tgid != tgid ||
-	    last->dev != (btf ? disk_dev_direct(bio_disk_direct(bio)) : disk_dev(bio_disk(bio))))
-		return 0;
-	slot_put(key, last->q_ns, tgid, last->dev);
-	stat_inc(IOS_STAT_SPLIT);
 	return 0;
 }
 
@@ -246,7 +198,7 @@ int BPF_PROG(btf_bio_queue, struct bio *bio)
 SEC("tp_btf/block_split")
 int BPF_PROG(btf_split, struct bio *bio)
 {
-	return on_split(bio, true);
+	return slot_split(bio, true);
 }
 
 SEC("tp_btf/block_rq_complete")
@@ -264,7 +216,7 @@ int BPF_PROG(raw_bio_queue, struct bio *bio)
 SEC("raw_tp/block_split")
 int BPF_PROG(raw_split, struct bio *bio)
 {
-	return on_split(bio, false);
+	return slot_split(bio, false);
 }
 
 SEC("raw_tp/block_rq_complete")

@@ -245,3 +245,24 @@ def test_demo_runs_and_cleans_up(live: None) -> None:
     backing = m.group(2)
     assert not os.path.exists(backing)
     assert backing not in subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
+
+
+def test_split_bios_keep_their_queue_time_and_process(loopdev: Any) -> None:
+    """1 MiB direct writes on a disk taking 64 KiB requests: every piece is timed, on dd's pid."""
+    dev = loopdev(size_mb=64)
+    dev.set_queue("max_sectors_kb", "64")
+    writes = 17
+    before = dev.diskstats()
+    with lat_running("-d", dev.name, "-P", "-j") as run:
+        dd = subprocess.Popen(["dd", "if=/dev/zero", f"of={dev.path}", "bs=1M", f"count={writes}", "oflag=direct"],
+                              stderr=subprocess.DEVNULL)
+        assert dd.wait() == 0
+        time.sleep(0.2)
+    requests = dev.diskstats().writes - before.writes
+    assert requests == writes * 16  # the kernel's count: 64 KiB requests
+    assert_accounted(run, "q2c", requests, pid=dd.pid)
+    assert_accounted(run, "d2c", requests, pid=dd.pid)
+    # each 1 MiB bio was split 15 times; the pieces inherited the queue time (q2c >= d2c everywhere)
+    assert run.doc["lost_detail"]["split"] == writes * 15
+    (q2c,), (d2c,) = run.hists("q2c", pid=dd.pid), run.hists("d2c", pid=dd.pid)
+    assert q2c["min"] >= d2c["min"] and q2c["p50"] >= d2c["p50"]

@@ -45,6 +45,7 @@ class LoopDevice:
         self.nr_requests = nr_requests
         self.read_ahead_kb = read_ahead_kb
         self.backing: str | None = None
+        self._saved_queue: dict[str, str] = {}
         self.path = ""
         self.name = ""
 
@@ -75,10 +76,27 @@ class LoopDevice:
         return self
 
     def set_queue(self, key: str, value: str) -> None:
+        """Change a queue setting; the first value seen is put back on exit (loop devices keep
+        their queue settings after losetup -d, and the next user of the number would inherit them)."""
+        path = Path(f"/sys/block/{self.name}/queue/{key}")
         try:
-            Path(f"/sys/block/{self.name}/queue/{key}").write_text(value)
+            if key not in self._saved_queue:
+                old = path.read_text().strip()
+                # the scheduler file lists them all: "none [mq-deadline] kyber"
+                cur = [w[1:-1] for w in old.split() if w.startswith("[")]
+                self._saved_queue[key] = cur[0] if cur else old
+            path.write_text(value)
         except OSError as exc:
             raise IoscopeError(f"cannot set {key}={value} on {self.name}: {exc.strerror}") from None
+
+    def _restore_queue(self) -> None:
+        # scheduler last: nr_requests depends on it
+        for key in sorted(self._saved_queue, key=lambda k: k == "scheduler"):
+            try:
+                Path(f"/sys/block/{self.name}/queue/{key}").write_text(self._saved_queue[key])
+            except OSError:
+                pass
+        self._saved_queue.clear()
 
     def partition(self, n: int) -> str:
         """/dev path of partition n (1-based), waiting for udev-less device nodes to appear."""
@@ -98,6 +116,7 @@ class LoopDevice:
 
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
         if self.path:
+            self._restore_queue()
             if self.partitions_mb:
                 subprocess.run(["partx", "-d", self.path], capture_output=True)
             subprocess.run(["losetup", "-d", self.path], capture_output=True)

@@ -28,20 +28,18 @@ class LoopFS:
     thread writes to the device later.
     """
 
-    # A loop device keeps its read_ahead_kb after it is detached: always set it, and put the default back.
+    # Always set read_ahead_kb, so runs do not depend on the device's history; LoopDevice puts
+    # every queue setting it changed back on exit.
     DEFAULT_READ_AHEAD_KB = 128
 
     def __init__(self, size_mb: int = 256, read_ahead_kb: int | None = None, scheduler: str | None = None) -> None:
         self.loop = LoopDevice(size_mb=size_mb, read_ahead_kb=read_ahead_kb or self.DEFAULT_READ_AHEAD_KB,
                                scheduler=scheduler)
         self.mnt = ""
-        self._max_sectors_kb = ""
 
     def __enter__(self) -> LoopFS:
         self.loop.__enter__()
         try:
-            # a loop device also keeps max_sectors_kb after it is detached: put it back on exit
-            self._max_sectors_kb = Path(f"/sys/block/{self.loop.name}/queue/max_sectors_kb").read_text().strip()
             cmd = ["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", self.loop.path]
             p = subprocess.run(cmd, capture_output=True, text=True)
             if p.returncode:
@@ -89,11 +87,4 @@ class LoopFS:
             except OSError:
                 pass
             self.mnt = ""
-        if self.loop.path:
-            try:
-                self.set_read_ahead_kb(self.DEFAULT_READ_AHEAD_KB)
-                if self._max_sectors_kb:
-                    self.loop.set_queue("max_sectors_kb", self._max_sectors_kb)
-            except IoscopeError:
-                pass
         self.loop.__exit__(t, v, tb)
