@@ -21,12 +21,27 @@ def _one_line_error(p: subprocess.CompletedProcess[str], code: int, *needles: st
         assert n in lines[0], lines[0]
 
 
+TOOLS = ("lat", "readsize", "readahead", "fair", "top", "record", "snoop", "parse", "report", "export", "import",
+         "demo")
+
+
 def test_version_and_help() -> None:
     p = run_ioscope("--version", check=True)
     assert p.stdout.strip() == f"ioscope {__version__}"
-    for tool in ("lat", "demo"):
+    top = run_ioscope("--help", check=True).stdout
+    for tool in TOOLS:
+        assert f"    {tool}" in top, tool
         h = run_ioscope(tool, "--help", check=True).stdout
-        assert "examples:" in h and f"ioscope {tool}" in h
+        assert "examples:" in h and f"ioscope {tool}" in h, tool
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_every_tool_has_a_doc_page_and_a_thin_executable(tool: str) -> None:
+    assert (ROOT / "tools" / f"ioscope-{tool}").is_file()
+    page = ROOT / "docs" / f"{tool}.md"
+    assert page.is_file(), page
+    # the page shows the tool's own command line
+    assert f"ioscope {tool}" in page.read_text()
 
 
 def test_lat_help_examples_match_docs() -> None:
