@@ -78,22 +78,20 @@ struct bio_start {
  * INFLIGHT_* and STALE counters explain why some I/O has fewer phases.
  */
 enum ios_stat_idx {
-	IOS_LOST_START_FULL = 0,   /* per-bio start map full: bio not timed */
+	IOS_LOST_START_FULL = 0,   /* both slots of a bio's pair held by other bios in flight: not timed */
 	IOS_LOST_HIST_FULL = 1,    /* histogram map full: value dropped */
 	IOS_LOST_CHAIN_LONG = 2,   /* request with more bios than we walk */
 	IOS_LOST_RQ_FULL = 3,      /* bio-less request map full */
-	IOS_LOST_START_FAILED = 4, /* per-bio start not stored for another reason */
-	IOS_LOST_C_UNSEEN = 5,     /* a bio was issued but no completion reached us (seen when its address is reused) */
-	IOS_INFLIGHT_AT_START = 6, /* issued/completed I/O queued before tracing */
-	IOS_STAT_SPLIT = 7,        /* bios split; the new bio inherits the queue time */
-	IOS_STAT_STALE = 8,        /* start entries swept by user space (never completed) */
-	IOS_STAT_NEVER_ISSUED = 9, /* a bio queued earlier at the same address was never issued */
-	IOS_STAT_REQUEUED = 10,    /* a split bio's remainder queued again: first queue time kept */
-	IOS_STAT_DEL_FAILED = 11,  /* deleting a finished bio's entry failed (it is reused or swept) */
-	IOS_STAT_C_NOENTRY = 12,   /* a completed bio with no start entry (queued before tracing) */
+	IOS_LOST_C_UNSEEN = 4,     /* a bio was issued but no completion reached us (seen when its address is reused) */
+	IOS_INFLIGHT_AT_START = 5, /* issued/completed I/O queued before tracing */
+	IOS_STAT_SPLIT = 6,        /* bios split; the new bio inherits the queue time */
+	IOS_STAT_STALE = 7,        /* slots of bios never seen completing, older than 120 s, reused or swept */
+	IOS_STAT_NEVER_ISSUED = 8, /* a bio queued earlier at the same address was never issued */
+	IOS_STAT_REQUEUED = 9,     /* a split bio's remainder queued again: first queue time kept */
+	IOS_STAT_C_NOENTRY = 10,   /* a completed bio with no slot (queued before tracing) */
 	IOS_NR_STATS = 16,
 };
-#define IOS_NR_LOST_STATS 6 /* indexes below this are losses */
+#define IOS_NR_LOST_STATS 5 /* indexes below this are losses */
 
 /* ioscope top (bpf/top.bpf.c): per-process counters, keyed by the process
  * that queued the bio, and per-disk request latency histograms. */

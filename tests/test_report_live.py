@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import blk_scenarios as bs
-from conftest import ioscope_cmd, run_ioscope
+from conftest import ioscope_cmd, run_ioscope, unreported_completions
 from test_report import SAME_SECTIONS
 
 NREADS = 1009   # direct 4 KiB random reads on the first disk: a prime
@@ -41,8 +41,11 @@ def test_recording_round_trip(loopdev: Callable[..., Any], shm_dir: Path) -> Non
     line = rec.stderr.readline()
     assert line.startswith("Recording block I/O events"), line + rec.stderr.read()
     try:
-        job_a = run_fio(a.path, rw="randread", bs="4k", number_ios=NREADS, size="48M", iodepth=8)
-        job_b = run_fio(b.path, rw="randwrite", bs="16k", number_ios=NWRITES, size="48M", iodepth=4)
+        # fio's random map on: no block is touched twice, so no Q meets another in flight at its sector
+        job_a = run_fio(a.path, rw="randread", bs="4k", number_ios=NREADS, size="48M", iodepth=8,
+                        extra=["--norandommap=0"])
+        job_b = run_fio(b.path, rw="randwrite", bs="16k", number_ios=NWRITES, size="48M", iodepth=4,
+                        extra=["--norandommap=0"])
         # buffered sequential writes: the page cache hands the disk bios the scheduler merges
         subprocess.run(["dd", f"of={a.path}", "if=/dev/zero", "bs=4k", "count=512", "seek=4096",
                         "status=none"], check=True)
@@ -69,11 +72,16 @@ def test_recording_round_trip(loopdev: Callable[..., Any], shm_dir: Path) -> Non
     assert text.startswith(avg)   # btt -A's whole output, byte for byte
     ka, kb = f"{a.device.major},{a.device.minor}", f"{b.device.major},{b.device.minor}"
     dev_a, dev_b = doc["devices"][ka], doc["devices"][kb]
-    # fio's direct I/O: one Q and one C each; the second disk saw nothing else
-    assert dev_b["phases"]["q2c"]["n"] == NWRITES and dev_b["phases"]["d2c"]["n"] == NWRITES
-    assert dev_a["phases"]["q2c"]["n"] >= NREADS
+    # fio's direct I/O: one Q and one C each; the second disk saw nothing else. Exact, unless the
+    # capture reports completions the kernel did not pass to BPF (conftest).
+    miss_a = unreported_completions(str(cap), a.device.major, a.device.minor)
+    miss_b = unreported_completions(str(cap), b.device.major, b.device.minor)
+    edges = ("duplicate_q", "overlapping_q", "ignored_at_start", "in_flight_at_end")
+    assert [dev_b[k] for k in edges] == [0, 0, 0, 0], {k: dev_b[k] for k in edges}
+    assert dev_b["phases"]["q2c"]["n"] == NWRITES - miss_b and dev_b["phases"]["d2c"]["n"] == NWRITES - miss_b
+    assert dev_a["phases"]["q2c"]["n"] >= NREADS - miss_a
     assert dev_a["phases"]["q2m"]["n"] > 0, "the buffered writes were not merged"
-    assert doc["processes"]["fio"]["phases"]["q2c"]["n"] >= NREADS + NWRITES
+    assert doc["processes"]["fio"]["phases"]["q2c"]["n"] >= NREADS + NWRITES - miss_a - miss_b
     # parse == blkparse, every line
     assert run_ioscope("parse", str(cap), check=True).stdout == bs.run_blkparse(str(out))
     # blktrace's own layout: one file per disk and CPU, named after the disks (process notes are no disk's)

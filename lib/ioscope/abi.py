@@ -27,18 +27,16 @@ STAT_NAMES = {
     1: "hist_map_full",
     2: "bio_chain_too_long",
     3: "rq_map_full",
-    4: "start_store_failed",
-    5: "completion_unseen",
-    6: "inflight_at_start",
-    7: "split",
-    8: "stale",
-    9: "queued_never_issued",
-    10: "requeued_after_split",
-    11: "delete_failed",
-    12: "completed_without_start",
+    4: "completion_unseen",
+    5: "inflight_at_start",
+    6: "split",
+    7: "stale",
+    8: "queued_never_issued",
+    9: "requeued_after_split",
+    10: "completed_without_start",
 }
 NR_STATS = 16
-NR_LOST_STATS = 6
+NR_LOST_STATS = 5
 
 HIST = np.dtype([
     ("slots", np.uint64, (hist.NBUCKETS,)),
