@@ -192,6 +192,15 @@ static __always_inline struct gendisk *queue_disk(struct request_queue *q)
 	return NULL;
 }
 
+static __always_inline struct gendisk *queue_disk_direct(struct request_queue *q)
+{
+	struct request_queue___new *nq = (void *)q;
+
+	if (bpf_core_field_exists(nq->disk))
+		return nq->disk;
+	return NULL;
+}
+
 /*
  * blktrace's category bits (BLK_TC_*, include/uapi/linux/blktrace_api.h)
  * from a request or bio's op and flags, as the kernel's blk tracer computes

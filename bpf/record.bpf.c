@@ -19,9 +19,19 @@
  * pairs answers the common case without touching a shared map, an LRU hash
  * answers the rest.
  *
- * Wake-ups are batched: records are submitted with BPF_RB_NO_WAKEUP unless
- * targ_wakeup_bytes are waiting, and the consumer also polls on a timer.
- * Failed reservations are counted per CPU in rec_stats.
+ * Records go to per-CPU rings of fixed-size slots in a memory-mappable array
+ * (rec_ring), not to a BPF ring buffer: at several hundred thousand events
+ * per second per CPU a ring buffer reservation (an irq-saving spin lock, a
+ * shared producer position) costs more than the rest of a program. Each CPU
+ * has one ring per context level (task, softirq, hardirq), so a program never
+ * shares a ring with a program it interrupted or that interrupts it: the
+ * level is taken from a per-CPU nesting counter raised atomically on entry.
+ * A ring's producer is therefore alone; it writes the slot at its head, then
+ * publishes it by advancing the head (an atomic add, a full barrier).
+ * User space (lib/ioscope/_libbpf.c: SlotRings) maps both arrays, copies the
+ * slots between each ring's tail and head on a timer, and advances the tail.
+ * A full ring drops the record and counts it per CPU in rec_stats. No
+ * wake-ups are sent: the consumer polls.
  *
  * Each handler exists as tp_btf (direct BTF pointer reads) and raw_tp
  * (BPF_CORE_READ) programs sharing one __always_inline body; user space
@@ -58,12 +68,26 @@
 const volatile __u32 targ_ndisks = 0;
 const volatile __u32 targ_disks[IOS_REC_MAX_DISKS] = {};
 const volatile __u32 targ_tgid = 0;
-const volatile __u64 targ_wakeup_bytes = 1 << 20;
+const volatile __u32 targ_ring_slots = 1;     /* slots per ring, a power of two (user space sets it) */
 
+/* The rings: ring r = cpu * IOS_REC_LEVELS + level owns slots
+ * [r * targ_ring_slots, (r + 1) * targ_ring_slots). max_entries set by user space. */
 struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 32 << 20); /* user space sets --buffer */
-} events SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct trace_event);
+} rec_ring SEC(".maps");
+
+/* Head (records published, by the program) and tail (records taken, by user space) of each ring. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct rec_ring_pos);
+} rec_pos SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -72,10 +96,10 @@ struct {
 	__type(value, __u64);
 } rec_stats SEC(".maps");
 
-/* Per-CPU state of the process-note logic: the pid of the last event on
- * this CPU (and when its comm was last compared), and a small cache of
- * recently seen (pid, comm) pairs. */
-struct cpu_state {
+/* Per-CPU, per-level state of the process-note logic: the pid of the last
+ * event at this level (and when its comm was last compared), and a small
+ * cache of recently seen (pid, comm) pairs. */
+struct level_state {
 	__u64 c0[IOS_REC_COMM_SLOTS];
 	__u64 c1[IOS_REC_COMM_SLOTS];
 	__u32 pid[IOS_REC_COMM_SLOTS];
@@ -83,7 +107,11 @@ struct cpu_state {
 	__u64 last_check_ns;
 	__u32 last_pid;
 	__u32 last_valid;
-	__u32 submitted; /* records submitted on this CPU (wake-up checks) */
+};
+
+struct cpu_state {
+	__u64 nest; /* programs of this object running on this CPU (interrupts nest them) */
+	struct level_state lv[IOS_REC_LEVELS];
 };
 
 struct {
@@ -141,37 +169,45 @@ static __always_inline bool disk_wanted(__u32 dev)
 	return false;
 }
 
-/*
- * Submit without waking the consumer (it polls on a timer) unless
- * targ_wakeup_bytes are waiting; that is checked on every 32nd record of a
- * CPU only, to keep the ring buffer's shared positions out of the hot path.
- */
-#define WAKEUP_CHECK_MASK 31
-
-static __always_inline void submit(void *e, struct cpu_state *cs)
+/* A free slot of this CPU's ring at this level (its head in *head), or NULL: ring full. */
+static __always_inline struct trace_event *slot_get(__u32 ring, struct rec_ring_pos **posp, __u64 *head)
 {
-	__u64 flags = BPF_RB_NO_WAKEUP;
+	struct rec_ring_pos *pos = bpf_map_lookup_elem(&rec_pos, &ring);
+	__u32 idx;
 
-	if (!(cs->submitted++ & WAKEUP_CHECK_MASK) &&
-	    bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= targ_wakeup_bytes) {
-		flags = BPF_RB_FORCE_WAKEUP;
-		stat_inc(IOS_REC_WAKEUPS);
-	}
-	bpf_ringbuf_submit(e, flags);
+	if (!pos)
+		return NULL;
+	*head = pos->head;
+	if (*head - *(volatile __u64 *)&pos->tail >= targ_ring_slots)
+		return NULL;
+	*posp = pos;
+	idx = ring * targ_ring_slots + ((__u32)*head & (targ_ring_slots - 1));
+	return bpf_map_lookup_elem(&rec_ring, &idx);
+}
+
+/* Publish the slot: the atomic add orders every store to it before the new head.
+ * Its old value is the head the slot was taken at, unless two programs shared
+ * the ring (the level logic rules that out; counted, never seen). */
+static __always_inline void slot_put(struct rec_ring_pos *pos, __u64 head)
+{
+	if (__sync_fetch_and_add(&pos->head, 1) != head)
+		stat_inc(IOS_REC_RING_RACE);
 }
 
 /*
  * Send a process note when this pid is new or its comm changed. Fast path:
- * the same pid as the previous event on this CPU, compared less than
+ * the same pid as the previous event at this level, compared less than
  * COMM_RECHECK_NS ago: nothing to do (no helper call). A comm change (exec,
  * prctl) is therefore noticed within COMM_RECHECK_NS of a pid's events.
  */
 #define COMM_RECHECK_NS 20000000ULL
 
-static __always_inline void note_process(__u64 pid_tgid, __u64 ts, struct cpu_state *cs)
+static __always_inline void note_process(__u64 pid_tgid, __u64 ts, struct level_state *cs, __u32 ring, __u16 cpu)
 {
 	struct comm16 cur = {}, *seen;
 	struct trace_event *n;
+	struct rec_ring_pos *pos = NULL;
+	__u64 head = 0;
 	__u32 pid = (__u32)pid_tgid, slot = pid & (IOS_REC_COMM_SLOTS - 1);
 
 	if (cs->last_valid && cs->last_pid == pid && ts - cs->last_check_ns < COMM_RECHECK_NS)
@@ -189,8 +225,8 @@ static __always_inline void note_process(__u64 pid_tgid, __u64 ts, struct cpu_st
 	seen = bpf_map_lookup_elem(&comms_seen, &pid);
 	if (seen && seen->c0 == cur.c0 && seen->c1 == cur.c1)
 		return;
-	n = bpf_ringbuf_reserve(&events, sizeof(*n), 0);
-	if (!n) {
+	n = slot_get(ring, &pos, &head);
+	if (!n || !pos) {
 		stat_inc(IOS_REC_LOST_NOTE);
 		cs->valid[slot] = 0; /* try again next time */
 		cs->last_valid = 0;
@@ -205,29 +241,38 @@ static __always_inline void note_process(__u64 pid_tgid, __u64 ts, struct cpu_st
 	n->aux_dev = 0;
 	n->pid = pid;
 	n->tgid = pid_tgid >> 32;
-	n->cpu = bpf_get_smp_processor_id();
+	n->cpu = cpu;
 	n->error = 0;
 	n->action = 0;
 	n->category = IOS_TC_NOTIFY;
 	n->flags = IOS_EV_NOTE_PROCESS;
-	submit(n, cs);
+	slot_put(pos, head);
 }
 
 static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 action, __u16 category, __u64 sector,
 				__u32 bytes, __u64 aux, __u32 aux_dev, int error)
 {
+	struct rec_ring_pos *pos = NULL;
 	struct trace_event *e;
 	struct cpu_state *cs;
-	__u32 zero = 0;
+	__u64 head = 0;
+	__u32 zero = 0, lvl, cpu, ring;
 
 	cs = bpf_map_lookup_elem(&cpu_state, &zero);
 	if (!cs)
 		return 0;
-	note_process(pid_tgid, ts, cs);
-	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
+	lvl = __sync_fetch_and_add(&cs->nest, 1);
+	if (lvl >= IOS_REC_LEVELS) {
+		stat_inc(IOS_REC_LOST_NEST);
+		goto out;
+	}
+	cpu = bpf_get_smp_processor_id();
+	ring = cpu * IOS_REC_LEVELS + lvl;
+	note_process(pid_tgid, ts, &cs->lv[lvl], ring, cpu);
+	e = slot_get(ring, &pos, &head);
+	if (!e || !pos) {
 		stat_inc(IOS_REC_LOST_EVENT);
-		return 0;
+		goto out;
 	}
 	e->ts = ts;
 	e->sector = sector;
@@ -237,12 +282,14 @@ static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 actio
 	e->aux_dev = aux_dev;
 	e->pid = (__u32)pid_tgid;
 	e->tgid = pid_tgid >> 32;
-	e->cpu = bpf_get_smp_processor_id();
+	e->cpu = cpu;
 	e->error = (__u16)error;
 	e->action = action;
 	e->category = category;
 	e->flags = 0;
-	submit(e, cs);
+	slot_put(pos, head);
+out:
+	__sync_fetch_and_add(&cs->nest, -1);
 	return 0;
 }
 
@@ -294,7 +341,7 @@ static __always_inline int on_bio(struct bio *bio, __u16 action, __u16 actbits, 
 	__u64 ts = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct gendisk *disk = direct ? bio_disk_direct(bio) : bio_disk(bio);
-	__u32 dev = disk_dev(disk);
+	__u32 dev = direct ? disk_dev_direct(disk) : disk_dev(disk);
 	__u32 opf;
 
 	if (!disk_wanted(dev))
@@ -317,7 +364,7 @@ static __always_inline int on_bio_complete(struct bio *bio, bool direct)
 	__u64 ts = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct gendisk *disk = direct ? bio_disk_direct(bio) : bio_disk(bio);
-	__u32 dev = disk_dev(disk);
+	__u32 dev = direct ? disk_dev_direct(disk) : disk_dev(disk);
 	__u32 opf;
 
 	if (!disk_wanted(dev))
@@ -343,7 +390,7 @@ static __always_inline int on_rq(struct request *rq, __u16 action, __u16 actbits
 	__u64 ts = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct gendisk *disk = direct ? rq_disk_direct(rq) : rq_disk(rq);
-	__u32 dev = disk_dev(disk);
+	__u32 dev = direct ? disk_dev_direct(disk) : disk_dev(disk);
 	__u32 opf, bytes;
 	__u64 sector;
 	__u16 tc;
@@ -369,11 +416,11 @@ static __always_inline int on_rq(struct request *rq, __u16 action, __u16 actbits
 
 /* ---- plug and unplug ---------------------------------------------------- */
 
-static __always_inline int on_plug(struct request_queue *q, __u16 action, __u64 depth)
+static __always_inline int on_plug(struct request_queue *q, __u16 action, __u64 depth, bool direct)
 {
 	__u64 ts = bpf_ktime_get_ns();
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 dev = disk_dev(queue_disk(q));
+	__u32 dev = direct ? disk_dev_direct(queue_disk_direct(q)) : disk_dev(queue_disk(q));
 
 	if (!disk_wanted(dev))
 		return 0;
@@ -480,25 +527,25 @@ int BPF_PROG(raw_rq_remap, struct request *rq, dev_t dev, sector_t from)
 SEC("tp_btf/block_plug")
 int BPF_PROG(btf_plug, struct request_queue *q)
 {
-	return on_plug(q, TA_PLUG, 0);
+	return on_plug(q, TA_PLUG, 0, true);
 }
 
 SEC("raw_tp/block_plug")
 int BPF_PROG(raw_plug, struct request_queue *q)
 {
-	return on_plug(q, TA_PLUG, 0);
+	return on_plug(q, TA_PLUG, 0, false);
 }
 
 SEC("tp_btf/block_unplug")
 int BPF_PROG(btf_unplug, struct request_queue *q, unsigned int depth, bool explicit)
 {
-	return on_plug(q, explicit ? TA_UNPLUG_IO : TA_UNPLUG_TIMER, depth);
+	return on_plug(q, explicit ? TA_UNPLUG_IO : TA_UNPLUG_TIMER, depth, true);
 }
 
 SEC("raw_tp/block_unplug")
 int BPF_PROG(raw_unplug, struct request_queue *q, unsigned int depth, bool explicit)
 {
-	return on_plug(q, explicit ? TA_UNPLUG_IO : TA_UNPLUG_TIMER, depth);
+	return on_plug(q, explicit ? TA_UNPLUG_IO : TA_UNPLUG_TIMER, depth, false);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -11,8 +11,21 @@ enum rec_stat {
 	IOS_REC_LOST_EVENT = 0,   /* ring buffer full: an event was dropped */
 	IOS_REC_LOST_NOTE = 1,    /* ring buffer full: a process note was dropped */
 	IOS_REC_PID_MAP_FULL = 2, /* -p: a tracked bio could not be remembered */
-	IOS_REC_WAKEUPS = 3,      /* forced consumer wake-ups */
-	IOS_REC_NR_STATS = 4,
+	IOS_REC_LOST_NEST = 3,    /* more than IOS_REC_LEVELS programs nested on a CPU: event dropped */
+	IOS_REC_RING_RACE = 4,    /* two programs wrote one ring (impossible by design; checked) */
+	IOS_REC_NR_STATS = 5,
+};
+
+/* Rings per CPU: one per context level (task, softirq, hardirq). */
+#define IOS_REC_LEVELS 3
+
+/* Position of one ring (struct trace_event slots in rec_ring): head advanced by the
+ * BPF program that owns the ring, tail by the consumer; on separate cache lines. */
+struct rec_ring_pos {
+	__u64 head;
+	__u64 pad0[7];
+	__u64 tail;
+	__u64 pad1[7];
 };
 
 #define IOS_REC_MAX_DISKS 16  /* -d filters */

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from ioscope import devices
-from ioscope.trace.record import HOOKS, Losses, _partitions, _ring_size, device_meta, parse_size
+from ioscope.trace.record import HOOKS, Losses, _partitions, device_meta, parse_size, ring_slots
 
 
 @pytest.mark.parametrize("text, value", [
@@ -26,10 +26,12 @@ def test_parse_size_rejects(text: str) -> None:
         parse_size(text, "--buffer")
 
 
-def test_ring_size_is_a_power_of_two_of_pages() -> None:
-    assert _ring_size(32 << 20) == 32 << 20
-    assert _ring_size((32 << 20) + 1) == 64 << 20
-    assert _ring_size(1) >= 16 * 4096 and _ring_size(1) & (_ring_size(1) - 1) == 0
+def test_ring_slots_share_the_buffer_in_powers_of_two() -> None:
+    # 32 MiB over 2 CPUs x 3 levels: 99,864 slots of 56 bytes each, rounded up
+    assert ring_slots(32 << 20, 6) == 131072
+    assert ring_slots(56 * 4096 * 6, 6) == 4096  # exact powers stay
+    assert ring_slots(1, 6) == 1024  # never below the minimum
+    assert ring_slots(1 << 30, 1) & (ring_slots(1 << 30, 1) - 1) == 0
 
 
 def test_losses_json_and_total() -> None:
@@ -38,9 +40,11 @@ def test_losses_json_and_total() -> None:
     assert lo.total == 11  # a bio not followed under -p means its request events are missing
     doc = lo.to_json()
     assert doc["per_cpu"]["ringbuf_full_events"] == [3, 0] and doc["ringbuf_full_notes"] == 2
-    assert "3 events (ring buffer full)" in lo.describe() and "recursion_misses" in lo.describe()
+    assert "3 events (ring full: raise --buffer)" in lo.describe() and "recursion_misses" in lo.describe()
     none = Losses(np.zeros(2, np.uint64), np.zeros(2, np.uint64), 0, 0)
     assert none.total == 0 and none.describe() == "none"
+    nest = Losses(np.zeros(2, np.uint64), np.zeros(2, np.uint64), 0, 0, nested=4)
+    assert nest.total == 4 and nest.to_json()["nested_too_deep"] == 4 and "nested 3 deep" in nest.describe()
 
 
 def test_every_hook_has_a_program_pair() -> None:

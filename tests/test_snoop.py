@@ -37,6 +37,19 @@ def test_pairs_across_batches_and_keeps_only_unmatched() -> None:
     assert len(p.pending) == 0
 
 
+def test_completion_after_the_horizon_waits_for_its_issue() -> None:
+    """A poll reads one ring after another: a C can arrive one poll before the D of another CPU."""
+    p = Pairer()
+    b1 = np.concatenate([ev(TA_QUEUE, 100, 8, pid=1), ev(TA_COMPLETE, 300, 8, pid=0),
+                         ev(TA_QUEUE, 110, 16, pid=5), ev(TA_ISSUE, 120, 16), ev(TA_COMPLETE, 130, 16)])
+    out = p.feed(b1, horizon_ns=200)  # the C at 300 is not older than the horizon: it waits
+    assert [(int(r["ts"]), int(r["q_ts"]), int(r["d_ts"])) for r in out] == [(130, 110, 120)]
+    assert sorted(p.pending["ts"].tolist()) == [100, 300]
+    out = p.feed(ev(TA_ISSUE, 150, 8, pid=2), horizon_ns=1000)  # its D arrives with the next poll
+    assert [(int(r["ts"]), int(r["q_ts"]), int(r["d_ts"]), int(r["pid"])) for r in out] == [(300, 100, 150, 1)]
+    assert len(p.pending) == 0
+
+
 def test_same_sector_reused_and_missing_phases() -> None:
     p = Pairer()
     b = np.concatenate([

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
+import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
 
@@ -72,6 +74,18 @@ def sleep_until(deadline: float) -> None:
         if left <= 0:
             return
         time.sleep(min(left, 0.5))
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP wait (blocked) until the block ends, then act as usual: output
+    written inside is never cut by the KeyboardInterrupt they raise (see cli.py)."""
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def console() -> Console:

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from ioscope.errors import IoscopeError
+from ioscope.trace import _tracecore
 from ioscope.trace.events import EV_NOTE_PROCESS, EVENT
 
 try:
@@ -152,6 +153,7 @@ class CaptureWriter:
         self.flush_interval = flush_interval
         self.window = reorder_window_ns
         self.schema = _arrow_schema(self.meta)
+        self._types = [f.type for f in self.schema]
         self._pending: list[np.ndarray] = []
         self._pending_rows = 0
         self._held: np.ndarray = np.empty(0, EVENT)  # sorted, not yet written (newer than the window)
@@ -215,59 +217,73 @@ class CaptureWriter:
 
     # -- output -----------------------------------------------------------
 
-    def _merge_pending(self) -> np.ndarray:
+    def _merge_pending(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Held and pending events as one array, and the order that sorts them by time (None: sorted)."""
         parts = [self._held, *self._pending] if len(self._held) else self._pending
         self._pending = []
         self._pending_rows = 0
         if not parts:
-            return np.empty(0, EVENT)
+            return np.empty(0, EVENT), None
         # copies go through an opaque-bytes view: numpy copies structured dtypes field by field
         allev = parts[0] if len(parts) == 1 else np.concatenate([p.view(_RAW) for p in parts]).view(EVENT)
         ts = allev["ts"]
         if len(ts) > 1 and not bool((ts[1:] >= ts[:-1]).all()):
-            allev = allev.view(_RAW)[np.argsort(ts, kind="stable")].view(EVENT)
-        return allev
+            return allev, np.argsort(ts, kind="stable")
+        return allev, None
 
     def flush(self, final: bool = False) -> None:
         """Write every event older than the reorder window (all of them when final)."""
-        allev = self._merge_pending()
+        allev, order = self._merge_pending()
+        ts = allev["ts"] if order is None else allev["ts"][order]
         if final or self.window <= 0:
             cut = len(allev)
         else:
-            cut = int(np.searchsorted(allev["ts"], np.uint64(max(0, self._max_ts - self.window)), side="right"))
-        out, self._held = allev[:cut], allev[cut:]
-        if len(out):
-            first = int(out["ts"][0])
+            cut = int(np.searchsorted(ts, np.uint64(max(0, self._max_ts - self.window)), side="right"))
+        if cut < len(allev):
+            rest = allev.view(_RAW)[cut:] if order is None else allev.view(_RAW)[order[cut:]]
+            self._held = np.ascontiguousarray(rest).view(EVENT)
+        else:
+            self._held = np.empty(0, EVENT)
+        if cut:
+            first = int(ts[0])
             if first < self._last_written_ts:
-                self.late_events += int(np.count_nonzero(out["ts"] < self._last_written_ts))
-            self._last_written_ts = max(self._last_written_ts, int(out["ts"][-1]))
-        for i in range(0, len(out), self.chunk_rows):
-            self._write_chunk(out[i:i + self.chunk_rows])
-        if not len(out) and (self._new_comms or self._lost_dirty) and self.flush_due():
-            self._write_chunk(out)  # names and loss counts reach the file even when idle
+                self.late_events += int(np.count_nonzero(ts[:cut] < self._last_written_ts))
+            self._last_written_ts = max(self._last_written_ts, int(ts[cut - 1]))
+        for i in range(0, cut, self.chunk_rows):
+            j = min(cut, i + self.chunk_rows)
+            if order is None:
+                self._write_chunk(allev[i:j])
+            else:
+                self._write_chunk(allev, order[i:j])
+        if not cut and (self._new_comms or self._lost_dirty) and self.flush_due():
+            self._write_chunk(allev[:0])  # names and loss counts reach the file even when idle
         self._last_flush = time.monotonic()
 
-    def _write_chunk(self, ev: np.ndarray) -> None:
-        cols = [np.ascontiguousarray(ev[name]) for name in NAMES]
-        info: dict[str, Any] = {"seq": self.chunks_written, "rows": len(ev), "sum64": checksum(ev)}
-        if len(ev):
-            info["first_ts"] = int(ev["ts"][0])
-            info["last_ts"] = int(ev["ts"][-1])
+    def _write_chunk(self, ev: np.ndarray, order: np.ndarray | None = None) -> None:
+        """One record batch: the rows of ev (those at order's indices, in that order, if given)."""
+        cols, s1, s2, counts = _tracecore.pack_events(np.ascontiguousarray(ev).view(np.uint8),
+                                                      None if order is None else order.astype(np.int64, copy=False))
+        rows = len(cols[0]) // 8
+        info: dict[str, Any] = {"seq": self.chunks_written, "rows": rows, "sum64": f"{s1:016x}{s2:016x}"}
+        arrays = [pa.Array.from_buffers(self._types[k], rows, [None, pa.py_buffer(c)]) for k, c in enumerate(cols)]
+        if rows:
+            ts = np.frombuffer(cols[0], dtype=np.uint64)
+            info["first_ts"] = int(ts[0])
+            info["last_ts"] = int(ts[-1])
         if self._new_comms:
             info["comms"] = {str(k): v for k, v in self._new_comms.items()}
             self._new_comms = {}
         if self._lost_dirty and self._lost is not None:
             info["lost"] = self._lost
             self._lost_dirty = False
-        batch = pa.RecordBatch.from_arrays([pa.array(c) for c in cols], schema=self.schema)
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         try:
             self._writer.write_batch(batch, custom_metadata={KEY_CHUNK: json.dumps(info).encode()})
         except (OSError, pa.ArrowException) as exc:
             raise IoscopeError(f"cannot write capture file {self.path}: {exc}") from None
         self.chunks_written += 1
-        self.events_written += len(ev)
-        acts = np.bincount(cols[NAMES.index("action")], minlength=32)
-        self.action_counts[:32] += acts[:32]
+        self.events_written += rows
+        self.action_counts[:32] += np.frombuffer(counts, dtype=np.uint64).astype(np.int64)
 
     def bytes_written(self) -> int:
         try:

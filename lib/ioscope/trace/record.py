@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ioscope import cli_common, devices, system
+from ioscope import _libbpf, cli_common, devices, system
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.loader import BPFObject
 from ioscope.trace.capture import CaptureWriter, clock_pair
@@ -45,12 +45,14 @@ HOOKS: dict[str, tuple[str, bool]] = {
 }
 
 # enum rec_stat in bpf/record.h
-STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_WAKEUPS = range(4)
-NR_STATS = 4
+STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_LOST_NEST, STAT_RING_RACE = range(5)
+NR_STATS = 5
 MAX_DISKS = 16  # IOS_REC_MAX_DISKS
+LEVELS = 3  # IOS_REC_LEVELS: rings per CPU (task, softirq, hardirq)
+MIN_RING_SLOTS = 1024
 
 DEFAULT_BUFFER = 32 << 20
-POLL_MS = 50
+POLL_MS = 20
 
 
 def parse_size(text: str, what: str = "size") -> int:
@@ -80,14 +82,17 @@ def _size_arg(what: str) -> Any:
 class Losses:
     """What the recorder did not record, as stored in captures (meta['lost'])."""
 
-    events: np.ndarray      # per CPU: events dropped, ring buffer full
-    notes: np.ndarray       # per CPU: process notes dropped, ring buffer full
+    events: np.ndarray      # per CPU: events dropped, ring full
+    notes: np.ndarray       # per CPU: process notes dropped, ring full
     pid_map_full: int
     recursion_misses: int
+    nested: int = 0         # events dropped: more programs nested on a CPU than it has rings
+    ring_race: int = 0      # two programs wrote one ring (impossible by design; checked)
 
     @property
     def total(self) -> int:
-        return int(self.events.sum() + self.notes.sum()) + self.recursion_misses + self.pid_map_full
+        return (int(self.events.sum() + self.notes.sum()) + self.recursion_misses + self.pid_map_full
+                + self.nested + self.ring_race)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,6 +101,8 @@ class Losses:
             "ringbuf_full_notes": int(self.notes.sum()),
             "recursion_misses": self.recursion_misses,
             "pid_map_full": self.pid_map_full,
+            "nested_too_deep": self.nested,
+            "ring_race": self.ring_race,
             "per_cpu": {"ringbuf_full_events": [int(x) for x in self.events],
                         "ringbuf_full_notes": [int(x) for x in self.notes]},
         }
@@ -103,9 +110,13 @@ class Losses:
     def describe(self) -> str:
         parts = []
         if self.events.sum():
-            parts.append(f"{int(self.events.sum())} events (ring buffer full)")
+            parts.append(f"{int(self.events.sum())} events (ring full: raise --buffer)")
         if self.notes.sum():
-            parts.append(f"{int(self.notes.sum())} process notes (ring buffer full)")
+            parts.append(f"{int(self.notes.sum())} process notes (ring full: raise --buffer)")
+        if self.nested:
+            parts.append(f"{self.nested} events of programs nested {LEVELS} deep on a CPU")
+        if self.ring_race:
+            parts.append(f"{self.ring_race} records of two programs writing one ring (please report)")
         if self.recursion_misses:
             parts.append(f"{self.recursion_misses} program runs skipped by the kernel (recursion_misses)")
         if self.pid_map_full:
@@ -123,10 +134,10 @@ class RecorderOptions:
     hooks: list[str] | None = None  # None: every hook in HOOKS
 
 
-def _ring_size(n: int) -> int:
-    page = os.sysconf("SC_PAGE_SIZE")
-    size = max(n, 16 * page)
-    return 1 << (size - 1).bit_length()
+def ring_slots(buffer_bytes: int, nrings: int) -> int:
+    """Slots per ring: buffer_bytes shared by nrings rings, rounded up to a power of two."""
+    n = max(MIN_RING_SLOTS, buffer_bytes // (nrings * EVENT.itemsize))
+    return 1 << (n - 1).bit_length()
 
 
 class Recorder:
@@ -136,8 +147,9 @@ class Recorder:
         if len(opts.disks) > MAX_DISKS:
             raise UsageError(f"at most {MAX_DISKS} disks can be given with -d")
         self.opts = opts
-        self.ring_bytes = _ring_size(opts.buffer_bytes)
-        self.wakeup_bytes = max(self.ring_bytes // 8, 64 << 10)
+        self.nrings = _libbpf.num_possible_cpus() * LEVELS
+        self.ring_slots = ring_slots(opts.buffer_bytes, self.nrings)
+        self.ring_bytes = self.nrings * self.ring_slots * EVENT.itemsize
         self.bpf = BPFObject("record", btf=opts.btf)
         self.detached = False
         try:
@@ -154,10 +166,11 @@ class Recorder:
         devs = [d.dev for d in o.disks] + [0] * (MAX_DISKS - len(o.disks))
         b.obj.set_global("targ_disks", np.array(devs, dtype=np.uint32).tobytes())
         b.set_global("targ_tgid", o.pid or 0, "I")
-        b.set_global("targ_wakeup_bytes", self.wakeup_bytes, "Q")
-        b.set_max_entries("events", self.ring_bytes)
+        b.set_global("targ_ring_slots", self.ring_slots, "I")
+        b.set_max_entries("rec_ring", self.nrings * self.ring_slots)
+        b.set_max_entries("rec_pos", self.nrings)
         b.load()
-        self.ring = b.ringbuf("events")
+        self.ring = b.obj.slot_rings("rec_ring", "rec_pos", self.nrings, self.ring_slots)
         self.stats = b.map("rec_stats")
         self.completions_before = _completions(o.disks)
         b.attach()
@@ -174,7 +187,8 @@ class Recorder:
         return {h.tracepoint: h.chosen for h in self.bpf.hooks.values() if h.chosen}
 
     def poll(self, timeout_ms: int) -> np.ndarray:
-        """Every event waiting in the ring buffer (waits up to timeout_ms for a wake-up; 0: no wait)."""
+        """Every event waiting in the rings, after sleeping timeout_ms (0: no wait), in ring order:
+        time-ordered within a ring (one CPU and context level), not across rings."""
         raw = self.ring.poll(timeout_ms)
         n = len(raw) // EVENT.itemsize
         return np.frombuffer(raw, dtype=EVENT, count=n)
@@ -193,7 +207,8 @@ class Recorder:
         c = self.counters()
         return Losses(events=c[:, STAT_LOST_EVENT].copy(), notes=c[:, STAT_LOST_NOTE].copy(),
                       pid_map_full=int(c[:, STAT_PID_MAP_FULL].sum()),
-                      recursion_misses=self.bpf.recursion_misses())
+                      recursion_misses=self.bpf.recursion_misses(),
+                      nested=int(c[:, STAT_LOST_NEST].sum()), ring_race=int(c[:, STAT_RING_RACE].sum()))
 
     def detach(self) -> None:
         if not self.detached:
@@ -215,7 +230,7 @@ class Recorder:
         return out
 
     def drain(self) -> np.ndarray:
-        """Everything left in the ring buffer (after detach(): the last events)."""
+        """Everything left in the rings (after detach(): the last events)."""
         parts = []
         while True:
             ev = self.poll(0)
@@ -290,7 +305,7 @@ def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, 
         "filters": {"disks": [d.name for d in o.disks], "pid": o.pid},
         "attached_mono_ns": rec.attached_ns,
         "ring_buffer_bytes": rec.ring_bytes,
-        "wakeup_bytes": rec.wakeup_bytes,
+        "rings": {"count": rec.nrings, "per_cpu": LEVELS, "slots": rec.ring_slots, "slot_bytes": EVENT.itemsize},
         "command": " ".join(["ioscope", *(argv or [])]),
     }
 
@@ -407,7 +422,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--max-size", type=_size_arg("--max-size"), metavar="SIZE",
                    help="stop when the file reaches SIZE (e.g. 500M, 2G)")
     p.add_argument("--buffer", type=_size_arg("--buffer"), default=DEFAULT_BUFFER, metavar="SIZE",
-                   help="kernel ring buffer size (rounded up to a power of two; default 32M)")
+                   help="kernel buffer memory, shared by one ring per CPU and context level (task, softirq, "
+                        "hardirq), each rounded up to a power of two records; default 32M")
     p.add_argument("-f", "--force", action="store_true", help="overwrite FILE if it exists")
     p.add_argument("-q", "--quiet", action="store_true", help="no status line, only the summary")
     p.set_defaults(func=run, tool="record")

@@ -28,6 +28,10 @@ from ioscope.trace.record import POLL_MS, Recorder, RecorderOptions
 SNOOP_HOOKS = ["bio_queue", "split", "rq_issue", "rq_complete", "bio_complete"]
 PENDING_MAX_AGE_NS = 30 * 1_000_000_000  # a Q or D unmatched for this long is dropped (merged bios, lost C)
 PENDING_MAX = 1 << 20
+# A poll reads the recorder's rings one after the other, so a completion can be seen before an
+# event that happened earlier on another CPU (published just after its ring was read): completions
+# are paired only when older than the poll's start minus this margin, later ones wait for the next poll.
+HORIZON_MARGIN_NS = 5_000_000
 
 PAIRED = np.dtype([
     ("ts", np.uint64),        # completion time (CLOCK_MONOTONIC ns)
@@ -50,9 +54,24 @@ class Pairer:
         self.pending = np.empty(0, EVENT)
         self.dropped = 0  # unmatched Q/D given up (merged into another request, or too old)
 
-    def feed(self, batch: np.ndarray) -> np.ndarray:
+    def feed(self, batch: np.ndarray, horizon_ns: int | None = None) -> np.ndarray:
+        """Completions in batch (and pending) paired with their Q and D; with horizon_ns, completions
+        at or after it are kept for the next call (events before them may still be on their way)."""
         act = batch["action"]
         sel = batch[(act == TA_QUEUE) | (act == TA_ISSUE) | (act == TA_COMPLETE) | (act == TA_SPLIT)]
+        later = np.empty(0, EVENT)
+        if horizon_ns is not None:
+            allev = np.concatenate([self.pending, sel]) if len(self.pending) else sel
+            wait = (allev["action"] == TA_COMPLETE) & (allev["ts"] >= np.uint64(max(horizon_ns, 0)))
+            if wait.any():
+                later, sel = allev[wait], allev[~wait]
+                self.pending = np.empty(0, EVENT)
+        out = self._pair(sel)
+        if len(later):
+            self.pending = np.concatenate([self.pending, later])
+        return out
+
+    def _pair(self, sel: np.ndarray) -> np.ndarray:
         split = sel["action"] == TA_SPLIT
         if split.any():
             # the rest of a split bio is queued again without a Q of its own: the split stands for it
@@ -174,17 +193,18 @@ class Snooper:
                 error=_signed16(int(r["error"])))
 
     def poll(self, timeout_ms: int) -> list[SnoopLine]:
+        horizon = time.monotonic_ns() - HORIZON_MARGIN_NS  # before the rings are read
         ev = self.rec.poll(timeout_ms)
-        return self._take(ev)
+        return self._take(ev, horizon)
 
-    def _take(self, ev: np.ndarray) -> list[SnoopLine]:
+    def _take(self, ev: np.ndarray, horizon_ns: int | None) -> list[SnoopLine]:
         if len(ev) and (ev["action"] == 0).any():
             self.comms.update(notes_to_comms(ev))
-        return list(self.lines(self.pairer.feed(ev)))
+        return list(self.lines(self.pairer.feed(ev, horizon_ns)))
 
     def finish(self) -> list[SnoopLine]:
         self.rec.detach()
-        return self._take(self.rec.drain())
+        return self._take(self.rec.drain(), None)
 
     def close(self) -> None:
         self.rec.close()
@@ -230,8 +250,9 @@ def _emit(lines: list[SnoopLine], as_json: bool) -> None:
         out = "".join(json.dumps(s.to_json()) + "\n" for s in lines)
     else:
         out = "".join(fmt_line(s) + "\n" for s in lines)
-    sys.stdout.write(out)
-    sys.stdout.flush()
+    with cli_common.signals_deferred():  # Ctrl-C or SIGTERM never cuts a line in half
+        sys.stdout.write(out)
+        sys.stdout.flush()
 
 
 def _loop(sn: Snooper, args: argparse.Namespace) -> int:
