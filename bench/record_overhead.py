@@ -2,10 +2,16 @@
 """Overhead of `ioscope record` vs. no tracing vs. the kernel's ftrace blk tracer.
 
 fio 4 KiB random reads, QD32, direct, libaio on a tmpfs-backed loop device;
-in every round the three set-ups run back to back (order rotated per round):
+in every round the set-ups run back to back (order rotated per round):
   base    nothing attached
   record  ioscope record -o /dev/shm/<file> -d <loop>
   blk     the kernel's blk tracer on the loop device, trace_pipe copied to a file on /dev/shm
+and, with --modes, the recorder taken apart (its programs attached to every tracepoint,
+stopping early; see targ_stop_at in bpf/record.bpf.c):
+  attach   programs return at once: the cost of running a BPF program per event at all
+  clock    programs read the clock and return
+  fields   programs read every field of the event and return, before the ring
+  discard  complete programs; the consumer empties the rings and throws the events away
 Prints IOPS per run, ratios to the baseline of the same round, and records lost.
 
     sudo .venv/bin/python bench/record_overhead.py [--rounds 3] [--runtime 5] [--profile]
@@ -27,6 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from ioscope.testbed import BlkTracer, LoopDevice, run_fio
 
@@ -73,7 +80,32 @@ def run_blk(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
     return iops, f"{lines:,} lines, kernel overruns {lost}"
 
 
-MODES = {"base": run_base, "record": run_record, "blk": run_blk}
+def run_partial(stop_at: int) -> Any:
+    """The recorder's programs attached, stopping at stage stop_at (0: whole), rings emptied and discarded."""
+    def run(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
+        from ioscope.trace.record import POLL_MS, Recorder, RecorderOptions
+        rec = Recorder(RecorderOptions(disks=[ld.device], stop_at=stop_at))
+        stop = threading.Event()
+        taken = [0]
+
+        def consume() -> None:
+            while not stop.is_set():
+                taken[0] += len(rec.poll(POLL_MS))
+        t = threading.Thread(target=consume)
+        t.start()
+        try:
+            iops = fio_iops(ld.path, runtime)
+        finally:
+            stop.set()
+            t.join()
+            lost = rec.losses().total
+            rec.close()
+        return iops, f"{taken[0]:,} events taken and discarded, lost {lost}"
+    return run
+
+
+MODES = {"base": run_base, "record": run_record, "blk": run_blk, "attach": run_partial(1),
+         "clock": run_partial(2), "fields": run_partial(3), "discard": run_partial(0)}
 
 
 def profile(ld: LoopDevice, runtime: float) -> None:

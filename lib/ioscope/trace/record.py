@@ -132,6 +132,7 @@ class RecorderOptions:
     buffer_bytes: int = DEFAULT_BUFFER
     btf: str | None = None
     hooks: list[str] | None = None  # None: every hook in HOOKS
+    stop_at: int = 0  # bench/record_overhead.py only: programs stop early (see targ_stop_at in record.bpf.c)
 
 
 def ring_slots(buffer_bytes: int, nrings: int) -> int:
@@ -167,6 +168,7 @@ class Recorder:
         b.obj.set_global("targ_disks", np.array(devs, dtype=np.uint32).tobytes())
         b.set_global("targ_tgid", o.pid or 0, "I")
         b.set_global("targ_ring_slots", self.ring_slots, "I")
+        b.set_global("targ_stop_at", o.stop_at, "I")
         b.set_max_entries("rec_ring", self.nrings * self.ring_slots)
         b.set_max_entries("rec_pos", self.nrings)
         b.load()
