@@ -382,7 +382,7 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
     return Decoded(ev[keep], comms, stamps, messages, offs[keep] + start, hdr["sequence"][keep].astype(np.uint32))
 
 
-def read_stream(path: str, block: int = 4 << 20) -> Iterator[Decoded]:
+def read_stream(path: str, block: int = 1 << 20) -> Iterator[Decoded]:
     """Decode one blktrace stream file block by block (bounded memory)."""
     try:
         size = os.path.getsize(path)
@@ -425,7 +425,7 @@ def per_cpu_files(path: str) -> list[str]:
     return [path]
 
 
-def read_merged(paths: list[str], block: int = 4 << 20) -> Iterator[Decoded]:
+def read_merged(paths: list[str], block: int = 1 << 20) -> Iterator[Decoded]:
     """blktrace streams merged into one time-ordered sequence, chunk by chunk.
 
     One file (a `blkparse -d` dump) is read in file order, as btt reads it.

@@ -532,7 +532,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run, tool="report")
 
 
-def batched(chunks: Iterable[npt.NDArray[np.void]], rows: int = 1 << 16) -> Iterator[npt.NDArray[np.void]]:
+def batched(chunks: Iterable[npt.NDArray[np.void]], rows: int = 1 << 15) -> Iterator[npt.NDArray[np.void]]:
     """Join small chunks into batches of about rows events (fewer numpy calls; memory stays bounded)."""
     held: list[npt.NDArray[np.void]] = []
     n = 0
