@@ -193,6 +193,26 @@ def test_damaged_files(case: str, good: tuple[str, np.ndarray], tmp_path: Path) 
     assert str(bad) in msg and "byte offset" in msg and "\n" not in msg
 
 
+def test_compressed_chunks_are_refused_in_one_line(good: tuple[str, np.ndarray], tmp_path: Path) -> None:
+    """ioscope's reader decodes Arrow itself and never writes compressed chunks: such a stream is refused."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    path, _ev = good
+    with pa.memory_map(path) as src:
+        reader = ipc.open_stream(src)
+        table = reader.read_all()
+        schema = reader.schema
+    bad = tmp_path / "zstd.ioscope"
+    with pa.OSFile(str(bad), "wb") as f, ipc.new_stream(f, schema,
+                                                        options=ipc.IpcWriteOptions(compression="zstd")) as w:
+        w.write_table(table)
+    with pytest.raises(IoscopeError) as ei:
+        with open_capture(str(bad)) as cap:
+            cap.read_all()
+    msg = str(ei.value)
+    assert "compressed" in msg and "byte offset" in msg and "\n" not in msg
+
+
 def test_checker_cli_one_line_errors(tmp_path: Path) -> None:
     bad = tmp_path / "zero.ioscope"
     bad.write_bytes(b"")
