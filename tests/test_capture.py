@@ -270,3 +270,18 @@ def small_capture(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     ev = np.concatenate([note(101, "fio", 10**9), events(3001)])
     write(str(path), ev, batch=1000, chunk_bytes=32 << 10)
     return path.read_bytes()
+
+
+def test_reading_does_not_load_pyarrow(good: tuple[str, np.ndarray]) -> None:
+    """pyarrow's libraries cost ~57 MiB resident: the CLI and the capture reader must not import them
+    (report's peak memory against btt depends on it, docs/report.md Performance); the writer does."""
+    path, ev = good
+    code = ("import sys\n"
+            "from ioscope import cli\n"
+            "cli.build_parser()\n"
+            "from ioscope.trace.offline import open_source\n"
+            f"with open_source({path!r}) as src:\n"
+            "    n = sum(len(c) for c in src.chunks())\n"
+            "print(n, 'pyarrow' in sys.modules)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert p.stdout.split() == [str(len(ev)), "False"]
