@@ -193,6 +193,26 @@ def test_damaged_files(case: str, good: tuple[str, np.ndarray], tmp_path: Path) 
     assert str(bad) in msg and "byte offset" in msg and "\n" not in msg
 
 
+def test_compressed_chunks_are_refused_in_one_line(good: tuple[str, np.ndarray], tmp_path: Path) -> None:
+    """ioscope's reader decodes Arrow itself and never writes compressed chunks: such a stream is refused."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+    path, _ev = good
+    with pa.memory_map(path) as src:
+        reader = ipc.open_stream(src)
+        table = reader.read_all()
+        schema = reader.schema
+    bad = tmp_path / "zstd.ioscope"
+    with pa.OSFile(str(bad), "wb") as f, ipc.new_stream(f, schema,
+                                                        options=ipc.IpcWriteOptions(compression="zstd")) as w:
+        w.write_table(table)
+    with pytest.raises(IoscopeError) as ei:
+        with open_capture(str(bad)) as cap:
+            cap.read_all()
+    msg = str(ei.value)
+    assert "compressed" in msg and "byte offset" in msg and "\n" not in msg
+
+
 def test_checker_cli_one_line_errors(tmp_path: Path) -> None:
     bad = tmp_path / "zero.ioscope"
     bad.write_bytes(b"")
@@ -250,3 +270,18 @@ def small_capture(tmp_path_factory: pytest.TempPathFactory) -> bytes:
     ev = np.concatenate([note(101, "fio", 10**9), events(3001)])
     write(str(path), ev, batch=1000, chunk_bytes=32 << 10)
     return path.read_bytes()
+
+
+def test_reading_does_not_load_pyarrow(good: tuple[str, np.ndarray]) -> None:
+    """pyarrow's libraries cost ~57 MiB resident: the CLI and the capture reader must not import them
+    (report's peak memory against btt depends on it, docs/report.md Performance); the writer does."""
+    path, ev = good
+    code = ("import sys\n"
+            "from ioscope import cli\n"
+            "cli.build_parser()\n"
+            "from ioscope.trace.offline import open_source\n"
+            f"with open_source({path!r}) as src:\n"
+            "    n = sum(len(c) for c in src.chunks())\n"
+            "print(n, 'pyarrow' in sys.modules)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert p.stdout.split() == [str(len(ev)), "False"]

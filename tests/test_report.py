@@ -289,3 +289,112 @@ def test_memory_stays_bounded() -> None:
         ev["ts"] += np.uint64(k * 10_000_000)
         b2.feed(ev)
     assert b2.live_all.done_n > 250 and len(b2.live_all.starts) < 20
+
+
+class _RefTree:
+    """The textbook red-black insertion (parent pointers), as a reference for the C seek trees' shape."""
+
+    def __init__(self) -> None:
+        self.key: list[int] = []
+        self.cnt: list[int] = []
+        self.left: list[int] = []
+        self.right: list[int] = []
+        self.parent: list[int] = []
+        self.red: list[bool] = []
+        self.root = -1
+
+    def _rotate(self, x: int, to_left: bool) -> None:
+        a, b = (self.right, self.left) if to_left else (self.left, self.right)
+        y = a[x]
+        a[x] = b[y]
+        if b[y] >= 0:
+            self.parent[b[y]] = x
+        px = self.parent[y] = self.parent[x]
+        if px < 0:
+            self.root = y
+        elif self.left[px] == x:
+            self.left[px] = y
+        else:
+            self.right[px] = y
+        b[y] = x
+        self.parent[x] = y
+
+    def insert(self, k: int) -> None:
+        p, cur = -1, self.root
+        while cur >= 0:
+            if k == self.key[cur]:
+                self.cnt[cur] += 1
+                return
+            p, cur = cur, (self.left[cur] if k < self.key[cur] else self.right[cur])
+        z = len(self.key)
+        for lst, v in ((self.key, k), (self.cnt, 1), (self.left, -1), (self.right, -1), (self.parent, p),
+                       (self.red, True)):
+            lst.append(v)  # type: ignore[attr-defined]
+        if p < 0:
+            self.root = z
+        elif k < self.key[p]:
+            self.left[p] = z
+        else:
+            self.right[p] = z
+        while self.parent[z] >= 0 and self.red[self.parent[z]]:
+            p = self.parent[z]
+            g = self.parent[p]
+            on_left = p == self.left[g]
+            u = self.right[g] if on_left else self.left[g]
+            if u >= 0 and self.red[u]:
+                self.red[p] = self.red[u] = False
+                self.red[g] = True
+                z = g
+                continue
+            if z == (self.right[p] if on_left else self.left[p]):
+                z = p
+                self._rotate(z, on_left)
+                p = self.parent[z]
+            self.red[p] = False
+            self.red[g] = True
+            self._rotate(g, not on_left)
+        self.red[self.root] = False
+
+    def post_order(self, x: int) -> list[int]:
+        return [] if x < 0 else self.post_order(self.left[x]) + self.post_order(self.right[x]) + [x]
+
+    def pre_order(self, x: int) -> list[int]:
+        return [] if x < 0 else [x, *self.pre_order(self.left[x]), *self.pre_order(self.right[x])]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_seek_tree_shape_matches_textbook_insertion(seed: int) -> None:
+    """btt's seek MEDIAN and MODE depend on its red-black tree's shape: the C trees (no parent links) must
+    have the textbook tree's modes in post-order and median in pre-order, with thousands of tied modes."""
+    rng = np.random.default_rng(seed)
+    nio = 3001 + 997 * seed
+    pool = [3, 40, 1 << 40][seed % 3]
+    sectors = rng.integers(0, pool, nio).astype(np.uint64) * 8
+    if seed == 5:
+        sectors[1::2] = sectors[0::2][: nio // 2]   # every other Q where the one before it was: distance 0
+    s = bs.Scenario()
+    for k, sec in enumerate(sectors.tolist()):
+        s.add(1000 + 10_000 * k, TA_QUEUE, sec, 4096)
+    r = _run(s, chunk=1009)
+    sk = next(iter(r.devices.values())).q2q_seek
+    ref = _RefTree()
+    last = (0, 0)
+    for sec in sectors.tolist():
+        start, end = sec, sec + 8    # a Q's range: start sector to start + sectors (4096 bytes)
+        if last[0] <= start <= last[1] or last[0] <= end <= last[1]:
+            dist = 0
+        else:
+            dist = start - last[1] if start > last[1] else start - last[0]
+        last = (start, end)
+        ref.insert(abs(dist))
+    assert sk.n == nio and sk.distinct == len(ref.key)
+    most = max(ref.cnt)
+    modes = [ref.key[x] for x in ref.post_order(ref.root) if ref.cnt[x] == most]
+    assert (sk.most, sk.nmodes, sk.modes) == (most, len(modes), modes[:16])
+    half = nio // 2
+    med = next((ref.key[x] for x in ref.pre_order(ref.root) if ref.cnt[x] >= half), 0)
+    assert sk.btt_median == med
+    if seed == 5:
+        assert med == 0 and sk.most >= half
+    elif pool == 1 << 40:
+        assert sk.nmodes > 1000      # thousands of distances seen once: the order is the tree's shape

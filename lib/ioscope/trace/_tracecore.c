@@ -58,13 +58,21 @@ typedef struct {
  * pre-order, whose own count reaches half the seeks; its modes are the most frequent
  * distances in post-order. The true median is reported as well.
  */
-typedef struct {
+/*
+ * 20 bytes a node (a random workload has one node per seek): no parent index, the insertion
+ * keeps the path from the root instead; the colour shares a word with the right index.
+ */
+typedef struct __attribute__((packed, aligned(4))) {
 	int64_t key;
 	uint32_t cnt;
-	int32_t left, right;
-	int32_t parent : 31;
+	int32_t left;
+	int32_t right : 31;
 	uint32_t red : 1;
 } snode_t;
+
+_Static_assert(sizeof(snode_t) == 20, "seek tree node size");
+#define ST_MAX_NODES ((1 << 30) - 1)   /* what right:31 indexes */
+#define ST_MAX_DEPTH 96                /* a red-black tree of < 2^30 nodes is < 60 deep */
 
 typedef struct {
 	snode_t *n;
@@ -74,48 +82,46 @@ typedef struct {
 	double total;
 } stree_t;
 
-static void st_rotate_left(stree_t *t, int32_t x)
+/* rotations; px is x's parent (-1: x is the root) */
+static void st_rotate_left(stree_t *t, int32_t x, int32_t px)
 {
 	snode_t *n = t->n;
 	int32_t y = n[x].right;
 	n[x].right = n[y].left;
-	if (n[y].left >= 0)
-		n[n[y].left].parent = x;
-	n[y].parent = n[x].parent;
-	if (n[x].parent < 0)
-		t->root = y;
-	else if (x == n[n[x].parent].left)
-		n[n[x].parent].left = y;
-	else
-		n[n[x].parent].right = y;
 	n[y].left = x;
-	n[x].parent = y;
+	if (px < 0)
+		t->root = y;
+	else if (n[px].left == x)
+		n[px].left = y;
+	else
+		n[px].right = y;
 }
 
-static void st_rotate_right(stree_t *t, int32_t x)
+static void st_rotate_right(stree_t *t, int32_t x, int32_t px)
 {
 	snode_t *n = t->n;
 	int32_t y = n[x].left;
 	n[x].left = n[y].right;
-	if (n[y].right >= 0)
-		n[n[y].right].parent = x;
-	n[y].parent = n[x].parent;
-	if (n[x].parent < 0)
-		t->root = y;
-	else if (x == n[n[x].parent].right)
-		n[n[x].parent].right = y;
-	else
-		n[n[x].parent].left = y;
 	n[y].right = x;
-	n[x].parent = y;
+	if (px < 0)
+		t->root = y;
+	else if (n[px].right == x)
+		n[px].right = y;
+	else
+		n[px].left = y;
 }
 
+/* The classic insertion and fix-up (same recolourings and rotations, so the same tree shape) */
 static int st_insert(stree_t *t, int64_t key)
 {
-	int32_t parent = -1, cur = t->root;
+	int32_t path[ST_MAX_DEPTH];
+	int d = -1;
+	int32_t cur = t->root;
 	int go_left = 0;
 	while (cur >= 0) {
-		parent = cur;
+		if (d + 2 >= ST_MAX_DEPTH)
+			return -1;
+		path[++d] = cur;
 		if (key < t->n[cur].key) {
 			cur = t->n[cur].left;
 			go_left = 1;
@@ -128,7 +134,9 @@ static int st_insert(stree_t *t, int64_t key)
 		}
 	}
 	if (t->nn == t->cap) {
-		int32_t cap = t->cap ? t->cap * 2 : 256;
+		if (t->cap >= ST_MAX_NODES)
+			return -1;
+		int32_t cap = t->cap ? (t->cap > ST_MAX_NODES / 2 ? ST_MAX_NODES : t->cap * 2) : 256;
 		snode_t *nn = realloc(t->n, (size_t)cap * sizeof(*nn));
 		if (!nn)
 			return -1;
@@ -140,52 +148,52 @@ static int st_insert(stree_t *t, int64_t key)
 	n[z].key = key;
 	n[z].cnt = 1;
 	n[z].left = n[z].right = -1;
-	n[z].parent = parent;
 	n[z].red = 1;
-	if (parent < 0)
+	if (d < 0)
 		t->root = z;
 	else if (go_left)
-		n[parent].left = z;
+		n[path[d]].left = z;
 	else
-		n[parent].right = z;
-	/* fix-up */
-	while (n[z].parent >= 0 && n[n[z].parent].red) {
-		int32_t p = n[z].parent, g = n[p].parent;
+		n[path[d]].right = z;
+	path[++d] = z;
+	/* fix-up: path[d] is z, path[d - 1] its parent; a red parent is never the root, so d >= 2 */
+	while (d >= 2 && n[path[d - 1]].red) {
+		int32_t p = path[d - 1], g = path[d - 2], gg = d >= 3 ? path[d - 3] : -1;
+		z = path[d];
 		if (p == n[g].left) {
 			int32_t u = n[g].right;
 			if (u >= 0 && n[u].red) {
 				n[p].red = 0;
 				n[u].red = 0;
 				n[g].red = 1;
-				z = g;
+				d -= 2;
 				continue;
 			}
 			if (z == n[p].right) {
-				z = p;
-				st_rotate_left(t, z);
-				p = n[z].parent;
+				st_rotate_left(t, p, g);
+				p = z;
 			}
 			n[p].red = 0;
 			n[g].red = 1;
-			st_rotate_right(t, g);
+			st_rotate_right(t, g, gg);
 		} else {
 			int32_t u = n[g].left;
 			if (u >= 0 && n[u].red) {
 				n[p].red = 0;
 				n[u].red = 0;
 				n[g].red = 1;
-				z = g;
+				d -= 2;
 				continue;
 			}
 			if (z == n[p].left) {
-				z = p;
-				st_rotate_right(t, z);
-				p = n[z].parent;
+				st_rotate_right(t, p, g);
+				p = z;
 			}
 			n[p].red = 0;
 			n[g].red = 1;
-			st_rotate_left(t, g);
+			st_rotate_left(t, g, gg);
 		}
+		break;   /* p is black now: done */
 	}
 	n[t->root].red = 0;
 	return 0;

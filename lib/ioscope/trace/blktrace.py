@@ -35,6 +35,8 @@ from ioscope.trace.events import (
     TA_UNPLUG_IO,
     TA_UNPLUG_TIMER,
     TC_NOTIFY,
+    join_events,
+    select_events,
 )
 
 MAGIC = 0x65617400
@@ -379,10 +381,11 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
         for t, (sec, ns) in zip(hdr["time"][ts_note].tolist(), words.tolist()):
             stamps.append((int(t), int(sec) * 1_000_000_000 + int(ns)))
     messages = int((notify & (code == TN_MESSAGE)).sum())
-    return Decoded(ev[keep], comms, stamps, messages, offs[keep] + start, hdr["sequence"][keep].astype(np.uint32))
+    return Decoded(select_events(ev, keep), comms, stamps, messages, offs[keep] + start,
+                   hdr["sequence"][keep].astype(np.uint32))
 
 
-def read_stream(path: str, block: int = 4 << 20) -> Iterator[Decoded]:
+def read_stream(path: str, block: int = 1 << 20) -> Iterator[Decoded]:
     """Decode one blktrace stream file block by block (bounded memory)."""
     try:
         size = os.path.getsize(path)
@@ -425,7 +428,7 @@ def per_cpu_files(path: str) -> list[str]:
     return [path]
 
 
-def read_merged(paths: list[str], block: int = 4 << 20) -> Iterator[Decoded]:
+def read_merged(paths: list[str], block: int = 1 << 20) -> Iterator[Decoded]:
     """blktrace streams merged into one time-ordered sequence, chunk by chunk.
 
     One file (a `blkparse -d` dump) is read in file order, as btt reads it.
@@ -459,11 +462,11 @@ def read_merged(paths: list[str], block: int = 4 << 20) -> Iterator[Decoded]:
                     break
         for d in got:
             comms.update(d.comms)
-        evs = np.concatenate([held] + [d.events for d in got])
+        evs = join_events([held] + [d.events for d in got])
         seq = np.concatenate([held_seq] + [d.seq if d.seq is not None else np.zeros(len(d.events), np.uint32)
                                            for d in got])
         o = np.lexsort((seq, evs["dev"], evs["ts"]))
-        evs, seq = evs[o], seq[o]
+        evs, seq = select_events(evs, o), seq[o]
         live = [last[i] for i in range(len(paths)) if alive[i]]
         cut = int(np.searchsorted(evs["ts"], min(live), side="right")) if live else len(evs)
         out, held = evs[:cut], evs[cut:]

@@ -37,7 +37,16 @@ import numpy.typing as npt
 
 from ioscope.hist import NBUCKETS, Hist, bucket_indexes
 from ioscope.trace import _tracecore
-from ioscope.trace.events import EV_NOTE_PROCESS, TA_BACKMERGE, TA_COMPLETE, TA_FRONTMERGE, TA_REMAP, TC_READ
+from ioscope.trace.events import (
+    EV_NOTE_PROCESS,
+    TA_BACKMERGE,
+    TA_COMPLETE,
+    TA_FRONTMERGE,
+    TA_REMAP,
+    TC_READ,
+    join_events,
+    select_events,
+)
 
 PHASES = ("q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "m2d", "d2c", "q2c", "q2d",
           "q2q_dm", "q2a_dm", "q2c_dm")
@@ -351,7 +360,7 @@ class Btt:
             from ioscope.trace.events import note_comm
             for e in ev[notes]:
                 self.comms.setdefault(int(e["pid"]), note_comm(e))
-            ev = ev[~notes]
+            ev = select_events(ev, ~notes)
             if not len(ev):
                 return
         if self.first_ts is None:
@@ -539,8 +548,8 @@ def time_ordered(chunks: Iterable[npt.NDArray[np.void]], hold_ns: int = 200_000_
     for c in chunks:
         if not len(c):
             continue
-        cur = c if held is None else np.concatenate([held, c])
-        cur = cur[np.argsort(cur["ts"], kind="stable")]
+        cur = c if held is None else join_events([held, c])
+        cur = select_events(cur, np.argsort(cur["ts"], kind="stable"))
         cut = int(np.searchsorted(cur["ts"], int(cur["ts"][-1]) - hold_ns, side="right"))
         if cut:
             yield cur[:cut]

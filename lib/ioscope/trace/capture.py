@@ -23,7 +23,6 @@ in ``late_events``; only then is a capture not sorted.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import mmap
 import os
@@ -43,12 +42,11 @@ from ioscope.errors import IoscopeError
 from ioscope.trace import _tracecore
 from ioscope.trace.events import EV_NOTE_PROCESS, EVENT
 
-try:
-    import pyarrow as pa
-    import pyarrow.ipc as paipc
-except ImportError:  # pragma: no cover - pyarrow is an install requirement
-    pa = None
-    paipc = None
+# pyarrow is imported when a capture is written (_require_pyarrow), not when one is read: the
+# reader below decodes the Arrow IPC messages itself, with numpy, which keeps pyarrow's
+# libraries (about 57 MiB resident) out of parse, report and export.
+pa: Any = None
+paipc: Any = None
 
 FORMAT = "ioscope-capture"
 FORMAT_VERSION = 1
@@ -73,9 +71,16 @@ _CONTINUATION = 0xFFFFFFFF
 
 
 def _require_pyarrow() -> None:
-    if pa is None:
+    global pa, paipc
+    if pa is not None:
+        return
+    try:
+        import pyarrow
+        import pyarrow.ipc
+    except ImportError:  # pragma: no cover - pyarrow is an install requirement
         raise IoscopeError("pyarrow is not installed; ioscope captures are Apache Arrow IPC streams",
-                           "install it: pip install pyarrow")
+                           "install it: pip install pyarrow") from None
+    pa, paipc = pyarrow, pyarrow.ipc
 
 
 def _arrow_schema(meta: Mapping[str, Any]) -> Any:
@@ -372,14 +377,94 @@ def _message_info(buf: Any, m: int, length: int) -> tuple[int, int]:
     return int(htype), int(body)
 
 
-_MADV_DONTNEED = 4
+class _Flat:
+    """Bounds-checked reading of the flatbuffers Arrow's IPC messages are made of.
+
+    Every read stays inside [lo, hi) (one message's metadata); anything outside
+    raises ValueError, so a damaged file gives an error, never garbage.
+    """
+
+    def __init__(self, buf: Any, lo: int, hi: int) -> None:
+        self.buf, self.lo, self.hi = buf, lo, hi
+
+    def _get(self, fmt: str, off: int) -> int:
+        if off < self.lo or off + struct.calcsize(fmt) > self.hi:
+            raise ValueError("offset outside the message")
+        return int(struct.unpack_from(fmt, self.buf, off)[0])
+
+    def root(self) -> int:
+        return self.lo + self._get("<I", self.lo)
+
+    def _field(self, t: int, i: int) -> int:
+        """Absolute position of table t's field i, or 0 when the field is absent."""
+        vt = t - self._get("<i", t)
+        vsize = self._get("<H", vt)
+        if 4 + 2 * i + 2 > vsize:
+            return 0
+        fo = self._get("<H", vt + 4 + 2 * i)
+        return t + fo if fo else 0
+
+    def scalar(self, t: int, i: int, fmt: str, default: int = 0) -> int:
+        f = self._field(t, i)
+        return self._get(fmt, f) if f else default
+
+    def ref(self, t: int, i: int) -> int:
+        """Position of the table, vector or string field i of table t refers to (0: absent)."""
+        f = self._field(t, i)
+        return f + self._get("<I", f) if f else 0
+
+    def vector(self, v: int, elem: int) -> tuple[int, int]:
+        """(position of the first element, count) of the vector at v."""
+        n = self._get("<I", v)
+        if v + 4 + n * elem > self.hi:
+            raise ValueError("vector outside the message")
+        return v + 4, n
+
+    def tables(self, t: int, i: int) -> list[int]:
+        v = self.ref(t, i)
+        if not v:
+            return []
+        first, n = self.vector(v, 4)
+        return [first + 4 * k + self._get("<I", first + 4 * k) for k in range(n)]
+
+    def string(self, at: int) -> bytes:
+        first, n = self.vector(at, 1)
+        return bytes(self.buf[first:first + n])
+
+    def key_values(self, t: int, i: int) -> dict[bytes, bytes]:
+        out = {}
+        for kv in self.tables(t, i):
+            k, v = self.ref(kv, 0), self.ref(kv, 1)
+            if k:
+                out[self.string(k)] = self.string(v) if v else b""
+        return out
+
+
+# Arrow's Message, Schema, Field, Int and RecordBatch tables: field numbers
+_MESSAGE_HEADER, _MESSAGE_BODY_LENGTH, _MESSAGE_METADATA = 2, 3, 4
+_SCHEMA_ENDIANNESS, _SCHEMA_FIELDS, _SCHEMA_METADATA = 0, 1, 2
+_FIELD_NAME, _FIELD_TYPE_TYPE, _FIELD_TYPE, _FIELD_DICTIONARY, _FIELD_CHILDREN = 0, 2, 3, 4, 5
+_TYPE_INT = 2
+_BATCH_LENGTH, _BATCH_NODES, _BATCH_BUFFERS, _BATCH_COMPRESSION = 0, 1, 2, 3
+
+
+def _message(buf: Any, off: int, total: int) -> tuple[_Flat, int, int, dict[bytes, bytes]]:
+    """(reader, header table, body start, custom metadata) of the IPC message at off (framing checked)."""
+    length = int(struct.unpack_from("<i", buf, off + 4)[0])
+    fb = _Flat(buf, off + 8, off + 8 + length)
+    m = fb.root()
+    header = fb.ref(m, _MESSAGE_HEADER)
+    if not header:
+        raise ValueError("message without a header")
+    return fb, header, off + 8 + length, fb.key_values(m, _MESSAGE_METADATA)
+
+
 
 
 class Capture:
     """An opened capture: header, process names and its chunks (see open_capture)."""
 
     def __init__(self, path: str) -> None:
-        _require_pyarrow()
         self.path = path
         self.truncated = False
         self.truncation: str | None = None  # one-line description when truncated
@@ -389,8 +474,10 @@ class Capture:
         self._spans: list[tuple[int, int]] = []  # (offset, length) of each record batch message
         self._chunk_info: list[dict[str, Any]] = []
         self._schema_end = 0
-        self._pamm: Any = None
+        self._mm: mmap.mmap | None = None
         self._buf: Any = None
+        # per chunk: its column data as (absolute offset, rows) in the file, one per EVENT field
+        self._columns: list[tuple[int, list[int]]] = []
         try:
             st = os.stat(path)
         except OSError as exc:
@@ -401,8 +488,9 @@ class Capture:
             self.size = st.st_size
             if self.size == 0:
                 raise IoscopeError(f"{path}: empty file (0 bytes) at byte offset 0, not an ioscope capture")
-            self._pamm = pa.memory_map(path, "r")
-            self._buf = self._pamm.read_buffer()
+            with open(path, "rb") as f:
+                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._buf = self._mm
             self._scan()
         except BaseException:
             self.close()
@@ -412,7 +500,7 @@ class Capture:
         return IoscopeError(f"{self.path}: {what} at byte offset {offset}")
 
     def _scan(self) -> None:
-        buf, size = memoryview(self._buf), self.size
+        buf, size = self._buf, self.size
         off = 0
         first = True
         while True:
@@ -467,11 +555,20 @@ class Capture:
 
     def _read_schema(self, off: int, total: int) -> None:
         try:
-            schema = paipc.read_schema(pa.BufferReader(self._buf.slice(off, total)))
-            # names and metadata are decoded lazily: a flipped byte shows up here
-            have = [(f.name, f.type) for f in schema]
-            md = schema.metadata or {}
-        except (pa.ArrowException, OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            fb, schema, _body, _md = _message(self._buf, off, total)
+            if fb.scalar(schema, _SCHEMA_ENDIANNESS, "<h") != 0:
+                raise self._err(off, "not an ioscope capture (a big-endian Arrow stream)")
+            have: list[tuple[bytes, int, int, int]] = []
+            for f in fb.tables(schema, _SCHEMA_FIELDS):
+                name = fb.ref(f, _FIELD_NAME)
+                ty = fb.ref(f, _FIELD_TYPE)
+                plain = not fb.ref(f, _FIELD_DICTIONARY) and not fb.tables(f, _FIELD_CHILDREN)
+                kind = fb.scalar(f, _FIELD_TYPE_TYPE, "<B") if plain else -1
+                have.append((fb.string(name) if name else b"", kind,
+                             fb.scalar(ty, 0, "<i") if ty and kind == _TYPE_INT else 0,
+                             fb.scalar(ty, 1, "<B") if ty and kind == _TYPE_INT else 0))
+            md = fb.key_values(schema, _SCHEMA_METADATA)
+        except (ValueError, struct.error) as exc:
             raise self._err(off, f"corrupt capture header ({_first_line(exc)})") from None
         if KEY_HEADER not in md:
             raise self._err(off, "not an ioscope capture (an Arrow stream without the ioscope.capture header)")
@@ -488,36 +585,42 @@ class Capture:
         if not isinstance(version, int) or version > FORMAT_VERSION:
             raise self._err(off, f"capture format version {version} is newer than this ioscope reads "
                                  f"({FORMAT_VERSION}); upgrade ioscope")
-        want = [(n, pa.from_numpy_dtype(DTYPES[n])) for n in NAMES]
+        want = [(n.encode(), _TYPE_INT, 8 * DTYPES[n].itemsize, int(DTYPES[n].kind == "i")) for n in NAMES]
         if have != want:
             raise self._err(off, "not an ioscope capture (its columns differ from the event schema)")
-        self.schema = schema
         self.meta = meta
 
-    def _batches(self) -> Iterator[tuple[int, Any, dict[bytes, bytes]]]:
-        """(offset, record batch, custom metadata) of every complete record batch, in file order."""
-        spans = self._spans
-        if not spans:
-            return
-        limit = spans[-1][0] + spans[-1][1]
+    def _batch(self, off: int, total: int) -> tuple[int, list[int], dict[bytes, bytes]]:
+        """(rows, absolute offset of each column's data, custom metadata) of the record batch at off."""
         try:
-            reader = paipc.open_stream(pa.BufferReader(self._buf.slice(0, limit)))
-        except (pa.ArrowException, OSError) as exc:
-            raise self._err(0, f"corrupt capture header ({_first_line(exc)})") from None
-        for off, _total in spans:
-            try:
-                batch, md = reader.read_next_batch_with_custom_metadata()
-                batch.validate(full=False)
-            except StopIteration:
-                raise self._err(off, "corrupt chunk (stream ended early)") from None
-            except (pa.ArrowException, OSError, ValueError) as exc:
-                raise self._err(off, f"corrupt chunk ({_first_line(exc)})") from None
-            yield off, batch, dict(md) if md is not None else {}
+            fb, rb, body, md = _message(self._buf, off, total)
+            rows = fb.scalar(rb, _BATCH_LENGTH, "<q")
+            if fb.ref(rb, _BATCH_COMPRESSION):
+                raise ValueError("compressed record batch")
+            nodes, nn = fb.vector(fb.ref(rb, _BATCH_NODES) or -1, 16)
+            bufs, nb = fb.vector(fb.ref(rb, _BATCH_BUFFERS) or -1, 16)
+            if nn != len(NAMES) or nb != 2 * len(NAMES) or not 0 <= rows < 1 << 40:
+                raise ValueError("record batch does not match the event schema")
+            body_len = off + total - body
+            cols = []
+            for i, name in enumerate(NAMES):
+                length, nulls = struct.unpack_from("<qq", self._buf, nodes + 16 * i)
+                pos, size = struct.unpack_from("<qq", self._buf, bufs + 32 * i + 16)
+                if length != rows or nulls != 0:
+                    raise ValueError(f"column {name}: {length} rows, {nulls} nulls in a batch of {rows}")
+                if pos < 0 or size < rows * DTYPES[name].itemsize or pos + size > body_len:
+                    raise ValueError(f"column {name}: data outside the chunk")
+                cols.append(body + pos)
+        except (ValueError, struct.error) as exc:
+            raise self._err(off, f"corrupt chunk ({_first_line(exc)})") from None
+        return rows, cols, md
 
     def _read_chunk_meta(self) -> None:
         infos: list[dict[str, Any]] = []
         data_spans: list[tuple[int, int]] = []
-        for (off, batch, md), span in zip(self._batches(), list(self._spans)):
+        columns: list[tuple[int, list[int]]] = []
+        for off, total in self._spans:
+            rows, cols, md = self._batch(off, total)
             if self.end is not None:
                 raise self._err(off, "corrupt capture (a chunk after the end record)")
             if KEY_END in md:
@@ -530,12 +633,14 @@ class Capture:
             info = _json(md.get(KEY_CHUNK, b""))
             if info is None:
                 raise self._err(off, "corrupt chunk (no valid ioscope.chunk metadata)")
-            if info.get("rows") != batch.num_rows or not isinstance(info.get("sum64"), str):
+            if info.get("rows") != rows or not isinstance(info.get("sum64"), str):
                 raise self._err(off, "corrupt chunk metadata (row count or checksum)")
             self._absorb(off, info)
             infos.append(info)
-            data_spans.append(span)
+            data_spans.append((off, total))
+            columns.append((rows, cols))
         self._chunk_info = infos
+        self._columns = columns
         self._spans = data_spans
         if self.end is None and not self.truncated:
             # every chunk is complete but the end record is missing: the writer
@@ -571,12 +676,11 @@ class Capture:
 
     def iter_chunks(self) -> Iterator[np.ndarray]:
         """EVENT arrays in file order (globally sorted by ts, see the module doc); checksums verified."""
-        for (off, batch, _md), info in zip(self._batches(), self._chunk_info):
-            n = batch.num_rows
+        for (off, _total), (n, cols), info in zip(self._spans, self._columns, self._chunk_info):
             ev = np.empty(n, EVENT)
-            for i, name in enumerate(NAMES):
-                if n:
-                    ev[name] = batch.column(i).to_numpy(zero_copy_only=True)
+            if n:
+                for name, pos in zip(NAMES, cols):
+                    ev[name] = np.frombuffer(self._buf, DTYPES[name], n, pos)
             if checksum(ev) != info.get("sum64"):
                 raise self._err(off, "corrupt chunk (checksum mismatch)")
             yield ev
@@ -593,22 +697,20 @@ class Capture:
         They are clean file pages: MADV_DONTNEED unmaps them and a later access faults them
         back in. Streaming readers call this every few chunks.
         """
-        buf = self._buf
-        addr, size = getattr(buf, "address", None), getattr(buf, "size", None)
-        if not isinstance(addr, int) or not isinstance(size, int) or size <= 0:
-            return
-        start = addr - addr % mmap.PAGESIZE
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(size + addr - start), _MADV_DONTNEED)
-        except (OSError, AttributeError):
-            return
+        if self._mm is not None and self.size:
+            try:
+                self._mm.madvise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError, AttributeError):   # best effort (no madvise: pages stay)
+                return
 
     def close(self) -> None:
         self._buf = None
-        if self._pamm is not None:
-            self._pamm.close()
-            self._pamm = None
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:   # a caller still holds a view of it: unmapped when that goes
+                pass
+            self._mm = None
 
     def __enter__(self) -> Capture:
         return self

@@ -7,7 +7,10 @@ and import are field copies.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+import numpy.typing as npt
 
 EVENT = np.dtype([
     ("ts", np.uint64),        # ns, CLOCK_MONOTONIC
@@ -25,6 +28,23 @@ EVENT = np.dtype([
     ("flags", np.uint32),     # EV_* flags
 ])
 assert EVENT.itemsize == 56
+
+# An event as 56 opaque bytes: numpy copies a structured dtype field by field, so joining or
+# selecting EVENT arrays through this view is 15-20 times faster.
+EVENT_RAW = np.dtype((np.void, EVENT.itemsize))
+
+
+def join_events(parts: list[npt.NDArray[np.void]]) -> npt.NDArray[np.void]:
+    """np.concatenate of EVENT arrays, done on their bytes."""
+    if len(parts) == 1:
+        return parts[0]
+    return np.concatenate([p.view(EVENT_RAW) for p in parts]).view(EVENT)
+
+
+def select_events(ev: npt.NDArray[np.void], which: npt.NDArray[Any]) -> npt.NDArray[np.void]:
+    """ev[which] (a boolean mask or indexes), done on the events' bytes."""
+    out: npt.NDArray[np.void] = ev.view(EVENT_RAW)[which].view(EVENT)
+    return out
 
 EV_NOTE_PROCESS = 1
 

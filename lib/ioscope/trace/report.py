@@ -16,6 +16,7 @@ from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import btt
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET
 from ioscope.trace.btt import ALL_ROWS, BttResult, DevState, Stat, is_remapper
+from ioscope.trace.events import join_events
 
 EXAMPLES = """\
 examples:
@@ -532,7 +533,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run, tool="report")
 
 
-def batched(chunks: Iterable[npt.NDArray[np.void]], rows: int = 1 << 16) -> Iterator[npt.NDArray[np.void]]:
+def batched(chunks: Iterable[npt.NDArray[np.void]], rows: int = 1 << 15) -> Iterator[npt.NDArray[np.void]]:
     """Join small chunks into batches of about rows events (fewer numpy calls; memory stays bounded)."""
     held: list[npt.NDArray[np.void]] = []
     n = 0
@@ -540,10 +541,10 @@ def batched(chunks: Iterable[npt.NDArray[np.void]], rows: int = 1 << 16) -> Iter
         held.append(c)
         n += len(c)
         if n >= rows:
-            yield held[0] if len(held) == 1 else np.concatenate(held)
+            yield join_events(held)
             held, n = [], 0
     if held:
-        yield held[0] if len(held) == 1 else np.concatenate(held)
+        yield join_events(held)
 
 
 def analyse_source(path: str, interval_ns: int = 1_000_000_000,
