@@ -40,7 +40,7 @@ import numpy as np
 
 from ioscope.errors import IoscopeError
 from ioscope.trace import _tracecore
-from ioscope.trace.events import EV_NOTE_PROCESS, EVENT
+from ioscope.trace.events import EV_NOTE_PROCESS, EVENT, join_events, select_events
 
 # pyarrow is imported when a capture is written (_require_pyarrow), not when one is read: the
 # reader below decodes the Arrow IPC messages itself, with numpy, which keeps pyarrow's
@@ -58,7 +58,6 @@ KEY_END = b"ioscope.end"
 NAMES: tuple[str, ...] = tuple(EVENT.names or ())
 DTYPES: dict[str, np.dtype[Any]] = {n: EVENT[n] for n in NAMES}
 
-_RAW = np.dtype((np.void, EVENT.itemsize))
 
 DEFAULT_CHUNK_BYTES = 2 << 20
 DEFAULT_FLUSH_INTERVAL = 1.0
@@ -229,8 +228,7 @@ class CaptureWriter:
         self._pending_rows = 0
         if not parts:
             return np.empty(0, EVENT), None
-        # copies go through an opaque-bytes view: numpy copies structured dtypes field by field
-        allev = parts[0] if len(parts) == 1 else np.concatenate([p.view(_RAW) for p in parts]).view(EVENT)
+        allev = join_events(parts)
         ts = allev["ts"]
         if len(ts) > 1 and not bool((ts[1:] >= ts[:-1]).all()):
             return allev, np.argsort(ts, kind="stable")
@@ -245,8 +243,7 @@ class CaptureWriter:
         else:
             cut = int(np.searchsorted(ts, np.uint64(max(0, self._max_ts - self.window)), side="right"))
         if cut < len(allev):
-            rest = allev.view(_RAW)[cut:] if order is None else allev.view(_RAW)[order[cut:]]
-            self._held = np.ascontiguousarray(rest).view(EVENT)
+            self._held = select_events(allev, slice(cut, None) if order is None else order[cut:])
         else:
             self._held = np.empty(0, EVENT)
         if cut:

@@ -41,9 +41,10 @@ def join_events(parts: list[npt.NDArray[np.void]]) -> npt.NDArray[np.void]:
     return np.concatenate([p.view(EVENT_RAW) for p in parts]).view(EVENT)
 
 
-def select_events(ev: npt.NDArray[np.void], which: npt.NDArray[Any]) -> npt.NDArray[np.void]:
-    """ev[which] (a boolean mask or indexes), done on the events' bytes."""
-    out: npt.NDArray[np.void] = ev.view(EVENT_RAW)[which].view(EVENT)
+def select_events(ev: npt.NDArray[np.void], which: npt.NDArray[Any] | slice) -> npt.NDArray[np.void]:
+    """A copy of ev[which] (a boolean mask, indexes or a slice), done on the events' bytes."""
+    raw = ev.view(EVENT_RAW)[which]
+    out: npt.NDArray[np.void] = (raw.copy() if isinstance(which, slice) else raw).view(EVENT)
     return out
 
 EV_NOTE_PROCESS = 1
