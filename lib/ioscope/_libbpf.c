@@ -7,9 +7,9 @@
  *         detaches everything).
  * Map:    lookup/update/delete, batched dump (and dump-and-delete) with
  *         per-CPU values optionally summed as u64 lanes.
- * RingBuffer: poll with the GIL released; records are appended to one C
- *         buffer by the libbpf callback and handed back as a single bytes
- *         object. No Python code runs per event.
+ * SlotRings: the consumer of the recorder's per-CPU rings (bpf/record.bpf.c):
+ *         maps them and hands back every waiting record as one bytes
+ *         object per poll. No Python code runs per event.
  * BTF helpers: struct layouts of a compiled object, type existence and
  *         function prototype arity in the kernel's BTF.
  *
@@ -116,7 +116,6 @@ typedef struct {
 
 static PyTypeObject ObjectType;
 static PyTypeObject MapType;
-static PyTypeObject RingBufferType;
 static PyTypeObject SlotRingsType;
 
 static int object_check_open(ObjectObject *self)
@@ -480,22 +479,6 @@ static PyObject *object_map(ObjectObject *self, PyObject *args)
 	return map_new(self, m);
 }
 
-static PyObject *ringbuf_new(ObjectObject *owner, struct bpf_map *m);
-
-static PyObject *object_ringbuf(ObjectObject *self, PyObject *args)
-{
-	const char *name;
-	struct bpf_map *m;
-
-	if (!PyArg_ParseTuple(args, "s", &name))
-		return NULL;
-	if (object_check_open(self) || !(m = find_map(self, name)))
-		return NULL;
-	if (!self->loaded)
-		return raise_errno(EBADF, "ring buffer %s is not created until the object is loaded", name);
-	return ringbuf_new(self, m);
-}
-
 static PyObject *slotrings_new(ObjectObject *owner, struct bpf_map *ring, struct bpf_map *pos, unsigned nrings,
 				unsigned slots);
 
@@ -549,7 +532,6 @@ static PyMethodDef object_methods[] = {
 	{"detach", (PyCFunction)object_detach, METH_NOARGS, "detach every program; maps stay readable"},
 	{"prog_info", (PyCFunction)object_prog_info, METH_VARARGS, "prog_info(prog) -> dict"},
 	{"map", (PyCFunction)object_map, METH_VARARGS, "map(name) -> Map"},
-	{"ringbuf", (PyCFunction)object_ringbuf, METH_VARARGS, "ringbuf(name) -> RingBuffer"},
 	{"slot_rings", (PyCFunction)object_slot_rings, METH_VARARGS,
 	 "slot_rings(ring_map, pos_map, nrings, slots) -> SlotRings"},
 	{"__enter__", (PyCFunction)object_enter, METH_NOARGS, NULL},
@@ -902,240 +884,7 @@ static PyTypeObject MapType = {
 	.tp_getset = map_getset,
 };
 
-/* ---- RingBuffer ------------------------------------------------------ */
-
-/*
- * Our own consumer of BPF ring buffers, over the maps' memory mapped as
- * libbpf maps it (consumer page read-write; producer page and the data
- * pages, mapped twice in a row so that a record is always contiguous,
- * read-only). It differs from libbpf's ring_buffer__consume in what matters
- * at a million records per second: no callback per record, and the consumer
- * position is published once per batch rather than after every record (each
- * store moves that cache line away from the CPUs that reserve records, which
- * read it on every reservation).
- *
- * Several maps can be consumed together (one ring buffer per CPU); a poll
- * returns the records of every ring, ring after ring.
- */
-
-#include <sys/epoll.h>
 #include <sys/mman.h>
-
-#define RB_BUSY (1U << 31)
-#define RB_DISCARD (1U << 30)
-#define RB_HDR 8
-
-struct rb_ring {
-	int fd;
-	size_t mask; /* data size - 1 */
-	unsigned long *consumer_pos;
-	unsigned long *producer_pos;
-	char *data;
-};
-
-typedef struct {
-	PyObject_HEAD
-	ObjectObject *owner;
-	struct rb_ring *rings;
-	int nrings;
-	int epfd;
-	PyObject *name;
-} RingBufferObject;
-
-static void rb_unmap(struct rb_ring *r, size_t page)
-{
-	if (r->consumer_pos && r->consumer_pos != MAP_FAILED)
-		munmap(r->consumer_pos, page);
-	if (r->producer_pos && r->producer_pos != MAP_FAILED)
-		munmap(r->producer_pos, page + 2 * (r->mask + 1));
-	r->consumer_pos = r->producer_pos = NULL;
-}
-
-/* Map ring buffer map fd into r; 0 or -errno. */
-static int rb_map(struct rb_ring *r, int fd, size_t page)
-{
-	struct bpf_map_info info = {};
-	__u32 len = sizeof(info);
-	void *p;
-
-	if (bpf_obj_get_info_by_fd(fd, &info, &len))
-		return -errno;
-	if (info.type != BPF_MAP_TYPE_RINGBUF || info.max_entries == 0 ||
-	    (info.max_entries & (info.max_entries - 1)))
-		return -EINVAL;
-	r->fd = fd;
-	r->mask = info.max_entries - 1;
-	p = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED)
-		return -errno;
-	r->consumer_pos = p;
-	p = mmap(NULL, page + 2 * (size_t)info.max_entries, PROT_READ, MAP_SHARED, fd, (off_t)page);
-	if (p == MAP_FAILED) {
-		int err = -errno;
-		rb_unmap(r, page);
-		return err;
-	}
-	r->producer_pos = p;
-	r->data = (char *)p + page;
-	return 0;
-}
-
-/* Bytes of committed records waiting in r (an upper bound of what a copy returns). */
-static size_t rb_avail(struct rb_ring *r)
-{
-	unsigned long cons = __atomic_load_n(r->consumer_pos, __ATOMIC_RELAXED);
-	unsigned long prod = __atomic_load_n(r->producer_pos, __ATOMIC_ACQUIRE);
-
-	return prod - cons;
-}
-
-/* Copy every committed record of r (payloads only, in order) to out; returns bytes copied. */
-static size_t rb_copy(struct rb_ring *r, char *out, size_t cap)
-{
-	unsigned long cons = __atomic_load_n(r->consumer_pos, __ATOMIC_RELAXED);
-	unsigned long prod = __atomic_load_n(r->producer_pos, __ATOMIC_ACQUIRE);
-	size_t n = 0;
-
-	while (cons < prod) {
-		__u32 *hdr = (__u32 *)(r->data + (cons & r->mask));
-		__u32 len = __atomic_load_n(hdr, __ATOMIC_ACQUIRE);
-		__u32 dlen = len & ~(RB_BUSY | RB_DISCARD);
-
-		if (len & RB_BUSY)
-			break; /* reserved, not yet submitted: the rest waits for the next poll */
-		if (!(len & RB_DISCARD)) {
-			if (n + dlen > cap)
-				break;
-			memcpy(out + n, (char *)hdr + RB_HDR, dlen);
-			n += dlen;
-		}
-		cons += (dlen + RB_HDR + 7) & ~7UL;
-	}
-	__atomic_store_n(r->consumer_pos, cons, __ATOMIC_RELEASE);
-	return n;
-}
-
-static PyObject *ringbuf_make(ObjectObject *owner, const char *name, const int *fds, int nfds)
-{
-	RingBufferObject *self = PyObject_New(RingBufferObject, &RingBufferType);
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	int i, err;
-
-	if (!self)
-		return NULL;
-	self->rings = calloc((size_t)nfds, sizeof(*self->rings));
-	self->nrings = 0;
-	self->epfd = epoll_create1(EPOLL_CLOEXEC);
-	Py_INCREF(owner);
-	self->owner = owner;
-	self->name = PyUnicode_FromString(name);
-	if (!self->rings) {
-		Py_DECREF(self);
-		return PyErr_NoMemory();
-	}
-	if (self->epfd < 0) {
-		err = -errno;
-		Py_DECREF(self);
-		return raise_errno(err, "cannot open ring buffer %s: epoll_create1", name);
-	}
-	for (i = 0; i < nfds; i++) {
-		struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.u32 = (__u32)i};
-
-		err = rb_map(&self->rings[i], fds[i], page);
-		if (!err)
-			self->nrings++;
-		if (!err && epoll_ctl(self->epfd, EPOLL_CTL_ADD, fds[i], &ev))
-			err = -errno;
-		if (err) {
-			Py_DECREF(self);
-			return raise_errno(err, "cannot map ring buffer %s", name);
-		}
-	}
-	return (PyObject *)self;
-}
-
-static PyObject *ringbuf_new(ObjectObject *owner, struct bpf_map *m)
-{
-	int fd = bpf_map__fd(m);
-
-	return ringbuf_make(owner, bpf_map__name(m), &fd, 1);
-}
-
-static void ringbuf_dealloc(RingBufferObject *self)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	int i;
-
-	for (i = 0; i < self->nrings; i++)
-		rb_unmap(&self->rings[i], page);
-	free(self->rings);
-	if (self->epfd >= 0)
-		close(self->epfd);
-	Py_XDECREF(self->owner);
-	Py_XDECREF(self->name);
-	PyObject_Free(self);
-}
-
-/* poll(timeout_ms) -> bytes: every record available, concatenated. */
-static PyObject *ringbuf_poll(RingBufferObject *self, PyObject *args)
-{
-	struct epoll_event evs[8];
-	int timeout = 100, i, n;
-	size_t avail = 0, got = 0;
-	PyObject *res;
-
-	if (!PyArg_ParseTuple(args, "|i", &timeout))
-		return NULL;
-	if (!self->owner->obj) {
-		PyErr_Format(PyExc_ValueError, "ring buffer %U: its BPF object is closed", self->name);
-		return NULL;
-	}
-	if (timeout > 0) {
-		/* Edge-triggered: returns on a wake-up sent after the last poll, or at the timeout,
-		 * so that records are taken in batches even when some are always waiting. */
-		Py_BEGIN_ALLOW_THREADS
-		n = epoll_wait(self->epfd, evs, 8, timeout);
-		Py_END_ALLOW_THREADS
-		if (n < 0 && errno != EINTR)
-			return raise_errno(-errno, "poll of ring buffer %s failed", PyUnicode_AsUTF8(self->name));
-	}
-	for (i = 0; i < self->nrings; i++)
-		avail += rb_avail(&self->rings[i]);
-	res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)avail);
-	if (!res)
-		return NULL;
-	for (i = 0; i < self->nrings && got < avail; i++)
-		got += rb_copy(&self->rings[i], PyBytes_AS_STRING(res) + got, avail - got);
-	if (got != avail && _PyBytes_Resize(&res, (Py_ssize_t)got))
-		return NULL;
-	return res;
-}
-
-static PyObject *ringbuf_epoll_fd(RingBufferObject *self, void *c)
-{
-	return PyLong_FromLong(self->epfd);
-}
-
-static PyMethodDef ringbuf_methods[] = {
-	{"poll", (PyCFunction)ringbuf_poll, METH_VARARGS,
-	 "poll(timeout_ms=100) -> bytes: waits for a wake-up or the timeout, then takes every record (timeout 0: no wait)"},
-	{NULL},
-};
-
-static PyGetSetDef ringbuf_getset[] = {
-	{"epoll_fd", (getter)ringbuf_epoll_fd, NULL, NULL, NULL},
-	{NULL},
-};
-
-static PyTypeObject RingBufferType = {
-	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ioscope._libbpf.RingBuffer",
-	.tp_basicsize = sizeof(RingBufferObject),
-	.tp_dealloc = (destructor)ringbuf_dealloc,
-	.tp_flags = Py_TPFLAGS_DEFAULT,
-	.tp_doc = "A BPF ring buffer consumer",
-	.tp_methods = ringbuf_methods,
-	.tp_getset = ringbuf_getset,
-};
 
 /* ---- SlotRings ------------------------------------------------------- */
 
@@ -1496,8 +1245,7 @@ PyMODINIT_FUNC PyInit__libbpf(void)
 
 	libbpf_set_print(print_fn);
 	libbpf_set_strict_mode(LIBBPF_STRICT_ALL);
-	if (PyType_Ready(&ObjectType) < 0 || PyType_Ready(&MapType) < 0 || PyType_Ready(&RingBufferType) < 0 ||
-	    PyType_Ready(&SlotRingsType) < 0)
+	if (PyType_Ready(&ObjectType) < 0 || PyType_Ready(&MapType) < 0 || PyType_Ready(&SlotRingsType) < 0)
 		return NULL;
 	mod = PyModule_Create(&moddef);
 	if (!mod)
@@ -1508,8 +1256,6 @@ PyMODINIT_FUNC PyInit__libbpf(void)
 	PyModule_AddObject(mod, "Object", (PyObject *)&ObjectType);
 	Py_INCREF(&MapType);
 	PyModule_AddObject(mod, "Map", (PyObject *)&MapType);
-	Py_INCREF(&RingBufferType);
-	PyModule_AddObject(mod, "RingBuffer", (PyObject *)&RingBufferType);
 	Py_INCREF(&SlotRingsType);
 	PyModule_AddObject(mod, "SlotRings", (PyObject *)&SlotRingsType);
 	PyModule_AddObject(mod, "BPFError", BPFError);

@@ -175,9 +175,6 @@ class BPFObject:
     def map(self, name: str) -> _libbpf.Map:
         return self.obj.map(name)
 
-    def ringbuf(self, name: str) -> _libbpf.RingBuffer:
-        return self.obj.ringbuf(name)
-
     def recursion_misses(self) -> int:
         """Program runs the kernel skipped (another BPF program was running on that CPU)."""
         total = 0
