@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 from collections.abc import Callable
@@ -119,8 +120,14 @@ def test_snoop_lines_match_workload(loopdev: Callable[..., Any]) -> None:
     lines = json_lines(out)
     reads = [x for x in lines if x["op"].startswith("R")]
     writes = [x for x in lines if x["op"].startswith("W")]
-    assert len(reads) == NIOS and all(x["bytes"] == 8192 for x in reads)
-    assert sum(x["bytes"] for x in writes) == 3 << 20
+    # a completion the kernel did not pass to BPF (docs/record.md, Completions check) is said on
+    # stderr with its count; exact otherwise
+    m = re.search(rf"snoop: warning: {ld.name} \(.*?\) completed .* I/Os while tracing .*: (\d+) were not", err)
+    unseen = int(m.group(1)) if m else 0
+    assert unseen <= 2, err
+    assert NIOS - unseen <= len(reads) <= NIOS and all(x["bytes"] == 8192 for x in reads)
+    wbytes = sum(x["bytes"] for x in writes)
+    assert wbytes == 3 << 20 if len(reads) == NIOS - unseen else wbytes < 3 << 20
     assert {x["disk"] for x in lines} == {ld.name}
     assert all(x["comm"] == "fio" for x in reads) and all(x["comm"] == "dd" for x in writes)
     assert all(x["queue_ns"] is not None and x["service_ns"] is not None for x in lines)

@@ -245,6 +245,27 @@ class Recorder:
         self.bpf.close()
 
 
+def count_completions(ev: np.ndarray, into: dict[int, int]) -> None:
+    """Add the C events of ev to into (kernel dev_t -> count), for Recorder.completions_check()."""
+    devs = ev["dev"][ev["action"] == TA_COMPLETE]
+    if not len(devs):
+        return
+    if bool((devs == devs[0]).all()):  # one disk: no sort
+        into[int(devs[0])] = into.get(int(devs[0]), 0) + len(devs)
+        return
+    uniq, n = np.unique(devs, return_counts=True)
+    for d, k in zip(uniq.tolist(), n.tolist()):
+        into[d] = into.get(d, 0) + k
+
+
+def completions_warnings(tool: str, check: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per disk whose completions (/proc/diskstats) outnumber the C events seen."""
+    return [f"ioscope {tool}: warning: {c['name']} ({dev}) completed {c['kernel']:,} I/Os while tracing "
+            f"(/proc/diskstats) but {c['recorded']:,} completions were seen: {c['kernel'] - c['recorded']:,} "
+            f"were not (see 'Completions check' in docs/record.md)"
+            for dev, c in check.items() if c["recorded"] < c["kernel"]]
+
+
 def _completions(disks: list[devices.BlockDevice]) -> dict[int, int]:
     """kernel dev_t -> I/Os completed so far (reads + writes + discards + flushes, /proc/diskstats)."""
     want = {d.dev for d in disks} or {d.dev for d in devices.list_disks()}  # whole disks, not partitions
@@ -351,10 +372,7 @@ class RecordSession:
     def _take(self, ev: np.ndarray, horizon: int) -> None:
         self.writer.write(ev, horizon)
         self.status.events += len(ev)  # records, process notes included
-        if len(ev):
-            devs, n = np.unique(ev["dev"][ev["action"] == TA_COMPLETE], return_counts=True)
-            for d, k in zip(devs.tolist(), n.tolist()):
-                self.completed[d] = self.completed.get(d, 0) + k
+        count_completions(ev, self.completed)
         self.status.bytes = self.writer.bytes_written()
 
     def _run(self) -> None:
@@ -526,12 +544,8 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
     if losses.total:
         print("ioscope record: records were lost; a larger --buffer (e.g. --buffer 256M) or fewer disks (-d) "
               "helps", file=sys.stderr)
-    for dev, c in session.check.items():
-        if c["recorded"] < c["kernel"]:
-            print(f"ioscope record: warning: {c['name']} ({dev}) completed {c['kernel']:,} I/Os while recording "
-                  f"(/proc/diskstats) but the capture has {c['recorded']:,} completions: "
-                  f"{c['kernel'] - c['recorded']:,} were not seen (see 'Completions check' in docs/record.md)",
-                  file=sys.stderr)
+    for line in completions_warnings("record", session.check):
+        print(line, file=sys.stderr)
     return 0
 
 

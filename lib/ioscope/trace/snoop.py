@@ -23,7 +23,7 @@ import numpy as np
 from ioscope import cli_common, devices, system
 from ioscope.trace.capture import clock_pair, notes_to_comms
 from ioscope.trace.events import EVENT, TA_COMPLETE, TA_ISSUE, TA_QUEUE, TA_SPLIT, rwbs
-from ioscope.trace.record import POLL_MS, Recorder, RecorderOptions
+from ioscope.trace.record import POLL_MS, Recorder, RecorderOptions, completions_warnings, count_completions
 
 SNOOP_HOOKS = ["bio_queue", "split", "rq_issue", "rq_complete", "bio_complete"]
 PENDING_MAX_AGE_NS = 30 * 1_000_000_000  # a Q or D unmatched for this long is dropped (merged bios, lost C)
@@ -174,6 +174,7 @@ class Snooper:
     def __init__(self, opts: RecorderOptions) -> None:
         self.rec = Recorder(opts)
         self.pairer = Pairer()
+        self.completed: dict[int, int] = {}  # kernel dev_t -> C events seen (the completions check)
         self.names = devices.DevNames()
         self.comms: dict[int, str] = {}
         self.clock = clock_pair()
@@ -198,6 +199,7 @@ class Snooper:
         return self._take(ev, horizon)
 
     def _take(self, ev: np.ndarray, horizon_ns: int | None) -> list[SnoopLine]:
+        count_completions(ev, self.completed)
         if len(ev) and (ev["action"] == 0).any():
             self.comms.update(notes_to_comms(ev))
         return list(self.lines(self.pairer.feed(ev, horizon_ns)))
@@ -273,6 +275,8 @@ def _loop(sn: Snooper, args: argparse.Namespace) -> int:
     losses = sn.rec.losses()
     if losses.total:
         print(f"ioscope snoop: lost {losses.total} events ({losses.describe()})", file=sys.stderr)
+    for line in completions_warnings("snoop", sn.rec.completions_check(sn.completed)):
+        print(line, file=sys.stderr)
     return 0
 
 
