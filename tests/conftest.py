@@ -106,13 +106,21 @@ def loaded_prog_ids() -> set[int]:
     return {int(p["id"]) for p in json.loads(out)}
 
 
-def unreported_completions(capture_path: str, major: int, minor: int, bound: int = 2) -> int:
+def unreported_bound(nios: int) -> int:
+    """The most completions the kernel may fail to pass to BPF among nios I/Os and a test still pass:
+    0.1% plus 2. The most seen on this kernel was 312 in ~500,000 (0.06%; docs/record.md,
+    Completions check); a tool that loses or miscounts I/O itself fails the exact identities the
+    tests check beside this bound (timed + reported gap == the kernel's count)."""
+    return 2 + nios // 1000
+
+
+def unreported_completions(capture_path: str, major: int, minor: int) -> int:
     """Completions the kernel made on a disk while recording that never reached the recorder.
 
     On this kernel a few completions in tens of thousands run no BPF program (docs/lat.md). The
     recorder compares /proc/diskstats with its C events and stores that in the capture; tests
     accept a gap only when the capture reports it, it matches the C events in the file, and it
-    is small.
+    is within unreported_bound().
     """
     import numpy as np
 
@@ -128,5 +136,5 @@ def unreported_completions(capture_path: str, major: int, minor: int, bound: int
         c_events = int(np.count_nonzero((ev["action"] == TA_COMPLETE) & (ev["dev"] == dev)))
     assert check["recorded"] == c_events, check
     missing = int(check["kernel"]) - int(check["recorded"])
-    assert 0 <= missing <= bound, check
+    assert 0 <= missing <= unreported_bound(int(check["kernel"])), check
     return missing
