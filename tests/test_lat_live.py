@@ -55,10 +55,10 @@ def test_counts_match_fio_and_diskstats(loopdev: Any) -> None:
     ks_r, ks_w = _delta(before, after)
     assert (ks_r, ks_w) == (fio_r, fio_w)
     assert run.doc["kernel_completed"] == {dev.name: fio_r + fio_w}
-    # every issue is seen: q2d is exact
-    assert run.count("q2d", op="read") == fio_r and run.count("q2d", op="write") == fio_w
     assert run.doc["lost"] == run.doc["lost_detail"]["completion_unseen"]  # no other kind of loss
-    for phase in ("q2c", "d2c"):
+    # q2d too is recorded when the request completes: a completion the kernel did not pass to BPF
+    # takes its q2d with it (a CI rehearsal once had 11,950 q2d for 11,953 reads)
+    for phase in ("q2d", "q2c", "d2c"):
         assert_accounted(run, phase, fio_r + fio_w)
         assert_accounted(run, phase, fio_r, op="read") if not unreported(run) else None
         assert_accounted(run, phase, fio_w, op="write") if not unreported(run) else None
