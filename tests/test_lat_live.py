@@ -112,9 +112,8 @@ def test_scheduler_queueing_shows_in_q2d(loopdev: Any) -> None:
         run_fio(dev.path, rw="randread", bs="4k", iodepth=128, number_ios=30011, size="128m")
         time.sleep(0.2)
     (q2c,), (q2d,), (d2c,) = run.hists("q2c"), run.hists("q2d"), run.hists("d2c")
-    assert q2d["count"] == 30011
-    assert_accounted(run, "q2c", 30011)
-    assert_accounted(run, "d2c", 30011)
+    for phase in ("q2d", "q2c", "d2c"):  # q2d is recorded at completion, like the others
+        assert_accounted(run, phase, 30011)
     assert q2d["p50"] > 0 and q2d["p99"] > 0
     for p in ("p50", "p90", "p99", "p999", "max", "min"):
         assert q2c[p] >= d2c[p], (p, q2c[p], d2c[p])
