@@ -29,9 +29,12 @@ def test_parse_size_rejects(text: str) -> None:
 def test_ring_slots_share_the_buffer_in_powers_of_two() -> None:
     # 32 MiB over 2 CPUs x 3 levels: 99,864 slots of 56 bytes each, rounded up
     assert ring_slots(32 << 20, 6) == 131072
+    assert ring_slots(None, 6) == 131072  # the default is 32 MiB
     assert ring_slots(56 * 4096 * 6, 6) == 4096  # exact powers stay
     assert ring_slots(1, 6) == 1024  # never below the minimum
     assert ring_slots(1 << 30, 1) & (ring_slots(1 << 30, 1) - 1) == 0
+    # 128 CPUs: the default 32 MiB would leave 1,560 slots per ring; it takes 8192 (56 MiB in all)
+    assert ring_slots(None, 384) == 8192 and ring_slots(32 << 20, 384) == 2048
 
 
 def test_losses_json_and_total() -> None:

@@ -914,6 +914,7 @@ typedef struct {
 	struct slot_pos *pos;
 	size_t slots_len, pos_len;
 	unsigned nrings, nslots, slot_size;
+	__u64 last_max; /* records taken from the fullest ring at the last poll */
 	PyObject *name;
 } SlotRingsObject;
 
@@ -946,6 +947,7 @@ static PyObject *slotrings_new(ObjectObject *owner, struct bpf_map *ring, struct
 	self->nrings = nrings;
 	self->nslots = slots;
 	self->slot_size = vsize;
+	self->last_max = 0;
 	self->slots_len = page_round((size_t)nrings * slots * vsize);
 	self->pos_len = page_round((size_t)nrings * sizeof(struct slot_pos));
 	self->pos = NULL;
@@ -1025,9 +1027,12 @@ static PyObject *slotrings_poll(SlotRingsObject *self, PyObject *args)
 	n = malloc(self->nrings * sizeof(*n));
 	if (!n)
 		return PyErr_NoMemory();
+	self->last_max = 0;
 	for (r = 0; r < self->nrings; r++) {
 		n[r] = slot_avail(self, r);
 		total += n[r];
+		if (n[r] > self->last_max)
+			self->last_max = n[r];
 	}
 	res = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(total * self->slot_size));
 	if (!res) {
@@ -1059,6 +1064,17 @@ static PyObject *slotrings_pending(SlotRingsObject *self, PyObject *unused)
 	return l;
 }
 
+/* fill: the fullest ring's share of its slots when the last poll took its records (0.0-1.0). */
+static PyObject *slotrings_fill(SlotRingsObject *self, void *c)
+{
+	return PyFloat_FromDouble((double)self->last_max / self->nslots);
+}
+
+static PyGetSetDef slotrings_getset[] = {
+	{"fill", (getter)slotrings_fill, NULL, "the fullest ring's fill at the last poll (0.0-1.0)", NULL},
+	{NULL},
+};
+
 static PyMethodDef slotrings_methods[] = {
 	{"poll", (PyCFunction)slotrings_poll, METH_VARARGS,
 	 "poll(timeout_ms=100) -> bytes: sleeps timeout_ms, then takes every record of every ring (0: no sleep)"},
@@ -1073,6 +1089,7 @@ static PyTypeObject SlotRingsType = {
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 	.tp_doc = "Consumer of per-CPU single-producer slot rings kept by BPF programs in mmapable arrays",
 	.tp_methods = slotrings_methods,
+	.tp_getset = slotrings_getset,
 };
 
 /* ---- BTF helpers ------------------------------------------------------ */

@@ -49,7 +49,10 @@ STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_LOST_NEST, STAT_RING_RA
 NR_STATS = 5
 MAX_DISKS = 16  # IOS_REC_MAX_DISKS
 LEVELS = 3  # IOS_REC_LEVELS: rings per CPU (task, softirq, hardirq)
-MIN_RING_SLOTS = 1024
+MIN_RING_SLOTS = 1024  # with an explicit --buffer
+DEFAULT_MIN_RING_SLOTS = 8192  # without: at least ~400,000 events/s per ring between two polls
+FAST_POLL_MS = 2  # the next poll, when a ring was more than FAST_POLL_FILL full at the last one
+FAST_POLL_FILL = 0.25
 
 DEFAULT_BUFFER = 32 << 20
 POLL_MS = 20
@@ -129,15 +132,19 @@ class Losses:
 class RecorderOptions:
     disks: list[devices.BlockDevice] = field(default_factory=list)
     pid: int | None = None
-    buffer_bytes: int = DEFAULT_BUFFER
+    buffer_bytes: int | None = None  # None: DEFAULT_BUFFER, and never fewer than DEFAULT_MIN_RING_SLOTS per ring
     btf: str | None = None
     hooks: list[str] | None = None  # None: every hook in HOOKS
     stop_at: int = 0  # bench/record_overhead.py only: programs stop early (see targ_stop_at in record.bpf.c)
 
 
-def ring_slots(buffer_bytes: int, nrings: int) -> int:
-    """Slots per ring: buffer_bytes shared by nrings rings, rounded up to a power of two."""
-    n = max(MIN_RING_SLOTS, buffer_bytes // (nrings * EVENT.itemsize))
+def ring_slots(buffer_bytes: int | None, nrings: int) -> int:
+    """Slots per ring: buffer_bytes shared by nrings rings, rounded up to a power of two. Without
+    an explicit size, DEFAULT_BUFFER, but at least DEFAULT_MIN_RING_SLOTS per ring (hosts with many
+    CPUs get more memory: 1.3 MiB per CPU at the least)."""
+    least = MIN_RING_SLOTS if buffer_bytes is not None else DEFAULT_MIN_RING_SLOTS
+    size = buffer_bytes if buffer_bytes is not None else DEFAULT_BUFFER
+    n = max(least, size // (nrings * EVENT.itemsize))
     return 1 << (n - 1).bit_length()
 
 
@@ -379,9 +386,12 @@ class RecordSession:
         rec, w = self.rec, self.writer
         last_lost = 0.0
         try:
+            wait = POLL_MS
             while not self._stop.is_set():
                 horizon = time.monotonic_ns()
-                self._take(rec.poll(POLL_MS), horizon)
+                self._take(rec.poll(wait), horizon)
+                # a ring filling up fast is emptied sooner (bursts, many events on one CPU)
+                wait = FAST_POLL_MS if rec.ring.fill > FAST_POLL_FILL else POLL_MS
                 now = time.monotonic()
                 if now - last_lost >= 1.0:
                     losses = rec.losses()
@@ -441,9 +451,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="stop after SECONDS")
     p.add_argument("--max-size", type=_size_arg("--max-size"), metavar="SIZE",
                    help="stop when the file reaches SIZE (e.g. 500M, 2G)")
-    p.add_argument("--buffer", type=_size_arg("--buffer"), default=DEFAULT_BUFFER, metavar="SIZE",
+    p.add_argument("--buffer", type=_size_arg("--buffer"), metavar="SIZE",
                    help="kernel buffer memory, shared by one ring per CPU and context level (task, softirq, "
-                        "hardirq), each rounded up to a power of two records; default 32M")
+                        "hardirq), each rounded up to a power of two records; default 32M, and at least "
+                        "8192 records per ring")
     p.add_argument("-f", "--force", action="store_true", help="overwrite FILE if it exists")
     p.add_argument("-q", "--quiet", action="store_true", help="no status line, only the summary")
     p.set_defaults(func=run, tool="record")
