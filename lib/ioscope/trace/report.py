@@ -296,8 +296,11 @@ def merge_info(d: DevState) -> tuple[int, int, float, int] | None:
 
 
 def plug_pct(d: DevState) -> float:
-    span = (d.end_time - d.start_time) / 1e9
-    return 100.0 * (d.plugged_time / 1e9) / span if span > 0 else 0.0
+    """% of the device's time with its queue plugged, computed as btt does (ns over ns, then x100):
+    dividing seconds by seconds instead rounds differently in the last bit, which %13.9f shows
+    now and then."""
+    span = d.end_time - d.start_time
+    return 100.0 * (d.plugged_time / float(span)) if span > 0 else 0.0
 
 
 # ----------------------------------------------------------------------------- ioscope's additions
