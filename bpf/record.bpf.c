@@ -72,7 +72,8 @@ const volatile __u32 targ_tgid = 0;
  * removes the checks of a constant): 1 return at once, 2 return after reading the clock,
  * 3 return with the event's fields read, before the ring. */
 const volatile __u32 targ_stop_at = 0;
-const volatile __u32 targ_ring_slots = 1;     /* slots per ring, a power of two (user space sets it) */
+const volatile __u32 targ_ring_slots = 1;
+const volatile __u32 targ_ring_cpus = 1;      /* CPUs with rings: those present at start (user space sets it) */     /* slots per ring, a power of two (user space sets it) */
 
 /* The rings: ring r = cpu * IOS_REC_LEVELS + level owns slots
  * [r * targ_ring_slots, (r + 1) * targ_ring_slots). max_entries set by user space. */
@@ -273,6 +274,10 @@ static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 actio
 		goto out;
 	}
 	cpu = bpf_get_smp_processor_id();
+	if (cpu >= targ_ring_cpus) { /* a CPU plugged in since the start: it has no rings */
+		stat_inc(IOS_REC_LOST_NO_RING);
+		goto out;
+	}
 	ring = cpu * IOS_REC_LEVELS + lvl;
 	note_process(pid_tgid, ts, &cs->lv[lvl], ring, cpu);
 	e = slot_get(ring, &pos, &head);

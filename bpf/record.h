@@ -13,7 +13,8 @@ enum rec_stat {
 	IOS_REC_PID_MAP_FULL = 2, /* -p: a tracked bio could not be remembered */
 	IOS_REC_LOST_NEST = 3,    /* more than IOS_REC_LEVELS programs nested on a CPU: event dropped */
 	IOS_REC_RING_RACE = 4,    /* two programs wrote one ring (impossible by design; checked) */
-	IOS_REC_NR_STATS = 5,
+	IOS_REC_LOST_NO_RING = 5, /* event on a CPU that was not present at the start: no ring */
+	IOS_REC_NR_STATS = 6,
 };
 
 /* Rings per CPU: one per context level (task, softirq, hardirq). */

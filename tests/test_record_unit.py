@@ -94,3 +94,14 @@ def test_device_and_partition_metadata(tmp_path: Path) -> None:
     parts = _partitions(str(tmp_path))
     assert parts == {"259,0": {"name": "loop3p1", "major": 259, "minor": 0, "disk": "7,3", "start_sector": 2048,
                                "size_bytes": 262144 * 512}}
+
+
+def test_present_cpus_reads_the_highest_id(tmp_path: Path) -> None:
+    from ioscope.system import present_cpus
+    d = tmp_path / "devices/system/cpu"
+    d.mkdir(parents=True)
+    (d / "present").write_text("0-3,8-11\n")
+    assert present_cpus(str(tmp_path)) == 12
+    (d / "present").write_text("0\n")
+    assert present_cpus(str(tmp_path)) == 1
+    assert present_cpus(str(tmp_path / "nowhere")) >= 1  # falls back to the CPU count

@@ -69,3 +69,13 @@ def ensure_tracefs() -> str:
 
 def tracepoint_exists(category: str, name: str, tracefs: str = TRACEFS) -> bool:
     return Path(tracefs, "events", category, name).is_dir()
+
+
+def present_cpus(sys_root: str = "/sys") -> int:
+    """1 + the highest CPU id present (/sys/devices/system/cpu/present, e.g. '0-3,8-11' -> 12):
+    the CPUs that can run code now or after being brought online."""
+    try:
+        text = Path(sys_root, "devices/system/cpu/present").read_text().strip()
+        return 1 + max(int(part.split("-")[-1]) for part in text.split(",") if part)
+    except (OSError, ValueError):
+        return os.cpu_count() or 1

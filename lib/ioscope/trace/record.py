@@ -45,8 +45,8 @@ HOOKS: dict[str, tuple[str, bool]] = {
 }
 
 # enum rec_stat in bpf/record.h
-STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_LOST_NEST, STAT_RING_RACE = range(5)
-NR_STATS = 5
+STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_LOST_NEST, STAT_RING_RACE, STAT_NO_RING = range(6)
+NR_STATS = 6
 MAX_DISKS = 16  # IOS_REC_MAX_DISKS
 LEVELS = 3  # IOS_REC_LEVELS: rings per CPU (task, softirq, hardirq)
 MIN_RING_SLOTS = 1024  # with an explicit --buffer
@@ -91,11 +91,12 @@ class Losses:
     recursion_misses: int
     nested: int = 0         # events dropped: more programs nested on a CPU than it has rings
     ring_race: int = 0      # two programs wrote one ring (impossible by design; checked)
+    no_ring: int = 0        # events on CPUs plugged in after the start (they have no rings)
 
     @property
     def total(self) -> int:
         return (int(self.events.sum() + self.notes.sum()) + self.recursion_misses + self.pid_map_full
-                + self.nested + self.ring_race)
+                + self.nested + self.ring_race + self.no_ring)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -106,6 +107,7 @@ class Losses:
             "pid_map_full": self.pid_map_full,
             "nested_too_deep": self.nested,
             "ring_race": self.ring_race,
+            "cpu_without_ring": self.no_ring,
             "per_cpu": {"ringbuf_full_events": [int(x) for x in self.events],
                         "ringbuf_full_notes": [int(x) for x in self.notes]},
         }
@@ -118,6 +120,8 @@ class Losses:
             parts.append(f"{int(self.notes.sum())} process notes (ring full: raise --buffer)")
         if self.nested:
             parts.append(f"{self.nested} events of programs nested {LEVELS} deep on a CPU")
+        if self.no_ring:
+            parts.append(f"{self.no_ring} events on CPUs brought online after the start (no ring)")
         if self.ring_race:
             parts.append(f"{self.ring_race} records of two programs writing one ring (please report)")
         if self.recursion_misses:
@@ -155,7 +159,9 @@ class Recorder:
         if len(opts.disks) > MAX_DISKS:
             raise UsageError(f"at most {MAX_DISKS} disks can be given with -d")
         self.opts = opts
-        self.nrings = _libbpf.num_possible_cpus() * LEVELS
+        # rings for the CPUs present now (a VM may declare many more possible CPUs than it has)
+        self.ring_cpus = min(system.present_cpus(), _libbpf.num_possible_cpus())
+        self.nrings = self.ring_cpus * LEVELS
         self.ring_slots = ring_slots(opts.buffer_bytes, self.nrings)
         self.ring_bytes = self.nrings * self.ring_slots * EVENT.itemsize
         self.bpf = BPFObject("record", btf=opts.btf)
@@ -175,6 +181,7 @@ class Recorder:
         b.obj.set_global("targ_disks", np.array(devs, dtype=np.uint32).tobytes())
         b.set_global("targ_tgid", o.pid or 0, "I")
         b.set_global("targ_ring_slots", self.ring_slots, "I")
+        b.set_global("targ_ring_cpus", self.ring_cpus, "I")
         b.set_global("targ_stop_at", o.stop_at, "I")
         b.set_max_entries("rec_ring", self.nrings * self.ring_slots)
         b.set_max_entries("rec_pos", self.nrings)
@@ -217,7 +224,8 @@ class Recorder:
         return Losses(events=c[:, STAT_LOST_EVENT].copy(), notes=c[:, STAT_LOST_NOTE].copy(),
                       pid_map_full=int(c[:, STAT_PID_MAP_FULL].sum()),
                       recursion_misses=self.bpf.recursion_misses(),
-                      nested=int(c[:, STAT_LOST_NEST].sum()), ring_race=int(c[:, STAT_RING_RACE].sum()))
+                      nested=int(c[:, STAT_LOST_NEST].sum()), ring_race=int(c[:, STAT_RING_RACE].sum()),
+                      no_ring=int(c[:, STAT_NO_RING].sum()))
 
     def detach(self) -> None:
         if not self.detached:
@@ -335,7 +343,8 @@ def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, 
         "filters": {"disks": [d.name for d in o.disks], "pid": o.pid},
         "attached_mono_ns": rec.attached_ns,
         "ring_buffer_bytes": rec.ring_bytes,
-        "rings": {"count": rec.nrings, "per_cpu": LEVELS, "slots": rec.ring_slots, "slot_bytes": EVENT.itemsize},
+        "rings": {"count": rec.nrings, "cpus": rec.ring_cpus, "per_cpu": LEVELS, "slots": rec.ring_slots,
+                  "slot_bytes": EVENT.itemsize},
         "command": " ".join(["ioscope", *(argv or [])]),
     }
 
