@@ -261,7 +261,8 @@ static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 actio
 	struct trace_event *e;
 	struct cpu_state *cs;
 	__u64 head = 0;
-	__u32 zero = 0, lvl, cpu, ring;
+	__u64 lvl; /* 64-bit like the counter: a truncated copy would lose the bound the verifier checked */
+	__u32 zero = 0, cpu, ring;
 
 	if (targ_stop_at == 3)
 		return (ts ^ sector ^ aux ^ pid_tgid ^ dev ^ bytes ^ action ^ category ^ aux_dev ^ error) == 0;

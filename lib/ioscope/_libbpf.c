@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <bpf/bpf.h>
@@ -42,27 +43,45 @@ static int log_verbose;
 
 static int print_fn(enum libbpf_print_level level, const char *fmt, va_list args)
 {
-	char line[1024];
+	char line[1024], *text = line;
+	va_list again;
 	int n;
 
 	if (level == LIBBPF_DEBUG && !log_verbose)
 		return 0;
+	va_copy(again, args);
 	n = vsnprintf(line, sizeof(line), fmt, args);
-	if (n < 0)
-		return 0;
-	if ((size_t)n >= sizeof(line))
-		n = sizeof(line) - 1;
-	if (log_verbose)
-		fputs(line, stderr);
-	if (loglen + (size_t)n >= LOGBUF_SIZE) {
-		/* keep the newest half */
-		size_t keep = LOGBUF_SIZE / 2;
-		memmove(logbuf, logbuf + loglen - keep, keep);
-		loglen = keep;
+	if (n >= (int)sizeof(line)) { /* the verifier's log comes as one long string */
+		text = malloc((size_t)n + 1);
+		if (text)
+			n = vsnprintf(text, (size_t)n + 1, fmt, again);
+		else {
+			text = line;
+			n = sizeof(line) - 1;
+		}
 	}
-	memcpy(logbuf + loglen, line, (size_t)n);
-	loglen += (size_t)n;
+	va_end(again);
+	if (n < 0)
+		goto out;
+	if (log_verbose)
+		fputs(text, stderr);
+	if ((size_t)n >= LOGBUF_SIZE / 2) { /* keep its end, where the verifier says what failed */
+		memcpy(logbuf, text + n - LOGBUF_SIZE / 2, LOGBUF_SIZE / 2);
+		loglen = LOGBUF_SIZE / 2;
+	} else {
+		if (loglen + (size_t)n >= LOGBUF_SIZE) {
+			/* keep the newest half */
+			size_t keep = LOGBUF_SIZE / 2;
+			memmove(logbuf, logbuf + loglen - keep, keep);
+			loglen = keep;
+		}
+		memcpy(logbuf + loglen, text, (size_t)n);
+		loglen += (size_t)n;
+	}
 	logbuf[loglen] = '\0';
+out:
+	if (text != line)
+		free(text);
 	return 0;
 }
 
