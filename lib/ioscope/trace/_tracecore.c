@@ -40,6 +40,12 @@ enum {  /* blktrace action codes */
 	A_PLUG, A_UNPLUG_IO, A_UNPLUG_TIMER, A_INSERT, A_SPLIT, A_BOUNCE, A_REMAP
 };
 
+/* btt's BIT_TIME(): ns -> seconds as a double, whole seconds and the rest converted apart */
+static inline double bit_time(uint64_t t)
+{
+	return (double)(t / 1000000000ULL) + (double)(t % 1000000000ULL) / 1.0e9;
+}
+
 typedef struct {
 	int32_t kind, dev, proc, rd;
 	uint64_t t, v, sector;
@@ -307,7 +313,8 @@ typedef struct {
 	uint64_t n_qs, n_ds, n_act_q, t_act_q, dup_q, culled, overlap_q;
 	stree_t seek_q, seek_d;
 	int plugged;
-	uint64_t last_plug, plugged_time, nplugs, nplugs_t, nios_up, nios_upt;
+	uint64_t last_plug, nplugs, nplugs_t, nios_up, nios_upt;
+	double plugged_s; /* as btt keeps it: a sum of differences of BIT_TIME()s, in seconds */
 	uint64_t blk_n, blk_total, blk_min, blk_max;
 	uint64_t q2d_hist[10];
 } dev_t_;
@@ -340,6 +347,7 @@ typedef struct {
 	pthread_cond_t cv;
 	int started, busy, quit, worker_oom;
 	uint64_t generation, done[2];
+	uint64_t tz;             /* the trace's time zero: plug times are BIT_TIME(t - tz), as btt sees them */
 } Core;
 
 static inline uint64_t tdelta(uint64_t from, uint64_t to)
@@ -775,7 +783,7 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 					d->nios_upt += aux[k];
 				}
 				d->plugged = 0;
-				d->plugged_time += t - d->last_plug;
+				d->plugged_s += bit_time(t - c->tz) - bit_time(d->last_plug - c->tz);
 			}
 			continue;
 		}
@@ -1023,6 +1031,12 @@ static PyObject *Core_set_remapper(Core *c, PyObject *args)
 		Py_DECREF(v_); \
 	} while (0)
 
+#define SET_F64(dict, name, val) do { \
+		PyObject *v_ = PyFloat_FromDouble(val); \
+		if (!v_ || PyDict_SetItemString(dict, name, v_) < 0) { Py_XDECREF(v_); goto err; } \
+		Py_DECREF(v_); \
+	} while (0)
+
 static PyObject *Core_devices(Core *c, PyObject *unused)
 {
 	wait_idle(c);
@@ -1052,7 +1066,7 @@ static PyObject *Core_devices(Core *c, PyObject *unused)
 		SET_U64(dct, "overlap_q", d->overlap_q);
 		SET_U64(dct, "plugged", d->plugged);
 		SET_U64(dct, "last_plug", d->last_plug);
-		SET_U64(dct, "plugged_time", d->plugged_time);
+		SET_F64(dct, "plugged_s", d->plugged_s);
 		SET_U64(dct, "nplugs", d->nplugs);
 		SET_U64(dct, "nplugs_t", d->nplugs_t);
 		SET_U64(dct, "nios_up", d->nios_up);
@@ -1146,7 +1160,19 @@ static PyObject *Core_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 	return (PyObject *)c;
 }
 
+static PyObject *Core_set_time_zero(Core *c, PyObject *args)
+{
+	unsigned long long tz;
+
+	if (!PyArg_ParseTuple(args, "K", &tz))
+		return NULL;
+	c->tz = tz;
+	Py_RETURN_NONE;
+}
+
 static PyMethodDef Core_methods[] = {
+	{"set_time_zero", (PyCFunction)Core_set_time_zero, METH_VARARGS,
+	 "set_time_zero(ns): the time btt's times count from (0 in a blktrace file), before the first feed"},
 	{"feed", (PyCFunction)Core_feed, METH_VARARGS,
 	 "feed(n, ts, act, dev, sector, bytes, proc, rd, aux, auxdev) -> tuple: bytes of records per kind"},
 	{"set_remapper", (PyCFunction)Core_set_remapper, METH_VARARGS, "set_remapper(dev_idx, flag)"},

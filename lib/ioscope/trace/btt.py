@@ -37,6 +37,7 @@ import numpy.typing as npt
 
 from ioscope.hist import NBUCKETS, Hist, bucket_indexes
 from ioscope.trace import _tracecore
+from ioscope.trace.blktrace import EXPORT_BASE_OFFSET
 from ioscope.trace.events import (
     EV_NOTE_PROCESS,
     TA_BACKMERGE,
@@ -59,6 +60,12 @@ REC = np.dtype([("kind", "<i4"), ("dev", "<i4"), ("proc", "<i4"), ("rd", "<i4"),
                 ("t", "<u8"), ("v", "<u8"), ("sector", "<u8")])
 assert REC.itemsize == _tracecore.REC_SIZE
 Q2D_EDGES_MS = (5, 10, 25, 50, 75, 100, 250, 500, 1000)
+
+
+def bit_time(t_ns: int) -> float:
+    """btt's BIT_TIME(): seconds as a double, the whole seconds and the rest converted apart
+    (not t_ns / 1e9, which rounds differently now and then)."""
+    return float(t_ns // 1_000_000_000) + float(t_ns % 1_000_000_000) / 1.0e9
 
 
 def is_remapper(dev: int) -> bool:
@@ -210,7 +217,7 @@ class DevState:
     nplugs_t: int = 0
     nios_up: int = 0
     nios_upt: int = 0
-    plugged_time: int = 0
+    plugged_s: float = 0.0  # time plugged as btt sums it: differences of bit_time()s (for its % exactly)
     inflight: int = 0
     inflight_issued: int = 0
     q2d_hist: list[int] = field(default_factory=lambda: [0] * 10)
@@ -295,8 +302,13 @@ class Btt:
     """
 
     def __init__(self, comms: dict[int, str] | None = None, iostat_interval_ns: int = 1_000_000_000,
-                 on_latency: LatencySink | None = None) -> None:
+                 on_latency: LatencySink | None = None, time_zero: int | None = None) -> None:
+        """time_zero: the time btt's times count from: 0 for blktrace files; None for a capture, whose
+        export counts from just before its first event (blktrace.EXPORT_BASE_OFFSET)."""
         self.core = _tracecore.Core()
+        self.time_zero = time_zero
+        if time_zero is not None:
+            self.core.set_time_zero(time_zero)
         self.comms: dict[int, str] = dict(comms or {})
         self.dev_idx: dict[int, int] = {}
         self.dev_of: list[int] = []
@@ -365,6 +377,9 @@ class Btt:
                 return
         if self.first_ts is None:
             self.first_ts = int(ev["ts"][0])
+            if self.time_zero is None:
+                self.time_zero = self.first_ts - EXPORT_BASE_OFFSET
+                self.core.set_time_zero(self.time_zero)
         self.last_ts = max(self.last_ts, int(ev["ts"][-1]))
         self.n_events += len(ev)
         n = len(ev)
@@ -504,21 +519,22 @@ class Btt:
 
     def result(self) -> BttResult:
         devices: dict[int, DevState] = {}
+        tz = self.time_zero or 0
         for info in self.core.devices():
             dev = self.dev_of[info["idx"]]
             d = DevState(dev, **{k: info[k] for k in (
                 "start_time", "end_time", "n_qs", "n_ds", "t_act_q", "dup_q", "culled", "overlap_q", "blk_n",
-                "blk_total", "blk_min", "blk_max", "nplugs", "nplugs_t", "nios_up", "nios_upt", "plugged_time",
+                "blk_total", "blk_min", "blk_max", "nplugs", "nplugs_t", "nios_up", "nios_upt", "plugged_s",
                 "inflight", "inflight_issued", "q2d_hist")})
             if info["plugged"]:   # btt closes a plug still open at the device's last event
                 d.nplugs += 1
-                d.plugged_time += info["end_time"] - info["last_plug"]
+                d.plugged_s += bit_time(info["end_time"] - tz) - bit_time(info["last_plug"] - tz)
             d.q2q_seek = Seeks(**info["seek_q2q"])
             d.d2d_seek = Seeks(**info["seek_d2d"])
             d.live = self.live.get(dev, Spans())
             devices[dev] = d
         return BttResult(devices, self.stats, self.proc_stats, self.live_all, self.first_ts or 0, self.last_ts,
-                         self.n_events, self.heat, self.iostat, self.iostat_interval)
+                         self.n_events, self.heat, self.iostat, self.iostat_interval, tz)
 
 
 def _present(idx: npt.NDArray[Any]) -> list[int]:

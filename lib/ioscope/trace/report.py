@@ -208,7 +208,7 @@ def render_btt(r: BttResult, all_data: bool = True) -> list[str]:
     ppct = 0.0
     for d in devs:
         if d.nplugs + d.nplugs_t > 0:
-            pct = plug_pct(d)
+            pct = plug_pct(d, r.time_zero)
             out.append(f"{dev_label(d.dev):>10s} | {d.nplugs:10d}({d.nplugs_t:10d}) | {pct:13.9f}%")
             npl += 1
             pn += d.nplugs
@@ -295,12 +295,12 @@ def merge_info(d: DevState) -> tuple[int, int, float, int] | None:
     return nq, d.n_ds, ratio, int(d.blk_total / d.n_ds)
 
 
-def plug_pct(d: DevState) -> float:
-    """% of the device's time with its queue plugged, computed as btt does (ns over ns, then x100):
-    dividing seconds by seconds instead rounds differently in the last bit, which %13.9f shows
-    now and then."""
-    span = d.end_time - d.start_time
-    return 100.0 * (d.plugged_time / float(span)) if span > 0 else 0.0
+def plug_pct(d: DevState, time_zero: int) -> float:
+    """% of the device's time with its queue plugged, computed as btt does, to the last bit: its
+    times are doubles in seconds from the trace's time zero (BIT_TIME), the plugged time a sum of
+    their differences (DevState.plugged_s, kept so by the core)."""
+    delta = btt.bit_time(d.end_time - time_zero) - btt.bit_time(d.start_time - time_zero)
+    return 100.0 * (d.plugged_s / delta) if delta > 0 else 0.0
 
 
 # ----------------------------------------------------------------------------- ioscope's additions
@@ -446,7 +446,7 @@ def to_json(r: BttResult, src_meta: dict[str, Any], name: Callable[[int], str]) 
                                              "blk_avg": m[3], "blk_max": d.blk_max, "blk_total": d.blk_total},
             "seek_q2q": seek_json(d.q2q_seek),
             "seek_d2d": seek_json(d.d2d_seek),
-            "plug": {"plugs": d.nplugs, "timer_unplugs": d.nplugs_t, "pct_time_plugged": plug_pct(d),
+            "plug": {"plugs": d.nplugs, "timer_unplugs": d.nplugs_t, "pct_time_plugged": plug_pct(d, r.time_zero),
                      "ios_per_unplug": d.nios_up / d.nplugs if d.nplugs and d.nios_up else 0.0,
                      "ios_per_timer_unplug": d.nios_upt / d.nplugs_t if d.nplugs_t and d.nios_upt else 0.0},
             "avg_reqs_at_q": d.t_act_q / d.n_qs if d.n_qs else 0.0,
@@ -555,7 +555,9 @@ def analyse_source(path: str, interval_ns: int = 1_000_000_000,
     from ioscope.trace.offline import open_source
     src = open_source(path)
     with src:
-        engine = btt.Btt(src.comms, iostat_interval_ns=interval_ns)
+        # btt's times count from the trace's time zero: 0 in a blktrace file; for a capture, the time
+        # export writes as 0 (just before the first event; the engine takes it from that event)
+        engine = btt.Btt(src.comms, iostat_interval_ns=interval_ns, time_zero=0 if src.kind == "blktrace" else None)
         dumps = None
         if csv_paths:
             zero = 0 if src.kind == "blktrace" else EXPORT_BASE_OFFSET
@@ -570,9 +572,6 @@ def analyse_source(path: str, interval_ns: int = 1_000_000_000,
             if dumps is not None:
                 dumps.close()
         res = engine.result()
-        # btt measures active periods from the trace's time zero: 0 in a blktrace file, and for a
-        # capture the time export writes as 0 (just before the first event)
-        res.time_zero = 0 if src.kind == "blktrace" else res.first_ts - EXPORT_BASE_OFFSET
         return res, src
 
 
