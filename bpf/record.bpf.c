@@ -343,6 +343,16 @@ static __always_inline bool rq_tracked(struct request *rq, bool untrack)
 	return found;
 }
 
+/* The event's time, read first; true when a stage of bench/record_overhead.py stops the program before (1) or
+ * right after (2) reading the clock (targ_stop_at is 0 in real use: the verifier drops this). */
+static __always_inline bool bench_stop(__u64 *ts)
+{
+	if (targ_stop_at == 1)
+		return true;
+	*ts = bpf_ktime_get_ns();
+	return targ_stop_at == 2;
+}
+
 /* ---- bio events --------------------------------------------------------- */
 
 #define RD(direct, p, f) ((direct) ? (p)->f : BPF_CORE_READ(p, f))
@@ -351,11 +361,9 @@ static __always_inline int on_bio(struct bio *bio, __u16 action, __u16 actbits, 
 				  bool direct)
 {
 	__u64 ts;
-	if (targ_stop_at == 1)
+
+	if (bench_stop(&ts))
 		return 0;
-	ts = bpf_ktime_get_ns();
-	if (targ_stop_at == 2)
-		return ts == 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct gendisk *disk = direct ? bio_disk_direct(bio) : bio_disk(bio);
 	__u32 dev = direct ? disk_dev_direct(disk) : disk_dev(disk);
@@ -379,11 +387,9 @@ static __always_inline int on_bio(struct bio *bio, __u16 action, __u16 actbits, 
 static __always_inline int on_bio_complete(struct bio *bio, bool direct)
 {
 	__u64 ts;
-	if (targ_stop_at == 1)
+
+	if (bench_stop(&ts))
 		return 0;
-	ts = bpf_ktime_get_ns();
-	if (targ_stop_at == 2)
-		return ts == 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct gendisk *disk = direct ? bio_disk_direct(bio) : bio_disk(bio);
 	__u32 dev = direct ? disk_dev_direct(disk) : disk_dev(disk);
@@ -410,11 +416,9 @@ static __always_inline int on_rq(struct request *rq, __u16 action, __u16 actbits
 				 int error, __u64 aux, __u32 aux_dev, bool direct)
 {
 	__u64 ts;
-	if (targ_stop_at == 1)
+
+	if (bench_stop(&ts))
 		return 0;
-	ts = bpf_ktime_get_ns();
-	if (targ_stop_at == 2)
-		return ts == 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	struct gendisk *disk = direct ? rq_disk_direct(rq) : rq_disk(rq);
 	__u32 dev = direct ? disk_dev_direct(disk) : disk_dev(disk);
@@ -446,11 +450,9 @@ static __always_inline int on_rq(struct request *rq, __u16 action, __u16 actbits
 static __always_inline int on_plug(struct request_queue *q, __u16 action, __u64 depth, bool direct)
 {
 	__u64 ts;
-	if (targ_stop_at == 1)
+
+	if (bench_stop(&ts))
 		return 0;
-	ts = bpf_ktime_get_ns();
-	if (targ_stop_at == 2)
-		return ts == 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 dev = direct ? disk_dev_direct(queue_disk_direct(q)) : disk_dev(queue_disk(q));
 

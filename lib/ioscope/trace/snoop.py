@@ -61,11 +61,12 @@ class Pairer:
         sel = batch[(act == TA_QUEUE) | (act == TA_ISSUE) | (act == TA_COMPLETE) | (act == TA_SPLIT)]
         later = np.empty(0, EVENT)
         if horizon_ns is not None:
-            allev = np.concatenate([self.pending, sel]) if len(self.pending) else sel
-            wait = (allev["action"] == TA_COMPLETE) & (allev["ts"] >= np.uint64(max(horizon_ns, 0)))
-            if wait.any():
-                later, sel = allev[wait], allev[~wait]
+            if len(self.pending):
+                sel = np.concatenate([self.pending, sel])
                 self.pending = np.empty(0, EVENT)
+            wait = (sel["action"] == TA_COMPLETE) & (sel["ts"] >= np.uint64(max(horizon_ns, 0)))
+            if wait.any():
+                later, sel = sel[wait], sel[~wait]
         out = self._pair(sel)
         if len(later):
             self.pending = np.concatenate([self.pending, later])
