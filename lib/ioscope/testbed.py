@@ -187,7 +187,8 @@ class BlkTracer:
             if self._r("current_tracer") != "nop":
                 raise IoscopeError(f"the ftrace tracer is in use ({self._r('current_tracer')})")
             clock = [w[1:-1] for w in self._r("trace_clock").split() if w.startswith("[")]
-            self._saved = {"buffer_size_kb": self._r("buffer_size_kb"), "tracing_on": self._r("tracing_on"),
+            self._saved = {"buffer_size_kb": buffer_size_setting(self._r("buffer_size_kb")),
+                           "tracing_on": self._r("tracing_on"),
                            "trace_clock": clock[0] if clock else "local"}
             self._w("buffer_size_kb", str(self.buffer_kb))
             self._w("trace_clock", "mono")  # timestamps on CLOCK_MONOTONIC, as BPF's bpf_ktime_get_ns()
@@ -245,6 +246,20 @@ class BlkTracer:
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
+
+
+def buffer_size_setting(text: str) -> str:
+    """What to write back to tracefs buffer_size_kb to restore what was read from it.
+
+    A tracefs whose ring buffer was never used reads back as '7 (expanded: 1408)': 7 KiB now,
+    1408 KiB as soon as a tracer starts. The kernel accepts only a number, and the size the
+    buffer has when in use is the expanded one."""
+    words = text.replace("(", " ").replace(")", " ").split()
+    if "expanded:" in words:
+        return words[words.index("expanded:") + 1]
+    if not words or not words[0].isdigit():
+        raise ValueError(f"unexpected buffer_size_kb in tracefs: {text!r}")
+    return words[0]
 
 
 def parse_blk_tracer(text: str, dev: str) -> list[dict[str, Any]]:
