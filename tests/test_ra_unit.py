@@ -96,8 +96,9 @@ def test_group_cached() -> None:
 def test_fair_render_and_balance() -> None:
     rates = {1: ProcRate(1, "fast", read=48 << 20, dev_read=48 << 20), 2: ProcRate(2, "slow", read=4 << 20)}
     bal = balances(rates, "app", 0.01)
-    b, pids = bal["read"]
-    assert pids == [1, 2] and b.poor and "write" not in bal
+    v = bal["read"]
+    b, pids = v.balance, v.pids
+    assert pids == [1, 2] and v.poor and v.enough and "write" not in bal
     assert b.jain == pytest.approx(52 ** 2 / (2 * (48 ** 2 + 4 ** 2)))
     lines = render_text(rates, rates, bal, bal, {"read": ["x"]}, [], 1.0, "app", 0, "T")
     assert lines[0] == "T  interval 1.000s  lost 0"
@@ -159,6 +160,48 @@ def test_cause_thrown_away_readahead() -> None:
 
     rates = {1: ProcRate(1, "a", read=10 << 20, dev_read=50 << 20, ra_bytes=50 << 20),
              2: ProcRate(2, "b", read=2 << 20, dev_read=10 << 20, ra_bytes=10 << 20)}
-    b, pids = balances(rates, "app", 0.01)["read"]
-    causes = likely_causes(rates, b, pids, [], "read", "app")
+    v = balances(rates, "app", 0.01)["read"]
+    causes = likely_causes(rates, v.balance, v.pids, [], "read", "app")
     assert any(c.startswith("the device read 5.0x what these processes got") for c in causes)
+
+
+def test_fair_noise_gets_no_verdict() -> None:
+    # two processes that wrote 5 and 64 bytes: Jain 0.58, but nothing to judge
+    rates = {1: ProcRate(1, "sh", write=5), 2: ProcRate(2, "logger", write=64)}
+    v = balances(rates, "app", 0.01)["write"]
+    assert v.balance.jain == pytest.approx(69 ** 2 / (2 * (5 ** 2 + 64 ** 2)))
+    assert v.balance.poor and not v.enough and not v.poor
+    doc = v.to_json()
+    assert doc["poor"] is False and doc["enough_activity"] is False and doc["min_bytes"] == 1 << 20
+    lines = render_text(rates, rates, {"write": v}, {"write": v}, {}, [], 1.0, "app", 0, "T")
+    line = next(x for x in lines if x.startswith("interval write balance"))
+    assert "too little write I/O to judge (69B, under --min-bytes 1.00MB)" in line and "POOR" not in line
+    # the same imbalance with enough bytes is judged: the threshold is the sum over the processes compared
+    rates = {1: ProcRate(1, "a", write=5 << 16), 2: ProcRate(2, "b", write=64 << 16)}
+    assert balances(rates, "app", 0.01)["write"].poor
+    assert not balances(rates, "app", 0.01, min_bytes=(69 << 16) + 1)["write"].poor
+
+
+def test_fair_throttle_cause_is_about_the_same_operation(tmp_path: Path) -> None:
+    from ioscope.ra.fair import blkio_limits, likely_causes, limit_applies
+
+    proc, cg = tmp_path / "proc", tmp_path / "cg"
+    (proc / "42").mkdir(parents=True)
+    (proc / "42" / "cgroup").write_text("5:blkio:/slow\n0::/slow2\n")
+    (cg / "blkio" / "slow").mkdir(parents=True)
+    (cg / "blkio" / "slow" / "blkio.throttle.read_bps_device").write_text("7:3 4194304\n")
+    (cg / "blkio" / "slow" / "blkio.throttle.write_iops_device").write_text("7:3 100\n")
+    (cg / "unified" / "slow2").mkdir(parents=True)
+    (cg / "unified" / "slow2" / "io.max").write_text("7:3 rbps=1048576 wbps=max riops=max wiops=max\n")
+    limits = blkio_limits(42, str(proc), str(cg))
+    assert len(limits) == 3
+    reads = [x for x in (limit_applies("read", lim) for lim in limits) if x]
+    writes = [x for x in (limit_applies("write", lim) for lim in limits) if x]
+    assert reads == ["cgroup /slow read_bps_device 7:3 4194304", "cgroup /slow2 io.max 7:3 rbps=1048576"]
+    assert writes == ["cgroup /slow write_iops_device 7:3 100"]
+    # likely_causes reads the real /proc: a pid of this process (no limits) yields no throttling cause
+    import os
+    me = os.getpid()
+    rates = {me: ProcRate(me, "a", write=8 << 20), 1: ProcRate(1, "b", write=1 << 20)}
+    v = balances(rates, "app", 0.01)["write"]
+    assert not [c for c in likely_causes(rates, v.balance, v.pids, [], "write", "app") if "throttled" in c]

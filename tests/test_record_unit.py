@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from ioscope import devices
-from ioscope.trace.record import HOOKS, Losses, _partitions, device_meta, parse_size, ring_slots
+from ioscope.cli_common import parse_size
+from ioscope.trace.record import HOOKS, Losses, _partitions, device_meta, ring_slots
 
 
 @pytest.mark.parametrize("text, value", [

@@ -81,9 +81,28 @@ def build_parser() -> Parser:
     return p
 
 
-def _on_term(signum: int, frame: FrameType | None) -> None:
-    # SIGTERM/SIGHUP end a tool like Ctrl-C does: finally blocks run, probes are detached.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _on_stop(signum: int, frame: FrameType | None) -> None:
+    # SIGINT, SIGTERM and SIGHUP end a tool like Ctrl-C does: finally blocks run, probes are detached.
     raise KeyboardInterrupt
+
+
+def install_stop_signals() -> None:
+    """Make SIGINT, SIGTERM and SIGHUP stop the tool, however it was started.
+
+    A shell starts background jobs with SIGINT ignored, and Python keeps an ignored SIGINT
+    ignored, so `ioscope record ... & kill -INT $!` did nothing; some supervisors start
+    programs with these signals blocked. Scripts written for blktrace and bpftrace stop them
+    with kill -INT, so ioscope installs its own handlers and unblocks them. The one exception
+    is SIGHUP ignored by nohup: that is the user asking to survive a hang-up.
+    """
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    for sig in STOP_SIGNALS:
+        if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+            continue
+        signal.signal(sig, _on_stop)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -96,8 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "func"):
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _on_term)
+    install_stop_signals()
     try:
         return int(args.func(args))
     except IoscopeError as exc:

@@ -53,6 +53,30 @@ def phases_type(s: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def parse_size(text: str, what: str = "size") -> int:
+    """'64M', '1g', '4096', '512KiB' -> bytes."""
+    s = text.strip().lower().removesuffix("ib").removesuffix("b")
+    mult = 1
+    for suffix, m in (("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30), ("t", 1 << 40)):
+        if s.endswith(suffix):
+            s, mult = s[:-1], m
+            break
+    try:
+        v = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must be a size like 64M or 1G, not '{text}'") from None
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{what} must be positive, not '{text}'")
+    return int(v * mult)
+
+
+def size_type(what: str) -> Callable[[str], int]:
+    """An argparse type for a size option named what ('--buffer')."""
+    def conv(text: str) -> int:
+        return parse_size(text, what)
+    return conv
+
+
 def add_disk_pid(p: argparse.ArgumentParser) -> None:
     p.add_argument("-d", "--disk", action="append", metavar="DISK",
                    help="trace only this disk (name, /dev/name or major:minor); repeatable")

@@ -12,7 +12,7 @@ from pathlib import Path
 from ioscope import cli_common, devices, system
 from ioscope.cli_common import run_intervals
 from ioscope.ra.collect import ProcIO, ReadsizeCollector, ReadsizeOptions, merge_procs
-from ioscope.ra.fairness import POOR_JAIN, Balance, balance, select_active
+from ioscope.ra.fairness import MIN_VERDICT_BYTES, POOR_JAIN, Balance, Verdict, balance, select_active
 from ioscope.render import fmt_bytes
 
 BUSY_UTIL = 0.5  # a disk with I/O in flight at least half the interval is busy
@@ -40,6 +40,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "dev = block I/O queued by the process")
     p.add_argument("--min-share", type=float, default=0.01,
                    help="ignore processes below this fraction of the busiest one (default 0.01)")
+    p.add_argument("--min-bytes", type=cli_common.size_type("--min-bytes"), default=MIN_VERDICT_BYTES, metavar="SIZE",
+                   help="judge the balance of an operation only when the processes compared moved at least "
+                        "SIZE bytes of it in the interval (default 1M; k, M, G suffixes)")
     p.add_argument("-j", "--json", action="store_true", help="one JSON object per interval")
     cli_common.add_interval_count(p)
     p.set_defaults(func=run, tool="fair")
@@ -75,14 +78,31 @@ def per_process(procs: list[ProcIO]) -> dict[int, ProcRate]:
     return out
 
 
-def balances(rates: dict[int, ProcRate], by: str, min_share: float) -> dict[str, tuple[Balance, list[int]]]:
-    """Per op: the balance and the pids it was computed over."""
+def balances(rates: dict[int, ProcRate], by: str, min_share: float,
+             min_bytes: float = MIN_VERDICT_BYTES) -> dict[str, Verdict]:
+    """Per op: the balance over the processes that count, and whether there was enough to judge."""
     out = {}
     for op in ("read", "write"):
         active = select_active({pid: float(r.metric(op, by)) for pid, r in rates.items()}, min_share)
         if active:
-            out[op] = (balance(list(active.values())), sorted(active))
+            out[op] = Verdict(op, balance(list(active.values())), sorted(active), min_bytes)
     return out
+
+
+def limit_applies(op: str, limit: str) -> str | None:
+    """The part of a cgroup limit line (as blkio_limits() returns it) that throttles op, or None.
+
+    cgroup v1 files name their direction (read_bps_device, write_iops_device); a v2 io.max line
+    holds both (rbps=... wbps=... riops=... wiops=...), where 'max' means no limit."""
+    words = limit.split()
+    if len(words) < 3:
+        return None
+    kind = words[2]
+    if kind != "io.max":
+        return limit if kind.startswith(op) else None
+    keys = ("rbps=", "riops=") if op == "read" else ("wbps=", "wiops=")
+    kept = [w for w in words[4:] if w.startswith(keys) and not w.endswith("=max")]
+    return " ".join([*words[:4], *kept]) if kept else None
 
 
 def blkio_limits(pid: int, proc_root: str = "/proc", cg_root: str = "/sys/fs/cgroup") -> list[str]:
@@ -177,8 +197,9 @@ def likely_causes(rates: dict[int, ProcRate], bal: Balance, pids: list[int], dis
                               "streams whose window is queued run ahead while the others wait: lower read_ahead_kb")
     for pid in pids:
         for lim in blkio_limits(pid):
-            r = rates[pid]
-            causes.append(f"pid {pid} ({r.comm}) is throttled: {lim}")
+            applies = limit_applies(op, lim)
+            if applies:
+                causes.append(f"pid {pid} ({rates[pid].comm}) is throttled: {applies}")
     busy = [d for d in disks if d.util >= BUSY_UTIL]
     if not busy and disks:
         causes.append("the device was not busy (" + ", ".join(f"{d.name} {d.util:.0%}" for d in disks) +
@@ -216,12 +237,12 @@ def run(args: argparse.Namespace) -> int:
         state.stats, state.t0 = stats, now
         rates = per_process(procs)
         cum_rates = per_process(cum)
-        bal = balances(rates, args.by, args.min_share)
-        cum_bal = balances(cum_rates, args.by, args.min_share)
+        bal = balances(rates, args.by, args.min_share, args.min_bytes)
+        cum_bal = balances(cum_rates, args.by, args.min_share, args.min_bytes)
         verdicts = {}
-        for op, (b, pids) in bal.items():
-            if b.poor:
-                verdicts[op] = likely_causes(rates, b, pids, dstates, op, args.by)
+        for op, v in bal.items():
+            if v.poor:
+                verdicts[op] = likely_causes(rates, v.balance, v.pids, dstates, op, args.by)
         if lost:
             print(f"ioscope fair: lost {lost} values ({counters})", file=sys.stderr)
         if args.json:
@@ -230,8 +251,8 @@ def run(args: argparse.Namespace) -> int:
                 "lost": lost, "lost_detail": counters, "attach": attach,
                 "devices": [d.to_json() for d in dstates],
                 "procs": [_proc_json(r, cum_rates.get(r.pid), seconds) for r in _sorted(rates)],
-                "balance": {op: {**b.to_json(), "pids": pids} for op, (b, pids) in bal.items()},
-                "cumulative_balance": {op: {**b.to_json(), "pids": pids} for op, (b, pids) in cum_bal.items()},
+                "balance": {op: v.to_json() for op, v in bal.items()},
+                "cumulative_balance": {op: v.to_json() for op, v in cum_bal.items()},
                 "poor": {op: {"busy": any(d.util >= BUSY_UTIL for d in dstates), "causes": c}
                          for op, c in verdicts.items()},
             }
@@ -285,20 +306,25 @@ def _proc_json(r: ProcRate, cum: ProcRate | None, seconds: float) -> dict[str, o
     return doc
 
 
-def _bal_line(op: str, b: Balance, by: str, seconds: float, label: str) -> str:
+def _bal_line(v: Verdict, by: str, seconds: float, label: str) -> str:
+    b, op = v.balance, v.op
     if b.n < 2:
         return f"{label} {op}: one active process, no balance to compute"
-    def per_s(v: float) -> str:
-        return fmt_bytes(v / seconds) + "B/s" if seconds > 0 else fmt_bytes(v) + "B"
+    def per_s(x: float) -> str:
+        return fmt_bytes(x / seconds) + "B/s" if seconds > 0 else fmt_bytes(x) + "B"
 
     mm = "inf" if b.max_min == float("inf") else f"{b.max_min:.2f}"
-    flag = f"  POOR (Jain < {POOR_JAIN})" if b.poor else ""
+    if not v.enough:
+        flag = (f"  too little {op} I/O to judge ({fmt_bytes(b.total)}B, under --min-bytes "
+                f"{fmt_bytes(v.min_bytes)}B)")
+    else:
+        flag = f"  POOR (Jain < {POOR_JAIN})" if v.poor else ""
     return (f"{label} {op} balance over {b.n} processes ({by} bytes): min {per_s(b.min)} max {per_s(b.max)} "
             f"mean {per_s(b.mean)} cv {b.cv:.2f} max/min {mm} Jain {b.jain:.3f}{flag}")
 
 
 def render_text(rates: dict[int, ProcRate], cum_rates: dict[int, ProcRate],
-                bal: dict[str, tuple[Balance, list[int]]], cum_bal: dict[str, tuple[Balance, list[int]]],
+                bal: dict[str, Verdict], cum_bal: dict[str, Verdict],
                 verdicts: dict[str, list[str]], disks: list[DiskState], seconds: float, by: str, lost: int,
                 when: str) -> list[str]:
     out = [f"{when}  interval {seconds:.3f}s  lost {lost}"]
@@ -318,8 +344,8 @@ def render_text(rates: dict[int, ProcRate], cum_rates: dict[int, ProcRate],
         out.append(f"{r.pid:>7} {r.comm[:16]:<16} {fmt_bytes(r.read / sec):>8} {fmt_bytes(r.dev_read / sec):>8} "
                    f"{fmt_bytes(r.write / sec):>8} {fmt_bytes(r.dev_write / sec):>8} "
                    f"{fmt_bytes(c.read):>9} {fmt_bytes(c.dev_read):>9}")
-    for op, (b, _pids) in bal.items():
-        out.append(_bal_line(op, b, by, seconds, "interval"))
+    for op, v in bal.items():
+        out.append(_bal_line(v, by, seconds, "interval"))
         busy = [d for d in disks if d.util >= BUSY_UTIL]
         if op in verdicts:
             if busy:
@@ -329,9 +355,10 @@ def render_text(rates: dict[int, ProcRate], cum_rates: dict[int, ProcRate],
                 out.append("  likely causes:")
             out += [f"  - {c}" for c in verdicts[op]] or ["  - none ioscope can see"]
     if cum_bal is not bal:
-        for op, (b, _pids) in cum_bal.items():
-            out.append(_bal_line(op, b, by, 0, "cumulative"))
+        for v in cum_bal.values():
+            out.append(_bal_line(v, by, 0, "cumulative"))
     return out
 
 
-__all__ = ["add_parser", "balances", "blkio_limits", "likely_causes", "per_process", "render_text", "run"]
+__all__ = ["add_parser", "balances", "blkio_limits", "likely_causes", "limit_applies", "per_process", "render_text",
+           "run"]

@@ -15,6 +15,11 @@ from dataclasses import dataclass
 # means one gets about twice what the other gets (x/y ~ 2.0).
 POOR_JAIN = 0.9
 
+# A verdict needs this many bytes, summed over the processes compared, in the
+# interval: two processes that wrote 5 and 64 bytes have a Jain's index of 0.58
+# and nothing to say about balance (fair --min-bytes changes it).
+MIN_VERDICT_BYTES = 1 << 20
+
 
 @dataclass(frozen=True)
 class Balance:
@@ -35,6 +40,29 @@ class Balance:
         return {"n": self.n, "total": self.total, "min": self.min, "max": self.max, "mean": round(self.mean, 3),
                 "cv": round(self.cv, 6), "max_min": None if math.isinf(self.max_min) else round(self.max_min, 6),
                 "jain": round(self.jain, 6), "poor": self.poor}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The balance of one operation over the processes compared, and whether it means anything."""
+
+    op: str
+    balance: Balance
+    pids: list[int]
+    min_bytes: float
+
+    @property
+    def enough(self) -> bool:
+        """Enough activity to judge: at least min_bytes over the processes compared."""
+        return self.balance.total >= self.min_bytes
+
+    @property
+    def poor(self) -> bool:
+        return self.enough and self.balance.poor
+
+    def to_json(self) -> dict[str, object]:
+        return {**self.balance.to_json(), "poor": self.poor, "enough_activity": self.enough,
+                "min_bytes": self.min_bytes, "pids": self.pids}
 
 
 def jain_index(xs: Sequence[float]) -> float:

@@ -193,8 +193,8 @@ def run_setting(fs: LoopFS, files: list[str], ra_kb: int, seconds: float, btf: s
     rates = per_process(per)
     bal = balances(rates, "app", 0.0).get("read")
     dstate = disk_states(before_all, after_all, [fs.name], seconds)
-    causes = likely_causes(rates, bal[0], bal[1], dstate, "read", "app") if bal and bal[0].poor else None
-    return SettingResult(ra_kb, seconds, counted, per, reqs, snap, bal[0] if bal else None,
+    causes = likely_causes(rates, bal.balance, bal.pids, dstate, "read", "app") if bal and bal.poor else None
+    return SettingResult(ra_kb, seconds, counted, per, reqs, snap, bal.balance if bal else None,
                          (after.sectors_read - before.sectors_read) * 512, devices.queue_settings(fs.name),
                          dstate[0] if dstate else None, causes)
 

@@ -58,29 +58,6 @@ DEFAULT_BUFFER = 32 << 20
 POLL_MS = 20
 
 
-def parse_size(text: str, what: str = "size") -> int:
-    """'64M', '1g', '4096', '512KiB' -> bytes."""
-    s = text.strip().lower().removesuffix("ib").removesuffix("b")
-    mult = 1
-    for suffix, m in (("k", 1 << 10), ("m", 1 << 20), ("g", 1 << 30), ("t", 1 << 40)):
-        if s.endswith(suffix):
-            s, mult = s[:-1], m
-            break
-    try:
-        v = float(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{what} must be a size like 64M or 1G, not '{text}'") from None
-    if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"{what} must be positive, not '{text}'")
-    return int(v * mult)
-
-
-def _size_arg(what: str) -> Any:
-    def conv(text: str) -> int:
-        return parse_size(text, what)
-    return conv
-
-
 @dataclass
 class Losses:
     """What the recorder did not record, as stored in captures (meta['lost'])."""
@@ -458,9 +435,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     cli_common.add_disk_pid(p)
     p.add_argument("-w", "--duration", type=cli_common.positive_float, metavar="SECONDS",
                    help="stop after SECONDS")
-    p.add_argument("--max-size", type=_size_arg("--max-size"), metavar="SIZE",
+    p.add_argument("--max-size", type=cli_common.size_type("--max-size"), metavar="SIZE",
                    help="stop when the file reaches SIZE (e.g. 500M, 2G)")
-    p.add_argument("--buffer", type=_size_arg("--buffer"), metavar="SIZE",
+    p.add_argument("--buffer", type=cli_common.size_type("--buffer"), metavar="SIZE",
                    help="kernel buffer memory, shared by one ring per CPU and context level (task, softirq, "
                         "hardirq), each rounded up to a power of two records; default 32M, and at least "
                         "8192 records per ring")
@@ -575,4 +552,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = ["HOOKS", "Losses", "Recorder", "RecorderOptions", "add_parser", "capture_meta", "clock_pair",
-           "device_meta", "main", "parse_size", "run"]
+           "device_meta", "main", "run"]
