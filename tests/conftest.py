@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -138,3 +139,10 @@ def unreported_completions(capture_path: str, major: int, minor: int) -> int:
     missing = int(check["kernel"]) - int(check["recorded"])
     assert 0 <= missing <= unreported_bound(int(check["kernel"])), check
     return missing
+
+
+def readme_setup_commands() -> list[str]:
+    """The two commands of the README's set-up section (install, test), as written there."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Set-up", 1)[1].split("\n## ", 1)[0]
+    return [block.strip() for block in re.findall(r"```\n(.*?)```", section, re.S)]
