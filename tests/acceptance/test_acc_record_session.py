@@ -28,9 +28,11 @@ flush request and a 0-byte write C, both counted. So, per the kernel's accountin
   flushes = data-less, non-write C events (the flush requests)
   sectors = the bytes of all C events, per direction.
 
-Requeues (R) are not provoked: the loop driver never returns BLK_STS_RESOURCE/DEV_RESOURCE (the
-only way the block layer requeues a request to a driver and fires block_rq_requeue on this
-kernel), and the flush state machine moves requests on its own list without that tracepoint.
+Requeues (R) are not provoked: block_rq_requeue fires when a driver's queue_rq returns
+BLK_STS_RESOURCE/DEV_RESOURCE (or the driver requeues itself, as SCSI and NVMe do on errors); the
+loop driver's queue_rq returns only OK or IOERR, blk-mq puts back a request it could not get a
+driver tag or budget for without that tracepoint, and the flush state machine moves requests on
+its own list without it.
 There is no null_blk or scsi_debug on these machines (docs/environment.md). The tests still check
 that the R counts of the capture, record's summary and blkparse agree (all zero).
 
