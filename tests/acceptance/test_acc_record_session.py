@@ -135,6 +135,16 @@ def _delta(a: devices.DiskStats, b: devices.DiskStats) -> dict[str, int]:
             "sec_write": b.sectors_written - a.sectors_written}
 
 
+def _umount(mnt: str) -> None:
+    for _ in range(10):
+        if subprocess.run(["umount", mnt], capture_output=True).returncode == 0:
+            return
+        time.sleep(0.5)   # a process of the workload may still hold a file open
+    # detach it at least, so that the loop device can go; and say so
+    subprocess.run(["umount", "-l", mnt], check=True)
+    raise AssertionError(f"{mnt} was busy: unmounted lazily")
+
+
 def _rmtree(d: Path) -> None:
     for f in sorted(d.rglob("*"), reverse=True):
         if f.is_dir():
@@ -176,7 +186,7 @@ def session(live: None) -> Iterator[Session]:
                 yield s
             finally:
                 if mounted:
-                    subprocess.run(["umount", mnt], check=True)
+                    _umount(mnt)
                     mounted = False
     finally:
         os.rmdir(mnt)
