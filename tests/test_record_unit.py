@@ -106,3 +106,50 @@ def test_present_cpus_reads_the_highest_id(tmp_path: Path) -> None:
     (d / "present").write_text("0\n")
     assert present_cpus(str(tmp_path)) == 1
     assert present_cpus(str(tmp_path / "nowhere")) >= 1  # falls back to the CPU count
+
+
+def test_count_completions_as_the_kernel_counts_them() -> None:
+    """A write with data through the flush sequence completes twice (its data, then the original
+    request, 0 bytes) and /proc/diskstats counts it once; a flush request and an empty flush bio's
+    end are both counted."""
+    import numpy as np
+
+    from ioscope.trace.events import EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_SYNC, TC_WRITE
+    from ioscope.trace.record import count_completions
+
+    wb, wb_fua, wt = (7 << 20) | 0, (7 << 20) | 1, (7 << 20) | 2   # write-back no FUA, write-back FUA, write-through
+    rows = []
+
+    def ev(dev: int, act: int, cat: int, nbytes: int) -> None:
+        rows.append((len(rows), 0, 0, nbytes, dev, 0, 1, 1, 0, 0, act, cat, 0))
+
+    for dev in (wb, wb_fua, wt):
+        # a journal commit block: PREFLUSH|FUA write with data: flush C, data C, end C (0 bytes)
+        ev(dev, TA_QUEUE, TC_WRITE | TC_SYNC | TC_FLUSH | TC_FUA, 4096)
+        ev(dev, TA_COMPLETE, TC_FLUSH, 0)
+        ev(dev, TA_COMPLETE, TC_WRITE | TC_SYNC, 4096)
+        ev(dev, TA_COMPLETE, TC_WRITE | TC_SYNC | TC_FLUSH | TC_FUA, 0)
+        # an O_DSYNC direct write (FUA only), split once: two pieces
+        ev(dev, TA_QUEUE, TC_WRITE | TC_SYNC | TC_FUA, 8192)
+        ev(dev, TA_SPLIT, TC_WRITE | TC_SYNC | TC_FUA, 8192)
+        for _ in range(2):
+            ev(dev, TA_COMPLETE, TC_WRITE | TC_SYNC, 4096)
+            ev(dev, TA_COMPLETE, TC_WRITE | TC_SYNC | TC_FUA, 0)
+        # a plain write and an empty flush (sync): flush request + end of the empty write, both counted
+        ev(dev, TA_QUEUE, TC_WRITE, 4096)
+        ev(dev, TA_COMPLETE, TC_WRITE, 4096)
+        ev(dev, TA_QUEUE, TC_WRITE | TC_FLUSH, 0)
+        ev(dev, TA_COMPLETE, TC_FLUSH, 0)
+        ev(dev, TA_COMPLETE, TC_WRITE | TC_FLUSH, 0)
+    arr = np.array(rows, dtype=EVENT)
+    into: dict[int, int] = {}
+    count_completions(arr, into, {wb: False, wb_fua: True})
+    # C events per disk: 3 + 4 + 1 + 2 = 10
+    assert into[wb] == 10 - 1 - 2      # the commit and both FUA pieces went through the flush sequence
+    assert into[wb_fua] == 10 - 1      # only the commit (PREFLUSH); FUA is done by the disk
+    assert into[wt] == 10              # no volatile cache: no flush sequence
+    # split across batches, the same sums
+    into2: dict[int, int] = {}
+    for lo in range(0, len(arr), 5):
+        count_completions(arr[lo:lo + 5], into2, {wb: False, wb_fua: True})
+    assert into2 == into

@@ -203,4 +203,12 @@ def queue_settings(name: str, sys_root: str = "/sys") -> dict[str, object]:
         out["size_bytes"] = int(_read(base / "size")) * 512
     except (OSError, ValueError):
         pass
+    try:  # "write back" (a volatile cache: flushes and FUA matter) or "write through"
+        out["write_cache"] = _read(base / "queue" / "write_cache")
+    except OSError:
+        pass
+    try:
+        out["fua"] = int(_read(base / "queue" / "fua"))
+    except (OSError, ValueError):
+        pass
     return out

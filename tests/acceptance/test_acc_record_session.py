@@ -172,7 +172,7 @@ def session(live: None) -> Iterator[Session]:
                 _sh("mkfs.ext4", "-q", "-F", "-b", "4096", "-E", "lazy_itable_init=0,lazy_journal_init=0", p1)
                 # no I/O of the file system's own during the idle start: no periodic journal commit,
                 # no block bitmap prefetch by ext4lazyinit after mounting
-                _sh("mount", "-o", "commit=600,no_prefetch_block_bitmaps", p1, mnt)
+                _sh("mount", "-o", "noatime,commit=600,no_prefetch_block_bitmaps", p1, mnt)
                 mounted = True
                 # the workload's files, laid out before the recording, and everything on disk
                 _fio(f"{mnt}/direct", "write", "1M", 8, 1)
@@ -195,8 +195,23 @@ def session(live: None) -> Iterator[Session]:
         _rmtree(workdir)
 
 
+def _quiet(ld: Any, still_s: float = 1.0, timeout_s: float = 15.0) -> None:
+    """Wait until the disk has done no I/O for still_s: the counts before the recording must not
+    include the tail of the set-up's own writeback (a journal commit)."""
+    deadline = time.monotonic() + timeout_s
+    last, since = ld.diskstats(), time.monotonic()
+    while time.monotonic() - since < still_s:
+        assert time.monotonic() < deadline, "the disk never went quiet before the recording"
+        time.sleep(0.1)
+        now = ld.diskstats()
+        if (now.reads, now.writes, now.flushes, now.in_flight) != (last.reads, last.writes, last.flushes,
+                                                                   last.in_flight):
+            last, since = now, time.monotonic()
+
+
 def _record_session(ld: Any, mnt: str, workdir: Path, part: str) -> Session:
     cap = str(workdir / "case.ioscope")
+    _quiet(ld)
     d0, p0 = ld.diskstats(), devices.read_diskstats()[part]
     # what the user types, in a terminal of its own: the recorder leads its process group
     rec = subprocess.Popen(ioscope_cmd("record", "-d", ld.name, "-o", cap), stderr=subprocess.PIPE, text=True,

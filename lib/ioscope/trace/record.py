@@ -23,7 +23,7 @@ from ioscope import _libbpf, cli_common, devices, system
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.loader import BPFObject
 from ioscope.trace.capture import CaptureWriter, clock_pair
-from ioscope.trace.events import ACTION_LETTERS, EVENT, TA_COMPLETE
+from ioscope.trace.events import ACTION_LETTERS, EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_WRITE
 
 # hook name -> (blktrace letter(s), required)
 HOOKS: dict[str, tuple[str, bool]] = {
@@ -166,6 +166,7 @@ class Recorder:
         self.ring = b.obj.slot_rings("rec_ring", "rec_pos", self.nrings, self.ring_slots)
         self.stats = b.map("rec_stats")
         self.completions_before = _completions(o.disks)
+        self.flush_machines = flush_machines(device_meta(o.disks or None))
         b.attach()
         self.attached_ns = time.monotonic_ns()  # every program runs from here on
         self.detached_ns = 0
@@ -237,9 +238,7 @@ class Recorder:
         self.bpf.close()
 
 
-def count_completions(ev: np.ndarray, into: dict[int, int]) -> None:
-    """Add the C events of ev to into (kernel dev_t -> count), for Recorder.completions_check()."""
-    devs = ev["dev"][ev["action"] == TA_COMPLETE]
+def _add_per_dev(devs: np.ndarray, into: dict[int, int]) -> None:
     if not len(devs):
         return
     if bool((devs == devs[0]).all()):  # one disk: no sort
@@ -248,6 +247,47 @@ def count_completions(ev: np.ndarray, into: dict[int, int]) -> None:
     uniq, n = np.unique(devs, return_counts=True)
     for d, k in zip(uniq.tolist(), n.tolist()):
         into[d] = into.get(d, 0) + k
+
+
+def flush_machines(devs: dict[str, Any]) -> dict[int, bool]:
+    """kernel dev_t -> whether the disk supports FUA, for the disks with a volatile write cache,
+    from device metadata as captures store it (device_meta()).
+
+    Only on those does the block layer run writes with PREFLUSH (or FUA, when the disk lacks
+    it) through its flush sequence (see count_completions)."""
+    out = {}
+    for d in devs.values():
+        if d.get("write_cache") == "write back":
+            out[devices.kdev(int(d["major"]), int(d["minor"]))] = bool(d.get("fua", 0))
+    return out
+
+
+def count_completions(ev: np.ndarray, into: dict[int, int], flush_machines: dict[int, bool] | None = None) -> None:
+    """Add to into (kernel dev_t -> count) the completions of ev as /proc/diskstats counts them,
+    for Recorder.completions_check().
+
+    Every C event is one completion, but one: on a disk with a volatile write cache, a write with
+    data and PREFLUSH (or FUA, if the disk has no FUA) goes through the block layer's flush
+    sequence, which completes its data (a C with bytes, not yet counted by the kernel) and later
+    ends the original request (a C of 0 bytes, counted once, as a write). So one C per such
+    request is not a completion of the kernel's: per bio queued (Q) and per extra piece it was
+    split into (X), the flags and data being those of the request. A flush request (C of a
+    data-less flush) is counted by the kernel as a flush."""
+    act = ev["action"]
+    _add_per_dev(ev["dev"][act == TA_COMPLETE], into)
+    if not flush_machines or not len(ev):
+        return
+    cat = ev["category"]
+    cand = (((act == TA_QUEUE) | (act == TA_SPLIT)) & (ev["bytes"] > 0) & ((cat & TC_WRITE) != 0)
+            & ((cat & (TC_FLUSH | TC_FUA)) != 0))
+    if not cand.any():
+        return
+    devs, preflush = ev["dev"][cand], (cat[cand] & TC_FLUSH) != 0
+    for d in np.unique(devs).tolist():
+        has_fua = flush_machines.get(d)
+        if has_fua is not None:
+            mine = devs == d
+            into[d] = into.get(d, 0) - int(np.count_nonzero(mine if not has_fua else mine & preflush))
 
 
 def completions_warnings(tool: str, check: dict[str, dict[str, Any]]) -> list[str]:
@@ -365,7 +405,7 @@ class RecordSession:
     def _take(self, ev: np.ndarray, horizon: int) -> None:
         self.writer.write(ev, horizon)
         self.status.events += len(ev)  # records, process notes included
-        count_completions(ev, self.completed)
+        count_completions(ev, self.completed, self.rec.flush_machines)
         self.status.bytes = self.writer.bytes_written()
 
     def _run(self) -> None:

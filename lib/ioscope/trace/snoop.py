@@ -200,7 +200,7 @@ class Snooper:
         return self._take(ev, horizon)
 
     def _take(self, ev: np.ndarray, horizon_ns: int | None) -> list[SnoopLine]:
-        count_completions(ev, self.completed)
+        count_completions(ev, self.completed, self.rec.flush_machines)
         if len(ev) and (ev["action"] == 0).any():
             self.comms.update(notes_to_comms(ev))
         return list(self.lines(self.pairer.feed(ev, horizon_ns)))
