@@ -83,5 +83,8 @@ def test_import_errors_leave_nothing(tmp_path: Path) -> None:
     assert p.returncode == 1 and "no such file" in p.stderr
     empty = tmp_path / "e.bin"
     empty.write_bytes(b"")
+    # blktrace leaves an empty file for a CPU that saw nothing: an empty capture, and a note saying so
     p = run_ioscope("import", str(empty), "-o", str(out))
-    assert p.returncode == 1 and "byte offset 0" in p.stderr
+    assert p.returncode == 0 and "holds no block events" in p.stderr and "Traceback" not in p.stderr
+    assert out.exists()
+    out.unlink()

@@ -393,8 +393,8 @@ def read_stream(path: str, block: int = 1 << 20) -> Iterator[Decoded]:
     except OSError as exc:
         raise BlktraceError(f"{path}: {exc.strerror or exc}", "check the path") from None
     with f:
-        if size == 0:
-            raise BlktraceError(f"{path}: empty file (0 bytes) at byte offset 0", "no trace records in it")
+        if size == 0:  # blktrace writes empty files for CPUs that saw no event of the disk
+            return
         pos = 0
         carry = b""
         order: str | None = None

@@ -178,6 +178,9 @@ class CaptureWriter:
         except (OSError, pa.ArrowException) as exc:
             raise IoscopeError(f"cannot create capture file {path}: {exc}") from None
         self._writer = paipc.new_stream(self._sink, self.schema)
+        # the schema (with the header) and an empty first chunk go out at once: a recorder killed
+        # before its first events leaves a capture that says what it was, not an empty file
+        self._write_chunk(np.empty(0, EVENT))
 
     # -- input ------------------------------------------------------------
 
@@ -548,7 +551,9 @@ class Capture:
     def _set_truncated(self, off: int, what: str) -> None:
         self.truncated = True
         nchunks = len(self._chunk_info) if self._chunk_info else len(self._spans)
-        self.truncation = f"{self.path}: {what} at byte offset {off}; {nchunks} complete chunks are readable"
+        self.truncation = (f"{self.path} was cut short: it {what} at byte offset {off}; its {nchunks} complete "
+                           "chunks are read; events after the last one, and the end of I/Os in flight then, "
+                           "are not in the file")
 
     def _read_schema(self, off: int, total: int) -> None:
         try:

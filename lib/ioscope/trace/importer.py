@@ -56,8 +56,8 @@ def check_file(path: str, block: int = 16 << 20) -> tuple[int, str]:
         size = os.path.getsize(path)
     except OSError as exc:
         raise IoscopeError(f"cannot open {path}: {exc.strerror}") from None
-    if size == 0:
-        raise blktrace.BlktraceError(f"{path}: empty file (0 bytes) at byte offset 0", "no trace records in it")
+    if size == 0:  # blktrace's file of a CPU that saw no event: valid, and empty
+        return 0, "<"
     n = 0
     order: str | None = None
     with open(path, "rb") as f:
@@ -164,4 +164,7 @@ def run(args: argparse.Namespace) -> int:
     info = import_blktrace(args.inputs, args.output)
     sys.stderr.write(f"ioscope import: {info['events']} events from {len(info['files'])} file(s), "
                      f"{len(info['devices'])} device(s), {info['comms']} process names -> {args.output}\n")
+    if not info["events"]:
+        sys.stderr.write("ioscope import: note: the input holds no block events (an idle disk, or not the files "
+                         "you meant); the capture is empty\n")
     return 0

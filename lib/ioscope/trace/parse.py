@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -247,8 +247,12 @@ class Parser:
 
     def __init__(self, out: IO[str], comms: dict[int, str], mask: int = 0xFFFF,
                  window: tuple[int, int] | None = None, fmt_all: str | None = None,
-                 fmt_per: dict[str, str] | None = None, wall_base: int | None = None) -> None:
+                 fmt_per: dict[str, str] | None = None, wall_base: int | None = None,
+                 wall_of: Callable[[int], int | None] | None = None) -> None:
+        """wall_base: wall-clock ns at the first event; or wall_of(mono_ns), asked once the first
+        block event is seen (a capture may begin with empty chunks or only process notes)."""
         self.out = out
+        self.wall_of = wall_of
         self.comms = comms
         self.mask = mask
         self.window = window
@@ -301,6 +305,10 @@ class Parser:
                 return
         if self.genesis is None:
             self.genesis = int(ev["ts"][0])
+            if self.wall_of is not None:
+                base = self.wall_of(self.genesis)
+                for f in self.formats.values():
+                    f.wall_base = base
         if self.window is not None:
             if not self._register_read(ev):
                 return
@@ -499,21 +507,23 @@ def run(args: argparse.Namespace) -> int:
         out = sys.stdout
     try:
         with open_source(args.capture) as src:
-            parser: Parser | None = None
+            def wall_of(mono_ns: int) -> int | None:
+                if src.kind == "capture":
+                    return wall_at(src, mono_ns)
+                if src.wall_stamps:
+                    return src.wall_stamps[0][1] - src.wall_stamps[0][0] + mono_ns
+                return None
+
+            parser = Parser(out, dict(src.comms), mask, window, fmt_all, fmt_per, wall_of=wall_of)
             for ev, seq in src.chunks_with_seq():
-                if parser is None:
-                    wall = wall_at(src, int(ev["ts"][0])) if src.kind == "capture" else (
-                        src.wall_stamps[0][1] - src.wall_stamps[0][0] + int(ev["ts"][0])
-                        if src.wall_stamps else None)
-                    parser = Parser(out, dict(src.comms), mask, window, fmt_all, fmt_per, wall)
                 parser.comms.update(src.comms)
                 parser.feed(ev, seq)
                 if parser.stopped:
                     break
-            if parser is None:
-                raise IoscopeError(f"{args.capture}: no block events in it")
             if not args.quiet:
                 out.write(parser.summary())
+            if parser.genesis is None:
+                sys.stderr.write(f"ioscope parse: note: {args.capture} holds no block events\n")
             if src.truncation:
                 sys.stderr.write(f"ioscope parse: note: {src.truncation}\n")
     finally:

@@ -585,16 +585,20 @@ def run(args: argparse.Namespace) -> int:
         n = src.dev_name(dev)
         return f"{n} {dev_key(dev)}" if n else dev_key(dev)
 
-    if r.n_events == 0 and src.truncation:
-        raise IoscopeError(src.truncation, "nothing before that point holds block events")
-    if r.n_events == 0:
-        raise IoscopeError(f"{args.capture}: no block events in it", "record again, with I/O on the traced disks")
+    empty = (f"{args.capture} holds no block events: nothing was queued on the traced disks while it was "
+             "recorded" + (" (up to the point where it was cut short)" if src.truncation else ""))
     if args.json:
         doc = to_json(r, src.meta, name)
         if src.truncation:
             doc["capture"]["truncation"] = src.truncation
+        if r.n_events == 0:
+            doc["capture"]["note"] = empty
         json.dump(doc, sys.stdout, indent=1)
         sys.stdout.write("\n")
+        return 0
+    if r.n_events == 0:
+        lines = [empty] + ([f"note: {src.truncation}"] if src.truncation else [])
+        sys.stdout.write("\n".join(lines) + "\n")
         return 0
     lines = render_btt(r, all_data=not args.btt)
     if not args.btt:
