@@ -10,6 +10,7 @@ the export and snoop's pairing must work on each, exit 0 and say what is special
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -133,3 +134,36 @@ def test_snoop_pairing_survives_empty_and_note_only_batches() -> None:
     rows = np.concatenate(paired)
     assert len(rows) == NIOS
     assert (rows["q_ts"] > 0).all() and (rows["d_ts"] > 0).all()
+
+
+def _mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_output_files_are_private_and_never_overwritten_silently(tmp_path: Path) -> None:
+    """Captures, exports, imports and text outputs name processes and disks: 0600 whatever the umask;
+    export and import refuse an existing file like record does, and -f makes the overwritten file private."""
+    old = os.umask(0o022)
+    try:
+        cap = tmp_path / "case.ioscope"
+        _write(cap, LAYOUTS["idle start"])
+        assert _mode(cap) == 0o600
+        blk, imp, txt, csv = (tmp_path / n for n in ("case.blktrace", "imp.ioscope", "parse.txt", "q2c.csv"))
+        run_ioscope("export", "-o", str(blk), str(cap), check=True)
+        run_ioscope("import", str(blk), "-o", str(imp), check=True)
+        run_ioscope("parse", "-o", str(txt), str(cap), check=True)
+        run_ioscope("report", "--q2c-csv", str(csv), str(cap), check=True)
+        for f in (blk, imp, txt, csv):
+            assert _mode(f) == 0o600, f
+        for args in (["export", "-o", str(blk), str(cap)], ["import", str(blk), "-o", str(imp)]):
+            p = run_ioscope(*args)
+            assert p.returncode == 1 and "Traceback" not in p.stderr
+            assert p.stderr.strip().endswith("exists; choose another file or overwrite it with -f"), p.stderr
+        blk.chmod(0o644)
+        run_ioscope("export", "-f", "-o", str(blk), str(cap), check=True)
+        assert _mode(blk) == 0o600
+        per_cpu = tmp_path / "percpu"
+        run_ioscope("export", "--per-cpu", "-o", str(per_cpu), str(cap), check=True)
+        assert [_mode(f) for f in per_cpu.iterdir()] and {_mode(f) for f in per_cpu.iterdir()} == {0o600}
+    finally:
+        os.umask(old)

@@ -173,6 +173,8 @@ class CaptureWriter:
         self.chunks_written = 0
         self.late_events = 0
         self.closed = False
+        from ioscope.cli_common import make_private
+        make_private(path)  # events name processes and disks: owner only
         try:
             self._sink = pa.OSFile(path, "wb")
         except (OSError, pa.ArrowException) as exc:

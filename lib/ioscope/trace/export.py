@@ -6,11 +6,12 @@ import argparse
 import io
 import os
 import sys
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 import numpy as np
 
-from ioscope.errors import IoscopeError, UsageError
+from ioscope import cli_common
+from ioscope.errors import UsageError
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET, BlktraceWriter
 from ioscope.trace.events import EV_NOTE_PROCESS, note_comm
 from ioscope.trace.offline import Source, open_source
@@ -99,10 +100,7 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False) -> tuple[int, in
 
 
 def _create(path: str) -> BinaryIO:
-    try:
-        return open(path, "wb")
-    except OSError as exc:
-        raise IoscopeError(f"cannot write {path}: {exc.strerror}", "check the directory and free space") from None
+    return cast(BinaryIO, cli_common.open_private(path, "wb"))
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -116,12 +114,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="output file (a blkparse -d style dump), or directory with --per-cpu")
     p.add_argument("--per-cpu", action="store_true",
                    help="write blktrace's layout instead: OUT/<disk>.blktrace.<cpu>, one file per disk and CPU")
+    cli_common.add_force(p)
     p.set_defaults(func=run, tool="export")
 
 
 def run(args: argparse.Namespace) -> int:
     if not args.per_cpu and os.path.isdir(args.output):
         raise UsageError(f"{args.output} is a directory", "give a file name, or use --per-cpu")
+    if not args.per_cpu:
+        cli_common.check_output(args.output, args.force)
     records, nbytes, files = export_blktrace(args.capture, args.output, args.per_cpu)
     sys.stderr.write(f"ioscope export: {records} blktrace records, {nbytes} bytes in {len(files)} file(s)\n")
     if not records:

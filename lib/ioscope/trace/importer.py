@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ioscope import cli_common
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import blktrace
 from ioscope.trace.events import EV_NOTE_PROCESS
@@ -157,10 +158,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="FILE", help="blktrace files, NAME for NAME.blktrace.*, or dumps")
     p.add_argument("-o", "--output", required=True, metavar="CAPTURE", help="the capture to write")
+    cli_common.add_force(p)
     p.set_defaults(func=run, tool="import")
 
 
 def run(args: argparse.Namespace) -> int:
+    cli_common.check_output(args.output, args.force)
     info = import_blktrace(args.inputs, args.output)
     sys.stderr.write(f"ioscope import: {info['events']} events from {len(info['files'])} file(s), "
                      f"{len(info['devices'])} device(s), {info['comms']} process names -> {args.output}\n")

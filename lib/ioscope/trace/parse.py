@@ -19,6 +19,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
+from ioscope import cli_common
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import _tracecore
 from ioscope.trace.blktrace import Sequencer
@@ -499,10 +500,7 @@ def run(args: argparse.Namespace) -> int:
         fmt_all = args.format
     out: IO[str]
     if args.output:
-        try:
-            out = open(args.output, "w")
-        except OSError as exc:
-            raise IoscopeError(f"cannot write {args.output}: {exc.strerror}") from None
+        out = cli_common.open_private(args.output)
     else:
         out = sys.stdout
     try:

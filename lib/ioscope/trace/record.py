@@ -469,7 +469,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("record", help="record every block-layer event to a capture file (like blktrace)",
                        description="Record every block-layer event (Q G I M F D C R P U X A, as blktrace) "
                                    "into a capture file for offline analysis with ioscope parse/report/export. "
-                                   "Ctrl-C or SIGTERM ends it cleanly; a killed recorder leaves a readable file.",
+                                   "Ctrl-C, SIGTERM or SIGHUP end it cleanly; a killed recorder leaves a readable file.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="capture file to write")
     cli_common.add_disk_pid(p)
@@ -481,18 +481,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="kernel buffer memory, shared by one ring per CPU and context level (task, softirq, "
                         "hardirq), each rounded up to a power of two records; default 32M, and at least "
                         "8192 records per ring")
-    p.add_argument("-f", "--force", action="store_true", help="overwrite FILE if it exists")
+    cli_common.add_force(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no status line, only the summary")
     p.set_defaults(func=run, tool="record")
 
 
 def run(args: argparse.Namespace) -> int:
     out = args.output
-    if os.path.exists(out) and not args.force:
-        raise IoscopeError(f"{out} exists", "choose another file or overwrite it with -f")
+    cli_common.check_output(out, args.force)
     parent = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(parent):
-        raise IoscopeError(f"directory {parent} does not exist", "create it or write the capture elsewhere")
     system.require_bpf_privileges("record")
     btf = system.btf_path(getattr(args, "btf", None))
     disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))

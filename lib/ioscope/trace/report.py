@@ -12,6 +12,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
+from ioscope import cli_common
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import btt
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET
@@ -493,10 +494,10 @@ class CsvDumps:
         self.procs = procs
         for ph, path in paths.items():
             try:
-                f = open(path, "w", newline="")
-            except OSError as exc:
+                f = cli_common.open_private(path, "w", newline="")
+            except IoscopeError:
                 self.close()
-                raise IoscopeError(f"cannot write {path}: {exc.strerror}", "check the directory") from None
+                raise
             self.files[ph] = f
             w = csv.writer(f)
             w.writerow(["time_s", "device", "process", "sector", f"{ph}_s"])
