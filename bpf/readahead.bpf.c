@@ -524,3 +524,5 @@ int tp_delete_page(struct trace_event_raw_mm_filemap_op_page_cache *ctx)
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+COMMS_RENAME_PROGRAMS

@@ -24,6 +24,8 @@
 #include "ra.h"
 #define IOS_STATS_SIZE RS_NR_STATS
 #include "common.bpf.h"
+#define COMMS_MAP 0
+#include "comms.bpf.h"
 
 #define MAX_IOV 16
 #define S_IFMT 00170000
@@ -544,3 +546,33 @@ int BPF_PROG(raw_bio_queue, struct bio *bio)
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+/* task_rename: the process's name in its per-direction values follows exec and prctl (comms.bpf.h). */
+static __always_inline int on_rename(struct task_struct *task, const char *newcomm)
+{
+	struct rs_key rd = { .tgid = renamed_tgid(task), .op = RS_OP_READ };
+	struct rs_key wr = { .tgid = rd.tgid, .op = RS_OP_WRITE };
+	struct rs_val *v;
+
+	if (!rd.tgid)
+		return 0;
+	v = bpf_map_lookup_elem(&procs, &rd);
+	if (v)
+		bpf_probe_read_kernel_str(v->comm, sizeof(v->comm), newcomm);
+	v = bpf_map_lookup_elem(&procs, &wr);
+	if (v)
+		bpf_probe_read_kernel_str(v->comm, sizeof(v->comm), newcomm);
+	return 0;
+}
+
+SEC("tp_btf/task_rename")
+int BPF_PROG(btf_task_rename, struct task_struct *task, const char *comm)
+{
+	return on_rename(task, comm);
+}
+
+SEC("raw_tp/task_rename")
+int BPF_PROG(raw_task_rename, struct task_struct *task, const char *comm)
+{
+	return on_rename(task, comm);
+}

@@ -110,6 +110,7 @@ struct level_state {
 	__u32 pid[IOS_REC_COMM_SLOTS];
 	__u8 valid[IOS_REC_COMM_SLOTS];
 	__u64 last_check_ns;
+	__u64 last_gen;
 	__u32 last_pid;
 	__u32 last_valid;
 };
@@ -207,6 +208,10 @@ static __always_inline void slot_put(struct rec_ring_pos *pos, __u64 head)
  */
 #define COMM_RECHECK_NS 20000000ULL
 
+/* Bumped by task_rename (exec, prctl, /proc/PID/comm): every level's fast path then compares
+ * the comm again at its next event, so I/O after a rename carries the new name at once. */
+__u64 rename_gen = 0;
+
 static __always_inline void note_process(__u64 pid_tgid, __u64 ts, struct level_state *cs, __u32 ring, __u16 cpu)
 {
 	struct comm16 cur = {}, *seen;
@@ -215,8 +220,12 @@ static __always_inline void note_process(__u64 pid_tgid, __u64 ts, struct level_
 	__u64 head = 0;
 	__u32 pid = (__u32)pid_tgid, slot = pid & (IOS_REC_COMM_SLOTS - 1);
 
-	if (cs->last_valid && cs->last_pid == pid && ts - cs->last_check_ns < COMM_RECHECK_NS)
+	__u64 gen = *(volatile __u64 *)&rename_gen;
+
+	if (cs->last_valid && cs->last_pid == pid && ts - cs->last_check_ns < COMM_RECHECK_NS &&
+	    cs->last_gen == gen)
 		return;
+	cs->last_gen = gen;
 	cs->last_pid = pid;
 	cs->last_check_ns = ts;
 	cs->last_valid = 1;
@@ -583,3 +592,17 @@ int BPF_PROG(raw_unplug, struct request_queue *q, unsigned int depth, bool expli
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+SEC("tp_btf/task_rename")
+int BPF_PROG(btf_task_rename, struct task_struct *task, const char *comm)
+{
+	__sync_fetch_and_add(&rename_gen, 1);
+	return 0;
+}
+
+SEC("raw_tp/task_rename")
+int BPF_PROG(raw_task_rename, struct task_struct *task, const char *comm)
+{
+	__sync_fetch_and_add(&rename_gen, 1);
+	return 0;
+}

@@ -226,3 +226,5 @@ int BPF_PROG(raw_rq_complete, struct request *rq, int error, unsigned int nr_byt
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+COMMS_RENAME_PROGRAMS

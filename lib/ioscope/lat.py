@@ -102,7 +102,7 @@ class LatCollector:
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
-        b.choose(required=["bio_queue", "rq_issue", "rq_complete"], optional=["split"])
+        b.choose(required=["bio_queue", "rq_issue", "rq_complete"], optional=["split", "task_rename"])
         b.set_global("targ_per_disk", o.per_disk, "?")
         b.set_global("targ_per_op", o.per_op, "?")
         b.set_global("targ_per_pid", o.per_pid, "?")

@@ -198,7 +198,8 @@ class BPFObject:
         self.close()
 
 
-_CATEGORIES = {"block_": "block", "page_cache_": "filemap", "mm_filemap_": "filemap", "sys_": "syscalls"}
+_CATEGORIES = {"block_": "block", "page_cache_": "filemap", "mm_filemap_": "filemap", "sys_": "syscalls",
+               "task_": "task"}
 
 
 def _category_of(tp: str) -> str:

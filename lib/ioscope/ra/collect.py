@@ -163,7 +163,7 @@ class ReadsizeCollector:
         o, b = self.opts, self.bpf
         # x86-64 builds see syscalls at sys_exit alone (see readsize.bpf.c)
         syscalls = ["sys_enter", "sys_exit"] if "sys_enter" in b.hooks else ["sys_exit"]
-        b.choose(required=[*syscalls, "bio_queue"], optional=["sync_ra", "async_ra", "rq_issue"])
+        b.choose(required=[*syscalls, "bio_queue"], optional=["sync_ra", "async_ra", "rq_issue", "task_rename"])
         _need_kfunc(b, "bpf_rdonly_cast", syscalls, force_raw)
         self._syscalls_on_btf = any(b.hooks[h].chosen == "tp_btf" for h in syscalls)
         if any("page_cache" in u for u in b.unavailable):
@@ -244,7 +244,7 @@ def merge_procs(acc: dict[tuple[int, str], ProcIO], procs: list[ProcIO]) -> None
 # -- readahead --------------------------------------------------------------
 
 RA_HOOKS = ("sync_ra", "async_ra", "ra_order", "ra_unbounded", "get_pages", "fault", "map_pages", "add_page",
-            "delete_page")
+            "delete_page", "task_rename")
 # what each hook's absence costs
 RA_HOOK_NUMBERS = {
     "sync_ra": "sync decisions",
@@ -256,6 +256,7 @@ RA_HOOK_NUMBERS = {
     "map_pages": "used pages of memory-mapped files (fault-around)",
     "add_page": "pages read ahead, used, wasted and still cached",
     "delete_page": "wasted pages (evicted pages will look still cached)",
+    "task_rename": "process names that follow exec and renames (names are taken at the first I/O)",
 }
 
 

@@ -42,7 +42,7 @@ class TopCollector:
         self.bpf = BPFObject("top", btf=btf)
         try:
             b = self.bpf
-            b.choose(required=["bio_queue", "rq_complete"], optional=["split"])
+            b.choose(required=["bio_queue", "rq_complete"], optional=["split", "task_rename"])
             from ioscope import _libbpf
             b.set_max_entries("procs", proc_entries(_libbpf.num_possible_cpus()))
             b.load()

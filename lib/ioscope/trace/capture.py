@@ -108,10 +108,12 @@ def checksum(ev: np.ndarray) -> str:
 
 
 def notes_to_comms(events: np.ndarray) -> dict[int, str]:
-    """pid -> command name from the process notes in an EVENT array (the last note of a pid wins)."""
+    """pid -> command name from the process notes in an EVENT array (a pid's latest note wins: the
+    array may come straight from the per-CPU rings, in ring order rather than time order)."""
     sel = events[(events["action"] == 0) & ((events["flags"] & EV_NOTE_PROCESS) != 0)]
     if not len(sel):
         return {}
+    sel = sel[np.argsort(sel["ts"], kind="stable")]
     raw = np.empty((len(sel), 2), dtype="<u8")
     raw[:, 0] = sel["sector"]
     raw[:, 1] = sel["aux"]

@@ -297,13 +297,39 @@ class Parser:
         notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
         if seq is None:
             seq = self.seq.number(ev)
+        renames: list[tuple[int, int, str]] = []
         if notes.any():
-            for e in ev[notes]:
-                self.comms.setdefault(int(e["pid"]), note_comm(e))
+            # a process note names its pid from its time on (exec, prctl): events before it keep
+            # the name they were done under
+            renames = sorted((int(e["ts"]), int(e["pid"]), note_comm(e)) for e in ev[notes])
             keep = ~notes
             ev, seq = ev[keep], seq[keep]
-            if not len(ev):
-                return
+        try:
+            self._feed_events(ev, seq, renames)
+        finally:
+            for _ts, pid, comm in renames:
+                self.comms[pid] = comm
+
+    def _names(self, ev: npt.NDArray[np.void], renames: list[tuple[int, int, str]]) -> tuple[list[bytes], Any]:
+        """(names, index per event): each event named as its pid was at its time."""
+        upid, pinv = np.unique(ev["pid"], return_inverse=True)
+        pinv = pinv.reshape(-1).astype(np.int32)
+        names = [self.comms.get(int(p), "") for p in upid.tolist()]
+        if renames:
+            ts = ev["ts"]
+            pid_of = ev["pid"]
+            for t, pid, comm in renames:   # in time order: later notes override earlier ones
+                hit = (pid_of == pid) & (ts >= t)
+                if hit.any():
+                    pinv[hit] = len(names)
+                    names.append(comm)
+        return [n.encode(errors="replace") for n in names], pinv
+
+    def _feed_events(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32],
+                     renames: list[tuple[int, int, str]] | None = None) -> None:
+        """Render block events (no process notes), named by self.comms and the chunk's renames."""
+        if self.stopped or not len(ev):
+            return
         if self.genesis is None:
             self.genesis = int(ev["ts"][0])
             if self.wall_of is not None:
@@ -331,27 +357,27 @@ class Parser:
         udev, dinv = np.unique(ev["dev"], return_inverse=True)
         lut = np.array([self.dev_idx[int(d)] for d in udev.tolist()], dtype=np.int32)
         devidx = lut[dinv.reshape(-1)]
-        upid, pinv = np.unique(ev["pid"], return_inverse=True)
-        names = [self.comms.get(int(p), "").encode(errors="replace") for p in upid.tolist()]
+        names, pinv = self._names(ev, renames or [])
         c = np.ascontiguousarray
         text = _tracecore.format_blkparse(
             len(ev), c(rel), c(seq.astype(np.uint32)), c(ev["dev"]), c(devidx), c(ev["cpu"]), c(ev["pid"]),
-            c(pinv.reshape(-1).astype(np.int32)), c(ev["action"]), c(ev["category"]), c(ev["sector"]),
+            c(pinv), c(ev["action"]), c(ev["category"]), c(ev["sector"]),
             c(ev["bytes"]), c(ev["error"]), c(ev["aux"]), c(ev["aux_dev"]), self.mask, names, self.cpustats,
             self.cpustats.shape[1], self.devstats, not self.formats)
         if not self.formats:
             self.out.write(text.decode(errors="replace"))
             return
         lines = []
-        for t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev in zip(
+        for t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev, ni in zip(
                 rel.tolist(), seq.tolist(), ev["dev"].tolist(), ev["cpu"].tolist(), ev["pid"].tolist(),
                 ev["action"].tolist(), ev["category"].tolist(), ev["sector"].tolist(), ev["bytes"].tolist(),
-                ev["error"].tolist(), ev["aux"].tolist(), ev["aux_dev"].tolist()):
+                ev["error"].tolist(), ev["aux"].tolist(), ev["aux_dev"].tolist(), pinv.tolist()):
             if not cat & self.mask or act not in FS_ACTIONS or act == TA_DRV_DATA:
                 continue
             letters = ACTION_LETTERS[act]
             fm = self.formats.get(letters[0])
             fields = self._fields(t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev, letters)
+            fields["comm"] = names[ni].decode(errors="replace")
             lines.append(fm.render(fields) if fm is not None else self._default(fields, act, aux, auxdev))
         self.out.write("".join(lines))
 
@@ -514,7 +540,8 @@ def run(args: argparse.Namespace) -> int:
 
             parser = Parser(out, dict(src.comms), mask, window, fmt_all, fmt_per, wall_of=wall_of)
             for ev, seq in src.chunks_with_seq():
-                parser.comms.update(src.comms)
+                for pid, comm in src.comms.items():  # names of pids not seen yet; renames come from notes
+                    parser.comms.setdefault(pid, comm)
                 parser.feed(ev, seq)
                 if parser.stopped:
                     break

@@ -42,6 +42,7 @@ HOOKS: dict[str, tuple[str, bool]] = {
     "split": ("X", False),
     "bio_remap": ("A", False),
     "rq_remap": ("A", False),
+    "task_rename": ("", False),   # no event: process notes follow exec and renames at once
 }
 
 # enum rec_stat in bpf/record.h
@@ -469,7 +470,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("record", help="record every block-layer event to a capture file (like blktrace)",
                        description="Record every block-layer event (Q G I M F D C R P U X A, as blktrace) "
                                    "into a capture file for offline analysis with ioscope parse/report/export. "
-                                   "Ctrl-C, SIGTERM or SIGHUP end it cleanly; a killed recorder leaves a readable file.",
+                                   "Ctrl-C, SIGTERM or SIGHUP end it cleanly; a killed recorder leaves a readable "
+                                   "file.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="capture file to write")
     cli_common.add_disk_pid(p)

@@ -25,7 +25,7 @@ from ioscope.trace.capture import clock_pair, notes_to_comms
 from ioscope.trace.events import EVENT, TA_COMPLETE, TA_ISSUE, TA_QUEUE, TA_SPLIT, rwbs
 from ioscope.trace.record import POLL_MS, Recorder, RecorderOptions, completions_warnings, count_completions
 
-SNOOP_HOOKS = ["bio_queue", "split", "rq_issue", "rq_complete", "bio_complete"]
+SNOOP_HOOKS = ["bio_queue", "split", "rq_issue", "rq_complete", "bio_complete", "task_rename"]
 PENDING_MAX_AGE_NS = 30 * 1_000_000_000  # a Q or D unmatched for this long is dropped (merged bios, lost C)
 PENDING_MAX = 1 << 20
 # A poll reads the recorder's rings one after the other, so a completion can be seen before an
