@@ -66,7 +66,11 @@ def test_mixed_scenario_equals_btt(tmp_path: Path) -> None:
     doc, _avg = assert_same_as_btt(cap, tmp_path)
     dev0 = doc["devices"]["7,0"]
     assert dev0["in_flight_at_end"] == 1 and dev0["in_flight_at_end_issued"] == 1
-    assert dev0["merge"]["q"] == 17 and dev0["merge"]["d"] == 15
+    ev = bs.mixed().events()
+    on0 = ev["dev"] == bs.LOOP0
+    n_q, n_d = int((on0 & (ev["action"] == TA_QUEUE)).sum()), int((on0 & (ev["action"] == TA_ISSUE)).sum())
+    # btt's #Q also counts the remap (A) onto 7,0 of the bio queued on its partition 7,1
+    assert dev0["merge"]["q"] == n_q + 1 and dev0["merge"]["d"] == n_d
     # the plug on 7,1 came before any I/O event of that disk: btt (and so ioscope) has no state for the disk
     # yet and ignores it, and then the timer unplug of a disk that is not plugged
     assert doc["devices"]["7,1"]["plug"]["timer_unplugs"] == 0 and doc["devices"]["7,0"]["plug"]["plugs"] == 1
@@ -421,3 +425,39 @@ def test_plug_percentage_rounds_like_btt(tmp_path: Path) -> None:
     assert line.endswith(" 10.224699166%"), line
     exact = 100.0 * sum(u - p for p, u in plugs) / (end - first)
     assert f"{exact:13.9f}" == " 10.224699167"   # from exact nanoseconds: one digit off
+
+
+def test_split_bios_differ_from_btt_as_report_says(tmp_path: Path) -> None:
+    """Split bios (X): ioscope pairs each piece, with the bio's Q time; the real btt ignores X, never
+    completes a split bio and lacks their Q2C and D2C; report says by how much, and it is exact."""
+    nbios, pieces = 5, 3
+    s = bs.split_bios(nbios, pieces)
+    cap = tmp_path / "split.ioscope"
+    bs.write_capture(str(cap), s)
+    doc = report_json(cap)
+    dev0 = doc["devices"]["7,0"]
+    ev = s.events()
+    n_c = int((ev["action"] == TA_COMPLETE).sum())
+    assert n_c == nbios * pieces + 1
+    # every request completed is timed, as the kernel counts them; nothing is left in flight
+    assert doc["phases"]["q2c"]["n"] == n_c and doc["phases"]["d2c"]["n"] == n_c
+    assert dev0["in_flight_at_end"] == 0
+    assert dev0["split_bios"] == nbios and dev0["split_pieces"] == nbios * (pieces - 1)
+    assert dev0["btt_stale_q"] == 1   # the later read inside the first bio's range
+    # each piece's Q2C runs from the bio's Q: the last piece of each bio is the slowest
+    assert doc["phases"]["q2c"]["max"] == pytest.approx((90_000 + (pieces - 1) * 1000) / 1e9)
+    # the real btt on the export: no split bio completes there, and the read inside a stale range
+    # lost its G to the stale bio (Q2G of 5 ms) and with it its Q2C: btt's N (row absent when 0) are
+    # smaller by split_bios + split_pieces + btt_stale_q
+    out = tmp_path / "split.bin"
+    run_ioscope("export", str(cap), "-o", str(out), check=True)
+    avg = bs.run_btt(str(out), str(tmp_path))
+    rows = {ln.split()[0]: ln.split() for ln in bs.section(avg, "All Devices").splitlines()
+            if ln.strip() and ln.split()[0].isalnum()}
+    missing = dev0["split_bios"] + dev0["split_pieces"]
+    for ph in ("Q2C", "D2C"):
+        assert (int(rows[ph][-1]) if ph in rows else 0) == n_c - missing - dev0["btt_stale_q"], ph
+    assert float(rows["Q2G"][3]) == pytest.approx(0.005001)   # the stolen G: btt's max Q2G
+    assert doc["phases"]["q2g"]["max"] == pytest.approx(1e-6)   # ioscope's: the read's own G, 1 us
+    text = run_ioscope("report", str(cap), check=True).stdout
+    assert f"btt's Q2C and D2C N are at least {missing} smaller" in text

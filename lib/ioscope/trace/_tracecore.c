@@ -311,6 +311,11 @@ typedef struct {
 	size_t nq, capq;
 	uint64_t last_q;
 	uint64_t n_qs, n_ds, n_act_q, t_act_q, dup_q, culled, overlap_q;
+	/* split bios: pieces made (each paired on its own, with the bio's Q time); the ranges btt
+	 * keeps as one I/O no piece completes, and the later Qs inside one (btt may pair them with it) */
+	uint64_t split_pieces, split_bios, btt_stale_q;
+	uint64_t *stale; /* [start, end) pairs, sorted by start */
+	size_t nstale, capstale;
 	stree_t seek_q, seek_d;
 	int plugged;
 	uint64_t last_plug, nplugs, nplugs_t, nios_up, nios_upt;
@@ -438,6 +443,57 @@ static size_t lower(const dev_t_ *d, uint64_t s)
 			hi = mid;
 	}
 	return lo;
+}
+
+/* room for one more in-flight Q; -1 when out of memory */
+static int grow_q(dev_t_ *d)
+{
+	if (d->nq < d->capq)
+		return 0;
+	size_t cap = d->capq ? d->capq * 2 : 64;
+	qrec_t *nq = realloc(d->q, cap * sizeof(*nq));
+	if (!nq)
+		return -1;
+	d->q = nq;
+	d->capq = cap;
+	return 0;
+}
+
+/* Does [s, e) overlap a range btt still holds for a split bio? */
+static int in_stale(const dev_t_ *d, uint64_t s, uint64_t e)
+{
+	size_t lo = 0, hi = d->nstale;
+	while (lo < hi) { /* first range starting at or after e */
+		size_t mid = (lo + hi) / 2;
+		if (d->stale[2 * mid] < e)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	/* ranges of different bios do not nest: the one before is the only candidate */
+	return lo > 0 && d->stale[2 * (lo - 1) + 1] > s;
+}
+
+static int add_stale(dev_t_ *d, uint64_t s, uint64_t e)
+{
+	if (d->nstale == d->capstale) {
+		size_t cap = d->capstale ? d->capstale * 2 : 16;
+		uint64_t *ns = realloc(d->stale, cap * 2 * sizeof(*ns));
+		if (!ns)
+			return -1;
+		d->stale = ns;
+		d->capstale = cap;
+	}
+	size_t i = d->nstale;
+	while (i > 0 && d->stale[2 * (i - 1)] > s) {
+		d->stale[2 * i] = d->stale[2 * (i - 1)];
+		d->stale[2 * i + 1] = d->stale[2 * (i - 1) + 1];
+		i--;
+	}
+	d->stale[2 * i] = s;
+	d->stale[2 * i + 1] = e;
+	d->nstale++;
+	return 0;
 }
 
 static qrec_t *find_sec(dev_t_ *d, uint64_t sec)
@@ -788,8 +844,46 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 			continue;
 		}
 		if (!(a == A_QUEUE || a == A_REMAP || a == A_INSERT || a == A_GETRQ || a == A_BACKMERGE ||
-		      a == A_FRONTMERGE || a == A_REQUEUE || a == A_ISSUE || a == A_COMPLETE || a == A_SLEEPRQ))
+		      a == A_FRONTMERGE || a == A_REQUEUE || a == A_ISSUE || a == A_COMPLETE || a == A_SLEEPRQ ||
+		      a == A_SPLIT))
 			continue;
+		if (a == A_SPLIT) {
+			/* The bio queued at sec was split: its first part keeps [sec, rest), the rest
+			 * continues at rest as a piece of its own (G, I, D, C of its own, the bio's Q time).
+			 * btt ignores X (nothing else here counts it) and keeps the whole bio as one I/O
+			 * that no piece completes. */
+			d = &c->devs[di];
+			if (!d->alloc || d->culling)
+				continue;
+			uint64_t rest = aux[k];
+			qrec_t *q = find_sec(d, sec);
+			if (!q || q->s != sec || rest <= q->s || rest >= q->e)
+				continue;
+			/* the bio's whole range, once (a piece split again lies inside it) */
+			if (!d->nstale || !in_stale(d, q->s, q->e)) {
+				if (add_stale(d, q->s, q->e) < 0) {
+					c->oom = 1;
+					break;
+				}
+				d->split_bios++;
+			}
+			if (grow_q(d) < 0) {
+				c->oom = 1;
+				break;
+			}
+			q = find_sec(d, sec); /* the array may have moved */
+			qrec_t piece = *q;
+			q->e = rest;
+			piece.s = rest;
+			piece.g = piece.i = piece.m = piece.d = NONE;
+			piece.sl = 0;
+			size_t j = lower(d, rest);
+			memmove(&d->q[j + 1], &d->q[j], (d->nq - j) * sizeof(qrec_t));
+			d->q[j] = piece;
+			d->nq++;
+			d->split_pieces++;
+			continue;
+		}
 		if (bytes[k] == 0 && a != A_REQUEUE && a != A_REMAP)
 			continue;
 		d = setup_dev(c, di, t);
@@ -828,18 +922,14 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 					emit(c, kind, -1, p, t, t > c->proc_last_q[p] ? t - c->proc_last_q[p] : 1, sec, rd[k]);
 				c->proc_last_q[p] = t;
 			}
+			if (d->nstale && in_stale(d, sec, e))
+				d->btt_stale_q++;
 			if (replace) {
 				d->dup_q++;
 			} else {
-				if (d->nq == d->capq) {
-					size_t cap = d->capq ? d->capq * 2 : 64;
-					qrec_t *nq = realloc(d->q, cap * sizeof(*nq));
-					if (!nq) {
-						c->oom = 1;
-						break;
-					}
-					d->q = nq;
-					d->capq = cap;
+				if (grow_q(d) < 0) {
+					c->oom = 1;
+					break;
 				}
 				/* a Q overlapping one in flight: btt's tree search can miss one of them */
 				if ((i > 0 && d->q[i - 1].e > sec) || (i < d->nq && d->q[i].s < e))
@@ -1064,6 +1154,9 @@ static PyObject *Core_devices(Core *c, PyObject *unused)
 		SET_U64(dct, "dup_q", d->dup_q);
 		SET_U64(dct, "culled", d->culled);
 		SET_U64(dct, "overlap_q", d->overlap_q);
+		SET_U64(dct, "split_pieces", d->split_pieces);
+		SET_U64(dct, "split_bios", d->split_bios);
+		SET_U64(dct, "btt_stale_q", d->btt_stale_q);
 		SET_U64(dct, "plugged", d->plugged);
 		SET_U64(dct, "last_plug", d->last_plug);
 		SET_F64(dct, "plugged_s", d->plugged_s);
@@ -1141,6 +1234,7 @@ static void Core_dealloc(Core *c)
 	free(c->work);
 	for (size_t i = 0; i < c->ndevs; i++) {
 		free(c->devs[i].q);
+		free(c->devs[i].stale);
 		free(c->devs[i].seek_q.n);
 		free(c->devs[i].seek_d.n);
 	}

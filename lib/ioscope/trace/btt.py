@@ -13,6 +13,18 @@ code here is ioscope's own):
   sector. D and C apply to every in-flight Q whose range lies inside theirs
   (so a merged request's D2C and Q2C count once per queued bio, and a partial
   completion finishes the bios it covers). C ends the Q's life.
+- Split bios (X) are where ioscope and btt part ways. btt ignores X: it keeps
+  a split bio as one I/O whose range no piece's D or C covers, so the bio
+  never completes, its pieces after the first are not paired, and a later Q
+  inside its range can have its G, I, D and C taken by the stale bio (btt's
+  range search returns whichever of the two it meets first): Q2G and Q2C of
+  seconds, Device Overhead far above 100% (docs/report.md, "Where report and
+  btt differ"). ioscope splits the in-flight Q at each X: each piece is paired
+  on its own and keeps the bio's Q time, so every phase counts requests as
+  the kernel and /proc/diskstats do. `split_bios` counts the bios split,
+  `split_pieces` the pieces made (one per X), `btt_stale_q` the later Qs that
+  overlap a range btt still holds. btt's Q2C and D2C N are therefore
+  split_bios + split_pieces smaller than ioscope's (tests check it with btt).
 - Events with no data (bytes == 0) are ignored, except R (requeue) and A.
 - A delta that is zero or negative counts as 1 ns, as btt does.
 - Device-mapper/md devices (majors 9, 253, 254) are "remappers": their Q2Q,
@@ -209,6 +221,9 @@ class DevState:
     dup_q: int = 0
     culled: int = 0
     overlap_q: int = 0
+    split_pieces: int = 0
+    split_bios: int = 0
+    btt_stale_q: int = 0
     blk_n: int = 0
     blk_total: int = 0
     blk_min: int = 0
@@ -523,7 +538,8 @@ class Btt:
         for info in self.core.devices():
             dev = self.dev_of[info["idx"]]
             d = DevState(dev, **{k: info[k] for k in (
-                "start_time", "end_time", "n_qs", "n_ds", "t_act_q", "dup_q", "culled", "overlap_q", "blk_n",
+                "start_time", "end_time", "n_qs", "n_ds", "t_act_q", "dup_q", "culled", "overlap_q", "split_pieces",
+                "split_bios", "btt_stale_q", "blk_n",
                 "blk_total", "blk_min", "blk_max", "nplugs", "nplugs_t", "nios_up", "nios_upt", "plugged_s",
                 "inflight", "inflight_issued", "q2d_hist")})
             if info["plugged"]:   # btt closes a plug still open at the device's last event
