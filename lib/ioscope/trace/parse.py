@@ -341,8 +341,10 @@ class Parser:
                 return
         else:
             self._register(ev["dev"])
-        # blkparse orders by (time, device, sequence)
-        o = np.lexsort((seq, ev["dev"], ev["ts"]))
+        # blkparse orders by time, device and sequence; sequence numbers are per CPU, so two events
+        # of one nanosecond on two CPUs can tie on all three, and then blkparse's sort tree puts the
+        # one it read later first (checked with blkparse 1.2.0 on hand-made dumps)
+        o = np.lexsort((np.arange(len(ev))[::-1], seq, ev["dev"], ev["ts"]))
         ev, seq = ev[o], seq[o]
         rel = ev["ts"].astype(np.int64) - self.genesis
         if self.window is not None:
