@@ -220,6 +220,7 @@ static __always_inline int on_rq_complete(struct request *rq, unsigned int nr_by
 	__u32 dev = btf ? disk_dev_direct(rq_disk_direct(rq)) : disk_dev(rq_disk(rq));
 	__u32 opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
 	__u32 rq_bytes = btf ? rq->__data_len : BPF_CORE_READ(rq, __data_len);
+	__u32 rq_flags = btf ? rq->rq_flags : BPF_CORE_READ(rq, rq_flags);
 	__u8 op = opf_to_op(opf, rq_bytes);
 	struct bio_slot *sl;
 	struct bio_start *rs;
@@ -238,6 +239,11 @@ static __always_inline int on_rq_complete(struct request *rq, unsigned int nr_by
 		}
 		return 0;
 	}
+	/* The data step of a PREFLUSH/FUA write on a write-back disk: its bios are not ended yet.
+	 * The I/O is complete, and timed (q2c, q2d, d2c to the end), when the flush sequence ends the
+	 * request, as the kernel counts it; the flush requests themselves (no bios) are timed above. */
+	if (rq_flush_seq(rq_flags))
+		return 0;
 	for (i = 0; i < MAX_CHAIN && bio; i++) {
 		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
 

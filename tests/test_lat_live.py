@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -269,3 +270,32 @@ def test_split_bios_keep_their_queue_time_and_process(loopdev: Any) -> None:
     assert run.doc["lost_detail"]["split"] == writes * 15
     (q2c,), (d2c,) = run.hists("q2c", pid=dd.pid), run.hists("d2c", pid=dd.pid)
     assert q2c["min"] >= d2c["min"] and q2c["p50"] >= d2c["p50"]
+
+
+@pytest.mark.parametrize("attach", ["tp_btf", "raw_tp"])
+def test_flush_sequence_counted_as_the_kernel_counts(loopdev: Any, attach: str) -> None:
+    """O_DSYNC direct writes on a disk with a volatile cache and no FUA: each write's request goes
+    through the flush sequence (data step, then the request ended again) and the page-cache-less
+    fsync sends an empty PREFLUSH bio; the flush requests are the kernel's own. lat counts each I/O
+    once, when the kernel does: writes (q2c) and flushes (d2c) equal the /proc/diskstats deltas."""
+    nwrites = 37
+    dev = loopdev(size_mb=64)
+    assert Path(f"/sys/block/{dev.name}/queue/write_cache").read_text().strip() == "write back"
+    env = {"IOSCOPE_ATTACH": attach} if attach == "raw_tp" else None
+    with lat_running("-d", dev.name, "-F", "-j", env=env) as run:
+        before = dev.diskstats()
+        subprocess.run(["dd", "if=/dev/zero", f"of={dev.path}", "bs=4k", f"count={nwrites}", "oflag=direct,dsync",
+                        "status=none"], check=True)
+        time.sleep(0.3)
+        after = dev.diskstats()
+    assert run.returncode == 0, run.stderr
+    writes, flushes = after.writes - before.writes, after.flushes - before.flushes
+    assert writes >= nwrites and flushes >= nwrites   # the flush sequence ran
+    missing = run.doc["completions_unreported"]
+    assert missing <= unreported_bound(writes + flushes)
+    assert run.count("q2c", op="write") + run.count("d2c", op="flush") + missing == writes + flushes
+    assert run.doc["lost_detail"]["completed_without_start"] == 0
+    if missing == 0:
+        assert (run.count("q2c", op="write"), run.count("d2c", op="flush")) == (writes, flushes)
+        # the data writes were issued (q2d, d2c); the empty PREFLUSH bios never are, their flush is
+        assert run.count("d2c", op="write") == run.count("q2d", op="write") == nwrites

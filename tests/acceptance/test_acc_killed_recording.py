@@ -93,7 +93,8 @@ def _every_reader(cap: Path, workdir: Path, n_c: int) -> None:
     with open(blk, "rb") as f:
         bp = subprocess.run(["blkparse", "-i", "-"], stdin=f, capture_output=True, text=True, timeout=120)
     assert bp.returncode == 0, bp.stderr
-    total = bp.stdout.split("\nTotal (", 1)[1]
+    # blkparse prints a Total section only when more than one CPU saw events
+    total = bp.stdout.split("\nTotal (", 1)[1] if "\nTotal (" in bp.stdout else bp.stdout.split("\nCPU", 1)[1]
     m = re.search(r"Reads Completed:\s+([\d,]+)", total)
     assert m and int(m.group(1).replace(",", "")) == n_c, total[:600]   # the workloads only read
     if n_c:
