@@ -11,7 +11,18 @@ from typing import Any
 import numpy as np
 
 from conftest import ioscope_cmd, json_lines, unreported_bound
-from ioscope.trace.events import EVENT, TA_COMPLETE, TA_ISSUE, TA_QUEUE, TA_SPLIT, TC_READ, TC_SYNC, TC_WRITE
+from ioscope.trace.events import (
+    EVENT,
+    TA_COMPLETE,
+    TA_ISSUE,
+    TA_QUEUE,
+    TA_SPLIT,
+    TC_FLUSH,
+    TC_FUA,
+    TC_READ,
+    TC_SYNC,
+    TC_WRITE,
+)
 from ioscope.trace.snoop import Pairer, SnoopLine, fmt_line
 
 DEV = (7 << 20) | 5
@@ -132,3 +143,25 @@ def test_snoop_lines_match_workload(loopdev: Callable[..., Any]) -> None:
     assert all(x["comm"] == "fio" for x in reads) and all(x["comm"] == "dd" for x in writes)
     assert all(x["queue_ns"] is not None and x["service_ns"] is not None for x in lines)
     assert all(x["service_ns"] > 0 and x["queue_ns"] >= 0 for x in lines)
+
+
+def test_flush_sequence_write_is_one_line() -> None:
+    """What `dd oflag=direct,dsync` does on a write-back disk without FUA (recorded on a loop device):
+    the FUA write's data completes, a flush request runs, the write's request is ended again (0 bytes,
+    same sector, no Q between), then fsync's empty PREFLUSH bio has its own Q, flush and 0-byte end.
+    The kernel counts 2 writes and 2 flushes; snoop prints 4 lines, not 5."""
+    def w(e: np.ndarray, cat: int) -> np.ndarray:
+        e["category"] = cat
+        return e
+
+    fua, flush, wr = TC_WRITE | TC_SYNC | TC_FUA, TC_FLUSH, TC_WRITE | TC_SYNC
+    seq = [w(ev(TA_QUEUE, 0, 0), fua), w(ev(TA_ISSUE, 19, 0), wr), w(ev(TA_COMPLETE, 48, 0), wr),
+           w(ev(TA_ISSUE, 58, 0, 0), flush), w(ev(TA_COMPLETE, 78, 0, 0), flush),
+           w(ev(TA_COMPLETE, 79, 0, 0), wr),                                     # the write ended again
+           w(ev(TA_QUEUE, 87, 0, 0), wr | TC_FLUSH), w(ev(TA_ISSUE, 94, 0, 0), flush),
+           w(ev(TA_COMPLETE, 98, 0, 0), flush), w(ev(TA_COMPLETE, 99, 0, 0), wr)]   # the empty flush bio
+    out = Pairer().feed(np.concatenate(seq))
+    assert out["ts"].tolist() == [48, 78, 98, 99]
+    assert out["bytes"].tolist() == [4096, 0, 0, 0]
+    # the write's queue time (0); the empty bio's Q (87) for its flush and its end
+    assert out["q_ts"].tolist() == [0, 0, 87, 87]

@@ -22,7 +22,7 @@ import numpy as np
 
 from ioscope import cli_common, devices, system
 from ioscope.trace.capture import clock_pair, notes_to_comms
-from ioscope.trace.events import EVENT, TA_COMPLETE, TA_ISSUE, TA_QUEUE, TA_SPLIT, rwbs
+from ioscope.trace.events import EVENT, TA_COMPLETE, TA_ISSUE, TA_QUEUE, TA_SPLIT, TC_WRITE, rwbs
 from ioscope.trace.record import POLL_MS, Recorder, RecorderOptions, completions_warnings, count_completions
 
 SNOOP_HOOKS = ["bio_queue", "split", "rq_issue", "rq_complete", "bio_complete", "task_rename"]
@@ -127,6 +127,16 @@ class Pairer:
                 self.dropped += len(pend) - PENDING_MAX
                 pend = pend[np.argsort(pend["ts"], kind="stable")[-PENDING_MAX:]]
         self.pending = pend.copy()
+        # A write with data through the flush sequence (PREFLUSH or FUA on a write-back disk) completes
+        # twice: its data, then its request is ended again after the flush, 0 bytes at the same
+        # sector, with no Q between. The kernel counts one I/O, and so does snoop: the second is
+        # dropped. (An empty PREFLUSH bio has a Q of its own before its 0-byte completion: kept.)
+        is_w = (ev["category"] & TC_WRITE) != 0
+        last_dc = np.maximum.accumulate(np.where(is_c & is_w & (ev["bytes"] > 0), idx, -1))
+        prev_dc = np.where(ci > 0, last_dc[np.maximum(ci - 1, 0)], -1)
+        seq_end = (c["bytes"] == 0) & is_w[ci] & (prev_dc >= g) & (last_q[ci] < prev_dc)
+        if seq_end.any():
+            out = out[~seq_end]
         return out[np.argsort(out["ts"], kind="stable")]
 
 
