@@ -21,21 +21,11 @@ import pytest
 import blk_scenarios as bs
 from conftest import run_ioscope
 from ioscope.trace.capture import CaptureWriter
-from ioscope.trace.events import EV_NOTE_PROCESS, EVENT, TC_NOTIFY
+from ioscope.trace.events import EVENT
+from test_capture import note
 
 META = {"devices": {"7,0": {"name": "loop0", "major": 7, "minor": 0}}}
 NIOS = 13   # plain I/Os in the scenario
-
-
-def _note(pid: int, comm: str, ts: int) -> np.ndarray:
-    n = np.zeros(1, EVENT)
-    raw = np.frombuffer(comm.encode().ljust(16, b"\0")[:16], dtype="<u8")
-    n["sector"], n["aux"] = raw[0], raw[1]
-    n["pid"] = n["tgid"] = pid
-    n["ts"] = ts
-    n["category"] = TC_NOTIFY
-    n["flags"] = EV_NOTE_PROCESS
-    return n
 
 
 def _ios(t0: int) -> np.ndarray:
@@ -60,7 +50,7 @@ def _write(path: Path, layout: str, close: bool = True) -> int:
         if part == "empty":
             _empty_chunk(w)
         elif part == "notes":
-            w.write(np.concatenate([_note(100, "fio", t0), _note(101, "dd", t0 + 1)]))
+            w.write(np.concatenate([note(100, "fio", t0), note(101, "dd", t0 + 1)]))
             w.flush(final=True)
         elif part == "ios":
             w.write(_ios(t0))
@@ -128,8 +118,8 @@ def test_snoop_pairing_survives_empty_and_note_only_batches() -> None:
 
     pr = Pairer()
     ios = _ios(10_000_000)
-    paired = [pr.feed(np.zeros(0, EVENT)), pr.feed(_note(100, "fio", 1)), pr.feed(np.zeros(0, EVENT), 5),
-              pr.feed(ios[: len(ios) // 2]), pr.feed(np.zeros(0, EVENT)), pr.feed(_note(101, "dd", 2)),
+    paired = [pr.feed(np.zeros(0, EVENT)), pr.feed(note(100, "fio", 1)), pr.feed(np.zeros(0, EVENT), 5),
+              pr.feed(ios[: len(ios) // 2]), pr.feed(np.zeros(0, EVENT)), pr.feed(note(101, "dd", 2)),
               pr.feed(ios[len(ios) // 2:]), pr.feed(np.zeros(0, EVENT))]
     rows = np.concatenate(paired)
     assert len(rows) == NIOS
