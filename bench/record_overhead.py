@@ -118,7 +118,7 @@ def profile(ld: LoopDevice, runtime: float) -> None:
     rec = Recorder(RecorderOptions(disks=[ld.device]))
     try:
         with tempfile.NamedTemporaryFile(dir="/dev/shm", prefix="ioscope-prof-") as tf:
-            session = RecordSession(rec, CaptureWriter(tf.name, capture_meta(rec)))
+            session = RecordSession(rec, CaptureWriter(tf.name, capture_meta(rec), force=True))
             session.start()
             t0 = time.process_time()
             job = run_fio(ld.path, rw="randread", bs="4k", iodepth=32, runtime=runtime, size="900M")

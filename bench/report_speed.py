@@ -136,7 +136,7 @@ def _events(cols: dict[str, npt.NDArray[Any]], ts: npt.NDArray[np.int64], act: i
 def write_capture(path: str, n_events: int) -> int:
     from ioscope.trace.capture import CaptureWriter
     meta = {"devices": {"7,0": {"name": "loop0", "major": 7, "minor": 0}}, "synthetic": True}
-    w = CaptureWriter(path, meta, flush_interval=1e9)
+    w = CaptureWriter(path, meta, flush_interval=1e9, force=True)
     w.add_comms(COMMS)
     n = 0
     for chunk in synth_chunks(n_events):

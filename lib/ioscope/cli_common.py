@@ -5,17 +5,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
-import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import IO, Any
 
 from rich.console import Console
 
 from ioscope import abi
-from ioscope.errors import IoscopeError
 
 
 def positive_float(s: str) -> float:
@@ -78,43 +75,6 @@ def size_type(what: str) -> Callable[[str], int]:
     def conv(text: str) -> int:
         return parse_size(text, what)
     return conv
-
-
-def add_force(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-f", "--force", action="store_true", help="overwrite the output file if it exists")
-
-
-def check_output(path: str, force: bool) -> None:
-    """Refuse, in one line, an output file that exists (without -f) or whose directory does not."""
-    if os.path.lexists(path) and not force:
-        raise IoscopeError(f"{path} exists", "choose another file or overwrite it with -f")
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise IoscopeError(f"directory {parent} does not exist", "create it or write the file elsewhere")
-
-
-def make_private(path: str) -> None:
-    """Create path empty (or truncate it) readable and writable by its owner only (0600).
-
-    Captures, exports and their text forms name processes, disks and the host: they are
-    created private whatever the umask, and a file overwritten with -f becomes private too."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise IoscopeError(f"cannot write {path}: {exc.strerror}", "check the directory and free space") from None
-    try:
-        os.fchmod(fd, 0o600)
-    finally:
-        os.close(fd)
-
-
-def open_private(path: str, mode: str = "w", **kw: Any) -> IO[Any]:
-    """open(path, mode) for writing, the file created private (make_private)."""
-    make_private(path)
-    try:
-        return open(path, mode, **kw)
-    except OSError as exc:
-        raise IoscopeError(f"cannot write {path}: {exc.strerror}", "check the directory and free space") from None
 
 
 def add_disk_pid(p: argparse.ArgumentParser) -> None:

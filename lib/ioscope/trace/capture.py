@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ioscope.errors import IoscopeError
+from ioscope.outfile import create_private
 from ioscope.trace import _tracecore
 from ioscope.trace.events import EV_NOTE_PROCESS, EVENT, join_events, select_events
 
@@ -150,7 +151,7 @@ class CaptureWriter:
 
     def __init__(self, path: str, meta: Mapping[str, Any], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
-                 reorder_window_ns: int = DEFAULT_REORDER_WINDOW_NS) -> None:
+                 reorder_window_ns: int = DEFAULT_REORDER_WINDOW_NS, force: bool = False) -> None:
         _require_pyarrow()
         self.path = path
         self.meta: dict[str, Any] = {**base_meta(), **meta, "format": FORMAT, "format_version": FORMAT_VERSION}
@@ -175,12 +176,10 @@ class CaptureWriter:
         self.chunks_written = 0
         self.late_events = 0
         self.closed = False
-        from ioscope.cli_common import make_private
-        make_private(path)  # events name processes and disks: owner only
-        try:
-            self._sink = pa.OSFile(path, "wb")
-        except (OSError, pa.ArrowException) as exc:
-            raise IoscopeError(f"cannot create capture file {path}: {exc}") from None
+        # events name processes, disks and the host: the file is private (0600), and an existing
+        # file is refused unless force
+        # unbuffered: every chunk reaches the kernel when written, so a SIGKILL loses none of it
+        self._sink = pa.PythonFile(os.fdopen(create_private(path, force), "wb", buffering=0), mode="w")
         self._writer = paipc.new_stream(self._sink, self.schema)
         # the schema (with the header) and an empty first chunk go out at once: a recorder killed
         # before its first events leaves a capture that says what it was, not an empty file

@@ -10,7 +10,7 @@ from typing import BinaryIO, cast
 
 import numpy as np
 
-from ioscope import cli_common
+from ioscope import outfile
 from ioscope.errors import UsageError
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET, BlktraceWriter
 from ioscope.trace.events import EV_NOTE_PROCESS, note_comm
@@ -42,12 +42,15 @@ def file_stem(src: Source, dev: int) -> str:
     return f"dev{dev >> 20}_{dev & 0xFFFFF}"
 
 
-def export_blktrace(path: str, out: str, per_cpu: bool = False) -> tuple[int, int, list[str]]:
+def export_blktrace(path: str, out: str, per_cpu: bool = False, force: bool = False,
+                    src: Source | None = None) -> tuple[int, int, list[str]]:
     """Write the capture at path as one blktrace dump (or per-CPU files in directory out).
 
-    Returns (records, bytes, files written).
+    Files are created private (0600); an existing one is refused unless force. src: the
+    capture already opened (it is closed here). Returns (records, bytes, files written).
     """
-    src = open_source(path)
+    if src is None:
+        src = open_source(path)
     files: dict[tuple[int, int], tuple[BinaryIO, BlktraceWriter]] = {}
     dump: tuple[BinaryIO, BlktraceWriter] | None = None
     written: list[str] = []
@@ -57,8 +60,18 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False) -> tuple[int, in
         for chunk in src.chunks():
             if not len(chunk):
                 continue
+            # a chunk may hold only process notes (a recording started before the workload): the
+            # trace's time zero is taken at the first block event, as parse and report take it
+            if dump is None or per_cpu:
+                notes = (chunk["flags"] & EV_NOTE_PROCESS) != 0
+                if notes.any():   # process notes name pids for every file; they belong to no disk
+                    for e in chunk[notes]:
+                        src.comms.setdefault(int(e["pid"]), note_comm(e))
+                    chunk = chunk[~notes]
+                    if not len(chunk):
+                        continue
             if dump is None and not per_cpu:
-                f = _create(out)
+                f = _create(out, force)
                 written.append(out)
                 base = int(chunk["ts"][0]) - EXPORT_BASE_OFFSET
                 dump = (f, BlktraceWriter(f, base, wall_at(src, base), dict(src.comms)))
@@ -66,13 +79,6 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False) -> tuple[int, in
                 dump[1].comms.update(src.comms)
                 dump[1].write(chunk)
                 continue
-            notes = (chunk["flags"] & EV_NOTE_PROCESS) != 0
-            if notes.any():   # process notes name pids for every file; they belong to no disk
-                for e in chunk[notes]:
-                    src.comms.setdefault(int(e["pid"]), note_comm(e))
-                chunk = chunk[~notes]
-                if not len(chunk):
-                    continue
             if not files:
                 files_base = int(chunk["ts"][0]) - EXPORT_BASE_OFFSET
             keys = (chunk["dev"].astype(np.uint64) << np.uint64(16)) | chunk["cpu"].astype(np.uint64)
@@ -80,14 +86,14 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False) -> tuple[int, in
                 dev, cpu = k >> 16, k & 0xFFFF
                 if (dev, cpu) not in files:
                     fn = os.path.join(out, f"{file_stem(src, dev)}.blktrace.{cpu}")
-                    f = _create(fn)
+                    f = _create(fn, force)
                     written.append(fn)
                     files[(dev, cpu)] = (f, BlktraceWriter(f, files_base, wall_at(src, files_base), dict(src.comms)))
                 w = files[(dev, cpu)][1]
                 w.comms.update(src.comms)
                 w.write(chunk[keys == k])
         if dump is None and not per_cpu:  # no block event: an empty stream, as blktrace leaves for an idle disk
-            dump = (_create(out), BlktraceWriter(io.BytesIO(), 0))
+            dump = (_create(out, force), BlktraceWriter(io.BytesIO(), 0))
             written.append(out)
         writers = [dump[1]] if dump is not None else [w for _f, w in files.values()]
         return sum(w.records for w in writers), sum(w.bytes_written for w in writers), written
@@ -99,8 +105,8 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False) -> tuple[int, in
         src.close()
 
 
-def _create(path: str) -> BinaryIO:
-    return cast(BinaryIO, cli_common.open_private(path, "wb"))
+def _create(path: str, force: bool) -> BinaryIO:
+    return cast(BinaryIO, outfile.open_private(path, "wb", force=force))
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -114,7 +120,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="output file (a blkparse -d style dump), or directory with --per-cpu")
     p.add_argument("--per-cpu", action="store_true",
                    help="write blktrace's layout instead: OUT/<disk>.blktrace.<cpu>, one file per disk and CPU")
-    cli_common.add_force(p)
+    outfile.add_force(p)
     p.set_defaults(func=run, tool="export")
 
 
@@ -122,10 +128,18 @@ def run(args: argparse.Namespace) -> int:
     if not args.per_cpu and os.path.isdir(args.output):
         raise UsageError(f"{args.output} is a directory", "give a file name, or use --per-cpu")
     if not args.per_cpu:
-        cli_common.check_output(args.output, args.force)
-    records, nbytes, files = export_blktrace(args.capture, args.output, args.per_cpu)
+        outfile.check_output(args.output, args.force)
+    elif not args.force and os.path.isdir(args.output):
+        old = sorted(n for n in os.listdir(args.output) if ".blktrace." in n)
+        if old:   # the names depend on the capture's disks and CPUs: refuse any earlier export's files
+            raise outfile.exists_error(os.path.join(args.output, old[0]))
+    src = open_source(args.capture)
+    truncation = src.truncation
+    records, nbytes, files = export_blktrace(args.capture, args.output, args.per_cpu, args.force, src)
     sys.stderr.write(f"ioscope export: {records} blktrace records, {nbytes} bytes in {len(files)} file(s)\n")
     if not records:
         what = "no file was" if args.per_cpu else "the dump is empty, as blktrace leaves it for an idle disk; it was"
         sys.stderr.write(f"ioscope export: note: {args.capture} holds no block events: {what} written\n")
+    if truncation:
+        sys.stderr.write(f"ioscope export: note: {truncation}\n")
     return 0

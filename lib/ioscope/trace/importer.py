@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ioscope import cli_common
+from ioscope import outfile
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import blktrace
 from ioscope.trace.events import EV_NOTE_PROCESS
@@ -126,7 +126,7 @@ def import_blktrace(inputs: list[str], out: str) -> dict[str, Any]:
         mono, wall = stamps[0]   # the wall clock at a trace time (blktrace's timestamp note)
         meta["clock"] = meta["start"] = {"mono_ns": mono, "wall_ns": wall, "uncertainty_ns": 0}
     tmp = out + ".part"
-    w = CaptureWriter(tmp, meta)
+    w = CaptureWriter(tmp, meta, force=True)   # our own scratch file, renamed when complete
     comms: dict[int, str] = {}
     n_events = 0
     try:
@@ -158,12 +158,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("inputs", nargs="+", metavar="FILE", help="blktrace files, NAME for NAME.blktrace.*, or dumps")
     p.add_argument("-o", "--output", required=True, metavar="CAPTURE", help="the capture to write")
-    cli_common.add_force(p)
+    outfile.add_force(p)
     p.set_defaults(func=run, tool="import")
 
 
 def run(args: argparse.Namespace) -> int:
-    cli_common.check_output(args.output, args.force)
+    outfile.check_output(args.output, args.force)
     info = import_blktrace(args.inputs, args.output)
     sys.stderr.write(f"ioscope import: {info['events']} events from {len(info['files'])} file(s), "
                      f"{len(info['devices'])} device(s), {info['comms']} process names -> {args.output}\n")

@@ -19,7 +19,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from ioscope import cli_common
+from ioscope import outfile
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import _tracecore
 from ioscope.trace.blktrace import Sequencer
@@ -528,7 +528,7 @@ def run(args: argparse.Namespace) -> int:
         fmt_all = args.format
     out: IO[str]
     if args.output:
-        out = cli_common.open_private(args.output)
+        out = outfile.open_private(args.output, force=True)   # like blkparse -o: overwritten, but private
     else:
         out = sys.stdout
     try:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ioscope import _libbpf, cli_common, devices, system
+from ioscope import _libbpf, cli_common, devices, outfile, system
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.loader import BPFObject
 from ioscope.trace.capture import CaptureWriter, clock_pair
@@ -483,14 +483,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="kernel buffer memory, shared by one ring per CPU and context level (task, softirq, "
                         "hardirq), each rounded up to a power of two records; default 32M, and at least "
                         "8192 records per ring")
-    cli_common.add_force(p)
+    outfile.add_force(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no status line, only the summary")
     p.set_defaults(func=run, tool="record")
 
 
 def run(args: argparse.Namespace) -> int:
     out = args.output
-    cli_common.check_output(out, args.force)
+    outfile.check_output(out, args.force)
     parent = os.path.dirname(os.path.abspath(out))
     system.require_bpf_privileges("record")
     btf = system.btf_path(getattr(args, "btf", None))
@@ -504,7 +504,7 @@ def run(args: argparse.Namespace) -> int:
         for what in rec.unavailable:
             print(f"ioscope record: {what}; recording without it", file=sys.stderr)
         meta = capture_meta(rec, sys.argv[1:])
-        writer = CaptureWriter(out, meta)
+        writer = CaptureWriter(out, meta, force=args.force)
         session = RecordSession(rec, writer, max_size=args.max_size)
         return _record(session, args, disks)
     finally:

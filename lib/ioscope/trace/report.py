@@ -12,7 +12,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from ioscope import cli_common
+from ioscope import outfile
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import btt
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET
@@ -505,7 +505,7 @@ class CsvDumps:
         self.procs = procs
         for ph, path in paths.items():
             try:
-                f = cli_common.open_private(path, "w", newline="")
+                f = outfile.open_private(path, "w", newline="", force=True)
             except IoscopeError:
                 self.close()
                 raise
@@ -597,6 +597,8 @@ def run(args: argparse.Namespace) -> int:
         n = src.dev_name(dev)
         return f"{n} {dev_key(dev)}" if n else dev_key(dev)
 
+    if src.truncation:   # one line on stderr, whatever the output (and in the JSON document)
+        sys.stderr.write(f"ioscope report: note: {src.truncation}\n")
     empty = (f"{args.capture} holds no block events: nothing was queued on the traced disks while it was "
              "recorded" + (" (up to the point where it was cut short)" if src.truncation else ""))
     if args.json:
@@ -609,8 +611,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
         return 0
     if r.n_events == 0:
-        lines = [empty] + ([f"note: {src.truncation}"] if src.truncation else [])
-        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.write(empty + "\n")
         return 0
     lines = render_btt(r, all_data=not args.btt)
     if not args.btt:
@@ -618,7 +619,5 @@ def run(args: argparse.Namespace) -> int:
         lines += render_unclean(r, name)
         lines += render_heatmap(r)
         lines += render_iostat(r, name)
-        if src.truncation:
-            lines.append(f"note: {src.truncation}")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
