@@ -23,8 +23,17 @@ import numpy as np
 
 from ioscope import cli_common, devices, system
 from ioscope.trace.capture import clock_pair
-from ioscope.trace.events import (EV_NOTE_PROCESS, EVENT, TA_COMPLETE, TA_ISSUE, TA_QUEUE, TA_SPLIT, TC_WRITE,
-                                  note_comm, rwbs)
+from ioscope.trace.events import (
+    EV_NOTE_PROCESS,
+    EVENT,
+    TA_COMPLETE,
+    TA_ISSUE,
+    TA_QUEUE,
+    TA_SPLIT,
+    TC_WRITE,
+    note_comm,
+    rwbs,
+)
 from ioscope.trace.record import POLL_MS, Recorder, RecorderOptions, completions_warnings, count_completions
 
 SNOOP_HOOKS = ["bio_queue", "split", "rq_issue", "rq_complete", "bio_complete", "task_rename"]
