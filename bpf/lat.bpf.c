@@ -152,12 +152,8 @@ static __always_inline int on_bio_queue(struct bio *bio, const bool btf)
 		slot_put(key, now, tgid, dev);
 	}
 	if (last) {
-		if (targ_per_pid && last->tgid != tgid) {
-			char comm[16];
-
-			bpf_get_current_comm(comm, sizeof(comm));
-			bpf_map_update_elem(&comms, &tgid, comm, BPF_ANY);
-		}
+		if (targ_per_pid && last->tgid != tgid)
+			comms_note(tgid);
 		last->bio = key;
 		last->q_ns = now;
 		last->tgid = tgid;

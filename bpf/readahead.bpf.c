@@ -122,12 +122,8 @@ static __always_inline struct ra_stats *file_stats(__u32 dev, __u64 ino, __u32 t
 		stat_inc(RA_LOST_FILE_FULL);
 		return NULL;
 	}
-	if (tgid == bpf_get_current_pid_tgid() >> 32) {
-		char comm[16];
-
-		bpf_get_current_comm(comm, sizeof(comm));
-		bpf_map_update_elem(&comms, &tgid, comm, BPF_ANY);
-	}
+	if (tgid == bpf_get_current_pid_tgid() >> 32)
+		comms_note(tgid);
 	return bpf_map_lookup_elem(&files, &key);
 }
 

@@ -124,7 +124,7 @@ static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char 
 		if (comm)
 			bpf_probe_read_kernel_str(v->comm, sizeof(v->comm), comm);
 		else
-			bpf_get_current_comm(v->comm, sizeof(v->comm));
+			process_comm(v->comm);
 	}
 	return v;
 }
@@ -504,7 +504,7 @@ static __always_inline int on_readahead(struct inode *inode)
 	if (o && o->tgid == tgid)
 		return 0;
 	n.tgid = tgid;
-	bpf_get_current_comm(n.comm, sizeof(n.comm));
+	process_comm(n.comm);
 	bpf_map_update_elem(&owners, &key, &n, BPF_ANY);
 	return 0;
 }
@@ -565,14 +565,4 @@ static __always_inline int on_rename(struct task_struct *task, const char *newco
 	return 0;
 }
 
-SEC("tp_btf/task_rename")
-int BPF_PROG(btf_task_rename, struct task_struct *task, const char *comm)
-{
-	return on_rename(task, comm);
-}
-
-SEC("raw_tp/task_rename")
-int BPF_PROG(raw_task_rename, struct task_struct *task, const char *comm)
-{
-	return on_rename(task, comm);
-}
+TASK_RENAME_PROGRAMS(on_rename)

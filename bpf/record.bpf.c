@@ -48,6 +48,8 @@
 #include "core_fixes.bpf.h"
 #include "trace_event.h"
 #include "record.h"
+#define COMMS_MAP 0
+#include "comms.bpf.h"
 
 #define TA_QUEUE 1
 #define TA_BACKMERGE 2
@@ -593,16 +595,11 @@ int BPF_PROG(raw_unplug, struct request_queue *q, unsigned int depth, bool expli
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
-SEC("tp_btf/task_rename")
-int BPF_PROG(btf_task_rename, struct task_struct *task, const char *comm)
+/* task_rename: a new generation; every level compares the comm again at its next event. */
+static __always_inline int on_rename(struct task_struct *task, const char *newcomm)
 {
 	__sync_fetch_and_add(&rename_gen, 1);
 	return 0;
 }
 
-SEC("raw_tp/task_rename")
-int BPF_PROG(raw_task_rename, struct task_struct *task, const char *comm)
-{
-	__sync_fetch_and_add(&rename_gen, 1);
-	return 0;
-}
+TASK_RENAME_PROGRAMS(on_rename)

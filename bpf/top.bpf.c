@@ -125,12 +125,8 @@ static __always_inline int on_bio_queue(struct bio *bio, const bool btf)
 	if (!last)
 		return 0;
 	/* the name at queue time, looked at when this CPU sees another process */
-	if (last->tgid != tgid) {
-		char comm[16];
-
-		bpf_get_current_comm(comm, sizeof(comm));
-		bpf_map_update_elem(&comms, &tgid, comm, BPF_ANY);
-	}
+	if (last->tgid != tgid)
+		comms_note(tgid);
 	last->bio = key;
 	last->q_ns = now;
 	last->tgid = tgid;

@@ -379,15 +379,36 @@ class Btt:
             out = self._pid_lut[pids]
         return np.asarray(out, dtype=np.int32)
 
+    def _renames(self, ev: npt.NDArray[np.void], named: list[tuple[int, int, str]]) -> npt.NDArray[np.void]:
+        """Apply process notes (time, pid, name) in time order: a pid's events before a note that renames
+        it (exec, prctl) are fed under its old name, later ones under the new (btt keeps a pid's first
+        name). Returns the events after the last rename."""
+        ts = ev["ts"]
+        cut = 0
+        for t, pid, comm in named:
+            p = self.pid_proc.get(pid)
+            if self.comms.get(pid) == comm and (p is None or self.proc_names[p] == process_name(pid, {pid: comm})):
+                continue
+            at = max(int(np.searchsorted(ts, t, "left")), cut)
+            if at > cut:   # the events before the note, under the name they were done under
+                self.feed(ev[cut:at])
+                cut = at
+            self.comms[pid] = comm
+            p = self.pid_proc.get(pid)
+            if p is not None and self.proc_names[p] != process_name(pid, {pid: comm}):
+                del self.pid_proc[pid]
+                self._pid_lut[pid] = -1
+        return ev[cut:] if cut else ev
+
     def feed(self, ev: npt.NDArray[np.void]) -> None:
         if not len(ev):
             return
         notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
         if notes.any():
             from ioscope.trace.events import note_comm
-            for e in ev[notes]:
-                self.comms.setdefault(int(e["pid"]), note_comm(e))
+            named = sorted((int(e["ts"]), int(e["pid"]), note_comm(e)) for e in ev[notes])
             ev = select_events(ev, ~notes)
+            ev = self._renames(ev, named)
             if not len(ev):
                 return
         if self.first_ts is None:

@@ -578,7 +578,8 @@ def analyse_source(path: str, interval_ns: int = 1_000_000_000,
             engine.on_latency = dumps
         try:
             for chunk in batched(src.chunks()):
-                engine.comms.update(src.comms)
+                for pid, comm in src.comms.items():   # pids not seen yet; renames come from the notes
+                    engine.comms.setdefault(pid, comm)
                 engine.feed(chunk)
         finally:
             if dumps is not None:

@@ -15,19 +15,31 @@ import argparse
 import json
 import sys
 import time
+from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ioscope import cli_common, devices, system
-from ioscope.trace.capture import clock_pair, notes_to_comms
-from ioscope.trace.events import EVENT, TA_COMPLETE, TA_ISSUE, TA_QUEUE, TA_SPLIT, TC_WRITE, rwbs
+from ioscope.trace.capture import clock_pair
+from ioscope.trace.events import (
+    EV_NOTE_PROCESS,
+    EVENT,
+    TA_COMPLETE,
+    TA_ISSUE,
+    TA_QUEUE,
+    TA_SPLIT,
+    TC_WRITE,
+    note_comm,
+    rwbs,
+)
 from ioscope.trace.record import POLL_MS, Recorder, RecorderOptions, completions_warnings, count_completions
 
 SNOOP_HOOKS = ["bio_queue", "split", "rq_issue", "rq_complete", "bio_complete", "task_rename"]
 PENDING_MAX_AGE_NS = 30 * 1_000_000_000  # a Q or D unmatched for this long is dropped (merged bios, lost C)
 PENDING_MAX = 1 << 20
+COMM_HISTORY = 8   # names kept per pid: I/O in flight across that many renames is named right
 # A poll reads the recorder's rings one after the other, so a completion can be seen before an
 # event that happened earlier on another CPU (published just after its ring was read): completions
 # are paired only when older than the poll's start minus this margin, later ones wait for the next poll.
@@ -187,7 +199,7 @@ class Snooper:
         self.pairer = Pairer()
         self.completed: dict[int, int] = {}  # kernel dev_t -> C events seen (the completions check)
         self.names = devices.DevNames()
-        self.comms: dict[int, str] = {}
+        self.comms: dict[int, list[tuple[int, str]]] = {}   # pid -> its last names, from when (exec, prctl)
         self.clock = clock_pair()
         self.start_ns = self.clock["mono_ns"]
 
@@ -199,10 +211,26 @@ class Snooper:
             ma, mi = devices.kdev_split(dev)
             yield SnoopLine(
                 t=(ts - self.start_ns) / 1e9, wall_ns=self.clock["wall_ns"] + ts - self.clock["mono_ns"],
-                comm=self.comms.get(pid, "?"), pid=int(r["tgid"]), disk=self.names.name(dev), dev=f"{ma},{mi}",
+                comm=self.comm_at(pid, q or ts), pid=int(r["tgid"]), disk=self.names.name(dev), dev=f"{ma},{mi}",
                 op=rwbs(int(r["category"]), int(r["bytes"])), sector=int(r["sector"]), bytes=int(r["bytes"]),
                 queue_ns=d - q if q and d else None, service_ns=ts - d if d else None,
                 error=_signed16(int(r["error"])))
+
+    def note_comms(self, notes: np.ndarray) -> None:
+        """Keep each pid's names with their times: an I/O is named as its process was when it was queued
+        (a poll may hold a shell's read and, after its exec, dd's reads)."""
+        for ts, pid, comm in sorted((int(e["ts"]), int(e["pid"]), note_comm(e)) for e in notes):
+            names = self.comms.setdefault(pid, [])
+            if not names or names[-1][1] != comm:
+                names.append((ts, comm))
+                del names[:-COMM_HISTORY]
+
+    def comm_at(self, pid: int, ts: int) -> str:
+        names = self.comms.get(pid)
+        if not names:
+            return "?"
+        i = bisect_right(names, ts, key=lambda n: n[0])
+        return names[max(i - 1, 0)][1]
 
     def poll(self, timeout_ms: int) -> list[SnoopLine]:
         horizon = time.monotonic_ns() - HORIZON_MARGIN_NS  # before the rings are read
@@ -212,7 +240,7 @@ class Snooper:
     def _take(self, ev: np.ndarray, horizon_ns: int | None) -> list[SnoopLine]:
         count_completions(ev, self.completed, self.rec.flush_machines)
         if len(ev) and (ev["action"] == 0).any():
-            self.comms.update(notes_to_comms(ev))
+            self.note_comms(ev[(ev["action"] == 0) & ((ev["flags"] & EV_NOTE_PROCESS) != 0)])
         return list(self.lines(self.pairer.feed(ev, horizon_ns)))
 
     def finish(self) -> list[SnoopLine]:
