@@ -237,6 +237,7 @@ CPU_FIELDS = ("qreads", "qwrites", "creads", "cwrites", "mreads", "mwrites", "ir
               "iread_kb", "iwrite_kb", "mread_kb", "mwrite_kb", "mread_b", "mwrite_b", "iread_b", "iwrite_b",
               "io_unplugs", "timer_unplugs", "nelems")
 D_CUR, D_MAX, D_EVENTS, D_FIRST, D_LAST = 0, 2, 4, 5, 6
+BATCH = 512   # blkparse reads a stream this many events at a time (its -b default) and sorts each batch alone
 
 
 class Parser:
@@ -270,6 +271,7 @@ class Parser:
                 self.formats.setdefault(spec, Formatter(fmt_all, wall_base))
         self.stopped = False
         self.nread = 0
+        self.nbatched = 0   # block events seen so far, for blkparse's read batches (_batches)
 
     def _register(self, devs: npt.NDArray[Any]) -> None:
         """Devices get their totals block in the order blkparse first reads them."""
@@ -336,15 +338,19 @@ class Parser:
                 base = self.wall_of(self.genesis)
                 for f in self.formats.values():
                     f.wall_base = base
+        batch = self._batches(len(ev))
         if self.window is not None:
             if not self._register_read(ev):
                 return
         else:
             self._register(ev["dev"])
-        # blkparse orders by time, device and sequence; sequence numbers are per CPU, so two events
-        # of one nanosecond on two CPUs can tie on all three, and then blkparse's sort tree puts the
-        # one it read later first (checked with blkparse 1.2.0 on hand-made dumps)
-        o = np.lexsort((np.arange(len(ev))[::-1], seq, ev["dev"], ev["ts"]))
+        # blkparse (reading a stream) reads 512 events, sorts them by time, device and sequence, prints
+        # them all, then reads the next 512: the sort never crosses a batch, so two events of one
+        # nanosecond on two CPUs, one the last of a batch and the other the first of the next, print
+        # in the order read whatever their sequence numbers. Within a batch, sequence numbers being
+        # per CPU, two events can tie on all three keys, and then its sort tree puts the one it read
+        # later first (both checked with blkparse 1.2.0: tests/test_parse.py)
+        o = np.lexsort((np.arange(len(ev))[::-1], seq, ev["dev"], ev["ts"], batch))
         ev, seq = ev[o], seq[o]
         rel = ev["ts"].astype(np.int64) - self.genesis
         if self.window is not None:
@@ -400,12 +406,18 @@ class Parser:
             return f"{head}{sec} / {aux & 0xFFFFFFFF} [{name}]\n"
         return f"{head}{sec} + {nsec} [{name}]\n" if nsec else f"{head}[{name}]\n"
 
+    def _batches(self, n: int) -> npt.NDArray[np.int64]:
+        """The blkparse read batch (BATCH block events at a time, in the source's order) of the next n events."""
+        batch = (self.nbatched + np.arange(n, dtype=np.int64)) // BATCH
+        self.nbatched += n
+        return batch
+
     def _register_read(self, ev: npt.NDArray[np.void]) -> bool:
         """With a window, blkparse reads 512 events at a time and stops after the first batch that starts
         past the window's end; every device in what it read gets a summary block. False: nothing left."""
         assert self.window is not None and self.genesis is not None
         n = len(ev)
-        batch = (self.nread + np.arange(n)) // 512
+        batch = (self.nread + np.arange(n)) // BATCH
         self.nread += n
         rel = ev["ts"].astype(np.int64) - self.genesis
         starts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
