@@ -443,7 +443,9 @@ def test_split_bios_differ_from_btt_as_report_says(tmp_path: Path) -> None:
     assert doc["phases"]["q2c"]["n"] == n_c and doc["phases"]["d2c"]["n"] == n_c
     assert dev0["in_flight_at_end"] == 0
     assert dev0["split_bios"] == nbios and dev0["split_pieces"] == nbios * (pieces - 1)
-    assert dev0["btt_stale_q"] == 1   # the later read inside the first bio's range
+    # the later read inside the first bio's range: btt gives its G to the stale bio and never completes it
+    assert dev0["btt"]["ios_paired_differently"] == {"split_bio": nbios * pieces, "inside_split_range": 1,
+                                                     "other": 0, "total": nbios * pieces + 1}
     # each piece's Q2C runs from the bio's Q: the last piece of each bio is the slowest
     assert doc["phases"]["q2c"]["max"] == pytest.approx((90_000 + (pieces - 1) * 1000) / 1e9)
     # the real btt on the export: no split bio completes there, and the read inside a stale range
@@ -454,10 +456,13 @@ def test_split_bios_differ_from_btt_as_report_says(tmp_path: Path) -> None:
     avg = bs.run_btt(str(out), str(tmp_path))
     rows = {ln.split()[0]: ln.split() for ln in bs.section(avg, "All Devices").splitlines()
             if ln.strip() and ln.split()[0].isalnum()}
-    missing = dev0["split_bios"] + dev0["split_pieces"]
+    diff = dev0["btt"]["ios_paired_differently"]["total"]
     for ph in ("Q2C", "D2C"):
-        assert (int(rows[ph][-1]) if ph in rows else 0) == n_c - missing - dev0["btt_stale_q"], ph
+        btt_n = int(rows[ph][-1]) if ph in rows else 0
+        assert btt_n == dev0["btt"][ph.lower() + "_n"] == n_c - diff, ph
     assert float(rows["Q2G"][3]) == pytest.approx(0.005001)   # the stolen G: btt's max Q2G
     assert doc["phases"]["q2g"]["max"] == pytest.approx(1e-6)   # ioscope's: the read's own G, 1 us
     text = run_ioscope("report", str(cap), check=True).stdout
-    assert f"btt's Q2C and D2C N are at least {missing} smaller" in text
+    line = next(ln for ln in bs.section(text, "Where btt differs (ioscope)").splitlines() if "7,0" in ln)
+    assert line.split() == ["loop0", "7,0", "|", "0", "0", "|", str(diff) + ":", str(nbios * pieces), "1", "0", "|",
+                            str(dev0["btt"]["g_given_to_another_io"]["total"])], line

@@ -53,8 +53,24 @@ typedef struct {
 
 typedef struct {
 	uint64_t t, s, e, g, i, m, d, sl;
-	int32_t proc, rd;
+	int32_t proc, rd, split;  /* split: the bio was split (this is it or one of its pieces) */
 } qrec_t;
+
+/*
+ * btt's view of the same events, kept beside ioscope's pairing so that report can say exactly
+ * which I/Os btt pairs differently. btt keeps the Qs in flight in a red-black tree per disk
+ * keyed by start sector (Linux's classic rbtree: textbook insertion and deletion, the successor
+ * taking a deleted node's place) and looks events up by descending it: a G, I, M or S goes to
+ * the first Q met whose range holds its sector; a D or C to the Qs inside its range that the
+ * descent reaches (it turns back at a Q that covers the range's end on that side). When Qs
+ * overlap (a split bio btt never completes, and the later I/Os inside its range) which one is
+ * met depends on the tree's shape, so the shape is rebuilt here as btt builds it.
+ */
+typedef struct {
+	uint64_t t, s, e, d;
+	int32_t l, r, p;
+	int32_t red;
+} bnode_t;
 
 
 /*
@@ -313,7 +329,14 @@ typedef struct {
 	uint64_t n_qs, n_ds, n_act_q, t_act_q, dup_q, culled, overlap_q;
 	/* split bios: pieces made (each paired on its own, with the bio's Q time); the ranges btt
 	 * keeps as one I/O no piece completes, and the later Qs inside one (btt may pair them with it) */
-	uint64_t split_pieces, split_bios, btt_stale_q;
+	uint64_t split_pieces, split_bios;
+	/* btt's view (bnode_t): its tree of Qs, the Q2C and D2C it counts, and the I/Os ioscope
+	 * completes that btt does not complete at the same C, by reason: a split bio or piece, an I/O
+	 * inside a split bio's range (btt keeps that range in flight for ever), anything else; and
+	 * the G events btt gives to an I/O other than their own (same reasons) */
+	int32_t broot;
+	uint64_t bn_live, btt_q2c_n, btt_d2c_n, btt_diff_split, btt_diff_range, btt_diff_other;
+	uint64_t btt_g_split, btt_g_range, btt_g_other;
 	uint64_t *stale; /* [start, end) pairs, sorted by start */
 	size_t nstale, capstale;
 	stree_t seek_q, seek_d;
@@ -353,7 +376,210 @@ typedef struct {
 	int started, busy, quit, worker_oom;
 	uint64_t generation, done[2];
 	uint64_t tz;             /* the trace's time zero: plug times are BIT_TIME(t - tz), as btt sees them */
+	bnode_t *bn;             /* btt's trees (all disks): nodes, free list through r */
+	size_t nbn, capbn;
+	int32_t bfree;
+	int32_t *bhits;
+	size_t nbhits, capbhits;
 } Core;
+
+static int32_t bn_alloc(Core *c)
+{
+	if (c->bfree >= 0) {
+		int32_t x = c->bfree;
+		c->bfree = c->bn[x].r;
+		return x;
+	}
+	if (c->nbn == c->capbn) {
+		size_t cap = c->capbn ? c->capbn * 2 : 256;
+		if (cap > INT32_MAX)
+			return -1;
+		bnode_t *n = realloc(c->bn, cap * sizeof(*n));
+		if (!n)
+			return -1;
+		c->bn = n;
+		c->capbn = cap;
+	}
+	return (int32_t)c->nbn++;
+}
+
+static void bn_rotate(Core *c, int32_t *root, int32_t x, int left)
+{
+	bnode_t *n = c->bn;
+	int32_t y = left ? n[x].r : n[x].l;
+	if (left) {
+		n[x].r = n[y].l;
+		if (n[y].l >= 0) n[n[y].l].p = x;
+		n[y].l = x;
+	} else {
+		n[x].l = n[y].r;
+		if (n[y].r >= 0) n[n[y].r].p = x;
+		n[y].r = x;
+	}
+	int32_t px = n[x].p;
+	n[y].p = px;
+	if (px < 0) *root = y;
+	else if (n[px].l == x) n[px].l = y;
+	else n[px].r = y;
+	n[x].p = y;
+}
+
+/* insert a Q; a Q at the start sector of one in the tree takes that node's place (btt's newer Q wins) */
+static int bn_insert(Core *c, dev_t_ *d, uint64_t t, uint64_t s, uint64_t e)
+{
+	bnode_t *n = c->bn;
+	int32_t p = -1, x = d->broot;
+	int left = 0;
+	while (x >= 0) {
+		p = x;
+		if (s < n[x].s) { x = n[x].l; left = 1; }
+		else if (s > n[x].s) { x = n[x].r; left = 0; }
+		else {
+			n[x].t = t; n[x].e = e; n[x].d = NONE;
+			return 0;
+		}
+	}
+	int32_t z = bn_alloc(c);
+	if (z < 0)
+		return -1;
+	n = c->bn;
+	n[z] = (bnode_t){t, s, e, NONE, -1, -1, p, 1};
+	if (p < 0) d->broot = z;
+	else if (left) n[p].l = z;
+	else n[p].r = z;
+	d->bn_live++;
+	while (n[z].p >= 0 && n[n[z].p].red) {
+		int32_t zp = n[z].p, g = n[zp].p;
+		int pl = n[g].l == zp;
+		int32_t u = pl ? n[g].r : n[g].l;
+		if (u >= 0 && n[u].red) {
+			n[zp].red = 0; n[u].red = 0; n[g].red = 1;
+			z = g;
+			continue;
+		}
+		if (z == (pl ? n[zp].r : n[zp].l)) {
+			z = zp;
+			bn_rotate(c, &d->broot, z, pl);
+			zp = n[z].p;
+		}
+		n[zp].red = 0; n[g].red = 1;
+		bn_rotate(c, &d->broot, g, !pl);
+	}
+	n[d->broot].red = 0;
+	return 0;
+}
+
+static void bn_erase(Core *c, dev_t_ *d, int32_t z)
+{
+	bnode_t *n = c->bn;
+	int32_t child, parent, red;
+	if (n[z].l < 0 || n[z].r < 0) {
+		child = n[z].l < 0 ? n[z].r : n[z].l;
+		parent = n[z].p;
+		red = n[z].red;
+		if (child >= 0) n[child].p = parent;
+		if (parent < 0) d->broot = child;
+		else if (n[parent].l == z) n[parent].l = child;
+		else n[parent].r = child;
+	} else {
+		int32_t y = n[z].r;  /* the successor takes z's place and colour */
+		while (n[y].l >= 0) y = n[y].l;
+		child = n[y].r;
+		parent = n[y].p;
+		red = n[y].red;
+		if (child >= 0) n[child].p = parent;
+		if (parent == z) {
+			n[parent].r = child;
+			parent = y;
+		} else {
+			n[parent].l = child;
+		}
+		n[y].p = n[z].p; n[y].red = n[z].red; n[y].l = n[z].l; n[y].r = n[z].r;
+		if (n[z].p < 0) d->broot = y;
+		else if (n[n[z].p].l == z) n[n[z].p].l = y;
+		else n[n[z].p].r = y;
+		n[n[z].l].p = y;
+		if (n[z].r >= 0) n[n[z].r].p = y;
+	}
+	if (!red) {
+		int32_t x = child;
+		while ((x < 0 || !n[x].red) && x != d->broot) {
+			int xl = n[parent].l == x;
+			int32_t w = xl ? n[parent].r : n[parent].l;
+			if (n[w].red) {
+				n[w].red = 0; n[parent].red = 1;
+				bn_rotate(c, &d->broot, parent, xl);
+				w = xl ? n[parent].r : n[parent].l;
+			}
+			int32_t wn = xl ? n[w].l : n[w].r, wf = xl ? n[w].r : n[w].l;
+			if ((wn < 0 || !n[wn].red) && (wf < 0 || !n[wf].red)) {
+				n[w].red = 1;
+				x = parent;
+				parent = n[x].p;
+			} else {
+				if (wf < 0 || !n[wf].red) {
+					n[wn].red = 0; n[w].red = 1;
+					bn_rotate(c, &d->broot, w, !xl);
+					w = xl ? n[parent].r : n[parent].l;
+				}
+				n[w].red = n[parent].red; n[parent].red = 0;
+				wf = xl ? n[w].r : n[w].l;
+				if (wf >= 0) n[wf].red = 0;
+				bn_rotate(c, &d->broot, parent, xl);
+				x = d->broot;
+				break;
+			}
+		}
+		if (x >= 0) n[x].red = 0;
+	}
+	n[z].r = c->bfree;
+	c->bfree = z;
+	d->bn_live--;
+}
+
+/* btt's lookup of one sector: the first Q met on the way down whose range holds it */
+static int32_t bn_find(const Core *c, const dev_t_ *d, uint64_t sec)
+{
+	int32_t x = d->broot;
+	while (x >= 0) {
+		if (sec < c->bn[x].s) x = c->bn[x].l;
+		else if (sec >= c->bn[x].e) x = c->bn[x].r;
+		else return x;
+	}
+	return -1;
+}
+
+/* btt's range walk: the Qs inside [s, e) it reaches, into c->bhits */
+static int bn_walk(Core *c, int32_t x, uint64_t s, uint64_t e)
+{
+	while (x >= 0) {
+		bnode_t *n = &c->bn[x];
+		if (s <= n->s && n->e <= e) {
+			if (c->nbhits == c->capbhits) {
+				size_t cap = c->capbhits ? c->capbhits * 2 : 64;
+				int32_t *h = realloc(c->bhits, cap * sizeof(*h));
+				if (!h)
+					return -1;
+				c->bhits = h;
+				c->capbhits = cap;
+			}
+			c->bhits[c->nbhits++] = x;
+		}
+		int goleft = s < n->s, goright = n->e < e;
+		if (goleft && goright) {
+			if (bn_walk(c, n->l, s, e) < 0)
+				return -1;
+			x = c->bn[x].r;
+		} else if (goleft) {
+			x = n->l;
+		} else if (goright) {
+			x = n->r;
+		} else {
+			break;
+		}
+	}
+	return 0;
+}
 
 static inline uint64_t tdelta(uint64_t from, uint64_t to)
 {
@@ -426,6 +652,7 @@ static dev_t_ *setup_dev(Core *c, int32_t idx, uint64_t ts)
 		d->start_time = d->end_time = ts;
 		d->last_q = NONE;
 		d->seek_q.root = d->seek_d.root = -1;
+		d->broot = -1;
 		c->order[c->norder++] = idx;
 	}
 	return d;
@@ -872,6 +1099,7 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 				break;
 			}
 			q = find_sec(d, sec); /* the array may have moved */
+			q->split = 1;
 			qrec_t piece = *q;
 			q->e = rest;
 			piece.s = rest;
@@ -922,8 +1150,6 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 					emit(c, kind, -1, p, t, t > c->proc_last_q[p] ? t - c->proc_last_q[p] : 1, sec, rd[k]);
 				c->proc_last_q[p] = t;
 			}
-			if (d->nstale && in_stale(d, sec, e))
-				d->btt_stale_q++;
 			if (replace) {
 				d->dup_q++;
 			} else {
@@ -945,6 +1171,11 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 			q->sl = 0;
 			q->proc = p;
 			q->rd = rd[k];
+			q->split = 0;
+			if (bn_insert(c, d, t, sec, e) < 0) {
+				c->oom = 1;
+				break;
+			}
 			d->n_qs++;
 			d->t_act_q += d->n_act_q;
 			d->n_act_q++;
@@ -953,6 +1184,12 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 		case A_GETRQ:
 			q = find_sec(d, sec);
 			if (q) {
+				int32_t b = bn_find(c, d, sec);
+				if (b < 0 || c->bn[b].t != q->t || c->bn[b].s != q->s) {
+					if (q->split) d->btt_g_split++;
+					else if (d->nstale && in_stale(d, q->s, q->e)) d->btt_g_range++;
+					else d->btt_g_other++;
+				}
 				q->g = t;
 				emit(c, K_Q2G, di, q->proc, t, tdelta(q->t, t), q->s, q->rd);
 				if (q->sl != 0)
@@ -1004,6 +1241,13 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 				break;
 			}
 			d->n_ds++;
+			c->nbhits = 0;
+			if (bn_walk(c, d->broot, sec, e) < 0) {
+				c->oom = 1;
+				break;
+			}
+			for (size_t j = 0; j < c->nbhits; j++)
+				c->bn[c->bhits[j]].d = t;
 			for (size_t i = lower(d, sec); i < d->nq && d->q[i].s < e; i++) {
 				q = &d->q[i];
 				if (q->e > e)
@@ -1063,6 +1307,30 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 				}
 				hits[nh++] = i;
 			}
+			/* what btt completes here; the I/Os ioscope completes here that btt does not */
+			c->nbhits = 0;
+			if (c->oom || bn_walk(c, d->broot, sec, e) < 0) {
+				c->oom = 1;
+				break;
+			}
+			for (size_t h = 0; h < nh; h++) {
+				qrec_t *a = &d->q[hits[h]];
+				size_t j = 0;
+				while (j < c->nbhits && !(c->bn[c->bhits[j]].t == a->t && c->bn[c->bhits[j]].s == a->s))
+					j++;
+				if (j < c->nbhits)
+					continue;
+				if (a->split) d->btt_diff_split++;
+				else if (d->nstale && in_stale(d, a->s, a->e)) d->btt_diff_range++;
+				else d->btt_diff_other++;
+			}
+			for (size_t j = 0; j < c->nbhits; j++) {
+				d->btt_q2c_n++;
+				if (c->bn[c->bhits[j]].d != NONE)
+					d->btt_d2c_n++;
+			}
+			for (size_t j = 0; j < c->nbhits; j++)
+				bn_erase(c, d, c->bhits[j]);
 			if (nh) {  /* drop the completed Qs, keeping the array sorted */
 				size_t w = hits[0], h = 0;
 				for (size_t r = hits[0]; r < d->nq; r++) {
@@ -1156,7 +1424,15 @@ static PyObject *Core_devices(Core *c, PyObject *unused)
 		SET_U64(dct, "overlap_q", d->overlap_q);
 		SET_U64(dct, "split_pieces", d->split_pieces);
 		SET_U64(dct, "split_bios", d->split_bios);
-		SET_U64(dct, "btt_stale_q", d->btt_stale_q);
+		SET_U64(dct, "btt_q2c_n", d->btt_q2c_n);
+		SET_U64(dct, "btt_d2c_n", d->btt_d2c_n);
+		SET_U64(dct, "btt_diff_split", d->btt_diff_split);
+		SET_U64(dct, "btt_diff_range", d->btt_diff_range);
+		SET_U64(dct, "btt_diff_other", d->btt_diff_other);
+		SET_U64(dct, "btt_g_split", d->btt_g_split);
+		SET_U64(dct, "btt_g_range", d->btt_g_range);
+		SET_U64(dct, "btt_g_other", d->btt_g_other);
+		SET_U64(dct, "btt_in_flight", d->bn_live);
 		SET_U64(dct, "plugged", d->plugged);
 		SET_U64(dct, "last_plug", d->last_plug);
 		SET_F64(dct, "plugged_s", d->plugged_s);
@@ -1239,6 +1515,8 @@ static void Core_dealloc(Core *c)
 		free(c->devs[i].seek_d.n);
 	}
 	free(c->devs);
+	free(c->bn);
+	free(c->bhits);
 	free(c->order);
 	free(c->proc_last_q);
 	for (int k = 0; k < K_NKINDS; k++)
@@ -1249,8 +1527,10 @@ static void Core_dealloc(Core *c)
 static PyObject *Core_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
 	Core *c = (Core *)type->tp_alloc(type, 0);
-	if (c)
+	if (c) {
 		c->last_q = NONE;
+		c->bfree = -1;
+	}
 	return (PyObject *)c;
 }
 

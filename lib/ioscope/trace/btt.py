@@ -223,7 +223,18 @@ class DevState:
     overlap_q: int = 0
     split_pieces: int = 0
     split_bios: int = 0
-    btt_stale_q: int = 0
+    # btt's own pairing of the same events (its tree of Qs rebuilt in the core): the Q2C and D2C N it
+    # prints, the I/Os ioscope completes that btt does not complete at the same C (by reason), the
+    # G events it gives to another I/O (by reason), and the Qs it still holds at the end
+    btt_q2c_n: int = 0
+    btt_d2c_n: int = 0
+    btt_diff_split: int = 0
+    btt_diff_range: int = 0
+    btt_diff_other: int = 0
+    btt_g_split: int = 0
+    btt_g_range: int = 0
+    btt_g_other: int = 0
+    btt_in_flight: int = 0
     blk_n: int = 0
     blk_total: int = 0
     blk_min: int = 0
@@ -560,7 +571,8 @@ class Btt:
             dev = self.dev_of[info["idx"]]
             d = DevState(dev, **{k: info[k] for k in (
                 "start_time", "end_time", "n_qs", "n_ds", "t_act_q", "dup_q", "culled", "overlap_q", "split_pieces",
-                "split_bios", "btt_stale_q", "blk_n",
+                "split_bios", "btt_q2c_n", "btt_d2c_n", "btt_diff_split", "btt_diff_range", "btt_diff_other",
+                "btt_g_split", "btt_g_range", "btt_g_other", "btt_in_flight", "blk_n",
                 "blk_total", "blk_min", "blk_max", "nplugs", "nplugs_t", "nios_up", "nios_upt", "plugged_s",
                 "inflight", "inflight_issued", "q2d_hist")})
             if info["plugged"]:   # btt closes a plug still open at the device's last event

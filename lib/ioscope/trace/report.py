@@ -332,14 +332,60 @@ def render_percentiles(r: BttResult, name: Callable[[int], str]) -> list[str]:
     return out
 
 
+def btt_json(d: DevState) -> dict[str, Any]:
+    """How btt pairs this disk's events, where that differs from report (its tree of Qs rebuilt as btt
+    builds it): the Q2C and D2C N btt prints, the I/Os report completes that btt does not complete with
+    the same C, and the G events btt gives to another I/O, each by reason."""
+    return {
+        "q2c_n": d.btt_q2c_n, "d2c_n": d.btt_d2c_n, "in_flight_at_end": d.btt_in_flight,
+        "ios_paired_differently": {"split_bio": d.btt_diff_split, "inside_split_range": d.btt_diff_range,
+                                   "other": d.btt_diff_other,
+                                   "total": d.btt_diff_split + d.btt_diff_range + d.btt_diff_other},
+        "g_given_to_another_io": {"split_bio": d.btt_g_split, "inside_split_range": d.btt_g_range,
+                                  "other": d.btt_g_other,
+                                  "total": d.btt_g_split + d.btt_g_range + d.btt_g_other},
+    }
+
+
+def render_btt_differences(r: BttResult, name: Callable[[int], str]) -> list[str]:
+    """The section saying, per disk, how many I/Os btt pairs differently from report, and why."""
+    devs = [(dev, d) for dev, d in r.devices.items()
+            if d.btt_diff_split + d.btt_diff_range + d.btt_diff_other + d.btt_g_split + d.btt_g_range
+            + d.btt_g_other]
+    if not devs:
+        return []
+    out = ["==================== Where btt differs (ioscope) ====================", ""]
+    out.append(f"{'DEV':>12s} | {'btt Q2C N':>10s} {'btt D2C N':>10s} | {'I/Os paired differently':>23s}: "
+               f"{'split':>7s} {'in split':>8s} {'other':>6s} | {'Gs given elsewhere':>18s}")
+    out.append("------------ | ---------- ---------- | ----------------------------------------------- | "
+               "------------------")
+    for dev, d in devs:
+        diff = d.btt_diff_split + d.btt_diff_range + d.btt_diff_other
+        g = d.btt_g_split + d.btt_g_range + d.btt_g_other
+        out.append(f"{name(dev):>12s} | {d.btt_q2c_n:10d} {d.btt_d2c_n:10d} | {diff:23d}: {d.btt_diff_split:7d} "
+                   f"{d.btt_diff_range:8d} {d.btt_diff_other:6d} | {g:18d}")
+    out.append("")
+    out.append("btt pairs the same events with its own rules (its tree of Qs is rebuilt here as btt builds it). "
+               "btt Q2C N / D2C N: what btt prints; I/Os paired differently: I/Os this report completes that btt "
+               "does not complete with the same C (it completes them later, with another I/O's C, or never); "
+               "Gs given elsewhere: G events btt pairs with another I/O (its Q2G then runs from that I/O's Q).")
+    out.append("split: a bio split (X) or one of its pieces: btt ignores X and never completes the bio, whose "
+               "pieces each have their own G, D and C. in split: an I/O inside the range of such a bio, which "
+               "btt keeps in flight for ever; its tree search may meet the stale bio first, which then takes "
+               "the I/O's G, or blocks the walk that finds the I/O for its D and C. The tables above are "
+               "report's: each I/O with its own events (docs/report.md, 'Where report and btt differ').")
+    out.append("")
+    return out
+
+
 def render_unclean(r: BttResult, name: Callable[[int], str]) -> list[str]:
     out = ["==================== Capture edges (ioscope) ====================", ""]
     out.append(f"{'DEV':>12s} | {'ignored@start':>13s} {'dup Q':>6s} {'overlap Q':>9s} {'in flight@end':>13s} "
-               f"{'(issued)':>8s} {'split pieces':>12s} {'btt stale Q':>11s}")
-    out.append("------------ | ------------- ------ --------- ------------- -------- ------------ -----------")
+               f"{'(issued)':>8s} {'split pieces':>12s}")
+    out.append("------------ | ------------- ------ --------- ------------- -------- ------------")
     for dev, d in r.devices.items():
         out.append(f"{name(dev):>12s} | {d.culled:13d} {d.dup_q:6d} {d.overlap_q:9d} {d.inflight:13d} "
-                   f"{d.inflight_issued:8d} {d.split_pieces:12d} {d.btt_stale_q:11d}")
+                   f"{d.inflight_issued:8d} {d.split_pieces:12d}")
     out.append("")
     out.append("ignored@start: events of I/Os already in flight when the capture began (before the device's "
                "first Q or A);")
@@ -347,16 +393,9 @@ def render_unclean(r: BttResult, name: Callable[[int], str]) -> list[str]:
                "one); overlap Q: Qs overlapping one in flight (btt may lose one of them, ioscope does not);")
     out.append("in flight@end: Qs never completed (issued: of which D was seen). None of these is mixed into "
                "the tables above.")
-    split = sum(d.split_pieces for d in r.devices.values())
-    bios = sum(d.split_bios for d in r.devices.values())
-    stale = sum(d.btt_stale_q for d in r.devices.values())
-    if split:
-        out.append(f"split pieces: ioscope pairs each piece of a split bio (X) on its own, with the bio's Q time, "
-                   f"so the tables count requests as /proc/diskstats does. btt ignores X: its {bios} split bios "
-                   f"never complete there and their {bios + split} pieces give no Q2C or D2C (btt's Q2C and D2C N "
-                   f"are at least {bios + split} smaller), and {stale} later Qs fall inside a range btt still "
-                   "holds, so btt may give them the stale bio's G/I/D/C (Q2G and Q2C of seconds, Q2G over "
-                   "100% of Q2C). These tables are the right ones (docs/report.md, 'Where report and btt differ').")
+    if any(d.split_pieces for d in r.devices.values()):
+        out.append("split pieces: ioscope pairs each piece of a split bio (X) on its own, with the bio's Q time, "
+                   "so the tables count requests as /proc/diskstats does (btt does not: 'Where btt differs').")
     out.append("")
     return out
 
@@ -464,7 +503,7 @@ def to_json(r: BttResult, src_meta: dict[str, Any], name: Callable[[int], str]) 
             "active_periods": {"n": n, "avg_active": act, "avg_inactive": nact, "pct_live": pl},
             "q2d_histogram": dict(zip(Q2D_HEADS, d.q2d_hist)),
             "ignored_at_start": d.culled, "duplicate_q": d.dup_q, "overlapping_q": d.overlap_q,
-            "split_bios": d.split_bios, "split_pieces": d.split_pieces, "btt_stale_q": d.btt_stale_q,
+            "split_bios": d.split_bios, "split_pieces": d.split_pieces, "btt": btt_json(d),
             "in_flight_at_end": r.inflight_end.get(dev, 0),
             "in_flight_at_end_issued": r.inflight_end_issued.get(dev, 0),
         }
@@ -618,6 +657,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.btt:
         lines += render_percentiles(r, name)
         lines += render_unclean(r, name)
+        lines += render_btt_differences(r, name)
         lines += render_heatmap(r)
         lines += render_iostat(r, name)
     sys.stdout.write("\n".join(lines) + "\n")
