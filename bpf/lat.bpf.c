@@ -24,7 +24,10 @@
 #include "comms.bpf.h"
 #include "inflight.bpf.h"
 
-#define MAX_CHAIN 32
+#define RQPATH_MAX_CHAIN 32
+#define RQPATH_TGID targ_tgid
+#define RQPATH_ISSUE
+#define RQPATH_COMPLETE_NOW 0 /* record() reads the clock */
 
 const volatile bool targ_per_disk = false;
 const volatile bool targ_per_op = false;
@@ -107,215 +110,94 @@ __noinline int record(__u32 dev, __u32 tgid, __u32 op_have, __u64 q_ns, __u64 d_
 	return 0;
 }
 
-/*
- * Each body takes btf, a constant: tp_btf programs read kernel memory with
- * direct (BTF-checked) loads, raw_tp programs with bpf_probe_read_kernel();
- * the compiler keeps only the variant's own kind of access.
- */
-static __always_inline int on_bio_queue(struct bio *bio, const bool btf)
-{
-	struct gendisk *disk = btf ? bio_disk_direct(bio) : bio_disk(bio);
-	struct last_q *last;
-	struct bio_slot *sl;
-	__u32 zero = 0, dev;
-	__u64 key, now;
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+/* The hooks of the shared path (rqpath.bpf.h). */
 
-	if (!disk || !(btf ? disk_is_mq_direct(disk) : disk_is_mq(disk)))
-		return 0;
-	if (targ_tgid && tgid != targ_tgid)
-		return 0;
-	dev = btf ? disk_dev_direct(disk) : disk_dev(disk);
-	if (!dev_wanted(dev))
-		return 0;
-	key = btf ? ptr_value(bio) : (__u64)bio;
-	now = bpf_ktime_get_ns();
-	last = bpf_map_lookup_elem(&last_queued, &zero);
-	sl = slot_get(key);
-	if (sl) {
-		/*
-		 * The remainder of a bio split right after it was queued comes back
-		 * here at once: it keeps its first queue time. Any other slot still
-		 * holding this address is left over from an earlier bio whose
-		 * completion never reached us: a lost measurement if it was issued.
-		 */
-		if (last && last->bio == key && !sl->d_ns) {
-			stat_inc(IOS_STAT_REQUEUED);
-		} else {
-			stat_inc(sl->d_ns ? IOS_LOST_C_UNSEEN : IOS_STAT_NEVER_ISSUED);
-			sl->q_ns = now;
-			sl->d_ns = 0;
-			sl->tgid = tgid;
-			sl->dev = dev;
-		}
-	} else {
-		slot_put(key, now, tgid, dev);
-	}
-	if (last) {
-		if (targ_per_pid && last->tgid != tgid)
-			comms_note(tgid);
-		last->bio = key;
-		last->q_ns = now;
-		last->tgid = tgid;
-		last->dev = dev;
-	}
-	return 0;
+static __always_inline void note_comm(struct last_q *last, __u32 tgid)
+{
+	if (targ_per_pid && last->tgid != tgid)
+		comms_note(tgid);
 }
 
-static __always_inline int on_rq_issue(struct request *rq, const bool btf)
+/* Requests without bios (the flush machinery's flush requests): timed from issue, d2c only. */
+static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64 now, const bool btf)
 {
-	__u64 now = bpf_ktime_get_ns();
-	struct bio *bio = btf ? rq->bio : BPF_CORE_READ(rq, bio);
-	__u32 dev = btf ? disk_dev_direct(rq_disk_direct(rq)) : disk_dev(rq_disk(rq));
-	struct bio_slot *sl;
+	struct bio_start rs = {};
 	__u64 key;
-	int i;
 
-	if (!dev_wanted(dev))
-		return 0;
-	if (!bio) {
-		struct bio_start rs = {};
-
-		if (targ_tgid)
-			return 0; /* no submitter to match the filter against */
-		key = btf ? ptr_value(rq) : (__u64)rq;
-		rs.d_ns = now;
-		rs.dev = dev;
-		if (bpf_map_update_elem(&rq_starts, &key, &rs, BPF_ANY))
-			stat_inc(IOS_LOST_RQ_FULL);
-		return 0;
-	}
-	key = btf ? ptr_value(bio) : (__u64)bio;
-	if (!slot_get(key)) {
-		if (targ_tgid)
-			return 0; /* queued by another process, or before tracing */
-		/* queued before tracing started: d2c only */
-		slot_put(key, 0, 0, dev);
-		sl = slot_get(key);
-		if (sl)
-			sl->d_ns = now;
-		stat_inc(IOS_INFLIGHT_AT_START);
-		return 0;
-	}
-	for (i = 0; i < MAX_CHAIN && bio; i++) {
-		key = btf ? ptr_value(bio) : (__u64)bio;
-		sl = slot_get(key);
-		/* a requeued request is issued again: q2d runs to its first issue */
-		if (sl && !sl->d_ns)
-			sl->d_ns = now;
-		bio = btf ? bio->bi_next : BPF_CORE_READ(bio, bi_next);
-	}
-	if (bio)
-		stat_inc(IOS_LOST_CHAIN_LONG);
-	return 0;
+	if (targ_tgid)
+		return; /* no submitter to match the filter against */
+	key = btf ? ptr_value(rq) : (__u64)rq;
+	rs.d_ns = now;
+	rs.dev = dev;
+	if (bpf_map_update_elem(&rq_starts, &key, &rs, BPF_ANY))
+		stat_inc(IOS_LOST_RQ_FULL);
 }
 
-static __always_inline int on_rq_complete(struct request *rq, unsigned int nr_bytes, const bool btf)
+static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op, __u64 now, const bool btf)
 {
-	struct bio *bio = btf ? rq->bio : BPF_CORE_READ(rq, bio);
-	__u32 dev = btf ? disk_dev_direct(rq_disk_direct(rq)) : disk_dev(rq_disk(rq));
-	__u32 opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
-	__u32 rq_bytes = btf ? rq->__data_len : BPF_CORE_READ(rq, __data_len);
-	__u32 rq_flags = btf ? rq->rq_flags : BPF_CORE_READ(rq, rq_flags);
-	__u8 op = opf_to_op(opf, rq_bytes);
-	struct bio_slot *sl;
-	struct bio_start *rs;
-	__u64 key, done = 0;
-	bool whole = nr_bytes >= rq_bytes;
-	int i;
+	__u64 key = btf ? ptr_value(rq) : (__u64)rq;
+	struct bio_start *rs = bpf_map_lookup_elem(&rq_starts, &key);
 
-	if (!dev_wanted(dev))
-		return 0;
-	if (!bio) {
-		key = btf ? ptr_value(rq) : (__u64)rq;
-		rs = bpf_map_lookup_elem(&rq_starts, &key);
-		if (rs) {
-			record(dev, 0, op | (1 << IOS_PHASE_D2C) << 8, 0, rs->d_ns);
-			bpf_map_delete_elem(&rq_starts, &key);
-		}
-		return 0;
+	if (rs) {
+		record(dev, 0, op | (1 << IOS_PHASE_D2C) << 8, 0, rs->d_ns);
+		bpf_map_delete_elem(&rq_starts, &key);
 	}
-	/* The data step of a PREFLUSH/FUA write on a write-back disk: its bios are not ended yet.
-	 * The I/O is complete, and timed (q2c, q2d, d2c to the end), when the flush sequence ends the
-	 * request, as the kernel counts it; the flush requests themselves (no bios) are timed above. */
-	if (rq_flush_seq(rq_flags))
-		return 0;
-	for (i = 0; i < MAX_CHAIN && bio; i++) {
-		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
+}
 
-		/* a partial completion ends only the bios it fully covers */
-		if (!whole && done + size > nr_bytes)
-			break;
-		done += size;
-		key = btf ? ptr_value(bio) : (__u64)bio;
-		sl = slot_get(key);
-		if (sl) {
-			__u32 have = 0;
+static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
+				     int i, bool whole, __u64 now, const bool btf)
+{
+	__u32 have = 0;
+	__u64 d_ns;
 
-			/* d2c once per request, from the first bio's issue time */
-			if (i == 0 && whole && sl->d_ns)
-				have |= 1 << IOS_PHASE_D2C;
-			if (sl->q_ns)
-				have |= 1 << IOS_PHASE_Q2C;
-			if (sl->q_ns && sl->d_ns)
-				have |= 1 << IOS_PHASE_Q2D;
-			record(dev, sl->tgid, op | have << 8, sl->q_ns, sl->d_ns);
-			sl->bio = 0; /* free the slot */
-		} else {
-			stat_inc(IOS_STAT_C_NOENTRY);
-		}
-		bio = btf ? bio->bi_next : BPF_CORE_READ(bio, bi_next);
+	if (!sl) {
+		stat_inc(IOS_STAT_C_NOENTRY);
+		return;
 	}
-	return 0;
+	d_ns = sl->d_ns;
+	/*
+	 * A request ended without being issued itself: the empty PREFLUSH write,
+	 * whose device work is its flush request (timed as op flush). Its D is
+	 * when it became a request (rq->start_time_ns, where the kernel starts
+	 * its wait; not before its Q: the kernel's clock can be a plug's cached
+	 * time), so d2c is its wait for the flush, and every request the kernel
+	 * counts has one d2c. Read only on this rare path.
+	 */
+	if (i == 0 && whole && !d_ns && sl->q_ns) {
+		__u64 start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
+
+		d_ns = start > sl->q_ns ? start : sl->q_ns;
+	}
+	/* d2c once per request, from the first bio's issue time */
+	if (i == 0 && whole && d_ns)
+		have |= 1 << IOS_PHASE_D2C;
+	if (sl->q_ns)
+		have |= 1 << IOS_PHASE_Q2C;
+	if (sl->q_ns && d_ns)
+		have |= 1 << IOS_PHASE_Q2D;
+	record(dev, sl->tgid, op | have << 8, sl->q_ns, d_ns);
 }
 
-SEC("tp_btf/block_bio_queue")
-int BPF_PROG(btf_bio_queue, struct bio *bio)
+static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u64 first_q, __u64 now,
+				    const bool btf)
 {
-	return on_bio_queue(bio, true);
 }
 
-SEC("tp_btf/block_split")
-int BPF_PROG(btf_split, struct bio *bio)
-{
-	return slot_split(bio, true);
-}
+#include "rqpath.bpf.h"
 
 SEC("tp_btf/block_rq_issue")
 int BPF_PROG(btf_rq_issue, struct request *rq)
 {
-	return on_rq_issue(rq, true);
-}
-
-SEC("tp_btf/block_rq_complete")
-int BPF_PROG(btf_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
-{
-	return on_rq_complete(rq, nr_bytes, true);
-}
-
-SEC("raw_tp/block_bio_queue")
-int BPF_PROG(raw_bio_queue, struct bio *bio)
-{
-	return on_bio_queue(bio, false);
-}
-
-SEC("raw_tp/block_split")
-int BPF_PROG(raw_split, struct bio *bio)
-{
-	return slot_split(bio, false);
+	return rqpath_rq_issue(rq, true);
 }
 
 SEC("raw_tp/block_rq_issue")
 int BPF_PROG(raw_rq_issue, struct request *rq)
 {
-	return on_rq_issue(rq, false);
+	return rqpath_rq_issue(rq, false);
 }
 
-SEC("raw_tp/block_rq_complete")
-int BPF_PROG(raw_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
-{
-	return on_rq_complete(rq, nr_bytes, false);
-}
+RQPATH_PROGRAMS
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

@@ -30,7 +30,9 @@
 #include "comms.bpf.h"
 #include "inflight.bpf.h"
 
-#define MAX_CHAIN 64
+#define RQPATH_MAX_CHAIN 64
+#define RQPATH_TGID 0
+#define RQPATH_COMPLETE_NOW bpf_ktime_get_ns()
 #define STALE_NS (120ULL * 1000000000ULL)
 
 
@@ -101,125 +103,49 @@ static __always_inline void disk_add(__u32 dev, __u8 op, __u64 lat)
 	hist_add(h, lat);
 }
 
+/* The hooks of the shared path (rqpath.bpf.h). */
 
-
-
-
-
-/* btf: the program is tp_btf (direct loads); a constant, so each variant
- * keeps only its own kind of access. */
-static __always_inline int on_bio_queue(struct bio *bio, const bool btf)
+static __always_inline void note_comm(struct last_q *last, __u32 tgid)
 {
-	struct gendisk *disk = btf ? bio_disk_direct(bio) : bio_disk(bio);
-	struct last_q *last;
-	__u32 zero = 0, dev;
-	__u64 key = btf ? ptr_value(bio) : (__u64)bio, now;
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-
-	if (!disk || !(btf ? disk_is_mq_direct(disk) : disk_is_mq(disk)))
-		return 0;
-	now = bpf_ktime_get_ns();
-	dev = btf ? disk_dev_direct(disk) : disk_dev(disk);
-	slot_put(key, now, tgid, dev);
-	last = bpf_map_lookup_elem(&last_queued, &zero);
-	if (!last)
-		return 0;
 	/* the name at queue time, looked at when this CPU sees another process */
 	if (last->tgid != tgid)
 		comms_note(tgid);
-	last->bio = key;
-	last->q_ns = now;
-	last->tgid = tgid;
-	last->dev = dev;
-	return 0;
 }
 
-static __always_inline int on_rq_complete(struct request *rq, unsigned int nr_bytes, const bool btf)
+/* A flush request of the flush machinery: the disk's, no process's. */
+static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op, __u64 now, const bool btf)
 {
-	__u64 now = bpf_ktime_get_ns();
-	struct bio *bio = btf ? rq->bio : BPF_CORE_READ(rq, bio);
-	__u32 dev = btf ? disk_dev_direct(rq_disk_direct(rq)) : disk_dev(rq_disk(rq));
-	__u32 opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
-	__u32 rq_bytes = btf ? rq->__data_len : BPF_CORE_READ(rq, __data_len);
 	__u64 rq_start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
-	__u32 rq_flags = btf ? rq->rq_flags : BPF_CORE_READ(rq, rq_flags);
-	__u8 op = opf_to_op(opf, rq_bytes);
-	struct bio_slot *sl;
-	__u64 key, done = 0, first_q = 0;
-	bool whole = nr_bytes >= rq_bytes;
-	int i;
 
-	if (rq_flush_seq(rq_flags))
-		return 0; /* its data step: counted when the flush sequence ends */
-	for (i = 0; i < MAX_CHAIN && bio; i++) {
-		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
+	if (rq_start && rq_start <= now)
+		disk_add(dev, op, now - rq_start);
+}
 
-		/* a partial completion ends only the bios it fully covers */
-		if (!whole && done + size > nr_bytes)
-			break;
-		done += size;
-		key = btf ? ptr_value(bio) : (__u64)bio;
-		sl = slot_get(key);
-		if (sl) {
-			__u64 q = sl->q_ns;
-			__u32 tgid = sl->tgid;
-
-			sl->bio = 0;
-			if (i == 0)
-				first_q = q;
-			proc_add(tgid, dev, op, size, now - q, true);
-		} else {
-			proc_add(0, dev, op, size, 0, false);
-			stat_inc(IOS_INFLIGHT_AT_START);
-		}
-		bio = btf ? bio->bi_next : BPF_CORE_READ(bio, bi_next);
+static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
+				     int i, bool whole, __u64 now, const bool btf)
+{
+	if (sl) {
+		proc_add(sl->tgid, dev, op, size, now - sl->q_ns, true);
+	} else {
+		proc_add(0, dev, op, size, 0, false);
+		stat_inc(IOS_INFLIGHT_AT_START);
 	}
-	if (bio && whole)
-		stat_inc(IOS_LOST_CHAIN_LONG);
-	if (!whole)
-		return 0; /* the request's latency is counted when it ends */
+}
+
+static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u64 first_q, __u64 now,
+				    const bool btf)
+{
+	__u64 rq_start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
+
 	if (rq_start && rq_start <= now)
 		disk_add(dev, op, now - rq_start);
 	else if (first_q)
 		disk_add(dev, op, now - first_q);
-	return 0;
 }
 
-SEC("tp_btf/block_bio_queue")
-int BPF_PROG(btf_bio_queue, struct bio *bio)
-{
-	return on_bio_queue(bio, true);
-}
+#include "rqpath.bpf.h"
 
-SEC("tp_btf/block_split")
-int BPF_PROG(btf_split, struct bio *bio)
-{
-	return slot_split(bio, true);
-}
-
-SEC("tp_btf/block_rq_complete")
-int BPF_PROG(btf_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
-{
-	return on_rq_complete(rq, nr_bytes, true);
-}
-
-SEC("raw_tp/block_bio_queue")
-int BPF_PROG(raw_bio_queue, struct bio *bio)
-{
-	return on_bio_queue(bio, false);
-}
-
-SEC("raw_tp/block_split")
-int BPF_PROG(raw_split, struct bio *bio)
-{
-	return slot_split(bio, false);
-}
-
-SEC("raw_tp/block_rq_complete")
-int BPF_PROG(raw_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
-{
-	return on_rq_complete(rq, nr_bytes, false);
-}
+RQPATH_PROGRAMS
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
