@@ -22,9 +22,10 @@ code here is ioscope's own):
   btt differ"). ioscope splits the in-flight Q at each X: each piece is paired
   on its own and keeps the bio's Q time, so every phase counts requests as
   the kernel and /proc/diskstats do. `split_bios` counts the bios split,
-  `split_pieces` the pieces made (one per X), `btt_stale_q` the later Qs that
-  overlap a range btt still holds. btt's Q2C and D2C N are therefore
-  split_bios + split_pieces smaller than ioscope's (tests check it with btt).
+  `split_pieces` the pieces made (one per X). The core also rebuilds btt's
+  own tree of Qs beside this pairing (bn_insert/bn_walk/bn_erase) and counts
+  the btt_* fields: btt's Q2C and D2C N, and the I/Os and Gs btt pairs
+  differently, by reason (tests check them against the real btt).
 - Events with no data (bytes == 0) are ignored, except R (requeue) and A.
 - A delta that is zero or negative counts as 1 ns, as btt does.
 - Device-mapper/md devices (majors 9, 253, 254) are "remappers": their Q2Q,
