@@ -33,7 +33,6 @@
 #define RQPATH_MAX_CHAIN 64
 #define RQPATH_TGID 0
 #define RQPATH_COMPLETE_NOW bpf_ktime_get_ns()
-#define STALE_NS (120ULL * 1000000000ULL)
 
 
 /* Per-CPU: no cache line is shared between CPUs on the I/O path. User space

@@ -450,7 +450,7 @@ def test_split_bios_differ_from_btt_as_report_says(tmp_path: Path) -> None:
     assert doc["phases"]["q2c"]["max"] == pytest.approx((90_000 + (pieces - 1) * 1000) / 1e9)
     # the real btt on the export: no split bio completes there, and the read inside a stale range
     # lost its G to the stale bio (Q2G of 5 ms) and with it its Q2C: btt's N (row absent when 0) are
-    # smaller by split_bios + split_pieces + btt_stale_q
+    # smaller by the I/Os btt pairs differently, as report predicts
     out = tmp_path / "split.bin"
     run_ioscope("export", str(cap), "-o", str(out), check=True)
     avg = bs.run_btt(str(out), str(tmp_path))
