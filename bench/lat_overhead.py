@@ -2,7 +2,7 @@
 """Overhead of `ioscope lat` against its peers, measured side by side in one run.
 
 fio 4 KiB random reads, queue depth 32, libaio, direct, on a tmpfs-backed loop
-device. Rounds alternate: nothing attached, `ioscope lat -D -F`, and the
+device. Rounds alternate: nothing attached, `ioscope lat -D -O`, and the
 bpftrace one-liner that does the same job (issue->complete latency histogram
 keyed by (dev, sector)). Prints IOPS per configuration (median over rounds),
 ratios to the untraced baseline, and the time each tracer needs from start to
@@ -78,12 +78,12 @@ def main() -> int:
         print("bench/lat_overhead.py: run as root (it loads BPF programs and makes loop devices)", file=sys.stderr)
         return 1
     ioscope = [sys.executable, "-m", "ioscope.cli"]
-    results: dict[str, list[float]] = {"baseline": [], "ioscope lat -D -F": [], "bpftrace one-liner": []}
-    startup: dict[str, list[float]] = {"ioscope lat -D -F": [], "bpftrace one-liner": []}
+    results: dict[str, list[float]] = {"baseline": [], "ioscope lat -D -O": [], "bpftrace one-liner": []}
+    startup: dict[str, list[float]] = {"ioscope lat -D -O": [], "bpftrace one-liner": []}
     with LoopDevice(size_mb=1024) as dev:
         configs: list[tuple[str, Callable[[], AbstractContextManager[Any]]]] = [
             ("baseline", nullcontext),
-            ("ioscope lat -D -F", lambda: Tracer("ioscope", [*ioscope, "lat", "-D", "-F"], "Tracing", "stderr")),
+            ("ioscope lat -D -O", lambda: Tracer("ioscope", [*ioscope, "lat", "-D", "-O"], "Tracing", "stderr")),
             ("bpftrace one-liner", lambda: Tracer(
                 "bpftrace", ["bpftrace", "-e", 'BEGIN { printf("ready\\n"); } ' + BPFTRACE_ONE_LINER],
                 "ready", "stdout")),

@@ -44,7 +44,7 @@ def _delta(before: Any, after: Any) -> tuple[int, int]:
 
 def test_counts_match_fio_and_diskstats(loopdev: Any) -> None:
     dev = loopdev(size_mb=128)
-    with lat_running("-d", dev.name, "-F", "-j") as run:
+    with lat_running("-d", dev.name, "-O", "-j") as run:
         before = dev.diskstats()
         job = run_fio(dev.path, rw="randrw", bs="4k", iodepth=8, number_ios=PRIME_IOS, size="128m",
                       extra=["--rwmixread=60"])
@@ -282,7 +282,7 @@ def test_flush_sequence_counted_as_the_kernel_counts(loopdev: Any, attach: str) 
     dev = loopdev(size_mb=64)
     assert Path(f"/sys/block/{dev.name}/queue/write_cache").read_text().strip() == "write back"
     env = {"IOSCOPE_ATTACH": attach} if attach == "raw_tp" else None
-    with lat_running("-d", dev.name, "-F", "-j", env=env) as run:
+    with lat_running("-d", dev.name, "-O", "-j", env=env) as run:
         before = dev.diskstats()
         subprocess.run(["dd", "if=/dev/zero", f"of={dev.path}", "bs=4k", f"count={nwrites}", "oflag=direct,dsync",
                         "status=none"], check=True)

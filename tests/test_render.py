@@ -9,6 +9,7 @@ from rich.console import Console
 
 from ioscope.hist import Hist
 from ioscope.lat import LatHist
+from ioscope.lat.view import hist_json
 from ioscope.render import HistView, fmt_ns, percentile_table
 
 
@@ -48,11 +49,11 @@ def test_percentile_table_fits_80_columns() -> None:
 
 def test_lat_json_shape() -> None:
     h = Hist.from_values([100, 200, 300])
-    doc = LatHist(dev=(7 << 20) | 1, disk="loop1", op="read", pid=None, comm=None, phase="d2c", hist=h).to_json()
+    doc = hist_json(LatHist(dev=(7 << 20) | 1, disk="loop1", op="read", pid=None, comm=None, phase="d2c", hist=h))
     assert json.loads(json.dumps(doc)) == doc
     assert set(doc) >= {"disk", "dev", "op", "pid", "comm", "phase", "unit", "count", "sum", "min", "max",
                         "p50", "p90", "p99", "p999", "buckets"}
     assert doc["dev"] == "7:1" and doc["unit"] == "ns" and doc["count"] == 3 and doc["sum"] == 600
     assert doc["buckets"] == [[96, 104, 1], [192, 208, 1], [288, 320, 1]]
-    all_disks = LatHist(dev=0, disk="all", op="all", pid=None, comm=None, phase="q2c", hist=h).to_json()
+    all_disks = hist_json(LatHist(dev=0, disk="all", op="all", pid=None, comm=None, phase="q2c", hist=h))
     assert all_disks["disk"] == "all" and all_disks["op"] == "all"

@@ -37,7 +37,7 @@ def _lines(p: subprocess.Popen[str], n: int, timeout: float = 30) -> list[dict[s
 def test_batch_json_agrees_with_diskstats_iostat_and_fio(live: None, loopdev: Callable[..., Any]) -> None:
     dev = loopdev(size_mb=128)
     time.sleep(0.5)  # let udev's probe of the new device finish
-    top = subprocess.Popen(ioscope_cmd("top", "-j", "-d", dev.name, "-n", str(INTERVALS), "1"),
+    top = subprocess.Popen(ioscope_cmd("top", "-j", "-d", dev.name, "1", str(INTERVALS)),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = _lines(top, 1)
@@ -114,7 +114,7 @@ def test_batch_text_and_bad_input(live: None, loopdev: Callable[..., Any]) -> No
     dev = loopdev(size_mb=64)
     fio = start_fio(dev.path, 3, 499, 0)
     try:
-        p = run_ioscope("top", "-b", "-n", "2", "0.5", timeout=60, check=True)
+        p = run_ioscope("top", "-b", "0.5", "2", timeout=60, check=True)
     finally:
         job = fio_report(fio)
     assert job["read"]["total_ios"] > 0
@@ -125,7 +125,7 @@ def test_batch_text_and_bad_input(live: None, loopdev: Callable[..., Any]) -> No
         assert "r_await" in s and "PID" in s
     row = [ln for ln in snaps[1].splitlines() if ln.split()[:1] == [str(fio.pid)]]
     assert row and dev.name in row[0] and "fio" in row[0]
-    bad = run_ioscope("top", "-b", "-n", "1", "-d", "nosuchdisk")
+    bad = run_ioscope("top", "-b", "-d", "nosuchdisk", "1", "1")
     assert bad.returncode == 1 and "unknown disk 'nosuchdisk'" in bad.stderr and "Traceback" not in bad.stderr
     bad = run_ioscope("top", "-n", "0")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
@@ -136,7 +136,7 @@ def test_raw_tp_variant_counts_the_same(live: None, loopdev: Callable[..., Any])
     loads: the same workload must give the same process numbers."""
     dev = loopdev(size_mb=64)
     time.sleep(0.5)
-    top = subprocess.Popen(ioscope_cmd("top", "-j", "-d", dev.name, "-n", "5", "1"), stdout=subprocess.PIPE,
+    top = subprocess.Popen(ioscope_cmd("top", "-j", "-d", dev.name, "1", "5"), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, IOSCOPE_ATTACH="raw_tp"))
     try:
         first = _lines(top, 1)
@@ -175,7 +175,7 @@ def test_filesystem_io_is_fully_attributed(live: None, loopdev: Callable[..., An
     mnt.mkdir()
     subprocess.run(["mount", dev.path, str(mnt)], check=True)
     try:
-        top = subprocess.Popen(ioscope_cmd("top", "-j", "-d", dev.name, "-n", "5", "1"), stdout=subprocess.PIPE,
+        top = subprocess.Popen(ioscope_cmd("top", "-j", "-d", dev.name, "1", "5"), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
         try:
             first = _lines(top, 1)

@@ -121,3 +121,15 @@ def hists_from_array(arr: np.ndarray) -> list[hist.Hist]:
             max=int(rec["max"]),
         ))
     return out
+
+
+def comm_str(raw: bytes) -> str:
+    """A task's comm as the kernel stores it (16 bytes, NUL-padded) -> str."""
+    return raw.split(b"\0")[0].decode(errors="replace")
+
+
+def comms_from_dump(keys: bytes, vals: bytes, n: int) -> dict[int, str]:
+    """A `comms` map (u32 tgid -> char[16], bpf/comms.bpf.h) as dumped -> {tgid: name}."""
+    pids = np.frombuffer(keys, dtype=np.uint32, count=n)
+    raw = np.frombuffer(vals, dtype="S16", count=n)
+    return {int(p): comm_str(c) for p, c in zip(pids.tolist(), raw.tolist())}

@@ -22,7 +22,7 @@ from ioscope.errors import EXIT_ERROR, EXIT_USAGE, IoscopeError
 EXAMPLES = """\
 examples:
   ioscope demo                 # make a loop device, run a workload, show its latency
-  ioscope lat -D -F 1 5        # latency histograms per disk and operation, every second
+  ioscope lat -D -O 1 5        # latency histograms per disk and operation, every second
   ioscope <tool> --help        # options and examples of one tool
 """
 
@@ -40,7 +40,7 @@ class Parser(argparse.ArgumentParser):
 # not part of this build is left out of the command (checked by find_spec, so
 # a real import error in a module that exists is never hidden).
 TOOLS = (
-    "ioscope.lat",
+    "ioscope.lat.cmd",
     "ioscope.trace.record",
     "ioscope.trace.snoop",
     "ioscope.trace.parse",

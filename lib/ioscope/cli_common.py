@@ -9,10 +9,12 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from rich.console import Console
 
 from ioscope import abi
+from ioscope.losses import Losses
 
 
 def positive_float(s: str) -> float:
@@ -88,6 +90,58 @@ def add_interval_count(p: argparse.ArgumentParser) -> None:
     p.add_argument("count", nargs="?", type=positive_int, help="stop after COUNT intervals")
 
 
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-j", "--json", action="store_true", help="one JSON object per line (per interval)")
+
+
+def add_rows(p: argparse.ArgumentParser, what: str = "rows", default: int | None = None) -> None:
+    """-n N: how many rows a table shows (the largest first); never a count of intervals."""
+    p.add_argument("-n", "--rows", type=positive_int, metavar="N", default=default,
+                   help=f"show at most N {what}" + (f" (default {default})" if default else ""))
+
+
+def add_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true", help="no status lines on stderr")
+
+
+class _Deprecated(argparse.Action):
+    """An old spelling kept working: stores like the new option and says once what to type now."""
+
+    def __init__(self, option_strings: list[str], dest: str, instead: str, const: Any = True,
+                 nargs: int | str | None = 0, **kw: Any) -> None:
+        self.instead = instead
+        super().__init__(option_strings, dest, nargs=nargs, const=const, help=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"{parser.prog}: note: {option_string} is deprecated, use {self.instead}", file=sys.stderr)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
+
+
+def add_deprecated_flag(p: argparse.ArgumentParser, *spellings: str, dest: str, instead: str,
+                        const: Any = True, takes_value: bool = False, type: Callable[[str], Any] | None = None
+                        ) -> None:
+    """Keep an old option spelling working (hidden from --help, a note on stderr when used)."""
+    if takes_value:
+        p.add_argument(*spellings, dest=dest, action=_Deprecated, instead=instead, nargs=None, const=None,
+                       type=type or str, default=argparse.SUPPRESS)
+    else:
+        p.add_argument(*spellings, dest=dest, action=_Deprecated, instead=instead, const=const,
+                       default=argparse.SUPPRESS)
+
+
+def warn_unavailable(tool: str, unavailable: list[str]) -> None:
+    """The one banner for hooks this kernel does not have: one line each, on stderr."""
+    for msg in unavailable:
+        print(f"ioscope {tool}: {msg}; carrying on without it", file=sys.stderr)
+
+
+def warn_lost(tool: str, losses: Losses) -> None:
+    """The one line on stderr when data was lost in an interval."""
+    if losses.lost:
+        print(f"ioscope {tool}: lost {losses.lost} values ({losses.describe()})", file=sys.stderr)
+
+
 def iso_time(t: float) -> str:
     return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).astimezone().isoformat(timespec="milliseconds")
 
@@ -136,8 +190,7 @@ def run_intervals(tool: str, what: str, interval: float | None, count: int | Non
     """
     started = time.time()
     try:
-        for msg in unavailable:
-            print(f"ioscope {tool}: {msg}; carrying on without it", file=sys.stderr)
+        warn_unavailable(tool, unavailable)
         when = "Ctrl-C to end" if interval is None else f"every {interval:g}s"
         print(f"Tracing {what}; {when}.", file=sys.stderr, flush=True)
         if interval is None:

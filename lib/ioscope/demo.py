@@ -14,6 +14,7 @@ import time
 
 from ioscope import cli_common, system
 from ioscope.lat import LatCollector, LatOptions
+from ioscope.lat.model import completions_unreported
 from ioscope.render import HistView, percentile_table
 from ioscope.testbed import LoopDevice, have_fio, run_fio
 
@@ -90,8 +91,8 @@ def run(args: argparse.Namespace) -> int:
             losses = collector.losses(since_last=False)
             # completions the kernel made without running BPF programs (docs/lat.md): detected when a
             # bio's address came back, or still waiting beyond what the kernel has in flight
-            unreported = losses.counters["completion_unseen"] + max(
-                0, losses.counters["issued_not_completed"] - collector.kernel_in_flight())
+            unreported = losses.counters["completion_unseen"] + completions_unreported(
+                losses, collector.kernel_in_flight(), pid_filtered=False)
             after = loop.diskstats()
         finally:
             collector.close()

@@ -31,10 +31,10 @@ EXAMPLES = """\
 examples:
   ioscope top                  # the live screen, refreshed every second (q quits, ? shows the keys)
   ioscope top 2                # refresh every 2 seconds
-  ioscope top -b -n 5          # 5 plain-text snapshots, like top -b (automatic when piped)
-  ioscope top -j -n 10         # one JSON object per interval: {"devices": [...], "procs": [...]}
-  ioscope top -d loop0         # start filtered on one disk (d in the screen changes it)
-  ioscope top -b -s p99_ms     # batch, processes sorted by their p99 latency
+  ioscope top -b 1 5           # 5 plain-text snapshots, one a second, like top -b (automatic when piped)
+  ioscope top -j 1 10          # one JSON object per interval: {"devices": [...], "procs": [...]}
+  ioscope top -d loop0         # only this disk (filtered in the kernel; -d is repeatable)
+  ioscope top -b -s p99_ms -n 10   # batch, the 10 processes with the highest p99 latency
 """
 
 
@@ -44,17 +44,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "processes with their I/O rates and latency (attributed to the process "
                                    "that queued the I/O), and a latency heat map of the selected disk.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-d", "--disk", metavar="DISK", help="show only this disk (name, /dev/name or major:minor)")
+    p.add_argument("-d", "--disk", action="append", metavar="DISK",
+                   help="trace only this disk (name, /dev/name or major:minor; filtered in the kernel); repeatable")
     p.add_argument("-p", "--pid", type=cli_common.pid_type, help="show only I/O queued by this process")
     p.add_argument("-b", "--batch", action="store_true",
                    help="plain-text snapshots, one per interval (the default when stdout is not a terminal)")
-    p.add_argument("-j", "--json", action="store_true", help="one JSON object per interval")
-    p.add_argument("-n", "--iterations", type=cli_common.positive_int, metavar="COUNT",
-                   help="stop after COUNT refreshes")
+    cli_common.add_json(p)
+    cli_common.add_rows(p, "processes per snapshot (batch and JSON)")
+    cli_common.add_deprecated_flag(p, "-l", "--limit", dest="rows", instead="-n/--rows", takes_value=True,
+                                   type=cli_common.positive_int)
+    cli_common.add_deprecated_flag(p, "--iterations", dest="count", instead="the COUNT argument "
+                                   "(ioscope top 1 5)", takes_value=True, type=cli_common.positive_int)
     p.add_argument("-s", "--sort", default="total", choices=("total", *PROC_SORT_KEYS),
                    help="process sort column (default total: rkB/s + wkB/s)")
-    p.add_argument("-l", "--limit", type=cli_common.positive_int, metavar="N",
-                   help="batch: print at most N processes per snapshot")
     cli_common.add_interval_count(p)
     p.set_defaults(func=run, tool="top")
 
@@ -118,18 +120,18 @@ class Sampler:
 
 def run(args: argparse.Namespace) -> int:
     interval: float = args.interval or 1.0
-    count: int | None = args.iterations or args.count
-    disk = devices.resolve_disk(args.disk).name if args.disk else None
+    count: int | None = args.count
+    disks = [devices.resolve_disk(d) for d in args.disk or []]
+    disk = disks[0].name if len(disks) == 1 else None
     batch = args.batch or args.json or not sys.stdout.isatty()
     if not batch and not sys.stdin.isatty():
         raise UsageError("the interactive screen needs a terminal on stdin", "use --batch or -j")
     system.require_bpf_privileges("top")
     btf = system.btf_path(args.btf)
-    collector = TopCollector(btf=btf)
+    collector = TopCollector(btf=btf, disks=[d.dev for d in disks])
     sources: dict[str, Source] = {}
     try:
-        for what in collector.unavailable:
-            print(f"ioscope top: {what}; carrying on without it", file=sys.stderr)
+        cli_common.warn_unavailable("top", collector.unavailable)
         sources = optional_sources(btf)
         sampler = Sampler(collector, dict(sources))
         if batch:
@@ -155,11 +157,11 @@ def _batch(sample: Callable[[], Snapshot], args: argparse.Namespace, interval: f
             snap = filter_snapshot(sample(), disk, args.pid)
             reverse = args.sort not in ("pid", "comm", "disk")
             if args.json:
-                snap.procs = sort_procs(snap.procs, args.sort, reverse)[: args.limit]
+                snap.procs = sort_procs(snap.procs, args.sort, reverse)[: args.rows]
                 snap.devices = sort_devices(snap.devices, "util")
                 print(json.dumps(snap.to_json()), flush=True)
             else:
-                print(batch_text(snap, args.sort, reverse=reverse, limit=args.limit), flush=True)
+                print(batch_text(snap, args.sort, reverse=reverse, limit=args.rows), flush=True)
             done += 1
     except KeyboardInterrupt:
         pass

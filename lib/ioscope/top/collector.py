@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
-from ioscope import abi, devices, lat
+from ioscope import abi, devices
 from ioscope.loader import BPFObject
+from ioscope.losses import Losses, StatsDelta
 from ioscope.top.model import Sample
 
 PROC_MEMORY = 32 << 20  # bytes for the per-CPU process table (entries x CPUs x value size)
@@ -31,25 +32,27 @@ def proc_entries(ncpus: int) -> int:
 class TopCollector:
     """Owns the top BPF object. sample() returns a Sample; close() detaches everything."""
 
-    def __init__(self, btf: str | None = None, proc_root: str = "/proc", sys_root: str = "/sys") -> None:
+    def __init__(self, btf: str | None = None, proc_root: str = "/proc", sys_root: str = "/sys",
+                 disks: Sequence[int] = ()) -> None:
         self.proc_root = proc_root
         self.sys_root = sys_root
+        self.filter = set(disks)
         self.names = devices.DevNames(sys_root)
         self._comms: dict[int, str] = {}              # tgid -> name seen by BPF at queue time
         self._live: dict[int, str] = {0: "[unknown]"}  # tgid -> name for the current refresh
-        self._last_stats = np.zeros(abi.NR_STATS, dtype=np.uint64)
-        self._last_misses = 0
         self.bpf = BPFObject("top", btf=btf)
         try:
             b = self.bpf
             b.choose(required=["bio_queue", "rq_complete"], optional=["split", "task_rename"])
             from ioscope import _libbpf
             b.set_max_entries("procs", proc_entries(_libbpf.num_possible_cpus()))
+            b.filter_disks(disks)
             b.load()
             self.procs = b.map("procs")
             self.disks = b.map("disks")
             self.comms = b.map("comms")
-            self.stats = b.map("stats")
+            self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
+                                    [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)])
             b.attach()
         except BaseException:
             self.bpf.close()
@@ -60,7 +63,8 @@ class TopCollector:
         return self.bpf.unavailable
 
     def whole_disks(self) -> list[str]:
-        return [d.name for d in devices.list_disks(self.sys_root)]
+        """The disks top shows: those of -d when given, else every whole disk."""
+        return [d.name for d in devices.list_disks(self.sys_root) if not self.filter or d.dev in self.filter]
 
     def comm(self, tgid: int) -> str:
         """The process's name: its current one from /proc while it lives (a process that exec'ed after
@@ -81,10 +85,7 @@ class TopCollector:
         kb, vb, n = self.comms.dump()
         if not n:
             return
-        pids = np.frombuffer(kb, dtype=np.uint32, count=n)
-        raw = np.frombuffer(vb, dtype="S16", count=n)
-        for p, c in zip(pids.tolist(), raw.tolist()):
-            self._comms[p] = c.split(b"\0")[0].decode(errors="replace")
+        self._comms.update(abi.comms_from_dump(kb, vb, n))
 
     def sample(self) -> Sample:
         """Read and empty the maps, read /proc/diskstats: one consistent moment."""
@@ -99,28 +100,14 @@ class TopCollector:
         self._refresh_comms()
         losses = self.losses()
         return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
-                      _loss_detail(losses))
+                      dict(losses.counters))
 
-    def losses(self) -> lat.Losses:
+    def losses(self) -> Losses:
         """Losses since the previous call."""
-        raw = self.stats.dump(sum=True)
-        vals = np.frombuffer(raw[1], dtype=np.uint64, count=raw[2])
-        cur = np.zeros(abi.NR_STATS, dtype=np.uint64)
-        cur[: len(vals)] = vals
-        misses = self.bpf.recursion_misses()
-        delta, dmiss = cur - self._last_stats, misses - self._last_misses
-        self._last_stats, self._last_misses = cur, misses
-        counters = {abi.STAT_NAMES[i]: int(delta[i]) for i in abi.STAT_NAMES if i < abi.NR_STATS}
-        return lat.Losses(counters, dmiss)
+        return self.stats.read(since_last=True)
 
     def close(self) -> None:
         self.bpf.close()
-
-
-def _loss_detail(losses: lat.Losses) -> dict[str, Any]:
-    out: dict[str, Any] = dict(losses.counters)
-    out["recursion_misses"] = losses.recursion_misses
-    return out
 
 
 def combine_percpu_procs(raw: bytes, n: int, ncpus: int) -> np.ndarray:

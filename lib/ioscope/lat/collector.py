@@ -1,0 +1,171 @@
+"""The lat collector: the lat BPF object and /proc/diskstats, read into one LatSample per interval."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ioscope import abi, devices
+from ioscope.lat.model import LatHist, LatSample
+from ioscope.loader import BPFObject
+from ioscope.losses import Losses, StatsDelta
+
+STALE_NS = 120 * 1_000_000_000  # a bio unfinished after 2 minutes is dropped and counted
+SWEEP_EVERY_S = 10
+HIST_MAX_ENTRIES = 1024
+HIST_MAX_ENTRIES_PER_PID = 16384
+
+
+@dataclass
+class LatOptions:
+    disks: list[devices.BlockDevice] = field(default_factory=list)
+    pid: int | None = None
+    per_disk: bool = False
+    per_op: bool = False
+    per_pid: bool = False
+    phases: tuple[str, ...] = ("q2c", "q2d", "d2c")
+    btf: str | None = None
+
+
+class LatCollector:
+    """Owns the lat BPF object; read() returns the histograms since the last read."""
+
+    def __init__(self, opts: LatOptions) -> None:
+        self.opts = opts
+        self.names = devices.DevNames()
+        self.bpf = BPFObject("lat", btf=opts.btf)
+        self._stale = 0
+        names = [d.name for d in opts.disks] or [d.name for d in devices.list_disks()]
+        self.cross_disks = [n for n in names if devices.is_mq(n)]
+        self._last_kernel = self._kernel_counts()
+        try:
+            self._setup()
+        except BaseException:
+            self.bpf.close()
+            raise
+
+    def _setup(self) -> None:
+        o, b = self.opts, self.bpf
+        b.choose(required=["bio_queue", "rq_issue", "rq_complete"], optional=["split", "task_rename"])
+        b.set_global("targ_per_disk", o.per_disk, "?")
+        b.set_global("targ_per_op", o.per_op, "?")
+        b.set_global("targ_per_pid", o.per_pid, "?")
+        b.filter_disks(d.dev for d in o.disks)
+        b.set_global("targ_tgid", o.pid or 0, "I")
+        mask = sum(1 << abi.PHASES[p] for p in o.phases)
+        b.set_global("targ_phases", mask, "B")
+        if o.per_pid:
+            # per-CPU values for thousands of keys would cost ncpus x 7.4 KiB each
+            from ioscope import _libbpf
+            b.set_map_type("hists", _libbpf.MAP_TYPE_HASH)
+            b.set_global("targ_shared_hists", True, "?")
+            b.set_max_entries("hists", HIST_MAX_ENTRIES_PER_PID)
+        else:
+            b.set_max_entries("hists", HIST_MAX_ENTRIES)
+        b.load()
+        self.hists = b.map("hists")
+        self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
+                                [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)])
+        self.inflight = b.map("inflight")
+        self.comms = b.map("comms")
+        b.attach()
+
+    @property
+    def unavailable(self) -> list[str]:
+        return self.bpf.unavailable
+
+    def read(self, reset: bool) -> list[LatHist]:
+        """Histograms since the last reset; reset=True empties them atomically per key."""
+        keys_b, vals_b, n = self.hists.dump(sum=False, delete=reset)
+        keys = np.frombuffer(keys_b, dtype=abi.LAT_KEY, count=n)
+        vals = abi.combine_percpu_hists(vals_b, n, self.hists.ncpus, per_value=abi.NR_PHASES)
+        comms: dict[int, str] = {}
+        if self.opts.per_pid and n:
+            comms = abi.comms_from_dump(*self.comms.dump())
+        out = []
+        for k, phases in zip(keys, vals):
+            dev = int(k["dev"])
+            pid = int(k["pid"]) if self.opts.per_pid else None
+            for phase, h in zip(abi.PHASES, abi.hists_from_array(phases)):
+                if phase not in self.opts.phases or not h.count:
+                    continue
+                out.append(LatHist(
+                    dev=dev,
+                    disk=self.names.name(dev) if dev else "all",
+                    op=abi.OP_NAMES.get(int(k["op"]), "other"),
+                    pid=pid,
+                    comm=(comms.get(pid, "[unknown]") if pid else "[kernel]") if pid is not None else None,
+                    phase=phase,
+                    hist=h,
+                ))
+        out.sort(key=LatHist.sort_key)
+        return out
+
+    def _slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slot indexes, slots) of the bios in flight in the kernel's slot table."""
+        kb, vb, n = self.inflight.dump(sum=False)
+        keys = np.frombuffer(kb, dtype=np.uint32, count=n)
+        vals = np.frombuffer(vb, dtype=abi.BIO_SLOT, count=n)
+        used = vals["bio"] != 0
+        return keys[used], vals[used]
+
+    def sweep_stale(self) -> None:
+        """Free slots older than STALE_NS (I/O whose completion will never be seen)."""
+        keys, vals = self._slots()
+        now = time.monotonic_ns()
+        ts = np.maximum(vals["q_ns"], vals["d_ns"]).astype(np.int64)
+        old = keys[(ts > 0) & (now - ts > STALE_NS)]
+        empty = np.zeros(1, dtype=abi.BIO_SLOT).tobytes()
+        for k in old:
+            self.inflight.update(k.tobytes(), empty)
+        self._stale += len(old)
+
+    def losses(self, since_last: bool) -> Losses:
+        losses = self.stats.read(since_last)
+        losses.counters["stale"] = self._stale
+        losses.counters["issued_not_completed"] = self.issued_pending()
+        return losses
+
+    def sample(self, started: float, reset: bool, final: bool) -> LatSample:
+        """Histograms since the last reset (emptied when reset), losses since the last sample."""
+        wall = time.time()
+        hists = self.read(reset=reset)
+        return LatSample(wall=wall, started=started, hists=hists, losses=self.losses(since_last=True),
+                         kernel_completed=self.kernel_completed(since_last=reset),
+                         kernel_in_flight=self.kernel_in_flight(), final=final,
+                         pid_filtered=self.opts.pid is not None)
+
+    def issued_pending(self) -> int:
+        """Bios issued to the driver whose completion has not reached us (yet): a gauge.
+
+        When no I/O is in flight any more, these are completions the kernel finished without
+        running the block_rq_complete programs (see docs/lat.md, "Completions the kernel does
+        not report"); together with completion_unseen they account for every such I/O.
+        """
+        _keys, vals = self._slots()
+        return int(np.count_nonzero(vals["d_ns"]))
+
+    def _kernel_counts(self) -> dict[str, int]:
+        stats = devices.read_diskstats()
+        return {n: devices.completed_requests(stats[n]) for n in self.cross_disks if n in stats}
+
+    def kernel_in_flight(self) -> int:
+        """Requests the kernel has in flight now on the traced blk-mq disks (/proc/diskstats)."""
+        stats = devices.read_diskstats()
+        return sum(stats[n].in_flight for n in self.cross_disks if n in stats)
+
+    def kernel_completed(self, since_last: bool) -> dict[str, int]:
+        """Requests the kernel completed on the traced blk-mq disks (from /proc/diskstats)."""
+        cur = self._kernel_counts()
+        delta = {n: v - self._last_kernel.get(n, v) for n, v in cur.items()}
+        if since_last:
+            self._last_kernel = cur
+        return delta
+
+    def close(self) -> None:
+        self.bpf.close()
+
+
+__all__ = ["LatCollector", "LatOptions", "LatSample"]

@@ -1,0 +1,87 @@
+"""Pure model of ioscope lat: one LatSample -> one LatReport. No kernel, no files, no printing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ioscope import abi
+from ioscope.hist import Hist
+from ioscope.losses import Losses
+
+PHASE_TITLES = {
+    "q2c": "queue to completion (total)",
+    "q2d": "queue to issue (scheduler and queueing)",
+    "d2c": "issue to completion (device)",
+}
+
+
+@dataclass
+class LatHist:
+    dev: int  # kernel dev_t, 0 = all disks
+    disk: str
+    op: str
+    pid: int | None
+    comm: str | None
+    phase: str
+    hist: Hist
+
+    def sort_key(self) -> tuple[str, str, int, int]:
+        return (self.disk, self.op, self.pid or 0, list(abi.PHASES).index(self.phase))
+
+
+@dataclass
+class LatSample:
+    """What the collector read at one moment: the histograms and every counter beside them."""
+
+    wall: float                       # time.time() of the read
+    started: float                    # wall time the interval began
+    hists: list[LatHist]
+    losses: Losses                    # counters since the previous sample
+    kernel_completed: dict[str, int]  # /proc/diskstats: requests completed per traced blk-mq disk
+    kernel_in_flight: int             # /proc/diskstats: requests in flight now on those disks
+    final: bool                       # the last sample: nothing more can complete
+    pid_filtered: bool                # -p: /proc/diskstats counts every process, we one
+
+
+@dataclass
+class LatReport:
+    wall: float
+    interval_s: float
+    hists: list[LatHist]
+    losses: Losses
+    kernel_completed: dict[str, int]
+    completions_unreported: int
+    pid_filtered: bool = False
+    timed_d2c: int = 0
+    inflight_at_start: int = 0
+    attach: str = ""
+    phases: tuple[str, ...] = field(default=("q2c", "q2d", "d2c"))
+
+
+def completions_unreported(losses: Losses, kernel_in_flight: int, pid_filtered: bool) -> int:
+    """Bios issued and still waiting for a completion beyond what the kernel has in flight:
+    completions the kernel finished without running our programs (docs/lat.md)."""
+    pending = losses.counters.get("issued_not_completed", 0)
+    if not pending or pid_filtered:
+        return 0
+    return max(0, pending - kernel_in_flight)
+
+
+def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c", "q2d", "d2c")) -> LatReport:
+    losses = Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain)
+    unreported = completions_unreported(losses, s.kernel_in_flight, s.pid_filtered)
+    if s.final and unreported:  # nothing more can arrive: they are lost
+        losses.counters["completion_unseen"] = losses.counters.get("completion_unseen", 0) + unreported
+        losses.counters["issued_not_completed"] -= unreported
+    hists = sorted((h for h in s.hists if h.phase in phases and h.hist.count), key=LatHist.sort_key)
+    return LatReport(
+        wall=s.wall, interval_s=s.wall - s.started, hists=hists, losses=losses,
+        kernel_completed=dict(s.kernel_completed), completions_unreported=unreported,
+        pid_filtered=s.pid_filtered,
+        timed_d2c=sum(h.hist.count for h in hists if h.phase == "d2c"),
+        inflight_at_start=losses.counters.get("inflight_at_start", 0),
+        attach=attach, phases=phases,
+    )
+
+
+__all__ = ["PHASE_TITLES", "LatHist", "LatReport", "LatSample", "build_report", "completions_unreported"]

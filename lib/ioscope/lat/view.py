@@ -1,0 +1,80 @@
+"""Views of a LatReport: JSON, and rich renderables (plain text is the same renderables on a
+console without colour). Formatting only: every number comes from the report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from ioscope import cli_common, devices
+from ioscope.lat.model import PHASE_TITLES, LatHist, LatReport
+from ioscope.render import HistView
+
+
+@dataclass
+class LatViewOptions:
+    per_disk: bool = False
+    per_op: bool = False
+    per_pid: bool = False
+    unit: str | None = None  # "ms" forces milliseconds
+    fine: bool = False
+
+
+def hist_json(h: LatHist) -> dict[str, Any]:
+    hi = h.hist
+    p = hi.percentiles((50, 90, 99, 99.9))
+    ma, mi = devices.kdev_split(h.dev)
+    return {
+        "disk": h.disk, "dev": f"{ma}:{mi}" if h.dev else "all", "op": h.op,
+        "pid": h.pid, "comm": h.comm, "phase": h.phase, "unit": "ns",
+        "count": hi.count, "sum": hi.total, "min": hi.min, "max": hi.max,
+        "p50": round(p[50], 1), "p90": round(p[90], 1), "p99": round(p[99], 1), "p999": round(p[99.9], 1),
+        "buckets": [list(b) for b in hi.nonzero_buckets()],
+    }
+
+
+def to_json(r: LatReport) -> dict[str, Any]:
+    return {
+        "time": cli_common.iso_time(r.wall), "interval_s": round(r.interval_s, 6),
+        **r.losses.to_json(),
+        "attach": r.attach,
+        "kernel_completed": r.kernel_completed,
+        "completions_unreported": r.completions_unreported,
+        "hists": [hist_json(h) for h in r.hists],
+    }
+
+
+def hist_title(h: LatHist, o: LatViewOptions) -> str:
+    title = f"{h.phase}: {PHASE_TITLES[h.phase]}"
+    tags = []
+    if o.per_disk:
+        tags.append(f"disk {h.disk}")
+    if o.per_op:
+        tags.append(f"op {h.op}")
+    if o.per_pid:
+        tags.append(f"pid {h.pid} ({h.comm})")
+    return title + ("  [" + ", ".join(tags) + "]" if tags else "")
+
+
+def renderables(r: LatReport, o: LatViewOptions) -> Iterator[RenderableType]:
+    yield Text(f"{cli_common.iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}", style="dim")
+    if not r.hists:
+        yield Text("no block I/O completed on the traced disks")
+    for h in r.hists:
+        yield Group(HistView(hist_title(h, o), h.hist, fine=o.fine, unit=o.unit), Text(""))
+    if "d2c" in r.phases and not r.pid_filtered and r.kernel_completed:
+        yield Text(f"cross-check: the kernel completed {sum(r.kernel_completed.values())} requests on "
+                   f"{', '.join(r.kernel_completed)}; ioscope timed {r.timed_d2c} (d2c)", style="dim")
+    if r.completions_unreported:
+        yield Text(f"{r.completions_unreported} issued requests completed without the kernel reporting the "
+                   "completion to BPF programs: not timed, counted as lost (see docs/lat.md)", style="yellow")
+    if r.inflight_at_start:
+        yield Text(f"{r.inflight_at_start} requests were queued before tracing started: counted in d2c only",
+                   style="dim")
+
+
+__all__ = ["LatViewOptions", "hist_json", "renderables", "to_json"]
