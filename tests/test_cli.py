@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT, run_ioscope
-from ioscope import __version__
+from ioscope import __version__, cli_common
 
 
 def _one_line_error(p: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
@@ -81,3 +82,47 @@ def test_not_root(live: None) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "lib"))
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
     _one_line_error(p, 1, "needs root", "sudo")
+
+
+# docs/cli.md: option letter -> (dest, repeatable) in every tool that has it; parse speaks blkparse's letters
+VOCABULARY = {"-d": ("disk", True), "-p": ("pid", False), "-c": ("cgroup", False), "-j": ("json", False),
+              "-n": ("rows", False), "-q": ("quiet", False), "-o": ("output", False), "-f": ("force", False)}
+BLKPARSE_LETTERS = {"parse": {"-f", "-q", "-o", "-w"}}
+
+
+def _tool_parsers() -> dict[str, argparse.ArgumentParser]:
+    from ioscope.cli import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_one_option_vocabulary() -> None:
+    """An option letter means one thing in every tool (docs/cli.md); the table there lists who has what."""
+    table = (ROOT / "docs" / "cli.md").read_text()
+    for tool, p in _tool_parsers().items():
+        for act in p._actions:
+            for opt in act.option_strings:
+                if opt not in VOCABULARY or opt in BLKPARSE_LETTERS.get(tool, set()):
+                    continue
+                dest, repeatable = VOCABULARY[opt]
+                if act.help == argparse.SUPPRESS:  # a deprecated spelling, kept working
+                    continue
+                assert act.dest == dest, (tool, opt, act.dest)
+                assert isinstance(act, argparse._AppendAction) == repeatable, (tool, opt)
+                row = next(ln for ln in table.splitlines() if ln.startswith(f"| `{opt}"))
+                assert tool in row.rsplit("|", 2)[1], (tool, opt, "missing from docs/cli.md")
+    # positional interval/count: same validation everywhere
+    for tool, p in _tool_parsers().items():
+        pos = {a.dest: a for a in p._actions if not a.option_strings}
+        if "interval" in pos:
+            assert pos["interval"].type is cli_common.positive_float, tool
+            assert pos["count"].type is cli_common.positive_int, tool
+
+
+def test_deprecated_spellings_still_work_with_a_note() -> None:
+    p = run_ioscope("lat", "-F", "--phase", "q2x")
+    assert p.returncode == 2 and "unknown phase" in p.stderr  # -F parsed (else: unrecognized)
+    ns = _tool_parsers()["lat"].parse_args(["-F"])
+    assert ns.per_op is True
+    ns = _tool_parsers()["top"].parse_args(["-l", "7", "--iterations", "3"])
+    assert ns.rows == 7 and ns.iterations == 3

@@ -57,3 +57,15 @@ def test_lat_json_shape() -> None:
     assert doc["buckets"] == [[96, 104, 1], [192, 208, 1], [288, 320, 1]]
     all_disks = hist_json(LatHist(dev=0, disk="all", op="all", pid=None, comm=None, phase="q2c", hist=h))
     assert all_disks["disk"] == "all" and all_disks["op"] == "all"
+
+
+def test_hist_bars_take_the_terminal_width() -> None:
+    """On a terminal the bars stretch with the console; plain output keeps 40 columns."""
+    h = Hist.from_values([9000, 10000, 12000, 20000, 30000, 41000])
+    for width in (60, 80, 132):
+        buf = io.StringIO()
+        Console(file=buf, width=width, force_terminal=True, color_system=None).print(HistView("q2c", h))
+        rows = [ln for ln in buf.getvalue().splitlines() if ln.endswith("|")]
+        assert rows and all(len(ln) == width - 3 for ln in rows), (width, rows)
+        assert max(ln.count("*") for ln in rows) == width - 40
+    assert max(ln.count("*") for ln in str(HistView("q2c", h)).splitlines()) == 40

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Iterator
 
@@ -49,8 +50,8 @@ def summary_line(h: Hist, unit: str | None = None) -> str:
             f" p99={fmt_ns(p[99.0], unit)} p99.9={fmt_ns(p[99.9], unit)} max={fmt_ns(h.max, unit)}")
 
 
-def hist_rows(h: Hist, fine: bool = False, unit: str | None = None,
-              fmt: str = "ns") -> Iterator[tuple[str, int, int]]:
+def hist_rows(h: Hist, fine: bool = False, unit: str | None = None, fmt: str = "ns",
+              bar_width: int = BAR_WIDTH) -> Iterator[tuple[str, int, int]]:
     """(range label, count, bar length) rows, DTrace-quantize style."""
     rows = h.nonzero_buckets() if fine else h.coarse()
     peak = max((n for _, _, n in rows), default=0)
@@ -59,14 +60,32 @@ def hist_rows(h: Hist, fine: bool = False, unit: str | None = None,
             label = f"{fmt_ns(low, unit):>9} -> {fmt_ns(high, unit):<9}"
         else:
             label = f"{fmt_bytes(low):>9} -> {fmt_bytes(high):<9}"
-        bar = round(BAR_WIDTH * n / peak) if peak else 0
+        bar = round(bar_width * n / peak) if peak else 0
         if n and not bar:
             bar = 1
         yield label, n, bar
 
 
+ROW_FIXED = 40  # columns of a histogram row that are not bar: range (22), " : ", count (9), " |", "|", margin
+
+
+def bar_width(width: int, terminal: bool) -> int:
+    """The bar width for a console: it stretches with a terminal; plain output (files, pipes) keeps
+    BAR_WIDTH so that text is stable across machines."""
+    if not terminal:
+        return BAR_WIDTH
+    return max(10, width - ROW_FIXED)
+
+
+def render_plain(renderable: object, width: int = 80) -> str:
+    """A renderable as plain text, the way a non-terminal console prints it (no second text path)."""
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, highlight=False, emoji=False).print(renderable)
+    return buf.getvalue().rstrip("\n")
+
+
 class HistView:
-    """A titled histogram; renders as plain text lines or as a rich renderable."""
+    """A titled histogram, DTrace-quantize style; bars take the console's width on a terminal."""
 
     def __init__(self, title: str, h: Hist, fine: bool = False, unit: str | None = None,
                  fmt: str = "ns", summary: str | None = None) -> None:
@@ -78,26 +97,22 @@ class HistView:
         self.summary = summary if summary is not None else summary_line(h, unit=unit)
 
     def lines(self) -> list[str]:
-        out = [self.title, self.summary]
-        if self.h.count:
-            out.append(f"{'range':^22} : {'count':<9} distribution")
-            for label, n, bar in hist_rows(self.h, self.fine, self.unit, self.fmt):
-                out.append(f"{label} : {n:<9} |{'*' * bar:<{BAR_WIDTH}}|")
-        return out
+        return str(self).split("\n")
 
     def __str__(self) -> str:
-        return "\n".join(self.lines())
+        return render_plain(self)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield Text(self.title, style="bold")
         yield Text(self.summary, style="cyan")
         if not self.h.count:
             return
+        width = bar_width(options.max_width, console.is_terminal)
         yield Text(f"{'range':^22} : {'count':<9} distribution", style="dim")
-        for label, n, bar in hist_rows(self.h, self.fine, self.unit, self.fmt):
+        for label, n, bar in hist_rows(self.h, self.fine, self.unit, self.fmt, width):
             line = Text(f"{label} : {n:<9} |")
             line.append("*" * bar, style="green")
-            line.append(" " * (BAR_WIDTH - bar) + "|")
+            line.append(" " * (width - bar) + "|")
             yield line
 
 

@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     cli_common.add_rows(p, "processes per snapshot (batch and JSON)")
     cli_common.add_deprecated_flag(p, "-l", "--limit", dest="rows", instead="-n/--rows", takes_value=True,
                                    type=cli_common.positive_int)
-    cli_common.add_deprecated_flag(p, "--iterations", dest="count", instead="the COUNT argument "
+    cli_common.add_deprecated_flag(p, "--iterations", dest="iterations", instead="the COUNT argument "
                                    "(ioscope top 1 5)", takes_value=True, type=cli_common.positive_int)
     p.add_argument("-s", "--sort", default="total", choices=("total", *PROC_SORT_KEYS),
                    help="process sort column (default total: rkB/s + wkB/s)")
@@ -120,7 +120,7 @@ class Sampler:
 
 def run(args: argparse.Namespace) -> int:
     interval: float = args.interval or 1.0
-    count: int | None = args.count
+    count: int | None = args.count or getattr(args, "iterations", None)
     disks = [devices.resolve_disk(d) for d in args.disk or []]
     disk = disks[0].name if len(disks) == 1 else None
     batch = args.batch or args.json or not sys.stdout.isatty()

@@ -22,6 +22,8 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from rich.console import Console
+from rich.control import Control
+from rich.segment import ControlType
 from rich.text import Text
 
 from ioscope.render import fmt_ns
@@ -450,6 +452,8 @@ class Terminal:
     def __init__(self, fd_in: int | None = None, out: Any = None) -> None:
         self.fd = sys.stdin.fileno() if fd_in is None else fd_in
         self.out = out or sys.stdout
+        # rich's Console owns the terminal modes it knows (alternate screen, cursor, clearing)
+        self.console = Console(file=self.out, force_terminal=True, color_system=None, highlight=False)
         self.saved: list[Any] | None = None
         self._old_winch: Any = None
         self._wake_r, self._wake_w = -1, -1
@@ -461,7 +465,9 @@ class Terminal:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._old_winch = signal.signal(signal.SIGWINCH, self._on_winch)
-        self.out.write("\x1b[?1049h\x1b[?25l\x1b[H\x1b[2J")
+        self.console.set_alt_screen(True)
+        self.console.show_cursor(False)
+        self.console.control(Control.home(), Control.clear())
         self.out.flush()
         return self
 
@@ -492,14 +498,20 @@ class Terminal:
         return parse_keys(data.decode(errors="replace"))
 
     def draw(self, text: str) -> None:
+        """Repaint from the top left: each line then erase to its end, then the rest of the screen
+        erased (lines of a taller previous frame)."""
         lines = text.rstrip("\n").split("\n")
-        self.out.write("\x1b[H" + "\x1b[K\n".join(lines) + "\x1b[K\x1b[J")
+        _, height = self.size()
+        lines += [""] * max(0, height - len(lines))
+        eol = Control((ControlType.ERASE_IN_LINE, 0)).segment.text
+        self.out.write(Control.home().segment.text + (eol + "\n").join(lines[:height]) + eol)
         self.out.flush()
 
     def close(self) -> None:
         if self.saved is not None:
             try:
-                self.out.write("\x1b[0m\x1b[?25h\x1b[?1049l")
+                self.console.show_cursor(True)
+                self.console.set_alt_screen(False)
                 self.out.flush()
             finally:
                 termios.tcsetattr(self.fd, termios.TCSAFLUSH, self.saved)
