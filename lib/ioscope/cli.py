@@ -35,29 +35,31 @@ class Parser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
-# Subcommand modules, in --help order. Each has add_parser(subparsers), whose
-# parser sets defaults func=run and tool=<name>. A module listed here that is
-# not part of this build is left out of the command (checked by find_spec, so
-# a real import error in a module that exists is never hidden).
-TOOLS = (
-    "ioscope.lat.cmd",
-    "ioscope.trace.record",
-    "ioscope.trace.snoop",
-    "ioscope.trace.parse",
-    "ioscope.trace.report",
-    "ioscope.trace.export",
-    "ioscope.trace.importer",
-    "ioscope.ra.readsize",
-    "ioscope.ra.readahead",
-    "ioscope.ra.fair",
-    "ioscope.top.cmd",
-    "ioscope.demo",
-)
+# Subcommand modules, in --help order: tool name -> module. Each module has add_parser(subparsers),
+# whose parser sets defaults func=run and tool=<name>. A module listed here that is not part of this
+# build is left out of the command (checked by find_spec, so a real import error in a module that
+# exists is never hidden). `ioscope TOOL ...` imports only TOOL's module, `ioscope --version` none.
+TOOLS = {
+    "lat": "ioscope.lat.cmd",
+    "record": "ioscope.trace.record",
+    "snoop": "ioscope.trace.snoop",
+    "parse": "ioscope.trace.parse",
+    "report": "ioscope.trace.report",
+    "export": "ioscope.trace.export",
+    "import": "ioscope.trace.importer",
+    "readsize": "ioscope.ra.readsize",
+    "readahead": "ioscope.ra.readahead",
+    "fair": "ioscope.ra.fair",
+    "top": "ioscope.top.cmd",
+    "demo": "ioscope.demo",
+}
 
 
-def _tool_modules() -> list[ModuleType]:
+def _tool_modules(only: Sequence[str] | None = None) -> list[ModuleType]:
     mods = []
-    for name in TOOLS:
+    for tool, name in TOOLS.items():
+        if only is not None and tool not in only:
+            continue
         try:
             present = importlib.util.find_spec(name) is not None
         except ModuleNotFoundError:  # its package does not exist
@@ -67,13 +69,26 @@ def _tool_modules() -> list[ModuleType]:
     return mods
 
 
-def build_parser() -> Parser:
+def _wanted_tools(argv: Sequence[str]) -> list[str] | None:
+    """The tools whose modules the command line needs: [] for --version alone, [TOOL] for
+    `ioscope [--btf FILE] TOOL ...`, None (all of them) for anything else (help, a typo)."""
+    args = list(argv)
+    while args[:1] == ["--btf"]:
+        args = args[2:]
+    if args and args[0] in TOOLS:
+        return [args[0]]
+    if args == ["--version"]:
+        return []
+    return None
+
+
+def build_parser(only: Sequence[str] | None = None) -> Parser:
     p = Parser(prog="ioscope", description="eBPF block I/O tracing toolkit.", epilog=EXAMPLES,
                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"ioscope {__version__}")
     p.add_argument("--btf", metavar="FILE", help="kernel BTF to use instead of /sys/kernel/btf/vmlinux")
     sub = p.add_subparsers(title="tools", metavar="TOOL", parser_class=Parser)
-    for mod in _tool_modules():
+    for mod in _tool_modules(only):
         mod.add_parser(sub)
     for tool in sub.choices.values():
         tool.add_argument("--btf", metavar="FILE", default=argparse.SUPPRESS,
@@ -106,8 +121,9 @@ def install_stop_signals() -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser()
+        parser = build_parser(_wanted_tools(argv))
     except IoscopeError as exc:  # a broken install: say so in one line
         sys.stderr.write(f"ioscope: error: {exc}\n")
         return exc.exit_code

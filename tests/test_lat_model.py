@@ -1,0 +1,60 @@
+"""lat's pure model and views on synthetic samples (no root): what is lost, what is shown, and that
+JSON and text carry the same numbers because they come from one LatReport."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Group
+
+from ioscope import abi
+from ioscope.hist import Hist
+from ioscope.lat.model import LatHist, LatSample, build_report
+from ioscope.lat.view import LatViewOptions, renderables, to_json
+from ioscope.losses import Losses
+from ioscope.render import render_plain
+
+LOSS_NAMES = frozenset(abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)) | {"recursion_misses"}
+
+
+def _sample(final: bool, pending: int, in_flight: int, pid_filtered: bool = False) -> LatSample:
+    counters = {name: 0 for name in abi.STAT_NAMES.values()} | {"recursion_misses": 1,
+                                                                 "issued_not_completed": pending,
+                                                                 "inflight_at_start": 2}
+    d2c = Hist.from_values([50_000] * 7 + [2_000_000])
+    q2c = Hist.from_values([80_000] * 9)
+    hists = [LatHist(7 << 20, "loop0", "write", None, None, "d2c", d2c),
+             LatHist(7 << 20, "loop0", "read", None, None, "q2c", q2c),
+             LatHist(7 << 20, "loop0", "read", None, None, "q2d", Hist())]  # empty: not shown
+    return LatSample(wall=1_700_000_010.0, started=1_700_000_000.0, hists=hists,
+                     losses=Losses(counters, LOSS_NAMES), kernel_completed={"loop0": 11},
+                     kernel_in_flight=in_flight, final=final, pid_filtered=pid_filtered)
+
+
+def test_unreported_completions_become_losses_only_at_the_end() -> None:
+    mid = build_report(_sample(final=False, pending=5, in_flight=2))
+    assert mid.completions_unreported == 3
+    assert mid.losses.counters["completion_unseen"] == 0 and mid.losses.lost == 1  # recursion_misses
+    end = build_report(_sample(final=True, pending=5, in_flight=2))
+    assert end.completions_unreported == 3
+    assert end.losses.counters["completion_unseen"] == 3 and end.losses.counters["issued_not_completed"] == 2
+    assert end.losses.lost == 4
+    # -p: diskstats counts every process, so nothing can be concluded from it
+    assert build_report(_sample(final=True, pending=5, in_flight=0, pid_filtered=True)).completions_unreported == 0
+
+
+def test_json_and_text_from_one_report() -> None:
+    r = build_report(_sample(final=True, pending=0, in_flight=0), attach="tp_btf")
+    assert [h.phase for h in r.hists] == ["q2c", "d2c"]  # sorted by disk, op; empty histograms dropped
+    assert r.timed_d2c == 8 and r.inflight_at_start == 2
+    doc = json.loads(json.dumps(to_json(r)))
+    assert doc["lost"] == r.losses.lost == 1 and doc["lost_detail"]["recursion_misses"] == 1
+    assert doc["interval_s"] == 10.0 and doc["kernel_completed"] == {"loop0": 11}
+    assert [(h["op"], h["phase"], h["count"]) for h in doc["hists"]] == [("read", "q2c", 9), ("write", "d2c", 8)]
+    text = render_plain(Group(*renderables(r, LatViewOptions(per_op=True))), width=100)
+    assert "lost 1" in text.splitlines()[0]
+    assert "[op read]" in text and "[op write]" in text
+    for h in doc["hists"]:
+        assert f"n={h['count']} " in text
+    assert "the kernel completed 11 requests on loop0; ioscope timed 8 (d2c)" in text
+    assert "2 requests were queued before tracing started" in text
