@@ -59,3 +59,4 @@ def test_constants_match_header() -> None:
     assert set(abi.STAT_NAMES) == set(stat_names.values())
     for cname, idx in stat_names.items():
         assert d[f"IOS_{cname}"] == idx and idx in abi.STAT_NAMES
+

@@ -8,7 +8,7 @@ import json
 from rich.console import Console
 
 from ioscope.hist import Hist
-from ioscope.lat import LatHist
+from ioscope.lat.model import LatHist
 from ioscope.lat.view import hist_json
 from ioscope.render import HistView, fmt_ns, percentile_table
 

@@ -11,10 +11,12 @@ import numpy as np
 from ioscope import hist
 
 # enum ios_lat_phase
-PHASE_Q2C, PHASE_Q2D, PHASE_D2C = 0, 1, 2
-PHASES = {"q2c": PHASE_Q2C, "q2d": PHASE_Q2D, "d2c": PHASE_D2C}
-PHASE_NAMES = {v: k for k, v in PHASES.items()}
-NR_PHASES = 3
+from ioscope.phases import NR_PHASES as NR_PHASES
+from ioscope.phases import PHASE_D2C as PHASE_D2C
+from ioscope.phases import PHASE_NAMES as PHASE_NAMES
+from ioscope.phases import PHASE_Q2C as PHASE_Q2C
+from ioscope.phases import PHASE_Q2D as PHASE_Q2D
+from ioscope.phases import PHASES as PHASES
 
 # enum ios_io_op
 OP_READ, OP_WRITE, OP_DISCARD, OP_FLUSH, OP_OTHER, OP_ALL = 0, 1, 2, 3, 4, 255

@@ -9,12 +9,15 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+from ioscope.phases import PHASES
 
-from ioscope import abi
-from ioscope.losses import Losses
+if TYPE_CHECKING:  # rich and numpy are imported when used, so that --help starts fast
+    from rich.console import Console
+
+    from ioscope.losses import Losses
+
 
 
 def positive_float(s: str) -> float:
@@ -49,7 +52,7 @@ def pid_type(s: str) -> int:
 
 def phases_type(s: str) -> list[str]:
     out = [p.strip().lower() for p in s.split(",") if p.strip()]
-    bad = [p for p in out if p not in abi.PHASES]
+    bad = [p for p in out if p not in PHASES]
     if bad or not out:
         raise argparse.ArgumentTypeError(f"unknown phase '{','.join(bad) or s}' (choose from q2c, q2d, d2c)")
     return list(dict.fromkeys(out))
@@ -168,6 +171,7 @@ def signals_deferred() -> Iterator[None]:
 
 def console() -> Console:
     """rich on a terminal; plain text (no colour, no wrapping surprises) otherwise."""
+    from rich.console import Console
     if sys.stdout.isatty():
         return Console(highlight=False)
     return Console(file=sys.stdout, color_system=None, force_terminal=False, width=200, highlight=False,

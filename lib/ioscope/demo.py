@@ -13,7 +13,7 @@ import os
 import time
 
 from ioscope import cli_common, system
-from ioscope.lat import LatCollector, LatOptions
+from ioscope.lat.collector import LatCollector, LatOptions
 from ioscope.lat.model import completions_unreported
 from ioscope.render import HistView, percentile_table
 from ioscope.testbed import LoopDevice, have_fio, run_fio

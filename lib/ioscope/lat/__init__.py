@@ -6,9 +6,6 @@ collector.py  the lat BPF object, /proc/diskstats: read() -> LatSample, one cons
 model.py      pure: LatSample -> LatReport (which histograms, what was lost and why); no I/O
 view.py       LatReport -> JSON, rich/plain text (one render path)
 cmd.py        the command line: options -> collector -> model -> view, once per interval
+
+Nothing is imported here, so that `ioscope lat --help` loads neither numpy nor the BPF loader.
 """
-
-from ioscope.lat.collector import LatCollector, LatOptions, LatSample
-from ioscope.lat.model import LatHist, LatReport, build_report
-
-__all__ = ["LatCollector", "LatHist", "LatOptions", "LatReport", "LatSample", "build_report"]

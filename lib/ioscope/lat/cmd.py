@@ -6,9 +6,6 @@ import argparse
 import json
 
 from ioscope import cli_common, devices, system
-from ioscope.lat.collector import SWEEP_EVERY_S, LatCollector, LatOptions
-from ioscope.lat.model import build_report
-from ioscope.lat.view import LatViewOptions, renderables, to_json
 
 EXAMPLES = """\
 examples:
@@ -45,6 +42,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    # imported here, not at the top: `ioscope lat --help` needs neither numpy nor the BPF loader
+    from ioscope.lat.collector import SWEEP_EVERY_S, LatCollector, LatOptions
+    from ioscope.lat.model import build_report
+    from ioscope.lat.view import LatViewOptions, renderables, to_json
+
     system.require_bpf_privileges("lat")
     opts = LatOptions(
         disks=[devices.resolve_disk(d) for d in args.disk or []],

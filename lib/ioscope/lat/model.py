@@ -7,12 +7,7 @@ from dataclasses import dataclass, field
 from ioscope import abi
 from ioscope.hist import Hist
 from ioscope.losses import Losses
-
-PHASE_TITLES = {
-    "q2c": "queue to completion (total)",
-    "q2d": "queue to issue (scheduler and queueing)",
-    "d2c": "issue to completion (device)",
-}
+from ioscope.phases import PHASE_TITLES
 
 
 @dataclass
