@@ -24,8 +24,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ioscope.ra.collect import ReadaheadCollector, ReadaheadOptions, ReadsizeCollector, ReadsizeOptions
 from ioscope.ra.fs import LoopFS
+from ioscope.ra.readahead.collector import ReadaheadCollector, ReadaheadOptions
+from ioscope.ra.readsize.collector import ReadsizeCollector, ReadsizeOptions
 from ioscope.testbed import run_fio
 
 FILE_MB = 256

@@ -140,9 +140,11 @@ def test_random_preads_are_read_exactly(fs_ra: Any) -> None:
 def test_missing_tracepoint_is_reported(fs_ra: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel without mm_filemap_get_pages: the rest still works and the report says what is missing."""
     from ioscope.loader import BPFObject
-    from ioscope.ra.collect import ReadaheadCollector, ReadaheadOptions
     from ioscope.ra.fs import drop_caches
-    from ioscope.ra.readahead import render_text
+    from ioscope.ra.readahead.collector import ReadaheadCollector, ReadaheadOptions
+    from ioscope.ra.readahead.model import build_report
+    from ioscope.ra.readahead.view import RaViewOptions, renderables, to_json
+    from ioscope.render import render_plain
 
     real = BPFObject._kernel_offers
 
@@ -156,11 +158,12 @@ def test_missing_tracepoint_is_reported(fs_ra: Any, monkeypatch: pytest.MonkeyPa
     try:
         assert "btf_get_pages" not in c.bpf.attached and "raw_get_pages" not in c.bpf.attached
         subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=32k", "status=none"], check=True)
-        snap = c.read()
+        report = build_report(c.read())
     finally:
         c.close()
-    assert any(m.startswith("used pages") for m in c.missing)
-    t = snap.totals()
+    assert any(m.startswith("used pages") for m in c.missing) and c.unavailable == c.missing
+    t = report.totals
     assert t["pages"] >= 4 * MB // PAGE and t["used"] == 0 and t["cached"] == t["pages"]
-    text = "\n".join(str(x) for x in render_text(snap, 5, False, c.missing))
+    assert to_json(report)["unavailable"] == c.missing
+    text = "\n".join(render_plain(x, width=200) for x in renderables(report, RaViewOptions(rows=5)))
     assert "note: used pages and age at first use" in text and "unavailable" in text

@@ -95,7 +95,7 @@ def test_pid_filter_and_comm(loopfs: Any) -> None:
     path = loopfs.make_file("data", 4 << 20)
     drop_caches()
     other = loopfs.make_file("other", 1 << 20)
-    t = Traced("readsize", "-d", loopfs.name, "-c", "dd", "-j")
+    t = Traced("readsize", "-d", loopfs.name, "--comm", "dd", "-j")
     try:
         subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=4k", "count=257", "status=none"], check=True)
         subprocess.run(["cat", other], check=True, stdout=subprocess.DEVNULL)

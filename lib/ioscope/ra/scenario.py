@@ -6,8 +6,12 @@ readers, each reading its own file sequentially with 32 KiB reads for a fixed
 time (at the end of its file a reader drops the file from the cache and starts
 again, so every byte keeps coming from the device). ioscope readsize and
 readahead are attached for the whole run; fair's balance is computed from
-readsize's per-process bytes. Each reader also counts its own bytes: that is
-printed beside what ioscope measured.
+readsize's per-process bytes. Each reader (ioscope.ra.demo_reader, a process of
+its own) also counts its own bytes: that is printed beside what ioscope measured.
+
+A product demo, not a test harness: collect (run_setting) -> the tools' own pure
+models (build_result) -> text or JSON (render, to_json). The live test
+tests/test_ra_scenario.py checks its JSON against the readers' counts.
 """
 
 from __future__ import annotations
@@ -20,60 +24,53 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ioscope import cli_common, devices, system
+from ioscope import cli_common
 from ioscope.errors import IoscopeError
-from ioscope.ra.collect import (
-    DevRequests,
-    ProcIO,
-    RaSnapshot,
-    ReadaheadCollector,
-    ReadaheadOptions,
-    ReadsizeCollector,
-    ReadsizeOptions,
-)
-from ioscope.ra.fair import DiskState, balances, disk_states, likely_causes, per_process
-from ioscope.ra.fairness import Balance
-from ioscope.ra.fs import LoopFS, drop_caches
-from ioscope.ra.readsize import request_lines
-from ioscope.render import fmt_bytes
+
+if TYPE_CHECKING:  # the collectors (numpy, the BPF loader) are imported when the demo runs, not for --help
+    from ioscope.ra.fair.model import DiskState
+    from ioscope.ra.fairness import Balance
+    from ioscope.ra.fs import LoopFS
+    from ioscope.ra.readahead.model import RaReport
+    from ioscope.ra.readsize.model import ReadsizeReport, ReadsizeSample
 
 READ_SIZE = 32 * 1024
 PAGE = 4096
 
-# A reader: waits for the start time, reads its file with READ_SIZE reads until the
-# deadline, dropping the file from the page cache at each end of file; prints its byte count.
-READER = """\
-import os, sys, time
-path, size, start, stop = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-fd = os.open(path, os.O_RDONLY)
-while time.time() < start:
-    time.sleep(0.001)
-total = 0
-while time.time() < stop:
-    b = os.read(fd, size)
-    if not b:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.lseek(fd, 0, os.SEEK_SET)
-        continue
-    total += len(b)
-print(total, flush=True)
-"""
+
+@dataclass
+class ReaderRate:
+    """One reader: what ioscope saw it get and queue, beside what it counted itself."""
+
+    pid: int
+    counted: int     # bytes the reader counted itself
+    read: int        # bytes readsize saw returned to it
+    dev_read: int    # block read bytes it queued
 
 
 @dataclass
 class SettingResult:
+    """One read_ahead_kb setting: the tools' reports and what the demo derives from them."""
+
     read_ahead_kb: int
     seconds: float
-    readers: dict[int, int]          # pid -> bytes the reader counted itself
-    procs: list[ProcIO]
-    requests: list[DevRequests]
-    ra: RaSnapshot
-    balance: Balance | None
-    disk_read_bytes: int
-    settings: dict[str, object]
+    settings: dict[str, object]   # the loop device's queue settings (sysfs)
+    disk_read_bytes: int          # /proc/diskstats over the run
+    readsize: ReadsizeReport      # the readers only
+    readahead: RaReport
+    readers: list[ReaderRate]     # the most bytes first
+    silent: list[int]             # readers readsize saw nothing of
+    balance: Balance | None       # fair's balance over the readers' bytes
     disk: DiskState | None = None
     causes: list[str] | None = None
+    # readsize over all readers
+    app_reads: int = 0
+    app_bytes: int = 0
+    dev_bios: int = 0
+    dev_bytes: int = 0
+    ra_bytes: int = 0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -162,6 +159,13 @@ class SharedLimit:
 
 def run_setting(fs: LoopFS, files: list[str], ra_kb: int, seconds: float, btf: str | None,
                 limit: SharedLimit | None = None) -> SettingResult:
+    """Collect: the readers run with readsize and readahead attached to the loop device."""
+    from ioscope import devices
+    from ioscope.ra.fs import drop_caches
+    from ioscope.ra.readahead.collector import ReadaheadCollector, ReadaheadOptions
+    from ioscope.ra.readahead.model import build_report as ra_report
+    from ioscope.ra.readsize.collector import ReadsizeCollector, ReadsizeOptions
+
     fs.set_read_ahead_kb(ra_kb)
     drop_caches()
     disk = fs.loop.device
@@ -172,31 +176,53 @@ def run_setting(fs: LoopFS, files: list[str], ra_kb: int, seconds: float, btf: s
         rs.close()
         raise
     try:
-        before_all = devices.read_diskstats()
-        before = before_all[fs.name]
-        start = time.time() + 0.3
+        before = devices.read_diskstats()
+        t0 = time.time()
+        start = t0 + 0.3
         stop = start + seconds
-        cmds = [[sys.executable, "-c", READER, f, str(READ_SIZE), str(start), str(stop)] for f in files]
+        cmds = [[sys.executable, "-m", "ioscope.ra.demo_reader", f, str(READ_SIZE), str(start), str(stop)]
+                for f in files]
         procs = [subprocess.Popen(limit.wrap(c) if limit else c, stdout=subprocess.PIPE, text=True) for c in cmds]
         counted: dict[int, int] = {}
         for p in procs:
             out, _ = p.communicate(timeout=seconds + 60)
             counted[p.pid] = int(out.strip() or 0)
-        after_all = devices.read_diskstats()
-        after = after_all[fs.name]
-        per = [x for x in rs.read(reset=False) if x.pid in counted]
-        reqs = rs.requests(reset=False)
-        snap = ra.read()
+        after = devices.read_diskstats()
+        rs_sample = rs.sample(t0, reset=False)
+        ra_sample = ra.read()
     finally:
         ra.close()
         rs.close()
-    rates = per_process(per)
+    return build_result(ra_kb, seconds, counted, rs_sample, ra_report(ra_sample), before, after, fs.name,
+                        devices.queue_settings(fs.name))
+
+
+def build_result(ra_kb: int, seconds: float, counted: dict[int, int], rs_sample: ReadsizeSample, ra: RaReport,
+                 before: dict[str, Any], after: dict[str, Any], disk: str,
+                 settings: dict[str, object]) -> SettingResult:
+    """Pure: the tools' models over what run_setting collected (fair's balance over the readers' bytes)."""
+    from ioscope.ra.fair.model import balances, disk_states, likely_causes, per_process
+    from ioscope.ra.readsize.model import build_report
+
+    rs_sample.procs = [x for x in rs_sample.procs if x.pid in counted]  # the readers only
+    rs = build_report(rs_sample)
+    rates = per_process(rs.procs)
     bal = balances(rates, "app", 0.0).get("read")
-    dstate = disk_states(before_all, after_all, [fs.name], seconds)
+    dstate = disk_states(before, after, [disk], seconds, {disk: settings})
     causes = likely_causes(rates, bal.balance, bal.pids, dstate, "read", "app") if bal and bal.poor else None
-    return SettingResult(ra_kb, seconds, counted, per, reqs, snap, bal.balance if bal else None,
-                         (after.sectors_read - before.sectors_read) * 512, devices.queue_settings(fs.name),
-                         dstate[0] if dstate else None, causes)
+    readers = sorted((ReaderRate(pid, own, rates[pid].read if pid in rates else 0,
+                                 rates[pid].dev_read if pid in rates else 0) for pid, own in counted.items()),
+                     key=lambda x: (-x.read, x.pid))
+    reads = [p for p in rs.procs if p.op == "read"]
+    return SettingResult(
+        read_ahead_kb=ra_kb, seconds=seconds, settings=settings,
+        disk_read_bytes=(after[disk].sectors_read - before[disk].sectors_read) * 512,
+        readsize=rs, readahead=ra, readers=readers, silent=[pid for pid in counted if pid not in rates],
+        balance=bal.balance if bal else None, disk=dstate[0] if dstate else None, causes=causes,
+        app_reads=sum(p.app_req.count for p in reads), app_bytes=sum(p.app_bytes for p in reads),
+        dev_bios=sum(p.dev.count for p in reads), dev_bytes=sum(p.dev.total for p in reads),
+        ra_bytes=sum(p.ra_bytes for p in reads),
+    )
 
 
 def _mbs(b: float, seconds: float) -> str:
@@ -204,46 +230,40 @@ def _mbs(b: float, seconds: float) -> str:
 
 
 def render(r: SettingResult, n: int) -> list[str]:
+    from ioscope.ra.readsize.view import request_lines
+    from ioscope.render import fmt_bytes
+
     sec = r.seconds
     s = r.settings
     out = [f"== read_ahead_kb={r.read_ahead_kb}: {n} readers, {READ_SIZE // 1024} KiB sequential buffered reads, "
            f"{sec:g}s (scheduler {s.get('scheduler')}, nr_requests {s.get('nr_requests')}, "
            f"max_sectors_kb {s.get('max_sectors_kb')})"]
-    app_n = sum(p.app_req.count for p in r.procs)
-    app_b = sum(p.app_bytes for p in r.procs)
-    dev_n = sum(p.dev.count for p in r.procs)
-    dev_b = sum(p.dev.total for p in r.procs)
-    ra_b = sum(p.ra_bytes for p in r.procs)
-    app_avg = app_b / app_n if app_n else 0.0
-    dev_avg = dev_b / dev_n if dev_n else 0.0
+    app_avg = r.app_bytes / r.app_reads if r.app_reads else 0.0
+    dev_avg = r.dev_bytes / r.dev_bios if r.dev_bios else 0.0
     out.append("readsize (all readers):")
-    out.append(f"  application: {app_n} reads, avg {fmt_bytes(app_avg)}B, {fmt_bytes(app_b)}B returned")
-    out.append(f"  device:      {dev_n} bios, avg {fmt_bytes(dev_avg)}B, {fmt_bytes(dev_b)}B "
-               f"({100.0 * ra_b / dev_b if dev_b else 0:.0f}% readahead); /proc/diskstats read "
+    out.append(f"  application: {r.app_reads} reads, avg {fmt_bytes(app_avg)}B, {fmt_bytes(r.app_bytes)}B returned")
+    out.append(f"  device:      {r.dev_bios} bios, avg {fmt_bytes(dev_avg)}B, {fmt_bytes(r.dev_bytes)}B "
+               f"({100.0 * r.ra_bytes / r.dev_bytes if r.dev_bytes else 0:.0f}% readahead); /proc/diskstats read "
                f"{fmt_bytes(r.disk_read_bytes)}B")
-    out += ["  " + line for line in request_lines(r.requests)]
+    out += ["  " + line for line in request_lines(r.readsize.requests)]
     if app_avg:
         out.append(f"  each {fmt_bytes(app_avg)}B read became device I/O of {fmt_bytes(dev_avg)}B on average "
-                   f"({dev_avg / app_avg:.1f}x); amplification {dev_b / app_b if app_b else 0:.2f}")
-    t = r.ra.totals()
-    dec = {k: sum(f.decisions[k] for f in r.ra.files) for k in ("sync", "async", "other")}
-    wmax = max((f.max_window for f in r.ra.files), default=0)
-    rmax = max((f.max_ra_pages for f in r.ra.files), default=0)
+                   f"({dev_avg / app_avg:.1f}x); amplification {r.dev_bytes / r.app_bytes if r.app_bytes else 0:.2f}")
+    ra = r.readahead
+    t, dec = ra.totals, ra.decisions
+    wmax = max((f.max_window for f in ra.files), default=0)
+    rmax = max((f.max_ra_pages for f in ra.files), default=0)
     out.append("readahead:")
     out.append(f"  decisions sync {dec['sync']}, async {dec['async']}; ra_pages {rmax} ({rmax * PAGE // 1024} KiB); "
                f"largest window {wmax} pages ({wmax * PAGE // 1024} KiB)")
     out.append(f"  pages read ahead {t['pages']}: used {t['used']}, wasted {t['wasted']}, still cached unused "
                f"{t['cached']}, untracked {t['untracked']}")
     out.append("fair (bytes returned to each reader; the reader's own count beside):")
-    rates = per_process(r.procs)
-    rows = sorted(rates.values(), key=lambda x: -x.read)
-    for i, pr in enumerate(rows, 1):
-        own = r.readers.get(pr.pid, 0)
+    for i, pr in enumerate([x for x in r.readers if x.pid not in r.silent], 1):
         out.append(f"  reader {i:2d} pid {pr.pid:>7}: {_mbs(pr.read, sec)}  device {_mbs(pr.dev_read, sec)}  "
-                   f"(counted itself: {_mbs(own, sec)})")
-    missing = [pid for pid in r.readers if pid not in rates]
-    if missing:
-        out.append(f"  {len(missing)} readers read nothing: {missing}")
+                   f"(counted itself: {_mbs(pr.counted, sec)})")
+    if r.silent:
+        out.append(f"  {len(r.silent)} readers read nothing: {r.silent}")
     b = r.balance
     if b:
         out.append(f"  total {_mbs(b.total, sec)}; min {_mbs(b.min, sec)} max {_mbs(b.max, sec)} "
@@ -258,21 +278,29 @@ def render(r: SettingResult, n: int) -> list[str]:
 
 
 def to_json(r: SettingResult) -> dict[str, object]:
-    rates = per_process(r.procs)
+    from ioscope.ra.fair.view import disk_json
+    from ioscope.ra.readahead.view import file_json
+    from ioscope.ra.readsize.view import proc_json, request_json
+
     return {
         "read_ahead_kb": r.read_ahead_kb, "seconds": r.seconds, "device": r.settings,
         "disk_read_bytes": r.disk_read_bytes,
-        "readers": [{"pid": pid, "counted_bytes": own, "read_bytes": rates[pid].read if pid in rates else 0,
-                     "dev_read_bytes": rates[pid].dev_read if pid in rates else 0}
-                    for pid, own in sorted(r.readers.items())],
-        "procs": [p.to_json() for p in r.procs], "requests": [q.to_json() for q in r.requests],
-        "readahead": {"totals": r.ra.totals(), "files": [f.to_json() for f in r.ra.files]},
+        "readers": [{"pid": x.pid, "counted_bytes": x.counted, "read_bytes": x.read, "dev_read_bytes": x.dev_read}
+                    for x in sorted(r.readers, key=lambda x: x.pid)],
+        **r.readsize.losses.to_json(),
+        "procs": [proc_json(p) for p in r.readsize.procs],
+        "requests": [request_json(q) for q in r.readsize.requests],
+        "readahead": {"totals": r.readahead.totals, "files": [file_json(f) for f in r.readahead.files],
+                      **r.readahead.losses.to_json()},
         "balance": r.balance.to_json() if r.balance else None,
-        "disk": r.disk.to_json() if r.disk else None, "causes": r.causes,
+        "disk": disk_json(r.disk) if r.disk else None, "causes": r.causes,
     }
 
 
 def run(args: argparse.Namespace) -> int:
+    from ioscope import system
+    from ioscope.ra.fs import LoopFS
+
     system.require_bpf_privileges("demo")
     btf = system.btf_path(args.btf)
     n, file_mb = args.readers, args.file_mb
@@ -319,5 +347,4 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["READER", "add_arguments", "render", "run", "run_setting", "to_json"]
-
+__all__ = ["SettingResult", "add_arguments", "build_result", "render", "run", "run_setting", "to_json"]

@@ -1,0 +1,103 @@
+"""The fair collector: readsize's BPF object (reads and writes), /proc/diskstats, the disks' queue
+settings and the processes' cgroup I/O limits, read into one FairSample per interval."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ioscope import devices
+from ioscope.ra.fair.model import FairSample, active_disks
+from ioscope.ra.readsize.collector import ReadsizeCollector, ReadsizeOptions
+from ioscope.ra.readsize.model import ProcIO, merge_procs
+
+
+def blkio_limits(pid: int, proc_root: str = "/proc", cg_root: str = "/sys/fs/cgroup") -> list[str]:
+    """Block I/O throttling that applies to a process (cgroup v1 blkio, cgroup v2 io.max)."""
+    out: list[str] = []
+    try:
+        lines = Path(proc_root, str(pid), "cgroup").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, ctrls, path = parts
+        rel = path.lstrip("/")
+        if "blkio" in ctrls.split(",") and rel:
+            for f in ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device",
+                      "blkio.throttle.read_iops_device", "blkio.throttle.write_iops_device"):
+                try:
+                    for v in Path(cg_root, "blkio", rel, f).read_text().split("\n"):
+                        if v.strip():
+                            out.append(f"cgroup {path} {f.split('.')[-1]} {v.strip()}")
+                except OSError:
+                    pass
+        if ctrls == "" and rel:
+            for base in (Path(cg_root, "unified"), Path(cg_root)):
+                try:
+                    for v in (base / rel / "io.max").read_text().splitlines():
+                        if v.strip():
+                            out.append(f"cgroup {path} io.max {v.strip()}")
+                    break
+                except OSError:
+                    continue
+    return out
+
+
+@dataclass
+class FairOptions:
+    disks: list[devices.BlockDevice] = field(default_factory=list)
+    pid: int | None = None
+    comm: str | None = None
+    btf: str | None = None
+
+
+class FairCollector:
+    """readsize's collector with writes, plus what fair's causes need from /proc and /sys."""
+
+    def __init__(self, opts: FairOptions) -> None:
+        self.opts = opts
+        self.rs = ReadsizeCollector(ReadsizeOptions(disks=opts.disks, pid=opts.pid, comm=opts.comm, writes=True,
+                                                    btf=opts.btf))
+        self.bpf = self.rs.bpf
+        self._cumulative: dict[tuple[int, str], ProcIO] = {}
+        self._stats = devices.read_diskstats()
+        self._start = self._t0 = time.monotonic()
+
+    @property
+    def unavailable(self) -> list[str]:
+        return self.rs.unavailable
+
+    def sample(self, reset: bool) -> FairSample:
+        """The interval since the last sample when reset (totals kept since the start), else all since the start."""
+        wall, now = time.time(), time.monotonic()
+        procs = self.rs.read(reset=reset)
+        losses = self.rs.losses()
+        stats = devices.read_diskstats()
+        seconds = now - (self._t0 if reset else self._start)
+        if reset:
+            merge_procs(self._cumulative, procs)
+            cumulative = list(self._cumulative.values())
+        else:
+            cumulative = procs
+        before = self._stats
+        self._stats, self._t0 = stats, now
+        names = [d.name for d in self.opts.disks]
+        whole = [d.name for d in devices.list_disks()]
+        # settings only for the disks the report will show (the model picks the same ones)
+        shown = names or active_disks(before, stats, whole)
+        return FairSample(
+            wall=wall, seconds=seconds, procs=procs, cumulative=cumulative, losses=losses,
+            diskstats_before=before, diskstats_after=stats, disks=names, whole_disks=whole,
+            settings={n: devices.queue_settings(n) for n in shown},
+            limits={pid: blkio_limits(pid) for pid in sorted({p.pid for p in procs})},
+        )
+
+    def close(self) -> None:
+        self.rs.close()
+
+
+__all__ = ["FairCollector", "FairOptions", "blkio_limits"]

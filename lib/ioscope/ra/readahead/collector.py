@@ -1,0 +1,207 @@
+"""The readahead collector: bpf/readahead.bpf.o, the readers' fd tables and mountinfo (file names),
+and sysfs (read_ahead_kb), read into one RaSample of totals since the start."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ioscope import abi as core_abi
+from ioscope import devices
+from ioscope.errors import IoscopeError
+from ioscope.hist import Hist
+from ioscope.loader import BPFObject
+from ioscope.losses import StatsDelta
+from ioscope.ra import abi
+from ioscope.ra.readahead.model import DevInfo, RaFile, RaSample
+from ioscope.ra.readsize.collector import filter_devs
+
+RA_HOOKS = ("sync_ra", "async_ra", "ra_order", "ra_unbounded", "get_pages", "fault", "map_pages", "add_page",
+            "delete_page", "task_rename")
+# what each hook's absence costs
+RA_HOOK_NUMBERS = {
+    "sync_ra": "sync decisions",
+    "async_ra": "async decisions",
+    "ra_order": "window sizes of large-folio readahead (and the pages it adds)",
+    "ra_unbounded": "window sizes of order-0 and forced readahead (and the pages it adds)",
+    "get_pages": "used pages and age at first use (every page read ahead will look unused)",
+    "fault": "used pages of memory-mapped files (faults)",
+    "map_pages": "used pages of memory-mapped files (fault-around)",
+    "add_page": "pages read ahead, used, wasted and still cached",
+    "delete_page": "wasted pages (evicted pages will look still cached)",
+    "task_rename": "process names that follow exec and renames (names are taken at the first I/O)",
+}
+RA_LOSSES = ("page_map_full", "file_map_full", "task_map_full")
+RA_EXPLAIN = {"page_map_full": "pages beyond --max-pages, counted as untracked"}
+RESOLVE_PATHS = 50
+
+
+@dataclass
+class ReadaheadOptions:
+    disks: list[devices.BlockDevice] = field(default_factory=list)
+    pid: int | None = None
+    max_pages: int = 262144
+    btf: str | None = None
+
+
+def group_cached(keys: np.ndarray, vals: np.ndarray) -> dict[tuple[int, int, int], int]:
+    """Pages still tracked, counted per (dev, ino, tgid)."""
+    if not len(keys):
+        return {}
+    rec = np.zeros(len(keys), dtype=[("dev", np.uint32), ("ino", np.uint64), ("tgid", np.uint32)])
+    rec["dev"], rec["ino"], rec["tgid"] = keys["dev"], keys["ino"], vals["tgid"]
+    uniq, counts = np.unique(rec, return_counts=True)
+    return {(int(u["dev"]), int(u["ino"]), int(u["tgid"])): int(c) for u, c in zip(uniq, counts)}
+
+
+def resolve_path(pid: int, dev: int, ino: int, proc_root: str = "/proc") -> str | None:
+    """The path of (dev, ino) if process pid has it open (the cheap way: its fd table)."""
+    ma, mi = devices.kdev_split(dev)
+    want = (os.makedev(ma, mi), ino)
+    base = Path(proc_root) / str(pid) / "fd"
+    try:
+        fds = os.listdir(base)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            st = os.stat(base / fd)
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) == want:
+            try:
+                return os.readlink(base / fd)
+            except OSError:
+                return None
+    return None
+
+
+def mountpoints(proc_root: str = "/proc") -> dict[int, str]:
+    """kernel dev_t of each mounted filesystem -> its first mount point (from mountinfo)."""
+    out: dict[int, str] = {}
+    try:
+        lines = Path(proc_root, "self", "mountinfo").read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 5 or ":" not in parts[2]:
+            continue
+        ma, mi = parts[2].split(":")
+        try:
+            dev = devices.kdev(int(ma), int(mi))
+        except ValueError:
+            continue
+        out.setdefault(dev, parts[4].replace("\\040", " "))
+    return out
+
+
+def dev_info(dev: int) -> DevInfo:
+    ma, mi = devices.kdev_split(dev)
+    try:
+        disk = devices.resolve_disk(f"{ma}:{mi}")
+    except IoscopeError:  # an anonymous device (btrfs, overlay, tmpfs): no queue settings
+        return DevInfo(None, None)
+    ra = devices.queue_settings(disk.name).get("read_ahead_kb")
+    return DevInfo(disk.name, ra if isinstance(ra, int) else None)
+
+
+class ReadaheadCollector:
+    """Owns bpf/readahead.bpf.o; read() returns cumulative readahead accounting."""
+
+    def __init__(self, opts: ReadaheadOptions) -> None:
+        self.opts = opts
+        self.bpf = BPFObject("readahead", btf=opts.btf)
+        self.paths: dict[tuple[int, int], str] = {}
+        self.comms: dict[int, str] = {}
+        self._mounts: dict[int, str] = {}
+        try:
+            self._setup()
+        except BaseException:
+            self.bpf.close()
+            raise
+        self.started = time.time()  # the totals count from here
+
+    def _setup(self) -> None:
+        o, b = self.opts, self.bpf
+        b.choose(required=[], optional=list(RA_HOOKS))
+        chosen = {h for h in RA_HOOKS if b.hooks[h].chosen}
+        if not chosen & {"sync_ra", "async_ra", "ra_order", "ra_unbounded"}:
+            raise IoscopeError("this kernel has none of the readahead tracepoints (page_cache_sync_ra, ...)",
+                               "they arrived in Linux 6.10; readahead accounting needs them")
+        self.missing = [f"{RA_HOOK_NUMBERS[h]}: unavailable" for h in RA_HOOKS if h not in chosen]
+        b.set_global("targ_tgid", o.pid or 0, "I")
+        b.filter_disks(dev for d in o.disks for dev in filter_devs(d))
+        b.set_max_entries("pages", o.max_pages)
+        b.load()
+        self.files = b.map("files")
+        self.pages = b.map("pages")
+        self.hists = b.map("hists")
+        self.comm_map = b.map("comms")
+        self.stats = StatsDelta(b, b.map("stats"), abi.RA_STAT_NAMES, abi.RA_NR_STATS, RA_LOSSES, RA_EXPLAIN)
+        b.attach()
+
+    @property
+    def unavailable(self) -> list[str]:
+        """What each missing tracepoint costs (one line each; the report's "unavailable" too)."""
+        return self.missing
+
+    def _mount_name(self, dev: int, ino: int) -> str | None:
+        """'<mount point> ino N' when the file is not open any more."""
+        mnt = self._mounts.get(dev)
+        if mnt is None:
+            self._mounts = mountpoints()
+            mnt = self._mounts.get(dev)
+        return f"{mnt} ino {ino}" if mnt else None
+
+    def read(self) -> RaSample:
+        wall = time.time()
+        kb, vb, n = self.files.dump(sum=False)
+        keys = np.frombuffer(kb, dtype=abi.RA_KEY, count=n)
+        vals = np.frombuffer(vb, dtype=abi.RA_STATS, count=n)
+        # the histograms right after the counters, the page map (larger, slower) last: while
+        # readahead goes on, only pages used during this read can be off by one state
+        hk, hv, hn = self.hists.dump(sum=False)
+        idx = np.frombuffer(hk, dtype=np.uint32, count=hn)
+        harr = np.frombuffer(hv, dtype=core_abi.HIST, count=hn)
+        hists = [Hist() for _ in range(abi.RA_NR_HISTS)]
+        for i, h in zip(idx, core_abi.hists_from_array(harr)):
+            if int(i) < abi.RA_NR_HISTS:
+                hists[int(i)] = h
+        pk, pv, pn = self.pages.dump(sum=False)
+        cached = group_cached(np.frombuffer(pk, dtype=abi.RA_PAGE_KEY, count=pn),
+                              np.frombuffer(pv, dtype=abi.RA_PAGE, count=pn))
+        self.comms.update(core_abi.comms_from_dump(*self.comm_map.dump()))
+        files = []
+        # paths are looked up (in the reader's fd table) for the files with most pages only
+        order = np.argsort(-vals["pages"].astype(np.int64), kind="stable") if n else np.zeros(0, dtype=np.int64)
+        busiest = {int(j) for j in order[:RESOLVE_PATHS]}
+        for j, (k, v) in enumerate(zip(keys, vals)):
+            dev, ino, pid = int(k["dev"]), int(k["ino"]), int(k["tgid"])
+            if (dev, ino) not in self.paths and j in busiest:
+                path = resolve_path(pid, dev, ino)
+                if path:
+                    self.paths[(dev, ino)] = path
+            files.append(RaFile(
+                pid=pid, comm=self.comms.get(pid, "?"), dev=dev, ino=ino,
+                decisions={abi.RA_KIND_NAMES[i]: int(v["decisions"][i]) for i in range(abi.RA_NR_KINDS)},
+                window_pages={abi.RA_KIND_NAMES[i]: int(v["window_pages"][i]) for i in range(abi.RA_NR_KINDS)},
+                max_ra_pages=int(v["max_ra_pages"]), max_window=int(v["max_window"]), pages=int(v["pages"]),
+                used=int(v["used"]), wasted=int(v["wasted"]), cached=cached.get((dev, ino, pid), 0),
+                untracked=int(v["untracked"]), path=self.paths.get((dev, ino)) or self._mount_name(dev, ino),
+            ))
+        return RaSample(wall=wall, started=self.started, files=files, hists=hists,
+                        losses=self.stats.read(since_last=False),
+                        devices={dev: dev_info(dev) for dev in sorted({f.dev for f in files})},
+                        missing=list(self.missing))
+
+    def close(self) -> None:
+        self.bpf.close()
+
+
+__all__ = ["RA_HOOKS", "RA_HOOK_NUMBERS", "ReadaheadCollector", "ReadaheadOptions", "group_cached", "mountpoints",
+           "resolve_path"]
