@@ -10,6 +10,7 @@ import pytest
 
 from conftest import ioscope_cmd
 from ioscope.agg import expr as E
+from ioscope.errors import UsageError
 
 
 def test_examples_of_the_issue_parse() -> None:
@@ -87,14 +88,14 @@ def test_errors_point_at_the_column(text: str, col: int, words: str) -> None:
 
 
 def test_too_many_expressions_and_conditions() -> None:
-    with pytest.raises(E.UsageError):
+    with pytest.raises(UsageError):
         E.parse_all(["count()"] * (E.MAX_EXPRS + 1))
     long = "count() where " + " or ".join(["pid == 1"] * 40)
     with pytest.raises(E.ExprError):
         E.parse(long)
     half = "count() where " + " or ".join(["pid == 1"] * 20)  # 39 instructions each: fine alone, not both
     E.parse(half)
-    with pytest.raises(E.UsageError):
+    with pytest.raises(UsageError):
         E.parse_all([half, half])
 
 

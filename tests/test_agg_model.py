@@ -79,14 +79,14 @@ def test_comm_rows_of_one_name_merge_and_order_is_dtrace_s() -> None:
     rows = r.tables[0].rows
     assert {row.keys["comm"]: row.value for row in rows} == {
         "dd": sum(1 for x in recs if x["tgid"] == 100), "fio": sum(1 for x in recs if x["tgid"] in (200, 201))}
-    values = [row.value for row in rows]
+    values = [float(row.value or 0) for row in rows]
     assert values == sorted(values)  # ascending: the largest last
 
 
 def test_rows_limit_keeps_the_largest() -> None:
-    recs = [{"cpu": c, "bytes": 1, "disk": 1, "op": 0, "tgid": 1, "pid": 0, "cgroup": 0, "flags": 0, "size": 1}
+    recs: list[dict[str, int | None]] = [{"cpu": c, "bytes": 1, "disk": 1, "op": 0, "tgid": 1, "pid": 0, "cgroup": 0, "flags": 0, "size": 1}
             for c in range(10) for _ in range(c + 1)]
-    t = result(["count() by cpu"], list(recs), limit=3).tables[0]
+    t = result(["count() by cpu"], recs, limit=3).tables[0]
     assert [(row.keys["cpu"], row.value) for row in t.rows] == [(7, 8), (8, 9), (9, 10)]
     assert t.truncated == 7
 
@@ -131,10 +131,10 @@ def test_scalar_square_sum_matches_kernel_halves() -> None:
         carry = int(s < lo)
         high = hi + (mid >> 31) + carry
         assert (high << 64) + s == x * x
-    s = Scalar()
+    sc = Scalar()
     for v in (3, 4):
-        s.add(v)
-    assert s.sumsq == 25 and s.stddev == 0.5
+        sc.add(v)
+    assert sc.sumsq == 25 and sc.stddev == 0.5
 
 
 def test_json_shape_is_the_issue_s() -> None:
