@@ -84,7 +84,8 @@ def test_comm_rows_of_one_name_merge_and_order_is_dtrace_s() -> None:
 
 
 def test_rows_limit_keeps_the_largest() -> None:
-    recs: list[dict[str, int | None]] = [{"cpu": c, "bytes": 1, "disk": 1, "op": 0, "tgid": 1, "pid": 0, "cgroup": 0, "flags": 0, "size": 1}
+    recs: list[dict[str, int | None]] = [{"cpu": c, "bytes": 1, "disk": 1, "op": 0, "tgid": 1, "pid": 0,
+                                          "cgroup": 0, "flags": 0, "size": 1}
             for c in range(10) for _ in range(c + 1)]
     t = result(["count() by cpu"], recs, limit=3).tables[0]
     assert [(row.keys["cpu"], row.value) for row in t.rows] == [(7, 8), (8, 9), (9, 10)]
