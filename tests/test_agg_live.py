@@ -219,3 +219,44 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
                 # programs' run times, so a percentile may cross into the next bucket, no further
                 gap = abs(bucket_index(int(lv[k][p])) - bucket_index(int(of[k][p])))
                 assert gap <= 1, (e, k, p, lv[k][p], of[k][p])
+
+
+@pytest.fixture
+def cgroup2(live: None) -> Iterator[tuple[Path, str]]:
+    """A cgroup v2 directory made for the test: (its directory, its path relative to the mount)."""
+    from ioscope.agg.names import cgroup2_root
+
+    root = cgroup2_root()
+    assert root is not None, "no cgroup v2 hierarchy mounted"
+    d = root / f"ioscope-agg-{os.getpid()}"
+    d.mkdir()
+    try:
+        yield d, "/" + d.name
+    finally:
+        for _ in range(50):
+            try:
+                d.rmdir()
+                break
+            except OSError:  # a process of the test still in it: it is exiting
+                time.sleep(0.1)
+
+
+def test_cgroup_key_and_filter(loopdev: Any, cgroup2: tuple[Path, str]) -> None:
+    """I/O queued from a cgroup is keyed by its path and, with -c, is the only I/O counted."""
+    cgdir, cgpath = cgroup2
+    dev = loopdev(size_mb=64)
+    inside = ["sh", "-c", f"echo $$ > {cgdir}/cgroup.procs && exec dd if={dev.path} of=/dev/null bs=4k "
+              f"count={READS} iflag=direct 2>/dev/null"]
+    outside = ["dd", f"if={dev.path}", "of=/dev/null", "bs=4k", f"count={WRITES}", "skip=4096", "iflag=direct"]
+    for filtered in (False, True):
+        extra = ["-c", cgpath] if filtered else []
+        with agg_running("-d", dev.name, "-e", "count() by cgroup,op", *extra) as run:
+            subprocess.run(inside, check=True)
+            subprocess.run(outside, check=True, stderr=subprocess.DEVNULL)
+            time.sleep(0.2)
+        assert run.returncode == 0, run.stderr
+        rows = {(r["keys"]["cgroup"], r["keys"]["op"]): r["count"] for r in run.rows("count() by cgroup,op")}
+        # this process's own cgroup v2 path (dd outside inherits it)
+        mine = next(ln[3:] for ln in Path("/proc/self/cgroup").read_text().splitlines() if ln.startswith("0::"))
+        want = {(cgpath, "read"): READS} if filtered else {(cgpath, "read"): READS, (mine, "read"): WRITES}
+        assert rows == want, (rows, want)
