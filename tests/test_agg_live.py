@@ -260,3 +260,46 @@ def test_cgroup_key_and_filter(loopdev: Any, cgroup2: tuple[Path, str]) -> None:
         mine = next(ln[3:] for ln in Path("/proc/self/cgroup").read_text().splitlines() if ln.startswith("0::"))
         want = {(cgpath, "read"): READS} if filtered else {(cgpath, "read"): READS, (mine, "read"): WRITES}
         assert rows == want, (rows, want)
+
+
+BPFTRACE_PROG = """
+tracepoint:block:block_bio_queue /args->dev == %d/ { @n[comm] = count(); @h = hist(args->nr_sector * 512); }
+"""
+
+
+def test_side_by_side_with_bpftrace(loopdev: Any, tmp_path: Path) -> None:
+    """The same questions asked of bpftrace (counted at queue, by hand) and of agg, on the same I/O:
+    the same counts per process and the same power-of-two size distribution."""
+    from ioscope.devices import kdev_split
+
+    a = loopdev(size_mb=64)
+    ma, mi = kdev_split(a.device.dev)
+    prog = BPFTRACE_PROG % ((ma << 20) | mi)
+    bt = subprocess.Popen(["bpftrace", "-f", "json", "-e", prog], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+    try:
+        assert bt.stdout is not None
+        first = ""
+        while not first.startswith("{"):   # bpftrace may print a blank line before its JSON
+            first = bt.stdout.readline()
+            assert first, bt.communicate()
+        assert json.loads(first)["type"] == "attached_probes", first
+        with agg_running("-d", a.name, "-e", "count() by comm", "-e", "quantize(bytes)") as run:
+            workload(tmp_path, a.path, a.path)
+            time.sleep(0.2)
+    finally:
+        bt.send_signal(signal.SIGINT)
+        out, err = bt.communicate(timeout=60)
+    assert run.returncode == 0, run.stderr
+    maps: dict[str, Any] = {}
+    for line in out.splitlines():
+        if not line.startswith("{"):
+            continue
+        d = json.loads(line)
+        if d["type"] in ("map", "hist"):
+            maps.update(d["data"])
+    assert maps["@n"] == {"aggrd": READS, "aggwr": WRITES}
+    assert {r["keys"]["comm"]: r["count"] for r in run.rows("count() by comm")} == maps["@n"]
+    bt_hist = [(b["min"], b["max"] + 1, b["count"]) for b in maps["@h"] if b["count"]]
+    (row,) = run.rows("quantize(bytes)")
+    assert [tuple(b) for b in row["buckets"] if b[2]] == bt_hist == [(4096, 8192, READS), (65536, 131072, WRITES)]
