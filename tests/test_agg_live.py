@@ -289,7 +289,7 @@ def test_side_by_side_with_bpftrace(loopdev: Any, tmp_path: Path) -> None:
             time.sleep(0.2)
     finally:
         bt.send_signal(signal.SIGINT)
-        out, err = bt.communicate(timeout=60)
+        out, _err = bt.communicate(timeout=60)
     assert run.returncode == 0, run.stderr
     maps: dict[str, Any] = {}
     for line in out.splitlines():
