@@ -43,6 +43,9 @@ const volatile struct agg_expr targ_exprs[AGG_MAX_EXPRS] = {};
 const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
 
 #define NEED(f) (targ_need & (1u << (f)))
+/* the queue-time details beside each slot (struct agg_extra): wanted by these fields, -c and in-flight counts */
+#define NEED_EXTRAS (NEED(AGG_F_PID) || NEED(AGG_F_CPU) || NEED(AGG_F_CGROUP) || NEED(AGG_F_SEEK) || \
+		     NEED(AGG_F_INFLIGHT) || targ_cgroup)
 #define TC_SHOWN (IOS_TC_READ | IOS_TC_WRITE | IOS_TC_FLUSH | IOS_TC_SYNC | IOS_TC_AHEAD | IOS_TC_META | \
 		  IOS_TC_DISCARD | IOS_TC_FUA)
 
@@ -321,6 +324,8 @@ static __always_inline int agg_bio_queue(struct bio *bio, const bool btf)
 	int idx;
 
 	rqpath_bio_queue(bio, btf);
+	if (!NEED_EXTRAS)
+		return 0; /* no expression reads the thread, CPU, cgroup or seek */
 	idx = slot_index(key);
 	if (idx < 0)
 		return 0; /* filtered out, or not timed */
@@ -369,6 +374,8 @@ static __always_inline int agg_split(struct bio *bio, const bool btf)
 	int idx;
 
 	slot_split(bio, btf);
+	if (!NEED_EXTRAS)
+		return 0;
 	idx = slot_index(key);
 	if (idx < 0)
 		return 0;
@@ -525,7 +532,7 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 			cur->have = cur->issued = 0;
 		return;
 	}
-	x = extra_of(sl->bio);
+	x = NEED_EXTRAS ? extra_of(sl->bio) : NULL;
 	if (i == 0) {
 		cur->issued = sl->d_ns != 0;
 		cur->have = x ? x->have & (1u << AGG_F_INFLIGHT) : 0;
@@ -556,7 +563,7 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 			r->f[AGG_F_SEEK] = x->seek;
 			r->have |= 1u << AGG_F_SEEK;
 		}
-	} else if (q_ns) {
+	} else if (q_ns && NEED_EXTRAS) {
 		stat_inc(AGG_STAT_NO_EXTRA);
 	}
 	if (q_ns) {

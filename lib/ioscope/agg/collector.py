@@ -100,11 +100,16 @@ class AggCollector:
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
-        b.choose(required=["bio_queue", "rq_issue", "rq_complete"], optional=["split", "task_rename"])
+        need = needed_fields(o.exprs)
+        # the issue program only when an expression reads what it measures: a request's issue time
+        # (q2d, d2c) or the disk's in-flight count; count() by comm,disk runs two programs per I/O
+        issue = bool(need & sum(1 << abi.FIELDS[f] for f in ("q2d", "d2c", "inflight")))
+        b.choose(required=["bio_queue", "rq_complete", *(["rq_issue"] if issue else [])],
+                 optional=["split", "task_rename"])
         b.filter_disks(d.dev for d in o.disks)
         b.set_global("targ_tgid", o.pid or 0, "I")
         b.set_global("targ_cgroup", self.cgroup_id, "Q")
-        b.set_global("targ_need", needed_fields(o.exprs), "I")
+        b.set_global("targ_need", need, "I")
         b.set_global("targ_nexprs", len(o.exprs), "I")
         ex, ins = config_arrays(o.exprs, self.progs)
         b.obj.set_global("targ_exprs", ex.tobytes())
