@@ -38,6 +38,7 @@
 const volatile __u32 targ_tgid = 0;
 const volatile __u64 targ_cgroup = 0;   /* -c: only I/O queued from this cgroup (v2 id) */
 const volatile __u32 targ_need = 0;     /* bit per enum agg_field some expression reads */
+const volatile bool targ_issue = false; /* the issue program is attached (q2d, d2c, inflight are read) */
 const volatile __u32 targ_nexprs = 0;
 const volatile struct agg_expr targ_exprs[AGG_MAX_EXPRS] = {};
 const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
@@ -498,18 +499,23 @@ static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op
 	__u32 opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
 	struct agg_rec *r;
 
-	if (!rs)
+	/* issued before tracing, or issued with a -p/-c filter set: not counted; without the issue
+	 * program (no expression reads a time from issue) every flush request is counted, untimed */
+	if (!rs && (targ_issue || targ_tgid || targ_cgroup))
 		return;
 	r = rec_start(dev, op, opf_to_tc(opf));
-	if (r) {
+	if (r && rs) {
 		r->f[AGG_F_D2C] = now - rs->d_ns;
 		r->have |= 1u << AGG_F_D2C;
 		if (NEED(AGG_F_INFLIGHT)) {
 			r->f[AGG_F_INFLIGHT] = rs->inflight;
 			r->have |= 1u << AGG_F_INFLIGHT;
 		}
-		agg_eval(r->have);
 	}
+	if (r)
+		agg_eval(r->have);
+	if (!rs)
+		return;
 	bpf_map_delete_elem(&rq_starts, &key);
 	if (NEED(AGG_F_INFLIGHT))
 		inflight_lower(dev);
@@ -552,6 +558,14 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 
 		d_ns = start > q_ns ? start : q_ns;
 	}
+	/*
+	 * The end of a flush sequence (an issued request whose data step has completed): its bio's
+	 * iterator was advanced over the data then, so its size reads 0 now. Such a request is never
+	 * merged (REQ_NOMERGE_FLAGS): its one bio's size is the request's, which the kernel keeps for
+	 * /proc/diskstats in rq->stats_sectors. The empty PREFLUSH write (never issued) stays 0 bytes.
+	 */
+	if (!size && i == 0 && whole && sl->d_ns && bpf_core_field_exists(rq->stats_sectors))
+		size = (btf ? rq->stats_sectors : BPF_CORE_READ(rq, stats_sectors)) << 9;
 	r->f[AGG_F_TGID] = sl->tgid;
 	r->f[AGG_F_SIZE] = size;
 	r->f[AGG_F_BYTES] = size;

@@ -161,6 +161,7 @@ def test_intervals_clear_and_cumulative(loopdev: Any, tmp_path: Path) -> None:
 
 
 FIO_IOS = 4999  # a prime
+DSYNC = 53
 
 
 def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
@@ -170,7 +171,7 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
 
     dev = loopdev(size_mb=128, scheduler="mq-deadline")
     exprs = ["count() by disk,op", "sum(bytes) by op", "llquantize(q2c) by op", "quantize(d2c) by op",
-             "count() by op where q2d > 0 and bytes >= 8k"]
+             "count() by op where q2d > 0 and bytes >= 8k", "count() by comm,op,flags,size"]
     cap = tmp_path / "agg.ioscope"
     args = ["-d", dev.name]
     for e in exprs:
@@ -181,9 +182,15 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
         time.sleep(1.5)  # the recorder attaches
         assert rec.poll() is None, rec.communicate()
         with agg_running(*args) as run:
+            before = dev.diskstats()
             job = run_fio(dev.path, rw="randrw", bs="4k", iodepth=8, number_ios=FIO_IOS, size="128m",
                           extra=["--rwmixread=70", "--bssplit=4k/60:16k/40"])
+            # synchronous writes: on a disk with a write-back cache (a loop device has one) each goes
+            # through the flush sequence, with flush requests of the block layer's own
+            subprocess.run(["dd", "if=/dev/zero", f"of={dev.path}", "bs=4k", f"count={DSYNC}", "seek=20000",
+                            "oflag=direct,dsync"], check=True, stderr=subprocess.DEVNULL)
             time.sleep(0.2)
+            after = dev.diskstats()
     finally:
         rec.send_signal(signal.SIGINT)
         rec.communicate(timeout=60)
@@ -203,8 +210,19 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
         return {tuple(r["keys"].values()): r for r in rows}
 
     live_counts = {k: r["count"] for k, r in by(live, "count() by disk,op").items()}
-    assert live_counts == {(dev.name, "read"): fio_r, (dev.name, "write"): fio_w}
-    for e in ("count() by disk,op", "count() by op where q2d > 0 and bytes >= 8k"):
+    assert live_counts[(dev.name, "read")] == fio_r
+    # each synchronous write is its data write (4 KiB, flush sequence: its size read back from the
+    # request) and fsync's empty PREFLUSH write (0 bytes), queued by dd, plus flush requests of the
+    # block layer's own (no process)
+    assert live_counts[(dev.name, "write")] == fio_w + 2 * DSYNC
+    flags = {k: r["count"] for k, r in by(live, "count() by comm,op,flags,size").items()}
+    assert flags[("dd", "write", "WS", 4096)] == DSYNC and flags[("dd", "write", "WS", 0)] == DSYNC
+    assert sum(n for (c, op, _f, size), n in flags.items() if c == "fio" and op == "read") == fio_r
+    assert flags[("[unknown]", "flush", "FN", 0)] >= DSYNC  # at least one flush request per synchronous write
+    # /proc/diskstats counts every write request (the empty ones too) and the flush requests as flushes
+    assert after.writes - before.writes == live_counts[(dev.name, "write")]
+    assert after.flushes - before.flushes == flags[("[unknown]", "flush", "FN", 0)]
+    for e in ("count() by disk,op", "count() by op where q2d > 0 and bytes >= 8k", "count() by comm,op,flags,size"):
         assert {k: r["count"] for k, r in by(offline[0], e).items()} == \
             {k: r["count"] for k, r in by(live, e).items()}, e
     assert {k: r["sum"] for k, r in by(offline[0], "sum(bytes) by op").items()} == \

@@ -11,7 +11,7 @@ import numpy as np
 from ioscope.agg import abi
 from ioscope.agg.capture import Pairing
 from ioscope.agg.expr import compile_cond, parse_all
-from ioscope.agg.model import AggResult, AggSample, Scalar, aggregate, build_result, quantize_buckets
+from ioscope.agg.model import AggResult, AggSample, Scalar, aggregate, build_result, key_mask, quantize_buckets
 from ioscope.agg.names import flags_bits, flags_name, name_rows
 from ioscope.agg.view import renderables, to_json
 from ioscope.hist import Hist
@@ -197,3 +197,14 @@ def test_capture_pairing_is_the_kernel_s() -> None:
     assert [r["inflight"] for r in recs] == [0, 0, 0]
     assert len(p.bios) == 1 and p.inflight[5] == 1      # the split's second piece: issued, not completed
     assert abi.FIELDS["comm0"] == 14
+
+
+def test_comm_and_tgid_share_one_kernel_key_field() -> None:
+    """comm is keyed by the process (tgid) in the kernel and named in user space: both keys at once
+    select that one field (a sum of their bits once selected the cgroup field instead)."""
+    (e,) = parse_all(["count() by comm,tgid,disk"])
+    assert key_mask(e) == (1 << abi.FIELDS["tgid"]) | (1 << abi.FIELDS["disk"])
+    recs = records(200)
+    r = result(["count() by comm,tgid"], recs)
+    assert {(row.keys["comm"], row.keys["tgid"]) for row in r.tables[0].rows} == {
+        ("dd", 100), ("fio", 200), ("fio", 201)}

@@ -17,11 +17,14 @@ same I/O gets the same answer:
   (only the first issue counts); the request's in-flight count is the disk's requests issued and
   not completed before it;
 - a C ends every bio inside its range, each one record; the request's first bio (at the C's
-  sector) carries d2c; a bio-less flush request (D and C of 0 bytes) is one op=flush record
+  sector) carries d2c; a bio-less flush request (D and C of 0 bytes, FLUSH) is one op=flush record
   with d2c only;
-- events with no data other than flush requests are ignored (as btt does); I/O already in flight
-  when the capture started (a C or D without its Q) is left out, where live it is counted with d2c
-  only: one of the differences docs/agg.md lists.
+- on a disk with a write-back cache (the capture's device table), a write with PREFLUSH (or FUA,
+  when the disk has no FUA) goes through the flush sequence: its data's C is a step, and the
+  write ends with the 0-byte C at its sector, as the kernel object sees it; an empty PREFLUSH
+  write (fsync's) is a 0-byte bio timed from when it became a request (its G), as live;
+- other events without data are ignored (as btt does); I/O already in flight when the capture
+  started (a C or D without its Q) is left out, where live it is counted with d2c only.
 """
 
 from __future__ import annotations
@@ -43,11 +46,13 @@ from ioscope.trace.capture import open_capture
 from ioscope.trace.events import (
     EV_NOTE_PROCESS,
     TA_COMPLETE,
+    TA_GETRQ,
     TA_ISSUE,
     TA_QUEUE,
     TA_SPLIT,
     TC_DISCARD,
     TC_FLUSH,
+    TC_FUA,
     TC_WRITE,
 )
 
@@ -64,7 +69,9 @@ class _Bio:
     tgid: int
     cpu: int
     seek: int | None
+    seq: bool = False    # ends with its request's 0-byte completion (the flush sequence; an empty PREFLUSH write)
     d_ns: int = 0
+    g_ns: int = 0        # an empty PREFLUSH write: when it became a request
     inflight: int | None = None
 
 
@@ -79,20 +86,30 @@ def op_of(category: int, nbytes: int) -> int:
     return core_abi.OP_READ
 
 
-class Pairing:
-    """Events in time order in, one record per completed bio out (field name -> value)."""
+Record = dict[str, int | None]
 
-    def __init__(self, comm_words: bool = False, comms: dict[int, str] | None = None) -> None:
+
+class Pairing:
+    """Events in time order in, one record per completed bio (and flush request) out.
+
+    machines: the disks whose writes with PREFLUSH (or FUA, when the disk has no FUA) go through the
+    block layer's flush sequence (kernel dev_t -> the disk has FUA), from the capture's device table
+    (trace.record.flush_machines): such a write ends with a 0-byte completion after its data's.
+    """
+
+    def __init__(self, comm_words: bool = False, comms: dict[int, str] | None = None,
+                 machines: dict[int, bool] | None = None) -> None:
         self.bios: dict[tuple[int, int], _Bio] = {}
         self.last_end: dict[int, int] = {}
         self.inflight: dict[int, int] = {}
         self.flushes: dict[int, list[tuple[int, int]]] = {}
+        self.machines = machines or {}
         self.comm_words = comm_words
         self.comms = comms if comms is not None else {}
-        self.unpaired = 0
-        self.last_ts = 0  # completions of I/O queued before the capture started
+        self.unpaired = 0  # completions of I/O queued before the capture started
+        self.last_ts = 0
 
-    def _comm(self, rec: dict[str, int | None], tgid: int) -> None:
+    def _comm(self, rec: Record, tgid: int) -> None:
         if not self.comm_words:
             return
         name = self.comms.get(tgid)
@@ -102,85 +119,112 @@ class Pairing:
         rec["comm0"] = int.from_bytes(raw[:8], "little")
         rec["comm1"] = int.from_bytes(raw[8:], "little")
 
-    def feed(self, ev: np.ndarray) -> Iterator[tuple[int, dict[str, int | None]]]:
+    def _in_sequence(self, dev: int, cat: int) -> bool:
+        if dev not in self.machines:
+            return False
+        return bool(cat & TC_FLUSH) or bool(cat & TC_FUA and not self.machines[dev])
+
+    def feed(self, ev: np.ndarray) -> Iterator[tuple[int, Record]]:
         """(completion time, record) of every bio the events complete."""
         for e in ev.tolist():
-            self.last_ts = e[0]
             ts, sector, aux, nbytes, dev, _auxdev, pid, tgid, cpu, _err, action, cat, flags = e
+            self.last_ts = ts
             if action == 0:
                 if flags & EV_NOTE_PROCESS and pid == tgid:
                     raw = np.array([sector, aux], dtype="<u8").tobytes()
                     self.comms[tgid] = raw.split(b"\0")[0].decode(errors="replace")
                 continue
             if action == TA_QUEUE:
-                if not nbytes:
-                    continue
-                key = (dev, sector)
-                old = self.bios.get(key)
-                if old is not None and not old.d_ns and old.nbytes == nbytes:
-                    continue  # a split's remainder queued again: its first queue time stays
-                seek = None
-                if dev in self.last_end:
-                    seek = abs(sector - self.last_end[dev])
-                self.last_end[dev] = sector + (nbytes >> 9)
-                self.bios[key] = _Bio(sector, nbytes, ts, pid, tgid, cpu, seek)
+                self._queue(ts, dev, sector, nbytes, pid, tgid, cpu, cat)
+            elif action == TA_GETRQ and not nbytes:
+                b = self.bios.get((dev, sector))
+                if b is not None and not b.nbytes and not b.g_ns:
+                    b.g_ns = ts
             elif action == TA_SPLIT:
-                b = self.bios.pop((dev, sector), None)
-                if b is None or not (sector < aux < sector + (b.nbytes >> 9)):
-                    if b is not None:
-                        self.bios[(dev, sector)] = b
-                    continue
-                front = (aux - sector) << 9
-                self.bios[(dev, sector)] = _Bio(sector, front, b.q_ns, b.pid, b.tgid, b.cpu, b.seek)
-                self.bios[(dev, aux)] = _Bio(aux, b.nbytes - front, b.q_ns, b.pid, b.tgid, b.cpu, None)
+                self._split(dev, sector, aux)
             elif action == TA_ISSUE:
-                if not nbytes:
-                    if cat & TC_FLUSH:
-                        before = self.inflight.get(dev, 0)
-                        self.inflight[dev] = before + 1
-                        self.flushes.setdefault(dev, []).append((ts, before))
-                    continue
-                chain = self._chain(dev, sector, nbytes)
-                if not chain:
-                    continue
-                first = chain[0]
-                if first.inflight is None and not first.d_ns:
-                    first.inflight = self.inflight.get(dev, 0)
-                    self.inflight[dev] = first.inflight + 1
-                for b in chain:
-                    if not b.d_ns:
-                        b.d_ns = ts
+                self._issue(ts, dev, sector, nbytes, cat)
             elif action == TA_COMPLETE:
-                if not nbytes:
-                    pend = self.flushes.get(dev)
-                    if cat & TC_FLUSH and pend:
-                        d_ns, before = pend.pop(0)
-                        self.inflight[dev] = max(0, self.inflight.get(dev, 0) - 1)
-                        yield ts, {"disk": dev, "op": core_abi.OP_FLUSH, "flags": cat & TC_SHOWN, "pid": 0,
-                               "tgid": 0, "cgroup": 0, "cpu": 0, "size": 0, "bytes": 0, "d2c": ts - d_ns,
-                               "inflight": before}
-                    continue
-                chain = self._chain(dev, sector, nbytes)
-                if not chain:
-                    self.unpaired += 1
-                    continue
-                op = op_of(cat, nbytes)
-                first = chain[0]
-                if first.inflight is not None:
-                    self.inflight[dev] = max(0, self.inflight.get(dev, 0) - 1)
-                for i, b in enumerate(chain):
-                    del self.bios[(dev, b.sector)]
-                    rec: dict[str, int | None] = {
-                        "disk": dev, "op": op, "flags": cat & TC_SHOWN, "pid": b.pid, "tgid": b.tgid,
-                        "cgroup": 0, "cpu": b.cpu, "size": b.nbytes, "bytes": b.nbytes,
-                        "q2c": ts - b.q_ns, "seek": b.seek, "inflight": first.inflight,
-                    }
-                    if b.d_ns:
-                        rec["q2d"] = b.d_ns - b.q_ns
-                        if i == 0:
-                            rec["d2c"] = ts - b.d_ns
-                    self._comm(rec, b.tgid)
-                    yield ts, rec
+                yield from self._complete(ts, dev, sector, nbytes, cat)
+
+    def _queue(self, ts: int, dev: int, sector: int, nbytes: int, pid: int, tgid: int, cpu: int, cat: int) -> None:
+        if not nbytes and not cat & TC_FLUSH:
+            return  # no data and no flush: nothing the kernel object times
+        key = (dev, sector)
+        old = self.bios.get(key)
+        if old is not None and nbytes and not old.d_ns and old.nbytes == nbytes:
+            return  # a split's remainder queued again: its first queue time stays
+        seek = abs(sector - self.last_end[dev]) if dev in self.last_end else None
+        self.last_end[dev] = sector + (nbytes >> 9)
+        self.bios[key] = _Bio(sector, nbytes, ts, pid, tgid, cpu, seek, seq=not nbytes or self._in_sequence(dev, cat))
+
+    def _split(self, dev: int, sector: int, new_sector: int) -> None:
+        b = self.bios.get((dev, sector))
+        if b is None or not (sector < new_sector < sector + (b.nbytes >> 9)):
+            return
+        front = (new_sector - sector) << 9
+        self.bios[(dev, sector)] = _Bio(sector, front, b.q_ns, b.pid, b.tgid, b.cpu, b.seek, b.seq)
+        self.bios[(dev, new_sector)] = _Bio(new_sector, b.nbytes - front, b.q_ns, b.pid, b.tgid, b.cpu, None, b.seq)
+
+    def _issue(self, ts: int, dev: int, sector: int, nbytes: int, cat: int) -> None:
+        if not nbytes:
+            if cat & TC_FLUSH:  # a flush request of the block layer's own
+                before = self.inflight.get(dev, 0)
+                self.inflight[dev] = before + 1
+                self.flushes.setdefault(dev, []).append((ts, before))
+            return
+        chain = self._chain(dev, sector, nbytes)
+        if not chain:
+            return
+        first = chain[0]
+        if first.inflight is None and not first.d_ns:
+            first.inflight = self.inflight.get(dev, 0)
+            self.inflight[dev] = first.inflight + 1
+        for b in chain:
+            if not b.d_ns:
+                b.d_ns = ts
+
+    def _complete(self, ts: int, dev: int, sector: int, nbytes: int, cat: int) -> Iterator[tuple[int, Record]]:
+        if not nbytes and cat & TC_FLUSH:
+            pend = self.flushes.get(dev)
+            if pend:
+                d_ns, before = pend.pop(0)
+                self.inflight[dev] = max(0, self.inflight.get(dev, 0) - 1)
+                yield ts, {"disk": dev, "op": core_abi.OP_FLUSH, "flags": cat & TC_SHOWN, "pid": 0, "tgid": 0,
+                           "cgroup": 0, "cpu": 0, "size": 0, "bytes": 0, "d2c": ts - d_ns, "inflight": before}
+            return
+        if not nbytes:  # the end of a flush-sequence write, or of an empty PREFLUSH write
+            b = self.bios.get((dev, sector))
+            if b is None or not b.seq:
+                return
+            chain = [b]
+        else:
+            chain = self._chain(dev, sector, nbytes)
+            if not chain:
+                self.unpaired += 1
+                return
+            if chain[0].seq:
+                return  # the data step of a flush sequence: the write ends with its 0-byte completion
+        op = op_of(cat, nbytes)
+        first = chain[0]
+        if first.inflight is not None:
+            self.inflight[dev] = max(0, self.inflight.get(dev, 0) - 1)
+        for i, b in enumerate(chain):
+            del self.bios[(dev, b.sector)]
+            rec: Record = {
+                "disk": dev, "op": op, "flags": cat & TC_SHOWN, "pid": b.pid, "tgid": b.tgid,
+                "cgroup": 0, "cpu": b.cpu, "size": b.nbytes, "bytes": b.nbytes,
+                "q2c": ts - b.q_ns, "seek": b.seek, "inflight": first.inflight,
+            }
+            d_ns = b.d_ns
+            if i == 0 and not d_ns and not b.nbytes:
+                d_ns = max(b.g_ns, b.q_ns)  # as the kernel object: from when it became a request
+            if d_ns:
+                rec["q2d"] = d_ns - b.q_ns
+                if i == 0:
+                    rec["d2c"] = ts - d_ns
+            self._comm(rec, b.tgid)
+            yield ts, rec
 
     def _chain(self, dev: int, sector: int, nbytes: int) -> list[_Bio]:
         """The bios in flight that make up the request [sector, sector + nbytes): a chain from sector."""
@@ -259,10 +303,11 @@ def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None =
                                      f"it has {', '.join(namer.devs.values()) or 'no device table'}")
                 want_devs |= set(got)
         comm_words = any("comm" in e.fields() for e in exprs)
-        pairing = Pairing(comm_words, dict(cap.comms))
+        from ioscope.trace.record import flush_machines
+        pairing = Pairing(comm_words, dict(cap.comms), flush_machines(cap.meta.get("devices") or {}))
         namer.comms = pairing.comms
         window_ns = int(every * 1e9) if every else None
-        records: list[dict[str, int | None]] = []
+        records: list[Record] = []
         t0: int | None = None
         w_start = 0
         for ev in cap.iter_chunks():

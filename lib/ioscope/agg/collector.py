@@ -110,6 +110,7 @@ class AggCollector:
         b.set_global("targ_tgid", o.pid or 0, "I")
         b.set_global("targ_cgroup", self.cgroup_id, "Q")
         b.set_global("targ_need", need, "I")
+        b.set_global("targ_issue", issue, "?")
         b.set_global("targ_nexprs", len(o.exprs), "I")
         ex, ins = config_arrays(o.exprs, self.progs)
         b.obj.set_global("targ_exprs", ex.tobytes())

@@ -148,7 +148,10 @@ class RawRow:
 
 def key_mask(e: Expr) -> int:
     """Bits of the kernel's key fields (struct agg_expr.key_mask) for e's keys."""
-    return sum(1 << abi.FIELDS[abi.KEY_FIELD[k]] for k in e.keys)
+    mask = 0
+    for k in e.keys:  # comm and tgid share the kernel's tgid field: or, not add
+        mask |= 1 << abi.FIELDS[abi.KEY_FIELD[k]]
+    return mask
 
 
 def aggregate(exprs: Sequence[Expr], programs: Sequence[list[Insn]], records: Iterable[dict[str, int | None]]

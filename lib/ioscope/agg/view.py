@@ -91,7 +91,8 @@ def table_renderables(t: AggTable) -> Iterator[RenderableType]:
         tab.add_column(t.func, justify="right")
         for r in t.rows:
             assert r.value is not None
-            tab.add_row(*[str(r.keys[k]) for k in t.keys], fmt_value(r.value, t.unit, t.func))
+            # Text, not str: a name such as "[unknown]" is not rich markup
+            tab.add_row(*[Text(str(r.keys[k])) for k in t.keys], Text(fmt_value(r.value, t.unit, t.func)))
         yield tab
     else:
         for r in t.rows:
