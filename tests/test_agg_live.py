@@ -321,3 +321,35 @@ def test_side_by_side_with_bpftrace(loopdev: Any, tmp_path: Path) -> None:
     bt_hist = [(b["min"], b["max"] + 1, b["count"]) for b in maps["@h"] if b["count"]]
     (row,) = run.rows("quantize(bytes)")
     assert [tuple(b) for b in row["buckets"] if b[2]] == bt_hist == [(4096, 8192, READS), (65536, 131072, WRITES)]
+
+
+def test_seek_inflight_and_pid_filter(loopdev: Any) -> None:
+    """seek: a sequential reader's bios start where the previous ended (0 sectors), a random one's
+    do not; inflight: a reader at queue depth 1 never has another request in flight at issue, one at
+    depth 8 at most 7; -p counts only the process asked for."""
+    from ioscope.testbed import run_fio
+
+    dev = loopdev(size_mb=128)
+    seq = subprocess.Popen(["sh", "-c", f"read _ && exec dd if={dev.path} of=/dev/null bs=4k count={READS} "
+                            "iflag=direct 2>/dev/null"], stdin=subprocess.PIPE, text=True)
+    exprs = ["max(seek) by comm", "min(seek) by comm", "max(inflight) by comm", "min(inflight) by comm",
+             "count() by comm"]
+    args = ["-d", dev.name]
+    for e in exprs:
+        args += ["-e", e]
+    with agg_running(*args) as run, agg_running(*args, "-p", str(seq.pid)) as only:
+        assert seq.stdin is not None
+        seq.stdin.write("go\n")
+        seq.stdin.close()
+        assert seq.wait() == 0
+        run_fio(dev.path, rw="randread", bs="4k", iodepth=8, number_ios=WRITES, size="128m")
+        time.sleep(0.2)
+    for r in (run, only):
+        assert r.returncode == 0, r.stderr
+    val = {e: {row["keys"]["comm"]: row[e.split("(")[0]] for row in run.rows(e)} for e in exprs}
+    assert val["count() by comm"] == {"dd": READS, "fio": WRITES}
+    assert val["max(seek) by comm"]["dd"] == 0 and val["min(seek) by comm"]["dd"] == 0
+    assert val["max(seek) by comm"]["fio"] > 0
+    assert val["max(inflight) by comm"]["dd"] == 0
+    assert 0 < val["max(inflight) by comm"]["fio"] <= 7 and val["min(inflight) by comm"]["fio"] == 0
+    assert {row["keys"]["comm"]: row["count"] for row in only.rows("count() by comm")} == {"dd": READS}
