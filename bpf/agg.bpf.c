@@ -488,7 +488,24 @@ static __always_inline void rec_comm(struct agg_rec *r, __u32 tgid)
 	name = bpf_map_lookup_elem(&comms, &tgid);
 	if (!name)
 		return;
-	__builtin_memcpy(&r->f[AGG_F_COMM0], name, 16);
+	/*
+	 * Up to the NUL only: comms_note() (comms.bpf.h) stores its stack buffer whole, and the
+	 * bytes after a short name's NUL are whatever was on the stack; the WHERE program compares
+	 * the 16 bytes as two words, as user space builds them (the name, zero-padded).
+	 */
+	{
+		char *out = (char *)&r->f[AGG_F_COMM0];
+		bool end = false;
+		int i;
+
+		for (i = 0; i < 16; i++) {
+			char c = name[i];
+
+			if (!c)
+				end = true;
+			out[i] = end ? 0 : c;
+		}
+	}
 	r->have |= (1u << AGG_F_COMM0) | (1u << AGG_F_COMM1);
 }
 

@@ -353,3 +353,29 @@ def test_seek_inflight_and_pid_filter(loopdev: Any) -> None:
     assert val["max(inflight) by comm"]["dd"] == 0
     assert 0 < val["max(inflight) by comm"]["fio"] <= 7 and val["min(inflight) by comm"]["fio"] == 0
     assert {row["keys"]["comm"]: row["count"] for row in only.rows("count() by comm")} == {"dd": READS}
+
+
+def test_where_comm_matches_every_io_of_the_process(live: None, tmp_path: Path) -> None:
+    """`where comm == "NAME"` selects exactly the I/O `by comm` puts under NAME: here a file read
+    through the page cache on ext4 by a process with a short name (the kernel's comms map holds the
+    bytes after a name's NUL as they were on the stack: the match must stop at the NUL; it once
+    failed on this path and not on direct I/O)."""
+    from ioscope.ra.fs import LoopFS, drop_caches
+
+    with LoopFS(size_mb=64) as fs:
+        data = Path(fs.mnt, "data")
+        subprocess.run(["dd", "if=/dev/urandom", f"of={data}", "bs=1M", "count=8", "conv=fsync"], check=True,
+                       stderr=subprocess.DEVNULL)
+        with agg_running("-d", fs.name, "-e", "count() by comm", "-e", 'count() where comm == "rd"',
+                         "-e", 'count() by comm where comm != "rd"') as run:
+            drop_caches()
+            subprocess.run([named_dd(tmp_path, "rd"), f"if={data}", "of=/dev/null", "bs=128k"], check=True,
+                           stderr=subprocess.DEVNULL)
+            time.sleep(0.2)
+    assert run.returncode == 0, run.stderr
+    by_comm = {r["keys"]["comm"]: r["count"] for r in run.rows("count() by comm")}
+    assert by_comm["rd"] >= 8 << 20 >> 17  # 8 MiB in bios of at most 128 KiB
+    assert [r["count"] for r in run.rows('count() where comm == "rd"')] == [by_comm["rd"]]
+    others = {r["keys"]["comm"]: r["count"] for r in run.rows('count() by comm where comm != "rd"')}
+    assert "rd" not in others
+    assert others == {k: v for k, v in by_comm.items() if k != "rd"}  # no name: not "rd" either

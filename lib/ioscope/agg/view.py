@@ -66,17 +66,17 @@ class Dist:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         r = self.row
         side = [f"count {r.count}"] + [f"{k} {fmt_bound(round(v), self.unit)}" for k, v in r.percentiles.items()]
-        yield Text(f"{'value':>14}  {'-' * 13} Distribution {'-' * 13} count", style="dim")
+        yield Text(f"{'value':>14}  {'-' * 13} Distribution {'-' * 13} {'count':>9}", style="dim")
         for i, (low, _high, n) in enumerate(r.buckets):
             at = round(DIST_WIDTH * n / r.count) if r.count else 0
             line = Text(f"{fmt_bound(low, self.unit):>14} |")
             line.append("@" * at, style="green")
-            line.append(" " * (DIST_WIDTH - at) + f" {n}")
+            line.append(" " * (DIST_WIDTH - at) + f" {n:>9}")
             if i < len(side):
-                line.append(f"{'':<4}{side[i]}", style="cyan")
+                line.append(f"    {side[i]}", style="cyan")
             yield line
         for extra in side[len(r.buckets):]:
-            yield Text(f"{'':>14}  {'':<{DIST_WIDTH}}{'':>8}{extra}", style="cyan")
+            yield Text(f"{'':>14}  {'':<{DIST_WIDTH}} {'':>9}    {extra}", style="cyan")
 
 
 def table_renderables(t: AggTable) -> Iterator[RenderableType]:
