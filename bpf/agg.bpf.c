@@ -220,6 +220,36 @@ static __always_inline void linear_add(struct hist *h, __u64 v, __u64 low, __u64
 		h->min_inv = ~v;
 }
 
+static __always_inline void rec_comm(struct agg_rec *r, __u32 tgid)
+{
+	char *name;
+
+	if (!NEED(AGG_F_COMM0) || !tgid)
+		return;
+	name = bpf_map_lookup_elem(&comms, &tgid);
+	if (!name)
+		return;
+	/*
+	 * Up to the NUL only: comms_note() (comms.bpf.h) stores its stack buffer whole, and the
+	 * bytes after a short name's NUL are whatever was on the stack; the WHERE program compares
+	 * the 16 bytes as two words, as user space builds them (the name, zero-padded).
+	 */
+	{
+		char *out = (char *)&r->f[AGG_F_COMM0];
+		bool end = false;
+		int i;
+
+		for (i = 0; i < 16; i++) {
+			char c = name[i];
+
+			if (!c)
+				end = true;
+			out[i] = end ? 0 : c;
+		}
+	}
+	r->have |= (1u << AGG_F_COMM0) | (1u << AGG_F_COMM1);
+}
+
 /* Every expression on this CPU's record (have: its fields, never 0). Only the completion program calls it: one writer per CPU value. */
 __noinline int agg_eval(__u32 have)
 {
@@ -228,6 +258,8 @@ __noinline int agg_eval(__u32 have)
 
 	if (!r || !have)
 		return 0;
+	/* here, not in the completion's walk of the bio chain: the verifier sees this loop once */
+	rec_comm(r, (__u32)r->f[AGG_F_TGID]);
 	for (e = 0; e < AGG_MAX_EXPRS; e++) {
 		struct agg_key key = {};
 		__u32 vf, mask, kind;
@@ -479,36 +511,6 @@ static __always_inline struct agg_rec *rec_start(__u32 dev, __u8 op, __u32 flags
 	return r;
 }
 
-static __always_inline void rec_comm(struct agg_rec *r, __u32 tgid)
-{
-	char *name;
-
-	if (!NEED(AGG_F_COMM0) || !tgid)
-		return;
-	name = bpf_map_lookup_elem(&comms, &tgid);
-	if (!name)
-		return;
-	/*
-	 * Up to the NUL only: comms_note() (comms.bpf.h) stores its stack buffer whole, and the
-	 * bytes after a short name's NUL are whatever was on the stack; the WHERE program compares
-	 * the 16 bytes as two words, as user space builds them (the name, zero-padded).
-	 */
-	{
-		char *out = (char *)&r->f[AGG_F_COMM0];
-		bool end = false;
-		int i;
-
-		for (i = 0; i < 16; i++) {
-			char c = name[i];
-
-			if (!c)
-				end = true;
-			out[i] = end ? 0 : c;
-		}
-	}
-	r->have |= (1u << AGG_F_COMM0) | (1u << AGG_F_COMM1);
-}
-
 static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op, __u64 now, const bool btf)
 {
 	__u64 key = btf ? ptr_value(rq) : (__u64)rq;
@@ -613,7 +615,6 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 		r->f[AGG_F_INFLIGHT] = cur->inflight;
 		r->have |= 1u << AGG_F_INFLIGHT;
 	}
-	rec_comm(r, sl->tgid);
 	agg_eval(r->have);
 }
 

@@ -208,3 +208,28 @@ def test_comm_and_tgid_share_one_kernel_key_field() -> None:
     r = result(["count() by comm,tgid"], recs)
     assert {(row.keys["comm"], row.keys["tgid"]) for row in r.tables[0].rows} == {
         ("dd", 100), ("fio", 200), ("fio", 201)}
+
+
+def test_capture_pairing_two_ios_of_one_sector_in_flight() -> None:
+    """Random I/O can queue the same sector twice before either is issued (fio's norandommap): two
+    bios, two records, as the kernel object counts them; a split's remainder queued again is one."""
+    rows = np.zeros(8, dtype=ev.EVENT)
+    spec = [(100, ev.TA_QUEUE, 64, 4096, 0), (110, ev.TA_QUEUE, 64, 4096, 0), (200, ev.TA_ISSUE, 64, 4096, 0),
+            (210, ev.TA_ISSUE, 64, 4096, 0), (300, ev.TA_COMPLETE, 64, 4096, 0), (310, ev.TA_COMPLETE, 64, 4096, 0),
+            (400, ev.TA_QUEUE, 0, 16384, 0), (401, ev.TA_SPLIT, 0, 16384, 16)]
+    for i, (ts, act, sector, nbytes, aux) in enumerate(spec):
+        rows[i]["ts"], rows[i]["action"], rows[i]["sector"] = ts, act, sector
+        rows[i]["bytes"], rows[i]["aux"] = nbytes, aux
+        rows[i]["category"], rows[i]["pid"], rows[i]["tgid"], rows[i]["dev"] = ev.TC_READ, 7, 7, 5
+    p = Pairing()
+    recs = [r for _t, r in p.feed(rows)]
+    assert [(r["q2c"], r["q2d"], r["d2c"]) for r in recs] == [(200, 100, 100), (200, 100, 100)]
+    more = np.zeros(5, dtype=ev.EVENT)
+    for i, (ts, act, sector, nbytes) in enumerate([(402, ev.TA_QUEUE, 16, 8192), (500, ev.TA_ISSUE, 0, 8192),
+                                                   (510, ev.TA_ISSUE, 16, 8192), (600, ev.TA_COMPLETE, 0, 8192),
+                                                   (610, ev.TA_COMPLETE, 16, 8192)]):
+        more[i]["ts"], more[i]["action"], more[i]["sector"], more[i]["bytes"] = ts, act, sector, nbytes
+        more[i]["category"], more[i]["pid"], more[i]["tgid"], more[i]["dev"] = ev.TC_READ, 7, 7, 5
+    recs = [r for _t, r in p.feed(more)]
+    assert [(r["bytes"], r["q2c"]) for r in recs] == [(8192, 200), (8192, 210)]  # both keep the first Q time
+    assert not p.bios

@@ -70,6 +70,7 @@ class _Bio:
     cpu: int
     seek: int | None
     seq: bool = False    # ends with its request's 0-byte completion (the flush sequence; an empty PREFLUSH write)
+    split: bool = False  # the remainder of a split, whose Q comes (again) next
     d_ns: int = 0
     g_ns: int = 0        # an empty PREFLUSH write: when it became a request
     inflight: int | None = None
@@ -99,7 +100,8 @@ class Pairing:
 
     def __init__(self, comm_words: bool = False, comms: dict[int, str] | None = None,
                  machines: dict[int, bool] | None = None) -> None:
-        self.bios: dict[tuple[int, int], _Bio] = {}
+        # bios in flight by (disk, sector): a list, as two I/Os of one sector can be in flight at once
+        self.bios: dict[tuple[int, int], list[_Bio]] = {}
         self.last_end: dict[int, int] = {}
         self.inflight: dict[int, int] = {}
         self.flushes: dict[int, list[tuple[int, int]]] = {}
@@ -119,6 +121,24 @@ class Pairing:
         rec["comm0"] = int.from_bytes(raw[:8], "little")
         rec["comm1"] = int.from_bytes(raw[8:], "little")
 
+    def _get(self, dev: int, sector: int, issued: bool | None = None) -> _Bio | None:
+        """The oldest bio in flight at sector (issued or not, when asked)."""
+        for b in self.bios.get((dev, sector), ()):
+            if issued is None or bool(b.d_ns) == issued:
+                return b
+        return None
+
+    def _put(self, dev: int, b: _Bio) -> None:
+        self.bios.setdefault((dev, b.sector), []).append(b)
+
+    def _drop(self, dev: int, b: _Bio) -> None:
+        lst = self.bios.get((dev, b.sector))
+        if lst is None:
+            return
+        lst.remove(b)
+        if not lst:
+            del self.bios[(dev, b.sector)]
+
     def _in_sequence(self, dev: int, cat: int) -> bool:
         if dev not in self.machines:
             return False
@@ -137,7 +157,7 @@ class Pairing:
             if action == TA_QUEUE:
                 self._queue(ts, dev, sector, nbytes, pid, tgid, cpu, cat)
             elif action == TA_GETRQ and not nbytes:
-                b = self.bios.get((dev, sector))
+                b = self._get(dev, sector, issued=False)
                 if b is not None and not b.nbytes and not b.g_ns:
                     b.g_ns = ts
             elif action == TA_SPLIT:
@@ -150,21 +170,22 @@ class Pairing:
     def _queue(self, ts: int, dev: int, sector: int, nbytes: int, pid: int, tgid: int, cpu: int, cat: int) -> None:
         if not nbytes and not cat & TC_FLUSH:
             return  # no data and no flush: nothing the kernel object times
-        key = (dev, sector)
-        old = self.bios.get(key)
-        if old is not None and nbytes and not old.d_ns and old.nbytes == nbytes:
-            return  # a split's remainder queued again: its first queue time stays
+        for old in self.bios.get((dev, sector), ()):
+            if old.split and nbytes and not old.d_ns and old.nbytes == nbytes:
+                old.split = False
+                return  # a split's remainder queued again: its first queue time stays
         seek = abs(sector - self.last_end[dev]) if dev in self.last_end else None
         self.last_end[dev] = sector + (nbytes >> 9)
-        self.bios[key] = _Bio(sector, nbytes, ts, pid, tgid, cpu, seek, seq=not nbytes or self._in_sequence(dev, cat))
+        self._put(dev, _Bio(sector, nbytes, ts, pid, tgid, cpu, seek, seq=not nbytes or self._in_sequence(dev, cat)))
 
     def _split(self, dev: int, sector: int, new_sector: int) -> None:
-        b = self.bios.get((dev, sector))
+        b = self._get(dev, sector, issued=False)
         if b is None or not (sector < new_sector < sector + (b.nbytes >> 9)):
             return
         front = (new_sector - sector) << 9
-        self.bios[(dev, sector)] = _Bio(sector, front, b.q_ns, b.pid, b.tgid, b.cpu, b.seek, b.seq)
-        self.bios[(dev, new_sector)] = _Bio(new_sector, b.nbytes - front, b.q_ns, b.pid, b.tgid, b.cpu, None, b.seq)
+        self._drop(dev, b)
+        self._put(dev, _Bio(sector, front, b.q_ns, b.pid, b.tgid, b.cpu, b.seek, b.seq))
+        self._put(dev, _Bio(new_sector, b.nbytes - front, b.q_ns, b.pid, b.tgid, b.cpu, None, b.seq, split=True))
 
     def _issue(self, ts: int, dev: int, sector: int, nbytes: int, cat: int) -> None:
         if not nbytes:
@@ -173,11 +194,11 @@ class Pairing:
                 self.inflight[dev] = before + 1
                 self.flushes.setdefault(dev, []).append((ts, before))
             return
-        chain = self._chain(dev, sector, nbytes)
+        chain = self._chain(dev, sector, nbytes, issued=False)
         if not chain:
             return
         first = chain[0]
-        if first.inflight is None and not first.d_ns:
+        if first.inflight is None:
             first.inflight = self.inflight.get(dev, 0)
             self.inflight[dev] = first.inflight + 1
         for b in chain:
@@ -194,12 +215,12 @@ class Pairing:
                            "cgroup": 0, "cpu": 0, "size": 0, "bytes": 0, "d2c": ts - d_ns, "inflight": before}
             return
         if not nbytes:  # the end of a flush-sequence write, or of an empty PREFLUSH write
-            b = self.bios.get((dev, sector))
-            if b is None or not b.seq:
+            b = next((x for x in self.bios.get((dev, sector), ()) if x.seq), None)
+            if b is None:
                 return
             chain = [b]
         else:
-            chain = self._chain(dev, sector, nbytes)
+            chain = self._chain(dev, sector, nbytes, issued=True)
             if not chain:
                 self.unpaired += 1
                 return
@@ -210,7 +231,7 @@ class Pairing:
         if first.inflight is not None:
             self.inflight[dev] = max(0, self.inflight.get(dev, 0) - 1)
         for i, b in enumerate(chain):
-            del self.bios[(dev, b.sector)]
+            self._drop(dev, b)
             rec: Record = {
                 "disk": dev, "op": op, "flags": cat & TC_SHOWN, "pid": b.pid, "tgid": b.tgid,
                 "cgroup": 0, "cpu": b.cpu, "size": b.nbytes, "bytes": b.nbytes,
@@ -226,13 +247,16 @@ class Pairing:
             self._comm(rec, b.tgid)
             yield ts, rec
 
-    def _chain(self, dev: int, sector: int, nbytes: int) -> list[_Bio]:
-        """The bios in flight that make up the request [sector, sector + nbytes): a chain from sector."""
+    def _chain(self, dev: int, sector: int, nbytes: int, issued: bool) -> list[_Bio]:
+        """The bios in flight that make up the request [sector, sector + nbytes): a chain from sector
+        (at issue, of bios not issued yet; at completion, of issued ones, or any when none is)."""
         out = []
         end = sector + (nbytes >> 9)
         s = sector
         while s < end:
-            b = self.bios.get((dev, s))
+            b = self._get(dev, s, issued)
+            if b is None and issued:
+                b = self._get(dev, s)  # completed without its issue in view
             if b is None or not b.nbytes:
                 break
             out.append(b)
