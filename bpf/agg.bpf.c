@@ -46,7 +46,7 @@ const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
 #define NEED(f) (targ_need & (1u << (f)))
 /* the queue-time details beside each slot (struct agg_extra): wanted by these fields, -c and in-flight counts */
 #define NEED_EXTRAS (NEED(AGG_F_PID) || NEED(AGG_F_CPU) || NEED(AGG_F_CGROUP) || NEED(AGG_F_SEEK) || \
-		     NEED(AGG_F_INFLIGHT) || targ_cgroup)
+		     NEED(AGG_F_INFLIGHT) || NEED(AGG_F_KSTACK) || targ_cgroup)
 #define TC_SHOWN (IOS_TC_READ | IOS_TC_WRITE | IOS_TC_FLUSH | IOS_TC_SYNC | IOS_TC_AHEAD | IOS_TC_META | \
 		  IOS_TC_DISCARD | IOS_TC_FUA)
 
@@ -63,6 +63,14 @@ struct {
 	__type(key, struct agg_key);
 	__type(value, struct hist);
 } hists SEC(".maps");
+
+/* Kernel stacks of the queueing tasks (kstack); user space sizes it to 1 entry when unused. */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 8192);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, AGG_STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
 
 /* Beside inflight.bpf.h's slots: extras[i] belongs to the bio in inflight[i]. */
 struct {
@@ -150,7 +158,9 @@ __noinline int agg_pred(__u32 start, __u32 n)
 			break;
 		switch (targ_insns[idx].op) {
 		case AGG_I_CMP:
-			f = targ_insns[idx].field & (AGG_NR_FIELDS - 1);
+			f = targ_insns[idx].field;
+			if (f >= AGG_NR_FIELDS)
+				f = 0;
 			b = (r->have & (1u << f)) && cmp_u64(r->f[f], targ_insns[idx].cmp, targ_insns[idx].imm);
 			st = (st << 1) | b;
 			break;
@@ -269,7 +279,6 @@ __noinline int agg_eval(__u32 have)
 			break;
 		vf = targ_exprs[e].value;
 		if (vf < AGG_NR_FIELDS) {
-			vf &= AGG_NR_FIELDS - 1;
 			if (!(r->have & (1u << vf)))
 				continue; /* the I/O has no such value (d2c of a bio after a request's first) */
 			v = r->f[vf];
@@ -348,7 +357,7 @@ static __always_inline struct agg_extra *extra_of(__u64 bio)
 	return x;
 }
 
-static __always_inline int agg_bio_queue(struct bio *bio, const bool btf)
+static __always_inline int agg_bio_queue(void *ctx, struct bio *bio, const bool btf)
 {
 	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
 	struct agg_extra *x, *last;
@@ -376,6 +385,16 @@ static __always_inline int agg_bio_queue(struct bio *bio, const bool btf)
 	x->cgroup = (NEED(AGG_F_CGROUP) || targ_cgroup) ? bpf_get_current_cgroup_id() : 0;
 	x->have = 0;
 	x->inflight = 0;
+	if (NEED(AGG_F_KSTACK)) {
+		long id = bpf_get_stackid(ctx, &stacks, 0);
+
+		if (id >= 0) {
+			x->kstack = id;
+			x->have |= 1u << AGG_F_KSTACK;
+		} else {
+			stat_inc(AGG_LOST_STACK);
+		}
+	}
 	if (NEED(AGG_F_SEEK)) {
 		__u64 sector = btf ? bio->bi_iter.bi_sector : BPF_CORE_READ(bio, bi_iter.bi_sector);
 		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
@@ -421,14 +440,16 @@ static __always_inline int agg_split(struct bio *bio, const bool btf)
 		from = extra_of(priv);
 	if (!from)
 		from = bpf_map_lookup_elem(&last_extra, &zero);
+	x->have = 0;
 	if (from) {
 		x->cgroup = from->cgroup;
 		x->pid = from->pid;
 		x->cpu = from->cpu;
+		x->kstack = from->kstack;
+		x->have = from->have & (1u << AGG_F_KSTACK);
 	}
 	x->bio = key;
 	x->q_ns = sl->q_ns;
-	x->have = 0;
 	return 0;
 }
 
@@ -507,7 +528,7 @@ static __always_inline struct agg_rec *rec_start(__u32 dev, __u8 op, __u32 flags
 	r->f[AGG_F_FLAGS] = flags & TC_SHOWN;
 	r->have = (1u << AGG_F_DISK) | (1u << AGG_F_OP) | (1u << AGG_F_FLAGS) | (1u << AGG_F_PID) |
 		  (1u << AGG_F_TGID) | (1u << AGG_F_CGROUP) | (1u << AGG_F_CPU) | (1u << AGG_F_SIZE) |
-		  (1u << AGG_F_BYTES);
+		  (1u << AGG_F_BYTES) | (1u << AGG_F_KSTACK);
 	return r;
 }
 
@@ -596,6 +617,8 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 			r->f[AGG_F_SEEK] = x->seek;
 			r->have |= 1u << AGG_F_SEEK;
 		}
+		if (x->have & (1u << AGG_F_KSTACK))
+			r->f[AGG_F_KSTACK] = (__u64)x->kstack + 1;
 	} else if (q_ns && NEED_EXTRAS) {
 		stat_inc(AGG_STAT_NO_EXTRA);
 	}
@@ -634,13 +657,13 @@ static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u6
 SEC("tp_btf/block_bio_queue")
 int BPF_PROG(btf_bio_queue, struct bio *bio)
 {
-	return agg_bio_queue(bio, true);
+	return agg_bio_queue(ctx, bio, true);
 }
 
 SEC("raw_tp/block_bio_queue")
 int BPF_PROG(raw_bio_queue, struct bio *bio)
 {
-	return agg_bio_queue(bio, false);
+	return agg_bio_queue(ctx, bio, false);
 }
 
 SEC("tp_btf/block_split")

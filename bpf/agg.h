@@ -14,7 +14,8 @@
 
 #define AGG_MAX_EXPRS 8
 #define AGG_MAX_INSNS 64 /* a power of two: indexes are masked */
-#define AGG_NR_KEYS 8
+#define AGG_NR_KEYS 9
+#define AGG_STACK_DEPTH 127 /* frames of a stack in the stacks map (PERF_MAX_STACK_DEPTH) */
 
 /* Fields of a record. The first AGG_NR_KEYS are the keys, in struct agg_key's order. */
 enum agg_field {
@@ -26,15 +27,16 @@ enum agg_field {
 	AGG_F_CGROUP = 5,   /* cgroup v2 id of the queueing task */
 	AGG_F_CPU = 6,      /* CPU the bio was queued on */
 	AGG_F_SIZE = 7,     /* bytes of the bio */
-	AGG_F_BYTES = 8,    /* the same, as a value */
-	AGG_F_Q2C = 9,      /* ns */
-	AGG_F_Q2D = 10,
-	AGG_F_D2C = 11,     /* once per request: its first bio */
-	AGG_F_SEEK = 12,    /* sectors between the bio's start and the previous bio's end on the disk */
-	AGG_F_INFLIGHT = 13, /* requests in flight on the disk when its request was issued */
-	AGG_F_COMM0 = 14,   /* the process name, bytes 0-7 (WHERE comm == "...") */
-	AGG_F_COMM1 = 15,   /* bytes 8-15 */
-	AGG_NR_FIELDS = 16, /* as an expression's value: count() */
+	AGG_F_KSTACK = 8,   /* kernel stack of the queueing task: its id in the stacks map + 1 (0: none) */
+	AGG_F_BYTES = 9,    /* the bio's size, as a value */
+	AGG_F_Q2C = 10,     /* ns */
+	AGG_F_Q2D = 11,
+	AGG_F_D2C = 12,     /* once per request: its first bio */
+	AGG_F_SEEK = 13,    /* sectors between the bio's start and the previous bio's end on the disk */
+	AGG_F_INFLIGHT = 14, /* requests in flight on the disk when its request was issued */
+	AGG_F_COMM0 = 15,   /* the process name, bytes 0-7 (WHERE comm == "...") */
+	AGG_F_COMM1 = 16,   /* bytes 8-15 */
+	AGG_NR_FIELDS = 17, /* as an expression's value: count() */
 };
 
 enum agg_kind {
@@ -58,6 +60,7 @@ enum agg_cmp {
 enum agg_stat_idx {
 	AGG_LOST_AGG_FULL = 11,  /* an aggregation map was full: a row not updated */
 	AGG_STAT_NO_EXTRA = 12,  /* a bio's queue-time details (pid, cpu, cgroup, seek) were overwritten */
+	AGG_LOST_STACK = 13,     /* a stack not stored: another stack held its bucket of the stacks map */
 };
 
 struct agg_insn {
@@ -110,8 +113,8 @@ struct agg_extra {
 	__u64 inflight;
 	__u32 pid;
 	__u32 cpu;
-	__u32 have;     /* bits of enum agg_field: AGG_F_SEEK, AGG_F_INFLIGHT */
-	__u32 pad;
+	__u32 have;     /* bits of enum agg_field: AGG_F_SEEK, AGG_F_INFLIGHT, AGG_F_KSTACK */
+	__s32 kstack;   /* the queueing task's kernel stack (stacks map id) */
 };
 
 /* Per-disk state: requests in flight (as seen by this object) and where the last bio ended. */

@@ -28,7 +28,9 @@ def test_constants_and_enums_match() -> None:
                                                                                   expr.I_NOT)
     names = {"==": "EQ", "!=": "NE", "<": "LT", "<=": "LE", ">": "GT", ">=": "GE"}
     assert {op: v[f"AGG_C_{n}"] for op, n in names.items()} == expr.CMP_CODES
-    assert {v["AGG_LOST_AGG_FULL"]: "agg_map_full", v["AGG_STAT_NO_EXTRA"]: "queue_details_lost"} == abi.STAT_NAMES
+    assert {v["AGG_LOST_AGG_FULL"]: "agg_map_full", v["AGG_STAT_NO_EXTRA"]: "queue_details_lost",
+            v["AGG_LOST_STACK"]: "stack_lost"} == abi.STAT_NAMES
+    assert v["AGG_STACK_DEPTH"] == abi.STACK_DEPTH
     # every key of the language has a kernel field among the key fields
     assert set(abi.KEY_FIELD) == set(expr.KEYS)
     assert all(abi.FIELDS[f] < abi.NR_KEYS for f in abi.KEY_FIELD.values())

@@ -379,3 +379,39 @@ def test_where_comm_matches_every_io_of_the_process(live: None, tmp_path: Path) 
     others = {r["keys"]["comm"]: r["count"] for r in run.rows('count() by comm where comm != "rd"')}
     assert "rd" not in others
     assert others == {k: v for k, v in by_comm.items() if k != "rd"}  # no name: not "rd" either
+
+
+@pytest.mark.parametrize("attach", ["tp_btf", "raw_tp"])
+def test_kstack_tells_the_code_paths_apart(live: None, tmp_path: Path, attach: str) -> None:
+    """`by comm,kstack`: a file read through the page cache on ext4 is queued from readahead
+    (ext4_mpage_readpages), direct reads of the raw disk from the block device's direct I/O; every
+    I/O has its stack, the frames are kernel symbols, and agg's own frames are not shown."""
+    from ioscope.ra.fs import LoopFS, drop_caches
+
+    direct_n = 37
+    with LoopFS(size_mb=64) as fs:
+        data = Path(fs.mnt, "data")
+        subprocess.run(["dd", "if=/dev/urandom", f"of={data}", "bs=1M", "count=4", "conv=fsync"], check=True,
+                       stderr=subprocess.DEVNULL)
+        env = {"IOSCOPE_ATTACH": "raw_tp"} if attach == "raw_tp" else {}
+        with agg_running("-d", fs.name, "-e", "count() by comm,kstack", "-e", "count() by comm", env=env) as run:
+            drop_caches()
+            subprocess.run([named_dd(tmp_path, "buffered"), f"if={data}", "of=/dev/null", "bs=128k"], check=True,
+                           stderr=subprocess.DEVNULL)
+            subprocess.run([named_dd(tmp_path, "direct"), f"if={fs.loop.path}", "of=/dev/null", "bs=4k",
+                            f"count={direct_n}", "skip=9000", "iflag=direct"], check=True, stderr=subprocess.DEVNULL)
+            time.sleep(0.2)
+    assert run.returncode == 0, run.stderr
+    assert run.doc["lost_detail"]["stack_lost"] == 0
+    per_comm = {r["keys"]["comm"]: r["count"] for r in run.rows("count() by comm")}
+    stacks: dict[str, list[tuple[list[str], int]]] = {}
+    for r in run.rows("count() by comm,kstack"):
+        stacks.setdefault(r["keys"]["comm"], []).append((r["keys"]["kstack"], r["count"]))
+    for comm, want in (("direct", "blkdev_read_iter"), ("buffered", "ext4_mpage_readpages")):
+        assert sum(n for _s, n in stacks[comm]) == per_comm[comm]
+        for frames, _n in stacks[comm]:
+            funcs = [f.split("+")[0] for f in frames]
+            assert want in funcs, (comm, frames)
+            assert funcs[0].startswith("submit_bio"), frames   # the leaf: where the bio was queued
+            assert not any(f.startswith(("bpf_prog_", "bpf_trace_run")) for f in funcs)
+    assert per_comm["direct"] == direct_n

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import statistics
+from pathlib import Path
 
 import numpy as np
 
@@ -196,7 +197,7 @@ def test_capture_pairing_is_the_kernel_s() -> None:
     assert [r["seek"] for r in recs] == [None, 0, 84]     # 100 - (8 + 8)
     assert [r["inflight"] for r in recs] == [0, 0, 0]
     assert len(p.bios) == 1 and p.inflight[5] == 1      # the split's second piece: issued, not completed
-    assert abi.FIELDS["comm0"] == 14
+    assert abi.FIELDS["comm0"] == 15
 
 
 def test_comm_and_tgid_share_one_kernel_key_field() -> None:
@@ -233,3 +234,18 @@ def test_capture_pairing_two_ios_of_one_sector_in_flight() -> None:
     recs = [r for _t, r in p.feed(more)]
     assert [(r["bytes"], r["q2c"]) for r in recs] == [(8192, 200), (8192, 210)]  # both keep the first Q time
     assert not p.bios
+
+
+def test_kernel_symbols_and_stack_text(tmp_path: Path) -> None:
+    from ioscope.agg.names import KernelSymbols, stack_text
+
+    ks = tmp_path / "kallsyms"
+    ks.write_text("ffffffff81000000 T _stext\nffffffff81000100 t submit_bio_noacct\nffffffff81000200 d some_data\n"
+                  "ffffffff81000300 T vfs_read\nffffffffa0000000 t bpf_prog_abc_btf_bio_queue\n"
+                  "ffffffffa0001000 T bpf_trace_run1\n")
+    syms = KernelSymbols(str(ks))
+    assert syms.name(0xFFFFFFFF81000105) == "submit_bio_noacct+0x5"
+    assert syms.name(0xFFFFFFFF81000250) == "submit_bio_noacct+0x150"   # data symbols are not code
+    assert syms.name(0x1000) == "0x1000" and syms.unresolved == 1
+    frames = [0xFFFFFFFFA0000010, 0xFFFFFFFFA0001004, 0xFFFFFFFF81000101, 0xFFFFFFFF81000302, 0, 0]
+    assert stack_text(frames, syms) == "submit_bio_noacct+0x1\nvfs_read+0x2"

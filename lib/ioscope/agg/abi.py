@@ -6,24 +6,25 @@ import numpy as np
 
 MAX_EXPRS = 8
 MAX_INSNS = 64
-NR_KEYS = 8
+NR_KEYS = 9
+STACK_DEPTH = 127
 
 # enum agg_field: the first NR_KEYS are the kernel's keys (comm is keyed by tgid, named in user space)
 FIELDS = {
-    "disk": 0, "op": 1, "flags": 2, "pid": 3, "tgid": 4, "cgroup": 5, "cpu": 6, "size": 7,
-    "bytes": 8, "q2c": 9, "q2d": 10, "d2c": 11, "seek": 12, "inflight": 13, "comm0": 14, "comm1": 15,
+    "disk": 0, "op": 1, "flags": 2, "pid": 3, "tgid": 4, "cgroup": 5, "cpu": 6, "size": 7, "kstack": 8,
+    "bytes": 9, "q2c": 10, "q2d": 11, "d2c": 12, "seek": 13, "inflight": 14, "comm0": 15, "comm1": 16,
 }
-NR_FIELDS = 16
+NR_FIELDS = 17
 VALUE_COUNT = NR_FIELDS  # agg_expr.value of count()
 KEY_FIELD = {"disk": "disk", "op": "op", "flags": "flags", "comm": "tgid", "pid": "pid", "tgid": "tgid",
-             "cgroup": "cgroup", "cpu": "cpu", "size": "size"}
+             "cgroup": "cgroup", "cpu": "cpu", "size": "size", "kstack": "kstack"}
 
 # enum agg_kind
 K_SCALAR, K_LOGLIN, K_LINEAR = 0, 1, 2
 
 # enum agg_stat_idx (after ioscope.h's enum ios_stat_idx)
-STAT_NAMES = {11: "agg_map_full", 12: "queue_details_lost"}
-LOSS_STATS = ("agg_map_full",)
+STAT_NAMES = {11: "agg_map_full", 12: "queue_details_lost", 13: "stack_lost"}
+LOSS_STATS = ("agg_map_full", "stack_lost")
 
 INSN = np.dtype([
     ("imm", np.uint64),
@@ -75,7 +76,7 @@ EXTRA = np.dtype([
     ("pid", np.uint32),
     ("cpu", np.uint32),
     ("have", np.uint32),
-    ("pad", np.uint32),
+    ("kstack", np.int32),
 ])
 
 DISK = np.dtype([

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -67,10 +68,23 @@ def config_arrays(exprs: Sequence[Expr], progs: Sequence[list[Insn]]) -> tuple[n
 
 
 class LiveNamer:
-    def __init__(self, comms: dict[int, str]) -> None:
+    def __init__(self, comms: dict[int, str], stacks: Any = None) -> None:
         self.devs = devices.DevNames()
         self.cgroups = names.CgroupNames()
         self.comms = comms
+        self.stacks = stacks          # the stacks map (a _libbpf.Map), when kstack is used
+        self.syms = names.KernelSymbols()
+        self._stack_names: dict[int, str] = {}
+
+    def kstack(self, sid: int) -> str:
+        if sid in self._stack_names:
+            return self._stack_names[sid]
+        raw = self.stacks.lookup(np.uint32(sid).tobytes()) if self.stacks is not None else None
+        if raw is None:
+            return "[stack gone]"
+        text = names.stack_text(np.frombuffer(raw, dtype=np.uint64).tolist(), self.syms)
+        self._stack_names[sid] = text
+        return text
 
     def disk(self, dev: int) -> str:
         return self.devs.name(dev)
@@ -111,6 +125,8 @@ class AggCollector:
         b.set_global("targ_cgroup", self.cgroup_id, "Q")
         b.set_global("targ_need", need, "I")
         b.set_global("targ_issue", issue, "?")
+        if not need & (1 << abi.FIELDS["kstack"]):
+            b.set_max_entries("stacks", 1)  # 8192 stacks x 1 KiB only when asked for
         b.set_global("targ_nexprs", len(o.exprs), "I")
         ex, ins = config_arrays(o.exprs, self.progs)
         b.obj.set_global("targ_exprs", ex.tobytes())
@@ -120,10 +136,12 @@ class AggCollector:
         self.hists = b.map("hists")
         self.comms = b.map("comms")
         self.inflight = b.map("inflight")
+        self._namer.stacks = b.map("stacks")
         stat_names = {**core_abi.STAT_NAMES, **abi.STAT_NAMES}
         loss = [core_abi.STAT_NAMES[i] for i in range(core_abi.NR_LOST_STATS)] + list(abi.LOSS_STATS)
         self.stats = StatsDelta(b, b.map("stats"), stat_names, core_abi.NR_STATS, loss,
-                                {"agg_map_full": "an aggregation map was full: rows not updated"})
+                                {"agg_map_full": "an aggregation map was full: rows not updated",
+                                 "stack_lost": "a stack's bucket in the stacks map held another stack"})
         b.attach()
 
     @property

@@ -8,6 +8,7 @@ capture's).
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,6 +127,56 @@ class Namer(Protocol):
     def disk(self, dev: int) -> str: ...
     def comm(self, tgid: int) -> str: ...
     def cgroup(self, cg: int) -> str: ...
+    def kstack(self, sid: int) -> str: ...
+
+
+class KernelSymbols:
+    """Kernel addresses -> 'function+0xoff', from /proc/kallsyms (read once, when first needed).
+    An address it cannot place (no symbols readable: kptr_restrict) is printed as a number and counted."""
+
+    def __init__(self, path: str = "/proc/kallsyms") -> None:
+        self.path = path
+        self._addrs: list[int] | None = None
+        self._names: list[str] = []
+        self.unresolved = 0
+
+    def _load(self) -> None:
+        rows = []
+        try:
+            with open(self.path) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) >= 3 and parts[1] in "tTwW":
+                        addr = int(parts[0], 16)
+                        if addr:
+                            rows.append((addr, parts[2]))
+        except OSError:
+            rows = []
+        rows.sort()
+        self._addrs = [a for a, _ in rows]
+        self._names = [n for _, n in rows]
+
+    def name(self, addr: int) -> str:
+        if self._addrs is None:
+            self._load()
+        assert self._addrs is not None
+        i = bisect.bisect_right(self._addrs, addr) - 1
+        if i < 0:
+            self.unresolved += 1
+            return f"0x{addr:x}"
+        return f"{self._names[i]}+0x{addr - self._addrs[i]:x}"
+
+
+TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", "trace_")
+
+
+def stack_text(frames: Sequence[int], syms: KernelSymbols) -> str:
+    """A stack, leaf first, one frame a line (the key's value: rows of one stack merge), without the
+    frames of the tracing itself (agg's program and the tracepoint's call into it)."""
+    names = [syms.name(a) for a in frames if a]
+    while len(names) > 1 and names[0].startswith(TRACING_FRAMES):
+        names.pop(0)
+    return "\n".join(names)
 
 
 def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> list[list[NamedRow]]:
@@ -148,10 +199,13 @@ def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> lis
                 keys[k] = namer.comm(v) if v else "[unknown]"
             elif k == "cgroup":
                 keys[k] = namer.cgroup(v)
+            elif k == "kstack":
+                keys[k] = namer.kstack(v - 1) if v else "[no stack]"
             else:
                 keys[k] = v
         out[r.expr].append(NamedRow(keys, r.stat))
     return out
 
 
-__all__ = ["CgroupNames", "Namer", "cgroup_id", "flags_bits", "flags_name", "name_rows", "resolve"]
+__all__ = ["CgroupNames", "KernelSymbols", "Namer", "cgroup_id", "flags_bits", "flags_name", "name_rows", "resolve",
+           "stack_text"]

@@ -18,7 +18,10 @@ DIST_WIDTH = 40  # DTrace's: 40 '@' are the whole count
 
 
 def row_json(t: AggTable, r: ResultRow) -> dict[str, Any]:
-    out: dict[str, Any] = {"keys": dict(r.keys)}
+    keys: dict[str, Any] = dict(r.keys)
+    if "kstack" in keys:  # a list of frames, leaf first
+        keys["kstack"] = str(keys["kstack"]).split("\n")
+    out: dict[str, Any] = {"keys": keys}
     if r.value is not None:
         out[t.func] = round(r.value, 3) if isinstance(r.value, float) else r.value
     else:
