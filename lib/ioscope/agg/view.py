@@ -96,6 +96,8 @@ def table_renderables(t: AggTable) -> Iterator[RenderableType]:
             assert r.value is not None
             # Text, not str: a name such as "[unknown]" is not rich markup
             tab.add_row(*[Text(str(r.keys[k])) for k in t.keys], Text(fmt_value(r.value, t.unit, t.func)))
+            if "kstack" in t.keys:  # multi-line keys: a blank line between rows
+                tab.add_row()
         yield tab
     else:
         for r in t.rows:
