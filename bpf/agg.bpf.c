@@ -46,7 +46,7 @@ const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
 #define NEED(f) (targ_need & (1u << (f)))
 /* the queue-time details beside each slot (struct agg_extra): wanted by these fields, -c and in-flight counts */
 #define NEED_EXTRAS (NEED(AGG_F_PID) || NEED(AGG_F_CPU) || NEED(AGG_F_CGROUP) || NEED(AGG_F_SEEK) || \
-		     NEED(AGG_F_INFLIGHT) || NEED(AGG_F_KSTACK) || targ_cgroup)
+		     NEED(AGG_F_INFLIGHT) || NEED(AGG_F_KSTACK) || NEED(AGG_F_FILE) || targ_cgroup)
 #define TC_SHOWN (IOS_TC_READ | IOS_TC_WRITE | IOS_TC_FLUSH | IOS_TC_SYNC | IOS_TC_AHEAD | IOS_TC_META | \
 		  IOS_TC_DISCARD | IOS_TC_FUA)
 
@@ -71,6 +71,21 @@ struct {
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, AGG_STACK_DEPTH * sizeof(__u64));
 } stacks SEC(".maps");
+
+/* Names of the files I/O was queued for, by inode address (file); sized to 1 entry when unused. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct agg_file);
+} files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct agg_file);
+} file_scratch SEC(".maps");
 
 /* Beside inflight.bpf.h's slots: extras[i] belongs to the bio in inflight[i]. */
 struct {
@@ -320,6 +335,65 @@ __noinline int agg_eval(__u32 have)
 	return 0;
 }
 
+/* ---- files: the inode a bio's data belongs to, and its name ---- */
+
+/* The inode whose page cache the bio's first page is in (0: anonymous memory, e.g. direct I/O, or no data). */
+static __always_inline __u64 bio_inode(struct bio *bio)
+{
+	struct bio_vec *bv = BPF_CORE_READ(bio, bi_io_vec);
+	struct address_space *mapping;
+	struct page *page;
+	unsigned long head;
+
+	if (!bv || !BPF_CORE_READ(bio, bi_vcnt))
+		return 0;
+	page = BPF_CORE_READ(bv, bv_page);
+	if (!page)
+		return 0;
+	head = BPF_CORE_READ(page, compound_head);
+	if (head & 1) /* a tail page of a large folio: its head has the mapping */
+		page = (struct page *)(head - 1);
+	mapping = BPF_CORE_READ(page, mapping);
+	if (!mapping || ((unsigned long)mapping & 1)) /* PAGE_MAPPING_ANON */
+		return 0;
+	return (__u64)BPF_CORE_READ(mapping, host);
+}
+
+/* Name the inode in the files map (once, or again when the address now holds another inode). */
+static __always_inline void file_note(__u64 ip)
+{
+	struct inode *inode = (struct inode *)ip;
+	__u64 ino = BPF_CORE_READ(inode, i_ino);
+	__u32 dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	struct agg_file *f = bpf_map_lookup_elem(&files, &ip);
+	struct hlist_node *first;
+	struct dentry *d, *parent;
+	__u32 zero = 0;
+	int i;
+
+	if (f && f->ino == ino && f->dev == dev)
+		return;
+	f = bpf_map_lookup_elem(&file_scratch, &zero);
+	if (!f)
+		return;
+	f->ino = ino;
+	f->dev = dev;
+	f->depth = 0;
+	first = BPF_CORE_READ(inode, i_dentry.first);
+	if (first) {
+		d = (struct dentry *)((void *)first - bpf_core_field_offset(struct dentry, d_u.d_alias));
+		for (i = 0; i < AGG_FILE_DEPTH; i++) {
+			bpf_probe_read_kernel_str(f->comp[i], AGG_FILE_NAME, BPF_CORE_READ(d, d_name.name));
+			f->depth = i + 1;
+			parent = BPF_CORE_READ(d, d_parent);
+			if (!parent || parent == d)
+				break;
+			d = parent;
+		}
+	}
+	bpf_map_update_elem(&files, &ip, f, BPF_ANY);
+}
+
 /* the shared path; its hooks are defined below */
 #include "rqpath.bpf.h"
 
@@ -395,6 +469,12 @@ static __always_inline int agg_bio_queue(void *ctx, struct bio *bio, const bool 
 			stat_inc(AGG_LOST_STACK);
 		}
 	}
+	x->file = 0;
+	if (NEED(AGG_F_FILE)) {
+		x->file = bio_inode(bio);
+		if (x->file)
+			file_note(x->file);
+	}
 	if (NEED(AGG_F_SEEK)) {
 		__u64 sector = btf ? bio->bi_iter.bi_sector : BPF_CORE_READ(bio, bi_iter.bi_sector);
 		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
@@ -441,11 +521,13 @@ static __always_inline int agg_split(struct bio *bio, const bool btf)
 	if (!from)
 		from = bpf_map_lookup_elem(&last_extra, &zero);
 	x->have = 0;
+	x->file = 0;
 	if (from) {
 		x->cgroup = from->cgroup;
 		x->pid = from->pid;
 		x->cpu = from->cpu;
 		x->kstack = from->kstack;
+		x->file = from->file;
 		x->have = from->have & (1u << AGG_F_KSTACK);
 	}
 	x->bio = key;
@@ -528,7 +610,7 @@ static __always_inline struct agg_rec *rec_start(__u32 dev, __u8 op, __u32 flags
 	r->f[AGG_F_FLAGS] = flags & TC_SHOWN;
 	r->have = (1u << AGG_F_DISK) | (1u << AGG_F_OP) | (1u << AGG_F_FLAGS) | (1u << AGG_F_PID) |
 		  (1u << AGG_F_TGID) | (1u << AGG_F_CGROUP) | (1u << AGG_F_CPU) | (1u << AGG_F_SIZE) |
-		  (1u << AGG_F_BYTES) | (1u << AGG_F_KSTACK);
+		  (1u << AGG_F_BYTES) | (1u << AGG_F_KSTACK) | (1u << AGG_F_FILE);
 	return r;
 }
 
@@ -619,6 +701,7 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 		}
 		if (x->have & (1u << AGG_F_KSTACK))
 			r->f[AGG_F_KSTACK] = (__u64)x->kstack + 1;
+		r->f[AGG_F_FILE] = x->file;
 	} else if (q_ns && NEED_EXTRAS) {
 		stat_inc(AGG_STAT_NO_EXTRA);
 	}

@@ -14,8 +14,10 @@
 
 #define AGG_MAX_EXPRS 8
 #define AGG_MAX_INSNS 64 /* a power of two: indexes are masked */
-#define AGG_NR_KEYS 9
+#define AGG_NR_KEYS 10
 #define AGG_STACK_DEPTH 127 /* frames of a stack in the stacks map (PERF_MAX_STACK_DEPTH) */
+#define AGG_FILE_DEPTH 8    /* path components kept of a file's name (from the file up) */
+#define AGG_FILE_NAME 32    /* bytes kept of each component */
 
 /* Fields of a record. The first AGG_NR_KEYS are the keys, in struct agg_key's order. */
 enum agg_field {
@@ -28,15 +30,16 @@ enum agg_field {
 	AGG_F_CPU = 6,      /* CPU the bio was queued on */
 	AGG_F_SIZE = 7,     /* bytes of the bio */
 	AGG_F_KSTACK = 8,   /* kernel stack of the queueing task: its id in the stacks map + 1 (0: none) */
-	AGG_F_BYTES = 9,    /* the bio's size, as a value */
-	AGG_F_Q2C = 10,     /* ns */
-	AGG_F_Q2D = 11,
-	AGG_F_D2C = 12,     /* once per request: its first bio */
-	AGG_F_SEEK = 13,    /* sectors between the bio's start and the previous bio's end on the disk */
-	AGG_F_INFLIGHT = 14, /* requests in flight on the disk when its request was issued */
-	AGG_F_COMM0 = 15,   /* the process name, bytes 0-7 (WHERE comm == "...") */
-	AGG_F_COMM1 = 16,   /* bytes 8-15 */
-	AGG_NR_FIELDS = 17, /* as an expression's value: count() */
+	AGG_F_FILE = 9,     /* the inode the bio's first page belongs to (its key in the files map; 0: none) */
+	AGG_F_BYTES = 10,   /* the bio's size, as a value */
+	AGG_F_Q2C = 11,     /* ns */
+	AGG_F_Q2D = 12,
+	AGG_F_D2C = 13,     /* once per request: its first bio */
+	AGG_F_SEEK = 14,    /* sectors between the bio's start and the previous bio's end on the disk */
+	AGG_F_INFLIGHT = 15, /* requests in flight on the disk when its request was issued */
+	AGG_F_COMM0 = 16,   /* the process name, bytes 0-7 (WHERE comm == "...") */
+	AGG_F_COMM1 = 17,   /* bytes 8-15 */
+	AGG_NR_FIELDS = 18, /* as an expression's value: count() */
 };
 
 enum agg_kind {
@@ -111,10 +114,20 @@ struct agg_extra {
 	__u64 cgroup;
 	__u64 seek;
 	__u64 inflight;
+	__u64 file;     /* the inode of the bio's first page (0: none, e.g. direct I/O) */
 	__u32 pid;
 	__u32 cpu;
 	__u32 have;     /* bits of enum agg_field: AGG_F_SEEK, AGG_F_INFLIGHT, AGG_F_KSTACK */
 	__s32 kstack;   /* the queueing task's kernel stack (stacks map id) */
+};
+
+/* A file's name as the files map holds it: its path components from the file up to its file
+ * system's root (or AGG_FILE_DEPTH of them), read from the dentry chain when first seen. */
+struct agg_file {
+	__u64 ino;
+	__u32 dev;      /* the file system's dev_t (kernel encoding) */
+	__u32 depth;    /* components read */
+	char comp[AGG_FILE_DEPTH][AGG_FILE_NAME];
 };
 
 /* Per-disk state: requests in flight (as seen by this object) and where the last bio ended. */

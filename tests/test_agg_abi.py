@@ -31,6 +31,7 @@ def test_constants_and_enums_match() -> None:
     assert {v["AGG_LOST_AGG_FULL"]: "agg_map_full", v["AGG_STAT_NO_EXTRA"]: "queue_details_lost",
             v["AGG_LOST_STACK"]: "stack_lost"} == abi.STAT_NAMES
     assert v["AGG_STACK_DEPTH"] == abi.STACK_DEPTH
+    assert (v["AGG_FILE_DEPTH"], v["AGG_FILE_NAME"]) == (abi.FILE_DEPTH, abi.FILE_NAME)
     # every key of the language has a kernel field among the key fields
     assert set(abi.KEY_FIELD) == set(expr.KEYS)
     assert all(abi.FIELDS[f] < abi.NR_KEYS for f in abi.KEY_FIELD.values())

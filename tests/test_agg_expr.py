@@ -72,6 +72,8 @@ def test_precedence_and_parentheses() -> None:
     ("count() by comm,", 17, "expected a key"),
     ("count() by comm,comm", 17, "given twice"),
     ("count() by ustack", 12, "not supported yet"),
+    ("count() where file == \"/a\"", 15, "a key only"),
+    ("count() where kstack != 3", 15, "a key only"),
     ("count() where q2c > ", 21, "expected a key, a value or a literal"),
     ("count() where q2c", 18, "expected a comparison"),
     ("count() where q2c > d2c", 21, "not with 'd2c'"),

@@ -415,3 +415,35 @@ def test_kstack_tells_the_code_paths_apart(live: None, tmp_path: Path, attach: s
             assert funcs[0].startswith("submit_bio"), frames   # the leaf: where the bio was queued
             assert not any(f.startswith(("bpf_prog_", "bpf_trace_run")) for f in funcs)
     assert per_comm["direct"] == direct_n
+
+
+@pytest.mark.parametrize("attach", ["tp_btf", "raw_tp"])
+def test_file_key_names_the_files_read(live: None, tmp_path: Path, attach: str) -> None:
+    """`sum(bytes) by file`: two files read through the page cache on ext4, at two depths, appear
+    under their paths with exactly their sizes; direct I/O of the raw disk has no file."""
+    from ioscope.ra.fs import LoopFS, drop_caches
+
+    with LoopFS(size_mb=64) as fs:
+        sub = Path(fs.mnt, "dir", "sub")
+        sub.mkdir(parents=True)
+        files = {Path(fs.mnt, "a.dat"): 1 << 20, sub / "b.dat": 3 << 20}
+        for f, size in files.items():
+            subprocess.run(["dd", "if=/dev/urandom", f"of={f}", "bs=1M", f"count={size >> 20}", "conv=fsync"],
+                           check=True, stderr=subprocess.DEVNULL)
+        env = {"IOSCOPE_ATTACH": "raw_tp"} if attach == "raw_tp" else {}
+        with agg_running("-d", fs.name, "-e", "sum(bytes) by file", "-e", "count() by comm,file", env=env) as run:
+            drop_caches()
+            for f in files:
+                subprocess.run([named_dd(tmp_path, f"rd-{f.stem}"), f"if={f}", "of=/dev/null", "bs=128k"],
+                               check=True, stderr=subprocess.DEVNULL)
+            subprocess.run([named_dd(tmp_path, "direct"), f"if={fs.loop.path}", "of=/dev/null", "bs=4k",
+                            "count=7", "skip=9000", "iflag=direct"], check=True, stderr=subprocess.DEVNULL)
+            time.sleep(0.2)
+    assert run.returncode == 0, run.stderr
+    sums = {r["keys"]["file"]: r["sum"] for r in run.rows("sum(bytes) by file")}
+    for f, size in files.items():
+        assert sums[str(f)] == size, (f, sums)
+    by = {(r["keys"]["comm"], r["keys"]["file"]): r["count"] for r in run.rows("count() by comm,file")}
+    assert by[("direct", "[no file]")] == 7
+    assert {k for k in by if k[0].startswith("rd-") and k[1].endswith(".dat")} == {
+        (f"rd-{f.stem}", str(f)) for f in files}

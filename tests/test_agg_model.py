@@ -197,7 +197,6 @@ def test_capture_pairing_is_the_kernel_s() -> None:
     assert [r["seek"] for r in recs] == [None, 0, 84]     # 100 - (8 + 8)
     assert [r["inflight"] for r in recs] == [0, 0, 0]
     assert len(p.bios) == 1 and p.inflight[5] == 1      # the split's second piece: issued, not completed
-    assert abi.FIELDS["comm0"] == 15
 
 
 def test_comm_and_tgid_share_one_kernel_key_field() -> None:
@@ -249,3 +248,30 @@ def test_kernel_symbols_and_stack_text(tmp_path: Path) -> None:
     assert syms.name(0x1000) == "0x1000" and syms.unresolved == 1
     frames = [0xFFFFFFFFA0000010, 0xFFFFFFFFA0001004, 0xFFFFFFFF81000101, 0xFFFFFFFF81000302, 0, 0]
     assert stack_text(frames, syms) == "submit_bio_noacct+0x1\nvfs_read+0x2"
+
+
+def test_file_paths_from_the_files_map(tmp_path: Path) -> None:
+    from ioscope.agg.abi import FILE
+    from ioscope.agg.names import file_path, mount_points
+    from ioscope.devices import kdev
+
+    mi = tmp_path / "mountinfo"
+    mi.write_text("36 25 7:0 / /mnt/data rw,relatime - ext4 /dev/loop0 rw\n"
+                  "37 25 7:0 /sub /mnt/bind rw,relatime - ext4 /dev/loop0 rw\n"
+                  "38 25 8:1 / /mnt/with\\040space rw - xfs /dev/sda1 rw\n")
+    mounts = mount_points(str(mi))
+    assert mounts == {kdev(7, 0): "/mnt/data", kdev(8, 1): "/mnt/with space"}
+
+    def rec(dev: int, comps: list[bytes], ino: int = 12) -> np.void:
+        r = np.zeros(1, dtype=FILE)[0]
+        r["ino"], r["dev"], r["depth"] = ino, dev, len(comps)
+        for i, c in enumerate(comps):
+            r["comp"][i] = c
+        return r
+
+    assert file_path(rec(kdev(7, 0), [b"b.dat", b"sub", b"dir", b"/"]), mounts) == "/mnt/data/dir/sub/b.dat"
+    assert file_path(rec(kdev(8, 1), [b"x", b"/"]), mounts) == "/mnt/with space/x"
+    assert file_path(rec(kdev(9, 9), [b"x", b"/"]), mounts) == "[9:9]/x"                 # not mounted here
+    assert file_path(rec(kdev(7, 0), [b"h", b"g", b"f", b"e", b"d", b"c", b"b", b"a"]), mounts) == ".../a/b/c/d/e/f/g/h"
+    assert file_path(rec(kdev(0, 5), [b""]), mounts) == "[block device cache]"
+    assert file_path(rec(kdev(7, 0), []), mounts) == "[inode 12 on 7:0]"

@@ -6,18 +6,20 @@ import numpy as np
 
 MAX_EXPRS = 8
 MAX_INSNS = 64
-NR_KEYS = 9
+NR_KEYS = 10
 STACK_DEPTH = 127
+FILE_DEPTH = 8
+FILE_NAME = 32
 
 # enum agg_field: the first NR_KEYS are the kernel's keys (comm is keyed by tgid, named in user space)
 FIELDS = {
     "disk": 0, "op": 1, "flags": 2, "pid": 3, "tgid": 4, "cgroup": 5, "cpu": 6, "size": 7, "kstack": 8,
-    "bytes": 9, "q2c": 10, "q2d": 11, "d2c": 12, "seek": 13, "inflight": 14, "comm0": 15, "comm1": 16,
+    "file": 9, "bytes": 10, "q2c": 11, "q2d": 12, "d2c": 13, "seek": 14, "inflight": 15, "comm0": 16, "comm1": 17,
 }
-NR_FIELDS = 17
+NR_FIELDS = 18
 VALUE_COUNT = NR_FIELDS  # agg_expr.value of count()
 KEY_FIELD = {"disk": "disk", "op": "op", "flags": "flags", "comm": "tgid", "pid": "pid", "tgid": "tgid",
-             "cgroup": "cgroup", "cpu": "cpu", "size": "size", "kstack": "kstack"}
+             "cgroup": "cgroup", "cpu": "cpu", "size": "size", "kstack": "kstack", "file": "file"}
 
 # enum agg_kind
 K_SCALAR, K_LOGLIN, K_LINEAR = 0, 1, 2
@@ -73,10 +75,18 @@ EXTRA = np.dtype([
     ("cgroup", np.uint64),
     ("seek", np.uint64),
     ("inflight", np.uint64),
+    ("file", np.uint64),
     ("pid", np.uint32),
     ("cpu", np.uint32),
     ("have", np.uint32),
     ("kstack", np.int32),
+])
+
+FILE = np.dtype([
+    ("ino", np.uint64),
+    ("dev", np.uint32),
+    ("depth", np.uint32),
+    ("comp", "S32", (FILE_DEPTH,)),
 ])
 
 DISK = np.dtype([
@@ -90,4 +100,4 @@ RQ = np.dtype([
 ])
 
 STRUCTS = {"agg_insn": INSN, "agg_expr": EXPR, "agg_key": KEY, "agg_val": VAL, "agg_rec": REC,
-           "agg_extra": EXTRA, "agg_disk": DISK, "agg_rq": RQ}
+           "agg_extra": EXTRA, "agg_disk": DISK, "agg_rq": RQ, "agg_file": FILE}

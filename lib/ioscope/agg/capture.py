@@ -58,7 +58,8 @@ from ioscope.trace.events import (
 
 TC_SHOWN = 0x1 | 0x2 | 0x4 | 0x8 | 0x800 | 0x1000 | 0x2000 | 0x8000  # bpf/agg.bpf.c TC_SHOWN
 MISSING_IN_CAPTURES = {"cgroup": "cgroup ids (record does not store them)",
-                       "kstack": "stacks (record does not store them)"}
+                       "kstack": "stacks (record does not store them)",
+                       "file": "file names (record does not store them)"}
 
 
 @dataclass
@@ -288,6 +289,9 @@ class CaptureNamer:
         return "[not recorded]"
 
     def kstack(self, sid: int) -> str:
+        return "[not recorded]"
+
+    def file(self, ip: int) -> str:
         return "[not recorded]"
 
 

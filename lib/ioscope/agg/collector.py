@@ -75,6 +75,16 @@ class LiveNamer:
         self.stacks = stacks          # the stacks map (a _libbpf.Map), when kstack is used
         self.syms = names.KernelSymbols()
         self._stack_names: dict[int, str] = {}
+        self.files: Any = None        # the files map, when file is used
+        self._mounts: dict[int, str] | None = None
+
+    def file(self, ip: int) -> str:
+        raw = self.files.lookup(np.uint64(ip).tobytes()) if self.files is not None else None
+        if raw is None:
+            return "[file name gone]"
+        if self._mounts is None:
+            self._mounts = names.mount_points()
+        return names.file_path(np.frombuffer(raw, dtype=abi.FILE)[0], self._mounts)
 
     def kstack(self, sid: int) -> str:
         if sid in self._stack_names:
@@ -127,6 +137,8 @@ class AggCollector:
         b.set_global("targ_issue", issue, "?")
         if not need & (1 << abi.FIELDS["kstack"]):
             b.set_max_entries("stacks", 1)  # 8192 stacks x 1 KiB only when asked for
+        if not need & (1 << abi.FIELDS["file"]):
+            b.set_max_entries("files", 1)
         b.set_global("targ_nexprs", len(o.exprs), "I")
         ex, ins = config_arrays(o.exprs, self.progs)
         b.obj.set_global("targ_exprs", ex.tobytes())
@@ -137,6 +149,7 @@ class AggCollector:
         self.comms = b.map("comms")
         self.inflight = b.map("inflight")
         self._namer.stacks = b.map("stacks")
+        self._namer.files = b.map("files")
         stat_names = {**core_abi.STAT_NAMES, **abi.STAT_NAMES}
         loss = [core_abi.STAT_NAMES[i] for i in range(core_abi.NR_LOST_STATS)] + list(abi.LOSS_STATS)
         self.stats = StatsDelta(b, b.map("stats"), stat_names, core_abi.NR_STATS, loss,

@@ -35,9 +35,9 @@ VALUES: dict[str, str] = {
 # KEY -> kind: "str" (compared with strings) or the unit of a number
 KEYS: dict[str, str] = {
     "disk": "str", "op": "str", "flags": "str", "comm": "str", "pid": "count", "tgid": "count",
-    "cgroup": "str", "cpu": "count", "size": "bytes", "kstack": "stack",
+    "cgroup": "str", "cpu": "count", "size": "bytes", "kstack": "keyonly", "file": "keyonly",
 }
-LATER_KEYS = ("file", "ustack")  # in the issue; not built yet
+LATER_KEYS = ("ustack",)  # in the issue; not built yet
 
 CMP_OPS = ("==", "!=", "<", "<=", ">", ">=")
 FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -400,8 +400,8 @@ def _check_unit(fname: str, lit: Literal) -> None:
 
 def check_cmp(fname: str, op: str, lit: Literal, fcol: int, ocol: int) -> None:
     kind = _field_kind(fname)
-    if kind == "stack":
-        raise ExprError(f"'{fname}' is a stack: a key only, it cannot be compared", fcol)
+    if kind == "keyonly":
+        raise ExprError(f"'{fname}' is a key only: it cannot be compared", fcol)
     if kind == "str":
         if lit.kind != "str":
             raise ExprError(f"'{fname}' is a name; compare it with a string (\"...\"), not {lit.text}", lit.col)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from ioscope import abi as core_abi
 from ioscope import devices
 from ioscope.agg import abi
@@ -128,6 +130,47 @@ class Namer(Protocol):
     def comm(self, tgid: int) -> str: ...
     def cgroup(self, cg: int) -> str: ...
     def kstack(self, sid: int) -> str: ...
+    def file(self, ip: int) -> str: ...
+
+
+def mount_points(mountinfo: str = "/proc/self/mountinfo") -> dict[int, str]:
+    """kernel dev_t -> where the file system's root is mounted (the first such mount)."""
+    out: dict[int, str] = {}
+    try:
+        lines = Path(mountinfo).read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 5 or parts[3] != "/":
+            continue
+        ma, _, mi = parts[2].partition(":")
+        if ma.isdigit() and mi.isdigit():
+            out.setdefault(devices.kdev(int(ma), int(mi)), parts[4].replace("\\040", " "))
+    return out
+
+
+def file_path(rec: np.void, mounts: dict[int, str]) -> str:
+    """A files-map entry (struct agg_file) -> a path: its components joined from the file system's
+    root, under its mount point; '.../' in front when the chain was longer than kept."""
+    depth = int(rec["depth"])
+    comps = [bytes(c).split(b"\0")[0].decode(errors="replace") for c in rec["comp"][:depth]]
+    dev = int(rec["dev"])
+    if not comps:
+        ma, mi = devices.kdev_split(dev)
+        return f"[inode {int(rec['ino'])} on {ma}:{mi}]"
+    at_root = comps[-1] == "/"
+    names = [c for c in reversed(comps) if c not in ("/", "")]
+    if not names:  # a pseudo file system's inode: the block device's own page cache (file system metadata)
+        return "[block device cache]"
+    rel = "/".join(names)
+    if not at_root:
+        return ".../" + rel
+    mnt = mounts.get(dev)
+    if mnt is None:
+        ma, mi = devices.kdev_split(dev)
+        return f"[{ma}:{mi}]/{rel}"
+    return mnt.rstrip("/") + "/" + rel
 
 
 class KernelSymbols:
@@ -201,11 +244,24 @@ def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> lis
                 keys[k] = namer.cgroup(v)
             elif k == "kstack":
                 keys[k] = namer.kstack(v - 1) if v else "[no stack]"
+            elif k == "file":
+                keys[k] = namer.file(v) if v else "[no file]"
             else:
                 keys[k] = v
         out[r.expr].append(NamedRow(keys, r.stat))
     return out
 
 
-__all__ = ["CgroupNames", "KernelSymbols", "Namer", "cgroup_id", "flags_bits", "flags_name", "name_rows", "resolve",
-           "stack_text"]
+__all__ = [
+    "CgroupNames",
+    "KernelSymbols",
+    "Namer",
+    "cgroup_id",
+    "file_path",
+    "flags_bits",
+    "flags_name",
+    "mount_points",
+    "name_rows",
+    "resolve",
+    "stack_text",
+]
