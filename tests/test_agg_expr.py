@@ -173,3 +173,26 @@ def test_every_combination_of_function_and_value_parses() -> None:
         text = f"{func}({value}, 0, 100, 10)" if func == "lquantize" else f"{func}({value})"
         e = E.parse(text + " by " + ",".join(E.KEYS))
         assert e.func == func and e.value == value and e.keys == tuple(E.KEYS)
+
+
+def test_help_examples_are_on_the_doc_page() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "agg.md").read_text()
+    h = subprocess.run(ioscope_cmd("agg", "--help"), capture_output=True, text=True, timeout=30, check=True).stdout
+    lines = h.split("examples:")[1].strip().splitlines()
+    assert len(lines) >= 5
+    for line in lines:
+        assert line.split("#")[0].strip() in doc, line
+    for key in E.KEYS:
+        assert f"| `{key}` |" in doc, key
+    for value in E.VALUES:
+        assert f"| `{value}` |" in doc, value
+    for func in E.FUNCS:
+        assert f"`{func}(" in doc, func
+
+
+def test_unknown_disk_in_a_condition() -> None:
+    p = subprocess.run(ioscope_cmd("agg", "-e", 'count() where disk == "nosuchdisk"'), capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 2 and "unknown disk 'nosuchdisk' at column 23; name a disk in /sys/block" in p.stderr

@@ -73,12 +73,13 @@ def run(args: argparse.Namespace) -> int:
         return run_capture(args, exprs)
     if args.every is not None:
         raise UsageError("--every goes with -r CAPTURE; live, give an interval: ioscope agg -e ... 1")
-    from ioscope.agg.collector import SWEEP_EVERY_S, AggCollector, AggOptions
+    from ioscope.agg.collector import SWEEP_EVERY_S, AggCollector, AggOptions, programs
     from ioscope.agg.model import build_result
 
+    progs = programs(exprs)  # names in conditions (disks, cgroups) resolved before anything is attached
     system.require_bpf_privileges("agg")
     opts = AggOptions(exprs=exprs, disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid,
-                      cgroup=args.cgroup, btf=system.btf_path(args.btf))
+                      cgroup=args.cgroup, btf=system.btf_path(args.btf), programs=progs)
     collector = AggCollector(opts)
     started_at = time.time()
     try:

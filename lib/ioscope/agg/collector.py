@@ -29,6 +29,7 @@ class AggOptions:
     pid: int | None = None
     cgroup: str | None = None
     btf: str | None = None
+    programs: list[list[Insn]] | None = None  # the WHERE programs, compiled by the command (or here)
 
 
 def programs(exprs: Sequence[Expr]) -> list[list[Insn]]:
@@ -111,7 +112,7 @@ class AggCollector:
 
     def __init__(self, opts: AggOptions) -> None:
         self.opts = opts
-        self.progs = programs(opts.exprs)
+        self.progs = opts.programs if opts.programs is not None else programs(opts.exprs)
         self.cgroup_id = names.cgroup_id(opts.cgroup) if opts.cgroup else 0
         self.bpf = BPFObject("agg", btf=opts.btf)
         self._stale = 0

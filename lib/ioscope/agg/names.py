@@ -21,6 +21,7 @@ from ioscope import devices
 from ioscope.agg import abi
 from ioscope.agg.expr import Expr, ExprError, Literal
 from ioscope.agg.model import NamedRow, RawRow
+from ioscope.errors import IoscopeError
 from ioscope.trace import events
 
 OP_CODES = {name: code for code, name in core_abi.OP_NAMES.items() if name != "all"}
@@ -112,8 +113,8 @@ def resolve(field: str, lit: Literal) -> int:
     if field == "disk":
         try:
             return devices.resolve_disk(text).dev
-        except Exception as exc:  # resolve_disk raises IoscopeError with its own words
-            raise ExprError(f"disk '{text}': {exc}", lit.col) from None
+        except IoscopeError as exc:
+            raise ExprError(f"unknown disk '{text}'", lit.col, exc.hint) from None
     if field == "op":
         if text.lower() not in OP_CODES:
             raise ExprError(f"unknown op '{text}'", lit.col, f"ops are {', '.join(OP_CODES)}")
