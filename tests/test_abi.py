@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from ioscope import _libbpf, abi, hist
+from ioscope.agg import abi as agg_abi
 from ioscope.loader import OBJ_DIR
 
 HEADER = Path(__file__).resolve().parent.parent / "bpf" / "ioscope.h"
@@ -17,10 +18,10 @@ HEADER = Path(__file__).resolve().parent.parent / "bpf" / "ioscope.h"
 OBJECTS = sorted(OBJ_DIR.glob("*.bpf.o"))
 
 
-@pytest.mark.parametrize("struct", sorted(abi.STRUCTS))
+@pytest.mark.parametrize("struct", sorted({**abi.STRUCTS, **agg_abi.STRUCTS}))
 def test_dtype_matches_btf(struct: str) -> None:
     """Every object that defines the struct agrees with its numpy mirror, and at least one does."""
-    dt: np.dtype = abi.STRUCTS[struct]
+    dt: np.dtype = {**abi.STRUCTS, **agg_abi.STRUCTS}[struct]
     checked = 0
     for obj in OBJECTS:
         try:

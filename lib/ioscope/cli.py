@@ -51,6 +51,7 @@ TOOLS = {
     "readahead": "ioscope.ra.readahead",
     "fair": "ioscope.ra.fair",
     "top": "ioscope.top.cmd",
+    "agg": "ioscope.agg.cmd",
     "demo": "ioscope.demo",
 }
 

@@ -129,6 +129,16 @@ def _check_fair(out: str, err: str, w: Workload) -> None:
     assert procs[w.dd_pids[1]]["dev_read_bytes"] == DIRECT_IOS * 4096
 
 
+def _check_agg(out: str, err: str, w: Workload) -> None:
+    (doc,) = json_lines(out)   # no interval: one result, printed at the end
+    assert doc["lost"] == 0
+    d2c, by_pid = ({tuple(r["keys"].values()): r for r in a["rows"]} for a in doc["aggs"])
+    timed = sum(b[2] for b in d2c[(w.disk,)]["buckets"])   # d2c: one per request, as /proc/diskstats counts
+    assert w.completed - unreported_bound(w.completed) <= timed <= w.completed
+    assert by_pid[(w.dd_pids[1], "dd")]["sum"] == DIRECT_IOS * 4096
+    assert by_pid[(w.dd_pids[0], "dd")]["sum"] >= FILE_MB << 20
+
+
 def _check_record(out: str, err: str, w: Workload, capture: str) -> None:
     import numpy as np
 
@@ -161,6 +171,8 @@ TOOLS = [
     Tool("readsize", lambda d, c: ["readsize", "-d", d, "-j"], _check_readsize),
     Tool("readahead", lambda d, c: ["readahead", "-d", d, "-j"], _check_readahead),
     Tool("fair", lambda d, c: ["fair", "-d", d, "-j"], _check_fair),
+    Tool("agg", lambda d, c: ["agg", "-d", d, "-e", "quantize(d2c) by disk", "-e", "sum(bytes) by pid,comm", "-j"],
+         _check_agg),
     Tool("record", lambda d, c: ["record", "-d", d, "-o", c], _check_record, ready="Recording "),
 ]
 

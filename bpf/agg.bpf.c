@@ -1,0 +1,790 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+/*
+ * ioscope agg: DTrace-style aggregations of block I/O, in the kernel.
+ *
+ * The bio/request path is the one lat and top share (rqpath.bpf.h): queue,
+ * split, issue, completion, the flush sequence. This object adds, beside each
+ * bio's slot, the details only the queueing task knows (thread, CPU, cgroup,
+ * the seek from the previous bio on the disk) and, at issue, the requests in
+ * flight on the disk. At completion it builds one record per bio (and per
+ * flush request), and for each of up to AGG_MAX_EXPRS expressions: runs the
+ * expression's WHERE program (postfix, bounded), then adds the value to the
+ * row keyed by the expression's key fields, in a per-CPU hash (aggs: count,
+ * sum, min, max, sum of squares; hists: the log-linear struct hist, or linear
+ * buckets for lquantize). User space reads and clears both once per interval.
+ * Nothing is sent to user space per I/O.
+ *
+ * What an expression needs is set before load (const volatile globals: the
+ * expressions, their programs, targ_need: a bit per field read), so an
+ * expression that reads no cgroup, seek or in-flight count costs nothing for
+ * them. Each hook exists as tp_btf and raw_tp; user space picks one per hook.
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include "core_fixes.bpf.h"
+#include "hist.bpf.h"
+#include "common.bpf.h"
+#include "comms.bpf.h"
+#include "inflight.bpf.h"
+#include "agg.h"
+
+#define RQPATH_MAX_CHAIN 32
+#define RQPATH_TGID targ_tgid
+#define RQPATH_ISSUE
+#define RQPATH_COMPLETE_NOW bpf_ktime_get_ns()
+
+const volatile __u32 targ_tgid = 0;
+const volatile __u64 targ_cgroup = 0;   /* -c: only I/O queued from this cgroup (v2 id) */
+const volatile __u32 targ_need = 0;     /* bit per enum agg_field some expression reads */
+const volatile bool targ_issue = false; /* the issue program is attached (q2d, d2c, inflight are read) */
+const volatile __u32 targ_nexprs = 0;
+const volatile struct agg_expr targ_exprs[AGG_MAX_EXPRS] = {};
+const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
+
+#define NEED(f) (targ_need & (1u << (f)))
+/* the queue-time details beside each slot (struct agg_extra): wanted by these fields, -c and in-flight counts */
+#define NEED_EXTRAS (NEED(AGG_F_PID) || NEED(AGG_F_CPU) || NEED(AGG_F_CGROUP) || NEED(AGG_F_SEEK) || \
+		     NEED(AGG_F_INFLIGHT) || NEED(AGG_F_KSTACK) || NEED(AGG_F_FILE) || targ_cgroup)
+#define TC_SHOWN (IOS_TC_READ | IOS_TC_WRITE | IOS_TC_FLUSH | IOS_TC_SYNC | IOS_TC_AHEAD | IOS_TC_META | \
+		  IOS_TC_DISCARD | IOS_TC_FUA)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 10240);
+	__type(key, struct agg_key);
+	__type(value, struct agg_val);
+} aggs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct agg_key);
+	__type(value, struct hist);
+} hists SEC(".maps");
+
+/* Kernel stacks of the queueing tasks (kstack); user space sizes it to 1 entry when unused. */
+struct {
+	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
+	__uint(max_entries, 8192);
+	__uint(key_size, sizeof(__u32));
+	__uint(value_size, AGG_STACK_DEPTH * sizeof(__u64));
+} stacks SEC(".maps");
+
+/* Names of the files I/O was queued for, by inode address (file); sized to 1 entry when unused. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u64);
+	__type(value, struct agg_file);
+} files SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct agg_file);
+} file_scratch SEC(".maps");
+
+/* Beside inflight.bpf.h's slots: extras[i] belongs to the bio in inflight[i]. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, INFLIGHT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct agg_extra);
+} extras SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct agg_disk);
+} disk_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64); /* struct request * */
+	__type(value, struct agg_rq);
+} rq_starts SEC(".maps");
+
+/* The record being built (one per CPU: one completion at a time), and what the
+ * walk of a request's bios carries from its first bio to the others. */
+struct cur_rq {
+	__u64 inflight;
+	__u32 have;    /* AGG_F_INFLIGHT */
+	__u32 issued;  /* the request's issue was seen (its in-flight count was raised) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct agg_rec);
+} recs SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct cur_rq);
+} cur_rqs SEC(".maps");
+
+/* The queue-time details of the last bio each CPU queued: a split-off bio whose parent is not in view takes them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct agg_extra);
+} last_extra SEC(".maps");
+
+static struct agg_val zero_val;
+static struct hist zero_hist;
+static struct agg_disk zero_disk;
+
+/* ---- the in-kernel evaluation (global functions: verified once, on their own) ---- */
+
+static __always_inline bool cmp_u64(__u64 a, __u8 cmp, __u64 b)
+{
+	switch (cmp) {
+	case AGG_C_EQ: return a == b;
+	case AGG_C_NE: return a != b;
+	case AGG_C_LT: return a < b;
+	case AGG_C_LE: return a <= b;
+	case AGG_C_GT: return a > b;
+	default: return a >= b;
+	}
+}
+
+/* The WHERE program of insns [start, start + n) on this CPU's record: a stack of booleans in a word. */
+__noinline int agg_pred(__u32 start, __u32 n)
+{
+	__u32 zero = 0, st = 0, b, i;
+	struct agg_rec *r = bpf_map_lookup_elem(&recs, &zero);
+
+	if (!r)
+		return 0;
+	for (i = 0; i < AGG_MAX_INSNS; i++) {
+		__u32 idx = (start + i) & (AGG_MAX_INSNS - 1);
+		__u32 f;
+
+		if (i >= n)
+			break;
+		switch (targ_insns[idx].op) {
+		case AGG_I_CMP:
+			f = targ_insns[idx].field;
+			if (f >= AGG_NR_FIELDS)
+				f = 0;
+			b = (r->have & (1u << f)) && cmp_u64(r->f[f], targ_insns[idx].cmp, targ_insns[idx].imm);
+			st = (st << 1) | b;
+			break;
+		case AGG_I_NOT:
+			st ^= 1;
+			break;
+		case AGG_I_AND:
+			b = st & 1;
+			st >>= 1;
+			st = (st & ~1u) | (st & b);
+			break;
+		default: /* AGG_I_OR */
+			b = st & 1;
+			st >>= 1;
+			st |= b;
+			break;
+		}
+	}
+	return st & 1;
+}
+
+static __always_inline void *lookup_or_init(void *map, void *key, void *zero)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+	long err;
+
+	if (v)
+		return v;
+	err = bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+	if (err && err != -17 /* EEXIST: another CPU won the race */)
+		return NULL;
+	return bpf_map_lookup_elem(map, key);
+}
+
+/* x^2 added to a 128-bit sum (x up to 2^64: split in 32-bit halves). */
+static __always_inline void add_square(struct agg_val *v, __u64 x)
+{
+	__u64 a = x >> 32, b = x & 0xffffffffULL;
+	__u64 lo = b * b, mid = a * b, hi = a * a;
+	__u64 s = lo + (mid << 33);
+
+	hi += (mid >> 31) + (s < lo);
+	v->sq_lo += s;
+	v->sq_hi += hi + (v->sq_lo < s);
+}
+
+static __always_inline void linear_add(struct hist *h, __u64 v, __u64 low, __u64 step, __u32 n)
+{
+	__u64 idx;
+
+	if (v < low)
+		idx = 0;
+	else if (step)
+		idx = (v - low) / step + 1;
+	else
+		idx = n + 1;
+	if (idx > n + 1)
+		idx = n + 1;
+	if (idx >= IOS_HIST_NBUCKETS)
+		idx = IOS_HIST_NBUCKETS - 1;
+	h->slots[idx] += 1;
+	h->count += 1;
+	h->sum += v;
+	if (v > h->max)
+		h->max = v;
+	if (~v > h->min_inv)
+		h->min_inv = ~v;
+}
+
+static __always_inline void rec_comm(struct agg_rec *r, __u32 tgid)
+{
+	char *name;
+
+	if (!NEED(AGG_F_COMM0) || !tgid)
+		return;
+	name = bpf_map_lookup_elem(&comms, &tgid);
+	if (!name)
+		return;
+	/*
+	 * Up to the NUL only: comms_note() (comms.bpf.h) stores its stack buffer whole, and the
+	 * bytes after a short name's NUL are whatever was on the stack; the WHERE program compares
+	 * the 16 bytes as two words, as user space builds them (the name, zero-padded).
+	 */
+	{
+		char *out = (char *)&r->f[AGG_F_COMM0];
+		bool end = false;
+		int i;
+
+		for (i = 0; i < 16; i++) {
+			char c = name[i];
+
+			if (!c)
+				end = true;
+			out[i] = end ? 0 : c;
+		}
+	}
+	r->have |= (1u << AGG_F_COMM0) | (1u << AGG_F_COMM1);
+}
+
+/* Every expression on this CPU's record (have: its fields, never 0). Only the completion program calls it: one writer per CPU value. */
+__noinline int agg_eval(__u32 have)
+{
+	__u32 zero = 0, e, j;
+	struct agg_rec *r = bpf_map_lookup_elem(&recs, &zero);
+
+	if (!r || !have)
+		return 0;
+	/* here, not in the completion's walk of the bio chain: the verifier sees this loop once */
+	rec_comm(r, (__u32)r->f[AGG_F_TGID]);
+	for (e = 0; e < AGG_MAX_EXPRS; e++) {
+		struct agg_key key = {};
+		__u32 vf, mask, kind;
+		__u64 v = 1;
+
+		if (e >= targ_nexprs)
+			break;
+		vf = targ_exprs[e].value;
+		if (vf < AGG_NR_FIELDS) {
+			if (!(r->have & (1u << vf)))
+				continue; /* the I/O has no such value (d2c of a bio after a request's first) */
+			v = r->f[vf];
+		}
+		if (targ_exprs[e].ninsns && !agg_pred(targ_exprs[e].insn_start, targ_exprs[e].ninsns))
+			continue;
+		mask = targ_exprs[e].key_mask;
+		for (j = 0; j < AGG_NR_KEYS; j++)
+			key.k[j] = (mask & (1u << j)) ? r->f[j] : 0;
+		key.expr = e;
+		kind = targ_exprs[e].kind;
+		if (kind == AGG_K_SCALAR) {
+			struct agg_val *a = lookup_or_init(&aggs, &key, &zero_val);
+
+			if (!a) {
+				stat_inc(AGG_LOST_AGG_FULL);
+				continue;
+			}
+			a->count += 1;
+			a->sum += v;
+			if (v > a->max)
+				a->max = v;
+			if (~v > a->min_inv)
+				a->min_inv = ~v;
+			add_square(a, v);
+		} else {
+			struct hist *h = lookup_or_init(&hists, &key, &zero_hist);
+
+			if (!h) {
+				stat_inc(AGG_LOST_AGG_FULL);
+				continue;
+			}
+			if (kind == AGG_K_LINEAR)
+				linear_add(h, v, targ_exprs[e].lq_low, targ_exprs[e].lq_step, targ_exprs[e].lq_n);
+			else
+				hist_add_local(h, v);
+		}
+	}
+	return 0;
+}
+
+/* ---- files: the inode a bio's data belongs to, and its name ---- */
+
+/* The inode whose page cache the bio's first page is in (0: anonymous memory, e.g. direct I/O, or no data). */
+static __always_inline __u64 bio_inode(struct bio *bio)
+{
+	struct bio_vec *bv = BPF_CORE_READ(bio, bi_io_vec);
+	struct address_space *mapping;
+	struct page *page;
+	unsigned long head;
+
+	if (!bv || !BPF_CORE_READ(bio, bi_vcnt))
+		return 0;
+	page = BPF_CORE_READ(bv, bv_page);
+	if (!page)
+		return 0;
+	head = BPF_CORE_READ(page, compound_head);
+	if (head & 1) /* a tail page of a large folio: its head has the mapping */
+		page = (struct page *)(head - 1);
+	mapping = BPF_CORE_READ(page, mapping);
+	if (!mapping || ((unsigned long)mapping & 1)) /* PAGE_MAPPING_ANON */
+		return 0;
+	return (__u64)BPF_CORE_READ(mapping, host);
+}
+
+/* Name the inode in the files map (once, or again when the address now holds another inode). */
+static __always_inline void file_note(__u64 ip)
+{
+	struct inode *inode = (struct inode *)ip;
+	__u64 ino = BPF_CORE_READ(inode, i_ino);
+	__u32 dev = BPF_CORE_READ(inode, i_sb, s_dev);
+	struct agg_file *f = bpf_map_lookup_elem(&files, &ip);
+	struct hlist_node *first;
+	struct dentry *d, *parent;
+	__u32 zero = 0;
+	int i;
+
+	if (f && f->ino == ino && f->dev == dev)
+		return;
+	f = bpf_map_lookup_elem(&file_scratch, &zero);
+	if (!f)
+		return;
+	f->ino = ino;
+	f->dev = dev;
+	f->depth = 0;
+	first = BPF_CORE_READ(inode, i_dentry.first);
+	if (first) {
+		d = (struct dentry *)((void *)first - bpf_core_field_offset(struct dentry, d_u.d_alias));
+		for (i = 0; i < AGG_FILE_DEPTH; i++) {
+			bpf_probe_read_kernel_str(f->comp[i], AGG_FILE_NAME, BPF_CORE_READ(d, d_name.name));
+			f->depth = i + 1;
+			parent = BPF_CORE_READ(d, d_parent);
+			if (!parent || parent == d)
+				break;
+			d = parent;
+		}
+	}
+	bpf_map_update_elem(&files, &ip, f, BPF_ANY);
+}
+
+/* the shared path; its hooks are defined below */
+#include "rqpath.bpf.h"
+
+/* ---- queue-time details beside the slot table ---- */
+
+/* The index of bio's slot in inflight.bpf.h's table, or -1. */
+static __always_inline int slot_index(__u64 bio)
+{
+	__u32 idx = slot_of(bio), alt = idx ^ 1;
+	struct bio_slot *sl = bpf_map_lookup_elem(&inflight, &idx);
+
+	if (sl && sl->bio == bio)
+		return idx;
+	sl = bpf_map_lookup_elem(&inflight, &alt);
+	if (sl && sl->bio == bio)
+		return alt;
+	return -1;
+}
+
+/* The extras of bio (NULL if its slot does not hold it, or they are an earlier bio's). */
+static __always_inline struct agg_extra *extra_of(__u64 bio)
+{
+	int idx = slot_index(bio);
+	__u32 i;
+	struct agg_extra *x;
+	struct bio_slot *sl;
+
+	if (idx < 0)
+		return NULL;
+	i = idx;
+	x = bpf_map_lookup_elem(&extras, &i);
+	sl = bpf_map_lookup_elem(&inflight, &i);
+	if (!x || !sl || x->bio != bio || x->q_ns != sl->q_ns)
+		return NULL;
+	return x;
+}
+
+static __always_inline int agg_bio_queue(void *ctx, struct bio *bio, const bool btf)
+{
+	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
+	struct agg_extra *x, *last;
+	struct bio_slot *sl;
+	__u32 zero = 0, i;
+	int idx;
+
+	rqpath_bio_queue(bio, btf);
+	if (!NEED_EXTRAS)
+		return 0; /* no expression reads the thread, CPU, cgroup or seek */
+	idx = slot_index(key);
+	if (idx < 0)
+		return 0; /* filtered out, or not timed */
+	i = idx;
+	x = bpf_map_lookup_elem(&extras, &i);
+	sl = bpf_map_lookup_elem(&inflight, &i);
+	if (!x || !sl)
+		return 0;
+	if (x->bio == key && x->q_ns == sl->q_ns)
+		return 0; /* a split's remainder queued again: it keeps its first details */
+	x->bio = key;
+	x->q_ns = sl->q_ns;
+	x->pid = (__u32)bpf_get_current_pid_tgid();
+	x->cpu = bpf_get_smp_processor_id();
+	x->cgroup = (NEED(AGG_F_CGROUP) || targ_cgroup) ? bpf_get_current_cgroup_id() : 0;
+	x->have = 0;
+	x->inflight = 0;
+	if (NEED(AGG_F_KSTACK)) {
+		long id = bpf_get_stackid(ctx, &stacks, 0);
+
+		if (id >= 0) {
+			x->kstack = id;
+			x->have |= 1u << AGG_F_KSTACK;
+		} else {
+			stat_inc(AGG_LOST_STACK);
+		}
+	}
+	x->file = 0;
+	if (NEED(AGG_F_FILE)) {
+		x->file = bio_inode(bio);
+		if (x->file)
+			file_note(x->file);
+	}
+	if (NEED(AGG_F_SEEK)) {
+		__u64 sector = btf ? bio->bi_iter.bi_sector : BPF_CORE_READ(bio, bi_iter.bi_sector);
+		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
+		__u32 dev = sl->dev;
+		struct agg_disk *d = lookup_or_init(&disk_state, &dev, &zero_disk);
+
+		if (d) {
+			if (d->last_end) {
+				x->seek = sector > d->last_end ? sector - d->last_end : d->last_end - sector;
+				x->have |= 1u << AGG_F_SEEK;
+			}
+			d->last_end = sector + (size >> 9);
+		}
+	}
+	last = bpf_map_lookup_elem(&last_extra, &zero);
+	if (last)
+		*last = *x;
+	return 0;
+}
+
+/* A bio split off one in flight takes its parent's details (or those of the last bio this CPU queued). */
+static __always_inline int agg_split(struct bio *bio, const bool btf)
+{
+	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
+	__u64 priv = btf ? ptr_value(bio->bi_private) : (__u64)BPF_CORE_READ(bio, bi_private);
+	struct agg_extra *x, *from = NULL;
+	struct bio_slot *sl;
+	__u32 zero = 0, i;
+	int idx;
+
+	slot_split(bio, btf);
+	if (!NEED_EXTRAS)
+		return 0;
+	idx = slot_index(key);
+	if (idx < 0)
+		return 0;
+	i = idx;
+	x = bpf_map_lookup_elem(&extras, &i);
+	sl = bpf_map_lookup_elem(&inflight, &i);
+	if (!x || !sl)
+		return 0;
+	if (priv)
+		from = extra_of(priv);
+	if (!from)
+		from = bpf_map_lookup_elem(&last_extra, &zero);
+	x->have = 0;
+	x->file = 0;
+	if (from) {
+		x->cgroup = from->cgroup;
+		x->pid = from->pid;
+		x->cpu = from->cpu;
+		x->kstack = from->kstack;
+		x->file = from->file;
+		x->have = from->have & (1u << AGG_F_KSTACK);
+	}
+	x->bio = key;
+	x->q_ns = sl->q_ns;
+	return 0;
+}
+
+/* The disk's in-flight count before this request, raised by one. */
+static __always_inline __u64 inflight_raise(__u32 dev)
+{
+	struct agg_disk *d = lookup_or_init(&disk_state, &dev, &zero_disk);
+	__s64 before;
+
+	if (!d)
+		return 0;
+	before = __sync_fetch_and_add(&d->inflight, 1);
+	return before > 0 ? before : 0;
+}
+
+static __always_inline void inflight_lower(__u32 dev)
+{
+	struct agg_disk *d = bpf_map_lookup_elem(&disk_state, &dev);
+
+	if (d && d->inflight > 0)
+		__sync_fetch_and_add(&d->inflight, -1);
+}
+
+static __always_inline int agg_rq_issue(struct request *rq, const bool btf)
+{
+	struct bio *bio = btf ? rq->bio : BPF_CORE_READ(rq, bio);
+	struct agg_extra *x;
+	__u32 dev;
+
+	rqpath_rq_issue(rq, btf);
+	if (!NEED(AGG_F_INFLIGHT) || !bio)
+		return 0; /* bio-less flush requests: flush_rq_issued() */
+	dev = btf ? disk_dev_direct(rq_disk_direct(rq)) : disk_dev(rq_disk(rq));
+	if (!dev_wanted(dev))
+		return 0;
+	x = extra_of(btf ? ptr_value(bio) : (__u64)bio);
+	if (!x || (x->have & (1u << AGG_F_INFLIGHT)))
+		return 0; /* not in view, or a requeued request issued again */
+	x->inflight = inflight_raise(dev);
+	x->have |= 1u << AGG_F_INFLIGHT;
+	return 0;
+}
+
+/* ---- the hooks of the shared path (rqpath.bpf.h) ---- */
+
+static __always_inline void note_comm(struct last_q *last, __u32 tgid)
+{
+	if (NEED(AGG_F_COMM0) && last->tgid != tgid)
+		comms_note(tgid);
+}
+
+static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64 now, const bool btf)
+{
+	struct agg_rq rs = {};
+	__u64 key;
+
+	if (targ_tgid || targ_cgroup)
+		return; /* no submitter to match the filter against */
+	key = btf ? ptr_value(rq) : (__u64)rq;
+	rs.d_ns = now;
+	rs.inflight = NEED(AGG_F_INFLIGHT) ? inflight_raise(dev) : 0;
+	if (bpf_map_update_elem(&rq_starts, &key, &rs, BPF_ANY))
+		stat_inc(IOS_LOST_RQ_FULL);
+}
+
+static __always_inline struct agg_rec *rec_start(__u32 dev, __u8 op, __u32 flags)
+{
+	__u32 zero = 0;
+	struct agg_rec *r = bpf_map_lookup_elem(&recs, &zero);
+
+	if (!r)
+		return NULL;
+	__builtin_memset(r, 0, sizeof(*r));
+	r->f[AGG_F_DISK] = dev;
+	r->f[AGG_F_OP] = op;
+	r->f[AGG_F_FLAGS] = flags & TC_SHOWN;
+	r->have = (1u << AGG_F_DISK) | (1u << AGG_F_OP) | (1u << AGG_F_FLAGS) | (1u << AGG_F_PID) |
+		  (1u << AGG_F_TGID) | (1u << AGG_F_CGROUP) | (1u << AGG_F_CPU) | (1u << AGG_F_SIZE) |
+		  (1u << AGG_F_BYTES) | (1u << AGG_F_KSTACK) | (1u << AGG_F_FILE);
+	return r;
+}
+
+static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op, __u64 now, const bool btf)
+{
+	__u64 key = btf ? ptr_value(rq) : (__u64)rq;
+	struct agg_rq *rs = bpf_map_lookup_elem(&rq_starts, &key);
+	__u32 opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
+	struct agg_rec *r;
+
+	/* issued before tracing, or issued with a -p/-c filter set: not counted; without the issue
+	 * program (no expression reads a time from issue) every flush request is counted, untimed */
+	if (!rs && (targ_issue || targ_tgid || targ_cgroup))
+		return;
+	r = rec_start(dev, op, opf_to_tc(opf));
+	if (r && rs) {
+		r->f[AGG_F_D2C] = now - rs->d_ns;
+		r->have |= 1u << AGG_F_D2C;
+		if (NEED(AGG_F_INFLIGHT)) {
+			r->f[AGG_F_INFLIGHT] = rs->inflight;
+			r->have |= 1u << AGG_F_INFLIGHT;
+		}
+	}
+	if (r)
+		agg_eval(r->have);
+	if (!rs)
+		return;
+	bpf_map_delete_elem(&rq_starts, &key);
+	if (NEED(AGG_F_INFLIGHT))
+		inflight_lower(dev);
+}
+
+static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
+				     int i, bool whole, __u64 now, const bool btf)
+{
+	__u32 zero = 0, opf;
+	struct cur_rq *cur = bpf_map_lookup_elem(&cur_rqs, &zero);
+	struct agg_extra *x;
+	struct agg_rec *r;
+	__u64 d_ns, q_ns;
+
+	if (!cur)
+		return;
+	if (!sl) {
+		stat_inc(IOS_STAT_C_NOENTRY);
+		if (i == 0)
+			cur->have = cur->issued = 0;
+		return;
+	}
+	x = NEED_EXTRAS ? extra_of(sl->bio) : NULL;
+	if (i == 0) {
+		cur->issued = sl->d_ns != 0;
+		cur->have = x ? x->have & (1u << AGG_F_INFLIGHT) : 0;
+		cur->inflight = x ? x->inflight : 0;
+	}
+	if (targ_cgroup && (!x || x->cgroup != targ_cgroup))
+		return;
+	opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
+	r = rec_start(dev, op, opf_to_tc(opf));
+	if (!r)
+		return;
+	q_ns = sl->q_ns;
+	d_ns = sl->d_ns;
+	/* the empty PREFLUSH write, never issued itself: timed from when it became a request (as lat) */
+	if (i == 0 && whole && !d_ns && q_ns) {
+		__u64 start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
+
+		d_ns = start > q_ns ? start : q_ns;
+	}
+	/*
+	 * The end of a flush sequence (an issued request whose data step has completed): its bio's
+	 * iterator was advanced over the data then, so its size reads 0 now. Such a request is never
+	 * merged (REQ_NOMERGE_FLAGS): its one bio's size is the request's, which the kernel keeps for
+	 * /proc/diskstats in rq->stats_sectors. The empty PREFLUSH write (never issued) stays 0 bytes.
+	 */
+	if (!size && i == 0 && whole && sl->d_ns && bpf_core_field_exists(rq->stats_sectors))
+		size = (btf ? rq->stats_sectors : BPF_CORE_READ(rq, stats_sectors)) << 9;
+	r->f[AGG_F_TGID] = sl->tgid;
+	r->f[AGG_F_SIZE] = size;
+	r->f[AGG_F_BYTES] = size;
+	if (x) {
+		r->f[AGG_F_PID] = x->pid;
+		r->f[AGG_F_CPU] = x->cpu;
+		r->f[AGG_F_CGROUP] = x->cgroup;
+		if (x->have & (1u << AGG_F_SEEK)) {
+			r->f[AGG_F_SEEK] = x->seek;
+			r->have |= 1u << AGG_F_SEEK;
+		}
+		if (x->have & (1u << AGG_F_KSTACK))
+			r->f[AGG_F_KSTACK] = (__u64)x->kstack + 1;
+		r->f[AGG_F_FILE] = x->file;
+	} else if (q_ns && NEED_EXTRAS) {
+		stat_inc(AGG_STAT_NO_EXTRA);
+	}
+	if (q_ns) {
+		r->f[AGG_F_Q2C] = now - q_ns;
+		r->have |= 1u << AGG_F_Q2C;
+	}
+	if (q_ns && d_ns) {
+		r->f[AGG_F_Q2D] = d_ns - q_ns;
+		r->have |= 1u << AGG_F_Q2D;
+	}
+	if (i == 0 && whole && d_ns) {
+		r->f[AGG_F_D2C] = now - d_ns;
+		r->have |= 1u << AGG_F_D2C;
+	}
+	if (cur->have) {
+		r->f[AGG_F_INFLIGHT] = cur->inflight;
+		r->have |= 1u << AGG_F_INFLIGHT;
+	}
+	agg_eval(r->have);
+}
+
+static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u64 first_q, __u64 now,
+				    const bool btf)
+{
+	__u32 zero = 0;
+	struct cur_rq *cur;
+
+	if (!NEED(AGG_F_INFLIGHT))
+		return;
+	cur = bpf_map_lookup_elem(&cur_rqs, &zero);
+	if (cur && cur->have)
+		inflight_lower(dev);
+}
+
+SEC("tp_btf/block_bio_queue")
+int BPF_PROG(btf_bio_queue, struct bio *bio)
+{
+	return agg_bio_queue(ctx, bio, true);
+}
+
+SEC("raw_tp/block_bio_queue")
+int BPF_PROG(raw_bio_queue, struct bio *bio)
+{
+	return agg_bio_queue(ctx, bio, false);
+}
+
+SEC("tp_btf/block_split")
+int BPF_PROG(btf_split, struct bio *bio)
+{
+	return agg_split(bio, true);
+}
+
+SEC("raw_tp/block_split")
+int BPF_PROG(raw_split, struct bio *bio)
+{
+	return agg_split(bio, false);
+}
+
+SEC("tp_btf/block_rq_issue")
+int BPF_PROG(btf_rq_issue, struct request *rq)
+{
+	return agg_rq_issue(rq, true);
+}
+
+SEC("raw_tp/block_rq_issue")
+int BPF_PROG(raw_rq_issue, struct request *rq)
+{
+	return agg_rq_issue(rq, false);
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(btf_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
+{
+	return rqpath_rq_complete(rq, nr_bytes, true);
+}
+
+SEC("raw_tp/block_rq_complete")
+int BPF_PROG(raw_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
+{
+	return rqpath_rq_complete(rq, nr_bytes, false);
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+COMMS_RENAME_PROGRAMS

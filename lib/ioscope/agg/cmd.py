@@ -1,0 +1,120 @@
+"""ioscope agg's command line: expressions -> AggCollector (or a capture) -> build_result -> a view."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+
+from ioscope import cli_common, devices, system
+
+EXAMPLES = """\
+examples:
+  ioscope agg -e 'count() by comm,disk'                 # I/Os per process and disk until Ctrl-C
+  ioscope agg -e 'sum(bytes) by comm where op == write' 1 5
+  ioscope agg -e 'quantize(q2c) by disk,op' -d loop0    # power-of-two latency distributions
+  ioscope agg -e 'llquantize(d2c) by disk where bytes >= 64k' -j 1
+  ioscope agg -e 'count() by comm' -e 'avg(q2d) by cgroup' -n 10 5
+  ioscope agg -e 'count() by comm,op' -r CAPTURE --every 1  # the same question over a capture
+"""
+
+DESCRIPTION = """\
+DTrace-style aggregations of block I/O, aggregated in the kernel (or over a capture with -r).
+An expression is FUNC(VALUE) [by KEY[,KEY]...] [where COND]:
+  FUNC   count() sum avg min max stddev quantize lquantize(VALUE,LOW,HIGH,STEP) llquantize
+  VALUE  bytes q2c q2d d2c (ns) seek (sectors) inflight (requests on the disk at issue)
+  KEY    disk op flags comm pid tgid cgroup cpu size kstack file
+  COND   comparisons (== != < <= > >=) of keys and values with literals (10ms, 250us, 64k, 1M,
+         "text", write), joined with and, or, not and parentheses.
+See docs/agg.md."""
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("agg", help="DTrace-style aggregations of block I/O (count() by comm,disk ...)",
+                       description=DESCRIPTION, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-e", "--expr", action="append", required=True, metavar="EXPR",
+                   help="an aggregation, e.g. 'count() by comm,disk'; repeatable")
+    cli_common.add_disk_pid(p)
+    p.add_argument("-c", "--cgroup", metavar="CGROUP",
+                   help="trace only I/O queued from this cgroup v2 path (live only)")
+    cli_common.add_rows(p)
+    cli_common.add_json(p)
+    p.add_argument("--cumulative", action="store_true", help="do not clear the aggregations every interval")
+    p.add_argument("-r", "--read", metavar="CAPTURE", help="aggregate a capture made by ioscope record")
+    p.add_argument("--every", type=cli_common.positive_float, metavar="SECONDS",
+                   help="with -r: one result per SECONDS of the capture (default: one for the whole capture)")
+    cli_common.add_interval_count(p)
+    p.set_defaults(func=run, tool="agg")
+
+
+def parse_exprs(texts: Sequence[str]) -> list:  # type: ignore[type-arg]
+    from ioscope.agg.expr import parse_all
+    return parse_all(list(texts))
+
+
+def _print(result: object, as_json: bool) -> None:
+    from ioscope.agg.view import renderables, to_json
+    if as_json:
+        print(json.dumps(to_json(result)), flush=True)  # type: ignore[arg-type]
+    else:
+        out = cli_common.console()
+        for r in renderables(result):  # type: ignore[arg-type]
+            out.print(r)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ioscope.errors import UsageError
+
+    exprs = parse_exprs(args.expr)  # a bad expression: one line, exit 2, nothing attached
+    if args.read:
+        if args.interval is not None or args.cgroup or args.cumulative:
+            raise UsageError("with -r, use --every SECONDS (not an interval), and no -c or --cumulative")
+        return run_capture(args, exprs)
+    if args.every is not None:
+        raise UsageError("--every goes with -r CAPTURE; live, give an interval: ioscope agg -e ... 1")
+    from ioscope.agg.collector import SWEEP_EVERY_S, AggCollector, AggOptions, programs
+    from ioscope.agg.model import build_result
+
+    progs = programs(exprs)  # names in conditions (disks, cgroups) resolved before anything is attached
+    system.require_bpf_privileges("agg")
+    opts = AggOptions(exprs=exprs, disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid,
+                      cgroup=args.cgroup, btf=system.btf_path(args.btf), programs=progs)
+    collector = AggCollector(opts)
+    started_at = time.time()
+    try:
+        where = ", ".join(d.name for d in opts.disks) or "all disks"
+        attach = collector.bpf.variant_summary()
+
+        state = {"emitted": 0, "next_start": 0.0}
+
+        def emit(started: float, reset: bool, final: bool) -> None:
+            state["emitted"] += 1
+            state["next_start"] = time.time()
+            sample = collector.sample(started, reset=reset and not args.cumulative, final=final)
+            result = build_result(exprs, sample, args.rows)
+            cli_common.warn_lost("agg", result.losses)
+            with cli_common.signals_deferred():
+                _print(result, args.json)
+
+        what = f"{len(exprs)} aggregation{'s' if len(exprs) > 1 else ''} of block I/O on {where} ({attach})"
+        rc = cli_common.run_intervals("agg", what, args.interval, args.count, emit, collector.unavailable,
+                                      tick=collector.sweep_stale, tick_every=SWEEP_EVERY_S)
+        if args.interval is not None and (args.count is None or state["emitted"] < args.count):
+            # stopped (Ctrl-C, SIGTERM) inside an interval: print what it measured, as DTrace does
+            emit(state["next_start"] or started_at, True, True)
+        return rc
+    finally:
+        collector.close()
+
+
+def run_capture(args: argparse.Namespace, exprs: list) -> int:  # type: ignore[type-arg]
+    from ioscope.agg.capture import results_from_capture
+
+    for result in results_from_capture(args.read, exprs, every=args.every, disks=args.disk, pid=args.pid,
+                                       limit=args.rows):
+        _print(result, args.json)
+    return 0
+
+
+__all__ = ["add_parser", "run"]

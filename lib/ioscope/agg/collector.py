@@ -1,0 +1,235 @@
+"""The live agg collector: the agg BPF object, configured from the expressions, read (and cleared)
+into one AggSample per interval."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ioscope import abi as core_abi
+from ioscope import devices
+from ioscope.agg import abi, names
+from ioscope.agg.expr import CMP_CODES, Expr, Insn, compile_cond
+from ioscope.agg.model import AggSample, Linear, RawRow, Scalar, Stat, hist_from_counts, key_mask
+from ioscope.loader import BPFObject
+from ioscope.losses import Losses, StatsDelta
+
+SWEEP_EVERY_S = 10
+STALE_NS = 120 * 1_000_000_000
+
+
+@dataclass
+class AggOptions:
+    exprs: list[Expr]
+    disks: list[devices.BlockDevice] = field(default_factory=list)
+    pid: int | None = None
+    cgroup: str | None = None
+    btf: str | None = None
+    programs: list[list[Insn]] | None = None  # the WHERE programs, compiled by the command (or here)
+
+
+def programs(exprs: Sequence[Expr]) -> list[list[Insn]]:
+    """Each expression's WHERE program, its strings resolved on this system."""
+    return [compile_cond(e.where, names.resolve) if e.where is not None else [] for e in exprs]
+
+
+def needed_fields(exprs: Sequence[Expr]) -> int:
+    """targ_need: a bit per kernel field some expression reads (comm: its name words)."""
+    need = 0
+    for e in exprs:
+        for f in e.fields():
+            need |= 1 << abi.FIELDS["comm0" if f == "comm" else f]
+    return need
+
+
+def config_arrays(exprs: Sequence[Expr], progs: Sequence[list[Insn]]) -> tuple[np.ndarray, np.ndarray]:
+    """targ_exprs and targ_insns, as the kernel reads them."""
+    ex = np.zeros(abi.MAX_EXPRS, dtype=abi.EXPR)
+    ins = np.zeros(abi.MAX_INSNS, dtype=abi.INSN)
+    pos = 0
+    for i, (e, prog) in enumerate(zip(exprs, progs)):
+        ex[i]["key_mask"] = key_mask(e)
+        ex[i]["value"] = abi.FIELDS[e.value] if e.value else abi.VALUE_COUNT
+        ex[i]["kind"] = abi.K_LINEAR if e.func == "lquantize" else abi.K_LOGLIN if e.is_hist else abi.K_SCALAR
+        if e.lq:
+            low, high, step = e.lq
+            ex[i]["lq_low"], ex[i]["lq_step"], ex[i]["lq_n"] = low, step, -(-(high - low) // step)
+        ex[i]["insn_start"], ex[i]["ninsns"] = pos, len(prog)
+        for ins_ in prog:
+            ins[pos]["op"] = ins_.op
+            ins[pos]["field"] = abi.FIELDS[ins_.field] if ins_.field else 0
+            ins[pos]["cmp"] = CMP_CODES[ins_.cmp]
+            ins[pos]["imm"] = ins_.imm & 0xFFFF_FFFF_FFFF_FFFF
+            pos += 1
+    return ex, ins
+
+
+class LiveNamer:
+    def __init__(self, comms: dict[int, str], stacks: Any = None) -> None:
+        self.devs = devices.DevNames()
+        self.cgroups = names.CgroupNames()
+        self.comms = comms
+        self.stacks = stacks          # the stacks map (a _libbpf.Map), when kstack is used
+        self.syms = names.KernelSymbols()
+        self._stack_names: dict[int, str] = {}
+        self.files: Any = None        # the files map, when file is used
+        self._mounts: dict[int, str] | None = None
+
+    def file(self, ip: int) -> str:
+        raw = self.files.lookup(np.uint64(ip).tobytes()) if self.files is not None else None
+        if raw is None:
+            return "[file name gone]"
+        if self._mounts is None:
+            self._mounts = names.mount_points()
+        return names.file_path(np.frombuffer(raw, dtype=abi.FILE)[0], self._mounts)
+
+    def kstack(self, sid: int) -> str:
+        if sid in self._stack_names:
+            return self._stack_names[sid]
+        raw = self.stacks.lookup(np.uint32(sid).tobytes()) if self.stacks is not None else None
+        if raw is None:
+            return "[stack gone]"
+        text = names.stack_text(np.frombuffer(raw, dtype=np.uint64).tolist(), self.syms)
+        self._stack_names[sid] = text
+        return text
+
+    def disk(self, dev: int) -> str:
+        return self.devs.name(dev)
+
+    def comm(self, tgid: int) -> str:
+        return self.comms.get(tgid, "[unknown]")
+
+    def cgroup(self, cg: int) -> str:
+        return self.cgroups.name(cg)
+
+
+class AggCollector:
+    """Owns the agg BPF object; sample() returns the rows since the last reset."""
+
+    def __init__(self, opts: AggOptions) -> None:
+        self.opts = opts
+        self.progs = opts.programs if opts.programs is not None else programs(opts.exprs)
+        self.cgroup_id = names.cgroup_id(opts.cgroup) if opts.cgroup else 0
+        self.bpf = BPFObject("agg", btf=opts.btf)
+        self._stale = 0
+        self._namer = LiveNamer({})
+        try:
+            self._setup()
+        except BaseException:
+            self.bpf.close()
+            raise
+
+    def _setup(self) -> None:
+        o, b = self.opts, self.bpf
+        need = needed_fields(o.exprs)
+        # the issue program only when an expression reads what it measures: a request's issue time
+        # (q2d, d2c) or the disk's in-flight count; count() by comm,disk runs two programs per I/O
+        issue = bool(need & sum(1 << abi.FIELDS[f] for f in ("q2d", "d2c", "inflight")))
+        b.choose(required=["bio_queue", "rq_complete", *(["rq_issue"] if issue else [])],
+                 optional=["split", "task_rename"])
+        b.filter_disks(d.dev for d in o.disks)
+        b.set_global("targ_tgid", o.pid or 0, "I")
+        b.set_global("targ_cgroup", self.cgroup_id, "Q")
+        b.set_global("targ_need", need, "I")
+        b.set_global("targ_issue", issue, "?")
+        if not need & (1 << abi.FIELDS["kstack"]):
+            b.set_max_entries("stacks", 1)  # 8192 stacks x 1 KiB only when asked for
+        if not need & (1 << abi.FIELDS["file"]):
+            b.set_max_entries("files", 1)
+        b.set_global("targ_nexprs", len(o.exprs), "I")
+        ex, ins = config_arrays(o.exprs, self.progs)
+        b.obj.set_global("targ_exprs", ex.tobytes())
+        b.obj.set_global("targ_insns", ins.tobytes())
+        b.load()
+        self.aggs = b.map("aggs")
+        self.hists = b.map("hists")
+        self.comms = b.map("comms")
+        self.inflight = b.map("inflight")
+        self._namer.stacks = b.map("stacks")
+        self._namer.files = b.map("files")
+        stat_names = {**core_abi.STAT_NAMES, **abi.STAT_NAMES}
+        loss = [core_abi.STAT_NAMES[i] for i in range(core_abi.NR_LOST_STATS)] + list(abi.LOSS_STATS)
+        self.stats = StatsDelta(b, b.map("stats"), stat_names, core_abi.NR_STATS, loss,
+                                {"agg_map_full": "an aggregation map was full: rows not updated",
+                                 "stack_lost": "a stack's bucket in the stacks map held another stack"})
+        b.attach()
+
+    @property
+    def unavailable(self) -> list[str]:
+        return self.bpf.unavailable
+
+    def read_raw(self, reset: bool) -> list[RawRow]:
+        rows: list[RawRow] = []
+        kb, vb, n = self.aggs.dump(sum=False, delete=reset)
+        if n:
+            keys = np.frombuffer(kb, dtype=abi.KEY, count=n)
+            per = np.frombuffer(vb, dtype=abi.VAL, count=n * self.aggs.ncpus).reshape(n, self.aggs.ncpus)
+            for k, cpus in zip(keys, per):
+                rows.append(RawRow(int(k["expr"]), tuple(int(x) for x in k["k"]), _scalar(cpus)))
+        kb, vb, n = self.hists.dump(sum=False, delete=reset)
+        if n:
+            keys = np.frombuffer(kb, dtype=abi.KEY, count=n)
+            vals = core_abi.combine_percpu_hists(vb, n, self.hists.ncpus)[:, 0]
+            for k, h in zip(keys, vals):
+                e = int(k["expr"])
+                rows.append(RawRow(e, tuple(int(x) for x in k["k"]), self._hist(e, h)))
+        return rows
+
+    def _hist(self, e: int, rec: np.void) -> Stat:
+        count = int(rec["count"])
+        mn = int(~np.uint64(rec["min_inv"])) if count else 0
+        expr = self.opts.exprs[e] if e < len(self.opts.exprs) else None
+        if expr is not None and expr.func == "lquantize" and expr.lq:
+            low, high, step = expr.lq
+            nb = -(-(high - low) // step)
+            return Linear(low, step, nb, [int(c) for c in rec["slots"][: nb + 2]], count, int(rec["sum"]), mn,
+                          int(rec["max"]))
+        return hist_from_counts(rec["slots"], count, int(rec["sum"]), mn, int(rec["max"]))
+
+    def sample(self, started: float, reset: bool, final: bool) -> AggSample:
+        wall = time.time()
+        raw = self.read_raw(reset)
+        if any("comm" in e.keys for e in self.opts.exprs):
+            self._namer.comms = core_abi.comms_from_dump(*self.comms.dump())
+        rows = names.name_rows(self.opts.exprs, raw, self._namer)
+        return AggSample(wall, started, rows, self.losses(), final)
+
+    def losses(self) -> Losses:
+        losses = self.stats.read(True)
+        losses.counters["stale"] = self._stale
+        self._stale = 0
+        return losses
+
+    def sweep_stale(self) -> None:
+        """Free slots of bios older than STALE_NS (completions that will never be seen)."""
+        kb, vb, n = self.inflight.dump(sum=False)
+        keys = np.frombuffer(kb, dtype=np.uint32, count=n)
+        vals = np.frombuffer(vb, dtype=core_abi.BIO_SLOT, count=n)
+        used = vals["bio"] != 0
+        keys, vals = keys[used], vals[used]
+        now = time.monotonic_ns()
+        ts = np.maximum(vals["q_ns"], vals["d_ns"]).astype(np.int64)
+        old = keys[(ts > 0) & (now - ts > STALE_NS)]
+        empty = np.zeros(1, dtype=core_abi.BIO_SLOT).tobytes()
+        for k in old:
+            self.inflight.update(k.tobytes(), empty)
+        self._stale += len(old)
+
+    def close(self) -> None:
+        self.bpf.close()
+
+
+def _scalar(cpus: np.ndarray) -> Scalar:
+    """One row's per-CPU struct agg_val -> Scalar (the 128-bit sums of squares added as integers)."""
+    count = int(cpus["count"].sum(dtype=np.uint64))
+    sq = sum((int(h) << 64) | int(lo) for h, lo in zip(cpus["sq_hi"], cpus["sq_lo"]))
+    used = cpus["count"] > 0
+    mn = int(~np.uint64(cpus["min_inv"][used].max())) if used.any() else 0
+    return Scalar(count, int(sum(int(x) for x in cpus["sum"])), mn, int(cpus["max"].max()), sq)
+
+
+__all__ = ["AggCollector", "AggOptions", "config_arrays", "needed_fields", "programs"]

@@ -1,0 +1,268 @@
+"""Key values between people and the kernel: disk, op, flags, cgroup and comm, both ways.
+
+resolve() turns a WHERE literal into the number the kernel compares (a disk name into its dev_t,
+"write" into the op code, "WS" into blktrace category bits, a cgroup path into its id);
+name_rows() turns the kernel's key numbers into names, through a Namer (the live system's, or a
+capture's).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ioscope import abi as core_abi
+from ioscope import devices
+from ioscope.agg import abi
+from ioscope.agg.expr import Expr, ExprError, Literal
+from ioscope.agg.model import NamedRow, RawRow
+from ioscope.errors import IoscopeError
+from ioscope.trace import events
+
+OP_CODES = {name: code for code, name in core_abi.OP_NAMES.items() if name != "all"}
+RWBS_BITS = {"A": events.TC_AHEAD, "S": events.TC_SYNC, "M": events.TC_META}
+
+
+def flags_name(cat: int) -> str:
+    """blktrace category bits -> blkparse's RWBS ("WS", "RA", "FN", ...)."""
+    nodata = bool(cat & events.TC_FLUSH) and not cat & (events.TC_WRITE | events.TC_DISCARD)
+    return events.rwbs(cat, 0 if nodata else 1)
+
+
+def flags_bits(text: str, col: int) -> int:
+    """RWBS -> blktrace category bits, the inverse of flags_name()."""
+    s = text.upper()
+    cat = 0
+    if s.startswith("F") and len(s) > 1 and s[1] in "DWRN":
+        cat |= events.TC_FLUSH
+        s = s[1:]
+    if not s or s[0] not in "DWRN":
+        raise ExprError(f"flags '{text}' is not an RWBS string (R, W, D or N, then F, A, S, M: 'WS', 'RA')", col)
+    cat |= {"D": events.TC_DISCARD | events.TC_WRITE, "W": events.TC_WRITE, "R": events.TC_READ,
+            "N": events.TC_READ}[s[0]]
+    for ch in s[1:]:
+        if ch == "F":
+            cat |= events.TC_FUA
+        elif ch in RWBS_BITS:
+            cat |= RWBS_BITS[ch]
+        else:
+            raise ExprError(f"flags '{text}': unknown letter '{ch}' (F, A, S, M follow R, W, D or N)", col)
+    return cat
+
+
+def cgroup2_root(mounts: str = "/proc/self/mounts") -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified beside v1)."""
+    try:
+        lines = Path(mounts).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) > 2 and parts[2] == "cgroup2":
+            return Path(parts[1])
+    return None
+
+
+def cgroup_id(path: str) -> int:
+    """A cgroup v2 path ('/system.slice/x.service', or a full path under the mount) -> its id (the
+    inode number of its directory: what bpf_get_current_cgroup_id() returns)."""
+    root = cgroup2_root()
+    if root is None:
+        raise ExprError("no cgroup v2 hierarchy is mounted", 1)
+    p = Path(path)
+    full = p if p.is_absolute() and str(p).startswith(str(root)) else root / str(p).lstrip("/")
+    try:
+        return os.stat(full).st_ino
+    except OSError:
+        from ioscope.errors import UsageError
+        raise UsageError(f"cgroup '{path}' does not exist (looked for {full})") from None
+
+
+class CgroupNames:
+    """cgroup v2 id -> path relative to the mount ('/' for the root), by walking the hierarchy."""
+
+    def __init__(self) -> None:
+        self.root = cgroup2_root()
+        self._names: dict[int, str] = {}
+
+    def refresh(self) -> None:
+        if self.root is None:
+            return
+        for dirpath, _dirs, _files in os.walk(self.root):
+            try:
+                ino = os.stat(dirpath).st_ino
+            except OSError:
+                continue
+            rel = "/" + os.path.relpath(dirpath, self.root)
+            self._names[ino] = "/" if rel == "/." else rel
+
+    def name(self, cg: int) -> str:
+        if cg not in self._names:
+            self.refresh()
+        return self._names.get(cg, f"cgroup:{cg}" if cg else "[unknown]")
+
+
+def resolve(field: str, lit: Literal) -> int:
+    """A WHERE string literal -> the number the kernel compares (the live system's names)."""
+    text = str(lit.value)
+    if field == "disk":
+        try:
+            return devices.resolve_disk(text).dev
+        except IoscopeError as exc:
+            raise ExprError(f"unknown disk '{text}'", lit.col, exc.hint) from None
+    if field == "op":
+        if text.lower() not in OP_CODES:
+            raise ExprError(f"unknown op '{text}'", lit.col, f"ops are {', '.join(OP_CODES)}")
+        return OP_CODES[text.lower()]
+    if field == "flags":
+        return flags_bits(text, lit.col)
+    if field == "cgroup":
+        return cgroup_id(text)
+    raise ExprError(f"'{field}' cannot be compared with a string", lit.col)
+
+
+class Namer(Protocol):
+    def disk(self, dev: int) -> str: ...
+    def comm(self, tgid: int) -> str: ...
+    def cgroup(self, cg: int) -> str: ...
+    def kstack(self, sid: int) -> str: ...
+    def file(self, ip: int) -> str: ...
+
+
+def mount_points(mountinfo: str = "/proc/self/mountinfo") -> dict[int, str]:
+    """kernel dev_t -> where the file system's root is mounted (the first such mount)."""
+    out: dict[int, str] = {}
+    try:
+        lines = Path(mountinfo).read_text().splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        parts = line.split()
+        if len(parts) < 5 or parts[3] != "/":
+            continue
+        ma, _, mi = parts[2].partition(":")
+        if ma.isdigit() and mi.isdigit():
+            out.setdefault(devices.kdev(int(ma), int(mi)), parts[4].replace("\\040", " "))
+    return out
+
+
+def file_path(rec: np.void, mounts: dict[int, str]) -> str:
+    """A files-map entry (struct agg_file) -> a path: its components joined from the file system's
+    root, under its mount point; '.../' in front when the chain was longer than kept."""
+    depth = int(rec["depth"])
+    comps = [bytes(c).split(b"\0")[0].decode(errors="replace") for c in rec["comp"][:depth]]
+    dev = int(rec["dev"])
+    if not comps:
+        ma, mi = devices.kdev_split(dev)
+        return f"[inode {int(rec['ino'])} on {ma}:{mi}]"
+    at_root = comps[-1] == "/"
+    names = [c for c in reversed(comps) if c not in ("/", "")]
+    if not names:  # a pseudo file system's inode: the block device's own page cache (file system metadata)
+        return "[block device cache]"
+    rel = "/".join(names)
+    if not at_root:
+        return ".../" + rel
+    mnt = mounts.get(dev)
+    if mnt is None:
+        ma, mi = devices.kdev_split(dev)
+        return f"[{ma}:{mi}]/{rel}"
+    return mnt.rstrip("/") + "/" + rel
+
+
+class KernelSymbols:
+    """Kernel addresses -> 'function+0xoff', from /proc/kallsyms (read once, when first needed).
+    An address it cannot place (no symbols readable: kptr_restrict) is printed as a number and counted."""
+
+    def __init__(self, path: str = "/proc/kallsyms") -> None:
+        self.path = path
+        self._addrs: list[int] | None = None
+        self._names: list[str] = []
+        self.unresolved = 0
+
+    def _load(self) -> None:
+        rows = []
+        try:
+            with open(self.path) as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) >= 3 and parts[1] in "tTwW":
+                        addr = int(parts[0], 16)
+                        if addr:
+                            rows.append((addr, parts[2]))
+        except OSError:
+            rows = []
+        rows.sort()
+        self._addrs = [a for a, _ in rows]
+        self._names = [n for _, n in rows]
+
+    def name(self, addr: int) -> str:
+        if self._addrs is None:
+            self._load()
+        assert self._addrs is not None
+        i = bisect.bisect_right(self._addrs, addr) - 1
+        if i < 0:
+            self.unresolved += 1
+            return f"0x{addr:x}"
+        return f"{self._names[i]}+0x{addr - self._addrs[i]:x}"
+
+
+TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", "trace_")
+
+
+def stack_text(frames: Sequence[int], syms: KernelSymbols) -> str:
+    """A stack, leaf first, one frame a line (the key's value: rows of one stack merge), without the
+    frames of the tracing itself (agg's program and the tracepoint's call into it)."""
+    names = [syms.name(a) for a in frames if a]
+    while len(names) > 1 and names[0].startswith(TRACING_FRAMES):
+        names.pop(0)
+    return "\n".join(names)
+
+
+def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> list[list[NamedRow]]:
+    """The kernel's rows -> rows keyed by names, per expression (rows that name alike merge later)."""
+    out: list[list[NamedRow]] = [[] for _ in exprs]
+    for r in raw:
+        if r.expr >= len(exprs):
+            continue
+        e = exprs[r.expr]
+        keys: dict[str, str | int] = {}
+        for k in e.keys:
+            v = r.key[abi.FIELDS[abi.KEY_FIELD[k]]]
+            if k == "disk":
+                keys[k] = namer.disk(v)
+            elif k == "op":
+                keys[k] = core_abi.OP_NAMES.get(v, "other")
+            elif k == "flags":
+                keys[k] = flags_name(v)
+            elif k == "comm":
+                keys[k] = namer.comm(v) if v else "[unknown]"
+            elif k == "cgroup":
+                keys[k] = namer.cgroup(v)
+            elif k == "kstack":
+                keys[k] = namer.kstack(v - 1) if v else "[no stack]"
+            elif k == "file":
+                keys[k] = namer.file(v) if v else "[no file]"
+            else:
+                keys[k] = v
+        out[r.expr].append(NamedRow(keys, r.stat))
+    return out
+
+
+__all__ = [
+    "CgroupNames",
+    "KernelSymbols",
+    "Namer",
+    "cgroup_id",
+    "file_path",
+    "flags_bits",
+    "flags_name",
+    "mount_points",
+    "name_rows",
+    "resolve",
+    "stack_text",
+]

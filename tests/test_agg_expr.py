@@ -1,0 +1,198 @@
+"""ioscope agg's language without root: parsing, one-line errors with columns, the kernel's WHERE program."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import subprocess
+
+import pytest
+
+from conftest import ioscope_cmd
+from ioscope.agg import expr as E
+from ioscope.errors import UsageError
+
+
+def test_examples_of_the_issue_parse() -> None:
+    cases = {
+        "count() by comm,disk": ("count", None, ("comm", "disk")),
+        "sum(bytes) by comm where op == write": ("sum", "bytes", ("comm",)),
+        "quantize(q2c) by disk,op": ("quantize", "q2c", ("disk", "op")),
+        "llquantize(d2c) by disk where bytes >= 64k": ("llquantize", "d2c", ("disk",)),
+        "avg(q2d) by cgroup": ("avg", "q2d", ("cgroup",)),
+        "stddev(seek)": ("stddev", "seek", ()),
+        "MIN(inflight) BY cpu, size": ("min", "inflight", ("cpu", "size")),
+    }
+    for text, (func, value, keys) in cases.items():
+        e = E.parse(text)
+        assert (e.func, e.value, e.keys) == (func, value, keys), text
+
+
+def test_literals_and_units() -> None:
+    w = E.parse("count() where q2c > 10ms and d2c <= 250us and bytes >= 64k and size < 1M and pid == 42").where
+    assert isinstance(w, E.BoolOp) and w.op == "and"
+    got = {c.field: (c.op, c.lit.value) for c in w.args if isinstance(c, E.Cmp)}
+    assert got == {"q2c": (">", 10_000_000), "d2c": ("<=", 250_000), "bytes": (">=", 65536),
+                   "size": ("<", 1 << 20), "pid": ("==", 42)}
+    # a literal on the left is turned around
+    c = E.parse("count() where 1.5ms < q2c").where
+    assert isinstance(c, E.Cmp) and (c.field, c.op, c.lit.value) == ("q2c", ">", 1_500_000)
+    c = E.parse("count() where comm == 'my worker'").where
+    assert isinstance(c, E.Cmp) and c.lit.value == "my worker"
+
+
+def test_precedence_and_parentheses() -> None:
+    w = E.parse("count() where op == read or op == write and not bytes < 4k").where
+    assert isinstance(w, E.BoolOp) and w.op == "or"
+    assert isinstance(w.args[1], E.BoolOp) and w.args[1].op == "and"
+    assert isinstance(w.args[1].args[1], E.Not)
+    w = E.parse("count() where (op == read or op == write) && !(bytes < 4k)").where
+    assert isinstance(w, E.BoolOp) and w.op == "and" and isinstance(w.args[0], E.BoolOp)
+
+
+@pytest.mark.parametrize("text,col,words", [
+    ("count() by comn", 12, "unknown key 'comn'"),
+    ("cnt()", 1, "unknown function 'cnt'"),
+    ("sum(comm)", 5, "'comm' is a key, not a value"),
+    ("count() by q2c", 12, "'q2c' is a value, not a key"),
+    ("count() where (op == read", 26, "unbalanced '('"),
+    ("count() where op == read)", 25, "unbalanced ')'"),
+    ("count() where disk == 3", 23, "compare it with a string"),
+    ("count() where pid == \"x\"", 22, "cannot compare it with the string"),
+    ("count() where bytes > 10ms", 23, "'bytes' is not a time"),
+    ("count() where q2c > 4k", 21, "'q2c' is not a size"),
+    ("count() where op < write", 18, "only == and != compare it"),
+    ("count() where d2c = 3", 19, "'=' is not a comparison"),
+    ("count() where q2c > 3parsec", 21, "unknown unit"),
+    ("count(bytes)", 7, "count() takes no value"),
+    ("sum()", 5, "expected a value"),
+    ("lquantize(q2c, 0, 10ms)", 23, "lquantize's step"),
+    ("lquantize(q2c, 10ms, 0, 1ms)", 1, "LOW < HIGH"),
+    ("lquantize(q2c, 0, 1s, 1us)", 1, "buckets"),
+    ("count() by comm,", 17, "expected a key"),
+    ("count() by comm,comm", 17, "given twice"),
+    ("count() by ustack", 12, "not supported yet"),
+    ("count() where file == \"/a\"", 15, "a key only"),
+    ("count() where kstack != 3", 15, "a key only"),
+    ("count() where q2c > ", 21, "expected a key, a value or a literal"),
+    ("count() where q2c", 18, "expected a comparison"),
+    ("count() where q2c > d2c", 21, "not with 'd2c'"),
+    ("count() where 'unterminated", 15, "unterminated string"),
+    ("count() extra", 9, "expected 'by', 'where' or the end"),
+    ("", 1, "empty expression"),
+])
+def test_errors_point_at_the_column(text: str, col: int, words: str) -> None:
+    with pytest.raises(E.ExprError) as ei:
+        E.parse(text)
+    msg = str(ei.value)
+    assert words in msg and f"at column {col}" in msg, msg
+    assert "\n" not in msg
+
+
+def test_too_many_expressions_and_conditions() -> None:
+    with pytest.raises(UsageError):
+        E.parse_all(["count()"] * (E.MAX_EXPRS + 1))
+    long = "count() where " + " or ".join(["pid == 1"] * 40)
+    with pytest.raises(E.ExprError):
+        E.parse(long)
+    half = "count() where " + " or ".join(["pid == 1"] * 20)  # 39 instructions each: fine alone, not both
+    E.parse(half)
+    with pytest.raises(UsageError):
+        E.parse_all([half, half])
+
+
+def _direct(c: E.Cond, rec: dict[str, int | None], strings: dict[str, int]) -> bool:
+    """The meaning of a condition, evaluated on the tree (a missing value makes a comparison false)."""
+    if isinstance(c, E.Cmp):
+        if c.field == "comm":
+            ok = rec.get("comm_name") is not None and rec["comm_name"] == strings[str(c.lit.value)]
+            return ok if c.op == "==" else not ok
+        v = rec.get(c.field)
+        imm = strings[str(c.lit.value)] if c.lit.kind == "str" else int(c.lit.value)
+        return v is not None and E.compare(v, c.op, imm)
+    if isinstance(c, E.Not):
+        return not _direct(c.arg, rec, strings)
+    vals = [_direct(a, rec, strings) for a in c.args]
+    return all(vals) if c.op == "and" else any(vals)
+
+
+def test_kernel_program_means_the_condition() -> None:
+    """The postfix program (what the kernel runs) agrees with the tree on every record tried."""
+    strings = {"read": 0, "write": 1, "dd": 11, "fio": 12}
+    conds = [
+        "op == read", "not op == write", "bytes >= 64k and q2c > 1ms", "(op == read or op == write) and d2c < 2ms",
+        "not (bytes < 4k or q2d > 100us) and comm == \"dd\"", "comm != \"fio\" or pid == 7",
+        "q2c > 1ms or d2c > 1ms and not op == read", "not not bytes == 4k",
+    ]
+    names = {11: "dd", 12: "fio"}
+    rng = random.Random(7)
+    for text in conds:
+        c = E.parse("count() where " + text).where
+        assert c is not None
+        prog = E.compile_cond(c, lambda f, lit: strings[str(lit.value)])
+        for _ in range(300):
+            comm = rng.choice([11, 12, None])
+            rec: dict[str, int | None] = {
+                "op": rng.choice([0, 1]), "bytes": rng.choice([512, 4096, 65536, 1 << 20]),
+                "q2c": rng.choice([None, 10_000, 2_000_000]), "d2c": rng.choice([None, 500_000, 3_000_000]),
+                "q2d": rng.choice([None, 50_000, 500_000]), "pid": rng.choice([7, 8]), "comm_name": comm,
+            }
+            if comm is not None:
+                raw = names[comm].encode().ljust(16, b"\0")
+                rec["comm0"], rec["comm1"] = int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
+            assert E.run_program(prog, rec) == _direct(c, rec, strings), (text, rec)
+
+
+def test_program_size_matches_compiled_length() -> None:
+    for text in ["op == read", "comm == \"x\"", "comm != \"x\" and not (pid == 1 or pid == 2)"]:
+        c = E.parse("count() where " + text).where
+        assert c is not None
+        n, _depth = E.program_size(c)
+        assert n >= len(E.compile_cond(c, lambda f, lit: 0))
+
+
+@pytest.mark.parametrize("expr,words", [
+    ("count() by comn", "unknown key 'comn' at column 12; keys are disk, op"),
+    ("sum(x", "unknown value 'x' at column 5"),
+    ("count() where (op == read", "unbalanced '('"),
+    ("count() where disk == 5", "'disk' is a name"),
+])
+def test_command_line_errors(expr: str, words: str) -> None:
+    """What the user sees: one line on stderr, exit 2, no traceback, nothing attached (no root needed)."""
+    p = subprocess.run(ioscope_cmd("agg", "-e", expr), capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ioscope agg: error: ") and words in lines[0], p.stderr
+    assert "Traceback" not in p.stderr and not p.stdout
+
+
+def test_every_combination_of_function_and_value_parses() -> None:
+    for func, value in itertools.product(E.FUNCS, E.VALUES):
+        if func == "count":
+            continue
+        text = f"{func}({value}, 0, 100, 10)" if func == "lquantize" else f"{func}({value})"
+        e = E.parse(text + " by " + ",".join(E.KEYS))
+        assert e.func == func and e.value == value and e.keys == tuple(E.KEYS)
+
+
+def test_help_examples_are_on_the_doc_page() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "agg.md").read_text()
+    h = subprocess.run(ioscope_cmd("agg", "--help"), capture_output=True, text=True, timeout=30, check=True).stdout
+    lines = h.split("examples:")[1].strip().splitlines()
+    assert len(lines) >= 5
+    for line in lines:
+        assert line.split("#")[0].strip() in doc, line
+    for key in E.KEYS:
+        assert f"| `{key}` |" in doc, key
+    for value in E.VALUES:
+        assert f"| `{value}` |" in doc, value
+    for func in E.FUNCS:
+        assert f"`{func}(" in doc, func
+
+
+def test_unknown_disk_in_a_condition() -> None:
+    p = subprocess.run(ioscope_cmd("agg", "-e", 'count() where disk == "nosuchdisk"'), capture_output=True,
+                       text=True, timeout=30)
+    assert p.returncode == 2 and "unknown disk 'nosuchdisk' at column 23; name a disk in /sys/block" in p.stderr

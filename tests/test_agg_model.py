@@ -1,0 +1,277 @@
+"""ioscope agg's model and views without root: synthetic records through the kernel's evaluation
+(model.aggregate), the function values, buckets, percentiles, -n, JSON shape and text."""
+
+from __future__ import annotations
+
+import random
+import statistics
+from pathlib import Path
+
+import numpy as np
+
+from ioscope.agg import abi
+from ioscope.agg.capture import Pairing
+from ioscope.agg.expr import compile_cond, parse_all
+from ioscope.agg.model import AggResult, AggSample, Scalar, aggregate, build_result, key_mask, quantize_buckets
+from ioscope.agg.names import flags_bits, flags_name, name_rows
+from ioscope.agg.view import renderables, to_json
+from ioscope.hist import Hist
+from ioscope.losses import Losses
+from ioscope.render import render_plain
+from ioscope.trace import events as ev
+
+
+class FakeNamer:
+    def disk(self, dev: int) -> str:
+        return f"disk{dev}"
+
+    def comm(self, tgid: int) -> str:
+        return {100: "dd", 200: "fio", 201: "fio"}.get(tgid, "[unknown]")
+
+    def cgroup(self, cg: int) -> str:
+        return f"/cg{cg}"
+
+
+def records(n: int, seed: int = 1) -> list[dict[str, int | None]]:
+    rng = random.Random(seed)
+    out: list[dict[str, int | None]] = []
+    for _ in range(n):
+        size = rng.choice([4096, 16384, 65536])
+        out.append({"disk": rng.choice([1, 2]), "op": rng.choice([0, 1]), "flags": 0, "pid": 0,
+                    "tgid": rng.choice([100, 200, 201]), "cgroup": 0, "cpu": rng.choice([0, 1]), "size": size,
+                    "bytes": size, "q2c": rng.randint(1_000, 5_000_000), "q2d": rng.randint(0, 1000),
+                    "d2c": rng.choice([None, rng.randint(1_000, 4_000_000)]), "seek": None, "inflight": 0})
+    return out
+
+
+def result(texts: list[str], recs: list[dict[str, int | None]], limit: int | None = None) -> AggResult:
+    exprs = parse_all(texts)
+    progs = [compile_cond(e.where, lambda f, lit: {"read": 0, "write": 1}[str(lit.value)]) if e.where else []
+             for e in exprs]
+    rows = name_rows(exprs, aggregate(exprs, progs, recs), FakeNamer())
+    return build_result(exprs, AggSample(10.0, 9.0, rows, Losses()), limit)
+
+
+def test_scalar_functions_match_python() -> None:
+    recs = records(997)
+    r = result(["count() by disk,op", "sum(bytes) by op", "avg(q2c)", "min(q2c) by disk", "max(d2c)",
+                "stddev(q2c) by op"], recs)
+    count, sums, avg, mins, mx, sd = r.tables
+    for row in count.rows:
+        want = sum(1 for x in recs if f"disk{x['disk']}" == row.keys["disk"] and
+                   ("read", "write")[x["op"] or 0] == row.keys["op"])
+        assert row.value == want
+    assert sum(row.count for row in count.rows) == 997
+    for row in sums.rows:
+        assert row.value == sum(x["bytes"] or 0 for x in recs if ("read", "write")[x["op"] or 0] == row.keys["op"])
+    assert avg.rows[0].value == statistics.fmean(x["q2c"] or 0 for x in recs)
+    for row in mins.rows:
+        assert row.value == min(x["q2c"] or 0 for x in recs if f"disk{x['disk']}" == row.keys["disk"])
+    d2cs = [x["d2c"] for x in recs if x["d2c"] is not None]
+    assert mx.rows[0].value == max(d2cs) and mx.rows[0].count == len(d2cs)  # only I/Os that have it
+    for row in sd.rows:
+        vals = [x["q2c"] or 0 for x in recs if ("read", "write")[x["op"] or 0] == row.keys["op"]]
+        assert abs(float(row.value or 0) - statistics.pstdev(vals)) < 1e-6 * statistics.pstdev(vals)
+
+
+def test_comm_rows_of_one_name_merge_and_order_is_dtrace_s() -> None:
+    recs = records(500)
+    r = result(["count() by comm"], recs)
+    rows = r.tables[0].rows
+    assert {row.keys["comm"]: row.value for row in rows} == {
+        "dd": sum(1 for x in recs if x["tgid"] == 100), "fio": sum(1 for x in recs if x["tgid"] in (200, 201))}
+    values = [float(row.value or 0) for row in rows]
+    assert values == sorted(values)  # ascending: the largest last
+
+
+def test_rows_limit_keeps_the_largest() -> None:
+    recs: list[dict[str, int | None]] = [{"cpu": c, "bytes": 1, "disk": 1, "op": 0, "tgid": 1, "pid": 0,
+                                          "cgroup": 0, "flags": 0, "size": 1}
+            for c in range(10) for _ in range(c + 1)]
+    t = result(["count() by cpu"], recs, limit=3).tables[0]
+    assert [(row.keys["cpu"], row.value) for row in t.rows] == [(7, 8), (8, 9), (9, 10)]
+    assert t.truncated == 7
+
+
+def test_where_filters_exactly() -> None:
+    recs = records(1000, seed=3)
+    r = result(["count() where bytes >= 64k", "count() where op == write and not q2c < 1ms"], recs)
+    assert r.tables[0].rows[0].value == sum(1 for x in recs if (x["bytes"] or 0) >= 65536)
+    assert r.tables[1].rows[0].value == sum(1 for x in recs if x["op"] == 1 and (x["q2c"] or 0) >= 1_000_000)
+
+
+def test_quantize_buckets_are_exact_powers_of_two() -> None:
+    vals = [0, 1, 2, 3, 4, 7, 8, 1000, 1023, 1024, 5_000_000]
+    h = Hist.from_values(vals)
+    got = quantize_buckets(h)
+    for lo, hi, n in got:
+        assert n == sum(1 for v in vals if lo <= v < hi)
+        assert lo == 0 or (lo & (lo - 1)) == 0
+    assert sum(n for *_x, n in got) == len(vals)
+
+
+def test_lquantize_and_llquantize() -> None:
+    recs = records(800, seed=5)
+    r = result(["lquantize(q2c, 1ms, 4ms, 1ms)", "llquantize(q2c)"], recs)
+    lq, ll = r.tables
+    b = lq.rows[0].buckets
+    vals = [x["q2c"] or 0 for x in recs]
+    for lo, hi, n in b:
+        assert n == sum(1 for v in vals if lo <= v < hi), (lo, hi)
+    assert sum(n for *_x, n in b) == 800
+    row = ll.rows[0]
+    assert row.percentiles.keys() == {"p50", "p90", "p99", "p999"}
+    assert abs(row.percentiles["p50"] - float(np.percentile(vals, 50))) <= 0.125 * float(np.percentile(vals, 50))
+
+
+def test_scalar_square_sum_matches_kernel_halves() -> None:
+    """The kernel's 128-bit sum of squares (32-bit halves) is the plain square: same algebra here."""
+    for x in [0, 1, 0xFFFF_FFFF, 1 << 32, (1 << 40) + 12345, (1 << 64) - 1]:
+        a, b = x >> 32, x & 0xFFFF_FFFF
+        lo, mid, hi = b * b, a * b, a * a
+        s = (lo + ((mid << 33) & (2**64 - 1))) & (2**64 - 1)
+        carry = int(s < lo)
+        high = hi + (mid >> 31) + carry
+        assert (high << 64) + s == x * x
+    sc = Scalar()
+    for v in (3, 4):
+        sc.add(v)
+    assert sc.sumsq == 25 and sc.stddev == 0.5
+
+
+def test_json_shape_is_the_issue_s() -> None:
+    r = result(["count() by comm,disk", "llquantize(q2c) by op", "quantize(bytes)", "avg(q2c)"], records(50))
+    doc = to_json(r)
+    assert set(doc) == {"time", "interval_s", "lost", "lost_detail", "aggs"}
+    assert doc["interval_s"] == 1.0
+    assert [a["expr"] for a in doc["aggs"]] == ["count() by comm,disk", "llquantize(q2c) by op",
+                                                "quantize(bytes)", "avg(q2c)"]
+    row = doc["aggs"][0]["rows"][0]
+    assert set(row) == {"keys", "count"} and set(row["keys"]) == {"comm", "disk"}
+    row = doc["aggs"][1]["rows"][0]
+    assert set(row) == {"keys", "buckets", "p50", "p90", "p99", "p999"}
+    assert all(len(b) == 3 and b[0] < b[1] for b in row["buckets"])
+    assert set(doc["aggs"][3]["rows"][0]) == {"keys", "avg"}
+
+
+def test_text_carries_the_json_numbers() -> None:
+    r = result(["count() by comm", "quantize(bytes) by op", "lquantize(bytes, 0, 64k, 16k)"], records(300))
+    text = "\n".join(render_plain(x, width=120) for x in renderables(r))
+    for row in r.tables[0].rows:
+        assert f"{row.keys['comm']}" in text and f" {row.value}" in text
+    assert "Distribution" in text and "p50" in text
+    for row in r.tables[1].rows:
+        for _lo, _hi, n in row.buckets:
+            assert f" {n}" in text
+
+
+def test_flags_names_round_trip() -> None:
+    for s in ("R", "W", "WS", "RA", "RM", "WFS", "FWS", "FN", "D"):
+        assert flags_name(flags_bits(s, 1)) == s
+
+
+def test_capture_pairing_is_the_kernel_s() -> None:
+    """Q/D/C events of a merged two-bio request and a split bio -> one record per bio, d2c once per
+    request, in-flight counts and seek as the kernel object computes them."""
+    rows = np.zeros(9, dtype=ev.EVENT)
+
+    def put(i: int, ts: int, action: int, sector: int, nbytes: int, cat: int, pid: int = 7, aux: int = 0) -> None:
+        rows[i]["ts"], rows[i]["action"], rows[i]["sector"], rows[i]["bytes"] = ts, action, sector, nbytes
+        rows[i]["category"], rows[i]["pid"], rows[i]["tgid"], rows[i]["dev"], rows[i]["aux"] = cat, pid, pid, 5, aux
+
+    put(0, 100, ev.TA_QUEUE, 0, 4096, ev.TC_READ)
+    put(1, 110, ev.TA_QUEUE, 8, 4096, ev.TC_READ)          # back-merged into the first's request
+    put(2, 200, ev.TA_ISSUE, 0, 8192, ev.TC_READ)
+    put(3, 300, ev.TA_QUEUE, 100, 16384, ev.TC_WRITE)
+    put(4, 301, ev.TA_SPLIT, 100, 16384, ev.TC_WRITE, aux=116)
+    put(5, 400, ev.TA_COMPLETE, 0, 8192, ev.TC_READ)
+    put(6, 410, ev.TA_ISSUE, 100, 8192, ev.TC_WRITE)
+    put(7, 420, ev.TA_ISSUE, 116, 8192, ev.TC_WRITE)
+    put(8, 500, ev.TA_COMPLETE, 100, 8192, ev.TC_WRITE)
+    p = Pairing()
+    out = list(p.feed(rows))
+    assert [t for t, _r in out] == [400, 400, 500]   # the completion time of each record
+    recs = [r for _t, r in out]
+    assert [(r["op"], r["bytes"], r["q2c"], r.get("q2d"), r.get("d2c")) for r in recs] == [
+        (0, 4096, 300, 100, 200), (0, 4096, 290, 90, None), (1, 8192, 200, 110, 90)]
+    assert [r["seek"] for r in recs] == [None, 0, 84]     # 100 - (8 + 8)
+    assert [r["inflight"] for r in recs] == [0, 0, 0]
+    assert len(p.bios) == 1 and p.inflight[5] == 1      # the split's second piece: issued, not completed
+
+
+def test_comm_and_tgid_share_one_kernel_key_field() -> None:
+    """comm is keyed by the process (tgid) in the kernel and named in user space: both keys at once
+    select that one field (a sum of their bits once selected the cgroup field instead)."""
+    (e,) = parse_all(["count() by comm,tgid,disk"])
+    assert key_mask(e) == (1 << abi.FIELDS["tgid"]) | (1 << abi.FIELDS["disk"])
+    recs = records(200)
+    r = result(["count() by comm,tgid"], recs)
+    assert {(row.keys["comm"], row.keys["tgid"]) for row in r.tables[0].rows} == {
+        ("dd", 100), ("fio", 200), ("fio", 201)}
+
+
+def test_capture_pairing_two_ios_of_one_sector_in_flight() -> None:
+    """Random I/O can queue the same sector twice before either is issued (fio's norandommap): two
+    bios, two records, as the kernel object counts them; a split's remainder queued again is one."""
+    rows = np.zeros(8, dtype=ev.EVENT)
+    spec = [(100, ev.TA_QUEUE, 64, 4096, 0), (110, ev.TA_QUEUE, 64, 4096, 0), (200, ev.TA_ISSUE, 64, 4096, 0),
+            (210, ev.TA_ISSUE, 64, 4096, 0), (300, ev.TA_COMPLETE, 64, 4096, 0), (310, ev.TA_COMPLETE, 64, 4096, 0),
+            (400, ev.TA_QUEUE, 0, 16384, 0), (401, ev.TA_SPLIT, 0, 16384, 16)]
+    for i, (ts, act, sector, nbytes, aux) in enumerate(spec):
+        rows[i]["ts"], rows[i]["action"], rows[i]["sector"] = ts, act, sector
+        rows[i]["bytes"], rows[i]["aux"] = nbytes, aux
+        rows[i]["category"], rows[i]["pid"], rows[i]["tgid"], rows[i]["dev"] = ev.TC_READ, 7, 7, 5
+    p = Pairing()
+    recs = [r for _t, r in p.feed(rows)]
+    assert [(r["q2c"], r["q2d"], r["d2c"]) for r in recs] == [(200, 100, 100), (200, 100, 100)]
+    more = np.zeros(5, dtype=ev.EVENT)
+    for i, (ts, act, sector, nbytes) in enumerate([(402, ev.TA_QUEUE, 16, 8192), (500, ev.TA_ISSUE, 0, 8192),
+                                                   (510, ev.TA_ISSUE, 16, 8192), (600, ev.TA_COMPLETE, 0, 8192),
+                                                   (610, ev.TA_COMPLETE, 16, 8192)]):
+        more[i]["ts"], more[i]["action"], more[i]["sector"], more[i]["bytes"] = ts, act, sector, nbytes
+        more[i]["category"], more[i]["pid"], more[i]["tgid"], more[i]["dev"] = ev.TC_READ, 7, 7, 5
+    recs = [r for _t, r in p.feed(more)]
+    assert [(r["bytes"], r["q2c"]) for r in recs] == [(8192, 200), (8192, 210)]  # both keep the first Q time
+    assert not p.bios
+
+
+def test_kernel_symbols_and_stack_text(tmp_path: Path) -> None:
+    from ioscope.agg.names import KernelSymbols, stack_text
+
+    ks = tmp_path / "kallsyms"
+    ks.write_text("ffffffff81000000 T _stext\nffffffff81000100 t submit_bio_noacct\nffffffff81000200 d some_data\n"
+                  "ffffffff81000300 T vfs_read\nffffffffa0000000 t bpf_prog_abc_btf_bio_queue\n"
+                  "ffffffffa0001000 T bpf_trace_run1\n")
+    syms = KernelSymbols(str(ks))
+    assert syms.name(0xFFFFFFFF81000105) == "submit_bio_noacct+0x5"
+    assert syms.name(0xFFFFFFFF81000250) == "submit_bio_noacct+0x150"   # data symbols are not code
+    assert syms.name(0x1000) == "0x1000" and syms.unresolved == 1
+    frames = [0xFFFFFFFFA0000010, 0xFFFFFFFFA0001004, 0xFFFFFFFF81000101, 0xFFFFFFFF81000302, 0, 0]
+    assert stack_text(frames, syms) == "submit_bio_noacct+0x1\nvfs_read+0x2"
+
+
+def test_file_paths_from_the_files_map(tmp_path: Path) -> None:
+    from ioscope.agg.abi import FILE
+    from ioscope.agg.names import file_path, mount_points
+    from ioscope.devices import kdev
+
+    mi = tmp_path / "mountinfo"
+    mi.write_text("36 25 7:0 / /mnt/data rw,relatime - ext4 /dev/loop0 rw\n"
+                  "37 25 7:0 /sub /mnt/bind rw,relatime - ext4 /dev/loop0 rw\n"
+                  "38 25 8:1 / /mnt/with\\040space rw - xfs /dev/sda1 rw\n")
+    mounts = mount_points(str(mi))
+    assert mounts == {kdev(7, 0): "/mnt/data", kdev(8, 1): "/mnt/with space"}
+
+    def rec(dev: int, comps: list[bytes], ino: int = 12) -> np.void:
+        r = np.zeros(1, dtype=FILE)[0]
+        r["ino"], r["dev"], r["depth"] = ino, dev, len(comps)
+        for i, c in enumerate(comps):
+            r["comp"][i] = c
+        return r
+
+    assert file_path(rec(kdev(7, 0), [b"b.dat", b"sub", b"dir", b"/"]), mounts) == "/mnt/data/dir/sub/b.dat"
+    assert file_path(rec(kdev(8, 1), [b"x", b"/"]), mounts) == "/mnt/with space/x"
+    assert file_path(rec(kdev(9, 9), [b"x", b"/"]), mounts) == "[9:9]/x"                 # not mounted here
+    assert file_path(rec(kdev(7, 0), [b"h", b"g", b"f", b"e", b"d", b"c", b"b", b"a"]), mounts) == ".../a/b/c/d/e/f/g/h"
+    assert file_path(rec(kdev(0, 5), [b""]), mounts) == "[block device cache]"
+    assert file_path(rec(kdev(7, 0), []), mounts) == "[inode 12 on 7:0]"
