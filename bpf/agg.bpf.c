@@ -255,9 +255,9 @@ static __always_inline void rec_comm(struct agg_rec *r, __u32 tgid)
 	if (!name)
 		return;
 	/*
-	 * Up to the NUL only: comms_note() (comms.bpf.h) stores its stack buffer whole, and the
-	 * bytes after a short name's NUL are whatever was on the stack; the WHERE program compares
-	 * the 16 bytes as two words, as user space builds them (the name, zero-padded).
+	 * Up to the NUL only, zero-padded: the WHERE program compares the 16 bytes as two words, as
+	 * user space builds them. comms_note() zeroes its buffer before the read, so this copy is a
+	 * guard, not a fix: the comparison stays right whoever wrote the name.
 	 */
 	{
 		char *out = (char *)&r->f[AGG_F_COMM0];

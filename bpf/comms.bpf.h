@@ -70,10 +70,13 @@ struct {
 	__type(value, char[16]);
 } comms SEC(".maps");
 
-/* Name tgid (the current process) in the comms map. */
+/*
+ * Name tgid (the current process) in the comms map. The buffer is zeroed first: the string
+ * read stops at the NUL, and the map value is compared as 16 bytes (agg's WHERE comm == ...).
+ */
 static __always_inline void comms_note(__u32 tgid)
 {
-	char comm[16];
+	char comm[16] = {};
 
 	process_comm(comm);
 	bpf_map_update_elem(&comms, &tgid, comm, BPF_ANY);
