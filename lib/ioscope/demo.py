@@ -13,10 +13,6 @@ import os
 import time
 
 from ioscope import cli_common, system
-from ioscope.lat.collector import LatCollector, LatOptions
-from ioscope.lat.model import completions_unreported
-from ioscope.render import HistView, percentile_table
-from ioscope.testbed import LoopDevice, have_fio, run_fio
 
 EXAMPLES = """\
 examples:
@@ -64,6 +60,12 @@ def _python_workload(path: str, seconds: float) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    # imported here, not for --help: the collector loads numpy and the BPF loader
+    from ioscope.lat.collector import LatCollector, LatOptions
+    from ioscope.lat.model import completions_unreported
+    from ioscope.render import HistView, percentile_table
+    from ioscope.testbed import LoopDevice, have_fio, run_fio
+
     if getattr(args, "scenario", None) == "readahead":
         from ioscope.ra import scenario
         return scenario.run(args)

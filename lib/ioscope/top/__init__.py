@@ -5,3 +5,6 @@ collector.py  the top BPF object and /proc/diskstats, read once per refresh
 view.py       plain-text, JSON and rich renderings, the heat map and the interactive screen
 cmd.py        the command line
 """
+
+# The process table's sort columns: here, not in model.py, so that `ioscope top --help` needs no numpy.
+PROC_SORT_KEYS = ("pid", "comm", "disk", "r_s", "w_s", "rkB_s", "wkB_s", "avg_kB", "avg_ms", "p99_ms")

@@ -10,22 +10,15 @@ import platform
 import sys
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ioscope import cli_common, devices, system
 from ioscope.errors import UsageError
-from ioscope.top.collector import TopCollector
-from ioscope.top.model import (
-    PROC_SORT_KEYS,
-    HeatHistory,
-    Sample,
-    Snapshot,
-    build_snapshot,
-    filter_snapshot,
-    sort_devices,
-    sort_procs,
-)
-from ioscope.top.view import ViewState, batch_text, interactive
+from ioscope.top import PROC_SORT_KEYS
+
+if TYPE_CHECKING:  # the collector, model and views (numpy, the BPF loader) are imported when top runs
+    from ioscope.top.collector import TopCollector
+    from ioscope.top.model import Sample, Snapshot
 
 EXAMPLES = """\
 examples:
@@ -109,6 +102,8 @@ class Sampler:
         self.prev: Sample = collector.sample()
 
     def __call__(self) -> Snapshot:
+        from ioscope.top.model import build_snapshot
+
         cur = self.c.sample()
         snap = build_snapshot(self.prev, cur, host=self.host, kernel=self.kernel, disks=self.c.whole_disks(),
                               name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary())
@@ -119,6 +114,10 @@ class Sampler:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ioscope.top.collector import TopCollector
+    from ioscope.top.model import HeatHistory
+    from ioscope.top.view import ViewState, interactive
+
     interval: float = args.interval or 1.0
     count: int | None = args.count or getattr(args, "iterations", None)
     disks = [devices.resolve_disk(d) for d in args.disk or []]
@@ -149,6 +148,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _batch(sample: Callable[[], Snapshot], args: argparse.Namespace, interval: float, count: int | None,
            disk: str | None) -> int:
+    from ioscope.top.model import filter_snapshot, sort_devices, sort_procs
+    from ioscope.top.view import batch_text
+
     done = 0
     start = time.time()
     try:

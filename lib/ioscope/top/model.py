@@ -253,7 +253,6 @@ def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: 
 
 # -- sorting and filtering ----------------------------------------------------
 
-PROC_SORT_KEYS = ("pid", "comm", "disk", "r_s", "w_s", "rkB_s", "wkB_s", "avg_kB", "avg_ms", "p99_ms")
 DEV_SORT_KEYS = ("disk", "r_s", "w_s", "rkB_s", "wkB_s", "rrqm_s", "wrqm_s", "r_await", "w_await", "aqu_sz",
                  "rareq_sz", "wareq_sz", "util", "p99_ms")
 
