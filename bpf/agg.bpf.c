@@ -680,14 +680,6 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 
 		d_ns = start > q_ns ? start : q_ns;
 	}
-	/*
-	 * The end of a flush sequence (an issued request whose data step has completed): its bio's
-	 * iterator was advanced over the data then, so its size reads 0 now. Such a request is never
-	 * merged (REQ_NOMERGE_FLAGS): its one bio's size is the request's, which the kernel keeps for
-	 * /proc/diskstats in rq->stats_sectors. The empty PREFLUSH write (never issued) stays 0 bytes.
-	 */
-	if (!size && i == 0 && whole && sl->d_ns && bpf_core_field_exists(rq->stats_sectors))
-		size = (btf ? rq->stats_sectors : BPF_CORE_READ(rq, stats_sectors)) << 9;
 	r->f[AGG_F_TGID] = sl->tgid;
 	r->f[AGG_F_SIZE] = size;
 	r->f[AGG_F_BYTES] = size;

@@ -174,6 +174,16 @@ static __always_inline int rqpath_rq_complete(struct request *rq, unsigned int n
 	for (i = 0; i < RQPATH_MAX_CHAIN && bio; i++) {
 		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
 
+		/*
+		 * The end of a flush sequence: its bio's iterator was advanced over the data
+		 * at the data step, so its size reads 0 now. Such a request is never merged
+		 * (REQ_NOMERGE_FLAGS), so its one bio's size is the request's, which the
+		 * kernel keeps in rq->stats_sectors when it issues a request on a queue that
+		 * keeps I/O statistics (QUEUE_FLAG_STATS: wbt, on by default, bfq, iocost,
+		 * iolatency). An empty PREFLUSH write is never issued: 0 stays 0.
+		 */
+		if (!size && i == 0 && whole && bpf_core_field_exists(rq->stats_sectors))
+			size = (__u32)(btf ? rq->stats_sectors : BPF_CORE_READ(rq, stats_sectors)) << 9;
 		/* a partial completion ends only the bios it fully covers */
 		if (!whole && done + size > nr_bytes)
 			break;

@@ -208,3 +208,42 @@ def test_filesystem_io_is_fully_attributed(live: None, loopdev: Callable[..., An
     # the file's writeback came in bios larger than the device takes: split ones inherited their parent's
     # process (fio's layout writes, not PID 0)
     assert sum(d["lost_detail"]["split"] for d in docs_all) > 0
+
+
+@pytest.mark.parametrize("attach", ["tp_btf", "raw_tp"])
+def test_synchronous_writes_keep_their_bytes(live: None, loopdev: Callable[..., Any], attach: str) -> None:
+    """O_DIRECT|O_DSYNC writes on a disk with a volatile write cache go through the flush sequence: the
+    request's bio reads 0 bytes at its final completion (its data step already advanced it). dd's row must
+    still carry every byte it wrote, as /proc/diskstats does."""
+    dev = loopdev(size_mb=64)
+    queue = Path(f"/sys/block/{dev.name}/queue")
+    assert queue.joinpath("write_cache").read_text().strip() == "write back"
+    # the size at the end of the sequence is the request's, kept by the kernel when the queue keeps I/O
+    # statistics; wbt (on by default here) is what makes it keep them
+    assert int(queue.joinpath("wbt_lat_usec").read_text()) > 0
+    time.sleep(0.5)
+    top = subprocess.Popen(ioscope_cmd("top", "-j", "-d", dev.name, "1", "3"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=dict(os.environ, IOSCOPE_ATTACH=attach))
+    writes = 37  # prime
+    try:
+        first = _lines(top, 1)
+        assert first, top.stderr.read() if top.stderr else ""
+        before = dev.diskstats()
+        dd = subprocess.run(["dd", "if=/dev/zero", f"of={dev.path}", "bs=4k", f"count={writes}",
+                             "oflag=direct,dsync", "status=none"], check=True, timeout=60)
+        assert dd.returncode == 0
+        rest = _lines(top, 2)
+        assert top.wait(timeout=30) == 0
+        after = dev.diskstats()
+    finally:
+        if top.poll() is None:
+            top.kill()
+            top.wait()
+    # each O_DSYNC write on the block device is a data write (FUA or PREFLUSH: a flush sequence) and an
+    # fdatasync's empty PREFLUSH write; the kernel counts both as writes, the bytes once
+    assert after.writes - before.writes == 2 * writes
+    assert after.sectors_written - before.sectors_written == writes * 8
+    mine = [(p, d["interval_s"]) for d in [first[0], *rest] for p in d["procs"] if p["comm"] == "dd"]
+    assert mine, [d["procs"] for d in rest]
+    assert round(sum(p["w_s"] * t for p, t in mine)) == 2 * writes
+    assert round(sum(p["wkB_s"] * t for p, t in mine)) == writes * 4
