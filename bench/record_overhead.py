@@ -35,7 +35,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ioscope.testbed import BlkTracer, LoopDevice, run_fio
+from ioscope.testbed import LoopDevice, run_fio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from blk_tracer import BlkTracer
 
 
 def fio_iops(path: str, runtime: float) -> float:

@@ -90,7 +90,7 @@ def _letters(ev: np.ndarray) -> collections.Counter[str]:
 
 
 def test_record_matches_kernel_blk_tracer(mounted: tuple[Any, str], tmpdir_shm: str) -> None:
-    from ioscope.testbed import BlkTracer, parse_blk_tracer
+    from blk_tracer import BlkTracer, parse_blk_tracer
     ld, mnt = mounted
     dev = ld.device
     out = f"{tmpdir_shm}/cmp.ioscope"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ioscope.testbed import buffer_size_setting
+from blk_tracer import buffer_size_setting
 
 
 def test_buffer_size_setting_of_a_fresh_tracefs() -> None:

@@ -585,10 +585,6 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from ioscope.cli import main as cli_main
-    return cli_main(["record", *(argv if argv is not None else sys.argv[1:])])
-
 
 __all__ = ["HOOKS", "Losses", "Recorder", "RecorderOptions", "add_parser", "capture_meta", "clock_pair",
-           "device_meta", "main", "run"]
+           "device_meta", "run"]

@@ -16,7 +16,7 @@ import json
 import sys
 import time
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -319,9 +319,5 @@ def _loop(sn: Snooper, args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from ioscope.cli import main as cli_main
-    return cli_main(["snoop", *(argv if argv is not None else sys.argv[1:])])
 
-
-__all__ = ["PAIRED", "Pairer", "SnoopLine", "Snooper", "add_parser", "fmt_line", "main", "run"]
+__all__ = ["PAIRED", "Pairer", "SnoopLine", "Snooper", "add_parser", "fmt_line", "run"]

@@ -1,0 +1,149 @@
+"""The kernel's ftrace blk tracer: the independent reference the live tests (and bench/record_overhead.py)
+compare ioscope's event streams with. Test code: not part of the ioscope package."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ioscope.errors import IoscopeError
+
+
+class BlkTracer:
+    """The kernel's own ftrace blk tracer on one disk: the independent reference for event streams.
+
+    tracefs has one blk tracer for the whole system, so users are serialised
+    with a lock file, and every setting changed (current_tracer, buffer size,
+    trace_clock, the disk's trace/enable) is restored on exit. Timestamps are
+    CLOCK_MONOTONIC seconds (trace_clock mono). With output=FILE the events
+    are streamed from trace_pipe into FILE while tracing (as an overhead
+    reference); otherwise they are read from the buffer at the end (lines()).
+    overruns() says whether the kernel dropped any (then the reference is void).
+    """
+
+    LOCK = "/dev/shm/ioscope-blk-tracer.lock"
+
+    def __init__(self, disk: str, output: str | None = None, buffer_kb: int = 131072) -> None:
+        self.disk = disk
+        self.output = output
+        self.buffer_kb = buffer_kb
+        self.tracefs = ""
+        self._saved: dict[str, str] = {}
+        self._lock_fd = -1
+        self._reader: subprocess.Popen[bytes] | None = None
+        self._out: Any = None
+        self.text = ""
+
+    def _w(self, rel: str, value: str) -> None:
+        Path(self.tracefs, rel).write_text(value)
+
+    def _r(self, rel: str) -> str:
+        return Path(self.tracefs, rel).read_text().strip()
+
+    def __enter__(self) -> BlkTracer:
+        import fcntl
+
+        from ioscope import system
+        self.tracefs = system.ensure_tracefs()
+        self._lock_fd = os.open(self.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        try:
+            if self._r("current_tracer") != "nop":
+                raise IoscopeError(f"the ftrace tracer is in use ({self._r('current_tracer')})")
+            clock = [w[1:-1] for w in self._r("trace_clock").split() if w.startswith("[")]
+            self._saved = {"buffer_size_kb": buffer_size_setting(self._r("buffer_size_kb")),
+                           "tracing_on": self._r("tracing_on"),
+                           "trace_clock": clock[0] if clock else "local"}
+            self._w("buffer_size_kb", str(self.buffer_kb))
+            self._w("trace_clock", "mono")  # timestamps on CLOCK_MONOTONIC, as BPF's bpf_ktime_get_ns()
+            self._w("trace", "")
+            self._w("tracing_on", "1")
+            Path(f"/sys/block/{self.disk}/trace/enable").write_text("1")
+            self._saved["enable"] = "0"
+            self._w("current_tracer", "blk")
+            if self.output:
+                self._out = open(self.output, "wb")
+                self._reader = subprocess.Popen(["cat", f"{self.tracefs}/trace_pipe"], stdout=self._out)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop tracing this disk (idempotent); the buffer stays readable."""
+        if "enable" in self._saved:
+            Path(f"/sys/block/{self.disk}/trace/enable").write_text("0")
+            del self._saved["enable"]
+        if self._reader is not None:
+            last = -1
+            while True:  # let cat drain trace_pipe
+                time.sleep(0.3)
+                size = os.fstat(self._out.fileno()).st_size
+                if size == last:
+                    break
+                last = size
+            self._reader.terminate()
+            self._reader.wait()
+            self._reader = None
+            self._out.close()
+        elif not self.text:
+            self.text = Path(self.tracefs, "trace").read_text()
+
+    def overruns(self) -> int:
+        total = 0
+        for stats in Path(self.tracefs, "per_cpu").glob("cpu*/stats"):
+            for line in stats.read_text().splitlines():
+                if line.startswith(("overrun:", "dropped events:")):
+                    total += int(line.split(":")[1])
+        return total
+
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
+        try:
+            if self.tracefs:
+                self.stop()
+                if self._r("current_tracer") == "blk":
+                    self._w("current_tracer", "nop")
+                for key in ("buffer_size_kb", "tracing_on", "trace_clock"):
+                    if key in self._saved:
+                        self._w(key, self._saved.pop(key))
+        finally:
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
+
+
+def buffer_size_setting(text: str) -> str:
+    """What to write back to tracefs buffer_size_kb to restore what was read from it.
+
+    A tracefs whose ring buffer was never used reads back as '7 (expanded: 1408)': 7 KiB now,
+    1408 KiB as soon as a tracer starts. The kernel accepts only a number, and the size the
+    buffer has when in use is the expanded one."""
+    words = text.replace("(", " ").replace(")", " ").split()
+    if "expanded:" in words:
+        return words[words.index("expanded:") + 1]
+    if not words or not words[0].isdigit():
+        raise ValueError(f"unexpected buffer_size_kb in tracefs: {text!r}")
+    return words[0]
+
+
+def parse_blk_tracer(text: str, dev: str) -> list[dict[str, Any]]:
+    """Lines of the blk tracer for device "maj,min" as dicts: cpu, ts, action, rwbs, sector, nsec, tail."""
+    line_re = re.compile(r"\[(\d+)\]\s+\S+\s+(\d+\.\d+):\s+(\d+,\d+)\s+(\S+)\s+(\S+)\s*(.*)$")
+    out = []
+    for line in text.splitlines():
+        m = line_re.search(line)
+        if not m or m.group(3) != dev:
+            continue
+        cpu, ts, _dev, action, rwbs, tail = m.groups()
+        sector = nsec = None
+        sm = re.match(r"(\d+)(?: [+/] (\d+))?", tail)
+        if sm:
+            sector, nsec = int(sm.group(1)), int(sm.group(2) or 0)
+        out.append({"cpu": int(cpu), "ts": float(ts), "action": action, "rwbs": rwbs, "sector": sector,
+                    "nsec": nsec, "tail": tail})
+    return out
