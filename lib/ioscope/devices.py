@@ -25,6 +25,11 @@ def kdev_split(dev: int) -> tuple[int, int]:
     return dev >> MINORBITS, dev & ((1 << MINORBITS) - 1)
 
 
+def kdev_str(dev: int, sep: str = ",") -> str:
+    """"major,minor" of a kernel dev_t, as blkparse and btt name devices (sep=":" as sysfs does)."""
+    return f"{dev >> MINORBITS}{sep}{dev & ((1 << MINORBITS) - 1)}"
+
+
 @dataclass(frozen=True)
 class BlockDevice:
     name: str

@@ -37,6 +37,7 @@ import numpy as np
 
 from ioscope import abi as core_abi
 from ioscope import devices
+from ioscope.abi import comm_str
 from ioscope.agg import names
 from ioscope.agg.expr import Expr, ExprError, Insn, Resolver, compile_cond
 from ioscope.agg.model import AggResult, AggSample, RawRow, aggregate, build_result
@@ -153,8 +154,7 @@ class Pairing:
             self.last_ts = ts
             if action == 0:
                 if flags & EV_NOTE_PROCESS and pid == tgid:
-                    raw = np.array([sector, aux], dtype="<u8").tobytes()
-                    self.comms[tgid] = raw.split(b"\0")[0].decode(errors="replace")
+                    self.comms[tgid] = comm_str(np.array([sector, aux], dtype="<u8").tobytes())
                 continue
             if action == TA_QUEUE:
                 self._queue(ts, dev, sector, nbytes, pid, tgid, cpu, cat)

@@ -25,6 +25,7 @@ from typing import BinaryIO
 import numpy as np
 import numpy.typing as npt
 
+from ioscope.abi import comm_str
 from ioscope.errors import IoscopeError
 from ioscope.trace import _tracecore
 from ioscope.trace.events import (
@@ -373,7 +374,7 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
         ev["aux"][proc] = le[:, 1]
         ev["bytes"][proc] = 0
         for pid, row in zip(hdr["pid"][proc].tolist(), pay[proc]):
-            comms[int(pid)] = bytes(row).split(b"\0")[0].decode(errors="replace")
+            comms[int(pid)] = comm_str(bytes(row))
         keep |= proc
     ts_note = notify & (code == TN_TIMESTAMP) & (plen == 8)
     if ts_note.any():

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ioscope.devices import kdev_split
 from ioscope.hist import NBUCKETS, Hist, bucket_indexes
 from ioscope.trace import _tracecore
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET
@@ -82,7 +83,7 @@ def bit_time(t_ns: int) -> float:
 
 
 def is_remapper(dev: int) -> bool:
-    return (dev >> 20) in REMAPPER_MAJORS
+    return kdev_split(dev)[0] in REMAPPER_MAJORS
 
 
 def process_name(pid: int, comms: dict[int, str]) -> str:

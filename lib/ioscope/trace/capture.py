@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from ioscope.abi import comm_str
 from ioscope.errors import IoscopeError
 from ioscope.outfile import create_private
 from ioscope.trace import _tracecore
@@ -119,7 +120,7 @@ def notes_to_comms(events: np.ndarray) -> dict[int, str]:
     raw[:, 0] = sel["sector"]
     raw[:, 1] = sel["aux"]
     names = raw.view("S16").ravel()
-    return {int(p): n.split(b"\0")[0].decode(errors="replace") for p, n in zip(sel["pid"], names)}
+    return {int(p): comm_str(n) for p, n in zip(sel["pid"], names)}
 
 
 def clock_pair() -> dict[str, int]:

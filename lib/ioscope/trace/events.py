@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ioscope.abi import comm_str
+
 EVENT = np.dtype([
     ("ts", np.uint64),        # ns, CLOCK_MONOTONIC
     ("sector", np.uint64),
@@ -92,4 +94,4 @@ def rwbs(category: int, nbytes: int) -> str:
 def note_comm(ev: np.void) -> str:
     """The command name carried by a process note (sector and aux hold its 16 bytes)."""
     raw = np.array([ev["sector"], ev["aux"]], dtype="<u8").tobytes()
-    return raw.split(b"\0")[0].decode(errors="replace")
+    return comm_str(raw)

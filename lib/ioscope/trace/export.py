@@ -11,6 +11,7 @@ from typing import BinaryIO, cast
 import numpy as np
 
 from ioscope import outfile
+from ioscope.devices import kdev_str
 from ioscope.errors import UsageError
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET, BlktraceWriter
 from ioscope.trace.events import EV_NOTE_PROCESS, note_comm
@@ -39,7 +40,7 @@ def file_stem(src: Source, dev: int) -> str:
     name = src.dev_name(dev)
     if name and "/" not in name:
         return name
-    return f"dev{dev >> 20}_{dev & 0xFFFFF}"
+    return "dev" + kdev_str(dev, "_")
 
 
 def export_blktrace(path: str, out: str, per_cpu: bool = False, force: bool = False,

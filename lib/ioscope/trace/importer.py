@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ioscope import outfile
+from ioscope.devices import kdev_split, kdev_str
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import blktrace
 from ioscope.trace.events import EV_NOTE_PROCESS
@@ -111,10 +112,11 @@ def import_blktrace(inputs: list[str], out: str) -> dict[str, Any]:
     devs, stamps, max_cpu = survey(groups)
     devices: dict[str, Any] = {}
     for dev, name in devs.items():
-        info: dict[str, Any] = {"major": dev >> 20, "minor": dev & 0xFFFFF}
+        ma, mi = kdev_split(dev)
+        info: dict[str, Any] = {"major": ma, "minor": mi}
         if name:
             info["name"] = name
-        devices[f"{dev >> 20},{dev & 0xFFFFF}"] = info
+        devices[kdev_str(dev)] = info
     meta: dict[str, Any] = {
         # the host that recorded is unknown: blktrace files do not say
         "host": None, "kernel": None, "kernel_version": None, "machine": None, "ncpus": max_cpu + 1,

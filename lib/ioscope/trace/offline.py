@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ioscope.devices import kdev_str
 from ioscope.errors import IoscopeError
 from ioscope.trace import blktrace
 
@@ -75,7 +76,7 @@ class Source:
     def dev_name(self, dev: int) -> str | None:
         """The device's name from the capture header, if it has one."""
         devs = self.meta.get("devices") or {}
-        info = devs.get(f"{dev >> 20},{dev & 0xFFFFF}") if isinstance(devs, dict) else None
+        info = devs.get(kdev_str(dev)) if isinstance(devs, dict) else None
         if isinstance(info, dict) and isinstance(info.get("name"), str):
             return str(info["name"])
         return None

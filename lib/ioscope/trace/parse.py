@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ioscope import outfile
+from ioscope.devices import kdev_split, kdev_str
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import _tracecore
 from ioscope.trace.blktrace import Sequencer
@@ -401,7 +402,7 @@ class Parser:
         if act in (TA_UNPLUG_IO, TA_UNPLUG_TIMER):
             return f"{head}[{name}] {aux & 0xFFFFFFFF}\n"
         if act == TA_REMAP:
-            return f"{head}{sec} + {nsec} <- ({auxdev >> 20},{auxdev & 0xFFFFF}) {aux}\n"
+            return f"{head}{sec} + {nsec} <- ({kdev_str(auxdev)}) {aux}\n"
         if act == TA_SPLIT:
             return f"{head}{sec} / {aux & 0xFFFFFFFF} [{name}]\n"
         return f"{head}{sec} + {nsec} [{name}]\n" if nsec else f"{head}[{name}]\n"
@@ -436,8 +437,9 @@ class Parser:
             pdu = aux.to_bytes(8, "big")
         elif act == TA_REMAP:
             pdu = auxdev.to_bytes(4, "big") + dev.to_bytes(4, "big") + aux.to_bytes(8, "big")
+        major, minor = kdev_split(dev)
         return {"act": letters, "cpu": cpu, "comm": self.comms.get(pid, ""), "rwbs": rwbs(cat, nb),
-                "major": dev >> 20, "minor": dev & 0xFFFFF, "error": err, "nblocks": nb >> 9, "bytes": nb,
+                "major": major, "minor": minor, "error": err, "nblocks": nb >> 9, "bytes": nb,
                 "pid": pid, "seq": s, "sector": sec, "sec": t // 1_000_000_000, "nsec": t % 1_000_000_000,
                 # %P dumps the payload of SCSI pass-through (PC) events only, as blkparse does
                 "time": t, "pdu": b"", "pdu_int": int.from_bytes(pdu[:8], "big") & 0xFFFFFFFF if pdu else 0}
@@ -446,7 +448,7 @@ class Parser:
         out: list[str] = []
         w = out.append
         for i, (dev, di) in enumerate(self.dev_idx.items()):
-            name = f"{dev >> 20},{dev & 0xFFFFF}"
+            name = kdev_str(dev)
             if i > 0:
                 w("\n")
             total = IoStats()

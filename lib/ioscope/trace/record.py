@@ -22,6 +22,7 @@ import numpy as np
 from ioscope import _libbpf, cli_common, devices, outfile, system
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.loader import BPFObject
+from ioscope.render import fmt_bytes
 from ioscope.trace.capture import CaptureWriter, clock_pair
 from ioscope.trace.events import ACTION_LETTERS, EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_WRITE
 
@@ -449,13 +450,6 @@ def _fmt_count(n: float) -> str:
     return f"{n:.0f}"
 
 
-def _fmt_size(n: float) -> str:
-    for unit, div in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= div:
-            return f"{n / div:.1f} {unit}"
-    return f"{n:.0f} B"
-
-
 EXAMPLES = """\
 examples:
   ioscope record -o trace.ioscope                 # every disk until Ctrl-C
@@ -548,7 +542,7 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
             if not args.quiet and now - last_line >= (1.0 if tty else 10.0) and not session.done.is_set():
                 rate = (st.events - last_events) / (now - last_line)
                 line = (f"{now - started:7.1f}s  {st.events:>12,} events  {_fmt_count(rate):>7}/s  "
-                        f"{_fmt_size(st.bytes):>10}  lost {st.lost}")
+                        f"{fmt_bytes(st.bytes, prose=True):>10}  lost {st.lost}")
                 sys.stderr.write(("\r" + line) if tty else (line + "\n"))
                 sys.stderr.flush()
                 last_line, last_events = now, st.events
@@ -574,7 +568,7 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
     acts = ", ".join(f"{ACTION_LETTERS.get(a, str(a))} {int(n)}" for a, n in enumerate(counts) if n and a)
     nevents, nnotes = int(counts[1:].sum()), int(counts[0])
     print(f"Recorded {nevents:,} events ({acts or 'none'}) and {nnotes} process notes in {elapsed:.1f}s "
-          f"to {args.output} ({_fmt_size(st.bytes)}); lost {losses.total}"
+          f"to {args.output} ({fmt_bytes(st.bytes, prose=True)}); lost {losses.total}"
           f"{' (' + losses.describe() + ')' if losses.total else ''}; stopped: {st.stop_reason or 'end'}.",
           file=sys.stderr)
     if losses.total:

@@ -13,7 +13,9 @@ import numpy as np
 import numpy.typing as npt
 
 from ioscope import outfile
+from ioscope.devices import kdev_split, kdev_str
 from ioscope.errors import IoscopeError, UsageError
+from ioscope.render import fmt_ns
 from ioscope.trace import btt
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET
 from ioscope.trace.btt import ALL_ROWS, BttResult, DevState, Stat, is_remapper
@@ -36,11 +38,12 @@ Q2D_HEADS = ("<.005", "<.010", "<.025", "<.050", "<.075", "<.100", "<.250", "<.5
 
 
 def dev_label(dev: int) -> str:
-    return f"({dev >> 20:3d},{dev & 0xFFFFF:3d})"
+    ma, mi = kdev_split(dev)
+    return f"({ma:3d},{mi:3d})"
 
 
 def dev_key(dev: int) -> str:
-    return f"{dev >> 20},{dev & 0xFFFFF}"
+    return kdev_str(dev)
 
 
 def _hdr(out: list[str], title: str) -> None:
@@ -420,21 +423,11 @@ def render_heatmap(r: BttResult, width: int = 64) -> list[str]:
     bin_s = r.heat.width * per / 1e9
     for b in range(hi, lo - 1, -1):
         cells = "".join(shades[0 if c == 0 else 1 + min(8, int(8 * np.log1p(c) / np.log1p(peak)))] for c in g[:, b])
-        out.append(f"{_fmt_lat(1 << b):>9s} |{cells}|")
+        out.append(f"{fmt_ns(1 << b):>9s} |{cells}|")
     out.append(f"{'':9s}  {'^ ' + f'{bin_s:.6g} s per column, time from the first Q':<{len(g)}s}")
     out.append("latency rows are powers of two (row = [value, 2*value)); darker = more I/Os (log scale)")
     out.append("")
     return out
-
-
-def _fmt_lat(ns: int) -> str:
-    if ns < 1000:
-        return f"{ns}ns"
-    if ns < 1_000_000:
-        return f"{ns / 1000:.0f}us"
-    if ns < 1_000_000_000:
-        return f"{ns / 1e6:.0f}ms"
-    return f"{ns / 1e9:.0f}s"
 
 
 def iostat_rows(r: BttResult) -> list[dict[str, Any]]:
