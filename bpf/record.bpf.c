@@ -50,6 +50,7 @@
 #include "record.h"
 #define COMMS_MAP 0
 #include "comms.bpf.h"
+#include "devfilter.bpf.h"
 
 #define TA_QUEUE 1
 #define TA_BACKMERGE 2
@@ -67,8 +68,6 @@
 
 #define MAX_CHAIN 8 /* bios of a request checked against the -p filter */
 
-const volatile __u32 targ_ndisks = 0;
-const volatile __u32 targ_disks[IOS_REC_MAX_DISKS] = {};
 const volatile __u32 targ_tgid = 0;
 /* bench/record_overhead.py only, to take the cost apart (0 in every real use; the verifier
  * removes the checks of a constant): 1 return at once, 2 return after reading the clock,
@@ -159,22 +158,6 @@ static __always_inline void stat_inc(__u32 idx)
 
 	if (v)
 		*v += 1; /* per-CPU slot: no atomic needed */
-}
-
-static __always_inline bool disk_wanted(__u32 dev)
-{
-	int i;
-
-	if (!targ_ndisks)
-		return true;
-#pragma unroll
-	for (i = 0; i < IOS_REC_MAX_DISKS; i++) {
-		if (i >= targ_ndisks)
-			break;
-		if (targ_disks[i] == dev)
-			return true;
-	}
-	return false;
 }
 
 /* A free slot of this CPU's ring at this level (its head in *head), or NULL: ring full. */
@@ -380,7 +363,7 @@ static __always_inline int on_bio(struct bio *bio, __u16 action, __u16 actbits, 
 	__u32 dev = direct ? disk_dev_direct(disk) : disk_dev(disk);
 	__u32 opf;
 
-	if (!disk_wanted(dev))
+	if (!dev_wanted(dev))
 		return 0;
 	if (targ_tgid) {
 		if ((pid_tgid >> 32) == targ_tgid) {
@@ -406,7 +389,7 @@ static __always_inline int on_bio_complete(struct bio *bio, bool direct)
 	__u32 dev = direct ? disk_dev_direct(disk) : disk_dev(disk);
 	__u32 opf;
 
-	if (!disk_wanted(dev))
+	if (!dev_wanted(dev))
 		return 0;
 	if (targ_tgid) {
 		__u64 key = (__u64)bio;
@@ -437,7 +420,7 @@ static __always_inline int on_rq(struct request *rq, __u16 action, __u16 actbits
 	__u64 sector;
 	__u16 tc;
 
-	if (!disk_wanted(dev))
+	if (!dev_wanted(dev))
 		return 0;
 	if (targ_tgid && !rq_tracked(rq, action == TA_COMPLETE && nr_bytes >= RD(direct, rq, __data_len)))
 		return 0;
@@ -467,7 +450,7 @@ static __always_inline int on_plug(struct request_queue *q, __u16 action, __u64 
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 dev = direct ? disk_dev_direct(queue_disk_direct(q)) : disk_dev(queue_disk(q));
 
-	if (!disk_wanted(dev))
+	if (!dev_wanted(dev))
 		return 0;
 	if (targ_tgid && (pid_tgid >> 32) != targ_tgid)
 		return 0;

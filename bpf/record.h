@@ -29,7 +29,6 @@ struct rec_ring_pos {
 	__u64 pad1[7];
 };
 
-#define IOS_REC_MAX_DISKS 16  /* -d filters */
 #define IOS_REC_COMM_SLOTS 16 /* per-CPU cache of recently seen (pid, comm) */
 
 #endif /* RECORD_H */

@@ -61,3 +61,17 @@ def test_constants_match_header() -> None:
     for cname, idx in stat_names.items():
         assert d[f"IOS_{cname}"] == idx and idx in abi.STAT_NAMES
 
+
+
+def test_one_disk_filter_for_every_object() -> None:
+    """-d means the same in every tool: every BPF object filters with bpf/devfilter.bpf.h (through
+    common.bpf.h or directly), with the limit the loader checks, and no object has a filter of its own."""
+    from ioscope import loader
+
+    bpf = HEADER.parent
+    text = (bpf / "devfilter.bpf.h").read_text()
+    assert int(re.search(r"#define IOS_MAX_FILTER_DISKS (\d+)", text)[1]) == loader.MAX_FILTER_DISKS  # type: ignore[index]
+    for src in sorted(bpf.glob("*.bpf.c")):
+        code = src.read_text()
+        assert '#include "common.bpf.h"' in code or '#include "devfilter.bpf.h"' in code, src.name
+        assert "dev_filter SEC" not in code and "targ_disks" not in code, src.name

@@ -343,3 +343,22 @@ def test_record_refuses_to_overwrite(tmpdir_shm: str) -> None:
     assert Path(out).read_text() == "precious"
     p = run_ioscope("record", "-o", "/nonexistent-dir/x.ioscope")
     assert p.returncode == 1 and "does not exist" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_record_disk_filter_keeps_only_the_disks_given(loopdev: Callable[..., Any], tmpdir_shm: str) -> None:
+    """-d is the one in-kernel filter of every tool (bpf/devfilter.bpf.h): two disks given, a third busy
+    beside them, and the capture holds exactly the two given disks' I/O."""
+    a, b, other = (loopdev(size_mb=32, scheduler="none") for _ in range(3))
+    counts = {a.name: 13, b.name: 29, other.name: 31}  # primes: direct 4 KiB reads
+    out = f"{tmpdir_shm}/two.ioscope"
+    rec = _start_record(out, "-d", a.name, "-d", b.name, "-q")
+    for ld in (a, b, other):
+        subprocess.run(["dd", f"if={ld.path}", "of=/dev/null", "bs=4k", f"count={counts[ld.name]}",
+                        "iflag=direct", "status=none"], check=True, timeout=60)
+    err = _stop(rec)
+    assert rec.returncode == 0, err
+    with open_capture(out) as cap:
+        ev = cap.read_all()
+    c = ev[ev["action"] == TA_COMPLETE]
+    got = collections.Counter(int(d) for d in c["dev"])
+    assert got == {a.device.dev: counts[a.name], b.device.dev: counts[b.name]}, got

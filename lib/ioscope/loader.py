@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ioscope import system
-from ioscope.errors import IoscopeError
+from ioscope.errors import IoscopeError, UsageError
 
 try:
     from ioscope import _libbpf
@@ -31,6 +31,7 @@ except ImportError as _exc:  # pragma: no cover - broken installs only
                        "reinstall ioscope: pip install . (needs libbpf-dev, pkg-config and clang)") from None
 
 OBJ_DIR = Path(__file__).resolve().parent / "bpfobj"
+MAX_FILTER_DISKS = 256  # IOS_MAX_FILTER_DISKS, bpf/devfilter.bpf.h: -d in every tool
 VARIANTS = ("tp_btf", "raw_tp", "tracepoint")
 PREFIX = {"tp_btf": "btf_", "raw_tp": "raw_", "tracepoint": "tp_"}
 
@@ -138,8 +139,11 @@ class BPFObject:
             raise IoscopeError(str(exc)) from None
 
     def filter_disks(self, devs: Iterable[int]) -> None:
-        """-d: only these kernel dev_t values (bpf/common.bpf.h). Call before load(), which fills the map."""
+        """-d: only these kernel dev_t values (bpf/devfilter.bpf.h). Call before load(), which fills the map."""
         self._filter_devs = sorted(set(devs))
+        if len(self._filter_devs) > MAX_FILTER_DISKS:
+            raise UsageError(f"-d was given {len(self._filter_devs)} disks; at most {MAX_FILTER_DISKS} can be "
+                             "filtered in the kernel", "leave -d out to trace every disk")
         self.set_global("targ_filter_dev", bool(self._filter_devs), "?")
 
     def set_max_entries(self, map_name: str, n: int) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ioscope import _libbpf, cli_common, devices, outfile, system
-from ioscope.errors import IoscopeError, UsageError
+from ioscope.errors import IoscopeError
 from ioscope.loader import BPFObject
 from ioscope.render import fmt_bytes
 from ioscope.trace.capture import CaptureWriter, clock_pair
@@ -49,7 +49,6 @@ HOOKS: dict[str, tuple[str, bool]] = {
 # enum rec_stat in bpf/record.h
 STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_LOST_NEST, STAT_RING_RACE, STAT_NO_RING = range(6)
 NR_STATS = 6
-MAX_DISKS = 16  # IOS_REC_MAX_DISKS
 LEVELS = 3  # IOS_REC_LEVELS: rings per CPU (task, softirq, hardirq)
 MIN_RING_SLOTS = 1024  # with an explicit --buffer
 DEFAULT_MIN_RING_SLOTS = 8192  # without: at least ~400,000 events/s per ring between two polls
@@ -135,8 +134,6 @@ class Recorder:
     """The record BPF object, loaded and attached; poll() returns EVENT arrays."""
 
     def __init__(self, opts: RecorderOptions) -> None:
-        if len(opts.disks) > MAX_DISKS:
-            raise UsageError(f"at most {MAX_DISKS} disks can be given with -d")
         self.opts = opts
         # rings for the CPUs present now (a VM may declare many more possible CPUs than it has)
         self.ring_cpus = min(system.present_cpus(), _libbpf.num_possible_cpus())
@@ -155,9 +152,7 @@ class Recorder:
         b, o = self.bpf, self.opts
         wanted = o.hooks if o.hooks is not None else list(HOOKS)
         b.choose(required=[h for h in wanted if HOOKS[h][1]], optional=[h for h in wanted if not HOOKS[h][1]])
-        b.set_global("targ_ndisks", len(o.disks), "I")
-        devs = [d.dev for d in o.disks] + [0] * (MAX_DISKS - len(o.disks))
-        b.obj.set_global("targ_disks", np.array(devs, dtype=np.uint32).tobytes())
+        b.filter_disks(d.dev for d in o.disks)
         b.set_global("targ_tgid", o.pid or 0, "I")
         b.set_global("targ_ring_slots", self.ring_slots, "I")
         b.set_global("targ_ring_cpus", self.ring_cpus, "I")
