@@ -10,7 +10,19 @@ import pytest
 
 from ioscope import devices
 from ioscope.cli_common import parse_size
-from ioscope.trace.record import HOOKS, Losses, _partitions, device_meta, ring_slots
+from ioscope.trace.record import (
+    HOOKS,
+    NR_STATS,
+    STAT_LOST_EVENT,
+    STAT_LOST_NEST,
+    STAT_LOST_NOTE,
+    STAT_PID_MAP_FULL,
+    _partitions,
+    capture_lost,
+    device_meta,
+    record_losses,
+    ring_slots,
+)
 
 
 @pytest.mark.parametrize("text, value", [
@@ -39,16 +51,25 @@ def test_ring_slots_share_the_buffer_in_powers_of_two() -> None:
 
 
 def test_losses_json_and_total() -> None:
-    lo = Losses(events=np.array([3, 0], dtype=np.uint64), notes=np.array([0, 2], dtype=np.uint64),
-                pid_map_full=1, recursion_misses=5)
-    assert lo.total == 11  # a bio not followed under -p means its request events are missing
-    doc = lo.to_json()
-    assert doc["per_cpu"]["ringbuf_full_events"] == [3, 0] and doc["ringbuf_full_notes"] == 2
-    assert "3 events (ring full: raise --buffer)" in lo.describe() and "recursion_misses" in lo.describe()
-    none = Losses(np.zeros(2, np.uint64), np.zeros(2, np.uint64), 0, 0)
-    assert none.total == 0 and none.describe() == "none"
-    nest = Losses(np.zeros(2, np.uint64), np.zeros(2, np.uint64), 0, 0, nested=4)
-    assert nest.total == 4 and nest.to_json()["nested_too_deep"] == 4 and "nested 3 deep" in nest.describe()
+    """record's losses are the one Losses type; the capture keeps its meta['lost'] layout (older readers)."""
+    per_cpu = np.zeros((2, NR_STATS), dtype=np.uint64)
+    per_cpu[:, STAT_LOST_EVENT] = [3, 0]
+    per_cpu[:, STAT_LOST_NOTE] = [0, 2]
+    per_cpu[1, STAT_PID_MAP_FULL] = 1
+    lo = record_losses(per_cpu, recursion_misses=5)
+    assert lo.lost == 11  # a bio not followed under -p means its request events are missing
+    doc = capture_lost(lo, per_cpu)
+    assert doc["total"] == 11 and doc["ringbuf_full_notes"] == 2 and doc["recursion_misses"] == 5
+    assert doc["per_cpu"]["ringbuf_full_events"] == [3, 0] and doc["per_cpu"]["ringbuf_full_notes"] == [0, 2]
+    assert "3 ringbuf_full_events (events, ring full: raise --buffer)" in lo.describe()
+    assert "5 recursion_misses" in lo.describe()
+    assert lo.to_json()["lost"] == 11 and lo.to_json()["lost_detail"]["pid_map_full"] == 1
+    none = record_losses(np.zeros((2, NR_STATS), np.uint64), 0)
+    assert none.lost == 0 and none.describe() == "none"
+    nest = np.zeros((2, NR_STATS), np.uint64)
+    nest[0, STAT_LOST_NEST] = 4
+    lo = record_losses(nest, 0)
+    assert lo.lost == 4 and capture_lost(lo, nest)["nested_too_deep"] == 4 and "nested 3 deep" in lo.describe()
 
 
 def test_every_hook_has_a_program_pair() -> None:

@@ -22,6 +22,7 @@ import numpy as np
 from ioscope import _libbpf, cli_common, devices, outfile, system
 from ioscope.errors import IoscopeError
 from ioscope.loader import BPFObject
+from ioscope.losses import RECURSION_MISSES, Losses
 from ioscope.render import fmt_bytes
 from ioscope.trace.capture import CaptureWriter, clock_pair
 from ioscope.trace.events import ACTION_LETTERS, EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_WRITE
@@ -59,55 +60,34 @@ DEFAULT_BUFFER = 32 << 20
 POLL_MS = 20
 
 
-@dataclass
-class Losses:
-    """What the recorder did not record, as stored in captures (meta['lost'])."""
+# What the recorder did not record: Losses counters (losses.py, the one loss type), all of them losses.
+STAT_LOSSES = {STAT_LOST_EVENT: "ringbuf_full_events", STAT_LOST_NOTE: "ringbuf_full_notes",
+               STAT_PID_MAP_FULL: "pid_map_full", STAT_LOST_NEST: "nested_too_deep", STAT_RING_RACE: "ring_race",
+               STAT_NO_RING: "cpu_without_ring"}
+LOSS_EXPLAIN = {
+    "ringbuf_full_events": "events, ring full: raise --buffer",
+    "ringbuf_full_notes": "process notes, ring full: raise --buffer",
+    "pid_map_full": "bios of the -p process not followed, map full: their request events are missing",
+    "nested_too_deep": f"events of programs nested {LEVELS} deep on a CPU",
+    "ring_race": "records of two programs writing one ring: please report",
+    "cpu_without_ring": "events on CPUs brought online after the start, which have no ring",
+    RECURSION_MISSES: "program runs the kernel skipped",
+}
 
-    events: np.ndarray      # per CPU: events dropped, ring full
-    notes: np.ndarray       # per CPU: process notes dropped, ring full
-    pid_map_full: int
-    recursion_misses: int
-    nested: int = 0         # events dropped: more programs nested on a CPU than it has rings
-    ring_race: int = 0      # two programs wrote one ring (impossible by design; checked)
-    no_ring: int = 0        # events on CPUs plugged in after the start (they have no rings)
 
-    @property
-    def total(self) -> int:
-        return (int(self.events.sum() + self.notes.sum()) + self.recursion_misses + self.pid_map_full
-                + self.nested + self.ring_race + self.no_ring)
+def record_losses(per_cpu: np.ndarray, recursion_misses: int) -> Losses:
+    """rec_stats per CPU (ncpus, NR_STATS) and the kernel's recursion_misses -> Losses."""
+    counters = {name: int(per_cpu[:, i].sum()) for i, name in STAT_LOSSES.items()}
+    counters[RECURSION_MISSES] = recursion_misses
+    return Losses(counters, frozenset(counters), LOSS_EXPLAIN)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "total": self.total,
-            "ringbuf_full_events": int(self.events.sum()),
-            "ringbuf_full_notes": int(self.notes.sum()),
-            "recursion_misses": self.recursion_misses,
-            "pid_map_full": self.pid_map_full,
-            "nested_too_deep": self.nested,
-            "ring_race": self.ring_race,
-            "cpu_without_ring": self.no_ring,
-            "per_cpu": {"ringbuf_full_events": [int(x) for x in self.events],
-                        "ringbuf_full_notes": [int(x) for x in self.notes]},
-        }
 
-    def describe(self) -> str:
-        parts = []
-        if self.events.sum():
-            parts.append(f"{int(self.events.sum())} events (ring full: raise --buffer)")
-        if self.notes.sum():
-            parts.append(f"{int(self.notes.sum())} process notes (ring full: raise --buffer)")
-        if self.nested:
-            parts.append(f"{self.nested} events of programs nested {LEVELS} deep on a CPU")
-        if self.no_ring:
-            parts.append(f"{self.no_ring} events on CPUs brought online after the start (no ring)")
-        if self.ring_race:
-            parts.append(f"{self.ring_race} records of two programs writing one ring (please report)")
-        if self.recursion_misses:
-            parts.append(f"{self.recursion_misses} program runs skipped by the kernel (recursion_misses)")
-        if self.pid_map_full:
-            parts.append(f"{self.pid_map_full} bios of the -p process not followed (map full): "
-                         "their request events are missing")
-        return ", ".join(parts) or "none"
+def capture_lost(losses: Losses, per_cpu: np.ndarray) -> dict[str, Any]:
+    """A capture's meta['lost'] (docs/capture-format.md): the total, every counter, and the ring-full
+    counts per CPU (which CPU's ring was too small)."""
+    return {"total": losses.lost, **losses.counters,
+            "per_cpu": {"ringbuf_full_events": [int(x) for x in per_cpu[:, STAT_LOST_EVENT]],
+                        "ringbuf_full_notes": [int(x) for x in per_cpu[:, STAT_LOST_NOTE]]}}
 
 
 @dataclass
@@ -195,12 +175,13 @@ class Recorder:
         return out
 
     def losses(self) -> Losses:
+        """Everything not recorded since the start."""
+        return record_losses(self.counters(), self.bpf.recursion_misses())
+
+    def capture_lost(self) -> dict[str, Any]:
+        """The losses as the capture stores them (meta['lost'])."""
         c = self.counters()
-        return Losses(events=c[:, STAT_LOST_EVENT].copy(), notes=c[:, STAT_LOST_NOTE].copy(),
-                      pid_map_full=int(c[:, STAT_PID_MAP_FULL].sum()),
-                      recursion_misses=self.bpf.recursion_misses(),
-                      nested=int(c[:, STAT_LOST_NEST].sum()), ring_race=int(c[:, STAT_RING_RACE].sum()),
-                      no_ring=int(c[:, STAT_NO_RING].sum()))
+        return capture_lost(record_losses(c, self.bpf.recursion_misses()), c)
 
     def detach(self) -> None:
         if not self.detached:
@@ -417,17 +398,17 @@ class RecordSession:
                 wait = FAST_POLL_MS if rec.ring.fill > FAST_POLL_FILL else POLL_MS
                 now = time.monotonic()
                 if now - last_lost >= 1.0:
-                    losses = rec.losses()
-                    w.set_lost(losses.to_json())
-                    self.status.lost = losses.total
+                    lost = rec.capture_lost()
+                    w.set_lost(lost)
+                    self.status.lost = lost["total"]
                     last_lost = now
                 if self.max_size and self.status.bytes >= self.max_size:
                     self.stop(f"--max-size reached ({self.status.bytes} bytes)")
             rec.detach()
             self._take(rec.drain(), time.monotonic_ns())
-            losses = rec.losses()
-            w.set_lost(losses.to_json())
-            self.status.lost = losses.total
+            lost = rec.capture_lost()
+            w.set_lost(lost)
+            self.status.lost = lost["total"]
             self.check = rec.completions_check(self.completed)
             w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns,
                          "completions_check": self.check})
@@ -563,10 +544,10 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
     acts = ", ".join(f"{ACTION_LETTERS.get(a, str(a))} {int(n)}" for a, n in enumerate(counts) if n and a)
     nevents, nnotes = int(counts[1:].sum()), int(counts[0])
     print(f"Recorded {nevents:,} events ({acts or 'none'}) and {nnotes} process notes in {elapsed:.1f}s "
-          f"to {args.output} ({fmt_bytes(st.bytes, prose=True)}); lost {losses.total}"
-          f"{' (' + losses.describe() + ')' if losses.total else ''}; stopped: {st.stop_reason or 'end'}.",
+          f"to {args.output} ({fmt_bytes(st.bytes, prose=True)}); lost {losses.lost}"
+          f"{' (' + losses.describe() + ')' if losses.lost else ''}; stopped: {st.stop_reason or 'end'}.",
           file=sys.stderr)
-    if losses.total:
+    if losses.lost:
         print("ioscope record: records were lost; a larger --buffer (e.g. --buffer 256M) or fewer disks (-d) "
               "helps", file=sys.stderr)
     for line in completions_warnings("record", session.check):
@@ -575,5 +556,5 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
 
 
 
-__all__ = ["HOOKS", "Losses", "Recorder", "RecorderOptions", "add_parser", "capture_meta", "clock_pair",
-           "device_meta", "run"]
+__all__ = ["HOOKS", "LOSS_EXPLAIN", "Recorder", "RecorderOptions", "add_parser", "capture_lost", "capture_meta",
+           "clock_pair", "device_meta", "record_losses", "run"]

@@ -312,8 +312,8 @@ def _loop(sn: Snooper, args: argparse.Namespace) -> int:
         pass
     _emit(sn.finish(), args.json)
     losses = sn.rec.losses()
-    if losses.total:
-        print(f"ioscope snoop: lost {losses.total} events ({losses.describe()})", file=sys.stderr)
+    if losses.lost:
+        print(f"ioscope snoop: lost {losses.lost} events ({losses.describe()})", file=sys.stderr)
     for line in completions_warnings("snoop", sn.rec.completions_check(sn.completed)):
         print(line, file=sys.stderr)
     return 0
