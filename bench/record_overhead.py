@@ -86,7 +86,7 @@ def run_blk(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
 def run_partial(stop_at: int) -> Any:
     """The recorder's programs attached, stopping at stage stop_at (0: whole), rings emptied and discarded."""
     def run(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
-        from ioscope.trace.record import POLL_MS, Recorder, RecorderOptions
+        from ioscope.trace.recorder import POLL_MS, Recorder, RecorderOptions
         rec = Recorder(RecorderOptions(disks=[ld.device], stop_at=stop_at))
         stop = threading.Event()
         taken = [0]
@@ -114,7 +114,8 @@ MODES = {"base": run_base, "record": run_record, "blk": run_blk, "attach": run_p
 def profile(ld: LoopDevice, runtime: float) -> None:
     """The recorder's BPF programs: ns per run, measured by the kernel."""
     from ioscope.trace.capture import CaptureWriter
-    from ioscope.trace.record import Recorder, RecorderOptions, RecordSession, capture_meta
+    from ioscope.trace.record import RecordSession
+    from ioscope.trace.recorder import Recorder, RecorderOptions, capture_meta
     stats = Path("/proc/sys/kernel/bpf_stats_enabled")
     old = stats.read_text().strip()
     stats.write_text("1")

@@ -126,7 +126,7 @@ def unreported_completions(capture_path: str, major: int, minor: int) -> int:
 
     from ioscope.trace.capture import open_capture
     from ioscope.trace.events import EVENT
-    from ioscope.trace.record import count_completions, flush_machines
+    from ioscope.trace.recorder import count_completions, flush_machines
 
     with open_capture(capture_path) as cap:
         assert cap.end is not None

@@ -10,16 +10,14 @@ import pytest
 
 from ioscope import devices
 from ioscope.cli_common import parse_size
-from ioscope.trace.record import (
+from ioscope.trace.recorder import (
     HOOKS,
     NR_STATS,
     STAT_LOST_EVENT,
     STAT_LOST_NEST,
     STAT_LOST_NOTE,
     STAT_PID_MAP_FULL,
-    _partitions,
     capture_lost,
-    device_meta,
     record_losses,
     ring_slots,
 )
@@ -105,15 +103,15 @@ def _fake_sys(root: Path) -> None:
 
 def test_device_and_partition_metadata(tmp_path: Path) -> None:
     _fake_sys(tmp_path)
-    meta = device_meta(None, str(tmp_path))
+    meta = devices.device_meta(None, str(tmp_path))
     assert set(meta) == {"7,3", "254,0"}
     loop = meta["7,3"]
     assert loop == {"name": "loop3", "major": 7, "minor": 3, "size_bytes": 614400 * 512, "scheduler": "mq-deadline",
                     "nr_requests": 64, "read_ahead_kb": 128, "max_sectors_kb": 1280, "rotational": 0,
                     "logical_block_size": 512}
-    only = device_meta([devices.BlockDevice("vda", 254, 0)], str(tmp_path))
+    only = devices.device_meta([devices.BlockDevice("vda", 254, 0)], str(tmp_path))
     assert set(only) == {"254,0"} and only["254,0"]["scheduler"] == "none"
-    parts = _partitions(str(tmp_path))
+    parts = devices.partition_meta(str(tmp_path))
     assert parts == {"259,0": {"name": "loop3p1", "major": 259, "minor": 0, "disk": "7,3", "start_sector": 2048,
                                "size_bytes": 262144 * 512}}
 
@@ -136,7 +134,7 @@ def test_count_completions_as_the_kernel_counts_them() -> None:
     import numpy as np
 
     from ioscope.trace.events import EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_SYNC, TC_WRITE
-    from ioscope.trace.record import count_completions
+    from ioscope.trace.recorder import count_completions
 
     wb, wb_fua, wt = (7 << 20) | 0, (7 << 20) | 1, (7 << 20) | 2   # write-back no FUA, write-back FUA, write-through
     rows = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ioscope.errors import IoscopeError
 
@@ -105,30 +106,49 @@ def resolve_disk(spec: str, sys_root: str = "/sys") -> BlockDevice:
     raise IoscopeError(f"unknown disk '{spec}'", f"name a disk in /sys/block ({known})")
 
 
+@dataclass(frozen=True)
+class Partition:
+    """A partition (an entry of /sys/class/block with a `partition` file) and the disk it is on."""
+
+    name: str
+    major: int
+    minor: int
+    disk: BlockDevice
+    start_sector: int
+    size_bytes: int
+
+
+def list_partitions(sys_root: str = "/sys") -> list[Partition]:
+    """Every partition of every whole disk, sorted by name: the one enumeration of partitions."""
+    disks = {d.name: d for d in list_disks(sys_root)}
+    base = Path(sys_root) / "class" / "block"
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        p = base / name
+        try:
+            if not (p / "partition").exists():
+                continue
+            disk = disks.get(p.resolve().parent.name)
+            if disk is None:
+                continue
+            ma, mi = _read(p / "dev").split(":")
+            out.append(Partition(name, int(ma), int(mi), disk, int(_read(p / "start")),
+                                 int(_read(p / "size")) * 512))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def _partition_parent(name: str, sys_root: str) -> BlockDevice | None:
-    p = Path(sys_root) / "class" / "block" / name
-    if not (p / "partition").exists():
-        return None
-    disk = p.resolve().parent.name
-    for d in list_disks(sys_root):
-        if d.name == disk:
-            return d
-    return None
+    return next((p.disk for p in list_partitions(sys_root) if p.name == name), None)
 
 
 def _partition_parent_by_number(ma: int, mi: int, sys_root: str) -> BlockDevice | None:
-    base = Path(sys_root) / "class" / "block"
-    try:
-        names = os.listdir(base)
-    except OSError:
-        return None
-    for name in names:
-        try:
-            if _read(base / name / "dev") == f"{ma}:{mi}":
-                return _partition_parent(name, sys_root)
-        except OSError:
-            continue
-    return None
+    return next((p.disk for p in list_partitions(sys_root) if (p.major, p.minor) == (ma, mi)), None)
 
 
 class DevNames:
@@ -217,3 +237,18 @@ def queue_settings(name: str, sys_root: str = "/sys") -> dict[str, object]:
     except (OSError, ValueError):
         pass
     return out
+
+
+# -- devices as captures store them (meta["devices"], meta["partitions"]; docs/capture-format.md) --
+
+def device_meta(disks: list[BlockDevice] | None = None, sys_root: str = "/sys") -> dict[str, Any]:
+    """{"maj,min": {name, major, minor, size_bytes, scheduler, ...}} of the disks given, or of every disk."""
+    return {kdev_str(d.dev): {"name": d.name, "major": d.major, "minor": d.minor, **queue_settings(d.name, sys_root)}
+            for d in disks or list_disks(sys_root)}
+
+
+def partition_meta(sys_root: str = "/sys") -> dict[str, dict[str, Any]]:
+    """{"maj,min": {name, major, minor, disk: "maj,min", start_sector, size_bytes}} of every partition."""
+    return {f"{p.major},{p.minor}": {"name": p.name, "major": p.major, "minor": p.minor, "disk": kdev_str(p.disk.dev),
+                                     "start_sector": p.start_sector, "size_bytes": p.size_bytes}
+            for p in list_partitions(sys_root)}

@@ -28,7 +28,7 @@ import pytest
 
 from conftest import ioscope_cmd, run_ioscope, unreported_bound, unreported_completions
 from ioscope.trace.capture import DEFAULT_FLUSH_INTERVAL, DEFAULT_REORDER_WINDOW_NS
-from ioscope.trace.record import POLL_MS
+from ioscope.trace.recorder import POLL_MS
 
 # An event completed at t is polled by t + POLL_MS; it is written at the first flush (due every
 # flush interval, checked at each poll) whose newest time less the reorder window is past t. Add

@@ -98,7 +98,7 @@ class Pairing:
 
     machines: the disks whose writes with PREFLUSH (or FUA, when the disk has no FUA) go through the
     block layer's flush sequence (kernel dev_t -> the disk has FUA), from the capture's device table
-    (trace.record.flush_machines): such a write ends with a 0-byte completion after its data's.
+    (trace.recorder.flush_machines): such a write ends with a 0-byte completion after its data's.
     """
 
     def __init__(self, comm_words: bool = False, comms: dict[int, str] | None = None,
@@ -335,7 +335,7 @@ def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None =
                                      f"it has {', '.join(namer.devs.values()) or 'no device table'}")
                 want_devs |= set(got)
         comm_words = any("comm" in e.fields() for e in exprs)
-        from ioscope.trace.record import flush_machines
+        from ioscope.trace.recorder import flush_machines
         pairing = Pairing(comm_words, dict(cap.comms), flush_machines(cap.meta.get("devices") or {}))
         namer.comms = pairing.comms
         window_ns = int(every * 1e9) if every else None

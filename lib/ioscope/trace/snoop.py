@@ -34,7 +34,7 @@ from ioscope.trace.events import (
     note_comm,
     rwbs,
 )
-from ioscope.trace.record import POLL_MS, Recorder, RecorderOptions, completions_warnings, count_completions
+from ioscope.trace.recorder import POLL_MS, Recorder, RecorderOptions, completions_warnings, count_completions
 
 SNOOP_HOOKS = ["bio_queue", "split", "rq_issue", "rq_complete", "bio_complete", "task_rename"]
 PENDING_MAX_AGE_NS = 30 * 1_000_000_000  # a Q or D unmatched for this long is dropped (merged bios, lost C)

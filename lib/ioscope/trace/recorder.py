@@ -1,0 +1,308 @@
+"""The collector of `ioscope record` and `ioscope snoop`: every block-layer event, from bpf/record.bpf.c.
+
+Recorder owns the BPF object and hands out batches of events as EVENT arrays
+(one numpy view per ring-buffer batch, no Python per event); beside them: what
+was lost (record_losses, capture_lost), the completions check against
+/proc/diskstats, and the host context a capture stores (capture_meta).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ioscope import _libbpf, devices, system
+from ioscope.loader import BPFObject
+from ioscope.losses import RECURSION_MISSES, Losses
+from ioscope.trace.events import EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_WRITE
+
+# hook name -> (blktrace letter(s), required)
+HOOKS: dict[str, tuple[str, bool]] = {
+    "bio_queue": ("Q", True),
+    "getrq": ("G", False),
+    "rq_insert": ("I", False),
+    "bio_backmerge": ("M", False),
+    "bio_frontmerge": ("F", False),
+    "rq_merge": ("M", False),
+    "rq_issue": ("D", True),
+    "rq_complete": ("C", True),
+    "bio_complete": ("C", False),
+    "rq_requeue": ("R", False),
+    "plug": ("P", False),
+    "unplug": ("U/UT", False),
+    "split": ("X", False),
+    "bio_remap": ("A", False),
+    "rq_remap": ("A", False),
+    "task_rename": ("", False),   # no event: process notes follow exec and renames at once
+}
+
+# enum rec_stat in bpf/record.h
+STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_LOST_NEST, STAT_RING_RACE, STAT_NO_RING = range(6)
+NR_STATS = 6
+LEVELS = 3  # IOS_REC_LEVELS: rings per CPU (task, softirq, hardirq)
+MIN_RING_SLOTS = 1024  # with an explicit --buffer
+DEFAULT_MIN_RING_SLOTS = 8192  # without: at least ~400,000 events/s per ring between two polls
+FAST_POLL_MS = 2  # the next poll, when a ring was more than FAST_POLL_FILL full at the last one
+FAST_POLL_FILL = 0.25
+
+DEFAULT_BUFFER = 32 << 20
+POLL_MS = 20
+
+
+# What the recorder did not record: Losses counters (losses.py, the one loss type), all of them losses.
+STAT_LOSSES = {STAT_LOST_EVENT: "ringbuf_full_events", STAT_LOST_NOTE: "ringbuf_full_notes",
+               STAT_PID_MAP_FULL: "pid_map_full", STAT_LOST_NEST: "nested_too_deep", STAT_RING_RACE: "ring_race",
+               STAT_NO_RING: "cpu_without_ring"}
+LOSS_EXPLAIN = {
+    "ringbuf_full_events": "events, ring full: raise --buffer",
+    "ringbuf_full_notes": "process notes, ring full: raise --buffer",
+    "pid_map_full": "bios of the -p process not followed, map full: their request events are missing",
+    "nested_too_deep": f"events of programs nested {LEVELS} deep on a CPU",
+    "ring_race": "records of two programs writing one ring: please report",
+    "cpu_without_ring": "events on CPUs brought online after the start, which have no ring",
+    RECURSION_MISSES: "program runs the kernel skipped",
+}
+
+
+def record_losses(per_cpu: np.ndarray, recursion_misses: int) -> Losses:
+    """rec_stats per CPU (ncpus, NR_STATS) and the kernel's recursion_misses -> Losses."""
+    counters = {name: int(per_cpu[:, i].sum()) for i, name in STAT_LOSSES.items()}
+    counters[RECURSION_MISSES] = recursion_misses
+    return Losses(counters, frozenset(counters), LOSS_EXPLAIN)
+
+
+def capture_lost(losses: Losses, per_cpu: np.ndarray) -> dict[str, Any]:
+    """A capture's meta['lost'] (docs/capture-format.md): the total, every counter, and the ring-full
+    counts per CPU (which CPU's ring was too small)."""
+    return {"total": losses.lost, **losses.counters,
+            "per_cpu": {"ringbuf_full_events": [int(x) for x in per_cpu[:, STAT_LOST_EVENT]],
+                        "ringbuf_full_notes": [int(x) for x in per_cpu[:, STAT_LOST_NOTE]]}}
+
+
+@dataclass
+class RecorderOptions:
+    disks: list[devices.BlockDevice] = field(default_factory=list)
+    pid: int | None = None
+    buffer_bytes: int | None = None  # None: DEFAULT_BUFFER, and never fewer than DEFAULT_MIN_RING_SLOTS per ring
+    btf: str | None = None
+    hooks: list[str] | None = None  # None: every hook in HOOKS
+    stop_at: int = 0  # bench/record_overhead.py only: programs stop early (see targ_stop_at in record.bpf.c)
+
+
+def ring_slots(buffer_bytes: int | None, nrings: int) -> int:
+    """Slots per ring: buffer_bytes shared by nrings rings, rounded up to a power of two. Without
+    an explicit size, DEFAULT_BUFFER, but at least DEFAULT_MIN_RING_SLOTS per ring (hosts with many
+    CPUs get more memory: 1.3 MiB per CPU at the least)."""
+    least = MIN_RING_SLOTS if buffer_bytes is not None else DEFAULT_MIN_RING_SLOTS
+    size = buffer_bytes if buffer_bytes is not None else DEFAULT_BUFFER
+    n = max(least, size // (nrings * EVENT.itemsize))
+    return 1 << (n - 1).bit_length()
+
+
+class Recorder:
+    """The record BPF object, loaded and attached; poll() returns EVENT arrays."""
+
+    def __init__(self, opts: RecorderOptions) -> None:
+        self.opts = opts
+        # rings for the CPUs present now (a VM may declare many more possible CPUs than it has)
+        self.ring_cpus = min(system.present_cpus(), _libbpf.num_possible_cpus())
+        self.nrings = self.ring_cpus * LEVELS
+        self.ring_slots = ring_slots(opts.buffer_bytes, self.nrings)
+        self.ring_bytes = self.nrings * self.ring_slots * EVENT.itemsize
+        self.bpf = BPFObject("record", btf=opts.btf)
+        self.detached = False
+        try:
+            self._setup()
+        except BaseException:
+            self.bpf.close()
+            raise
+
+    def _setup(self) -> None:
+        b, o = self.bpf, self.opts
+        wanted = o.hooks if o.hooks is not None else list(HOOKS)
+        b.choose(required=[h for h in wanted if HOOKS[h][1]], optional=[h for h in wanted if not HOOKS[h][1]])
+        b.filter_disks(d.dev for d in o.disks)
+        b.set_global("targ_tgid", o.pid or 0, "I")
+        b.set_global("targ_ring_slots", self.ring_slots, "I")
+        b.set_global("targ_ring_cpus", self.ring_cpus, "I")
+        b.set_global("targ_stop_at", o.stop_at, "I")
+        b.set_max_entries("rec_ring", self.nrings * self.ring_slots)
+        b.set_max_entries("rec_pos", self.nrings)
+        b.load()
+        self.ring = b.obj.slot_rings("rec_ring", "rec_pos", self.nrings, self.ring_slots)
+        self.stats = b.map("rec_stats")
+        self.completions_before = _completions(o.disks)
+        self.flush_machines = flush_machines(devices.device_meta(o.disks or None))
+        b.attach()
+        self.attached_ns = time.monotonic_ns()  # every program runs from here on
+        self.detached_ns = 0
+        self.completions_after: dict[int, int] = {}
+
+    @property
+    def unavailable(self) -> list[str]:
+        return self.bpf.unavailable
+
+    def tracepoints(self) -> dict[str, str]:
+        """tracepoint -> attach variant (tp_btf, raw_tp) for every attached hook."""
+        return {h.tracepoint: h.chosen for h in self.bpf.hooks.values() if h.chosen}
+
+    def poll(self, timeout_ms: int) -> np.ndarray:
+        """Every event waiting in the rings, after sleeping timeout_ms (0: no wait), in ring order:
+        time-ordered within a ring (one CPU and context level), not across rings."""
+        raw = self.ring.poll(timeout_ms)
+        n = len(raw) // EVENT.itemsize
+        return np.frombuffer(raw, dtype=EVENT, count=n)
+
+    def counters(self) -> np.ndarray:
+        """rec_stats per CPU: shape (ncpus, NR_STATS)."""
+        keys, vals, n = self.stats.dump(sum=False)  # one batched read of every index
+        per = np.frombuffer(vals, dtype=np.uint64, count=n * self.stats.ncpus).reshape(n, self.stats.ncpus)
+        out = np.zeros((self.stats.ncpus, NR_STATS), dtype=np.uint64)
+        idx = np.frombuffer(keys, dtype=np.uint32, count=n)
+        keep = idx < NR_STATS
+        out[:, idx[keep]] = per[keep].T
+        return out
+
+    def losses(self) -> Losses:
+        """Everything not recorded since the start."""
+        return record_losses(self.counters(), self.bpf.recursion_misses())
+
+    def capture_lost(self) -> dict[str, Any]:
+        """The losses as the capture stores them (meta['lost'])."""
+        c = self.counters()
+        return capture_lost(record_losses(c, self.bpf.recursion_misses()), c)
+
+    def detach(self) -> None:
+        if not self.detached:
+            self.detached_ns = time.monotonic_ns()  # every program ran until here
+            self.bpf.detach()
+            self.completions_after = _completions(self.opts.disks)
+            self.detached = True
+
+    def completions_check(self, recorded: dict[int, int]) -> dict[str, dict[str, Any]]:
+        """Per disk: I/Os the kernel completed (/proc/diskstats) while recording vs. C events recorded."""
+        out: dict[str, dict[str, Any]] = {}
+        names = devices.DevNames()
+        for dev, after in self.completions_after.items():
+            kernel = after - self.completions_before.get(dev, after)
+            if kernel <= 0 and not recorded.get(dev):
+                continue
+            ma, mi = devices.kdev_split(dev)
+            out[f"{ma},{mi}"] = {"name": names.name(dev), "kernel": kernel, "recorded": int(recorded.get(dev, 0))}
+        return out
+
+    def drain(self) -> np.ndarray:
+        """Everything left in the rings (after detach(): the last events)."""
+        parts = []
+        while True:
+            ev = self.poll(0)
+            if not len(ev):
+                break
+            parts.append(ev)
+        return np.concatenate(parts) if parts else np.empty(0, EVENT)
+
+    def close(self) -> None:
+        self.bpf.close()
+
+
+def _add_per_dev(devs: np.ndarray, into: dict[int, int]) -> None:
+    if not len(devs):
+        return
+    if bool((devs == devs[0]).all()):  # one disk: no sort
+        into[int(devs[0])] = into.get(int(devs[0]), 0) + len(devs)
+        return
+    uniq, n = np.unique(devs, return_counts=True)
+    for d, k in zip(uniq.tolist(), n.tolist()):
+        into[d] = into.get(d, 0) + k
+
+
+def flush_machines(devs: dict[str, Any]) -> dict[int, bool]:
+    """kernel dev_t -> whether the disk supports FUA, for the disks with a volatile write cache,
+    from device metadata as captures store it (devices.device_meta()).
+
+    Only on those does the block layer run writes with PREFLUSH (or FUA, when the disk lacks
+    it) through its flush sequence (see count_completions)."""
+    out = {}
+    for d in devs.values():
+        if d.get("write_cache") == "write back":
+            out[devices.kdev(int(d["major"]), int(d["minor"]))] = bool(d.get("fua", 0))
+    return out
+
+
+def count_completions(ev: np.ndarray, into: dict[int, int], flush_machines: dict[int, bool] | None = None) -> None:
+    """Add to into (kernel dev_t -> count) the completions of ev as /proc/diskstats counts them,
+    for Recorder.completions_check().
+
+    Every C event is one completion, but one: on a disk with a volatile write cache, a write with
+    data and PREFLUSH (or FUA, if the disk has no FUA) goes through the block layer's flush
+    sequence, which completes its data (a C with bytes, not yet counted by the kernel) and later
+    ends the original request (a C of 0 bytes, counted once, as a write). So one C per such
+    request is not a completion of the kernel's: per bio queued (Q) and per extra piece it was
+    split into (X), the flags and data being those of the request. A flush request (C of a
+    data-less flush) is counted by the kernel as a flush."""
+    act = ev["action"]
+    _add_per_dev(ev["dev"][act == TA_COMPLETE], into)
+    if not flush_machines or not len(ev):
+        return
+    cat = ev["category"]
+    cand = (((act == TA_QUEUE) | (act == TA_SPLIT)) & (ev["bytes"] > 0) & ((cat & TC_WRITE) != 0)
+            & ((cat & (TC_FLUSH | TC_FUA)) != 0))
+    if not cand.any():
+        return
+    devs, preflush = ev["dev"][cand], (cat[cand] & TC_FLUSH) != 0
+    for d in np.unique(devs).tolist():
+        has_fua = flush_machines.get(d)
+        if has_fua is not None:
+            mine = devs == d
+            into[d] = into.get(d, 0) - int(np.count_nonzero(mine if not has_fua else mine & preflush))
+
+
+def completions_warnings(tool: str, check: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per disk whose completions (/proc/diskstats) outnumber the C events seen."""
+    return [f"ioscope {tool}: warning: {c['name']} ({dev}) completed {c['kernel']:,} I/Os while tracing "
+            f"(/proc/diskstats) but {c['recorded']:,} completions were seen: {c['kernel'] - c['recorded']:,} "
+            f"were not (see 'Completions check' in docs/record.md)"
+            for dev, c in check.items() if c["recorded"] < c["kernel"]]
+
+
+def _completions(disks: list[devices.BlockDevice]) -> dict[int, int]:
+    """kernel dev_t -> I/Os completed so far (reads + writes + discards + flushes, /proc/diskstats)."""
+    want = {d.dev for d in disks} or {d.dev for d in devices.list_disks()}  # whole disks, not partitions
+    out = {}
+    try:
+        stats = devices.read_diskstats()
+    except OSError:
+        return {}
+    for st in stats.values():
+        dev = devices.kdev(st.major, st.minor)
+        if dev in want:
+            out[dev] = devices.completed_requests(st)
+    return out
+
+
+# -- capture metadata -----------------------------------------------------
+
+
+def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, Any]:
+    o = rec.opts
+    return {
+        "devices": devices.device_meta(o.disks or None),
+        "partitions": devices.partition_meta(),
+        "tracepoints": rec.tracepoints(),
+        "attach": rec.bpf.variant_summary(),
+        "unavailable": list(rec.unavailable),
+        "filters": {"disks": [d.name for d in o.disks], "pid": o.pid},
+        "attached_mono_ns": rec.attached_ns,
+        "ring_buffer_bytes": rec.ring_bytes,
+        "rings": {"count": rec.nrings, "cpus": rec.ring_cpus, "per_cpu": LEVELS, "slots": rec.ring_slots,
+                  "slot_bytes": EVENT.itemsize},
+        "command": " ".join(["ioscope", *(argv or [])]),
+    }
+
+
+__all__ = ["HOOKS", "LOSS_EXPLAIN", "POLL_MS", "Recorder", "RecorderOptions", "capture_lost", "capture_meta",
+           "completions_warnings", "count_completions", "flush_machines", "record_losses", "ring_slots"]
