@@ -225,7 +225,7 @@ def section(text: str, title: str) -> str:
     out: list[str] = []
     inside = False
     for line in text.splitlines():
-        if line.startswith("=====") and " ==" in line:
+        if line.startswith("=====") and " ==" in line and "|" not in line:  # not the Q2D table's rule
             if inside:
                 break
             inside = title in line

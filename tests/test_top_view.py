@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 import top_fixture
+from ioscope import heat
 from ioscope.top import view
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -149,11 +150,11 @@ def test_fmt_num_fits() -> None:
 
 
 def test_heat_levels_are_log_scaled() -> None:
-    assert view.heat_level(0, 1000) == 0
-    assert view.heat_level(1, 1000) >= 1
-    assert view.heat_level(1000, 1000) == len(view.HEAT_CHARS)
+    assert heat.level(0, 1000) == 0
+    assert heat.level(1, 1000) >= 1
+    assert heat.level(1000, 1000) == len(heat.HEAT_CHARS)
     # one I/O next to a thousand is still visible and clearly fainter than the peak
-    assert view.heat_level(1, 1000) < view.heat_level(30, 1000) < view.heat_level(1000, 1000)
+    assert heat.level(1, 1000) < heat.level(30, 1000) < heat.level(1000, 1000)
 
 
 def test_optional_panel_extension_point() -> None:

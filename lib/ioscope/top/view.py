@@ -8,7 +8,6 @@ golden tests (Console(file=io.StringIO(), width=80)). Terminal owns the tty
 
 from __future__ import annotations
 
-import math
 import os
 import select
 import signal
@@ -26,9 +25,10 @@ from rich.control import Control
 from rich.segment import ControlType
 from rich.text import Text
 
+from ioscope.heat import HEAT_CHARS, HeatGrid
+from ioscope.heat import level as heat_level
 from ioscope.render import fmt_ns
 from ioscope.top.model import (
-    HeatGrid,
     HeatHistory,
     Snapshot,
     filter_snapshot,
@@ -189,17 +189,8 @@ def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: in
 # A false-colour ramp (dim and cold for a few I/Os, hot for many) on a log scale,
 # so that the rare slow I/O stays visible next to a band of thousands.
 HEAT_STYLES = ("grey42", "blue", "dodger_blue1", "cyan", "green3", "yellow", "dark_orange", "red", "bright_white")
-HEAT_CHARS = ".:-=+*#%@"
 LABEL_W = 8
 RIGHT_W = 8
-
-
-def heat_level(count: int, peak: int) -> int:
-    """0 for no I/O, else 1..len(HEAT_CHARS) on a log scale of count/peak."""
-    if count <= 0 or peak <= 0:
-        return 0
-    n = len(HEAT_CHARS)
-    return max(1, min(n, math.ceil(math.log1p(count) / math.log1p(peak) * n)))
 
 
 def heat_lines(grid: HeatGrid, disk: str, interval: float) -> list[Text]:

@@ -255,9 +255,10 @@ class DevState:
 
 
 class HeatMap:
-    """Counts per (time bin, log2 latency bucket), the time bins widening as the capture grows."""
+    """Counts per (time bin, log-linear latency bucket of hist.py), the time bins widening as the capture
+    grows. report_model banded them with top's quantisation (ioscope.heat)."""
 
-    NLAT = 40
+    NLAT = NBUCKETS
 
     def __init__(self, max_bins: int = 2048) -> None:
         self.width = 1_000_000  # 1 ms to start with
@@ -275,7 +276,7 @@ class HeatMap:
         while int(rel.max()) // self.width >= self.max_bins:
             self._widen()
         col = rel // self.width
-        lb = np.minimum(np.floor(np.log2(np.maximum(lat.astype(np.float64), 1))).astype(np.int64), self.NLAT - 1)
+        lb = bucket_indexes(lat)
         need = int(col.max()) + 1
         if need > len(self.grid):
             self.grid = np.vstack([self.grid, np.zeros((need - len(self.grid), self.NLAT), dtype=np.int64)])

@@ -12,14 +12,23 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from ioscope import outfile
+from ioscope import heat, outfile
 from ioscope.devices import kdev_split, kdev_str
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.render import fmt_ns
-from ioscope.trace import btt
+from ioscope.trace import btt, report_model
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET
-from ioscope.trace.btt import ALL_ROWS, BttResult, DevState, Stat, is_remapper
+from ioscope.trace.btt import ALL_ROWS, BttResult, DevState, Stat
 from ioscope.trace.events import join_events
+from ioscope.trace.report_model import (
+    OVERHEAD_PHASES,
+    Q2D_HEADS,
+    ReportModel,
+    heat_json,
+    merge_info,
+    plug_pct,
+    summary_json,
+)
 
 EXAMPLES = """\
 examples:
@@ -34,7 +43,6 @@ LABELS = {"q2q_dm": "Q2Qdm", "q2a_dm": "Q2Adm", "q2c_dm": "Q2Cdm", "q2q": "Q2Q",
           "s2g": "S2G", "g2i": "G2I", "q2m": "Q2M", "i2d": "I2D", "m2d": "M2D", "d2c": "D2C", "q2c": "Q2C",
           "q2d": "Q2D"}
 PCTS = (50.0, 90.0, 99.0, 99.9)
-Q2D_HEADS = ("<.005", "<.010", "<.025", "<.050", "<.075", "<.100", "<.250", "<.500", "< 1.0", ">=1.0")
 
 
 def dev_label(dev: int) -> str:
@@ -61,8 +69,9 @@ def _avg_row(out: list[str], label: str, s: Stat) -> None:
         out.append(f"{label:<15s} {s.min / 1e9:13.9f} {s.avg:13.9f} {s.max / 1e9:13.9f} {s.n:11d}")
 
 
-def render_btt(r: BttResult, all_data: bool = True) -> list[str]:
+def render_btt(m: ReportModel, all_data: bool = True) -> list[str]:
     """btt's text sections (All Devices ... I/O Active Period; with all_data the -A tables too)."""
+    r = m.result
     out: list[str] = []
     devs = list(r.devices.values())
     if all_data:
@@ -100,23 +109,11 @@ def render_btt(r: BttResult, all_data: bool = True) -> list[str]:
     _hdr(out, "Device Overhead")
     out.append(f"{'DEV':>10s} | {'Q2G':>9s} {'G2I':>9s} {'Q2M':>9s} {'I2D':>9s} {'D2C':>9s}")
     out.append("---------- | --------- --------- --------- --------- ---------")
-    tot = {k: [0, 0] for k in ("q2g", "g2i", "q2m", "i2d", "d2c", "q2c")}
-    for d in devs:
-        q2c = r.stat("q2c", d.dev)
-        if q2c.n > 0 and q2c.total > 0:
-            cells = " ".join(f"{100.0 * r.stat(k, d.dev).total / q2c.total:8.4f}%"
-                             for k in ("q2g", "g2i", "q2m", "i2d", "d2c"))
-            out.append(f"{dev_label(d.dev):>10s} | {cells}")
-            for k in tot:
-                s = r.stat(k, d.dev)
-                tot[k][0] += s.total
-                tot[k][1] += s.n
-    if any(tot[k][1] for k in ("q2g", "g2i", "q2m", "i2d", "d2c")):
-        q2c_total = tot["q2c"][0]
-        out.append("---------- | --------- --------- --------- --------- ---------")
-        cells = " ".join(f"{(100.0 * tot[k][0] / q2c_total) if tot[k][1] else 0.0:8.4f}%"
-                         for k in ("q2g", "g2i", "q2m", "i2d", "d2c"))
-        out.append(f"{'Overall':>10s} | {cells}")
+    for o in m.overhead:
+        if o.dev is None:
+            out.append("---------- | --------- --------- --------- --------- ---------")
+        cells = " ".join(f"{o.pct[k]:8.4f}%" for k in OVERHEAD_PHASES)
+        out.append(f"{_label(o.dev, 'Overall'):>10s} | {cells}")
     out.append("")
 
     _hdr(out, "Device Merge Information")
@@ -125,186 +122,94 @@ def render_btt(r: BttResult, all_data: bool = True) -> list[str]:
     dash = "---------- | -------- -------- ------- | -------- -------- -------- --------"
     out.append(head)
     out.append(dash)
-    nm = 0
-    mnq = mnd = mtot = 0
-    mmin = mmax = 0
-    for d in devs:
-        m = merge_info(d)
-        if m is None:
-            continue
-        nq, nd, ratio, bavg = m
-        out.append(f"{dev_label(d.dev):>10s} | {nq:8d} {nd:8d} {ratio:7.1f} | {d.blk_min:8d} {bavg:8d} "
-                   f"{d.blk_max:8d} {d.blk_total:8d}")
-        if nm == 0:
-            mmin, mmax = d.blk_min, d.blk_max
-        nm += 1
-        mnq += nq
-        mnd += nd
-        mtot += d.blk_total
-        mmin = min(mmin, d.blk_min)
-        mmax = max(mmax, d.blk_max)
-    if nm > 1:
-        out.append(dash)
-        out.append(head)
-        ratio_all = float(np.float32(mnq) / np.float32(mnd))
-        out.append(f"{'TOTAL':>10s} | {mnq:8d} {mnd:8d} {ratio_all:7.1f} | "
-                   f"{mmin:8d} {mtot // mnd:8d} {mmax:8d} {mtot:8d}")
+    for mg in m.merge:
+        if mg.dev is None:
+            out.append(dash)
+            out.append(head)
+        out.append(f"{_label(mg.dev, 'TOTAL'):>10s} | {mg.q:8d} {mg.d:8d} {mg.ratio:7.1f} | {mg.blk_min:8d} "
+                   f"{mg.blk_avg:8d} {mg.blk_max:8d} {mg.blk_total:8d}")
     out.append("")
 
-    for title, attr in (("Device Q2Q Seek Information", "q2q_seek"), ("Device D2D Seek Information", "d2d_seek")):
+    for title, key in (("Device Q2Q Seek Information", "q2q"), ("Device D2D Seek Information", "d2d")):
         _hdr(out, title)
-        head = f"{'DEV':>10s} | {'NSEEKS':>15s} {'MEAN':>15s} {'MEDIAN':>15s} | {'MODE':<15s}"
+        out.append(f"{'DEV':>10s} | {'NSEEKS':>15s} {'MEAN':>15s} {'MEDIAN':>15s} | {'MODE':<15s}")
         dash = "---------- | --------------- --------------- --------------- | ---------------"
-        out.append(head)
         out.append(dash)
-        tn = 0
-        tmean = 0.0
-        tmed = 0
-        entries: list[list[int]] = []      # [mode, seeks], the most recent first (btt's list)
-        with_seeks: list[btt.Seeks] = []
-        any_dev = False
-        for d in devs:
-            sk = getattr(d, attr)
-            if sk.n <= 0:
-                continue
-            any_dev = True
-            modes = sk.modes
-            line = (f"{dev_label(d.dev):>10s} | {sk.n:15d} {sk.mean:15.1f} {sk.btt_median:15d} | "
-                    f"{modes[0] if modes else 0}({sk.most})")
-            if sk.nmodes > 2:
+        table = m.seeks[key]
+        for sk in table.rows:
+            line = (f"{_label(sk.dev, ''):>10s} | {sk.n:15d} {sk.mean:15.1f} {sk.median:15d} | "
+                    f"{sk.modes[0] if sk.modes else 0}({sk.mode_count})")
+            if sk.more > 1:
                 out.append(line)
-                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({sk.nmodes - 1} more)")
+                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({sk.more} more)")
             else:
-                out.append(line + "".join(f" {m}" for m in modes[1:]))
-            with_seeks.append(sk)
-            tn += sk.n
-            tmean += sk.n * sk.mean
-            tmed += sk.n * sk.btt_median
-            for m in modes:
-                hit = next((e for e in entries if e[0] == m), None)
-                if hit is not None:
-                    hit[1] += sk.most
-                else:
-                    entries.insert(0, [m, sk.most])
-        if any_dev:
+                out.append(line + "".join(f" {x}" for x in sk.modes[1:]))
+        avg = table.average
+        if avg is not None:
             out.append(dash)
             out.append(f"{'Overall':>10s} | {'NSEEKS':>15s} {'MEAN':>15s} {'MEDIAN':>15s} | {'MODE':<15s}")
-            best: list[list[int]] = []
-            for e in entries:                   # btt keeps the most frequent, the last seen first
-                if not best or e[1] > best[0][1]:
-                    best = [e]
-                elif e[1] == best[0][1]:
-                    best.insert(0, e)
-            more = len(best) - 1
-            if len(with_seeks) == 1:            # one disk: its modes, however many (only 16 are kept)
-                more = with_seeks[0].nmodes - 1
-            out.append(f"{'Average':>10s} | {tn:15d} {tmean / tn:15.1f} {tmed // tn:15d} | {best[0][0]}({best[0][1]})")
-            if more > 0:
-                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({more} more)")
+            out.append(f"{'Average':>10s} | {avg.n:15d} {avg.mean:15.1f} {avg.median:15d} | "
+                       f"{avg.modes[0]}({avg.mode_count})")
+            if avg.more > 0:
+                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({avg.more} more)")
                 out.append("")
         out.append("")
 
     _hdr(out, "Plug Information")
     out.append(f"{'DEV':>10s} | {'# Plugs':>10s} {'# Timer Us':>10s}  | % Time Q Plugged")
     out.append("---------- | ---------- ----------  | ----------------")
-    npl = 0
-    pn = pt = 0
-    ppct = 0.0
-    for d in devs:
-        if d.nplugs + d.nplugs_t > 0:
-            pct = plug_pct(d, r.time_zero)
-            out.append(f"{dev_label(d.dev):>10s} | {d.nplugs:10d}({d.nplugs_t:10d}) | {pct:13.9f}%")
-            npl += 1
-            pn += d.nplugs
-            pt += d.nplugs_t
-            ppct += pct
-    if npl > 1:
-        out.append("---------- | ---------- ----------  | ----------------")
-        out.append(f"{'Overall':>10s} | {'# Plugs':>10s} {'# Timer Us':>10s}  | % Time Q Plugged")
-        out.append(f"{'Average':>10s} | {pn // npl:10d}({pt // npl:10d}) | {ppct / npl:13.9f}%")
+    for pl in m.plug:
+        if pl.dev is None:
+            out.append("---------- | ---------- ----------  | ----------------")
+            out.append(f"{'Overall':>10s} | {'# Plugs':>10s} {'# Timer Us':>10s}  | % Time Q Plugged")
+        out.append(f"{_label(pl.dev, 'Average'):>10s} | {pl.plugs:10d}({pl.timer_unplugs:10d}) | "
+                   f"{pl.pct_time_plugged:13.9f}%")
     out.append("")
     out.append(f"{'DEV':>10s} | {'IOs/Unp':>10s}   {'IOs/Unp(to)':>10s}")
     out.append("---------- | ----------   ----------")
-    nu = nut = tu = tut = 0
-    for d in devs:
-        a = a_t = 0.0
-        if d.nios_up and d.nplugs:
-            a = d.nios_up / d.nplugs
-            nu += d.nplugs
-            tu += d.nios_up
-        if d.nios_upt and d.nplugs_t:
-            a_t = d.nios_upt / d.nplugs_t
-            nut += d.nplugs_t
-            tut += d.nios_upt
-        out.append(f"{dev_label(d.dev):>10s} | {a:10.1f}   {a_t:10.1f}")
-    if nu or nut:
-        out.append("---------- | ----------   ----------")
-        out.append(f"{'Overall':>10s} | {'IOs/Unp':>10s}   {'IOs/Unp(to)':>10s}")
-        out.append(f"{'Average':>10s} | {(tu / nu) if nu else 0.0:10.1f}   {(tut / nut) if nut else 0.0:10.1f}")
+    for up in m.unplug:
+        if up.dev is None:
+            out.append("---------- | ----------   ----------")
+            out.append(f"{'Overall':>10s} | {'IOs/Unp':>10s}   {'IOs/Unp(to)':>10s}")
+        out.append(f"{_label(up.dev, 'Average'):>10s} | {up.ios_per_unplug:10.1f}   {up.ios_per_timer_unplug:10.1f}")
     out.append("")
 
     _hdr(out, "Active Requests At Q Information")
     out.append(f"{'DEV':>10s} | {'Avg Reqs @ Q':>13s}")
     out.append("---------- | -------------")
-    na = tq = ta = 0
-    for d in devs:
-        if d.n_qs > 0 and not is_remapper(d.dev):
-            out.append(f"{dev_label(d.dev):>10s} | {d.t_act_q / d.n_qs:13.1f}")
-            na += 1
-            tq += d.n_qs
-            ta += d.t_act_q
-    if na > 1:
-        out.append("---------- | -------------")
-        out.append(f"{'Overall':>10s} | {'Avgs Reqs @ Q':>13s}")
-        out.append(f"{'Average':>10s} | {ta / tq:13.1f}")
+    for ac in m.active:
+        if ac.dev is None:
+            out.append("---------- | -------------")
+            out.append(f"{'Overall':>10s} | {'Avgs Reqs @ Q':>13s}")
+        out.append(f"{_label(ac.dev, 'Average'):>10s} | {ac.avg_reqs_at_q:13.1f}")
     out.append("")
 
     _hdr(out, "I/O Active Period Information")
     out.append(f"{'DEV':>10s} | {'# Live':>10s} {'Avg. Act':>13s} {'Avg. !Act':>13s} {'% Live':>6s}")
     out.append("---------- | ---------- ------------- ------------- ------")
-    for d in devs:
-        n, act, nact, pl = d.live.summary(r.time_zero)
-        out.append(f"{dev_label(d.dev):>10s} | {n:10d} {act:13.9f} {nact:13.9f} {pl:6.2f}")
-    out.append("---------- | ---------- ------------- ------------- ------")
-    n, act, nact, pl = r.live_all.summary(r.time_zero)
-    out.append(f"{'Total Sys':>10s} | {n:10d} {act:13.9f} {nact:13.9f} {pl:6.2f}")
+    for lv in m.live:
+        if lv.dev is None:
+            out.append("---------- | ---------- ------------- ------------- ------")
+        out.append(f"{_label(lv.dev, 'Total Sys'):>10s} | {lv.n:10d} {lv.avg_active:13.9f} {lv.avg_inactive:13.9f} "
+                   f"{lv.pct_live:6.2f}")
     out.append("")
 
     if all_data:
         _hdr(out, "Q2D Histogram")
         out.append(f"{'DEV':>10s} | " + " ".join(f"{h:>5s}" for h in Q2D_HEADS))
         out.append(" --------- | " + "===== " * 10)  # btt's header ends its line early; the space lands here
-        acc = [0] * 10
-        nd = 0
-        for d in devs:
-            n_h = sum(d.q2d_hist)
-            if n_h:
-                out.append(f"{dev_label(d.dev):>10s} | " + "".join(f"{100.0 * c / n_h:5.1f} " for c in d.q2d_hist))
-                acc = [a + c for a, c in zip(acc, d.q2d_hist)]
-                nd += 1
-        if nd:
-            out.append("========== | " + "===== " * 10)
-            n_h = sum(acc)
-            out.append(f"{'AVG':>10s} | " + "".join(f"{100.0 * c / n_h:5.1f} " for c in acc))
+        for qd in m.q2d:
+            if qd.dev is None:
+                out.append("========== | " + "===== " * 10)
+            out.append(f"{_label(qd.dev, 'AVG'):>10s} | " + "".join(f"{x:5.1f} " for x in qd.pct))
+        if m.q2d:
             out.append("")
     return out
 
 
-def merge_info(d: DevState) -> tuple[int, int, float, int] | None:
-    """(#Q, #D, ratio, BLKavg) as btt computes them, or None when btt leaves the device out."""
-    if d.n_qs == 0 or d.n_ds == 0:
-        return None
-    nq = max(d.n_qs, d.n_ds)
-    ratio = nq / d.n_ds
-    return nq, d.n_ds, ratio, int(d.blk_total / d.n_ds)
-
-
-def plug_pct(d: DevState, time_zero: int) -> float:
-    """% of the device's time with its queue plugged, computed as btt does, to the last bit: its
-    times are doubles in seconds from the trace's time zero (BIT_TIME), the plugged time a sum of
-    their differences (DevState.plugged_s, kept so by the core)."""
-    delta = btt.bit_time(d.end_time - time_zero) - btt.bit_time(d.start_time - time_zero)
-    return 100.0 * (d.plugged_s / delta) if delta > 0 else 0.0
+def _label(dev: int | None, summary: str) -> str:
+    """A device's label in btt's tables, or the summary row's name."""
+    return summary if dev is None else dev_label(dev)
 
 
 # ----------------------------------------------------------------------------- ioscope's additions
@@ -403,58 +308,31 @@ def render_unclean(r: BttResult, name: Callable[[int], str]) -> list[str]:
     return out
 
 
-def render_heatmap(r: BttResult, width: int = 64) -> list[str]:
-    g = r.heat.grid
+def render_heatmap(m: ReportModel) -> list[str]:
     out = ["==================== Q2C heat map (ioscope) ====================", ""]
-    if not len(g) or not g.sum():
+    grid = m.heat.grid
+    if grid is None:
         out.append("(no completed I/O)")
         out.append("")
         return out
-    cols = len(g)
-    per = max(1, -(-cols // width))
-    pad = (-cols) % per
-    if pad:
-        g = np.vstack([g, np.zeros((pad, g.shape[1]), dtype=g.dtype)])
-    g = g.reshape(-1, per, g.shape[1]).sum(axis=1)
-    rows = np.flatnonzero(g.sum(axis=0))
-    lo, hi = int(rows.min()), int(rows.max())
-    shades = " .:-=+*#%@"
-    peak = float(g.max())
-    bin_s = r.heat.width * per / 1e9
-    for b in range(hi, lo - 1, -1):
-        cells = "".join(shades[0 if c == 0 else 1 + min(8, int(8 * np.log1p(c) / np.log1p(peak)))] for c in g[:, b])
-        out.append(f"{fmt_ns(1 << b):>9s} |{cells}|")
-    out.append(f"{'':9s}  {'^ ' + f'{bin_s:.6g} s per column, time from the first Q':<{len(g)}s}")
-    out.append("latency rows are powers of two (row = [value, 2*value)); darker = more I/Os (log scale)")
+    counts = grid.counts
+    peak = int(counts.max())
+    for b in range(len(grid.lows) - 1, -1, -1):
+        cells = "".join(heat.char(int(c), peak) for c in counts[b])
+        out.append(f"{fmt_ns(grid.lows[b]):>9s} |{cells}|")
+    out.append(f"{'':9s}  {'^ ' + f'{m.heat.bin_s:.6g} s per column, time from the first Q':<{counts.shape[1]}s}")
+    out.append("a row holds latencies from its value to the next row's; darker = more I/Os (log scale, as top's)")
     out.append("")
     return out
 
 
-def iostat_rows(r: BttResult) -> list[dict[str, Any]]:
-    out = []
-    sec = r.iostat_interval / 1e9
-    for (dev, k) in sorted(r.iostat):
-        rio, wio, rs, ws, rm, wm, q2c_sum, q2c_n = (float(x) for x in r.iostat[(dev, k)])
-        nios = rio + wio
-        out.append({
-            "device": dev_key(dev), "time": k * r.iostat_interval / 1e9,
-            "rrqm/s": rm / sec, "wrqm/s": wm / sec, "r/s": rio / sec, "w/s": wio / sec,
-            "rsec/s": rs / sec, "wsec/s": ws / sec, "rkB/s": rs / 2 / sec, "wkB/s": ws / 2 / sec,
-            "avgrq-sz": (rs + ws) / nios if nios else 0.0,
-            "avgqu-sz": (q2c_sum / 1e9) / sec,
-            "await": (q2c_sum / q2c_n / 1e6) if q2c_n else 0.0,
-        })
-    return out
-
-
-def render_iostat(r: BttResult, name: Callable[[int], str]) -> list[str]:
-    out = [f"==================== iostat per {r.iostat_interval / 1e9:g} s (ioscope) ====================", ""]
+def render_iostat(m: ReportModel, name: Callable[[int], str]) -> list[str]:
+    out = [f"==================== iostat per {m.result.iostat_interval / 1e9:g} s (ioscope) ====================",
+           ""]
     cols = ("rrqm/s", "wrqm/s", "r/s", "w/s", "rkB/s", "wkB/s", "avgrq-sz", "avgqu-sz", "await")
     out.append(f"{'Device':<12s} {'time':>10s} " + " ".join(f"{c:>9s}" for c in cols))
-    for row in iostat_rows(r):
-        ma, mi = row["device"].split(",")
-        dev = int(ma) << 20 | int(mi)
-        out.append(f"{name(dev):<12s} {row['time']:10.3f} " + " ".join(f"{row[c]:9.2f}" for c in cols))
+    for row in m.iostat:
+        out.append(f"{name(row.dev):<12s} {row.time:10.3f} " + " ".join(f"{row.values[c]:9.2f}" for c in cols))
     out.append("")
     out.append("time: start of the interval, seconds from the first event; r/s, w/s: completions; rrqm/s, "
                "wrqm/s: merges; avgrq-sz in 512-byte sectors;")
@@ -469,7 +347,9 @@ def seek_json(sk: btt.Seeks) -> dict[str, Any]:
             "nmodes": sk.nmodes, "mode_count": sk.most, "distinct": sk.distinct}
 
 
-def to_json(r: BttResult, src_meta: dict[str, Any], name: Callable[[int], str]) -> dict[str, Any]:
+def to_json(m: ReportModel, src_meta: dict[str, Any], name: Callable[[int], str]) -> dict[str, Any]:
+    r = m.result
+
     def phases(getter: Callable[[str], Stat | None]) -> dict[str, Any]:
         res = {}
         for ph in btt.PHASES:
@@ -480,13 +360,13 @@ def to_json(r: BttResult, src_meta: dict[str, Any], name: Callable[[int], str]) 
 
     devices: dict[str, Any] = {}
     for dev, d in r.devices.items():
-        m = merge_info(d)
+        mi = merge_info(d)
         n, act, nact, pl = d.live.summary(r.time_zero)
         devices[dev_key(dev)] = {
             "name": name(dev),
             "phases": phases(lambda ph, dev=dev: r.stats.get((ph, dev))),  # type: ignore[misc]
-            "merge": None if m is None else {"q": m[0], "d": m[1], "ratio": m[2], "blk_min": d.blk_min,
-                                             "blk_avg": m[3], "blk_max": d.blk_max, "blk_total": d.blk_total},
+            "merge": None if mi is None else {"q": mi[0], "d": mi[1], "ratio": mi[2], "blk_min": d.blk_min,
+                                              "blk_avg": mi[3], "blk_max": d.blk_max, "blk_total": d.blk_total},
             "seek_q2q": seek_json(d.q2q_seek),
             "seek_d2d": seek_json(d.d2d_seek),
             "plug": {"plugs": d.nplugs, "timer_unplugs": d.nplugs_t, "pct_time_plugged": plug_pct(d, r.time_zero),
@@ -495,6 +375,8 @@ def to_json(r: BttResult, src_meta: dict[str, Any], name: Callable[[int], str]) 
             "avg_reqs_at_q": d.t_act_q / d.n_qs if d.n_qs else 0.0,
             "active_periods": {"n": n, "avg_active": act, "avg_inactive": nact, "pct_live": pl},
             "q2d_histogram": dict(zip(Q2D_HEADS, d.q2d_hist)),
+            "q2d_histogram_pct": next((dict(zip(Q2D_HEADS, q.pct)) for q in m.q2d if q.dev == dev), None),
+            "overhead_pct": next((o.pct for o in m.overhead if o.dev == dev), None),
             "ignored_at_start": d.culled, "duplicate_q": d.dup_q, "overlapping_q": d.overlap_q,
             "split_bios": d.split_bios, "split_pieces": d.split_pieces, "btt": btt_json(d),
             "in_flight_at_end": r.inflight_end.get(dev, 0),
@@ -514,7 +396,9 @@ def to_json(r: BttResult, src_meta: dict[str, Any], name: Callable[[int], str]) 
         "active_periods": {"n": n, "avg_active": act, "avg_inactive": nact, "pct_live": pl},
         "in_flight_at_end": sum(r.inflight_end.values()),
         "ignored_at_start": sum(d.culled for d in r.devices.values()),
-        "iostat": iostat_rows(r),
+        "iostat": [{"device": dev_key(x.dev), "time": x.time, **x.values} for x in m.iostat],
+        "summary": summary_json(m),
+        "heat_map": heat_json(m.heat),
         "capture": {k: src_meta.get(k) for k in ("host", "kernel", "truncated", "lost") if k in src_meta},
     }
 
@@ -634,8 +518,9 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"ioscope report: note: {src.truncation}\n")
     empty = (f"{args.capture} holds no block events: nothing was queued on the traced disks while it was "
              "recorded" + (" (up to the point where it was cut short)" if src.truncation else ""))
+    model = report_model.build(r)
     if args.json:
-        doc = to_json(r, src.meta, name)
+        doc = to_json(model, src.meta, name)
         if src.truncation:
             doc["capture"]["truncation"] = src.truncation
         if r.n_events == 0:
@@ -646,12 +531,12 @@ def run(args: argparse.Namespace) -> int:
     if r.n_events == 0:
         sys.stdout.write(empty + "\n")
         return 0
-    lines = render_btt(r, all_data=not args.btt)
+    lines = render_btt(model, all_data=not args.btt)
     if not args.btt:
         lines += render_percentiles(r, name)
         lines += render_unclean(r, name)
         lines += render_btt_differences(r, name)
-        lines += render_heatmap(r)
-        lines += render_iostat(r, name)
+        lines += render_heatmap(model)
+        lines += render_iostat(model, name)
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
