@@ -154,8 +154,7 @@ def run(args: argparse.Namespace) -> int:
         if traced_disk:
             print(f"ioscope record: warning: {out} is on {traced_disk}, which is being traced: writing the "
                   "capture adds I/O to the trace (write it to another disk or /dev/shm)", file=sys.stderr)
-        for what in rec.unavailable:
-            print(f"ioscope record: {what}; recording without it", file=sys.stderr)
+        cli_common.warn_unavailable("record", rec.unavailable)
         meta = capture_meta(rec, sys.argv[1:])
         writer = CaptureWriter(out, meta, force=args.force)
         session = RecordSession(rec, writer, max_size=args.max_size)

@@ -297,8 +297,7 @@ def _emit(lines: list[SnoopLine], as_json: bool) -> None:
 
 
 def _loop(sn: Snooper, args: argparse.Namespace) -> int:
-    for what in sn.rec.unavailable:
-        print(f"ioscope snoop: {what}; carrying on without it", file=sys.stderr)
+    cli_common.warn_unavailable("snoop", sn.rec.unavailable)
     where = ", ".join(d.name for d in sn.rec.opts.disks) or "all disks"
     print(f"Tracing block I/O on {where} ({sn.rec.bpf.variant_summary()}); Ctrl-C to end.", file=sys.stderr,
           flush=True)
