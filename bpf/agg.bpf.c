@@ -197,19 +197,6 @@ __noinline int agg_pred(__u32 start, __u32 n)
 	return st & 1;
 }
 
-static __always_inline void *lookup_or_init(void *map, void *key, void *zero)
-{
-	void *v = bpf_map_lookup_elem(map, key);
-	long err;
-
-	if (v)
-		return v;
-	err = bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
-	if (err && err != -17 /* EEXIST: another CPU won the race */)
-		return NULL;
-	return bpf_map_lookup_elem(map, key);
-}
-
 /* x^2 added to a 128-bit sum (x up to 2^64: split in 32-bit halves). */
 static __always_inline void add_square(struct agg_val *v, __u64 x)
 {

@@ -30,6 +30,20 @@ static __always_inline void stat_inc(__u32 idx)
 		__sync_fetch_and_add(v, 1);
 }
 
+/* The value of key in a hash map, created from *zero if absent (NULL: the map is full). */
+static __always_inline void *lookup_or_init(void *map, void *key, void *zero)
+{
+	void *v = bpf_map_lookup_elem(map, key);
+	long err;
+
+	if (v)
+		return v;
+	err = bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+	if (err && err != -17 /* EEXIST: another CPU won the race */)
+		return NULL;
+	return bpf_map_lookup_elem(map, key);
+}
+
 #include "devfilter.bpf.h"
 
 #endif /* COMMON_BPF_H */

@@ -55,19 +55,6 @@ struct {
 static struct top_proc_val zero_proc;
 static struct hist zero_hist;
 
-static __always_inline void *lookup_or_init(void *map, void *key, void *zero)
-{
-	void *v = bpf_map_lookup_elem(map, key);
-	long err;
-
-	if (v)
-		return v;
-	err = bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
-	if (err && err != -17 /* EEXIST: another CPU won the race */)
-		return NULL;
-	return bpf_map_lookup_elem(map, key);
-}
-
 static __always_inline void proc_add(__u32 tgid, __u32 dev, __u8 op, __u32 bytes, __u64 lat, bool timed)
 {
 	struct top_proc_key key = {};

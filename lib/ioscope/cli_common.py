@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import json
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ioscope.phases import PHASES
@@ -143,6 +144,20 @@ def warn_lost(tool: str, losses: Losses) -> None:
     """The one line on stderr when data was lost in an interval."""
     if losses.lost:
         print(f"ioscope {tool}: lost {losses.lost} values ({losses.describe()})", file=sys.stderr)
+
+
+def print_result(tool: str, result: Any, as_json: bool, to_json: Callable[[Any], Any],
+                 renderables: Callable[[Any], Iterable[Any]], losses: Losses | None = None) -> None:
+    """One interval's result, the same way in every tool: the lost line on stderr (warn_lost), then one
+    JSON line, or the view's rich renderables on the console."""
+    if losses is not None:
+        warn_lost(tool, losses)
+    if as_json:
+        print(json.dumps(to_json(result)), flush=True)
+    else:
+        out = console()
+        for r in renderables(result):
+            out.print(r)
 
 
 def iso_time(t: float) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Sequence
 
@@ -55,12 +54,7 @@ def parse_exprs(texts: Sequence[str]) -> list:  # type: ignore[type-arg]
 
 def _print(result: object, as_json: bool) -> None:
     from ioscope.agg.view import renderables, to_json
-    if as_json:
-        print(json.dumps(to_json(result)), flush=True)  # type: ignore[arg-type]
-    else:
-        out = cli_common.console()
-        for r in renderables(result):  # type: ignore[arg-type]
-            out.print(r)
+    cli_common.print_result("agg", result, as_json, to_json, renderables)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ioscope import cli_common, devices, system
 
@@ -63,13 +62,8 @@ def run(args: argparse.Namespace) -> int:
         def emit(started: float, reset: bool, final: bool) -> None:
             report = build_report(collector.sample(started, reset=reset, final=not reset),
                                   attach=attach, phases=opts.phases)
-            cli_common.warn_lost("lat", report.losses)
-            if args.json:
-                print(json.dumps(to_json(report)), flush=True)
-            else:
-                out = cli_common.console()
-                for r in renderables(report, view):
-                    out.print(r)
+            cli_common.print_result("lat", report, args.json, to_json,
+                                    lambda rep: renderables(rep, view), report.losses)
 
         return cli_common.run_intervals("lat", f"block I/O latency on {where} ({attach})",
                                         args.interval, args.count, emit, collector.unavailable,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ioscope import cli_common, devices, system
 from ioscope.errors import UsageError
@@ -58,13 +57,7 @@ def run(args: argparse.Namespace) -> int:
         def emit(started: float, reset: bool, final: bool) -> None:
             report = build_report(collector.sample(reset=reset), by=args.by, min_share=args.min_share,
                                   min_bytes=args.min_bytes, attach=attach)
-            cli_common.warn_lost("fair", report.losses)
-            if args.json:
-                print(json.dumps(to_json(report)), flush=True)
-            else:
-                out = cli_common.console()
-                for r in renderables(report):
-                    out.print(r)
+            cli_common.print_result("fair", report, args.json, to_json, renderables, report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
         return cli_common.run_intervals("fair", f"per-process throughput on {where} ({attach})", args.interval,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ioscope import cli_common, devices, system
 from ioscope.errors import UsageError
@@ -58,13 +57,8 @@ def run(args: argparse.Namespace) -> int:
         def emit(started: float, reset: bool, final: bool) -> None:
             # readahead's numbers are totals since the start (a page's fate is known later than its read)
             report = build_report(collector.read(), attach=attach)
-            cli_common.warn_lost("readahead", report.losses)
-            if args.json:
-                print(json.dumps(to_json(report)), flush=True)
-            else:
-                out = cli_common.console()
-                for r in renderables(report, view):
-                    out.print(r)
+            cli_common.print_result("readahead", report, args.json, to_json,
+                                    lambda rep: renderables(rep, view), report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
         return cli_common.run_intervals("readahead", f"readahead on {where} ({attach})", args.interval, args.count,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ioscope import cli_common, devices, system
 
@@ -57,13 +56,8 @@ def run(args: argparse.Namespace) -> int:
 
         def emit(started: float, reset: bool, final: bool) -> None:
             report = build_report(collector.sample(started, reset=reset), attach=attach)
-            cli_common.warn_lost("readsize", report.losses)
-            if args.json:
-                print(json.dumps(to_json(report)), flush=True)
-            else:
-                out = cli_common.console()
-                for r in renderables(report, view):
-                    out.print(r)
+            cli_common.print_result("readsize", report, args.json, to_json,
+                                    lambda rep: renderables(rep, view), report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
         return cli_common.run_intervals("readsize", f"read sizes and block I/O per process on {where} ({attach})",
