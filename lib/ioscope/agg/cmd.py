@@ -16,6 +16,7 @@ examples:
   ioscope agg -e 'llquantize(d2c) by disk where bytes >= 64k' -j 1
   ioscope agg -e 'count() by comm' -e 'avg(q2d) by cgroup' -n 10 5
   ioscope agg -e 'count() by comm,op' -r CAPTURE --every 1  # the same question over a capture
+  ioscope agg --bpftrace 'tracepoint:block:block_rq_issue { @[comm] = count(); }' 1  # your own bpftrace
 """
 
 DESCRIPTION = """\
@@ -32,7 +33,7 @@ See docs/agg.md."""
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("agg", help="DTrace-style aggregations of block I/O (count() by comm,disk ...)",
                        description=DESCRIPTION, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-e", "--expr", action="append", required=True, metavar="EXPR",
+    p.add_argument("-e", "--expr", action="append", metavar="EXPR",
                    help="an aggregation, e.g. 'count() by comm,disk'; repeatable")
     cli_common.add_disk_pid(p)
     p.add_argument("-c", "--cgroup", metavar="CGROUP",
@@ -43,6 +44,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("-r", "--read", metavar="CAPTURE", help="aggregate a capture made by ioscope record")
     p.add_argument("--every", type=cli_common.positive_float, metavar="SECONDS",
                    help="with -r: one result per SECONDS of the capture (default: one for the whole capture)")
+    bt = p.add_mutually_exclusive_group()
+    bt.add_argument("--bpftrace", metavar="PROGRAM",
+                    help="instead of -e: run this bpftrace program and show its maps as agg shows its own")
+    bt.add_argument("--bpftrace-file", metavar="FILE", help="the same, the program read from FILE")
     cli_common.add_interval_count(p)
     p.set_defaults(func=run, tool="agg")
 
@@ -60,6 +65,14 @@ def _print(result: object, as_json: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     from ioscope.errors import UsageError
 
+    if args.bpftrace is not None or args.bpftrace_file is not None:
+        if args.expr or args.read or args.disk or args.pid or args.cgroup or args.every is not None:
+            raise UsageError("--bpftrace runs your program as it is: no -e, -r, -d, -p, -c or --every with it",
+                             "filter inside the bpftrace program")
+        return run_bpftrace(args)
+    if not args.expr:
+        raise UsageError("give an aggregation with -e EXPR (or a bpftrace program with --bpftrace)",
+                         "for example: ioscope agg -e 'count() by comm,disk' 1")
     exprs = parse_exprs(args.expr)  # a bad expression: one line, exit 2, nothing attached
     if args.read:
         if args.interval is not None or args.cgroup or args.cumulative:
@@ -100,6 +113,18 @@ def run(args: argparse.Namespace) -> int:
         return rc
     finally:
         collector.close()
+
+
+def run_bpftrace(args: argparse.Namespace) -> int:
+    from ioscope.agg import bpftrace
+    from ioscope.agg.model import AggResult
+    from ioscope.agg.view import renderables, to_json
+
+    def emit(result: AggResult) -> None:
+        with cli_common.signals_deferred():
+            cli_common.print_result("agg", result, args.json, to_json, renderables, result.losses)
+
+    return bpftrace.run(args, emit)
 
 
 def run_capture(args: argparse.Namespace, exprs: list) -> int:  # type: ignore[type-arg]

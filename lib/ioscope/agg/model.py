@@ -221,6 +221,7 @@ class ResultRow:
     percentiles: dict[str, float] = field(default_factory=dict)        # llquantize: p50 p90 p99 p999
     count: int = 0                     # values aggregated in the row
     hist: Hist | None = None           # quantize and llquantize: the log-linear histogram (views draw it)
+    extra: dict[str, int | float] = field(default_factory=dict)  # more values beside it (bpftrace's stats())
 
 
 @dataclass
@@ -262,6 +263,24 @@ def quantize_buckets(h: Hist) -> list[tuple[int, int, int]]:
             out.append((0, 1, rows.get(k, 0)))
         else:
             out.append((1 << k, 1 << (k + 1), rows.get(k, 0)))
+    return out
+
+
+def buckets_percentiles(buckets: Sequence[tuple[int, int, int]]) -> dict[str, float]:
+    """p50 p90 p99 p999 of a distribution given as (low, high exclusive, count) buckets (another tool's,
+    such as bpftrace's hist and lhist), interpolated linearly inside the bucket, as Hist.percentile does."""
+    total = sum(n for _lo, _hi, n in buckets)
+    out: dict[str, float] = {}
+    if not total:
+        return out
+    for name, p in PCT_NAMES.items():
+        rank = p / 100.0 * total
+        seen = 0
+        for lo, hi, n in buckets:
+            if n and seen + n >= rank:
+                out[name] = round(lo + max(0, hi - lo) * max(0.0, rank - seen) / n, 1)
+                break
+            seen += n
     return out
 
 
@@ -310,4 +329,4 @@ def hist_from_counts(slots: np.ndarray, count: int, total: int, mn: int, mx: int
 
 
 __all__ = ["AggResult", "AggSample", "AggTable", "Linear", "NamedRow", "RawRow", "ResultRow", "Scalar",
-           "aggregate", "build_result", "build_table", "key_mask", "quantize_buckets"]
+           "aggregate", "buckets_percentiles", "build_result", "build_table", "key_mask", "quantize_buckets"]

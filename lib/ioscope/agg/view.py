@@ -24,6 +24,7 @@ def row_json(t: AggTable, r: ResultRow) -> dict[str, Any]:
     out: dict[str, Any] = {"keys": keys}
     if r.value is not None:
         out[t.func] = round(r.value, 3) if isinstance(r.value, float) else r.value
+        out.update(r.extra)
     else:
         out["buckets"] = [list(b) for b in r.buckets]
         out.update(r.percentiles)
@@ -92,10 +93,14 @@ def table_renderables(t: AggTable) -> Iterator[RenderableType]:
         for k in t.keys:
             tab.add_column(k)
         tab.add_column(t.func, justify="right")
+        extra = list(t.rows[0].extra)
+        for name in extra:
+            tab.add_column(name, justify="right")
         for r in t.rows:
             assert r.value is not None
             # Text, not str: a name such as "[unknown]" is not rich markup
-            tab.add_row(*[Text(str(r.keys[k])) for k in t.keys], Text(fmt_value(r.value, t.unit, t.func)))
+            tab.add_row(*[Text(str(r.keys[k])) for k in t.keys], Text(fmt_value(r.value, t.unit, t.func)),
+                        *[Text(str(r.extra.get(name, ""))) for name in extra])
             if "kstack" in t.keys:  # multi-line keys: a blank line between rows
                 tab.add_row()
         yield tab
