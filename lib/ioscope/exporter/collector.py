@@ -60,11 +60,11 @@ class IoscopeCollector:
         cgs: list[tuple[tuple[str, str], int, int]] = []
         rest = sample.rows[len(PHASES):]
         if self.opts.per_process:
-            d = {(str(r.keys.get("tgid")), str(r.keys.get("comm"))): (r.stat.count, r.stat.sum) for r in rest[0]}
+            d = {(str(r.keys.get("tgid")), str(r.keys.get("comm"))): (r.stat.count, r.stat.total) for r in rest[0]}
             procs = self.procs.update(d)
             rest = rest[1:]
         if self.opts.per_cgroup:
-            d = {(str(r.keys.get("cgroup")), ""): (r.stat.count, r.stat.sum) for r in rest[0]}
+            d = {(str(r.keys.get("cgroup")), ""): (r.stat.count, r.stat.total) for r in rest[0]}
             cgs = self.cgroups.update(d)
         for k, v in sample.losses.counters.items():
             self.losses[k] = self.losses.get(k, 0) + v
