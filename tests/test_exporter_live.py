@@ -3,7 +3,6 @@ prometheus_client's parser and checked against /proc/diskstats and the workload'
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
