@@ -95,7 +95,7 @@ class IoscopeCollector:
                                   " q2d queue to issue)", labels=["disk", "op", "phase"])
         for (disk, op, phase), h in sorted(self.hists.items()):
             cum, acc = [], 0
-            for b, n in zip([*(f"{ns / 1e9:g}" for ns in LE_NS), "+Inf"], h.buckets):
+            for b, n in zip([*(repr(ns / 1e9) for ns in LE_NS), "+Inf"], h.buckets):
                 acc += n
                 cum.append((b, acc))
             m.add_metric([disk, op, phase], cum, h.sum_ns / 1e9)
