@@ -93,6 +93,6 @@ setup(
                   extra_compile_args=["-Wall", "-O2"]),
     ],
     cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
-    install_requires=["numpy>=1.22", "rich>=12", "pyarrow>=14"],
+    install_requires=["numpy>=1.22", "rich>=12", "pyarrow>=14", "prometheus-client>=0.16"],
     entry_points={"console_scripts": ["ioscope=ioscope.cli:main"]},
 )

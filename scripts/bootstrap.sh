@@ -3,7 +3,7 @@
 # everything is already there. Used by install.sh and test.sh.
 #   - Debian packages: the BPF build chain (clang, llvm, libbpf-dev, pkg-config),
 #     Python headers and venv, and the peers and workloads tests compare against
-#     (git, bpftool, fio, blktrace, bpftrace, sysstat, tmux, xfsprogs).
+#     (git, bpftool, fio, blktrace, bpftrace, sysstat, tmux, xfsprogs, prometheus).
 #   - A virtualenv in .venv with ioscope installed in editable mode (this builds
 #     the C extension and compiles bpf/*.bpf.c), plus the test tools.
 set -euo pipefail
@@ -15,7 +15,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS="clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc python3 python3-dev python3-venv
-      git bpftool fio blktrace bpftrace sysstat tmux xfsprogs e2fsprogs util-linux procps"
+      git bpftool fio blktrace bpftrace sysstat tmux xfsprogs e2fsprogs util-linux procps prometheus"
 missing=""
 for p in $PKGS; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -52,6 +52,7 @@ TOOLS = {
     "fair": "ioscope.ra.fair",
     "top": "ioscope.top.cmd",
     "agg": "ioscope.agg.cmd",
+    "exporter": "ioscope.exporter.cmd",
     "demo": "ioscope.demo",
 }
 

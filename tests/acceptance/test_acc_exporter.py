@@ -1,0 +1,76 @@
+"""Acceptance: ioscope exporter as an operator runs it: started in the background by a shell script,
+scraped over HTTP (urllib, as curl would), a known workload (a prime number of direct 4 KiB writes
+by dd), then `kill -TERM $!`: exit 0 within 2 s, nothing left loaded, the numbers right."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import bpf_prog_ids, loaded_prog_ids
+from ioscope.devices import read_diskstats
+from ioscope.testbed import LoopDevice
+
+WRITES = 23
+
+
+def _metrics(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            key = s.name + "{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}"
+            out[key] = s.value
+    return out
+
+
+def test_exporter_background_scrape_and_term(live: None) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with LoopDevice(64) as loop, tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp, "run.sh")
+        script.write_text(
+            "#!/bin/sh\n"
+            f"{sys.executable} -m ioscope.cli exporter -d {loop.name} --listen 127.0.0.1:{port} "
+            f"--per-process 2 > {tmp}/out 2> {tmp}/err &\n"
+            f"echo $! > {tmp}/pid\n"
+            f"wait $!\necho $? > {tmp}/rc\n")
+        script.chmod(0o755)
+        sh = subprocess.Popen([str(script)])
+        deadline = time.monotonic() + 30
+        while not Path(tmp, "pid").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        pid = int(Path(tmp, "pid").read_text())
+        while "serving" not in Path(tmp, "out").read_text() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        progs = bpf_prog_ids(pid)
+        assert progs
+        m0 = _metrics(port)
+        ds0 = read_diskstats()[loop.name]
+        subprocess.run(["dd", "if=/dev/zero", f"of={loop.path}", "bs=4k", f"count={WRITES}", "oflag=direct"],
+                       check=True, capture_output=True)
+        ds1 = read_diskstats()[loop.name]
+        m1 = _metrics(port)
+        key = f"ioscope_disk_ios_total{{disk={loop.name},op=write}}"
+        assert m1[key] - m0.get(key, 0) == ds1.writes - ds0.writes == WRITES
+        hkey = f"ioscope_io_latency_seconds_count{{disk={loop.name},op=write,phase=d2c}}"
+        assert m1[hkey] - m0.get(hkey, 0) == WRITES
+        dd = [v for k, v in m1.items() if k.startswith("ioscope_process_bytes_total{comm=dd,")]
+        assert dd == [WRITES * 4096]
+        t = time.monotonic()
+        subprocess.run(["sh", "-c", f"kill -TERM {pid}"], check=True)
+        while not Path(tmp, "rc").exists() and time.monotonic() - t < 10:
+            time.sleep(0.02)
+        assert time.monotonic() - t < 2.0
+        sh.wait(timeout=10)
+        assert Path(tmp, "rc").read_text().strip() == "0"
+        assert not progs & loaded_prog_ids()
+        assert Path(tmp, "err").read_text() == ""
