@@ -4,7 +4,7 @@
 # cannot run fail instead of skipping.
 set -euo pipefail
 cd "$(dirname "$0")"
-scripts/bootstrap.sh
+scripts/bootstrap.sh --test
 echo "== ruff"; .venv/bin/ruff check lib tests bench tools scripts
 echo "== mypy"; .venv/bin/mypy
 echo "== pytest"; exec .venv/bin/python -m pytest -q tests "$@"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Install what ioscope needs on Debian 12, as root; idempotent and quiet when
-# everything is already there. Used by install.sh and test.sh.
+# everything is already there. Used by install.sh and, with --test, by test.sh.
 #   - Debian packages: the BPF build chain (clang, llvm, libbpf-dev, pkg-config),
-#     Python headers and venv, and the peers and workloads tests compare against
-#     (git, bpftool, fio, blktrace, bpftrace, sysstat, tmux, xfsprogs, prometheus).
+#     Python headers and venv, bpftrace (agg --bpftrace runs it), fio (the demo's workload).
+#   - With --test, also the peers and tools the tests compare against or use
+#     (blktrace, sysstat, tmux, xfsprogs, a Prometheus server). The Prometheus
+#     package's own service is not started: the tests start their own server.
 #   - A virtualenv in .venv with ioscope installed in editable mode (this builds
 #     the C extension and compiles bpf/*.bpf.c), plus the test tools.
 set -euo pipefail
@@ -15,17 +17,29 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 PKGS="clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc python3 python3-dev python3-venv
-      git bpftool fio blktrace bpftrace sysstat tmux xfsprogs e2fsprogs util-linux procps prometheus"
+      git bpftool bpftrace fio e2fsprogs util-linux procps"
+TEST_PKGS="blktrace sysstat tmux xfsprogs prometheus"
+want=$PKGS
+if [ "${1:-}" = --test ]; then
+    want="$PKGS $TEST_PKGS"
+fi
 missing=""
-for p in $PKGS; do
+for p in $want; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -n "$missing" ]; then
     echo "bootstrap: installing Debian packages:$missing"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null
+    # no service of a package (prometheus) may start on the machine: Debian's policy-rc.d hook
+    policy=/usr/sbin/policy-rc.d
+    own_policy=""
+    if [ ! -e $policy ]; then
+        printf '#!/bin/sh\nexit 101\n' >$policy && chmod 755 $policy && own_policy=1
+    fi
     # shellcheck disable=SC2086
-    apt-get install -y -q --no-install-recommends $missing >/dev/null
+    apt-get install -y -q --no-install-recommends $missing >/dev/null || { [ -z "$own_policy" ] || rm -f $policy; exit 1; }
+    [ -z "$own_policy" ] || rm -f $policy
 fi
 
 PY=${PYTHON:-python3}

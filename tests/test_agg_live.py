@@ -350,7 +350,9 @@ def test_seek_inflight_and_pid_filter(loopdev: Any) -> None:
     for r in (run, only):
         assert r.returncode == 0, r.stderr
     val = {e: {row["keys"]["comm"]: row[e.split("(")[0]] for row in run.rows(e)} for e in exprs}
-    assert val["count() by comm"] == {"dd": READS, "fio": WRITES}
+    # exact for the two processes; rows of other names may only be I/O someone else did on the disk
+    # (a root process probing block devices on a shared kernel), never a share of dd's or fio's
+    assert {c: n for c, n in val["count() by comm"].items() if c in ("dd", "fio")} == {"dd": READS, "fio": WRITES}
     assert val["max(seek) by comm"]["dd"] == 0 and val["min(seek) by comm"]["dd"] == 0
     assert val["max(seek) by comm"]["fio"] > 0
     assert val["max(inflight) by comm"]["dd"] == 0

@@ -24,8 +24,8 @@ def _need_prometheus() -> str:
     exe = shutil.which("prometheus")
     if exe is None:
         if os.environ.get("CI"):
-            pytest.fail("prometheus is not installed (scripts/bootstrap.sh installs the Debian package)")
-        pytest.skip("prometheus is not installed (scripts/bootstrap.sh installs it)")
+            pytest.fail("prometheus is not installed (scripts/bootstrap.sh --test installs the Debian package)")
+        pytest.skip("prometheus is not installed (scripts/bootstrap.sh --test installs it)")
     return exe
 
 

@@ -37,9 +37,9 @@ def _python_files() -> list[Path]:
 
 def _bootstrap_packages() -> set[str]:
     text = (ROOT / "scripts" / "bootstrap.sh").read_text()
-    m = re.search(r'^PKGS="([^"]*)"', text, re.M)
-    assert m, "scripts/bootstrap.sh has no PKGS=\"...\" list"
-    return set(m.group(1).split())
+    lists = re.findall(r'^(?:TEST_)?PKGS="([^"]*)"', text, re.M)
+    assert len(lists) == 2, "scripts/bootstrap.sh has no PKGS=\"...\" and TEST_PKGS=\"...\" lists"
+    return set(" ".join(lists).split())
 
 
 CALLS = {"run", "Popen", "check_output", "check_call", "call", "_run", "execvp", "execv", "execlp"}

@@ -83,8 +83,9 @@ class Session:
     imp: str
     workload: dict[str, Any]
     k: dict[str, int]      # /proc/diskstats deltas of the disk over the recording
-    in_flight_after: int   # the disk's I/Os in flight when the recorder had ended
+    in_flight_after: int   # the disk's I/Os in flight at the end of the workload (before Ctrl-C)
     kp: dict[str, int]     # and of the partition
+    window: tuple[int, int]  # CLOCK_MONOTONIC ns: first and second reading of /proc/diskstats
     rec: subprocess.CompletedProcess[str]
     runs: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
 
@@ -212,27 +213,34 @@ def _quiet(ld: Any, still_s: float = 1.0, timeout_s: float = 15.0) -> None:
 def _record_session(ld: Any, mnt: str, workdir: Path, part: str) -> Session:
     cap = str(workdir / "case.ioscope")
     _quiet(ld)
-    d0, p0 = ld.diskstats(), devices.read_diskstats()[part]
     # what the user types, in a terminal of its own: the recorder leads its process group
     rec = subprocess.Popen(ioscope_cmd("record", "-d", ld.name, "-o", cap), stderr=subprocess.PIPE, text=True,
                            start_new_session=True)
     first = ""
+    window = (0, 0)
     try:
         assert rec.stderr is not None
         first = rec.stderr.readline()   # printed once every program is attached
         if first.startswith("Recording block I/O events"):
+            # The ground truth's window lies inside the recording (read after attaching, before
+            # Ctrl-C), so that I/O anyone makes on the disk while the recorder starts or stops
+            # (another root process probing block devices on a shared kernel) is in both or in
+            # neither; gap() checks that no block event falls outside it.
+            t0 = time.monotonic_ns()
+            d0, p0 = ld.diskstats(), devices.read_diskstats()[part]
             time.sleep(IDLE_S)
             done = _workload(mnt)
             time.sleep(0.3)
+            d1, p1 = ld.diskstats(), devices.read_diskstats()[part]
+            window = (t0, time.monotonic_ns())
     finally:
         os.killpg(rec.pid, signal.SIGINT)   # Ctrl-C: the terminal signals the foreground process group
         _, rest = rec.communicate(timeout=60)
-    d1, p1 = ld.diskstats(), devices.read_diskstats()[part]
     assert first.startswith("Recording block I/O events"), first + rest
     return Session(workdir=workdir, disk=ld.name, dev=ld.device, part=part, part_dev=0, part_start=0, part_end=0,
                    cap=cap, exp=str(workdir / "case.blktrace"), imp=str(workdir / "imported.ioscope"),
                    workload=done, k=_delta(d0, d1), kp=_delta(p0, p1), in_flight_after=d1.in_flight,
-                   rec=subprocess.CompletedProcess(rec.args, rec.returncode, "", first + rest))
+                   window=window, rec=subprocess.CompletedProcess(rec.args, rec.returncode, "", first + rest))
 
 
 def _offline_tools(s: Session) -> None:
@@ -298,6 +306,7 @@ class Counts:
     remaps: np.ndarray
     splits: np.ndarray
     first_block_ts: int
+    outside: int         # block events before the first or after the second diskstats reading
 
 
 _counts: dict[str, Counts] = {}
@@ -350,6 +359,7 @@ def counts(s: Session) -> Counts:
         q_ahead=int(np.count_nonzero((q["category"] & TC_AHEAD) != 0)),
         remaps=blk[blk["action"] == TA_REMAP], splits=blk[blk["action"] == TA_SPLIT],
         first_block_ts=int(blk["ts"][0]) if len(blk) else 0,
+        outside=int(np.count_nonzero((blk["ts"] < s.window[0]) | (blk["ts"] > s.window[1]))),
     )
     _counts[s.cap] = res
     return res
@@ -365,6 +375,7 @@ def gap(s: Session) -> int:
     """Completions the kernel made that the capture lacks (the kernel sometimes runs no BPF program for
     a completion: conftest.unreported_bound); exactly 0 when none was skipped."""
     k = counts(s)
+    assert k.outside == 0, f"{k.outside} block events outside the window of the diskstats readings {s.window}"
     total = s.k["reads"] + s.k["writes"] + s.k["flushes"] + s.k["discards"]
     missing = total - kernel_ios(k)
     assert 0 <= missing <= unreported_bound(total), (total, kernel_ios(k), k.c, k.c_fseq_data)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
@@ -13,6 +14,9 @@ from ioscope import devices
 from ioscope._version import __version__
 from ioscope.exporter.model import LE_NS, CumHist, TopN
 from ioscope.hist import Hist
+
+if TYPE_CHECKING:
+    from ioscope.agg.collector import AggCollector
 
 PHASES = ("q2c", "d2c", "q2d")
 OPS = (("read", "reads", "reads_merged", "sectors_read"), ("write", "writes", "writes_merged", "sectors_written"),
@@ -38,7 +42,7 @@ def expressions(o: ExporterOptions) -> list[str]:
 class IoscopeCollector:
     """A custom prometheus_client collector around agg's AggCollector."""
 
-    def __init__(self, agg: object, opts: ExporterOptions) -> None:
+    def __init__(self, agg: AggCollector, opts: ExporterOptions) -> None:
         self.agg = agg
         self.opts = opts
         self.lock = threading.Lock()
@@ -50,7 +54,7 @@ class IoscopeCollector:
 
     def _update(self) -> tuple[list[tuple[tuple[str, str], int, int]], list[tuple[tuple[str, str], int, int]]]:
         from time import time
-        sample = self.agg.sample(time(), reset=True, final=False)  # type: ignore[attr-defined]
+        sample = self.agg.sample(time(), reset=True, final=False)
         for phase, rows in zip(PHASES, sample.rows):
             for r in rows:
                 if isinstance(r.stat, Hist):
@@ -109,10 +113,9 @@ class IoscopeCollector:
         inf = GaugeMetricFamily("ioscope_disk_in_flight", "I/Os in flight", labels=["disk"])
         iot = CounterMetricFamily("ioscope_disk_io_time_seconds", "time the disk was busy (iostat %util)",
                                   labels=["disk"])
+        wanted = self.names or {d.name for d in devices.list_disks()}
         for name, s in sorted(stats.items()):
-            if self.names and name not in self.names:
-                continue
-            if not self.names and name not in {d.name for d in devices.list_disks()}:
+            if name not in wanted:
                 continue
             for op, n, mg, sec in OPS:
                 ios.add_metric([name, op], getattr(s, n))
