@@ -296,15 +296,15 @@ def test_side_by_side_with_bpftrace(loopdev: Any, tmp_path: Path) -> None:
     a = loopdev(size_mb=64)
     ma, mi = kdev_split(a.device.dev)
     prog = BPFTRACE_PROG % ((ma << 20) | mi)
-    bt = subprocess.Popen(["bpftrace", "-f", "json", "-e", prog], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True)
+    # BEGIN runs once every probe is attached (the attached_probes line comes before the attaching)
+    bt = subprocess.Popen(["bpftrace", "-f", "json", "-e", prog + ' BEGIN { printf("ready\\n"); }'],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert bt.stdout is not None
-        first = ""
-        while not first.startswith("{"):   # bpftrace may print a blank line before its JSON
-            first = bt.stdout.readline()
-            assert first, bt.communicate()
-        assert json.loads(first)["type"] == "attached_probes", first
+        line = ""
+        while "ready" not in line:
+            line = bt.stdout.readline()
+            assert line, bt.communicate()
         with agg_running("-d", a.name, "-e", "count() by comm", "-e", "quantize(bytes)") as run:
             workload(tmp_path, a.path, a.path)
             time.sleep(0.2)
@@ -452,3 +452,4 @@ def test_file_key_names_the_files_read(live: None, tmp_path: Path, attach: str) 
     assert by[("direct", "[no file]")] == 7
     assert {k for k in by if k[0].startswith("rd-") and k[1].endswith(".dat")} == {
         (f"rd-{f.stem}", str(f)) for f in files}
+
