@@ -93,6 +93,7 @@ setup(
                   extra_compile_args=["-Wall", "-O2"]),
     ],
     cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
-    install_requires=["numpy>=1.22", "rich>=12", "pyarrow>=14", "prometheus-client>=0.16"],
+    install_requires=["numpy>=1.22", "rich>=12", "pyarrow>=14", "prometheus-client>=0.16",
+                      "pyelftools>=0.29"],
     entry_points={"console_scripts": ["ioscope=ioscope.cli:main"]},
 )

@@ -30,6 +30,10 @@
 #include "inflight.bpf.h"
 #include "agg.h"
 
+#ifndef EEXIST
+#define EEXIST 17 /* errno.h's: a stack map bucket held by another stack */
+#endif
+
 #define RQPATH_MAX_CHAIN 32
 #define RQPATH_TGID targ_tgid
 #define RQPATH_ISSUE
@@ -46,7 +50,8 @@ const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
 #define NEED(f) (targ_need & (1u << (f)))
 /* the queue-time details beside each slot (struct agg_extra): wanted by these fields, -c and in-flight counts */
 #define NEED_EXTRAS (NEED(AGG_F_PID) || NEED(AGG_F_CPU) || NEED(AGG_F_CGROUP) || NEED(AGG_F_SEEK) || \
-		     NEED(AGG_F_INFLIGHT) || NEED(AGG_F_KSTACK) || NEED(AGG_F_FILE) || targ_cgroup)
+		     NEED(AGG_F_INFLIGHT) || NEED(AGG_F_KSTACK) || NEED(AGG_F_USTACK) || NEED(AGG_F_FILE) || \
+		     targ_cgroup)
 #define TC_SHOWN (IOS_TC_READ | IOS_TC_WRITE | IOS_TC_FLUSH | IOS_TC_SYNC | IOS_TC_AHEAD | IOS_TC_META | \
 		  IOS_TC_DISCARD | IOS_TC_FUA)
 
@@ -64,7 +69,8 @@ struct {
 	__type(value, struct hist);
 } hists SEC(".maps");
 
-/* Kernel stacks of the queueing tasks (kstack); user space sizes it to 1 entry when unused. */
+/* Kernel and user stacks of the queueing tasks (kstack, ustack); user space sizes it to 1 entry
+ * when unused. The key a stack is stored under says which it is: the ids do not overlap. */
 struct {
 	__uint(type, BPF_MAP_TYPE_STACK_TRACE);
 	__uint(max_entries, 8192);
@@ -456,6 +462,17 @@ static __always_inline int agg_bio_queue(void *ctx, struct bio *bio, const bool 
 			stat_inc(AGG_LOST_STACK);
 		}
 	}
+	if (NEED(AGG_F_USTACK)) {
+		/* frame-pointer walk of the user stack (perf's): a kernel thread has none (-EFAULT) */
+		long id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+
+		if (id >= 0) {
+			x->ustack = id;
+			x->have |= 1u << AGG_F_USTACK;
+		} else if (id == -EEXIST) {
+			stat_inc(AGG_LOST_STACK);
+		}
+	}
 	x->file = 0;
 	if (NEED(AGG_F_FILE)) {
 		x->file = bio_inode(bio);
@@ -514,8 +531,9 @@ static __always_inline int agg_split(struct bio *bio, const bool btf)
 		x->pid = from->pid;
 		x->cpu = from->cpu;
 		x->kstack = from->kstack;
+		x->ustack = from->ustack;
 		x->file = from->file;
-		x->have = from->have & (1u << AGG_F_KSTACK);
+		x->have = from->have & ((1u << AGG_F_KSTACK) | (1u << AGG_F_USTACK));
 	}
 	x->bio = key;
 	x->q_ns = sl->q_ns;
@@ -597,7 +615,7 @@ static __always_inline struct agg_rec *rec_start(__u32 dev, __u8 op, __u32 flags
 	r->f[AGG_F_FLAGS] = flags & TC_SHOWN;
 	r->have = (1u << AGG_F_DISK) | (1u << AGG_F_OP) | (1u << AGG_F_FLAGS) | (1u << AGG_F_PID) |
 		  (1u << AGG_F_TGID) | (1u << AGG_F_CGROUP) | (1u << AGG_F_CPU) | (1u << AGG_F_SIZE) |
-		  (1u << AGG_F_BYTES) | (1u << AGG_F_KSTACK) | (1u << AGG_F_FILE);
+		  (1u << AGG_F_BYTES) | (1u << AGG_F_KSTACK) | (1u << AGG_F_USTACK) | (1u << AGG_F_FILE);
 	return r;
 }
 
@@ -680,6 +698,8 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 		}
 		if (x->have & (1u << AGG_F_KSTACK))
 			r->f[AGG_F_KSTACK] = (__u64)x->kstack + 1;
+		if (x->have & (1u << AGG_F_USTACK))
+			r->f[AGG_F_USTACK] = (__u64)x->ustack + 1;
 		r->f[AGG_F_FILE] = x->file;
 	} else if (q_ns && NEED_EXTRAS) {
 		stat_inc(AGG_STAT_NO_EXTRA);

@@ -14,7 +14,7 @@
 
 #define AGG_MAX_EXPRS 8
 #define AGG_MAX_INSNS 64 /* a power of two: indexes are masked */
-#define AGG_NR_KEYS 10
+#define AGG_NR_KEYS 11
 #define AGG_STACK_DEPTH 127 /* frames of a stack in the stacks map (PERF_MAX_STACK_DEPTH) */
 #define AGG_FILE_DEPTH 8    /* path components kept of a file's name (from the file up) */
 #define AGG_FILE_NAME 32    /* bytes kept of each component */
@@ -31,15 +31,16 @@ enum agg_field {
 	AGG_F_SIZE = 7,     /* bytes of the bio */
 	AGG_F_KSTACK = 8,   /* kernel stack of the queueing task: its id in the stacks map + 1 (0: none) */
 	AGG_F_FILE = 9,     /* the inode the bio's first page belongs to (its key in the files map; 0: none) */
-	AGG_F_BYTES = 10,   /* the bio's size, as a value */
-	AGG_F_Q2C = 11,     /* ns */
-	AGG_F_Q2D = 12,
-	AGG_F_D2C = 13,     /* once per request: its first bio */
-	AGG_F_SEEK = 14,    /* sectors between the bio's start and the previous bio's end on the disk */
-	AGG_F_INFLIGHT = 15, /* requests in flight on the disk when its request was issued */
-	AGG_F_COMM0 = 16,   /* the process name, bytes 0-7 (WHERE comm == "...") */
-	AGG_F_COMM1 = 17,   /* bytes 8-15 */
-	AGG_NR_FIELDS = 18, /* as an expression's value: count() */
+	AGG_F_USTACK = 10,  /* user stack of the queueing task: its id in the stacks map + 1 (0: none, e.g. a kernel thread) */
+	AGG_F_BYTES = 11,   /* the bio's size, as a value */
+	AGG_F_Q2C = 12,     /* ns */
+	AGG_F_Q2D = 13,
+	AGG_F_D2C = 14,     /* once per request: its first bio */
+	AGG_F_SEEK = 15,    /* sectors between the bio's start and the previous bio's end on the disk */
+	AGG_F_INFLIGHT = 16, /* requests in flight on the disk when its request was issued */
+	AGG_F_COMM0 = 17,   /* the process name, bytes 0-7 (WHERE comm == "...") */
+	AGG_F_COMM1 = 18,   /* bytes 8-15 */
+	AGG_NR_FIELDS = 19, /* as an expression's value: count() */
 };
 
 enum agg_kind {
@@ -117,8 +118,10 @@ struct agg_extra {
 	__u64 file;     /* the inode of the bio's first page (0: none, e.g. direct I/O) */
 	__u32 pid;
 	__u32 cpu;
-	__u32 have;     /* bits of enum agg_field: AGG_F_SEEK, AGG_F_INFLIGHT, AGG_F_KSTACK */
+	__u32 have;     /* bits of enum agg_field: AGG_F_SEEK, AGG_F_INFLIGHT, AGG_F_KSTACK, AGG_F_USTACK */
 	__s32 kstack;   /* the queueing task's kernel stack (stacks map id) */
+	__s32 ustack;   /* and its user stack */
+	__u32 pad;
 };
 
 /* A file's name as the files map holds it: its path components from the file up to its file

@@ -71,7 +71,7 @@ def test_precedence_and_parentheses() -> None:
     ("lquantize(q2c, 0, 1s, 1us)", 1, "buckets"),
     ("count() by comm,", 17, "expected a key"),
     ("count() by comm,comm", 17, "given twice"),
-    ("count() by ustack", 12, "not supported yet"),
+    ("count() where ustack == \"x\"", 15, "a key only"),
     ("count() where file == \"/a\"", 15, "a key only"),
     ("count() where kstack != 3", 15, "a key only"),
     ("count() where q2c > ", 21, "expected a key, a value or a literal"),

@@ -240,6 +240,12 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
                 # buckets across a power of two), so a gap is also allowed when it is under 16 us
                 gap = abs(bucket_index(int(lv[k][p])) - bucket_index(int(of[k][p])))
                 assert gap <= 1 or abs(lv[k][p] - of[k][p]) < 16_000, (e, k, p, lv[k][p], of[k][p])
+    # what a capture does not hold is refused in one line, before reading it
+    for key in ("cgroup", "kstack", "ustack", "file"):
+        p = subprocess.run(ioscope_cmd("agg", "-e", f"count() by {key}", "-r", str(cap)), capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and "a capture does not hold" in p.stderr, p.stderr
 
 
 @pytest.fixture
@@ -453,3 +459,52 @@ def test_file_key_names_the_files_read(live: None, tmp_path: Path, attach: str) 
     assert {k for k in by if k[0].startswith("rd-") and k[1].endswith(".dat")} == {
         (f"rd-{f.stem}", str(f)) for f in files}
 
+
+def _build_ustk(tmp: Path) -> str:
+    exe = tmp / "ustk"
+    subprocess.run(["gcc", "-O0", "-fno-omit-frame-pointer", "-fno-inline", "-Wall", "-o", str(exe),
+                    str(Path(__file__).parent / "data" / "ustk.c")], check=True)
+    return str(exe)
+
+
+def test_ustack_names_the_functions_that_queued(loopdev: Any, tmp_path: Path) -> None:
+    """`by ustack`: a program (tests/data/ustk.c) reads NA blocks from read_a() and NB from read_b(),
+    both through raw_pread(), which makes the system call itself; each I/O's user stack names those
+    functions, symbolised from the program's ELF file while it is still running, with the counts the
+    program made. A kernel thread's I/O (none here: direct reads only) would have no user stack."""
+    na, nb = 41, 23
+    dev = loopdev(size_mb=512)
+    exe = _build_ustk(tmp_path)
+    prog = subprocess.Popen([exe, dev.path, str(na), str(nb)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        with agg_running("-d", dev.name, "-e", "count() by ustack", "-e", "count() by comm,ustack",
+                         "-e", "count() by comm") as run:
+            assert prog.stdout is not None and prog.stdin is not None
+            prog.stdin.write("go\n")   # agg traces: read
+            prog.stdin.flush()
+            line = ""
+            deadline = time.monotonic() + 30
+            while not line and time.monotonic() < deadline:
+                line = prog.stdout.readline()
+            assert line == "done\n", line
+    finally:
+        assert prog.stdin is not None
+        prog.stdin.close()
+        prog.wait(timeout=30)
+    assert run.returncode == 0, run.stderr
+    assert run.doc["lost_detail"]["stack_lost"] == 0
+    assert run.doc["lost_detail"]["ustack_frames_unresolved"] >= 0
+    stacks = {tuple(r["keys"]["ustack"]): r["count"] for r in run.rows("count() by ustack")}
+    by_func: dict[str, int] = {}
+    for frames, n in stacks.items():
+        funcs = [f.split("+")[0] for f in frames]
+        assert funcs[0] == "raw_pread", frames           # the leaf: the system call
+        assert funcs[2] == "main", frames
+        assert all(f.endswith("(ustk)") for f in frames[:3]), frames
+        by_func[funcs[1]] = by_func.get(funcs[1], 0) + n
+    assert by_func == {"read_a": na, "read_b": nb}
+    assert {r["keys"]["comm"]: r["count"] for r in run.rows("count() by comm")} == {"ustk": na + nb}
+    per = {(r["keys"]["comm"], r["keys"]["ustack"][1].split("+")[0]): r["count"]
+           for r in run.rows("count() by comm,ustack")}
+    assert per == {("ustk", "read_a"): na, ("ustk", "read_b"): nb}

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -275,3 +277,32 @@ def test_file_paths_from_the_files_map(tmp_path: Path) -> None:
     assert file_path(rec(kdev(7, 0), [b"h", b"g", b"f", b"e", b"d", b"c", b"b", b"a"]), mounts) == ".../a/b/c/d/e/f/g/h"
     assert file_path(rec(kdev(0, 5), [b""]), mounts) == "[block device cache]"
     assert file_path(rec(kdev(7, 0), []), mounts) == "[inode 12 on 7:0]"
+
+
+def test_user_symbols_of_a_running_process() -> None:
+    """UserSymbols names an address in this very process: libc's getpid, found through
+    /proc/self/maps and libc's ELF symbols (pyelftools); a return address (not the leaf) is looked
+    up one byte back and printed as it is; an address in no file mapping, and a process that has
+    exited, are said so and counted."""
+    import ctypes
+    import ctypes.util
+
+    from ioscope.agg.names import UserSymbols, ustack_text
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    addr = ctypes.cast(libc.getpid, ctypes.c_void_p).value
+    assert addr
+    syms = UserSymbols()
+    leaf, caller = syms.frames(os.getpid(), [addr + 2, addr + 1])
+    assert leaf.startswith("getpid+0x2 (libc.so") or leaf.startswith("__getpid+0x2 (libc.so"), leaf
+    assert caller.split(" ")[0].endswith("getpid+0x1"), caller
+    assert syms.unresolved == 0
+    stack_obj = ctypes.create_string_buffer(16)   # heap: mapped, but no file
+    (heap,) = syms.frames(os.getpid(), [ctypes.addressof(stack_obj)])
+    assert heap.endswith("[no file mapped]") and syms.unresolved == 1
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    why = f"[process {gone.pid} exited: not symbolised]"
+    assert ustack_text([0x401000, 0x401100, 0], gone.pid, syms).splitlines() == [f"0x401000 {why}", f"0x401100 {why}"]
+    assert syms.unresolved == 3
+    assert ustack_text([0, 0], 1, syms) == "[no user stack]"

@@ -6,7 +6,7 @@ import numpy as np
 
 MAX_EXPRS = 8
 MAX_INSNS = 64
-NR_KEYS = 10
+NR_KEYS = 11
 STACK_DEPTH = 127
 FILE_DEPTH = 8
 FILE_NAME = 32
@@ -14,12 +14,14 @@ FILE_NAME = 32
 # enum agg_field: the first NR_KEYS are the kernel's keys (comm is keyed by tgid, named in user space)
 FIELDS = {
     "disk": 0, "op": 1, "flags": 2, "pid": 3, "tgid": 4, "cgroup": 5, "cpu": 6, "size": 7, "kstack": 8,
-    "file": 9, "bytes": 10, "q2c": 11, "q2d": 12, "d2c": 13, "seek": 14, "inflight": 15, "comm0": 16, "comm1": 17,
+    "file": 9, "ustack": 10, "bytes": 11, "q2c": 12, "q2d": 13, "d2c": 14, "seek": 15, "inflight": 16,
+    "comm0": 17, "comm1": 18,
 }
-NR_FIELDS = 18
+NR_FIELDS = 19
 VALUE_COUNT = NR_FIELDS  # agg_expr.value of count()
 KEY_FIELD = {"disk": "disk", "op": "op", "flags": "flags", "comm": "tgid", "pid": "pid", "tgid": "tgid",
-             "cgroup": "cgroup", "cpu": "cpu", "size": "size", "kstack": "kstack", "file": "file"}
+             "cgroup": "cgroup", "cpu": "cpu", "size": "size", "kstack": "kstack", "file": "file",
+             "ustack": "ustack"}
 
 # enum agg_kind
 K_SCALAR, K_LOGLIN, K_LINEAR = 0, 1, 2
@@ -80,6 +82,8 @@ EXTRA = np.dtype([
     ("cpu", np.uint32),
     ("have", np.uint32),
     ("kstack", np.int32),
+    ("ustack", np.int32),
+    ("pad", np.uint32),
 ])
 
 FILE = np.dtype([

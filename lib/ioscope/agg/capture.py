@@ -60,6 +60,7 @@ from ioscope.trace.events import (
 TC_SHOWN = 0x1 | 0x2 | 0x4 | 0x8 | 0x800 | 0x1000 | 0x2000 | 0x8000  # bpf/agg.bpf.c TC_SHOWN
 MISSING_IN_CAPTURES = {"cgroup": "cgroup ids (record does not store them)",
                        "kstack": "stacks (record does not store them)",
+                       "ustack": "stacks (record does not store them)",
                        "file": "file names (record does not store them)"}
 
 
@@ -289,6 +290,9 @@ class CaptureNamer:
         return "[not recorded]"
 
     def kstack(self, sid: int) -> str:
+        return "[not recorded]"
+
+    def ustack(self, sid: int, tgid: int) -> str:
         return "[not recorded]"
 
     def file(self, ip: int) -> str:

@@ -75,7 +75,9 @@ class LiveNamer:
         self.comms = comms
         self.stacks = stacks          # the stacks map (a _libbpf.Map), when kstack is used
         self.syms = names.KernelSymbols()
+        self.usyms = names.UserSymbols()
         self._stack_names: dict[int, str] = {}
+        self._ustack_names: dict[tuple[int, int], str] = {}
         self.files: Any = None        # the files map, when file is used
         self._mounts: dict[int, str] | None = None
 
@@ -96,6 +98,21 @@ class LiveNamer:
         text = names.stack_text(np.frombuffer(raw, dtype=np.uint64).tolist(), self.syms)
         self._stack_names[sid] = text
         return text
+
+    def ustack(self, sid: int, tgid: int) -> str:
+        if (sid, tgid) in self._ustack_names:
+            return self._ustack_names[sid, tgid]
+        raw = self.stacks.lookup(np.uint32(sid).tobytes()) if self.stacks is not None else None
+        if raw is None:
+            return "[stack gone]"
+        text = names.ustack_text(np.frombuffer(raw, dtype=np.uint64).tolist(), tgid, self.usyms)
+        self._ustack_names[sid, tgid] = text
+        return text
+
+    def new_interval(self) -> None:
+        """Processes exit and map new files: user stacks are named afresh in every interval."""
+        self.usyms.forget_processes()
+        self._ustack_names.clear()
 
     def disk(self, dev: int) -> str:
         return self.devs.name(dev)
@@ -136,7 +153,7 @@ class AggCollector:
         b.set_global("targ_cgroup", self.cgroup_id, "Q")
         b.set_global("targ_need", need, "I")
         b.set_global("targ_issue", issue, "?")
-        if not need & (1 << abi.FIELDS["kstack"]):
+        if not need & ((1 << abi.FIELDS["kstack"]) | (1 << abi.FIELDS["ustack"])):
             b.set_max_entries("stacks", 1)  # 8192 stacks x 1 KiB only when asked for
         if not need & (1 << abi.FIELDS["file"]):
             b.set_max_entries("files", 1)
@@ -195,8 +212,13 @@ class AggCollector:
         raw = self.read_raw(reset)
         if any("comm" in e.keys for e in self.opts.exprs):
             self._namer.comms = core_abi.comms_from_dump(*self.comms.dump())
+        self._namer.new_interval()
+        unresolved = self._namer.usyms.unresolved
         rows = names.name_rows(self.opts.exprs, raw, self._namer)
-        return AggSample(wall, started, rows, self.losses(), final)
+        losses = self.losses()
+        if any("ustack" in e.keys for e in self.opts.exprs):  # an explanation: such frames print as addresses
+            losses.counters["ustack_frames_unresolved"] = self._namer.usyms.unresolved - unresolved
+        return AggSample(wall, started, rows, losses, final)
 
     def losses(self) -> Losses:
         losses = self.stats.read(True)

@@ -36,8 +36,9 @@ VALUES: dict[str, str] = {
 KEYS: dict[str, str] = {
     "disk": "str", "op": "str", "flags": "str", "comm": "str", "pid": "count", "tgid": "count",
     "cgroup": "str", "cpu": "count", "size": "bytes", "kstack": "keyonly", "file": "keyonly",
+    "ustack": "keyonly",
 }
-LATER_KEYS = ("ustack",)  # in the issue; not built yet
+STACK_KEYS = ("kstack", "ustack")  # multi-line keys: one frame a line, leaf first
 
 CMP_OPS = ("==", "!=", "<", "<=", ">", ">=")
 FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -300,8 +301,6 @@ class _Parser:
         if t.kind == "name" and name in VALUES:
             raise ExprError(f"'{t.text}' is a value, not a key", t.col,
                             f"keys are {_names(KEYS)}; aggregate it with a function, or use size")
-        if t.kind == "name" and name in LATER_KEYS:
-            raise ExprError(f"key '{t.text}' is not supported yet", t.col, f"keys are {_names(KEYS)}")
         if t.kind == "name":
             raise ExprError(f"unknown key '{t.text}'", t.col, f"keys are {_names(KEYS)}")
         raise ExprError(f"expected a key after 'by', found {_found(t)}", t.col, f"keys are {_names(KEYS)}")
@@ -341,8 +340,6 @@ class _Parser:
         t = self.next()
         if t.kind == "name" and (t.text.lower() in KEYS or t.text.lower() in VALUES):
             return "field", t
-        if t.kind == "name" and t.text.lower() in LATER_KEYS:
-            raise ExprError(f"key '{t.text}' is not supported yet", t.col)
         if t.kind in ("num", "str", "name"):
             return "lit", t
         raise ExprError(f"expected a key, a value or a literal, found {_found(t)}", t.col)

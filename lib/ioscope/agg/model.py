@@ -151,6 +151,8 @@ def key_mask(e: Expr) -> int:
     mask = 0
     for k in e.keys:  # comm and tgid share the kernel's tgid field: or, not add
         mask |= 1 << abi.FIELDS[abi.KEY_FIELD[k]]
+    if "ustack" in e.keys:  # user addresses mean something only in their process: keyed by it too
+        mask |= 1 << abi.FIELDS["tgid"]
     return mask
 
 

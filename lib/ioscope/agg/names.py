@@ -131,6 +131,7 @@ class Namer(Protocol):
     def comm(self, tgid: int) -> str: ...
     def cgroup(self, cg: int) -> str: ...
     def kstack(self, sid: int) -> str: ...
+    def ustack(self, sid: int, tgid: int) -> str: ...
     def file(self, ip: int) -> str: ...
 
 
@@ -223,6 +224,132 @@ def stack_text(frames: Sequence[int], syms: KernelSymbols) -> str:
     return "\n".join(names)
 
 
+class ElfSymbols:
+    """One ELF file's functions (.symtab, else .dynsym) and its loadable segments, read with pyelftools."""
+
+    def __init__(self, path: str) -> None:
+        from elftools.common.exceptions import ELFError
+        from elftools.elf.elffile import ELFFile
+        from elftools.elf.sections import SymbolTableSection
+
+        self.loads: list[tuple[int, int, int]] = []   # (file offset, virtual address, size in the file)
+        funcs: dict[int, tuple[int, str]] = {}
+        try:
+            with open(path, "rb") as f:
+                elf = ELFFile(f)
+                for seg in elf.iter_segments():
+                    if seg["p_type"] == "PT_LOAD":
+                        self.loads.append((seg["p_offset"], seg["p_vaddr"], seg["p_filesz"]))
+                for name in (".symtab", ".dynsym"):
+                    sec = elf.get_section_by_name(name)
+                    if not isinstance(sec, SymbolTableSection):
+                        continue
+                    for sym in sec.iter_symbols():
+                        if sym["st_info"]["type"] in ("STT_FUNC", "STT_GNU_IFUNC") and sym["st_value"] and sym.name:
+                            funcs.setdefault(sym["st_value"], (sym["st_size"], sym.name))
+        except (OSError, ELFError):
+            pass
+        rows = sorted(funcs.items())
+        self.addrs = [a for a, _ in rows]
+        self.funcs = [f for _, f in rows]
+
+    def name(self, offset: int) -> str | None:
+        """The function holding this file offset, as 'name+0xoff'; None when no symbol covers it."""
+        for off, vaddr, size in self.loads:
+            if off <= offset < off + size:
+                va = offset - off + vaddr
+                break
+        else:
+            return None
+        i = bisect.bisect_right(self.addrs, va) - 1
+        if i < 0:
+            return None
+        size, name = self.funcs[i]
+        if size and va >= self.addrs[i] + size:
+            return None
+        return f"{name}+0x{va - self.addrs[i]:x}"
+
+
+class UserSymbols:
+    """User addresses of a process -> 'function+0xoff (file)': the process's mappings from
+    /proc/PID/maps, each address's file offset looked up in that file's ELF symbols (opened through
+    /proc/PID/root, so that a process in a container is read from its own files). Read when a row is
+    named, at the end of an interval: a process that has exited by then cannot be symbolised, and
+    says so. Frames that cannot be placed are printed as addresses and counted in `unresolved`."""
+
+    def __init__(self, proc: str = "/proc") -> None:
+        self.proc = proc
+        self.unresolved = 0
+        self._elves: dict[tuple[int, int, int], ElfSymbols] = {}
+        self._maps: dict[int, list[tuple[int, int, int, str]] | None] = {}
+
+    def forget_processes(self) -> None:
+        """Mappings change (exec, dlopen, exit): read them again at the next interval."""
+        self._maps.clear()
+
+    def _mappings(self, tgid: int) -> list[tuple[int, int, int, str]] | None:
+        if tgid not in self._maps:
+            rows: list[tuple[int, int, int, str]] | None = []
+            try:
+                with open(f"{self.proc}/{tgid}/maps") as f:
+                    for line in f:
+                        parts = line.split(maxsplit=5)
+                        if len(parts) == 6 and parts[5].startswith("/"):
+                            lo, _, hi = parts[0].partition("-")
+                            assert rows is not None
+                            rows.append((int(lo, 16), int(hi, 16), int(parts[2], 16), parts[5].rstrip("\n")))
+            except OSError:
+                rows = None
+            self._maps[tgid] = rows
+        return self._maps[tgid]
+
+    def _elf(self, tgid: int, path: str) -> ElfSymbols | None:
+        full = f"{self.proc}/{tgid}/root{path}"
+        try:
+            st = os.stat(full)
+        except OSError:
+            return None
+        key = (st.st_dev, st.st_ino, st.st_mtime_ns)
+        if key not in self._elves:
+            self._elves[key] = ElfSymbols(full)
+        return self._elves[key]
+
+    def frames(self, tgid: int, addrs: Sequence[int]) -> list[str]:
+        maps = self._mappings(tgid)
+        if maps is None:
+            self.unresolved += len(addrs)
+            return [f"0x{a:x} [process {tgid} exited: not symbolised]" for a in addrs]
+        out = []
+        for n, a in enumerate(addrs):
+            # a caller's frame holds the return address, just past its call: look up the call itself
+            look = a if n == 0 else a - 1
+            m = next((m for m in maps if m[0] <= look < m[1]), None)
+            if m is None:
+                self.unresolved += 1
+                out.append(f"0x{a:x} [no file mapped]")
+                continue
+            lo, _hi, off, path = m
+            elf = self._elf(tgid, path)
+            name = elf.name(look - lo + off) if elf is not None else None
+            base = os.path.basename(path)
+            if name is None:
+                self.unresolved += 1
+                out.append(f"{base}+0x{a - lo + off:x} [no symbol]")
+            else:
+                if n:  # the offset of the return address, as perf and bpftrace print it
+                    fn, _, hexoff = name.rpartition("+0x")
+                    name = f"{fn}+0x{int(hexoff, 16) + 1:x}"
+                out.append(f"{name} ({base})")
+        return out
+
+
+def ustack_text(frames: Sequence[int], tgid: int, syms: UserSymbols) -> str:
+    """A user stack, leaf first, one frame a line (the kernel's frame-pointer walk: code built without
+    frame pointers, as most distributions' libc, shows its caller's frames missing or wrong)."""
+    addrs = [a for a in frames if a]
+    return "\n".join(syms.frames(tgid, addrs)) if addrs else "[no user stack]"
+
+
 def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> list[list[NamedRow]]:
     """The kernel's rows -> rows keyed by names, per expression (rows that name alike merge later)."""
     out: list[list[NamedRow]] = [[] for _ in exprs]
@@ -245,6 +372,9 @@ def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> lis
                 keys[k] = namer.cgroup(v)
             elif k == "kstack":
                 keys[k] = namer.kstack(v - 1) if v else "[no stack]"
+            elif k == "ustack":
+                tgid = r.key[abi.FIELDS["tgid"]]
+                keys[k] = namer.ustack(v - 1, tgid) if v else "[no user stack]"
             elif k == "file":
                 keys[k] = namer.file(v) if v else "[no file]"
             else:
@@ -255,8 +385,10 @@ def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> lis
 
 __all__ = [
     "CgroupNames",
+    "ElfSymbols",
     "KernelSymbols",
     "Namer",
+    "UserSymbols",
     "cgroup_id",
     "file_path",
     "flags_bits",
@@ -265,4 +397,5 @@ __all__ = [
     "name_rows",
     "resolve",
     "stack_text",
+    "ustack_text",
 ]

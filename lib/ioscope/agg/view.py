@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ioscope import cli_common
+from ioscope.agg.expr import STACK_KEYS
 from ioscope.agg.model import AggResult, AggTable, ResultRow
 from ioscope.render import HistView, fmt_bytes, fmt_ns
 
@@ -19,8 +20,9 @@ DIST_WIDTH = 40  # DTrace's: 40 '@' are the whole count
 
 def row_json(t: AggTable, r: ResultRow) -> dict[str, Any]:
     keys: dict[str, Any] = dict(r.keys)
-    if "kstack" in keys:  # a list of frames, leaf first
-        keys["kstack"] = str(keys["kstack"]).split("\n")
+    for k in STACK_KEYS:  # a list of frames, leaf first
+        if k in keys:
+            keys[k] = str(keys[k]).split("\n")
     out: dict[str, Any] = {"keys": keys}
     if r.value is not None:
         out[t.func] = round(r.value, 3) if isinstance(r.value, float) else r.value
@@ -101,7 +103,7 @@ def table_renderables(t: AggTable) -> Iterator[RenderableType]:
             # Text, not str: a name such as "[unknown]" is not rich markup
             tab.add_row(*[Text(str(r.keys[k])) for k in t.keys], Text(fmt_value(r.value, t.unit, t.func)),
                         *[Text(str(r.extra.get(name, ""))) for name in extra])
-            if "kstack" in t.keys:  # multi-line keys: a blank line between rows
+            if any(k in t.keys for k in STACK_KEYS):  # multi-line keys: a blank line between rows
                 tab.add_row()
         yield tab
     else:
