@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
-"""Overhead of `ioscope agg` by key, against bpftrace asking the same question, side by side in one run.
+"""Overhead of `ioscope agg` by question, against bpftrace asking the same, side by side in one run.
 
 fio 4 KiB random reads, queue depth 32, libaio, direct, on a tmpfs-backed loop device (scheduler
 none). Each round runs every configuration in turn (rotated, so that none always runs first):
-nothing attached, agg keyed by comm,disk, by comm,kstack and by comm,ustack, and bpftrace's
-`@[comm, ustack] = count()` at block_bio_queue (the same question: bpftrace walks the user stack
-and keys by it in the kernel too). Prints IOPS per configuration (median over rounds) and the
-median over rounds of each run's IOPS over its round's baseline.
+nothing attached; `count() by comm,disk` and bpftrace's `@[comm, dev] = count()` at queue;
+`llquantize(q2c) by disk,op` and bpftrace's queue-to-complete hist() keyed by (dev, sector);
+`count() by comm,kstack`, `count() by comm,ustack` and bpftrace's `@[comm, ustack] = count()`
+(bpftrace walks the user stack and keys by it in the kernel too). Prints IOPS per configuration
+(median over rounds) and the median over rounds of each run's IOPS over its round's baseline.
 Run as root: python3 bench/agg_overhead.py [--rounds N] [--seconds S] [--json]
 """
 
@@ -28,8 +29,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ioscope.testbed import LoopDevice, run_fio
 from lat_overhead import Tracer
 
-BPFTRACE_USTACK = 'BEGIN { printf("ready\\n"); } tracepoint:block:block_bio_queue /args->dev == %d/ ' \
-                  '{ @[comm, ustack] = count(); }'
+READY = 'BEGIN { printf("ready\\n"); } '
+# the same questions in bpftrace: by hand, at queue (comm is true there), keyed by (dev, sector)
+BPFTRACE = {
+    "bpftrace @[comm, dev] = count()": "tracepoint:block:block_bio_queue /args->dev == %(dev)d/ "
+                                       "{ @[comm, args->dev] = count(); }",
+    "bpftrace q2c hist() by (dev, sector)": "tracepoint:block:block_bio_queue /args->dev == %(dev)d/ "
+                                            "{ @q[args->dev, args->sector] = nsecs; } "
+                                            "tracepoint:block:block_rq_complete /@q[args->dev, args->sector]/ "
+                                            "{ @h[args->rwbs] = hist(nsecs - @q[args->dev, args->sector]); "
+                                            "delete(@q[args->dev, args->sector]); }",
+    "bpftrace @[comm, ustack] = count()": "tracepoint:block:block_bio_queue /args->dev == %(dev)d/ "
+                                          "{ @[comm, ustack] = count(); }",
+}
 
 
 def main() -> int:
@@ -46,13 +58,19 @@ def main() -> int:
         def agg(expr: str) -> Callable[[], AbstractContextManager[Any]]:
             return lambda: Tracer("ioscope", [*ioscope, "agg", "-d", dev.name, "-e", expr], "Tracing", "stderr")
 
+        def bpftrace(name: str) -> Callable[[], AbstractContextManager[Any]]:
+            prog = READY + BPFTRACE[name] % {"dev": dev.device.dev}
+            return lambda: Tracer("bpftrace", ["bpftrace", "-e", prog], "ready", "stdout")
+
         configs: list[tuple[str, Callable[[], AbstractContextManager[Any]]]] = [
             ("baseline", nullcontext),
             ("agg count() by comm,disk", agg("count() by comm,disk")),
+            ("bpftrace @[comm, dev] = count()", bpftrace("bpftrace @[comm, dev] = count()")),
+            ("agg llquantize(q2c) by disk,op", agg("llquantize(q2c) by disk,op")),
+            ("bpftrace q2c hist() by (dev, sector)", bpftrace("bpftrace q2c hist() by (dev, sector)")),
             ("agg count() by comm,kstack", agg("count() by comm,kstack")),
             ("agg count() by comm,ustack", agg("count() by comm,ustack")),
-            ("bpftrace @[comm, ustack] = count()", lambda: Tracer(
-                "bpftrace", ["bpftrace", "-e", BPFTRACE_USTACK % dev.device.dev], "ready", "stdout")),
+            ("bpftrace @[comm, ustack] = count()", bpftrace("bpftrace @[comm, ustack] = count()")),
         ]
         results: dict[str, list[float]] = {name: [] for name, _ in configs}
         paired: dict[str, list[float]] = {name: [] for name, _ in configs}

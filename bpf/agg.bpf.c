@@ -227,15 +227,7 @@ static __always_inline void linear_add(struct hist *h, __u64 v, __u64 low, __u64
 		idx = n + 1;
 	if (idx > n + 1)
 		idx = n + 1;
-	if (idx >= IOS_HIST_NBUCKETS)
-		idx = IOS_HIST_NBUCKETS - 1;
-	h->slots[idx] += 1;
-	h->count += 1;
-	h->sum += v;
-	if (v > h->max)
-		h->max = v;
-	if (~v > h->min_inv)
-		h->min_inv = ~v;
+	hist_put(h, idx, v);
 }
 
 static __always_inline void rec_comm(struct agg_rec *r, __u32 tgid)

@@ -53,10 +53,8 @@ static __always_inline void hist_add(struct hist *h, __u64 v)
  * itself on one CPU (tp_btf/raw_tp recursion protection). Plain adds: no
  * locked instructions.
  */
-static __always_inline void hist_add_local(struct hist *h, __u64 v)
+static __always_inline void hist_put(struct hist *h, __u64 idx, __u64 v) /* into bucket idx (clamped) */
 {
-	__u32 idx = hist_bucket(v);
-
 	if (idx >= IOS_HIST_NBUCKETS)
 		idx = IOS_HIST_NBUCKETS - 1;
 	h->slots[idx] += 1;
@@ -66,6 +64,11 @@ static __always_inline void hist_add_local(struct hist *h, __u64 v)
 		h->max = v;
 	if (~v > h->min_inv)
 		h->min_inv = ~v;
+}
+
+static __always_inline void hist_add_local(struct hist *h, __u64 v)
+{
+	hist_put(h, hist_bucket(v), v);
 }
 
 #endif /* HIST_BPF_H */

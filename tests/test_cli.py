@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import ROOT, run_ioscope
-from ioscope import __version__, cli_common
+from ioscope import __version__, cli, cli_common
 
 
 def _one_line_error(p: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
@@ -126,3 +126,15 @@ def test_deprecated_spellings_still_work_with_a_note() -> None:
     assert ns.per_op is True
     ns = _tool_parsers()["top"].parse_args(["-l", "7", "--iterations", "3"])
     assert ns.rows == 7 and ns.iterations == 3
+
+
+@pytest.mark.parametrize("tool", [None, *cli.TOOLS])
+def test_help_and_version_import_no_numpy(tool: str | None) -> None:
+    """`ioscope --version` and `ioscope TOOL --help` import only the command line (issue 14's start-up
+    goal): numpy, pyarrow, rich's tables and the BPF loader come when a tool runs, not to print its help."""
+    argv = ["--version"] if tool is None else [tool, "--help"]
+    heavy = ("numpy", "pyarrow", "ioscope._libbpf", "prometheus_client")
+    code = (f"import sys\nfrom ioscope.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
+            f"print(','.join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stderr.strip().splitlines()[-1:] in ([], [""]), (argv, p.stderr)

@@ -17,15 +17,6 @@ from ioscope.trace.blktrace import EXPORT_BASE_OFFSET, BlktraceWriter
 from ioscope.trace.events import EV_NOTE_PROCESS, note_comm
 from ioscope.trace.offline import Source, open_source
 
-EXAMPLES = """\
-examples:
-  ioscope export trace.ioscope --format blktrace -o trace.bin
-      btt -i trace.bin                      # btt reads the dump as is
-      blkparse -i - < trace.bin             # and blkparse reads it from stdin
-  ioscope export trace.ioscope --format blktrace --per-cpu -o DIR
-      blkparse -D DIR -i loop0              # blktrace's own layout: DIR/loop0.blktrace.<cpu>
-"""
-
 
 def wall_at(src: Source, mono_ns: int) -> int | None:
     """Wall-clock ns at a CLOCK_MONOTONIC time, from the capture's clock mapping."""
@@ -108,21 +99,6 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False, force: bool = Fa
 
 def _create(path: str, force: bool) -> BinaryIO:
     return cast(BinaryIO, outfile.open_private(path, "wb", force=force))
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("export", help="write a capture as blktrace binaries (for blkparse, btt)",
-                       description="Write a capture as a blktrace version 7 binary stream, with process-name "
-                                   "notes and the wall-clock timestamp note, that the real blkparse and btt read.",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("capture", metavar="CAPTURE", help="an ioscope capture")
-    p.add_argument("--format", default="blktrace", choices=("blktrace",), help="output format (blktrace)")
-    p.add_argument("-o", "--output", required=True, metavar="OUT",
-                   help="output file (a blkparse -d style dump), or directory with --per-cpu")
-    p.add_argument("--per-cpu", action="store_true",
-                   help="write blktrace's layout instead: OUT/<disk>.blktrace.<cpu>, one file per disk and CPU")
-    outfile.add_force(p)
-    p.set_defaults(func=run, tool="export")
 
 
 def run(args: argparse.Namespace) -> int:

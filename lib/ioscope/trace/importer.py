@@ -16,14 +16,6 @@ from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import blktrace
 from ioscope.trace.events import EV_NOTE_PROCESS
 
-EXAMPLES = """\
-examples:
-  ioscope import sda.blktrace.0 sda.blktrace.1 -o sda.ioscope   # blktrace's per-CPU files
-  ioscope import sda -o sda.ioscope                             # the same: every sda.blktrace.N
-  ioscope import trace.bin -o trace.ioscope                     # a blkparse -d dump
-  ioscope report sda.ioscope
-"""
-
 PER_CPU = re.compile(r"^(?P<stem>.+)\.blktrace\.(?P<cpu>\d+)$")
 
 
@@ -150,18 +142,6 @@ def import_blktrace(inputs: list[str], out: str) -> dict[str, Any]:
     except OSError as exc:
         raise IoscopeError(f"cannot write {out}: {exc.strerror}") from None
     return {"files": files, "events": n_events, "devices": devs, "comms": len(comms)}
-
-
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("import", help="turn blktrace binaries into an ioscope capture",
-                       description="Read blktrace version 7 binaries (blktrace's per-CPU files NAME.blktrace.N, "
-                                   "or blkparse -d dumps; either byte order) and write an ioscope capture, so "
-                                   "that parse and report work on traces from hosts where blktrace runs.",
-                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("inputs", nargs="+", metavar="FILE", help="blktrace files, NAME for NAME.blktrace.*, or dumps")
-    p.add_argument("-o", "--output", required=True, metavar="CAPTURE", help="the capture to write")
-    outfile.add_force(p)
-    p.set_defaults(func=run, tool="import")
 
 
 def run(args: argparse.Namespace) -> int:
