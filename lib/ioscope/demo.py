@@ -12,7 +12,7 @@ import argparse
 import os
 import time
 
-from ioscope import cli_common, system
+from ioscope import cli_common
 
 EXAMPLES = """\
 examples:
@@ -61,6 +61,7 @@ def _python_workload(path: str, seconds: float) -> int:
 
 def run(args: argparse.Namespace) -> int:
     # imported here, not for --help: the collector loads numpy and the BPF loader
+    from ioscope import system
     from ioscope.lat.collector import LatCollector, LatOptions
     from ioscope.lat.model import completions_unreported
     from ioscope.render import HistView, percentile_table

@@ -6,7 +6,7 @@ import argparse
 import time
 from collections.abc import Sequence
 
-from ioscope import cli_common, devices, system
+from ioscope import cli_common
 
 EXAMPLES = """\
 examples:
@@ -63,6 +63,7 @@ def _print(result: object, as_json: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ioscope import devices, system
     from ioscope.errors import UsageError
 
     if args.bpftrace is not None or args.bpftrace_file is not None:

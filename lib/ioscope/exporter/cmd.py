@@ -6,8 +6,6 @@ import argparse
 import ipaddress
 import time
 
-from ioscope import devices, system
-
 DEFAULT_LISTEN = "127.0.0.1:9863"
 
 DESCRIPTION = """\
@@ -47,6 +45,7 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ioscope import devices, system
     from ioscope.agg.collector import AggCollector, AggOptions
     from ioscope.agg.expr import parse_all
     from ioscope.errors import IoscopeError, UsageError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ioscope import cli_common, devices, system
+from ioscope import cli_common
 
 EXAMPLES = """\
 examples:
@@ -42,6 +42,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     # imported here, not at the top: `ioscope lat --help` needs neither numpy nor the BPF loader
+    from ioscope import devices, system
     from ioscope.lat.collector import SWEEP_EVERY_S, LatCollector, LatOptions
     from ioscope.lat.model import build_report
     from ioscope.lat.view import LatViewOptions, renderables, to_json

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ioscope import cli_common, devices, system
+from ioscope import cli_common
 from ioscope.errors import UsageError
 from ioscope.top import PROC_SORT_KEYS
 
@@ -114,6 +114,7 @@ class Sampler:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ioscope import devices, system
     from ioscope.top.collector import TopCollector
     from ioscope.top.model import HeatHistory
     from ioscope.top.view import ViewState, interactive

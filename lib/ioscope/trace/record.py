@@ -14,12 +14,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from ioscope import cli_common, devices, outfile, system
+from ioscope import cli_common, outfile
 from ioscope.errors import IoscopeError
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from ioscope import devices
     from ioscope.trace.capture import CaptureWriter
     from ioscope.trace.recorder import Recorder
 
@@ -139,6 +140,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    from ioscope import devices, system
     from ioscope.trace.capture import CaptureWriter
     from ioscope.trace.recorder import Recorder, RecorderOptions, capture_meta
 
@@ -166,6 +168,7 @@ def run(args: argparse.Namespace) -> int:
 def _output_on_traced_disk(directory: str, disks: list[devices.BlockDevice],
                            sys_root: str = "/sys") -> str | None:
     """The traced disk that holds directory, if any (None for tmpfs and other disk-less file systems)."""
+    from ioscope import devices
     st_dev = os.stat(directory).st_dev
     spec = f"{os.major(st_dev)}:{os.minor(st_dev)}"
     try:

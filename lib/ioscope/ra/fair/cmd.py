@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ioscope import cli_common, devices, system
+from ioscope import cli_common
 from ioscope.errors import UsageError
 from ioscope.ra.fairness import MIN_VERDICT_BYTES
 from ioscope.ra.readsize.cmd import add_filters
@@ -40,6 +40,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    from ioscope import devices, system
     if not 0 <= args.min_share < 1:
         raise UsageError(f"--min-share must be in [0, 1), not {args.min_share}")
     # imported here, not at the top: `ioscope fair --help` needs neither numpy nor the BPF loader

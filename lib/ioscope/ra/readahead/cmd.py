@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ioscope import cli_common, devices, system
+from ioscope import cli_common
 from ioscope.errors import UsageError
 
 MAX_PAGES_LIMIT = 1 << 26
@@ -39,6 +39,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    from ioscope import devices, system
     if args.max_pages > MAX_PAGES_LIMIT:
         raise UsageError(f"--max-pages is at most {MAX_PAGES_LIMIT}")
     # imported here, not at the top: `ioscope readahead --help` needs neither numpy nor the BPF loader

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ioscope import cli_common, devices, system
+from ioscope import cli_common
 
 EXAMPLES = """\
 examples:
@@ -42,6 +42,7 @@ def add_filters(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # imported here, not at the top: `ioscope readsize --help` needs neither numpy nor the BPF loader
+    from ioscope import devices, system
     from ioscope.ra.readsize.collector import ReadsizeCollector, ReadsizeOptions
     from ioscope.ra.readsize.model import build_report
     from ioscope.ra.readsize.view import ReadsizeViewOptions, renderables, to_json
