@@ -53,6 +53,7 @@ TOOLS = {
     "top": "ioscope.top.cmd",
     "agg": "ioscope.agg.cmd",
     "exporter": "ioscope.exporter.cmd",
+    "diff": "ioscope.diff.cmd",
     "demo": "ioscope.demo",
 }
 
