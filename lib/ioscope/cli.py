@@ -54,6 +54,7 @@ TOOLS = {
     "agg": "ioscope.agg.cmd",
     "exporter": "ioscope.exporter.cmd",
     "diff": "ioscope.diff.cmd",
+    "collect": "ioscope.collect.cmd",
     "demo": "ioscope.demo",
 }
 
