@@ -48,3 +48,23 @@ def test_disks_pair_by_name_or_alone() -> None:
         ("sda", "sda", None), ("sdb", "sdb", "sdb"), ("sdc", None, "sdc")]
     r = diff(_cap("a", 1.0, **two), _cap("b", 1.0, sdb=DiskStats(), sdc=DiskStats()))
     assert (r.only_before, r.only_after) == (["sda"], ["sdc"])
+
+
+def test_bundle_context_settings_are_compared() -> None:
+    from ioscope.diff.summary import context_settings
+
+    ctx = {"vm": {"dirty_ratio": 20, "swappiness": {"absent": "x: no such file"}},
+           "cgroups": {"v1_blkio": {"mount": "/sys/fs/cgroup/blkio",
+                                    "limits": {"/db": {"blkio.throttle.read_bps_device": "8:0 1048576"}}},
+                       "v2_io": {"absent": "no cgroup v2 hierarchy mounted"}},
+           "multipath": {"paths": ["sdb 8:16 active ready running service-time"], "maps": []},
+           "block_devices": {"sda": {"queue": {"scheduler": "none", "schedulers_available": ["none", "bfq"]}}}}
+    host, queues = context_settings(ctx)
+    assert host == {"vm.dirty_ratio": 20, "cgroup /db blkio.throttle.read_bps_device": "8:0 1048576",
+                    "multipath path sdb": "8:16 active ready running service-time"}
+    assert queues == {"sda": {"scheduler": "none", "schedulers_available": ["none", "bfq"]}}
+    a = CaptureSummary("a", "h", 1.0, {}, host)
+    b = CaptureSummary("b", "h", 1.0, {}, {**host, "vm.dirty_ratio": 40,
+                                          "multipath path sdb": "8:16 active ready running round-robin"})
+    changes = {c.setting: (c.disk, c.direction, c.ratio) for c in diff(a, b).changes}
+    assert changes == {"vm.dirty_ratio": ("host", "up", 2.0), "multipath path sdb": ("host", "changed", None)}

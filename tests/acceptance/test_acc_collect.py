@@ -179,3 +179,21 @@ def test_bad_bundles_and_options(live: None, tmp_path: Path) -> None:
         z.close()
     p = run_ioscope("report", str(nocap))
     assert p.returncode == 1 and "has no capture.ioscope" in p.stderr and len(p.stderr.strip().splitlines()) == 1, p
+
+
+def test_diff_of_two_bundles_shows_the_limit_that_changed(host: dict[str, Any], tmp_path: Path) -> None:
+    """The same workload collected twice, the cgroup's read limit raised in between: `ioscope diff`
+    of the two bundles names the change (from the bundles' contexts) and the writes of each."""
+    h = host
+    one, two = str(tmp_path / "one.ioscope"), str(tmp_path / "two.ioscope")
+    assert _collect(h, one).returncode == 0
+    new = f"{h['disk'].device.major}:{h['disk'].device.minor} 20971520"
+    Path(f"/sys/fs/cgroup/blkio{h['cgroup']}/blkio.throttle.read_bps_device").write_text(new)
+    assert _collect(h, two).returncode == 0
+    p = run_ioscope("diff", "-j", one, two, timeout=120)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    ch = {c["setting"]: (c["disk"], c["before"], c["after"]) for c in doc["changes"]}
+    assert ch[f"cgroup {h['cgroup']} blkio.throttle.read_bps_device"] == ("host", h["limit"], new), ch
+    (wr,) = [o for o in doc["ops"] if o["op"] == "write"]
+    assert wr["metrics"]["I/Os"]["before"] >= NWRITES and wr["metrics"]["I/Os"]["after"] >= NWRITES

@@ -111,6 +111,10 @@ def diff(before: CaptureSummary, after: CaptureSummary) -> DiffResult:
             va, vb = da.settings.get(key), db.settings.get(key)
             if va != vb:
                 res.changes.append(Change(label, key, va, vb))
+    for key in sorted(set(before.host_settings) | set(after.host_settings)):  # bundles only
+        va, vb = before.host_settings.get(key), after.host_settings.get(key)
+        if va != vb:
+            res.changes.append(Change("host", key, va, vb))
     return res
 
 

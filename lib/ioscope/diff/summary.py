@@ -35,6 +35,33 @@ class CaptureSummary:
     host: str | None
     duration_s: float        # first event to the end of the recording
     disks: dict[str, DiskStats]
+    host_settings: dict[str, Any] = field(default_factory=dict)  # from a bundle's context: vm.*, cgroup limits, ...
+
+
+def context_settings(ctx: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """A bundle's context (collect/context.py) -> (host settings by name, queue settings per disk):
+    the vm sysctls, every cgroup I/O limit, multipath's paths and maps."""
+    host: dict[str, Any] = {}
+    for k, v in (ctx.get("vm") or {}).items():
+        if not isinstance(v, dict):
+            host[f"vm.{k}"] = v
+    cg = ctx.get("cgroups") or {}
+    for ver in ("v1_blkio", "v2_io"):
+        limits = (cg.get(ver) or {}).get("limits")
+        if isinstance(limits, dict):
+            for path, files in limits.items():
+                for f, v in (files or {}).items():
+                    host[f"cgroup {path} {f}"] = v
+    mp = ctx.get("multipath") or {}
+    if "absent" not in mp:
+        for what in ("paths", "maps"):
+            for line in mp.get(what) or []:
+                parts = str(line).split()
+                if parts:
+                    host[f"multipath {what[:-1]} {parts[0]}"] = " ".join(parts[1:])
+    disks = {name: dict(d.get("queue") or {}) for name, d in (ctx.get("block_devices") or {}).items()
+             if isinstance(d, dict)}
+    return host, disks
 
 
 def summarise(path: str) -> CaptureSummary:
@@ -58,6 +85,13 @@ def summarise(path: str) -> CaptureSummary:
             setattr(op, phase, {p: float(r.percentiles[p]) for p in PCTS if p in r.percentiles})
     for r in procs.rows:
         disks.setdefault(str(r.keys["disk"]), DiskStats()).procs[str(r.keys["comm"])] = int(r.value or 0)
+    host: dict[str, Any] = {}
+    queues: dict[str, dict[str, Any]] = {}
+    from ioscope.collect.bundle import is_bundle, read_json_members
+    if is_bundle(path):  # an `ioscope collect` bundle: the host's context when the recording started
+        docs, _members = read_json_members(path)
+        host, queues = context_settings(docs.get("context-start.json") or {})
     for name, d in disks.items():
         d.settings = {k: v for k, v in settings.get(name, {}).items() if k not in ("name", "major", "minor")}
-    return CaptureSummary(path, meta.get("host"), res.interval_s, disks)
+        d.settings.update({k: v for k, v in queues.get(name, {}).items() if k != "schedulers_available"})
+    return CaptureSummary(path, meta.get("host"), res.interval_s, disks, host)
