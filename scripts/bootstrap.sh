@@ -4,7 +4,7 @@
 #   - Debian packages: the BPF build chain (clang, llvm, libbpf-dev, pkg-config),
 #     Python headers and venv, bpftrace (agg --bpftrace runs it), fio (the demo's workload).
 #   - With --test, also the peers and tools the tests compare against or use
-#     (blktrace, sysstat, tmux, xfsprogs, a Prometheus server). The Prometheus
+#     (blktrace, sysstat, tmux, xfsprogs, btrfs-progs, a Prometheus server). The Prometheus
 #     package's own service is not started: the tests start their own server.
 #   - A virtualenv in .venv with ioscope installed in editable mode (this builds
 #     the C extension and compiles bpf/*.bpf.c), plus the test tools.
@@ -18,7 +18,7 @@ fi
 
 PKGS="clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc python3 python3-dev python3-venv
       git bpftool bpftrace fio e2fsprogs util-linux procps"
-TEST_PKGS="blktrace sysstat tmux xfsprogs prometheus"
+TEST_PKGS="blktrace sysstat tmux xfsprogs btrfs-progs prometheus"
 want=$PKGS
 if [ "${1:-}" = --test ]; then
     want="$PKGS $TEST_PKGS"
