@@ -58,10 +58,13 @@ def test_btrfs_raid1_members_and_their_shares(live: None, tmp_path: Path) -> Non
             cap = str(tmp_path / "r1.ioscope")
             rec = subprocess.Popen(ioscope_cmd("record", "-d", a.name, "-d", b.name, "-o", cap),
                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+            lat = subprocess.Popen(ioscope_cmd("lat", "-D", "-j", "-d", a.name, "-d", b.name), stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
             try:
-                assert rec.stderr is not None
+                assert rec.stderr is not None and lat.stderr is not None
                 first = rec.stderr.readline()
                 assert first.startswith("Recording block I/O events"), first + rec.stderr.read()
+                assert lat.stderr.readline().startswith("Tracing"), lat.stderr.read()
                 da0, db0 = a.diskstats(), b.diskstats()
                 readers = [_even_pid_reader(f"{mnt}/f{n}") for n in (1, 2)]
                 for r in readers:   # both start reading now
@@ -72,9 +75,12 @@ def test_btrfs_raid1_members_and_their_shares(live: None, tmp_path: Path) -> Non
                 time.sleep(0.3)
                 da1, db1 = a.diskstats(), b.diskstats()
             finally:
-                os.killpg(rec.pid, signal.SIGINT)
+                for p in (rec, lat):
+                    os.killpg(p.pid, signal.SIGINT)
                 _, err = rec.communicate(timeout=60)
+                lat_out, lat_err = lat.communicate(timeout=60)
             assert rec.returncode == 0, err
+            assert lat.returncode == 0, lat_err
             subprocess.run(["umount", mnt], check=True)
             mounted = False
             doc = json.loads(run_ioscope("report", "--json", cap, check=True).stdout)
@@ -95,6 +101,11 @@ def test_btrfs_raid1_members_and_their_shares(live: None, tmp_path: Path) -> Non
                 assert m[name]["share_bytes"] == nbytes / total_b
             # both readers on one mirror: one member carried (nearly) all of it, its twin idled
             assert max(x["share_bytes"] for x in m.values()) >= 0.95, m
+            # lat -D, live, says the same: each member's requests (d2c counts) as diskstats counted them
+            (ldoc,) = [json.loads(ln) for ln in lat_out.splitlines() if ln.startswith("{")]
+            (lst,) = [x for x in ldoc["stacks"] if x["kind"] == "btrfs"]
+            assert lst["label"] == LABEL
+            assert {x["disk"]: x["d2c_count"] for x in lst["members"]} == {k: v[0] for k, v in want.items()}, lst
             rows = [ln.split() for ln in text.splitlines()]
             assert ["btrfs", f"{LABEL}:", "each", "member's", "completed", "I/Os"] in rows
             assert any(r[:2] == [a.name, str(want[a.name][0])] for r in rows), text
