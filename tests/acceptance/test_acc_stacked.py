@@ -60,11 +60,15 @@ def test_btrfs_raid1_members_and_their_shares(live: None, tmp_path: Path) -> Non
                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
             lat = subprocess.Popen(ioscope_cmd("lat", "-D", "-j", "-d", a.name, "-d", b.name), stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, start_new_session=True)
+            top = subprocess.Popen(ioscope_cmd("top", "-j", "0.5"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, start_new_session=True)
             try:
                 assert rec.stderr is not None and lat.stderr is not None
                 first = rec.stderr.readline()
                 assert first.startswith("Recording block I/O events"), first + rec.stderr.read()
                 assert lat.stderr.readline().startswith("Tracing"), lat.stderr.read()
+                assert top.stdout is not None
+                top_lines = [top.stdout.readline()]   # its first interval: it samples from now on
                 da0, db0 = a.diskstats(), b.diskstats()
                 readers = [_even_pid_reader(f"{mnt}/f{n}") for n in (1, 2)]
                 for r in readers:   # both start reading now
@@ -74,11 +78,13 @@ def test_btrfs_raid1_members_and_their_shares(live: None, tmp_path: Path) -> Non
                 assert all(r.wait(timeout=120) == 0 for r in readers)
                 time.sleep(0.3)
                 da1, db1 = a.diskstats(), b.diskstats()
+                time.sleep(0.6)   # top's interval that holds the end of the reads
             finally:
-                for p in (rec, lat):
+                for p in (rec, lat, top):
                     os.killpg(p.pid, signal.SIGINT)
                 _, err = rec.communicate(timeout=60)
                 lat_out, lat_err = lat.communicate(timeout=60)
+                top_out, top_err = top.communicate(timeout=60)
             assert rec.returncode == 0, err
             assert lat.returncode == 0, lat_err
             subprocess.run(["umount", mnt], check=True)
@@ -106,6 +112,19 @@ def test_btrfs_raid1_members_and_their_shares(live: None, tmp_path: Path) -> Non
             (lst,) = [x for x in ldoc["stacks"] if x["kind"] == "btrfs"]
             assert lst["label"] == LABEL
             assert {x["disk"]: x["d2c_count"] for x in lst["members"]} == {k: v[0] for k, v in want.items()}, lst
+            # top's stacks panel (extras.stacks in its JSON): the kB each member moved, summed over its
+            # intervals, is what diskstats counted (top samples /proc/diskstats itself), so the busy
+            # member is the same
+            assert top.returncode == 0, top_err
+            kb = {a.name: 0.0, b.name: 0.0}
+            for ln in top_lines + top_out.splitlines():
+                if ln.startswith("{"):
+                    snap = json.loads(ln)
+                    (tst,) = [x for x in snap["extras"]["stacks"] if x["kind"] == "btrfs"]
+                    for x in tst["members"]:
+                        kb[x["disk"]] += x["kB_s"] * snap["interval_s"]
+            for name, (_n, nbytes) in want.items():
+                assert abs(kb[name] - nbytes / 1024) <= 1 + 0.001 * nbytes / 1024, (name, kb, want)
             rows = [ln.split() for ln in text.splitlines()]
             assert ["btrfs", f"{LABEL}:", "each", "member's", "completed", "I/Os"] in rows
             assert any(r[:2] == [a.name, str(want[a.name][0])] for r in rows), text

@@ -145,6 +145,21 @@ def register_panel(name: str, fn: PanelFn) -> None:
     PANELS[name] = fn
 
 
+def stacks_panel(data: Any, width: int, rows: int) -> list[Text]:
+    """One line per stacked device: each member's kB/s and share, so that a path or mirror carrying
+    the load while its twin idles is seen (issue 13)."""
+    out: list[Text] = []
+    for st in data[: max(0, rows)]:
+        label = st["label"] or st["name"]
+        parts = [f"{m['disk']} {m['kB_s']:.0f} kB/s {100 * m['share']:.0f}% util {m['util']:.0f}%"
+                 for m in st["members"]]
+        out.append(Text(f"{st['kind']} {label}: " + " | ".join(parts))[:width])
+    return out
+
+
+register_panel("stacks", stacks_panel)
+
+
 def panel_lines(s: Snapshot, width: int, rows: int) -> list[Text]:
     out: list[Text] = []
     for name, fn in PANELS.items():
