@@ -98,7 +98,8 @@ def test_mixed_edges(tmp_path: Path) -> None:
     assert all(m["m2d"] is not None and m["i2d"] is None for m in merged)
     end = t.filter(t["in_flight_end"]).to_pylist()
     assert [(e["sector"], e["c_ns"], e["q2c"], e["d_ns"] is not None) for e in end] == [(800_000, None, None, True)]
-    disks = {(x["disk"], x["dev"], x["major"], x["minor"]) for x in t.select(["disk", "dev", "major", "minor"]).to_pylist()}
+    cols = ["disk", "dev", "major", "minor"]
+    disks = {tuple(x[c] for c in cols) for x in t.select(cols).to_pylist()}
     assert disks == {("loop0", "7,0", 7, 0), ("loop1", "7,1", 7, 1)}
     w = t.filter(pc.equal(t["sector"], 7000)).to_pylist()[0]
     assert (w["op"], w["rwbs"], w["comm"], w["d2c"], w["bytes"]) == ("write", "WS", "dd", 123_457, 65536)
