@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import urllib.parse
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ from ioscope.trace import ios
 from ioscope.trace.offline import Source, open_source
 
 TABLES = ("ios", "events")
-ROW_GROUP_ROWS = 1 << 20
+ROW_GROUP_ROWS = 1 << 16
 
 
 @dataclass
@@ -56,6 +57,10 @@ class _Writer:
         self.held: list[pa.RecordBatch] = []
         self.nheld = 0
         self.rows = 0
+        # row groups are encoded and compressed by a thread (pyarrow lets go of the GIL) while the next
+        # chunks are analysed; one row group at most waits for it
+        self.pool = ThreadPoolExecutor(1)
+        self.busy: Future[None] | None = None
 
     def add(self, b: pa.RecordBatch) -> None:
         self.held.append(b)
@@ -65,18 +70,28 @@ class _Writer:
 
     def _flush(self) -> None:
         if self.held:
-            self.w.write_table(pa.Table.from_batches(self.held, self.schema), row_group_size=ROW_GROUP_ROWS)
+            self._wait()
+            table = pa.Table.from_batches(self.held, self.schema)
+            self.busy = self.pool.submit(self.w.write_table, table, row_group_size=ROW_GROUP_ROWS)
             self.rows += self.nheld
             self.held, self.nheld = [], 0
 
+    def _wait(self) -> None:
+        if self.busy is not None:
+            busy, self.busy = self.busy, None
+            busy.result()
+
     def close(self) -> None:
         self._flush()
+        self._wait()
+        self.pool.shutdown()
         self.w.close()
         os.chmod(self.tmp, 0o600)   # events name processes and disks, as the capture they come from
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:
         try:
+            self.pool.shutdown(wait=True, cancel_futures=True)
             self.w.close()
         finally:
             if os.path.exists(self.tmp):
