@@ -130,10 +130,9 @@ class IosTable(btt.IoSink):
                 add["ord"] = q.astype(np.uint64) + np.uint64(base)
                 for f in ("pid", "tgid", "cpu", "category"):
                     add[f] = ev[f][q]
-                pids = ev["pid"][q]
-                lut = {int(p): self.comms.id(comms[int(p)]) if int(p) in comms else -1 for p in np.unique(pids)}
-                add["comm"] = np.array([lut[int(p)] for p in pids.tolist()], dtype=np.int32) if len(lut) > 1 \
-                    else next(iter(lut.values()))
+                upid, inv = np.unique(ev["pid"][q], return_inverse=True)
+                ids = np.array([self.comms.id(comms[p]) if p in comms else -1 for p in upid.tolist()], dtype=np.int32)
+                add["comm"] = ids[inv.reshape(-1)]
                 self.pending = np.concatenate([self.pending, add])
         if len(recs):
             self._rows(recs, ev, base, dev_of)
@@ -161,16 +160,15 @@ class IosTable(btt.IoSink):
             err[has_c] = ev["error"][(r["ord_c"][has_c] - np.uint64(base)).astype(np.int64)]
         cat = attrs["category"]
         cols: dict[str, Any] = {}
-        cols["capture_id"] = pa.array(np.full(n, self.cap_id, dtype=object), pa.string())
+        cols["capture_id"] = pa.repeat(self.cap_id, n)
         names, devstr, major, minor = _dev_columns(self.src, devs)
         cols["disk"], cols["dev"], cols["major"], cols["minor"] = names, devstr, major, minor
         cols["sector"] = pa.array(r["s"].astype(np.int64))
         cols["bytes"] = pa.array(((r["e"] - r["s"]) * np.uint64(512)).astype(np.int64))
-        op = np.where(cat & TC_DISCARD, 2, np.where(cat & TC_WRITE, 1, 0))
-        cols["op"] = _masked(pa.array(np.array(["read", "write", "discard"], dtype=object)[op], pa.string()), found)
-        ucat, inv = np.unique(cat, return_inverse=True)
-        letters = np.array([rwbs(int(c), 1) for c in ucat.tolist()], dtype=object)
-        cols["rwbs"] = _masked(pa.array(letters[inv.reshape(-1)], pa.string()), found)
+        op = np.where(cat & TC_DISCARD, 2, np.where(cat & TC_WRITE, 1, 0)).astype(np.int32)
+        cols["op"] = _masked(pa.array(["read", "write", "discard"], pa.string()).take(pa.array(op)), found)
+        ucat, inv = _small_unique(cat)
+        cols["rwbs"] = _masked(pa.array([rwbs(int(c), 1) for c in ucat.tolist()], pa.string()).take(inv), found)
         cols["pid"] = _masked(pa.array(attrs["pid"].astype(np.int32)), found)
         cols["tgid"] = _masked(pa.array(attrs["tgid"].astype(np.int32)), found)
         cols["comm"] = self.comms.column(np.where(found, attrs["comm"], -1))
@@ -222,9 +220,23 @@ def _delta(a: npt.NDArray[Any], b: npt.NDArray[Any], ok: npt.NDArray[np.bool_]) 
     return pa.array(d, mask=~ok)
 
 
+def _small_unique(x: npt.NDArray[Any]) -> tuple[npt.NDArray[Any], pa.Array]:
+    """np.unique(x, return_inverse=True) for small non-negative integers (codes, flags): by counting, not
+    sorting; the inverse as an Arrow int32 array, for take()."""
+    if not len(x):
+        return np.zeros(0, dtype=np.int64), pa.array(np.zeros(0, dtype=np.int32))
+    u = np.flatnonzero(np.bincount(x))
+    lut = np.zeros(int(u[-1]) + 1, dtype=np.int32)
+    lut[u] = np.arange(len(u), dtype=np.int32)
+    return u, pa.array(lut[x])
+
+
 def _dev_columns(src: Source, devs: npt.NDArray[np.int64]) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
-    u, inv = np.unique(devs, return_inverse=True)
-    inv = inv.reshape(-1)
+    if len(devs) and bool((devs == devs[0]).all()):   # the common case: one disk in the batch
+        u, inv = devs[:1], np.zeros(len(devs), dtype=np.int64)
+    else:
+        u, inv = np.unique(devs, return_inverse=True)
+        inv = inv.reshape(-1)
     names = [src.dev_name(int(d)) or kdev_str(int(d)) for d in u.tolist()]
     strs = [kdev_str(int(d)) for d in u.tolist()]
     mm = [kdev_split(int(d)) for d in u.tolist()]
@@ -259,19 +271,17 @@ def event_batch(src: Source, cap_id: str, ev: npt.NDArray[np.void], comms: dict[
     if not n:
         return None
     cols: dict[str, Any] = {}
-    cols["capture_id"] = pa.array(np.full(n, cap_id, dtype=object), pa.string())
+    cols["capture_id"] = pa.repeat(cap_id, n)
     ts = ev["ts"].astype(np.int64)
     cols["ts_ns"] = pa.array(ts)
     cols["time"] = pa.array(ts + wall, TS) if wall is not None else pa.nulls(n, TS)
     names, devstr, _ma, _mi = _dev_columns(src, ev["dev"].astype(np.int64))
     cols["disk"], cols["dev"] = names, devstr
-    ua, ia = np.unique(ev["action"], return_inverse=True)
-    cols["action"] = pa.array([ACTION_LETTERS.get(int(a), str(int(a))) for a in ua.tolist()], pa.string()).take(
-        pa.array(ia.reshape(-1).astype(np.int32)))
+    ua, ia = _small_unique(ev["action"])
+    cols["action"] = pa.array([ACTION_LETTERS.get(int(a), str(int(a))) for a in ua.tolist()], pa.string()).take(ia)
     key = ev["category"].astype(np.int64) * 2 + (ev["bytes"] > 0)
-    uk, ik = np.unique(key, return_inverse=True)
-    cols["rwbs"] = pa.array([rwbs(int(k) >> 1, int(k) & 1) for k in uk.tolist()], pa.string()).take(
-        pa.array(ik.reshape(-1).astype(np.int32)))
+    uk, ik = _small_unique(key)
+    cols["rwbs"] = pa.array([rwbs(int(k) >> 1, int(k) & 1) for k in uk.tolist()], pa.string()).take(ik)
     cols["sector"] = pa.array(ev["sector"].astype(np.int64))
     cols["bytes"] = pa.array(ev["bytes"].astype(np.int64))
     cols["pid"] = pa.array(ev["pid"].astype(np.int32))
@@ -282,8 +292,11 @@ def event_batch(src: Source, cap_id: str, ev: npt.NDArray[np.void], comms: dict[
     cols["cpu"] = pa.array(ev["cpu"].astype(np.int32))
     cols["error"] = pa.array(ev["error"].astype(np.int32))
     cols["aux"] = pa.array(ev["aux"].astype(np.int64))
-    aux_dev = ev["aux_dev"].astype(np.int64)
-    ud, idd = np.unique(aux_dev, return_inverse=True)
-    cols["aux_dev"] = pa.array([kdev_str(int(d)) if d else None for d in ud.tolist()], pa.string()).take(
-        pa.array(idd.reshape(-1).astype(np.int32)))
+    aux_dev = ev["aux_dev"]
+    if not aux_dev.any():
+        cols["aux_dev"] = pa.nulls(n, pa.string())
+    else:
+        ud, idd = np.unique(aux_dev, return_inverse=True)
+        cols["aux_dev"] = pa.array([kdev_str(int(d)) if d else None for d in ud.tolist()], pa.string()).take(
+            pa.array(idd.reshape(-1).astype(np.int32)))
     return pa.RecordBatch.from_arrays([cols[f.name] for f in EVENTS_SCHEMA], schema=EVENTS_SCHEMA)

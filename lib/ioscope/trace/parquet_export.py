@@ -19,7 +19,9 @@ from ioscope.trace import ios
 from ioscope.trace.offline import Source, open_source
 
 TABLES = ("ios", "events")
-ROW_GROUP_ROWS = 1 << 16
+# Row groups of 32 Ki rows: DuckDB and Spark still split the work by row group, and the export holds
+# little (a group per table being filled, one being encoded)
+ROW_GROUP_ROWS = 1 << 15
 
 
 @dataclass

@@ -34,6 +34,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    from ioscope.trace.export_cmd import system_arrow_pool
+
+    system_arrow_pool()
     from ioscope.trace.sql import run as run_sql
 
     return run_sql(args)
