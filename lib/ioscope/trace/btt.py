@@ -350,9 +350,10 @@ class Btt:
 
     def __init__(self, comms: dict[int, str] | None = None, iostat_interval_ns: int = 1_000_000_000,
                  on_latency: LatencySink | None = None, time_zero: int | None = None,
-                 on_io: IoSink | None = None) -> None:
+                 on_io: IoSink | None = None, stats: bool = True) -> None:
         """time_zero: the time btt's times count from: 0 for blktrace files; None for a capture, whose
-        export counts from just before its first event (blktrace.EXPORT_BASE_OFFSET)."""
+        export counts from just before its first event (blktrace.EXPORT_BASE_OFFSET). stats=False: only
+        the pairing, for on_io (no statistics, histograms, heat map or iostat: result() has none)."""
         self.core = _tracecore.Core()
         self.time_zero = time_zero
         if time_zero is not None:
@@ -373,6 +374,7 @@ class Btt:
         self.heat = HeatMap()
         self.on_latency = on_latency
         self.on_io = on_io
+        self.want_stats = stats
         self.n_fed = 0   # events fed to the core: the ordinal of the next one
         if on_io is not None:
             self.core.set_io_records(True)
@@ -471,8 +473,9 @@ class Btt:
             self.on_io.io(np.frombuffer(self.core.take_io(), dtype=IOREC), ev, self.n_fed, self.comms, self.dev_of,
                           self.core.min_ord())
         self.n_fed += n
-        self._absorb(per_kind)
-        self._iostat(ev, dev, per_kind[PHASES.index("q2c")])
+        if self.want_stats:
+            self._absorb(per_kind)
+            self._iostat(ev, dev, per_kind[PHASES.index("q2c")])
 
     def _absorb(self, per_kind: list[npt.NDArray[np.void]]) -> None:
         dev_of = np.array(self.dev_of, dtype=np.int64)

@@ -249,7 +249,7 @@ def ios_batches(src: Source, cap_id: str, events_sink: Any = None) -> Iterator[p
     """The per-I/O rows of a capture, as record batches, streaming. events_sink(ev, comms): each chunk's
     events as they are read (for the events table)."""
     table = IosTable(src, cap_id)
-    b = Btt(src.comms, on_io=table)
+    b = Btt(src.comms, on_io=table, stats=False)   # the pairing only: report's statistics are not needed
     for chunk in src.chunks():
         if events_sink is not None:
             events_sink(chunk, b.comms)
