@@ -46,6 +46,7 @@ TOOLS = {
     "parse": "ioscope.trace.parse_cmd",
     "report": "ioscope.trace.report_cmd",
     "export": "ioscope.trace.export_cmd",
+    "sql": "ioscope.trace.sql_cmd",
     "import": "ioscope.trace.import_cmd",
     "readsize": "ioscope.ra.readsize",
     "readahead": "ioscope.ra.readahead",

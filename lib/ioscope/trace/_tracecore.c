@@ -54,7 +54,22 @@ typedef struct {
 typedef struct {
 	uint64_t t, s, e, g, i, m, d, sl;
 	int32_t proc, rd, split;  /* split: the bio was split (this is it or one of its pieces) */
+	uint32_t rq;              /* requeues (R events in its range) */
+	uint64_t ord;             /* ordinal of its Q event among all events fed */
 } qrec_t;
+
+/*
+ * One I/O's life, for the per-I/O table (set_io_records): emitted when the I/O completes, when a
+ * newer Q at its start sector replaces it (IO_DUP), at io_flush() for those still in flight
+ * (IO_END), and for a completion that finishes no tracked I/O (IO_START: queued before the
+ * capture began; only c, ord_c, s and e are set). Times are NONE where the I/O had no such event.
+ */
+enum { IO_SPLIT = 1, IO_DUP = 2, IO_END = 4, IO_START = 8 };
+typedef struct {
+	uint64_t ord_q, ord_c, t, g, i, m, d, c, s, e;
+	int32_t dev, proc;
+	uint32_t rq, flags;
+} iorec_t;
 
 /*
  * btt's view of the same events, kept beside ioscope's pairing so that report can say exactly
@@ -381,6 +396,10 @@ typedef struct {
 	int32_t bfree;
 	int32_t *bhits;
 	size_t nbhits, capbhits;
+	int io_on;               /* per-I/O records wanted (set_io_records) */
+	uint64_t nfed;           /* events fed before this chunk: the base of Q and C ordinals */
+	iorec_t *io;
+	size_t nio, capio;
 } Core;
 
 static int32_t bn_alloc(Core *c)
@@ -606,6 +625,42 @@ static void emit(Core *c, int kind, int32_t dev, int32_t proc, uint64_t t, uint6
 	r->t = t;
 	r->v = v;
 	r->sector = sector;
+}
+
+static void emit_io(Core *c, const qrec_t *q, int32_t dev, uint64_t ord_c, uint64_t tc, uint32_t flags)
+{
+	if (c->nio == c->capio) {
+		size_t cap = c->capio ? c->capio * 2 : 4096;
+		iorec_t *n = realloc(c->io, cap * sizeof(*n));
+		if (!n) {
+			c->oom = 1;
+			return;
+		}
+		c->io = n;
+		c->capio = cap;
+	}
+	iorec_t *r = &c->io[c->nio++];
+	r->ord_q = q->ord;
+	r->ord_c = ord_c;
+	r->t = q->t;
+	r->g = q->g;
+	r->i = q->i;
+	r->m = q->m;
+	r->d = q->d;
+	r->c = tc;
+	r->s = q->s;
+	r->e = q->e;
+	r->dev = dev;
+	r->proc = q->proc;
+	r->rq = q->rq;
+	r->flags = flags | (q->split ? IO_SPLIT : 0);
+}
+
+/* a completion that finishes no tracked I/O: the I/O was queued before the capture started */
+static void emit_io_start(Core *c, int32_t dev, uint64_t ord_c, uint64_t tc, uint64_t s, uint64_t e)
+{
+	qrec_t q = {.t = NONE, .s = s, .e = e, .g = NONE, .i = NONE, .m = NONE, .d = NONE, .proc = -1, .ord = NONE};
+	emit_io(c, &q, dev, ord_c, tc, IO_START);
 }
 
 static int ensure_dev(Core *c, size_t idx)
@@ -1036,6 +1091,7 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 	}
 	for (int k = 0; k < K_NKINDS; k++)
 		c->nout[k] = 0;
+	c->nio = 0;
 
 	Py_BEGIN_ALLOW_THREADS
 	size_t *hits = NULL;
@@ -1120,6 +1176,8 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 				d->culling = 0;
 			} else {
 				d->culled++;
+				if (a == A_COMPLETE && c->io_on)
+					emit_io_start(c, di, c->nfed + (uint64_t)k, t, sec, sec + (bytes[k] >> 9));
 				continue;
 			}
 		}
@@ -1152,6 +1210,8 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 			}
 			if (replace) {
 				d->dup_q++;
+				if (c->io_on)
+					emit_io(c, &d->q[i], di, NONE, NONE, IO_DUP);
 			} else {
 				if (grow_q(d) < 0) {
 					c->oom = 1;
@@ -1172,6 +1232,8 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 			q->proc = p;
 			q->rd = rd[k];
 			q->split = 0;
+			q->rq = 0;
+			q->ord = c->nfed + (uint64_t)k;
 			if (bn_insert(c, d, t, sec, e) < 0) {
 				c->oom = 1;
 				break;
@@ -1220,6 +1282,8 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 				d->n_act_q--;
 			break;
 		case A_REQUEUE:
+			if (c->io_on && (q = find_sec(d, sec)) != NULL)
+				q->rq++;
 			d->n_qs++;
 			d->t_act_q += d->n_act_q;
 			d->n_act_q++;
@@ -1295,6 +1359,8 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 					emit(c, K_D2C, di, q->proc, t, tdelta(q->d, t), q->s, q->rd);
 					emit(c, K_LIVE, di, q->proc, q->d, t, q->s, q->rd);
 				}
+				if (c->io_on)
+					emit_io(c, q, di, c->nfed + (uint64_t)k, t, 0);
 				if (nh == caphits) {
 					size_t cap = caphits ? caphits * 2 : 64;
 					size_t *nhp = realloc(hits, cap * sizeof(*nhp));
@@ -1307,6 +1373,8 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 				}
 				hits[nh++] = i;
 			}
+			if (!nh && c->io_on)
+				emit_io_start(c, di, c->nfed + (uint64_t)k, t, sec, e);
 			/* what btt completes here; the I/Os ioscope completes here that btt does not */
 			c->nbhits = 0;
 			if (c->oom || bn_walk(c, d->broot, sec, e) < 0) {
@@ -1347,6 +1415,7 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 		}
 	}
 	free(hits);
+	c->nfed += (uint64_t)n;
 	Py_END_ALLOW_THREADS
 
 	for (int i = 0; i < got; i++)
@@ -1492,6 +1561,54 @@ static PyObject *Core_min_issued(Core *c, PyObject *args)
 	return PyLong_FromUnsignedLongLong(best);
 }
 
+static PyObject *Core_set_io_records(Core *c, PyObject *args)
+{
+	int on;
+	if (!PyArg_ParseTuple(args, "p", &on))
+		return NULL;
+	c->io_on = on;
+	Py_RETURN_NONE;
+}
+
+/* the per-I/O records of the last feed (or flush) */
+static PyObject *Core_take_io(Core *c, PyObject *unused)
+{
+	PyObject *b = PyBytes_FromStringAndSize((const char *)c->io, (Py_ssize_t)(c->nio * sizeof(iorec_t)));
+	c->nio = 0;
+	return b;
+}
+
+/* the smallest Q ordinal of the I/Os in flight (-1: none): attributes of older Qs are no longer needed */
+static PyObject *Core_min_ord(Core *c, PyObject *unused)
+{
+	uint64_t best = NONE;
+	for (size_t k = 0; k < c->norder; k++) {
+		dev_t_ *d = &c->devs[c->order[k]];
+		for (size_t i = 0; i < d->nq; i++)
+			if (d->q[i].ord < best)
+				best = d->q[i].ord;
+	}
+	if (best == NONE)
+		return PyLong_FromLong(-1);
+	return PyLong_FromUnsignedLongLong(best);
+}
+
+/* records for every I/O still in flight (IO_END), in device order; take them with take_io() */
+static PyObject *Core_io_flush(Core *c, PyObject *unused)
+{
+	wait_idle(c);
+	c->nio = 0;
+	for (size_t k = 0; k < c->norder && !c->oom; k++) {
+		int32_t idx = c->order[k];
+		dev_t_ *d = &c->devs[idx];
+		for (size_t i = 0; i < d->nq && !c->oom; i++)
+			emit_io(c, &d->q[i], idx, NONE, NONE, IO_END);
+	}
+	if (c->oom)
+		return PyErr_NoMemory();
+	Py_RETURN_NONE;
+}
+
 static void Core_dealloc(Core *c)
 {
 	if (c->started) {
@@ -1519,6 +1636,7 @@ static void Core_dealloc(Core *c)
 	free(c->bhits);
 	free(c->order);
 	free(c->proc_last_q);
+	free(c->io);
 	for (int k = 0; k < K_NKINDS; k++)
 		free(c->out[k]);
 	Py_TYPE(c)->tp_free((PyObject *)c);
@@ -1553,6 +1671,11 @@ static PyMethodDef Core_methods[] = {
 	{"min_issued", (PyCFunction)Core_min_issued, METH_VARARGS,
 	 "min_issued(dev_idx): earliest issue time of a Q still in flight on the device, or -1"},
 	{"devices", (PyCFunction)Core_devices, METH_NOARGS, "per-device counters, in allocation order"},
+	{"set_io_records", (PyCFunction)Core_set_io_records, METH_VARARGS,
+	 "set_io_records(flag): emit one record per I/O (take_io), before the first feed"},
+	{"take_io", (PyCFunction)Core_take_io, METH_NOARGS, "bytes of the per-I/O records of the last feed or flush"},
+	{"io_flush", (PyCFunction)Core_io_flush, METH_NOARGS, "per-I/O records of the I/Os still in flight"},
+	{"min_ord", (PyCFunction)Core_min_ord, METH_NOARGS, "smallest Q ordinal in flight, or -1"},
 	{NULL}
 };
 
@@ -1919,5 +2042,6 @@ PyMODINIT_FUNC PyInit__tracecore(void)
 		return NULL;
 	}
 	PyModule_AddIntConstant(m, "REC_SIZE", (long)sizeof(rec_t));
+	PyModule_AddIntConstant(m, "IOREC_SIZE", (long)sizeof(iorec_t));
 	return m;
 }

@@ -323,6 +323,24 @@ class BttResult:
 IO_R, IO_W, IO_RSEC, IO_WSEC, IO_RM, IO_WM, IO_Q2C_SUM, IO_Q2C_N = range(8)
 LatencySink = Callable[[str, npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any], npt.NDArray[Any],
                         npt.NDArray[Any]], None]
+# One record per I/O from the core (struct iorec_t): ordinals of its Q and C events among the events fed,
+# the times of Q G I M D C (NO_TIME where absent), its range, device and process indexes, requeues, IO_* flags
+IOREC = np.dtype([("ord_q", "<u8"), ("ord_c", "<u8"), ("t", "<u8"), ("g", "<u8"), ("i", "<u8"), ("m", "<u8"),
+                  ("d", "<u8"), ("c", "<u8"), ("s", "<u8"), ("e", "<u8"), ("dev", "<i4"), ("proc", "<i4"),
+                  ("rq", "<u4"), ("flags", "<u4")])
+assert IOREC.itemsize == _tracecore.IOREC_SIZE
+NO_TIME = np.uint64(2**64 - 1)
+IO_SPLIT, IO_DUP, IO_END, IO_START = 1, 2, 4, 8
+
+
+class IoSink:
+    """Receives the per-I/O records (Btt(on_io=...)): io() after each chunk with the events the core was fed
+    (ev[k] has ordinal base + k) and the names known then; done() once at the end with the I/Os still in
+    flight (ev None). dev_of maps the records' device indexes to device numbers."""
+
+    def io(self, recs: npt.NDArray[np.void], ev: npt.NDArray[np.void] | None, base: int, comms: dict[int, str],
+           dev_of: list[int], min_ord: int) -> None:
+        raise NotImplementedError
 
 
 class Btt:
@@ -334,9 +352,11 @@ class Btt:
     """
 
     def __init__(self, comms: dict[int, str] | None = None, iostat_interval_ns: int = 1_000_000_000,
-                 on_latency: LatencySink | None = None, time_zero: int | None = None) -> None:
+                 on_latency: LatencySink | None = None, time_zero: int | None = None,
+                 on_io: IoSink | None = None, stats: bool = True) -> None:
         """time_zero: the time btt's times count from: 0 for blktrace files; None for a capture, whose
-        export counts from just before its first event (blktrace.EXPORT_BASE_OFFSET)."""
+        export counts from just before its first event (blktrace.EXPORT_BASE_OFFSET). stats=False: only
+        the pairing, for on_io (no statistics, histograms, heat map or iostat: result() has none)."""
         self.core = _tracecore.Core()
         self.time_zero = time_zero
         if time_zero is not None:
@@ -357,6 +377,11 @@ class Btt:
         self.n_events = 0
         self.heat = HeatMap()
         self.on_latency = on_latency
+        self.on_io = on_io
+        self.want_stats = stats
+        self.n_fed = 0   # events fed to the core: the ordinal of the next one
+        if on_io is not None:
+            self.core.set_io_records(True)
         self.iostat_interval = iostat_interval_ns
         self.iostat: dict[tuple[int, int], npt.NDArray[np.float64]] = {}
         self._pid_lut = np.full(1 << 16, -1, dtype=np.int32)
@@ -457,8 +482,13 @@ class Btt:
                              np.ascontiguousarray(ev["sector"]), np.ascontiguousarray(ev["bytes"]), proc, rd,
                              np.ascontiguousarray(ev["aux"]), auxdev)
         per_kind = [np.frombuffer(b, dtype=REC) for b in raw]
-        self._absorb(per_kind)
-        self._iostat(ev, dev, per_kind[PHASES.index("q2c")])
+        if self.on_io is not None:
+            self.on_io.io(np.frombuffer(self.core.take_io(), dtype=IOREC), ev, self.n_fed, self.comms, self.dev_of,
+                          self.core.min_ord())
+        self.n_fed += n
+        if self.want_stats:
+            self._absorb(per_kind)
+            self._iostat(ev, dev, per_kind[PHASES.index("q2c")])
 
     def _absorb(self, per_kind: list[npt.NDArray[np.void]]) -> None:
         dev_of = np.array(self.dev_of, dtype=np.int64)
@@ -581,6 +611,10 @@ class Btt:
             s.add(v, b)
 
     def result(self) -> BttResult:
+        if self.on_io is not None:
+            self.core.io_flush()
+            self.on_io.io(np.frombuffer(self.core.take_io(), dtype=IOREC), None, self.n_fed, self.comms,
+                          self.dev_of, -1)
         devices: dict[int, DevState] = {}
         tz = self.time_zero or 0
         for info in self.core.devices():
