@@ -75,7 +75,7 @@ def test_sat_and_extended_columns() -> None:
     assert r.ext_s == {"ierr": 1.0, "oerr": 1.5, "idrop": 2.5, "odrop": 3.5, "miss": 5.5, "ovr": 24.5, "coll": 11.5}
     assert r.sat_s == pytest.approx((2 + 3 + 5 + 7 + 11 + 13 + 17 + 19) / 2)   # collisions are not in Sat
     text = _text(rep, extended=True)
-    head, line = text.splitlines()[:2]
+    head, line = text.splitlines()[1:3]
     assert head.split() == ["Time", "Int", "rKB/s", "wKB/s", "rPk/s", "wPk/s", "IErr/s", "OErr/s", "IDrop/s",
                             "ODrop/s", "Miss/s", "Ovr/s", "Coll/s", "%Util", "Sat"]
     assert line.split()[6:] == ["1.00", "1.50", "2.50", "3.50", "5.50", "24.50", "11.50", "0.00", "38.50"]
@@ -92,7 +92,7 @@ def test_counter_going_back_is_a_reset_not_negative() -> None:
     assert doc["status"] == "reset" and doc["rkb_s"] is None
     assert all(v >= 0 for v in doc["counts"].values())
     text = _text(rep)
-    cells = text.splitlines()[1].split()
+    cells = text.splitlines()[2].split()
     assert cells[2] == "reset" and all(c == "-" for c in cells[3:]) and "counters went back" in text
 
 
@@ -117,7 +117,9 @@ def test_json_and_text_carry_the_same_numbers() -> None:
     doc = json.loads(json.dumps(to_json(rep)))
     assert set(doc) >= {"time", "interval_s", "lost", "lost_detail", "interfaces"}
     row = doc["interfaces"][0]
-    cells = _text(rep).splitlines()[1].split()
+    lines = _text(rep).splitlines()
+    assert lines[0].endswith("interval 1.000s")
+    cells = lines[2].split()
     assert cells[1] == "eth9"
     for cell, key in zip(cells[2:], ("rkb_s", "wkb_s", "rpk_s", "wpk_s", "ravs", "wavs", "util_pct", "sat_s")):
         assert cell == f"{row[key]:.2f}", key

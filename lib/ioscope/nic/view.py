@@ -70,6 +70,7 @@ def renderables(rep: NicReport, o: NicViewOptions) -> Iterator[RenderableType]:
         cells += [_f(r.ext_s[k]) for k, _ in EXTENDED_HEADS] if o.extended else [_f(r.ravs), _f(r.wavs)]
         cells += ["n/a" if r.util_pct is None else f"{r.util_pct:.2f}", _f(r.sat_s)]
         t.add_row(hhmmss, r.name, *cells)
+    yield Text(f"{cli_common.iso_time(rep.wall)}  interval {rep.interval_s:.3f}s", style="dim")
     yield t
     if not rep.rows:
         yield Text("no interfaces")
