@@ -133,3 +133,34 @@ def test_drops_show_in_sat_and_the_extended_columns(pair: VethPair) -> None:
     assert sum(r["ext_s"]["idrop"] * r["interval_s"] for r in rows) == pytest.approx(MTU_DROPS, abs=0.01)
     assert sum(r["sat_s"] * r["interval_s"] for r in rows) == pytest.approx(DOWN_DROPS + MTU_DROPS, abs=0.02)
     assert any(r["sat_s"] > 0 for r in rows)
+
+
+def test_interface_removed_and_made_again_during_a_run(pair: VethPair) -> None:
+    """The watched interface is deleted, then a new one gets its name: nic says gone, then new, then reads
+    the new one; it never prints a negative number and exits 0."""
+    from pyroute2 import IPRoute  # type: ignore[import-untyped]
+
+    proc = subprocess.Popen(ioscope_cmd("nic", "-j", "-i", pair.outer, "0.5", "6"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None and proc.stderr.readline().startswith("Tracing ")
+        time.sleep(0.7)
+        with IPRoute() as ipr:
+            ipr.link("del", index=ipr.link_lookup(ifname=pair.outer)[0])   # takes the peer with it
+            time.sleep(0.6)
+            ipr.link("add", ifname=pair.outer, kind="veth", peer={"ifname": pair.outer + "p"})
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with IPRoute() as ipr:
+            for idx in ipr.link_lookup(ifname=pair.outer):
+                ipr.link("del", index=idx)
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    statuses = [r["status"] for d in json_lines(out) for r in d["interfaces"]]
+    assert "gone" in statuses and "new" in statuses, statuses
+    assert statuses.index("gone") < statuses.index("new") and statuses[0] == "ok" and statuses[-1] == "ok"
+    for d in json_lines(out):
+        for r in d["interfaces"]:
+            assert all(v >= 0 for v in r["counts"].values()), r
