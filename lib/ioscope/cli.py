@@ -56,6 +56,7 @@ TOOLS = {
     "exporter": "ioscope.exporter.cmd",
     "diff": "ioscope.diff.cmd",
     "collect": "ioscope.collect.cmd",
+    "nic": "ioscope.nic.cmd",
     "demo": "ioscope.demo",
 }
 

@@ -67,7 +67,7 @@ class Source(Protocol):
 # this build (an import error inside a module that exists is not hidden); it registers its panel drawing
 # with view.register_panel(name, fn), and factory(btf) returns a Source. This is where the per-process
 # balance (Jain index) and readahead panels plug in, e.g. ("balance", "ioscope.ra.fair", "top_source").
-OPTIONAL_SOURCES: tuple[tuple[str, str, str], ...] = ()
+OPTIONAL_SOURCES: tuple[tuple[str, str, str], ...] = (("nic", "ioscope.nic.top_panel", "top_source"),)
 
 
 def optional_sources(btf: str | None, table: Sequence[tuple[str, str, str]] = OPTIONAL_SOURCES) -> dict[str, Source]:
