@@ -5,7 +5,8 @@ The host: a loop disk with a partition table and ext4 on partition 1, mounted on
 is a secret; a cgroup v1 blkio read limit on the disk (a test cgroup); a veth pair whose peer lives in a
 network namespace made by the test. The workload: a process named `acme-writer` (dd under another name)
 writes and reads files. `ioscope collect -o CASE -d DISK` runs around it and is stopped with Ctrl-C;
-then `collect --list`, `report`, `parse`, `export`, `agg -r` and `diff` open the bundle directly.
+then `collect --list`, `report`, `parse`, `export` (blktrace and parquet), `agg -r`, `diff`, `sql` and
+`fleet` open the bundle directly.
 Again with `--redact hostnames,comms,paths`: no byte of the bundle (decompressed, the capture
 included) holds the host name, the process name or the mount path, and the host's pseudonym is the
 same in the capture and in the context. Bad input: a cut bundle, a bundle without a capture, an
@@ -126,10 +127,13 @@ def test_bundle_holds_capture_and_context_and_every_reader_opens_it(host: dict[s
     lst = run_ioscope("collect", "--list", case)
     assert lst.returncode == 0 and "capture.ioscope" in lst.stdout and "redacted: nothing" in lst.stdout, lst
     for cmd in (["report", case], ["parse", case], ["export", "-o", str(tmp_path / "x.bin"), case],
-                ["diff", case, case]):
+                ["export", "--format", "parquet", "-o", str(tmp_path / "pq"), case], ["diff", case, case],
+                ["sql", "select count(*) as n from ios", case], ["fleet", case]):
         p = run_ioscope(*cmd, timeout=120)
         assert p.returncode == 0 and "Traceback" not in p.stderr, (cmd, p.stderr)
     assert "acme-writer" in run_ioscope("parse", case).stdout
+    sql = run_ioscope("sql", "-j", "select count(*) as n from ios where comm = 'acme-writer' and op = 'write'", case)
+    assert json.loads(sql.stdout) == {"n": NWRITES}, sql
     # cut in transfer: inside the capture, its complete chunks are still read (and it says so); before
     # the capture, one line
     data = Path(case).read_bytes()
