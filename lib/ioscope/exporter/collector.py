@@ -71,7 +71,8 @@ class IoscopeCollector:
             d = {(str(r.keys.get("cgroup")), ""): (r.stat.count, r.stat.total) for r in rest[0]}
             cgs = self.cgroups.update(d)
         for k, v in sample.losses.counters.items():
-            self.losses[k] = self.losses.get(k, 0) + v
+            if k in sample.losses.loss_names:   # losses only: the explanations (split, ...) are not
+                self.losses[k] = self.losses.get(k, 0) + v
         return procs, cgs
 
     def collect(self) -> Iterator[Metric]:
