@@ -13,34 +13,6 @@ from ioscope.errors import IoscopeError
 Rows = dict[str, list[dict[str, Any]]]
 
 
-def _inputs_as_dirs(inputs: list[str], tmp: str) -> list[str]:
-    """Export directories as given; captures exported into tmp (once each)."""
-    from ioscope.trace import ios
-    from ioscope.trace.parquet_export import TABLES, export_parquet, open_capture_source
-
-    dirs, captures = [], []
-    for path in inputs:
-        if os.path.isdir(path):
-            if not any(os.path.isdir(os.path.join(path, t)) for t in TABLES):
-                raise IoscopeError(f"{path}: not a parquet export (no ios/ in it)",
-                                   "give a capture, or a directory written by ioscope export --format parquet")
-            dirs.append(path)
-        elif not os.path.exists(path):
-            raise IoscopeError(f"cannot open {path}: no such file", "give a capture or a parquet export directory")
-        else:
-            open_capture_source(path).close()
-            captures.append(path)
-    seen: set[str] = set()
-    for c in captures:
-        src = open_capture_source(c)
-        cid = ios.capture_id(src)
-        src.close()
-        if cid not in seen:
-            seen.add(cid)
-            export_parquet(c, tmp, with_events=False)
-    return dirs + ([tmp] if captures else [])
-
-
 def run_duckdb(inputs: list[str], tmp: str, queries: dict[str, str]) -> Rows:
     import duckdb
 
@@ -67,9 +39,9 @@ def run_spark(inputs: list[str], tmp: str, queries: dict[str, str], master: str)
     except ImportError:
         raise IoscopeError("--engine spark needs pyspark, which is not installed",
                            "pip install pyspark (and a Java 17 runtime: apt install openjdk-17-jre-headless)") from None
-    from ioscope.trace.sql import parquet_files
+    from ioscope.trace.sql import inputs_as_dirs, parquet_files
 
-    dirs = _inputs_as_dirs(inputs, tmp)
+    dirs = inputs_as_dirs(inputs, tmp, need_events=False)
     builder = SparkSession.builder.appName("ioscope fleet")
     if master:   # "" under spark-submit: the master it was given
         builder = builder.master(master)

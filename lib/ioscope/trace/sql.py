@@ -49,10 +49,10 @@ def _sql_str(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
 
-def connect(inputs: list[str], tmp: str, need_events: bool) -> Any:
-    """A DuckDB connection with the views over every input."""
-    import duckdb
-
+def inputs_as_dirs(inputs: list[str], tmp: str, need_events: bool) -> list[str]:
+    """The export directories to read for these inputs: directories as given, captures (and bundles)
+    exported into tmp, each once and not when an export given already holds it. Every input is
+    checked before any is read. Used by sql and fleet."""
     dirs: list[str] = []
     captures: list[str] = []
     for path in inputs:
@@ -77,6 +77,14 @@ def connect(inputs: list[str], tmp: str, need_events: bool) -> Any:
             seen.add(cid)
             export_parquet(c, tmp, with_events=need_events)
         dirs.append(tmp)
+    return dirs
+
+
+def connect(inputs: list[str], tmp: str, need_events: bool) -> Any:
+    """A DuckDB connection with the views over every input."""
+    import duckdb
+
+    dirs = inputs_as_dirs(inputs, tmp, need_events)
     con = duckdb.connect()
     for table, schema in (("ios", ios.IOS_SCHEMA), ("events", ios.EVENTS_SCHEMA)):
         files = [f for d in dirs for f in parquet_files(d, table)]
