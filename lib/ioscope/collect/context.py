@@ -195,6 +195,8 @@ def network(sys: Path) -> Any:
     the link speed from sysfs where the driver gives one."""
     try:
         from pyroute2 import IPRoute  # type: ignore[import-untyped]
+
+        from ioscope.nic.collector import link_speed  # nic's reading of the link speed (sysfs)
     except ImportError as exc:
         return absent(f"pyroute2 cannot be imported: {exc}")
     out: dict[str, Any] = {}
@@ -205,12 +207,12 @@ def network(sys: Path) -> Any:
         for link in ip.get_links():
             name = link.get_attr("IFLA_IFNAME")
             stats = link.get_attr("IFLA_STATS64") or {}
-            speed = _try(_int, sys / "class" / "net" / name / "speed")
+            speed = link_speed(name, sys / "class" / "net")
             info: Any = link.get_attr("IFLA_LINKINFO")
             out[name] = {"index": link["index"], "mtu": link.get_attr("IFLA_MTU"),
                          "state": link.get_attr("IFLA_OPERSTATE"), "mac": link.get_attr("IFLA_ADDRESS"),
                          "kind": info.get_attr("IFLA_INFO_KIND") if info else None,
-                         "speed_mbps": speed if isinstance(speed, int) and speed > 0 else absent("speed unknown"),
+                         "speed_mbps": speed if speed is not None else absent("speed unknown"),
                          "addresses": addrs.get(link["index"], []),
                          "stats": {k: int(v) for k, v in dict(stats).items()}}
     return out
