@@ -376,6 +376,7 @@ class Btt:
         self.on_io = on_io
         self.want_stats = stats
         self.n_fed = 0   # events fed to the core: the ordinal of the next one
+        self._io_flushed = False
         if on_io is not None:
             self.core.set_io_records(True)
         self.iostat_interval = iostat_interval_ns
@@ -598,7 +599,8 @@ class Btt:
             s.add(v, b)
 
     def result(self) -> BttResult:
-        if self.on_io is not None:
+        if self.on_io is not None and not self._io_flushed:   # the I/Os still in flight, once
+            self._io_flushed = True
             self.core.io_flush()
             self.on_io.io(np.frombuffer(self.core.take_io(), dtype=IOREC), None, self.n_fed, self.comms,
                           self.dev_of, -1)
