@@ -196,10 +196,11 @@ def test_sql_outputs_and_views(tmp_path: Path) -> None:
                                  f"loop1,{int((qs['dev'] == bs.LOOP1).sum())}"]
     n_ev = run_ioscope("sql", "--csv", "select count(*) from events where action = 'C'", str(a), check=True).stdout
     assert n_ev.splitlines()[1] == str(int((bs.mixed().events()["action"] == TA_COMPLETE).sum()))
-    # a capture given with its own export: counted once
+    # a capture given with its own export, and each given twice: counted once
     out = tmp_path / "pq"
     run_ioscope("export", "--format", "parquet", "-o", str(out), str(a), check=True)
-    both = run_ioscope("sql", "--csv", "select count(*) from ios", str(out), str(a), check=True).stdout
+    both = run_ioscope("sql", "--csv", "select count(*) from ios", str(out), str(a), f"{out}/", str(a),
+                       check=True).stdout
     one = run_ioscope("sql", "--csv", "select count(*) from ios", str(a), check=True).stdout
     assert both == one
 

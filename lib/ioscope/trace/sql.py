@@ -55,7 +55,11 @@ def connect(inputs: list[str], tmp: str, need_events: bool) -> Any:
 
     dirs: list[str] = []
     captures: list[str] = []
+    given: set[str] = set()
     for path in inputs:
+        if os.path.realpath(path) in given:   # each input once
+            continue
+        given.add(os.path.realpath(path))
         if os.path.isdir(path):
             if not any(os.path.isdir(os.path.join(path, t)) for t in TABLES):
                 raise IoscopeError(f"{path}: not a parquet export (no ios/ or events/ in it)",
