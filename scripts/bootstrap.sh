@@ -4,10 +4,11 @@
 #   - Debian packages: the BPF build chain (clang, llvm, libbpf-dev, pkg-config),
 #     Python headers and venv, bpftrace (agg --bpftrace runs it), fio (the demo's workload).
 #   - With --test, also the peers and tools the tests compare against or use
-#     (blktrace, sysstat, tmux, xfsprogs, a Prometheus server). The Prometheus
+#     (blktrace, sysstat, tmux, xfsprogs, btrfs-progs, a Prometheus server, Java for pyspark). The Prometheus
 #     package's own service is not started: the tests start their own server.
 #   - A virtualenv in .venv with ioscope installed in editable mode (this builds
-#     the C extension and compiles bpf/*.bpf.c), plus the test tools.
+#     the C extension and compiles bpf/*.bpf.c), plus, with --test, the test tools
+#     of requirements-dev.txt (pytest, ruff, mypy, and pyspark for ioscope fleet's tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +19,7 @@ fi
 
 PKGS="clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc python3 python3-dev python3-venv
       git bpftool bpftrace fio e2fsprogs util-linux procps"
-TEST_PKGS="blktrace sysstat tmux xfsprogs prometheus"
+TEST_PKGS="blktrace sysstat tmux xfsprogs btrfs-progs prometheus openjdk-17-jre-headless"
 want=$PKGS
 if [ "${1:-}" = --test ]; then
     want="$PKGS $TEST_PKGS"
@@ -47,7 +48,9 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip setuptools wheel >/dev/null
-.venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt >/dev/null
+if [ "${1:-}" = --test ]; then   # the test tools and peers (pytest, ruff, mypy, pyspark): not for the install
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-dev.txt >/dev/null
+fi
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation -e . >/dev/null
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null || true
 echo "bootstrap: ioscope $(.venv/bin/ioscope --version | cut -d' ' -f2) installed in $PWD/.venv"

@@ -113,7 +113,11 @@ def test_counts_sums_and_filters(loopdev: Any, tmp_path: Path, attach: str) -> N
     # the kernel's own counts agree with the workload: nothing else touched the disks
     assert (after_a.reads - before_a.reads, after_a.writes - before_a.writes) == (READS, 0)
     assert (after_b.reads - before_b.reads, after_b.writes - before_b.writes) == (0, WRITES)
-    assert run.doc["lost"] == 0, run.doc["lost_detail"]
+    # nothing lost on these disks: the exact counts below say so. A program run the kernel skipped
+    # (recursion_misses: a completion in an interrupt on a CPU where the same program was running,
+    # for any disk; seen once in a CI rehearsal) is the one loss allowed, as the counts stay exact
+    lost = {k: v for k, v in run.doc["lost_detail"].items() if v and k != "recursion_misses"}
+    assert run.doc["lost"] == run.doc["lost_detail"].get("recursion_misses", 0) and not lost, run.doc["lost_detail"]
 
     counts = {(r["keys"]["comm"], r["keys"]["disk"], r["keys"]["op"]): r["count"]
               for r in run.rows("count() by comm,disk,op")}

@@ -47,6 +47,7 @@ TOOLS = {
     "report": "ioscope.trace.report_cmd",
     "export": "ioscope.trace.export_cmd",
     "sql": "ioscope.trace.sql_cmd",
+    "fleet": "ioscope.fleet.cmd",
     "import": "ioscope.trace.import_cmd",
     "readsize": "ioscope.ra.readsize",
     "readahead": "ioscope.ra.readahead",
@@ -54,6 +55,9 @@ TOOLS = {
     "top": "ioscope.top.cmd",
     "agg": "ioscope.agg.cmd",
     "exporter": "ioscope.exporter.cmd",
+    "diff": "ioscope.diff.cmd",
+    "collect": "ioscope.collect.cmd",
+    "nic": "ioscope.nic.cmd",
     "demo": "ioscope.demo",
 }
 

@@ -239,6 +239,39 @@ def queue_settings(name: str, sys_root: str = "/sys") -> dict[str, object]:
     return out
 
 
+def stack_meta(sys_root: str = "/sys") -> dict[str, dict[str, Any]]:
+    """Devices made of other devices: every disk with `slaves/` in sysfs (dm, md) and every btrfs file
+    system on two or more devices; {name: {"kind": "dm"|"md"|"stacked"|"btrfs", "label", "members"}}.
+    Captures store it (meta["stacks"]); report shows each stack with its members."""
+    out: dict[str, dict[str, Any]] = {}
+    root = Path(sys_root)
+    for d in list_disks(sys_root):
+        base = root / "block" / d.name
+        slaves = sorted(p.name for p in (base / "slaves").iterdir()) if (base / "slaves").is_dir() else []
+        if not slaves:
+            continue
+        kind = "dm" if (base / "dm").is_dir() else "md" if (base / "md").is_dir() else "stacked"
+        label = ""
+        try:
+            label = _read(base / "dm" / "name") if kind == "dm" else ""
+        except OSError:
+            pass
+        out[d.name] = {"kind": kind, "label": label, "members": slaves}
+    fs_root = root / "fs" / "btrfs"
+    for fs in sorted(fs_root.iterdir()) if fs_root.is_dir() else []:
+        if not (fs / "devices").is_dir():
+            continue
+        members = sorted(p.name for p in (fs / "devices").iterdir())
+        if len(members) < 2:
+            continue
+        try:
+            label = _read(fs / "label")
+        except OSError:
+            label = ""
+        out[f"btrfs:{fs.name}"] = {"kind": "btrfs", "label": label, "members": members}
+    return out
+
+
 # -- devices as captures store them (meta["devices"], meta["partitions"]; docs/capture-format.md) --
 
 def device_meta(disks: list[BlockDevice] | None = None, sys_root: str = "/sys") -> dict[str, Any]:

@@ -462,6 +462,14 @@ def test_partition_remaps_and_counts(session: Session) -> None:
     if missing == 0:
         assert (k.part_c_read, k.part_sec_read, k.part_sec_write) == \
             (s.kp["reads"], s.kp["sec_read"], s.kp["sec_write"])
+    # report's stacked-device view: the disk, and the bios and bytes its partition sent to it (A
+    # events), the bytes being what the partition's own counters moved
+    doc = json.loads(_ok(s, "report --json").stdout)
+    (st,) = [x for x in doc["stacks"] if x["kind"] == "partitions"]
+    assert st["name"] == s.disk and st["source"] == "remaps"
+    (mem,) = st["members"]
+    assert (mem["name"], mem["ios"], mem["share_bytes"]) == (s.part, len(r), 1.0)
+    assert mem["bytes"] == int(r["bytes"].sum()) == (s.kp["sec_read"] + s.kp["sec_write"]) * 512, (mem, s.kp)
 
 
 def test_splits_readahead_merges_and_phases(session: Session) -> None:

@@ -40,6 +40,9 @@ class LatCollector:
         names = [d.name for d in opts.disks] or [d.name for d in devices.list_disks()]
         self.cross_disks = [n for n in names if devices.is_mq(n)]
         self._last_kernel = self._kernel_counts()
+        # -D: the stacks (dm, md, btrfs) with a traced member, as sysfs has them at the start
+        self.stacks = {k: v for k, v in devices.stack_meta().items()
+                       if any(m in names for m in v.get("members", []))} if opts.per_disk else {}
         try:
             self._setup()
         except BaseException:
@@ -135,7 +138,7 @@ class LatCollector:
         return LatSample(wall=wall, started=started, hists=hists, losses=self.losses(since_last=True),
                          kernel_completed=self.kernel_completed(since_last=reset),
                          kernel_in_flight=self.kernel_in_flight(), final=final,
-                         pid_filtered=self.opts.pid is not None)
+                         pid_filtered=self.opts.pid is not None, stacks=self.stacks)
 
     def issued_pending(self) -> int:
         """Bios issued to the driver whose completion has not reached us (yet): a gauge.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ioscope import abi
 from ioscope.hist import Hist
@@ -36,6 +37,18 @@ class LatSample:
     kernel_in_flight: int             # /proc/diskstats: requests in flight now on those disks
     final: bool                       # the last sample: nothing more can complete
     pid_filtered: bool                # -p: /proc/diskstats counts every process, we one
+    stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # devices.stack_meta() of the traced disks
+
+
+@dataclass
+class StackShare:
+    """A stacked device (dm, md, btrfs) and, per member disk, the requests it completed in the interval
+    (its d2c count), their share, and its d2c p99 (ns; None when it completed none)."""
+
+    name: str
+    kind: str
+    label: str
+    members: list[tuple[str, int, float, float | None]]
 
 
 @dataclass
@@ -51,6 +64,24 @@ class LatReport:
     inflight_at_start: int = 0
     attach: str = ""
     phases: tuple[str, ...] = field(default=("q2c", "q2d", "d2c"))
+    stacks: list[StackShare] = field(default_factory=list)
+
+
+def stack_shares(hists: list[LatHist], stacks: dict[str, dict[str, Any]]) -> list[StackShare]:
+    """Each stack's members with their d2c counts (-D: one histogram per disk, or per disk and op)."""
+    per: dict[str, Hist] = {}
+    for h in hists:
+        if h.phase == "d2c" and h.dev and not h.pid:
+            per[h.disk] = per[h.disk].merge(h.hist) if h.disk in per else h.hist
+    out = []
+    for name, st in sorted(stacks.items()):
+        members = list(st.get("members", []))
+        counts = [per[m].count if m in per else 0 for m in members]
+        total = sum(counts) or 1
+        out.append(StackShare(name, str(st.get("kind")), str(st.get("label") or ""),
+                              [(m, n, n / total, per[m].percentile(99) if n else None)
+                               for m, n in zip(members, counts)]))
+    return out
 
 
 def completions_unreported(losses: Losses, kernel_in_flight: int, pid_filtered: bool) -> int:
@@ -76,7 +107,9 @@ def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c
         timed_d2c=sum(h.hist.count for h in hists if h.phase == "d2c"),
         inflight_at_start=losses.counters.get("inflight_at_start", 0),
         attach=attach, phases=phases,
+        stacks=stack_shares(hists, s.stacks) if "d2c" in phases else [],
     )
 
 
-__all__ = ["PHASE_TITLES", "LatHist", "LatReport", "LatSample", "build_report", "completions_unreported"]
+__all__ = ["PHASE_TITLES", "LatHist", "LatReport", "LatSample", "StackShare", "build_report",
+           "completions_unreported", "stack_shares"]

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ioscope import cli_common, devices
 from ioscope.lat.model import PHASE_TITLES, LatHist, LatReport
-from ioscope.render import HistView
+from ioscope.render import HistView, fmt_ns
 
 
 @dataclass
@@ -45,6 +45,9 @@ def to_json(r: LatReport) -> dict[str, Any]:
         "kernel_completed": r.kernel_completed,
         "completions_unreported": r.completions_unreported,
         "hists": [hist_json(h) for h in r.hists],
+        "stacks": [{"name": st.name, "kind": st.kind, "label": st.label,
+                    "members": [{"disk": m, "d2c_count": n, "share": share, "d2c_p99": p99}
+                                for m, n, share, p99 in st.members]} for st in r.stacks],
     }
 
 
@@ -66,6 +69,11 @@ def renderables(r: LatReport, o: LatViewOptions) -> Iterator[RenderableType]:
         yield Text("no block I/O completed on the traced disks")
     for h in r.hists:
         yield Group(HistView(hist_title(h, o), h.hist, fine=o.fine, unit=o.unit), Text(""))
+    for st in r.stacks:  # -D: a member carrying the load while its twin idles shows here
+        label = st.label or st.name
+        parts = [f"{m} {n} ({100 * share:.1f}%" + (f", d2c p99 {fmt_ns(p99)})" if p99 is not None else ")")
+                 for m, n, share, p99 in st.members]
+        yield Text(f"{st.kind} {label}: requests completed per member: " + ", ".join(parts))
     if "d2c" in r.phases and not r.pid_filtered and r.kernel_completed:
         yield Text(f"cross-check: the kernel completed {sum(r.kernel_completed.values())} requests on "
                    f"{', '.join(r.kernel_completed)}; ioscope timed {r.timed_d2c} (d2c)", style="dim")

@@ -67,7 +67,7 @@ class Source(Protocol):
 # this build (an import error inside a module that exists is not hidden); it registers its panel drawing
 # with view.register_panel(name, fn), and factory(btf) returns a Source. This is where the per-process
 # balance (Jain index) and readahead panels plug in, e.g. ("balance", "ioscope.ra.fair", "top_source").
-OPTIONAL_SOURCES: tuple[tuple[str, str, str], ...] = ()
+OPTIONAL_SOURCES: tuple[tuple[str, str, str], ...] = (("nic", "ioscope.nic.top_panel", "top_source"),)
 
 
 def optional_sources(btf: str | None, table: Sequence[tuple[str, str, str]] = OPTIONAL_SOURCES) -> dict[str, Source]:
@@ -100,6 +100,9 @@ class Sampler:
         self.host = platform.node()
         self.kernel = platform.release()
         self.prev: Sample = collector.sample()
+        from ioscope import devices
+        # stacked devices (dm, md, btrfs) as sysfs has them at the start: the stacks panel
+        self.stacks = devices.stack_meta()
 
     def __call__(self) -> Snapshot:
         from ioscope.top.model import build_snapshot
@@ -108,6 +111,9 @@ class Sampler:
         snap = build_snapshot(self.prev, cur, host=self.host, kernel=self.kernel, disks=self.c.whole_disks(),
                               name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary())
         self.prev = cur
+        if self.stacks:
+            from ioscope.top.model import stack_rows
+            snap.extras["stacks"] = stack_rows(snap.devices, self.stacks)
         for name, fn in self.sources.items():
             snap.extras[name] = fn(snap.interval)
         return snap

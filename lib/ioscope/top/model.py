@@ -267,6 +267,24 @@ def _key(field_name: str) -> Callable[[Any], Any]:
     return get
 
 
+def stack_rows(devs: Sequence[DeviceRow], stacks: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each stacked device (dm, md, btrfs: devices.stack_meta()) with its members' IOPS, kB/s, %util
+    and share of the stack's kB/s this interval (snapshot.extras["stacks"], drawn by the stacks panel)."""
+    by = {d.disk: d for d in devs}
+    out = []
+    for name, st in sorted(stacks.items()):
+        rows = []
+        for m in st.get("members", []):
+            d = by.get(m)
+            rows.append({"disk": m, "iops": round(d.r_s + d.w_s, 3) if d else 0.0,
+                         "kB_s": round(d.rkB_s + d.wkB_s, 3) if d else 0.0, "util": round(d.util, 3) if d else 0.0})
+        total = sum(r["kB_s"] for r in rows)
+        for r in rows:
+            r["share"] = round(r["kB_s"] / total, 4) if total else 0.0
+        out.append({"name": name, "kind": st.get("kind"), "label": st.get("label") or "", "members": rows})
+    return out
+
+
 def sort_procs(rows: Sequence[ProcRow], by: str = "total", reverse: bool = True) -> list[ProcRow]:
     """by: a ProcRow field, or 'total' (read + write bytes/s, then I/Os)."""
     if by == "total":

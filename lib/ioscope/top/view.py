@@ -139,16 +139,41 @@ def table_lines(rows: Sequence[Any], cols: Sequence[Column], sort_key: str | Non
 # in batch mode. This is the extension point for the per-process balance (Jain index) and readahead panels.
 PanelFn = Callable[[Any, int, int], list[Text]]
 PANELS: dict[str, PanelFn] = {}
+# A panel registered with a key is off until that key is pressed (and again toggles it); batch text leaves
+# it out. key -> (panel name, the help line's text).
+PANEL_KEYS: dict[str, tuple[str, str]] = {}
 
 
-def register_panel(name: str, fn: PanelFn) -> None:
+def register_panel(name: str, fn: PanelFn, key: str | None = None, help: str = "") -> None:
     PANELS[name] = fn
+    if key:
+        PANEL_KEYS[key] = (name, help)
 
 
-def panel_lines(s: Snapshot, width: int, rows: int) -> list[Text]:
+def stacks_panel(data: Any, width: int, rows: int) -> list[Text]:
+    """One line per stacked device: each member's kB/s and share, so that a path or mirror carrying
+    the load while its twin idles is seen (issue 13)."""
+    out: list[Text] = []
+    for st in data[: max(0, rows)]:
+        label = st["label"] or st["name"]
+        parts = [f"{m['disk']} {m['kB_s']:.0f} kB/s {100 * m['share']:.0f}% util {m['util']:.0f}%"
+                 for m in st["members"]]
+        out.append(Text(f"{st['kind']} {label}: " + " | ".join(parts))[:width])
+    return out
+
+
+register_panel("stacks", stacks_panel)
+
+
+def panels_off(on: set[str] | frozenset[str] = frozenset()) -> set[str]:
+    """The toggled panels not switched on."""
+    return {name for name, _ in PANEL_KEYS.values()} - set(on)
+
+
+def panel_lines(s: Snapshot, width: int, rows: int, hidden: set[str] | frozenset[str] = frozenset()) -> list[Text]:
     out: list[Text] = []
     for name, fn in PANELS.items():
-        if name in s.extras and rows - len(out) > 1:
+        if name in s.extras and name not in hidden and rows - len(out) > 1:
             out += fn(s.extras[name], width, rows - len(out))
     return out
 
@@ -178,7 +203,7 @@ def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: in
     for p in procs[:limit] if limit else procs:
         lines.append("".join(c.cell(p) for c in proc_cols).rstrip())
     lines.append("")
-    extra = panel_lines(s, 200, 1000)
+    extra = panel_lines(s, 200, 1000, hidden=panels_off())
     if extra:
         lines += [t.plain.rstrip() for t in extra] + [""]
     return "\n".join(lines)
@@ -258,6 +283,7 @@ class ViewState:
     message: str = ""
     quit: bool = False
     disks_seen: list[str] = field(default_factory=list)
+    panels_on: set[str] = field(default_factory=set)  # panels a key switched on (PANEL_KEYS)
 
 
 def handle_key(st: ViewState, key: str) -> None:
@@ -318,6 +344,8 @@ def handle_key(st: ViewState, key: str) -> None:
         st.interval = next((i for i in reversed(INTERVALS) if i < st.interval), st.interval)
     elif key == "?":
         st.help = True
+    elif key in PANEL_KEYS:
+        st.panels_on ^= {PANEL_KEYS[key][0]}
 
 
 def sort_label(st: ViewState) -> str:
@@ -355,6 +383,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
     body_h = height - 3
     if st.help:
         body = [Text(line) for line in HELP.splitlines()]
+        body += [Text(f"  {k:<12}{h}") for k, (_, h) in PANEL_KEYS.items()]
         return [top, info, *body[:body_h], footer][:height]
     dev_cols = fit_columns(DEV_COLUMNS, width)
     proc_cols = fit_columns(PROC_COLUMNS, width, stretch="comm")
@@ -377,7 +406,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
         grid = heat.grid(hdisk, width - LABEL_W - RIGHT_W, heat_rows)
         if grid is not None:
             heat_block = heat_lines(grid, hdisk, snap.interval)
-    extra = panel_lines(s, width, max(0, rest - len(heat_block) - proc_need - 1))
+    extra = panel_lines(s, width, max(0, rest - len(heat_block) - proc_need - 1), hidden=panels_off(st.panels_on))
     proc_h = rest - len(heat_block) - (1 if heat_block else 0) - len(extra)
     proc_block = table_lines(procs[: max(0, proc_h - 1)], proc_cols, st.sort)
     if not procs:

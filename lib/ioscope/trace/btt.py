@@ -303,6 +303,9 @@ class BttResult:
     iostat: dict[tuple[int, int], npt.NDArray[np.float64]]   # (dev, interval from the first event) -> counters
     iostat_interval: int
     time_zero: int = 0                            # the trace's time zero (btt's reference for % live)
+    # (from device, to device) -> [bios, bytes] remapped (A events: a partition's or dm/md device's I/O
+    # sent to the device below it)
+    remaps: dict[tuple[int, int], list[int]] = field(default_factory=dict)
 
     def stat(self, phase: str, dev: int = -1) -> Stat:
         return self.stats.get((phase, dev), Stat())
@@ -370,6 +373,7 @@ class Btt:
         self.live_all = Spans()
         self.first_ts: int | None = None
         self.last_ts = 0
+        self.remaps: dict[tuple[int, int], list[int]] = {}
         self.n_events = 0
         self.heat = HeatMap()
         self.on_latency = on_latency
@@ -466,6 +470,15 @@ class Btt:
         rm = ev["action"] == TA_REMAP
         if rm.any():
             auxdev[rm] = self._devs(ev["aux_dev"][rm])
+            a = ev[rm]
+            pairs, inv = np.unique(np.stack([a["aux_dev"], a["dev"]]).astype(np.int64), axis=1, return_inverse=True)
+            inv = inv.reshape(-1)
+            nbios = np.bincount(inv)
+            nbytes = np.bincount(inv, weights=a["bytes"].astype(np.float64))
+            for j in range(pairs.shape[1]):
+                acc = self.remaps.setdefault((int(pairs[0, j]), int(pairs[1, j])), [0, 0])
+                acc[0] += int(nbios[j])
+                acc[1] += int(nbytes[j])
         proc = self._procs(ev["pid"])
         rd = ((ev["category"] & TC_READ) != 0).astype(np.uint8)
         raw = self.core.feed(n, np.ascontiguousarray(ev["ts"]), np.ascontiguousarray(ev["action"]), dev,
@@ -628,7 +641,7 @@ class Btt:
             d.live = self.live.get(dev, Spans())
             devices[dev] = d
         return BttResult(devices, self.stats, self.proc_stats, self.live_all, self.first_ts or 0, self.last_ts,
-                         self.n_events, self.heat, self.iostat, self.iostat_interval, tz)
+                         self.n_events, self.heat, self.iostat, self.iostat_interval, tz, self.remaps)
 
 
 def _present(idx: npt.NDArray[Any]) -> list[int]:

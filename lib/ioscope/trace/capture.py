@@ -474,8 +474,20 @@ class Capture:
             self.size = st.st_size
             if self.size == 0:
                 raise IoscopeError(f"{path}: empty file (0 bytes) at byte offset 0, not an ioscope capture")
-            with open(path, "rb") as f:
-                self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            from ioscope.collect.bundle import extract_capture, is_bundle
+            if is_bundle(path):  # an `ioscope collect` bundle: its capture member, in a file of its own
+                inner = extract_capture(path)
+                try:
+                    self.size = os.path.getsize(inner)
+                    if self.size == 0:
+                        raise IoscopeError(f"{path}: the bundle's capture is empty (0 bytes)")
+                    with open(inner, "rb") as f:
+                        self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                finally:
+                    os.unlink(inner)   # the mapping keeps its pages; nothing is left behind
+            else:
+                with open(path, "rb") as f:
+                    self._mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             self._buf = self._mm
             self._scan()
         except BaseException:

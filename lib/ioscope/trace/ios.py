@@ -35,7 +35,9 @@ from ioscope.trace.offline import Source
 SCHEMA_VERSION = 1
 PHASE_COLS = ("q2g", "g2i", "i2d", "q2m", "m2d", "d2c", "q2c", "q2d")
 EVENT_LETTERS = ("q", "g", "i", "m", "d", "c")
-TS = pa.timestamp("ns", tz="UTC")
+# wall-clock columns in microseconds: Spark reads no nanosecond Parquet timestamp (PARQUET_TYPE_ILLEGAL
+# with pyspark 4 unless spark.sql.legacy.parquet.nanosAsLong); the exact instants are the *_ns columns
+TS = pa.timestamp("us", tz="UTC")
 
 # The host is not a column of the files: it is their Hive partition (host=H/), which every reader adds.
 IOS_SCHEMA = pa.schema(
@@ -182,7 +184,7 @@ class IosTable(btt.IoSink):
             if self.wall is None:
                 cols[f"{x}_time"] = pa.nulls(n, TS)
             else:
-                cols[f"{x}_time"] = pa.array(t[x].astype(np.int64) + self.wall, TS, mask=~ok[x])
+                cols[f"{x}_time"] = pa.array((t[x].astype(np.int64) + self.wall) // 1000, TS, mask=~ok[x])
         # as report times them: G2I at an I after the G, I2D (else M2D) at a D after the I (M)
         cols["q2g"] = _delta(t["q"], t["g"], ok["q"] & ok["g"])
         cols["g2i"] = _delta(t["g"], t["i"], ok["g"] & ok["i"] & (t["i"] >= t["g"]))
@@ -274,7 +276,7 @@ def event_batch(src: Source, cap_id: str, ev: npt.NDArray[np.void], comms: dict[
     cols["capture_id"] = pa.repeat(cap_id, n)
     ts = ev["ts"].astype(np.int64)
     cols["ts_ns"] = pa.array(ts)
-    cols["time"] = pa.array(ts + wall, TS) if wall is not None else pa.nulls(n, TS)
+    cols["time"] = pa.array((ts + wall) // 1000, TS) if wall is not None else pa.nulls(n, TS)
     names, devstr, _ma, _mi = _dev_columns(src, ev["dev"].astype(np.int64))
     cols["disk"], cols["dev"] = names, devstr
     ua, ia = _small_unique(ev["action"])

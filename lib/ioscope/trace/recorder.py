@@ -292,6 +292,7 @@ def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, 
     return {
         "devices": devices.device_meta(o.disks or None),
         "partitions": devices.partition_meta(),
+        "stacks": devices.stack_meta(),
         "tracepoints": rec.tracepoints(),
         "attach": rec.bpf.variant_summary(),
         "unavailable": list(rec.unavailable),

@@ -27,6 +27,7 @@ from ioscope.trace.report_model import (
     heat_json,
     merge_info,
     plug_pct,
+    stacks_json,
     summary_json,
 )
 
@@ -390,8 +391,34 @@ def to_json(m: ReportModel, src_meta: dict[str, Any], name: Callable[[int], str]
         "iostat": [{"device": dev_key(x.dev), "time": x.time, **x.values} for x in m.iostat],
         "summary": summary_json(m),
         "heat_map": heat_json(m.heat),
+        "stacks": stacks_json(m),
         "capture": {k: src_meta.get(k) for k in ("host", "kernel", "truncated", "lost") if k in src_meta},
     }
+
+
+def render_stacks(m: ReportModel) -> list[str]:
+    """Each stacked device with what its members carried: a path or mirror taking all the load while
+    its twin idles shows here (issue 13)."""
+    if not m.stacks:
+        return []
+    out = ["", "==================== Stacked devices and their members ====================", ""]
+    for s in m.stacks:
+        what = {"partitions": f"disk {s.name}: the bios each partition sent to it (remap events)",
+                "btrfs": f"btrfs {s.label or s.name.split(':', 1)[-1]}: each member's completed I/Os"}.get(
+            s.kind, f"{s.kind} {s.name}{' (' + s.label + ')' if s.label else ''}: "
+                    + ("each member's completed I/Os" if s.source == "members" else "the bios sent to each member"))
+        out.append(what)
+        out.append(f"{'member':<16}{'I/Os':>10}{'share':>8}{'MiB':>10}{'share':>8}{'Q2C avg':>13}{'D2C avg':>13}"
+                   f"{'D2C p99':>13}")
+        for x in s.members:
+            def lat(st: Stat | None, p: float | None = None) -> str:
+                if st is None or not st.n:
+                    return "-"
+                return f"{(st.hist().percentile(p) / 1e9 if p else st.avg):.9f}"
+            out.append(f"{x.name:<16}{x.ios:>10}{100 * x.share_ios:>7.1f}%{x.bytes / 2**20:>10.1f}"
+                       f"{100 * x.share_bytes:>7.1f}%{lat(x.q2c):>13}{lat(x.d2c):>13}{lat(x.d2c, 99):>13}")
+        out.append("")
+    return out
 
 
 # ----------------------------------------------------------------------------- command
@@ -491,7 +518,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"ioscope report: note: {src.truncation}\n")
     empty = (f"{args.capture} holds no block events: nothing was queued on the traced disks while it was "
              "recorded" + (" (up to the point where it was cut short)" if src.truncation else ""))
-    model = report_model.build(r)
+    model = report_model.build(r, src.meta)
     if args.json:
         doc = to_json(model, src.meta, name)
         if src.truncation:
@@ -510,6 +537,7 @@ def run(args: argparse.Namespace) -> int:
         lines += render_unclean(r, name)
         lines += render_btt_differences(r, name)
         lines += render_heatmap(model)
+        lines += render_stacks(model)
         lines += render_iostat(model, name)
     sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from ioscope import heat
+from ioscope import devices, heat
 from ioscope.trace import btt
-from ioscope.trace.btt import BttResult, DevState, is_remapper
+from ioscope.trace.btt import BttResult, DevState, Stat, is_remapper
 
 OVERHEAD_PHASES = ("q2g", "g2i", "q2m", "i2d", "d2c")
 Q2D_HEADS = ("<.005", "<.010", "<.025", "<.050", "<.075", "<.100", "<.250", "<.500", "< 1.0", ">=1.0")
@@ -109,6 +109,31 @@ class HeatMap:
 
 
 @dataclass
+class StackMember:
+    name: str
+    dev: int | None                  # None: a partition (its I/O is counted on its disk, by remap)
+    ios: int                         # the member's completed I/Os, or the bios remapped to/from it
+    bytes: int
+    share_ios: float                 # of the stack's, 0..1
+    share_bytes: float
+    q2c: Stat | None = None          # the member's own latency (a disk of a dm/md/btrfs stack)
+    d2c: Stat | None = None
+
+
+@dataclass
+class StackRow:
+    """A device made of others and what each member carried: dm, md or btrfs from the capture's sysfs
+    record (meta["stacks"]: the members' completions), or from remap events (A: the bios a dm/md
+    device sent to each device below it; a disk's partitions and the bios each sent to the disk)."""
+
+    name: str
+    kind: str                        # "dm", "md", "btrfs", "stacked", "partitions"
+    label: str
+    source: str                      # "members" (each member's completions) or "remaps" (A events)
+    members: list[StackMember]
+
+
+@dataclass
 class ReportModel:
     result: BttResult
     overhead: list[OverheadRow]
@@ -122,6 +147,7 @@ class ReportModel:
     iostat: list[IostatRow]
     heat: HeatMap
     procs: list[str] = field(default_factory=list)
+    stacks: list[StackRow] = field(default_factory=list)
 
 
 def merge_info(d: DevState) -> tuple[int, int, float, int] | None:
@@ -296,11 +322,70 @@ def _heat(r: BttResult, width: int = HEAT_COLUMNS, max_rows: int = HEAT_ROWS) ->
     return HeatMap(grid, r.heat.width * per / 1e9)
 
 
-def build(r: BttResult) -> ReportModel:
+def _completed(r: BttResult) -> dict[int, tuple[int, int]]:
+    """dev -> (I/Os completed, bytes), from the iostat counters (every completion, in every interval)."""
+    out: dict[int, tuple[int, int]] = {}
+    for (dev, _k), c in r.iostat.items():
+        n, b = out.get(dev, (0, 0))
+        out[dev] = (n + int(c[0] + c[1]), b + int(c[2] + c[3]) * 512)
+    return out
+
+
+def _members(rows: list[tuple[str, int | None, int, int]], r: BttResult, timed: bool) -> list[StackMember]:
+    tot_n = sum(x[2] for x in rows) or 1
+    tot_b = sum(x[3] for x in rows) or 1
+    return [StackMember(name, dev, n, b, n / tot_n, b / tot_b,
+                        r.stat("q2c", dev) if timed and dev is not None else None,
+                        r.stat("d2c", dev) if timed and dev is not None else None) for name, dev, n, b in rows]
+
+
+def _stacks(r: BttResult, meta: dict[str, Any]) -> list[StackRow]:
+    names = {str(v["name"]): devices.kdev(int(v["major"]), int(v["minor"]))
+             for v in (meta.get("devices") or {}).values() if "major" in v and v.get("name")}
+    dev_names = {d: n for n, d in names.items()}
+    parts = {devices.kdev(int(v["major"]), int(v["minor"])): str(v["name"])
+             for v in (meta.get("partitions") or {}).values() if "major" in v and v.get("name")}
+    done = _completed(r)
+    out: list[StackRow] = []
+    stacked: set[int] = set()
+    for name, st in sorted((meta.get("stacks") or {}).items()):
+        rows = [(m, names.get(m), *done.get(names.get(m, -1), (0, 0))) for m in st.get("members", [])]
+        out.append(StackRow(name, str(st.get("kind")), str(st.get("label") or ""), "members",
+                            _members(rows, r, timed=True)))
+        if name in names:
+            stacked.add(names[name])
+    by_disk: dict[int, list[tuple[str, int | None, int, int]]] = {}
+    by_upper: dict[int, list[tuple[str, int | None, int, int]]] = {}
+    for (frm, to), (n, b) in sorted(r.remaps.items()):
+        if frm in parts or (frm >> 20 == to >> 20 and frm != to and not is_remapper(frm)):
+            by_disk.setdefault(to, []).append((parts.get(frm) or devices.kdev_str(frm), None, n, b))
+        elif frm not in stacked:
+            by_upper.setdefault(frm, []).append((dev_names.get(to) or devices.kdev_str(to), to, n, b))
+    for disk, rows in sorted(by_disk.items()):
+        out.append(StackRow(dev_names.get(disk) or devices.kdev_str(disk), "partitions", "", "remaps",
+                            _members(rows, r, timed=False)))
+    for upper, rows in sorted(by_upper.items()):
+        kind = "md" if upper >> 20 == 9 else "dm" if is_remapper(upper) else "stacked"
+        out.append(StackRow(dev_names.get(upper) or devices.kdev_str(upper), kind, "", "remaps",
+                            _members(rows, r, timed=True)))
+    return out
+
+
+def build(r: BttResult, meta: dict[str, Any] | None = None) -> ReportModel:
     seeks = {"q2q": _seeks(r, "q2q_seek"), "d2d": _seeks(r, "d2d_seek")}
     plug, unplug = _plugs(r)
     return ReportModel(r, _overhead(r), _merge(r), seeks, plug, unplug, _active(r), _live(r), _q2d(r), _iostat(r),
-                       _heat(r), sorted({p for (_ph, p) in r.proc_stats}))
+                       _heat(r), sorted({p for (_ph, p) in r.proc_stats}), _stacks(r, meta or {}))
+
+
+def stacks_json(m: ReportModel) -> list[dict[str, Any]]:
+    def lat(st: Stat | None) -> dict[str, Any] | None:
+        return None if st is None or not st.n else st.to_json()
+
+    return [{"name": s.name, "kind": s.kind, "label": s.label, "source": s.source,
+             "members": [{"name": x.name, "ios": x.ios, "bytes": x.bytes, "share_ios": x.share_ios,
+                          "share_bytes": x.share_bytes, "q2c": lat(x.q2c), "d2c": lat(x.d2c)} for x in s.members]}
+            for s in m.stacks]
 
 
 def summary_json(m: ReportModel) -> dict[str, Any]:

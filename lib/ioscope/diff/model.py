@@ -1,0 +1,121 @@
+"""The model of `ioscope diff`: two CaptureSummary -> a DiffResult. Pure: no I/O, no kernel."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ioscope.diff.summary import PCTS, CaptureSummary, DiskStats, OpStats
+from ioscope.ra.fairness import jain_index
+
+
+@dataclass
+class Metric:
+    name: str        # "I/Os", "MB/s", "IOPS", "q2c p99", ...
+    unit: str        # "count", "rate", "ns", "ratio"
+    before: float | None
+    after: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        if self.before is None or self.after is None or self.before == 0:
+            return None
+        return self.after / self.before
+
+
+@dataclass
+class OpDiff:
+    disk: str        # "loop0", or "loop0 -> loop1" when the two captures' disks were paired by position
+    op: str
+    metrics: list[Metric]
+
+
+@dataclass
+class Change:
+    disk: str
+    setting: str
+    before: Any
+    after: Any
+
+    @property
+    def direction(self) -> str:
+        if isinstance(self.before, (int, float)) and isinstance(self.after, (int, float)):
+            return "up" if self.after > self.before else "down"
+        if self.before is None:
+            return "added"
+        if self.after is None:
+            return "removed"
+        return "changed"
+
+    @property
+    def ratio(self) -> float | None:
+        if isinstance(self.before, (int, float)) and isinstance(self.after, (int, float)) and self.before:
+            return self.after / self.before
+        return None
+
+
+@dataclass
+class DiffResult:
+    before: CaptureSummary
+    after: CaptureSummary
+    ops: list[OpDiff] = field(default_factory=list)
+    balance: list[Metric] = field(default_factory=list)   # per disk: Jain's index of the processes' bytes
+    changes: list[Change] = field(default_factory=list)
+    only_before: list[str] = field(default_factory=list)  # disks in one capture only
+    only_after: list[str] = field(default_factory=list)
+
+
+def pair_disks(a: dict[str, DiskStats], b: dict[str, DiskStats]) -> list[tuple[str, str | None, str | None]]:
+    """(label, disk before, disk after): by name; two captures of one disk each are paired whatever the
+    names (a loop device or a disk renamed between the runs)."""
+    if len(a) == 1 and len(b) == 1 and set(a) != set(b):
+        (x,), (y,) = a, b
+        return [(f"{x} -> {y}", x, y)]
+    return [(n, n if n in a else None, n if n in b else None) for n in sorted(set(a) | set(b))]
+
+
+def _op_metrics(x: OpStats | None, y: OpStats | None, dx: float, dy: float) -> list[Metric]:
+    def rate(o: OpStats | None, dur: float, what: str) -> float | None:
+        if o is None or dur <= 0:
+            return None
+        return (o.bytes / 1e6 if what == "MB/s" else o.ios) / dur
+
+    out = [Metric("I/Os", "count", x.ios if x else None, y.ios if y else None),
+           Metric("MB/s", "rate", rate(x, dx, "MB/s"), rate(y, dy, "MB/s")),
+           Metric("IOPS", "rate", rate(x, dx, "IOPS"), rate(y, dy, "IOPS"))]
+    for phase in ("q2c", "d2c"):
+        for p in PCTS:
+            label = "p99.9" if p == "p999" else p
+            out.append(Metric(f"{phase} {label}", "ns", getattr(x, phase).get(p) if x else None,
+                              getattr(y, phase).get(p) if y else None))
+    return out
+
+
+def diff(before: CaptureSummary, after: CaptureSummary) -> DiffResult:
+    res = DiffResult(before, after)
+    for label, a, b in pair_disks(before.disks, after.disks):
+        if a is None:
+            res.only_after.append(label)
+            continue
+        if b is None:
+            res.only_before.append(label)
+            continue
+        da, db = before.disks[a], after.disks[b]
+        for op in sorted(set(da.ops) | set(db.ops)):
+            res.ops.append(OpDiff(label, op, _op_metrics(da.ops.get(op), db.ops.get(op), before.duration_s,
+                                                           after.duration_s)))
+        ja = jain_index([float(v) for v in da.procs.values()]) if da.procs else None
+        jb = jain_index([float(v) for v in db.procs.values()]) if db.procs else None
+        res.balance.append(Metric(label, "ratio", ja, jb))
+        for key in sorted(set(da.settings) | set(db.settings)):
+            va, vb = da.settings.get(key), db.settings.get(key)
+            if va != vb:
+                res.changes.append(Change(label, key, va, vb))
+    for key in sorted(set(before.host_settings) | set(after.host_settings)):  # bundles only
+        va, vb = before.host_settings.get(key), after.host_settings.get(key)
+        if va != vb:
+            res.changes.append(Change("host", key, va, vb))
+    return res
+
+
+__all__ = ["Change", "DiffResult", "Metric", "OpDiff", "diff", "pair_disks"]

@@ -1,0 +1,70 @@
+"""ioscope diff's model on summaries made by hand: pairing of disks, ratios, setting changes, balance."""
+
+from __future__ import annotations
+
+import pytest
+
+from ioscope.diff.model import diff, pair_disks
+from ioscope.diff.summary import CaptureSummary, DiskStats, OpStats
+from ioscope.diff.view import renderables, to_json
+
+
+def _cap(path: str, dur: float, **disks: DiskStats) -> CaptureSummary:
+    return CaptureSummary(path, "h", dur, dict(disks))
+
+
+def _disk(reads: int, nbytes: int, ra: int, procs: dict[str, int], p99: float = 1000.0) -> DiskStats:
+    return DiskStats({"read": OpStats(reads, nbytes, {"p50": 10.0, "p99": p99, "p999": p99}, {"p99": p99 / 2})},
+                     procs, {"read_ahead_kb": ra, "scheduler": "none", "nr_requests": 256})
+
+
+def test_rates_ratios_and_changes() -> None:
+    a = _cap("a", 2.0, loop0=_disk(1000, 100_000_000, 128, {"dd": 50, "cat": 50}))
+    b = _cap("b", 4.0, loop0=_disk(250, 100_000_000, 4096, {"dd": 90, "cat": 10}, p99=4000.0))
+    b.disks["loop0"].settings["scheduler"] = "mq-deadline"
+    r = diff(a, b)
+    (op,) = r.ops
+    m = {x.name: x for x in op.metrics}
+    assert (m["I/Os"].before, m["I/Os"].after, m["I/Os"].ratio) == (1000, 250, 0.25)
+    assert m["MB/s"].before == pytest.approx(50.0) and m["MB/s"].after == pytest.approx(25.0)
+    assert m["MB/s"].ratio == pytest.approx(0.5) and m["IOPS"].ratio == pytest.approx(0.125)
+    assert m["q2c p99"].ratio == pytest.approx(4.0) and m["d2c p99"].after == 2000.0
+    assert m["d2c p50"].before is None and m["d2c p50"].ratio is None   # not in the summary: shown as '-'
+    changes = {c.setting: (c.before, c.after, c.direction, c.ratio) for c in r.changes}
+    assert changes == {"read_ahead_kb": (128, 4096, "up", 32.0), "scheduler": ("none", "mq-deadline", "changed", None)}
+    (bal,) = r.balance
+    assert bal.before == pytest.approx(1.0) and bal.after == pytest.approx(100 ** 2 / (2 * (90 ** 2 + 10 ** 2)))
+    doc = to_json(r)
+    assert doc["ops"][0]["metrics"]["MB/s"]["ratio"] == pytest.approx(0.5)
+    assert {c["setting"]: c["direction"] for c in doc["changes"]} == {"read_ahead_kb": "up", "scheduler": "changed"}
+    assert len(list(renderables(r))) == 4   # header, settings, one op table, balance
+
+
+def test_disks_pair_by_name_or_alone() -> None:
+    one, other = {"loop0": DiskStats()}, {"loop3": DiskStats()}
+    assert pair_disks(one, other) == [("loop0 -> loop3", "loop0", "loop3")]
+    two = {"sda": DiskStats(), "sdb": DiskStats()}
+    assert pair_disks(two, {"sdb": DiskStats(), "sdc": DiskStats()}) == [
+        ("sda", "sda", None), ("sdb", "sdb", "sdb"), ("sdc", None, "sdc")]
+    r = diff(_cap("a", 1.0, **two), _cap("b", 1.0, sdb=DiskStats(), sdc=DiskStats()))
+    assert (r.only_before, r.only_after) == (["sda"], ["sdc"])
+
+
+def test_bundle_context_settings_are_compared() -> None:
+    from ioscope.diff.summary import context_settings
+
+    ctx = {"vm": {"dirty_ratio": 20, "swappiness": {"absent": "x: no such file"}},
+           "cgroups": {"v1_blkio": {"mount": "/sys/fs/cgroup/blkio",
+                                    "limits": {"/db": {"blkio.throttle.read_bps_device": "8:0 1048576"}}},
+                       "v2_io": {"absent": "no cgroup v2 hierarchy mounted"}},
+           "multipath": {"paths": ["sdb 8:16 active ready running service-time"], "maps": []},
+           "block_devices": {"sda": {"queue": {"scheduler": "none", "schedulers_available": ["none", "bfq"]}}}}
+    host, queues = context_settings(ctx)
+    assert host == {"vm.dirty_ratio": 20, "cgroup /db blkio.throttle.read_bps_device": "8:0 1048576",
+                    "multipath path sdb": "8:16 active ready running service-time"}
+    assert queues == {"sda": {"scheduler": "none", "schedulers_available": ["none", "bfq"]}}
+    a = CaptureSummary("a", "h", 1.0, {}, host)
+    b = CaptureSummary("b", "h", 1.0, {}, {**host, "vm.dirty_ratio": 40,
+                                          "multipath path sdb": "8:16 active ready running round-robin"})
+    changes = {c.setting: (c.disk, c.direction, c.ratio) for c in diff(a, b).changes}
+    assert changes == {"vm.dirty_ratio": ("host", "up", 2.0), "multipath path sdb": ("host", "changed", None)}
