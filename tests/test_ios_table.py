@@ -196,10 +196,11 @@ def test_sql_outputs_and_views(tmp_path: Path) -> None:
                                  f"loop1,{int((qs['dev'] == bs.LOOP1).sum())}"]
     n_ev = run_ioscope("sql", "--csv", "select count(*) from events where action = 'C'", str(a), check=True).stdout
     assert n_ev.splitlines()[1] == str(int((bs.mixed().events()["action"] == TA_COMPLETE).sum()))
-    # a capture given with its own export: counted once
+    # a capture given with its own export, and each given twice: counted once
     out = tmp_path / "pq"
     run_ioscope("export", "--format", "parquet", "-o", str(out), str(a), check=True)
-    both = run_ioscope("sql", "--csv", "select count(*) from ios", str(out), str(a), check=True).stdout
+    both = run_ioscope("sql", "--csv", "select count(*) from ios", str(out), str(a), f"{out}/", str(a),
+                       check=True).stdout
     one = run_ioscope("sql", "--csv", "select count(*) from ios", str(a), check=True).stdout
     assert both == one
 
@@ -231,3 +232,26 @@ def test_bad_input_one_line(args: list[str], msg: str, tmp_path: Path) -> None:
     if args[0] == "sql" and "nope" in args[1]:   # the views' columns are named
         assert "ios(host, capture_id, disk" in r.stderr and "q2c" in r.stderr
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").rglob("*.parquet"))
+
+
+def test_sql_many_hosts_and_an_idle_capture(tmp_path: Path) -> None:
+    """Two captures exported in one command, from hosts "123" (text, not a number) and "web-1", queried with an
+    idle capture (no block event: empty tables, no error): per-host counts are each capture's Qs."""
+    h1, h2, idle = tmp_path / "h1.ioscope", tmp_path / "h2.ioscope", tmp_path / "idle.ioscope"
+    bs.write_capture(str(h1), bs.mixed(), meta={"host": "123"})
+    bs.write_capture(str(h2), bs.split_bios(), meta={"host": "web-1"})
+    bs.write_capture(str(idle), bs.Scenario(), meta={"host": "idle"})
+    out = tmp_path / "pq"
+    run_ioscope("export", "--format", "parquet", "-o", str(out), str(h1), str(h2), check=True)
+    got = [json.loads(x) for x in run_ioscope("sql", "-j", "select host, count(*) filter (where q_ns is not null) n "
+                                              "from ios group by host order by host", str(out), str(idle),
+                                              check=True).stdout.splitlines()]
+    want = []
+    for host, s in (("123", bs.mixed()), ("web-1", bs.split_bios())):
+        ev = s.events()
+        want.append({"host": host, "n": int(((ev["action"] == TA_QUEUE) & (ev["bytes"] > 0)).sum())
+                     + sum(d.split_pieces for d in btt.analyse([ev], s.comms).devices.values())})
+    assert got == want
+    empty = run_ioscope("sql", "--csv", "select count(*) n, (select count(*) from events) e from ios", str(idle),
+                        check=True).stdout
+    assert empty.splitlines() == ["n,e", "0,0"]

@@ -397,6 +397,7 @@ typedef struct {
 	int32_t *bhits;
 	size_t nbhits, capbhits;
 	int io_on;               /* per-I/O records wanted (set_io_records) */
+	int no_seeks;            /* no seek trees (set_seeks(False): only the pairing is wanted) */
 	uint64_t nfed;           /* events fed before this chunk: the base of Q and C ordinals */
 	iorec_t *io;
 	size_t nio, capio;
@@ -1192,7 +1193,7 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 			 * start sector, and the newer wins); the older is never completed: counted here. */
 			int replace = i < d->nq && d->q[i].s == sec;
 			int32_t p = proc[k];
-			if (queue_seek(c, di * 2, st_dist(&d->seek_q, (int64_t)sec, (int64_t)e)) < 0) {
+			if (!c->no_seeks && queue_seek(c, di * 2, st_dist(&d->seek_q, (int64_t)sec, (int64_t)e)) < 0) {
 				c->oom = 1;
 				break;
 			}
@@ -1300,7 +1301,7 @@ static PyObject *Core_feed(Core *c, PyObject *args)
 		case A_ISSUE: {
 			if (d->n_act_q)
 				d->n_act_q--;
-			if (queue_seek(c, di * 2 + 1, st_dist(&d->seek_d, (int64_t)sec, (int64_t)e)) < 0) {
+			if (!c->no_seeks && queue_seek(c, di * 2 + 1, st_dist(&d->seek_d, (int64_t)sec, (int64_t)e)) < 0) {
 				c->oom = 1;
 				break;
 			}
@@ -1561,6 +1562,15 @@ static PyObject *Core_min_issued(Core *c, PyObject *args)
 	return PyLong_FromUnsignedLongLong(best);
 }
 
+static PyObject *Core_set_seeks(Core *c, PyObject *args)
+{
+	int on;
+	if (!PyArg_ParseTuple(args, "p", &on))
+		return NULL;
+	c->no_seeks = !on;
+	Py_RETURN_NONE;
+}
+
 static PyObject *Core_set_io_records(Core *c, PyObject *args)
 {
 	int on;
@@ -1673,6 +1683,8 @@ static PyMethodDef Core_methods[] = {
 	{"devices", (PyCFunction)Core_devices, METH_NOARGS, "per-device counters, in allocation order"},
 	{"set_io_records", (PyCFunction)Core_set_io_records, METH_VARARGS,
 	 "set_io_records(flag): emit one record per I/O (take_io), before the first feed"},
+	{"set_seeks", (PyCFunction)Core_set_seeks, METH_VARARGS,
+	 "set_seeks(flag): build the seek trees (default True), before the first feed"},
 	{"take_io", (PyCFunction)Core_take_io, METH_NOARGS, "bytes of the per-I/O records of the last feed or flush"},
 	{"io_flush", (PyCFunction)Core_io_flush, METH_NOARGS, "per-I/O records of the I/Os still in flight"},
 	{"min_ord", (PyCFunction)Core_min_ord, METH_NOARGS, "smallest Q ordinal in flight, or -1"},

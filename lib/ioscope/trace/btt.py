@@ -380,8 +380,11 @@ class Btt:
         self.on_io = on_io
         self.want_stats = stats
         self.n_fed = 0   # events fed to the core: the ordinal of the next one
+        self._io_flushed = False
         if on_io is not None:
             self.core.set_io_records(True)
+        if not stats:
+            self.core.set_seeks(False)
         self.iostat_interval = iostat_interval_ns
         self.iostat: dict[tuple[int, int], npt.NDArray[np.float64]] = {}
         self._pid_lut = np.full(1 << 16, -1, dtype=np.int32)
@@ -610,11 +613,16 @@ class Btt:
                 s = self.proc_stats[key] = Stat()
             s.add(v, b)
 
-    def result(self) -> BttResult:
-        if self.on_io is not None:
+    def finish_io(self) -> None:
+        """Hand the I/Os still in flight to the per-I/O sink (once; result() does it too)."""
+        if self.on_io is not None and not self._io_flushed:
+            self._io_flushed = True
             self.core.io_flush()
             self.on_io.io(np.frombuffer(self.core.take_io(), dtype=IOREC), None, self.n_fed, self.comms,
                           self.dev_of, -1)
+
+    def result(self) -> BttResult:
+        self.finish_io()
         devices: dict[int, DevState] = {}
         tz = self.time_zero or 0
         for info in self.core.devices():

@@ -257,7 +257,7 @@ def ios_batches(src: Source, cap_id: str, events_sink: Any = None) -> Iterator[p
             events_sink(chunk, b.comms)
         b.feed(chunk)
         yield from table.take()
-    b.result()
+    b.finish_io()
     yield from table.take()
 
 

@@ -55,7 +55,11 @@ def inputs_as_dirs(inputs: list[str], tmp: str, need_events: bool) -> list[str]:
     checked before any is read. Used by sql and fleet."""
     dirs: list[str] = []
     captures: list[str] = []
+    given: set[str] = set()
     for path in inputs:
+        if os.path.realpath(path) in given:   # each input once
+            continue
+        given.add(os.path.realpath(path))
         if os.path.isdir(path):
             if not any(os.path.isdir(os.path.join(path, t)) for t in TABLES):
                 raise IoscopeError(f"{path}: not a parquet export (no ios/ or events/ in it)",
@@ -90,13 +94,13 @@ def connect(inputs: list[str], tmp: str, need_events: bool) -> Any:
         files = [f for d in dirs for f in parquet_files(d, table)]
         if files:
             lst = "[" + ", ".join(_sql_str(f) for f in files) + "]"
+            # host is text whatever it looks like (DuckDB would guess a number for host=123)
             con.execute(f"create view {table} as select host, * exclude (host) from read_parquet({lst}, "
-                        "hive_partitioning = true, union_by_name = true)")
+                        "hive_partitioning = true, hive_types = {'host': varchar}, union_by_name = true)")
         else:   # no file (an idle capture, or events not exported): an empty view of the same columns
             empty = pa.Table.from_batches([], pa.schema([pa.field("host", pa.string()), *schema]))
             con.register(f"_{table}_empty", empty)
             con.execute(f"create view {table} as select * from _{table}_empty")
-        # host is a partition column: DuckDB guesses its type from the values; it is always text
 
     for name, q in DERIVED.items():
         con.execute(f"create view {name} as {q}")
