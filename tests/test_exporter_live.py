@@ -185,3 +185,16 @@ def test_port_in_use_is_one_line_error(loop: LoopDevice) -> None:
                             "-d", loop.name], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert r.stderr.count("\n") == 1 and "cannot listen" in r.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["-d", "nosuchdisk"], "nosuchdisk"),
+    (["--listen", "localhost"], "is not ADDR:PORT"),
+    (["--listen", "127.0.0.1:99999"], "is not ADDR:PORT"),
+    (["--per-process", "-1"], "--per-process"),
+])
+def test_bad_arguments_are_one_line_errors(args: list[str], words: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "ioscope.cli", "exporter", *args], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
