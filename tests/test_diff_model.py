@@ -68,3 +68,16 @@ def test_bundle_context_settings_are_compared() -> None:
                                           "multipath path sdb": "8:16 active ready running round-robin"})
     changes = {c.setting: (c.disk, c.direction, c.ratio) for c in diff(a, b).changes}
     assert changes == {"vm.dirty_ratio": ("host", "up", 2.0), "multipath path sdb": ("host", "changed", None)}
+
+
+def test_stacked_members_shares() -> None:
+    """A btrfs mirror that took all the reads before and none after: each member's share of the bytes."""
+    st = {"btrfs:u1": {"kind": "btrfs", "label": "data", "members": ["loop1", "loop2"]}}
+
+    def cap(b1: int, b2: int) -> CaptureSummary:
+        return CaptureSummary("c", "h", 1.0, {"loop1": DiskStats({"read": OpStats(1, b1)}),
+                                              "loop2": DiskStats({"read": OpStats(1, b2)})}, {}, st)
+    r = diff(cap(300, 0), cap(100, 300))
+    assert [(m.stack, m.member, m.before, m.after) for m in r.members] == [
+        ("btrfs data", "loop1", 1.0, 0.25), ("btrfs data", "loop2", 0.0, 0.75)]
+    assert to_json(r)["members"][1] == {"stack": "btrfs data", "member": "loop2", "before": 0.0, "after": 0.75}

@@ -25,13 +25,13 @@ FILE_MB = 12
 LABEL = "ioscope-r1"
 
 
-def _even_pid_reader(path: str) -> subprocess.Popen[str]:
-    """A reader of path whose pid is even, waiting for a line on stdin: btrfs sends the reads of pid p
-    to mirror p % 2, so two such readers load one member and leave its twin idle."""
+def _even_pid_reader(path: str, parity: int = 0) -> subprocess.Popen[str]:
+    """A reader of path whose pid is even (or odd: parity 1), waiting for a line on stdin: btrfs sends
+    the reads of pid p to mirror p % 2, so two such readers load one member and leave its twin idle."""
     while True:
         p = subprocess.Popen(["sh", "-c", f'read _ && exec dd if="{path}" of=/dev/null bs=256k 2>/dev/null'],
                              stdin=subprocess.PIPE, text=True)
-        if p.pid % 2 == 0:
+        if p.pid % 2 == parity:
             return p
         p.kill()
         p.wait()
@@ -87,6 +87,25 @@ def test_btrfs_raid1_members_and_their_shares(live: None, tmp_path: Path) -> Non
                 top_out, top_err = top.communicate(timeout=60)
             assert rec.returncode == 0, err
             assert lat.returncode == 0, lat_err
+            # the same reads again by two odd-pid readers: the other mirror; `ioscope diff` shows the shift
+            drop_caches()
+            cap2 = str(tmp_path / "r1-odd.ioscope")
+            rec = subprocess.Popen(ioscope_cmd("record", "-d", a.name, "-d", b.name, "-o", cap2),
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
+            try:
+                assert rec.stderr is not None
+                assert rec.stderr.readline().startswith("Recording block I/O events")
+                readers = [_even_pid_reader(f"{mnt}/f{n}", parity=1) for n in (1, 2)]
+                for r in readers:
+                    assert r.stdin is not None
+                    r.stdin.write("go\n")
+                    r.stdin.close()
+                assert all(r.wait(timeout=120) == 0 for r in readers)
+                time.sleep(0.3)
+            finally:
+                os.killpg(rec.pid, signal.SIGINT)
+                _, err = rec.communicate(timeout=60)
+            assert rec.returncode == 0, err
             subprocess.run(["umount", mnt], check=True)
             mounted = False
             doc = json.loads(run_ioscope("report", "--json", cap, check=True).stdout)
@@ -125,6 +144,15 @@ def test_btrfs_raid1_members_and_their_shares(live: None, tmp_path: Path) -> Non
                         kb[x["disk"]] += x["kB_s"] * snap["interval_s"]
             for name, (_n, nbytes) in want.items():
                 assert abs(kb[name] - nbytes / 1024) <= 1 + 0.001 * nbytes / 1024, (name, kb, want)
+            # diff of the two recordings: the members' shares of the bytes, each equal to its report's
+            doc2 = json.loads(run_ioscope("report", "--json", cap2, check=True).stdout)
+            (st2,) = [x for x in doc2["stacks"] if x["kind"] == "btrfs"]
+            m2 = {x["name"]: x for x in st2["members"]}
+            dj = json.loads(run_ioscope("diff", "-j", cap, cap2, check=True, timeout=120).stdout)
+            shares = {x["member"]: (x["before"], x["after"]) for x in dj["members"] if x["stack"] == f"btrfs {LABEL}"}
+            assert shares == {n: (m[n]["share_bytes"], m2[n]["share_bytes"]) for n in (a.name, b.name)}, shares
+            busy = max(shares, key=lambda n: shares[n][0])
+            assert shares[busy][0] >= 0.95 and shares[busy][1] <= 0.05, shares   # the load moved to the twin
             rows = [ln.split() for ln in text.splitlines()]
             assert ["btrfs", f"{LABEL}:", "each", "member's", "completed", "I/Os"] in rows
             assert any(r[:2] == [a.name, str(want[a.name][0])] for r in rows), text

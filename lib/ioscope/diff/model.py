@@ -55,12 +55,21 @@ class Change:
 
 
 @dataclass
+class MemberShare:
+    stack: str       # "btrfs data", "dm mpatha", ...
+    member: str
+    before: float | None   # the member's share of the stack's bytes, 0..1 (None: not in that capture)
+    after: float | None
+
+
+@dataclass
 class DiffResult:
     before: CaptureSummary
     after: CaptureSummary
     ops: list[OpDiff] = field(default_factory=list)
     balance: list[Metric] = field(default_factory=list)   # per disk: Jain's index of the processes' bytes
     changes: list[Change] = field(default_factory=list)
+    members: list[MemberShare] = field(default_factory=list)  # stacked devices: each member's share
     only_before: list[str] = field(default_factory=list)  # disks in one capture only
     only_after: list[str] = field(default_factory=list)
 
@@ -91,6 +100,24 @@ def _op_metrics(x: OpStats | None, y: OpStats | None, dx: float, dy: float) -> l
     return out
 
 
+def _shares(s: CaptureSummary) -> dict[tuple[str, str], float]:
+    """(stack label, member) -> the member's share of the stack's bytes in this capture."""
+    out: dict[tuple[str, str], float] = {}
+    for name, st in s.stacks.items():
+        label = f"{st.get('kind')} {st.get('label') or name}"
+        members = list(st.get("members", []))
+        nbytes = {m: sum(o.bytes for o in s.disks[m].ops.values()) if m in s.disks else 0 for m in members}
+        total = sum(nbytes.values())
+        for m in members:
+            out[(label, m)] = nbytes[m] / total if total else 0.0
+    return out
+
+
+def member_shares(before: CaptureSummary, after: CaptureSummary) -> list[MemberShare]:
+    a, b = _shares(before), _shares(after)
+    return [MemberShare(st, m, a.get((st, m)), b.get((st, m))) for st, m in sorted(set(a) | set(b))]
+
+
 def diff(before: CaptureSummary, after: CaptureSummary) -> DiffResult:
     res = DiffResult(before, after)
     for label, a, b in pair_disks(before.disks, after.disks):
@@ -111,6 +138,7 @@ def diff(before: CaptureSummary, after: CaptureSummary) -> DiffResult:
             va, vb = da.settings.get(key), db.settings.get(key)
             if va != vb:
                 res.changes.append(Change(label, key, va, vb))
+    res.members = member_shares(before, after)
     for key in sorted(set(before.host_settings) | set(after.host_settings)):  # bundles only
         va, vb = before.host_settings.get(key), after.host_settings.get(key)
         if va != vb:
@@ -118,4 +146,4 @@ def diff(before: CaptureSummary, after: CaptureSummary) -> DiffResult:
     return res
 
 
-__all__ = ["Change", "DiffResult", "Metric", "OpDiff", "diff", "pair_disks"]
+__all__ = ["Change", "DiffResult", "MemberShare", "Metric", "OpDiff", "diff", "member_shares", "pair_disks"]

@@ -36,6 +36,7 @@ class CaptureSummary:
     duration_s: float        # first event to the end of the recording
     disks: dict[str, DiskStats]
     host_settings: dict[str, Any] = field(default_factory=dict)  # from a bundle's context: vm.*, cgroup limits, ...
+    stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # meta["stacks"]: btrfs, dm, md and members
 
 
 def context_settings(ctx: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -94,4 +95,4 @@ def summarise(path: str) -> CaptureSummary:
     for name, d in disks.items():
         d.settings = {k: v for k, v in settings.get(name, {}).items() if k not in ("name", "major", "minor")}
         d.settings.update({k: v for k, v in queues.get(name, {}).items() if k != "schedulers_available"})
-    return CaptureSummary(path, meta.get("host"), res.interval_s, disks, host)
+    return CaptureSummary(path, meta.get("host"), res.interval_s, disks, host, dict(meta.get("stacks") or {}))

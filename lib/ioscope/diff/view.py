@@ -55,6 +55,15 @@ def renderables(r: DiffResult) -> Iterator[Any]:
         for m in o.metrics:
             t.add_row(m.name, fmt_metric(m.before, m.unit), fmt_metric(m.after, m.unit), fmt_ratio(m.ratio))
         yield t
+    if r.members:
+        t = Table(title="stacked devices: each member's share of the bytes", title_justify="left", box=None,
+                  pad_edge=False)
+        for col in ("stack", "member", "before", "after"):
+            t.add_column(col, justify="left" if col in ("stack", "member") else "right")
+        for x in r.members:
+            t.add_row(Text(x.stack), Text(x.member),
+                      *("-" if v is None else f"{100 * v:.1f}%" for v in (x.before, x.after)))
+        yield t
     if r.balance:
         t = Table(title="balance of the processes' bytes per disk (Jain's index: 1 = even)", title_justify="left",
                   box=None, pad_edge=False)
@@ -80,5 +89,6 @@ def to_json(r: DiffResult) -> dict[str, Any]:
                      "direction": c.direction, "ratio": c.ratio} for c in r.changes],
         "ops": [{"disk": o.disk, "op": o.op, "metrics": {m.name: _metric_json(m) for m in o.metrics}} for o in r.ops],
         "balance": [{"disk": m.name, "before": m.before, "after": m.after} for m in r.balance],
+        "members": [{"stack": x.stack, "member": x.member, "before": x.before, "after": x.after} for x in r.members],
         "only_before": r.only_before, "only_after": r.only_after,
     }
