@@ -116,6 +116,19 @@ static __always_inline __u64 rq_start_ns(struct request *rq)
 }
 
 /*
+ * When the request was issued to the driver, as the kernel stamps it in
+ * blk_mq_start_request() on queues that keep I/O statistics
+ * (QUEUE_FLAG_STATS: set by wbt, kyber, bfq, iocost, iolatency); 0 when it
+ * did not. The field arrived with start_time_ns (4.17).
+ */
+static __always_inline __u64 rq_io_start_ns(struct request *rq)
+{
+	if (bpf_core_field_exists(rq->io_start_time_ns))
+		return BPF_CORE_READ(rq, io_start_time_ns);
+	return 0;
+}
+
+/*
  * The same shims as direct loads, for tp_btf programs only: their arguments
  * are BTF-typed pointers the verifier lets a program dereference (CO-RE
  * relocated, faults handled), which costs a load instead of a
@@ -159,6 +172,13 @@ static __always_inline __u64 rq_start_ns_direct(struct request *rq)
 	return 0;
 }
 
+static __always_inline __u64 rq_io_start_ns_direct(struct request *rq)
+{
+	if (bpf_core_field_exists(rq->io_start_time_ns))
+		return rq->io_start_time_ns;
+	return 0;
+}
+
 /*
  * A request with data in the flush sequence (a PREFLUSH/FUA write the device
  * cannot do in one command) is reported complete twice: when its data step
@@ -172,6 +192,29 @@ static __always_inline bool rq_flush_seq(__u32 rq_flags)
 	if (!bpf_core_enum_value_exists(enum rqf_flags, __RQF_FLUSH_SEQ))
 		return false;
 	return rq_flags & (1u << bpf_core_enum_value(enum rqf_flags, __RQF_FLUSH_SEQ));
+}
+
+/*
+ * Whether the kernel stamped this request's start (start_time_ns) and its
+ * issue (io_start_time_ns). The fields are not cleared when unused: a request
+ * the kernel does not account (iostats off, no scheduler) keeps the stale
+ * start of an earlier use of the same tag (seen here: seconds old). Only the
+ * flags say: RQF_IO_STAT (accounted in /proc/diskstats, from start_time_ns)
+ * and RQF_STATS (blk_mq_start_request stamped io_start_time_ns). Kernels that
+ * have them as #defines BTF cannot see read as not stamped.
+ */
+static __always_inline bool rq_start_stamped(__u32 rq_flags)
+{
+	if (!bpf_core_enum_value_exists(enum rqf_flags, __RQF_IO_STAT))
+		return false;
+	return rq_flags & (1u << bpf_core_enum_value(enum rqf_flags, __RQF_IO_STAT));
+}
+
+static __always_inline bool rq_issue_stamped(__u32 rq_flags)
+{
+	if (!bpf_core_enum_value_exists(enum rqf_flags, __RQF_STATS))
+		return false;
+	return rq_flags & (1u << bpf_core_enum_value(enum rqf_flags, __RQF_STATS));
 }
 
 /*

@@ -23,6 +23,12 @@
  * and, with RQPATH_ISSUE defined (lat):
  *   static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64 now, const bool btf);
  *
+ * Optional before including: RQPATH_PROBED(dev), whether the queue and issue
+ * programs follow this disk's bios (default: every disk; lat leaves the disks
+ * whose requests the kernel timestamps to its completion program alone), and
+ * RQPATH_COMPLETE, the function the completion programs call (default
+ * rqpath_rq_complete; lat's picks between the kernel's stamps and this path).
+ *
  * Before including: RQPATH_MAX_CHAIN (bios walked per request),
  * RQPATH_TGID (the -p process filter, 0 for none; an expression) and
  * RQPATH_COMPLETE_NOW (the completion time the hooks get as now: top's
@@ -47,6 +53,13 @@
 #ifndef RQPATH_BPF_H
 #define RQPATH_BPF_H
 
+#ifndef RQPATH_PROBED
+#define RQPATH_PROBED(dev) true
+#endif
+#ifndef RQPATH_COMPLETE
+#define RQPATH_COMPLETE rqpath_rq_complete
+#endif
+
 static __always_inline void note_comm(struct last_q *last, __u32 tgid);
 static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op, __u64 now, const bool btf);
 static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
@@ -68,7 +81,7 @@ static __always_inline int rqpath_bio_queue(struct bio *bio, const bool btf)
 	if (RQPATH_TGID && tgid != RQPATH_TGID)
 		return 0;
 	dev = btf ? disk_dev_direct(disk) : disk_dev(disk);
-	if (!dev_wanted(dev))
+	if (!dev_wanted(dev) || !RQPATH_PROBED(dev))
 		return 0;
 	key = btf ? ptr_value(bio) : (__u64)bio;
 	now = bpf_ktime_get_ns();
@@ -116,7 +129,7 @@ static __always_inline int rqpath_rq_issue(struct request *rq, const bool btf)
 	__u64 key;
 	int i;
 
-	if (!dev_wanted(dev))
+	if (!dev_wanted(dev) || !RQPATH_PROBED(dev))
 		return 0;
 	if (!bio) {
 		flush_rq_issued(rq, dev, now, btf);
@@ -220,7 +233,7 @@ int BPF_PROG(btf_split, struct bio *bio)				\
 SEC("tp_btf/block_rq_complete")						\
 int BPF_PROG(btf_rq_complete, struct request *rq, int error, unsigned int nr_bytes) \
 {									\
-	return rqpath_rq_complete(rq, nr_bytes, true);			\
+	return RQPATH_COMPLETE(rq, nr_bytes, true);			\
 }									\
 SEC("raw_tp/block_bio_queue")						\
 int BPF_PROG(raw_bio_queue, struct bio *bio)				\
@@ -235,7 +248,7 @@ int BPF_PROG(raw_split, struct bio *bio)				\
 SEC("raw_tp/block_rq_complete")						\
 int BPF_PROG(raw_rq_complete, struct request *rq, int error, unsigned int nr_bytes) \
 {									\
-	return rqpath_rq_complete(rq, nr_bytes, false);			\
+	return RQPATH_COMPLETE(rq, nr_bytes, false);			\
 }
 
 #endif /* RQPATH_BPF_H */

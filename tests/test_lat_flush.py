@@ -70,8 +70,8 @@ def _ready(p: subprocess.Popen[str]) -> None:
     assert first.startswith("Tracing"), first + (p.stderr.read() if p.poll() is not None else "")
 
 
-@pytest.mark.parametrize("attach", ["tp_btf", "raw_tp"])
-def test_lat_top_snoop_count_flushes_as_diskstats(live: None, tmp_path: Path, attach: str) -> None:
+@pytest.mark.parametrize(("attach", "timing"), [("tp_btf", "auto"), ("raw_tp", "auto"), ("tp_btf", "probes")])
+def test_lat_top_snoop_count_flushes_as_diskstats(live: None, tmp_path: Path, attach: str, timing: str) -> None:
     env = dict(os.environ)
     if attach == "raw_tp":
         env["IOSCOPE_ATTACH"] = "raw_tp"
@@ -92,7 +92,8 @@ def test_lat_top_snoop_count_flushes_as_diskstats(live: None, tmp_path: Path, at
             _ready(snoop)
             assert top.stdout is not None
             tops.append(json.loads(top.stdout.readline()))  # top is attached
-            with lat_running("-d", fs.name, "-O", "-j", env=env if attach == "raw_tp" else None) as run:
+            with lat_running("-d", fs.name, "-O", "-j", "--timing", timing,
+                             env=env if attach == "raw_tp" else None) as run:
                 _workload(fs)
                 after = _quiet(fs)
             # two more refreshes: the second one was sampled after the last completion
@@ -133,7 +134,13 @@ def test_lat_top_snoop_count_flushes_as_diskstats(live: None, tmp_path: Path, at
         want = {"read": reads, "write": writes, "flush": flushes, "discard": discards}
         assert {op: run.count("d2c", op=op) for op in want} == want
         assert snooped == want
-        # q2c and q2d: every bio, the merged ones too
+        if timing == "auto":  # the kernel's stamps: q2c and q2d per request, as d2c
+            assert run.doc["timing"] == {fs.name: "kernel stamps"}
+            assert run.count("q2c", op="write") == run.count("q2d", op="write") == writes
+            assert run.count("q2c", op="read") == reads
+            return
+        # the probes: q2c and q2d of every bio, the merged ones too
+        assert run.doc["timing"] == {fs.name: "probes"}
         assert run.count("q2c", op="write") == run.count("q2d", op="write") == writes + after.writes_merged \
             - before.writes_merged
         assert run.count("q2c", op="read") == reads + after.reads_merged - before.reads_merged

@@ -107,9 +107,10 @@ def test_pid_filter_in_kernel(loopdev: Any) -> None:
 
 
 def test_scheduler_queueing_shows_in_q2d(loopdev: Any) -> None:
-    """mq-deadline and a queue deeper than nr_requests: q2d is real and q2c >= d2c at every percentile."""
+    """mq-deadline and a queue deeper than nr_requests, timed by the probes (from each bio's queue
+    event): q2d is real and q2c >= d2c at every percentile."""
     dev = loopdev(size_mb=128, scheduler="mq-deadline", nr_requests=16)
-    with lat_running("-d", dev.name, "-j") as run:
+    with lat_running("-d", dev.name, "-j", "--timing", "probes") as run:
         run_fio(dev.path, rw="randread", bs="4k", iodepth=128, number_ios=30011, size="128m")
         time.sleep(0.2)
     (q2c,), (q2d,), (d2c,) = run.hists("q2c"), run.hists("q2d"), run.hists("d2c")
@@ -300,3 +301,75 @@ def test_flush_sequence_counted_as_the_kernel_counts(loopdev: Any, attach: str) 
         # d2c per op equals /proc/diskstats per field: the empty PREFLUSH writes, never issued
         # themselves, are timed from their request's start (docs/lat.md)
         assert run.count("d2c", op="write") == run.count("q2d", op="write") == writes
+
+
+def test_kernel_stamps_one_program_and_the_kernels_own_await(loopdev: Any) -> None:
+    """By default a disk whose requests the kernel stamps is timed by the completion program alone,
+    per request, from the kernel's own start and issue times: counts equal /proc/diskstats, the q2c
+    sum equals the kernel's own read time (read_ms: the same start, an end a few microseconds
+    later, after the bios' completions ran), and d2c agrees with the probes run side by side. With
+    more I/O than nr_requests the wait for a request happens before its start: the probes' q2c
+    (from the bio's queue event) includes it, the stamps' does not (docs/lat.md)."""
+    dev = loopdev(size_mb=128, scheduler="mq-deadline", nr_requests=16)
+    n = 30011
+    with lat_running("-d", dev.name, "-j") as stamps, \
+            lat_running("-d", dev.name, "-j", "--timing", "probes") as probes:
+        before = dev.diskstats()
+        run_fio(dev.path, rw="randread", bs="4k", iodepth=128, number_ios=n, size="128m")
+        time.sleep(0.2)
+        after = dev.diskstats()
+    assert stamps.returncode == 0 and probes.returncode == 0, stamps.stderr + probes.stderr
+    assert stamps.doc["timing"] == {dev.name: "kernel stamps"} and probes.doc["timing"] == {dev.name: "probes"}
+    assert [p.split("_", 1)[1] for p in stamps.doc["programs"]] == ["rq_complete"]
+    assert after.reads - before.reads == n
+    missing = stamps.doc["completions_unreported"]  # runs the kernel skipped (recursion_misses)
+    assert missing == stamps.doc["lost"] and missing <= unreported_bound(n), stamps.doc["lost_detail"]
+    (q2c,), (q2d,), (d2c,) = stamps.hists("q2c"), stamps.hists("q2d"), stamps.hists("d2c")
+    assert q2c["count"] == q2d["count"] == d2c["count"] == n - missing
+    assert q2c["sum"] == q2d["sum"] + d2c["sum"]
+    # the kernel's await of the same requests, in ms (each end read a little after ours)
+    kernel_ms = after.read_ms - before.read_ms
+    ours_ms = q2c["sum"] / 1e6
+    assert ours_ms <= kernel_ms + 1 and ours_ms >= 0.95 * kernel_ms - 1, (ours_ms, kernel_ms)
+    # the device's share: the same issue-to-completion times as the probes see
+    (pd2c,), (pq2c,) = probes.hists("d2c"), probes.hists("q2c")
+    for key in ("p50", "p90"):
+        assert abs(d2c[key] - pd2c[key]) <= 0.15 * pd2c[key] + PROBE_SKEW_NS, (key, d2c[key], pd2c[key])
+    # the wait for one of the 16 requests comes before the request's start: not in the stamps' q2c
+    assert q2c["p50"] <= pq2c["p50"] + PROBE_SKEW_NS, (q2c["p50"], pq2c["p50"])
+
+
+def test_disk_without_stamps_is_timed_by_the_probes(loopdev: Any) -> None:
+    """A disk that keeps no I/O statistics (iostats 0: its requests carry no start stamp) is timed by
+    the probes, beside a stamped disk in the same run; both counts equal fio's."""
+    a, b = loopdev(size_mb=64), loopdev(size_mb=64)
+    b.set_queue("iostats", "0")
+    with lat_running("-d", a.name, "-d", b.name, "-D", "-j") as run:
+        run_fio(a.path, rw="randread", bs="4k", iodepth=8, number_ios=5003, size="64m")
+        run_fio(b.path, rw="randread", bs="4k", iodepth=8, number_ios=4999, size="64m")
+        time.sleep(0.2)
+    assert run.returncode == 0, run.stderr
+    assert run.doc["timing"] == {a.name: "kernel stamps", b.name: "probes"}
+    assert run.doc["lost_detail"]["not_stamped"] == 0
+    assert_accounted(run, "q2c", 5003, disk=a.name)
+    assert_accounted(run, "q2c", 4999, disk=b.name)
+    assert_accounted(run, "d2c", 4999, disk=b.name)
+
+
+def test_disk_found_unstamped_moves_to_the_probes(loopdev: Any) -> None:
+    """--timing auto trusts sysfs at the start; a disk whose requests then end without stamps (its
+    iostats turned off while lat runs) is moved to the probes within a second: the requests in
+    between are counted as not_stamped losses, the rest are timed."""
+    dev = loopdev(size_mb=64)
+    with lat_running("-d", dev.name, "-j") as run:
+        dev.set_queue("iostats", "0")
+        run_fio(dev.path, rw="randread", bs="4k", iodepth=1, ioengine="psync", number_ios=12007, size="64m",
+                extra=["--rate_iops=5000"])
+        time.sleep(0.2)
+    assert run.returncode == 0, run.stderr
+    assert run.doc["timing"] == {dev.name: "probes"}
+    lost = run.doc["lost_detail"]["not_stamped"]
+    assert 0 < lost <= 5000 * 2.5, lost  # at most the I/O of the time to the next tick (1 s), and then some
+    # the one request in flight at the move, if any, ended without a slot (completed_without_start)
+    in_flight = run.doc["lost_detail"]["completed_without_start"]
+    assert in_flight <= 1 and run.count("d2c") + lost + in_flight == 12007 - unreported(run), run.doc["lost_detail"]

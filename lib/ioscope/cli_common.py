@@ -224,7 +224,11 @@ def run_intervals(tool: str, what: str, interval: float | None, count: int | Non
     done = 0
     try:
         while count is None or done < count:
-            sleep_until(started + interval * (done + 1))
+            deadline = started + interval * (done + 1)
+            while tick and time.time() + tick_every < deadline:  # housekeeping within long intervals
+                time.sleep(tick_every)
+                tick()
+            sleep_until(deadline)
             done += 1
             emit(started + interval * (done - 1), True, count is not None and done >= count)
             if tick:

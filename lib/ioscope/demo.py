@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     # imported here, not for --help: the collector loads numpy and the BPF loader
     from ioscope import system
     from ioscope.lat.collector import LatCollector, LatOptions
-    from ioscope.lat.model import completions_unreported
+    from ioscope.lat.model import completions_unreported, stamps_only
     from ioscope.render import HistView, percentile_table
     from ioscope.testbed import LoopDevice, have_fio, run_fio
 
@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
             losses = collector.losses(since_last=False)
             # completions the kernel made without running BPF programs (docs/lat.md): detected when a
             # bio's address came back, or still waiting beyond what the kernel has in flight
-            unreported = losses.counters["completion_unseen"] + completions_unreported(
-                losses, collector.kernel_in_flight(), pid_filtered=False)
+            only = stamps_only(collector.timing)
+            unreported = (0 if only else losses.counters["completion_unseen"]) + completions_unreported(
+                losses, collector.kernel_in_flight(), pid_filtered=False, stamps_only=only)
             after = loop.diskstats()
         finally:
             collector.close()

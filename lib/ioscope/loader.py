@@ -165,11 +165,14 @@ class BPFObject:
             for dev in self._filter_devs:
                 filt.update(struct.pack("=I", dev), b"\x01")
 
-    def attach(self) -> None:
-        for h in self.hooks.values():
-            if not h.chosen:
+    def attach(self, hooks: Iterable[str] | None = None) -> None:
+        """Attach the chosen programs of every hook, or of the hooks named; each once."""
+        for name, h in self.hooks.items():
+            if not h.chosen or (hooks is not None and name not in hooks):
                 continue
             prog = h.variants[h.chosen]
+            if prog in self.attached:
+                continue
             try:
                 self.obj.attach(prog)
             except _libbpf.BPFError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ioscope import cli_common
+from ioscope.errors import UsageError
 
 EXAMPLES = """\
 examples:
@@ -36,6 +37,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--phase", default="q2c,q2d,d2c", type=cli_common.phases_type,
                    help="phases to measure, comma separated (default: q2c,q2d,d2c)")
     p.add_argument("--fine", action="store_true", help="show every log-linear bucket, not powers of two")
+    p.add_argument("--timing", choices=("auto", "stamps", "probes"), default="auto",
+                   help="auto (default): time each request from the kernel's own start and issue stamps, one "
+                        "program per I/O, on every disk whose requests carry them, probes elsewhere; stamps: "
+                        "only the stamps; probes: follow each bio from its queue event (btt's per-bio phases; "
+                        "what -P and -p use)")
     cli_common.add_interval_count(p)
     p.set_defaults(func=run, tool="lat")
 
@@ -43,22 +49,26 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     # imported here, not at the top: `ioscope lat --help` needs neither numpy nor the BPF loader
     from ioscope import devices, system
-    from ioscope.lat.collector import SWEEP_EVERY_S, LatCollector, LatOptions
-    from ioscope.lat.model import build_report
+    from ioscope.lat.collector import TICK_S, LatCollector, LatOptions
+    from ioscope.lat.model import build_report, timing_summary
     from ioscope.lat.view import LatViewOptions, renderables, to_json
 
     system.require_bpf_privileges("lat")
     opts = LatOptions(
         disks=[devices.resolve_disk(d) for d in args.disk or []],
         pid=args.pid, per_disk=args.per_disk, per_op=args.per_op, per_pid=args.per_pid,
-        phases=tuple(args.phase), btf=system.btf_path(args.btf),
+        phases=tuple(args.phase), btf=system.btf_path(args.btf), timing=args.timing,
     )
+    if args.timing == "stamps" and (args.per_pid or args.pid is not None):
+        raise UsageError("--timing stamps cannot tell which process queued an I/O (-P, -p)",
+                         "leave --timing out, or use --timing probes")
     view = LatViewOptions(per_disk=args.per_disk, per_op=args.per_op, per_pid=args.per_pid,
                           unit="ms" if args.milliseconds else None, fine=args.fine)
     collector = LatCollector(opts)
     try:
         where = ", ".join(d.name for d in opts.disks) or "all disks"
         attach = collector.bpf.variant_summary()
+        timed = timing_summary(collector.timing)
 
         def emit(started: float, reset: bool, final: bool) -> None:
             report = build_report(collector.sample(started, reset=reset, final=not reset),
@@ -66,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
             cli_common.print_result("lat", report, args.json, to_json,
                                     lambda rep: renderables(rep, view), report.losses)
 
-        return cli_common.run_intervals("lat", f"block I/O latency on {where} ({attach})",
+        return cli_common.run_intervals("lat", f"block I/O latency on {where} ({attach}; timing {timed})",
                                         args.interval, args.count, emit, collector.unavailable,
-                                        tick=collector.sweep_stale, tick_every=SWEEP_EVERY_S)
+                                        tick=collector.tick, tick_every=TICK_S)
     finally:
         collector.close()
 

@@ -2,20 +2,51 @@
 
 from __future__ import annotations
 
+import struct
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 from ioscope import abi, devices
-from ioscope.lat.model import LatHist, LatSample
+from ioscope.lat.model import PROBES, STAMPS, LatHist, LatSample
 from ioscope.loader import BPFObject
 from ioscope.losses import Losses, StatsDelta
 
 STALE_NS = 120 * 1_000_000_000  # a bio unfinished after 2 minutes is dropped and counted
 SWEEP_EVERY_S = 10
+TICK_S = 1.0  # LatCollector.tick
 HIST_MAX_ENTRIES = 1024
 HIST_MAX_ENTRIES_PER_PID = 16384
+TIMINGS = ("auto", "stamps", "probes")
+LOSS_EXPLAIN = {
+    "not_stamped": "requests that ended without the kernel's start or issue time on a disk timed from "
+                   "them: not timed; lat moves such a disk to the probes within a second, --timing probes "
+                   "from the start",
+}
+
+
+def kernel_stamps(name: str, sys_root: str = "/sys") -> bool:
+    """Does the kernel stamp this blk-mq disk's requests with their start and issue times?
+
+    The start (start_time_ns, RQF_IO_STAT) when the disk keeps I/O statistics (queue/iostats 1);
+    the issue (io_start_time_ns, RQF_STATS) when the queue keeps blk-stat statistics
+    (QUEUE_FLAG_STATS), which writeback throttling turns on: queue/wbt_lat_usec is readable only
+    where wbt is set up (its value may be 0: wbt off, statistics still kept), and kyber keeps them.
+    Lockdown hides the queue's flags themselves (debugfs). A disk this gets wrong is found by the
+    completion program and moved to the probes within a second (LatCollector.tick).
+    """
+    q = Path(sys_root) / "block" / name / "queue"
+    try:
+        if (q / "iostats").read_text().strip() != "1":
+            return False
+        if "[kyber]" in (q / "scheduler").read_text():
+            return True
+        int((q / "wbt_lat_usec").read_text())
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 @dataclass
@@ -27,6 +58,7 @@ class LatOptions:
     per_pid: bool = False
     phases: tuple[str, ...] = ("q2c", "q2d", "d2c")
     btf: str | None = None
+    timing: str = "auto"  # TIMINGS: auto uses the kernel's request stamps where they are kept
 
 
 class LatCollector:
@@ -37,6 +69,8 @@ class LatCollector:
         self.names = devices.DevNames()
         self.bpf = BPFObject("lat", btf=opts.btf)
         self._stale = 0
+        self._last_sweep = time.monotonic()
+        self._stamps_mode = False
         names = [d.name for d in opts.disks] or [d.name for d in devices.list_disks()]
         self.cross_disks = [n for n in names if devices.is_mq(n)]
         self._last_kernel = self._kernel_counts()
@@ -51,10 +85,13 @@ class LatCollector:
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
+        # the kernel's stamps carry no process: -P and -p need the queue program
+        stamps = o.timing != "probes" and not o.per_pid and o.pid is None
         b.choose(required=["bio_queue", "rq_issue", "rq_complete"], optional=["split", "task_rename"])
         b.set_global("targ_per_disk", o.per_disk, "?")
         b.set_global("targ_per_op", o.per_op, "?")
         b.set_global("targ_per_pid", o.per_pid, "?")
+        b.set_global("targ_stamps", stamps, "?")
         b.filter_disks(d.dev for d in o.disks)
         b.set_global("targ_tgid", o.pid or 0, "I")
         mask = sum(1 << abi.PHASES[p] for p in o.phases)
@@ -70,10 +107,45 @@ class LatCollector:
         b.load()
         self.hists = b.map("hists")
         self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
-                                [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)])
+                                [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)] + ["not_stamped"],
+                                explain=LOSS_EXPLAIN)
         self.inflight = b.map("inflight")
         self.comms = b.map("comms")
-        b.attach()
+        if not stamps:
+            self.timing = {n: PROBES for n in self.cross_disks}
+            b.attach()
+            return
+        self._stamps_mode = True
+        self.timing = {n: STAMPS if o.timing == "stamps" or kernel_stamps(n) else PROBES for n in self.cross_disks}
+        probed = [devices.resolve_disk(n).dev for n, t in self.timing.items() if t == PROBES]
+        self._probe(probed)
+        b.attach(None if probed else ["rq_complete"])
+
+    def _probe(self, devs: list[int]) -> None:
+        """Time these disks (kernel dev_t) with the queue and issue programs: no stamps."""
+        if not devs:
+            return
+        pd = self.bpf.map("probe_devs")
+        for dev in devs:
+            pd.update(struct.pack("=I", dev), b"\x01")
+            self.timing[self.names.name(dev)] = PROBES
+        self.bpf.map("probe_some").update(struct.pack("=I", 0), struct.pack("=I", 1))
+        if self.bpf.attached:  # the queue and issue programs, from now on
+            self.bpf.attach()
+
+    def _move_unstamped(self) -> None:
+        """Disks whose requests ended without the kernel's stamps go to the probes (auto)."""
+        kb, _vb, n = self.bpf.map("unstamped_devs").dump()
+        devs = set(struct.unpack(f"={n}I", kb[: 4 * n])) if n else set()
+        self._probe(sorted(d for d in devs if self.timing.get(self.names.name(d)) != PROBES))
+
+    def tick(self) -> None:
+        """Housekeeping, every second: disks without stamps, and stale slots every SWEEP_EVERY_S."""
+        if self._stamps_mode and self.opts.timing == "auto":
+            self._move_unstamped()
+        if time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
+            self._last_sweep = time.monotonic()
+            self.sweep_stale()
 
     @property
     def unavailable(self) -> list[str]:
@@ -138,7 +210,8 @@ class LatCollector:
         return LatSample(wall=wall, started=started, hists=hists, losses=self.losses(since_last=True),
                          kernel_completed=self.kernel_completed(since_last=reset),
                          kernel_in_flight=self.kernel_in_flight(), final=final,
-                         pid_filtered=self.opts.pid is not None, stacks=self.stacks)
+                         pid_filtered=self.opts.pid is not None, stacks=self.stacks, timing=dict(self.timing),
+                         programs=list(self.bpf.attached))
 
     def issued_pending(self) -> int:
         """Bios issued to the driver whose completion has not reached us (yet): a gauge.

@@ -7,8 +7,12 @@ from typing import Any
 
 from ioscope import abi
 from ioscope.hist import Hist
-from ioscope.losses import Losses
+from ioscope.losses import RECURSION_MISSES, Losses
 from ioscope.phases import PHASE_TITLES
+
+# how a disk is timed: from the kernel's request stamps (one program per I/O), or by following
+# each bio from its queue event (the probes: queue, issue and completion programs)
+STAMPS, PROBES = "kernel stamps", "probes"
 
 
 @dataclass
@@ -38,6 +42,8 @@ class LatSample:
     final: bool                       # the last sample: nothing more can complete
     pid_filtered: bool                # -p: /proc/diskstats counts every process, we one
     stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # devices.stack_meta() of the traced disks
+    timing: dict[str, str] = field(default_factory=dict)  # traced disk -> how it is timed (STAMPS/PROBES)
+    programs: list[str] = field(default_factory=list)     # the BPF programs attached
 
 
 @dataclass
@@ -65,6 +71,16 @@ class LatReport:
     attach: str = ""
     phases: tuple[str, ...] = field(default=("q2c", "q2d", "d2c"))
     stacks: list[StackShare] = field(default_factory=list)
+    timing: dict[str, str] = field(default_factory=dict)
+    programs: list[str] = field(default_factory=list)
+
+
+def timing_summary(timing: dict[str, str]) -> str:
+    """'kernel stamps: loop0, vda; probes: loop3' (each design with its disks)."""
+    by: dict[str, list[str]] = {}
+    for disk, design in sorted(timing.items()):
+        by.setdefault(design, []).append(disk)
+    return "; ".join(f"{design}: {', '.join(disks)}" for design, disks in sorted(by.items()))
 
 
 def stack_shares(hists: list[LatHist], stacks: dict[str, dict[str, Any]]) -> list[StackShare]:
@@ -84,19 +100,29 @@ def stack_shares(hists: list[LatHist], stacks: dict[str, dict[str, Any]]) -> lis
     return out
 
 
-def completions_unreported(losses: Losses, kernel_in_flight: int, pid_filtered: bool) -> int:
-    """Bios issued and still waiting for a completion beyond what the kernel has in flight:
-    completions the kernel finished without running our programs (docs/lat.md)."""
+def completions_unreported(losses: Losses, kernel_in_flight: int, pid_filtered: bool,
+                           stamps_only: bool = False) -> int:
+    """Completions the kernel finished without running our programs (docs/lat.md). With the
+    probes: bios issued and still waiting for a completion beyond what the kernel has in flight.
+    With the kernel's stamps alone (one program): the runs of it the kernel skipped."""
+    if stamps_only:
+        return losses.counters.get(RECURSION_MISSES, 0)
     pending = losses.counters.get("issued_not_completed", 0)
     if not pending or pid_filtered:
         return 0
     return max(0, pending - kernel_in_flight)
 
 
+def stamps_only(timing: dict[str, str]) -> bool:
+    """Every traced disk is timed from the kernel's stamps (lat attached one program)."""
+    return bool(timing) and all(t == STAMPS for t in timing.values())
+
+
 def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c", "q2d", "d2c")) -> LatReport:
     losses = Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain)
-    unreported = completions_unreported(losses, s.kernel_in_flight, s.pid_filtered)
-    if s.final and unreported:  # nothing more can arrive: they are lost
+    only = stamps_only(s.timing)
+    unreported = completions_unreported(losses, s.kernel_in_flight, s.pid_filtered, only)
+    if s.final and unreported and not only:  # nothing more can arrive: they are lost
         losses.counters["completion_unseen"] = losses.counters.get("completion_unseen", 0) + unreported
         losses.counters["issued_not_completed"] -= unreported
     hists = sorted((h for h in s.hists if h.phase in phases and h.hist.count), key=LatHist.sort_key)
@@ -108,8 +134,21 @@ def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c
         inflight_at_start=losses.counters.get("inflight_at_start", 0),
         attach=attach, phases=phases,
         stacks=stack_shares(hists, s.stacks) if "d2c" in phases else [],
+        timing=dict(s.timing), programs=list(s.programs),
     )
 
 
-__all__ = ["PHASE_TITLES", "LatHist", "LatReport", "LatSample", "StackShare", "build_report",
-           "completions_unreported", "stack_shares"]
+__all__ = [
+    "PHASE_TITLES",
+    "PROBES",
+    "STAMPS",
+    "LatHist",
+    "LatReport",
+    "LatSample",
+    "StackShare",
+    "build_report",
+    "completions_unreported",
+    "stack_shares",
+    "stamps_only",
+    "timing_summary",
+]

@@ -11,7 +11,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ioscope import cli_common, devices
-from ioscope.lat.model import PHASE_TITLES, LatHist, LatReport
+from ioscope.lat.model import PHASE_TITLES, LatHist, LatReport, timing_summary
 from ioscope.render import HistView, fmt_ns
 
 
@@ -42,6 +42,8 @@ def to_json(r: LatReport) -> dict[str, Any]:
         "time": cli_common.iso_time(r.wall), "interval_s": round(r.interval_s, 6),
         **r.losses.to_json(),
         "attach": r.attach,
+        "timing": r.timing,
+        "programs": r.programs,
         "kernel_completed": r.kernel_completed,
         "completions_unreported": r.completions_unreported,
         "hists": [hist_json(h) for h in r.hists],
@@ -77,6 +79,8 @@ def renderables(r: LatReport, o: LatViewOptions) -> Iterator[RenderableType]:
     if "d2c" in r.phases and not r.pid_filtered and r.kernel_completed:
         yield Text(f"cross-check: the kernel completed {sum(r.kernel_completed.values())} requests on "
                    f"{', '.join(r.kernel_completed)}; ioscope timed {r.timed_d2c} (d2c)", style="dim")
+    if r.timing:
+        yield Text(f"timing: {timing_summary(r.timing)}", style="dim")
     if r.completions_unreported:
         yield Text(f"{r.completions_unreported} issued requests completed without the kernel reporting the "
                    "completion to BPF programs: not timed, counted as lost (see docs/lat.md)", style="yellow")
