@@ -217,6 +217,16 @@ static __always_inline bool rq_issue_stamped(__u32 rq_flags)
 	return rq_flags & (1u << bpf_core_enum_value(enum rqf_flags, __RQF_STATS));
 }
 
+/* The request's start as the kernel stamped it, 0 when it did not. */
+static __always_inline __u64 rq_start_if_stamped(struct request *rq, const bool btf)
+{
+	__u32 rq_flags = btf ? rq->rq_flags : BPF_CORE_READ(rq, rq_flags);
+
+	if (!rq_start_stamped(rq_flags))
+		return 0;
+	return btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
+}
+
 /*
  * The disk of a request queue, for block_plug/block_unplug which name only
  * the queue. request_queue->disk arrived in 5.15 (commit d152c682f03c);
