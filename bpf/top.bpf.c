@@ -103,7 +103,9 @@ static __always_inline void note_comm(struct last_q *last, __u32 tgid)
 /* A flush request of the flush machinery: the disk's, no process's. */
 static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op, __u64 now, const bool btf)
 {
-	__u64 rq_start = rq_start_if_stamped(rq, btf);
+	/* the flush machinery stamps its flush requests' start and accounts their time in
+	 * /proc/diskstats whatever the disk's iostats (RQF_IO_STAT is not set on them) */
+	__u64 rq_start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
 
 	if (rq_start && rq_start <= now)
 		disk_add(dev, op, now - rq_start);
