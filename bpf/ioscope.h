@@ -89,6 +89,7 @@ enum ios_stat_idx {
 	IOS_STAT_NEVER_ISSUED = 8, /* a bio queued earlier at the same address was never issued */
 	IOS_STAT_REQUEUED = 9,     /* a split bio's remainder queued again: first queue time kept */
 	IOS_STAT_C_NOENTRY = 10,   /* a completed bio with no slot (queued before tracing) */
+	IOS_STAT_ONE_CLOCK = 14,   /* lat, kernel stamps: a request's start and issue stamps are one clock reading (q2d 0) */
 	IOS_LOST_UNSTAMPED = 15,   /* lat, kernel-stamp timing: a request ended without the kernel's start or issue time (11-13: agg.h) */
 	IOS_NR_STATS = 16,
 };

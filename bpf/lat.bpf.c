@@ -293,6 +293,11 @@ static __always_inline int stamps_complete(struct request *rq, unsigned int nr_b
 	}
 	if (io < start)
 		io = start; /* not seen; the two clocks are one, but guard the subtraction */
+	/* The kernel reads its clock once per plug (blk_time_get_ns()): a request
+	 * started and issued in one plug has both stamps from one reading. Said,
+	 * so that its q2d of 0 is not read as no queueing. */
+	if (io == start && rq_bytes)
+		stat_inc(IOS_STAT_ONE_CLOCK);
 	record(dev, 0, op | ((1 << IOS_PHASE_Q2C) | (1 << IOS_PHASE_Q2D) | (1 << IOS_PHASE_D2C)) << 8, start, io);
 	return 0;
 }

@@ -36,6 +36,7 @@ STAT_NAMES = {
     8: "queued_never_issued",
     9: "requeued_after_split",
     10: "completed_without_start",
+    14: "one_clock_reading",
     15: "not_stamped",
 }
 NR_STATS = 16

@@ -68,6 +68,7 @@ class LatReport:
     pid_filtered: bool = False
     timed_d2c: int = 0
     inflight_at_start: int = 0
+    one_clock: int = 0  # stamped requests whose start and issue are one clock reading (q2d 0)
     attach: str = ""
     phases: tuple[str, ...] = field(default=("q2c", "q2d", "d2c"))
     stacks: list[StackShare] = field(default_factory=list)
@@ -132,6 +133,7 @@ def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c
         pid_filtered=s.pid_filtered,
         timed_d2c=sum(h.hist.count for h in hists if h.phase == "d2c"),
         inflight_at_start=losses.counters.get("inflight_at_start", 0),
+        one_clock=losses.counters.get("one_clock_reading", 0),
         attach=attach, phases=phases,
         stacks=stack_shares(hists, s.stacks) if "d2c" in phases else [],
         timing=dict(s.timing), programs=list(s.programs),

@@ -84,6 +84,10 @@ def renderables(r: LatReport, o: LatViewOptions) -> Iterator[RenderableType]:
     if r.completions_unreported:
         yield Text(f"{r.completions_unreported} issued requests completed without the kernel reporting the "
                    "completion to BPF programs: not timed, counted as lost (see docs/lat.md)", style="yellow")
+    if r.one_clock and "q2d" in r.phases:
+        yield Text(f"{r.one_clock} requests were started and issued in one plug, where the kernel reads its clock "
+                   "once: their stamps are equal, their q2d is 0 and their d2c includes the time before the issue; "
+                   "--timing probes times q2d from each bio's queue event", style="dim")
     if r.inflight_at_start:
         yield Text(f"{r.inflight_at_start} requests were queued before tracing started: counted in d2c only",
                    style="dim")
