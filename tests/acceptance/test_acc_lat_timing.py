@@ -1,0 +1,58 @@
+"""Acceptance: `ioscope lat` on two disks, one of which keeps no I/O statistics.
+
+As a support engineer would type it on a host where one disk had `iostats` switched off: `ioscope lat -D
+1 3` (text, one report a second), fio on both disks. The first line says which disk is timed how (the
+kernel's request stamps, one program per I/O, or the probes where the kernel keeps no stamps); every
+report's per-disk q2c counts, summed over the three reports, equal what fio did on that disk; it exits
+0 by itself after the third report and leaves no BPF program behind.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from typing import Any
+
+from conftest import bpf_prog_ids, ioscope_cmd, loaded_prog_ids
+from ioscope.testbed import run_fio
+
+_TITLE_RE = re.compile(r"^q2c: .*\[disk (\S+)\]$")
+_N_RE = re.compile(r"^n=(\d+) ")
+
+
+def _q2c_counts(text: str) -> dict[str, int]:
+    """Per disk, the n= of every q2c histogram printed (summed over the reports)."""
+    out: dict[str, int] = {}
+    disk = None
+    for line in text.splitlines():
+        m = _TITLE_RE.match(line)
+        if m:
+            disk = m.group(1)
+            continue
+        n = _N_RE.match(line)
+        if n and disk:
+            out[disk] = out.get(disk, 0) + int(n.group(1))
+        disk = None
+    return out
+
+
+def test_lat_says_how_each_disk_is_timed_and_counts_both(loopdev: Any) -> None:
+    a, b = loopdev(size_mb=64), loopdev(size_mb=64)
+    b.set_queue("iostats", "0")
+    p = subprocess.Popen(ioscope_cmd("lat", "-d", a.name, "-d", b.name, "-D", "1", "3"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stderr is not None
+    first = p.stderr.readline()
+    assert first.startswith("Tracing block I/O latency"), first
+    assert f"timing kernel stamps: {a.name}; probes: {b.name})" in first, first
+    ids = bpf_prog_ids(p.pid)
+    run_fio(a.path, rw="randread", bs="4k", iodepth=4, number_ios=3001, size="64m")
+    run_fio(b.path, rw="randread", bs="4k", iodepth=4, number_ios=2999, size="64m")
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert out.count(f"timing: kernel stamps: {a.name}; probes: {b.name}") == 3, out[-2000:]
+    assert _q2c_counts(out) == {a.name: 3001, b.name: 2999}, out[-3000:]
+    assert "lost 0" in out and not re.search(r"lost [1-9]", out), out
+    time.sleep(0.1)
+    assert not ids & loaded_prog_ids()
