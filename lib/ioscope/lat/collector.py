@@ -116,7 +116,12 @@ class LatCollector:
             b.attach()
             return
         self._stamps_mode = True
-        self.timing = {n: STAMPS if o.timing == "stamps" or kernel_stamps(n) else PROBES for n in self.cross_disks}
+        # the request flags that say a stamp is valid are an enum BTF shows on recent kernels (older ones: #defines,
+        # which the completion program cannot read: every request would count as not stamped)
+        from ioscope import _libbpf
+        flags = _libbpf.has_type("rqf_flags", "enum", o.btf)
+        self.timing = {n: STAMPS if o.timing == "stamps" or (flags and kernel_stamps(n)) else PROBES
+                       for n in self.cross_disks}
         probed = [devices.resolve_disk(n).dev for n, t in self.timing.items() if t == PROBES]
         self._probe(probed)
         b.attach(None if probed else ["rq_complete"])
