@@ -156,7 +156,9 @@ def test_percentiles_match_exact_per_io_latencies(loopdev: Any, tmp_path: Any) -
         while "ready" not in out_path.read_text():
             assert bt.poll() is None and time.monotonic() < deadline, "bpftrace did not start"
             time.sleep(0.05)
-        with lat_running("-d", dev.name, "-j") as run:
+        # the reference times each I/O from its tracepoints: so do the probes (the kernel's stamps
+        # read its clock elsewhere, e.g. once per plug: tested against /proc/diskstats instead)
+        with lat_running("-d", dev.name, "-j", "--timing", "probes") as run:
             job = run_fio(dev.path, rw="randread", bs="4k", iodepth=1, ioengine="psync", number_ios=20011,
                           size="128m")
             time.sleep(0.2)
@@ -328,9 +330,11 @@ def test_kernel_stamps_one_program_and_the_kernels_own_await(loopdev: Any) -> No
     assert q2c["count"] == q2d["count"] == d2c["count"] == n - missing
     assert q2c["sum"] == q2d["sum"] + d2c["sum"]
     # the kernel's await of the same requests, in ms (each end read a little after ours)
+    # (diskstats keeps ns and prints ms: +-1 ms; the kernel reads its end after the bios' completions
+    # ran, measured 1.1 us per request later than lat on this busy VM: bounded at 3 us)
     kernel_ms = after.read_ms - before.read_ms
     ours_ms = q2c["sum"] / 1e6
-    assert ours_ms <= kernel_ms + 1 and ours_ms >= 0.95 * kernel_ms - 1, (ours_ms, kernel_ms)
+    assert -1 <= kernel_ms - ours_ms <= 1 + (n - missing) * 3e-3, (ours_ms, kernel_ms)
     # the device's share: the same issue-to-completion times as the probes see
     (pd2c,), (pq2c,) = probes.hists("d2c"), probes.hists("q2c")
     for key in ("p50", "p90"):
