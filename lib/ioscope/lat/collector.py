@@ -127,16 +127,20 @@ class LatCollector:
         b.attach(None if probed else ["rq_complete"])
 
     def _probe(self, devs: list[int]) -> None:
-        """Time these disks (kernel dev_t) with the queue and issue programs: no stamps."""
+        """Time these disks (kernel dev_t) with the queue and issue programs: no stamps.
+
+        The programs are attached first and follow a disk only once it is in probe_devs, so the
+        three switch together: a request in flight at that moment ends as completed_without_start
+        (issued before) or with d2c only (issued after), never with a q2c and no d2c."""
         if not devs:
             return
+        if self.bpf.attached:
+            self.bpf.attach()
         pd = self.bpf.map("probe_devs")
         for dev in devs:
             pd.update(struct.pack("=I", dev), b"\x01")
             self.timing[self.names.name(dev)] = PROBES
         self.bpf.map("probe_some").update(struct.pack("=I", 0), struct.pack("=I", 1))
-        if self.bpf.attached:  # the queue and issue programs, from now on
-            self.bpf.attach()
 
     def _move_unstamped(self) -> None:
         """Disks whose requests ended without the kernel's stamps go to the probes (auto)."""
