@@ -11,19 +11,11 @@
  * request gets its own q2d and q2c (btt counts the same way), while d2c is
  * counted once per request (what /proc/diskstats counts).
  *
- * Kernel-stamp timing (targ_stamps): on a blk-mq queue that keeps I/O
- * statistics the kernel stamps every request with its start (start_time_ns,
- * where the await of /proc/diskstats starts; flag RQF_IO_STAT) and its issue
- * to the driver (io_start_time_ns; flag RQF_STATS). Then the completion
- * program alone times the request, per request: q2c from its start, q2d from
- * its start to its issue, d2c from its issue. One program per I/O, no per-I/O
- * map but the histogram. User space attaches only the completion program,
- * unless a traced disk's requests carry no stamps (iostats off, no wbt: see
- * lat/collector.py); those disks, listed in probe_devs, are followed by the
- * queue and issue programs as above. A request without stamps on a disk not
- * listed is counted (IOS_LOST_UNSTAMPED, and per disk in unstamped_devs, from
- * which user space moves the disk to the probes within a second), never
- * silently dropped.
+ * Kernel-stamp timing (targ_stamps, stamps.bpf.h): the completion program
+ * alone times each request of a disk the kernel stamps, per request: q2c from
+ * its start, q2d from its start to its issue, d2c from its issue. One program
+ * per I/O, no per-I/O map but the histogram. The disks whose requests carry
+ * no stamps are followed by the queue and issue programs as above.
  *
  * Each handler exists twice, as tp_btf and raw_tp; user space autoloads one
  * set, chosen from what the kernel's BTF offers.
@@ -37,12 +29,13 @@
 #include "common.bpf.h"
 #include "comms.bpf.h"
 #include "inflight.bpf.h"
+#include "stamps.bpf.h"
 
 #define RQPATH_MAX_CHAIN 32
 #define RQPATH_TGID targ_tgid
 #define RQPATH_ISSUE
 #define RQPATH_COMPLETE_NOW 0 /* record() reads the clock */
-#define RQPATH_PROBED(dev) lat_probed(dev)
+#define RQPATH_PROBED(dev) stamps_probed(dev)
 #define RQPATH_COMPLETE lat_rq_complete
 
 const volatile bool targ_per_disk = false;
@@ -51,58 +44,6 @@ const volatile bool targ_per_pid = false;
 const volatile bool targ_shared_hists = false; /* hists is a shared (not per-CPU) hash: -P */
 const volatile __u32 targ_tgid = 0;
 const volatile __u8 targ_phases = 0x7; /* bit per enum ios_lat_phase */
-const volatile bool targ_stamps = false; /* kernel-stamp timing, but for the disks in probe_devs */
-
-/* The disks timed by the queue and issue programs under targ_stamps (their
- * requests carry no kernel stamps). Looked up only when probe_some[0] is set. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, IOS_MAX_FILTER_DISKS);
-	__type(key, __u32);
-	__type(value, __u8);
-} probe_devs SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} probe_some SEC(".maps");
-
-/* Disks with a request that ended without stamps (a rare path): user space
- * moves them to the probes (probe_devs) at its next tick. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, IOS_MAX_FILTER_DISKS);
-	__type(key, __u32);
-	__type(value, __u64);
-} unstamped_devs SEC(".maps");
-
-static __always_inline void not_stamped(__u32 dev)
-{
-	__u64 one = 1, *n = bpf_map_lookup_elem(&unstamped_devs, &dev);
-
-	stat_inc(IOS_LOST_UNSTAMPED);
-	if (n)
-		__sync_fetch_and_add(n, 1);
-	else
-		bpf_map_update_elem(&unstamped_devs, &dev, &one, BPF_NOEXIST);
-}
-
-/* Is this disk timed by the queue and issue programs (the bio slots)? */
-static __always_inline bool lat_probed(__u32 dev)
-{
-	__u32 zero = 0, *some;
-
-	if (!targ_stamps)
-		return true;
-	some = bpf_map_lookup_elem(&probe_some, &zero);
-	if (!some || !*some)
-		return false;
-	return bpf_map_lookup_elem(&probe_devs, &dev) != NULL;
-}
-
-
 /* Requests without bios (the flush machinery's flush_rq): issue time. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -253,52 +194,23 @@ static __always_inline int lat_rq_complete(struct request *rq, unsigned int nr_b
 
 #include "rqpath.bpf.h"
 
-/*
- * A request ended on a disk the kernel stamps: one histogram update, per
- * request, as /proc/diskstats counts it. Partial completions and the data
- * step of a flush sequence end nothing (as on the probe path); a flush
- * request (no bio) is timed from its issue, d2c only; an empty PREFLUSH
- * write, never issued itself, from its start (its d2c is its wait for the
- * flush, as on the probe path).
- */
+/* A request ended on a disk the kernel stamps: one histogram update (stamps.bpf.h). */
 static __always_inline int stamps_complete(struct request *rq, unsigned int nr_bytes, __u32 dev, const bool btf)
 {
-	struct bio *bio = btf ? rq->bio : BPF_CORE_READ(rq, bio);
-	__u32 opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
-	__u32 rq_bytes = btf ? rq->__data_len : BPF_CORE_READ(rq, __data_len);
-	__u32 rq_flags = btf ? rq->rq_flags : BPF_CORE_READ(rq, rq_flags);
-	__u64 start = 0, io = 0;
-	__u8 op = opf_to_op(opf, rq_bytes);
+	struct stamps st;
 
-	if (nr_bytes < rq_bytes)
-		return 0; /* the rest of the request is counted when it ends */
-	if (rq_start_stamped(rq_flags))
-		start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
-	if (rq_issue_stamped(rq_flags))
-		io = btf ? rq_io_start_ns_direct(rq) : rq_io_start_ns(rq);
-	if (!bio) {
-		if (io)
-			record(dev, 0, op | (1 << IOS_PHASE_D2C) << 8, 0, io);
-		else
-			not_stamped(dev);
-		return 0;
-	}
-	if (rq_flush_seq(rq_flags))
-		return 0;
-	if (!io && !rq_bytes)
-		io = start; /* never issued: an empty PREFLUSH write */
-	if (!start || !io) {
+	switch (stamps_read(rq, nr_bytes, btf, &st)) {
+	case STAMPS_REQUEST:
+		record(dev, 0, st.op | ((1 << IOS_PHASE_Q2C) | (1 << IOS_PHASE_Q2D) | (1 << IOS_PHASE_D2C)) << 8,
+		       st.start, st.io);
+		break;
+	case STAMPS_FLUSH_RQ:
+		record(dev, 0, st.op | (1 << IOS_PHASE_D2C) << 8, 0, st.io);
+		break;
+	case STAMPS_NONE:
 		not_stamped(dev);
-		return 0;
+		break;
 	}
-	if (io < start)
-		io = start; /* not seen; the two clocks are one, but guard the subtraction */
-	/* The kernel reads its clock once per plug (blk_time_get_ns()): a request
-	 * started and issued in one plug has both stamps from one reading. Said,
-	 * so that its q2d of 0 is not read as no queueing. */
-	if (io == start && rq_bytes)
-		stat_inc(IOS_STAT_ONE_CLOCK);
-	record(dev, 0, op | ((1 << IOS_PHASE_Q2C) | (1 << IOS_PHASE_Q2D) | (1 << IOS_PHASE_D2C)) << 8, start, io);
 	return 0;
 }
 
@@ -309,7 +221,7 @@ static __always_inline int lat_rq_complete(struct request *rq, unsigned int nr_b
 
 		if (!dev_wanted(dev))
 			return 0;
-		if (!lat_probed(dev))
+		if (!stamps_probed(dev))
 			return stamps_complete(rq, nr_bytes, dev, btf);
 	}
 	return rqpath_rq_complete(rq, nr_bytes, btf);

@@ -63,8 +63,9 @@ def run(args: argparse.Namespace) -> int:
     # imported here, not for --help: the collector loads numpy and the BPF loader
     from ioscope import system
     from ioscope.lat.collector import LatCollector, LatOptions
-    from ioscope.lat.model import completions_unreported, stamps_only
+    from ioscope.lat.model import completions_unreported
     from ioscope.render import HistView, percentile_table
+    from ioscope.stamps import stamps_only
     from ioscope.testbed import LoopDevice, have_fio, run_fio
 
     if getattr(args, "scenario", None) == "readahead":

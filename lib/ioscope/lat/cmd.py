@@ -49,9 +49,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     # imported here, not at the top: `ioscope lat --help` needs neither numpy nor the BPF loader
     from ioscope import devices, system
-    from ioscope.lat.collector import TICK_S, LatCollector, LatOptions
-    from ioscope.lat.model import build_report, timing_summary
+    from ioscope.lat.collector import LatCollector, LatOptions
+    from ioscope.lat.model import build_report
     from ioscope.lat.view import LatViewOptions, renderables, to_json
+    from ioscope.stamps import TICK_S, timing_summary
 
     system.require_bpf_privileges("lat")
     opts = LatOptions(

@@ -2,51 +2,21 @@
 
 from __future__ import annotations
 
-import struct
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from ioscope import abi, devices
-from ioscope.lat.model import PROBES, STAMPS, LatHist, LatSample
+from ioscope.lat.model import LatHist, LatSample
 from ioscope.loader import BPFObject
 from ioscope.losses import Losses, StatsDelta
+from ioscope.stamps import LOSS_EXPLAIN, StampTiming
 
 STALE_NS = 120 * 1_000_000_000  # a bio unfinished after 2 minutes is dropped and counted
 SWEEP_EVERY_S = 10
-TICK_S = 1.0  # LatCollector.tick
 HIST_MAX_ENTRIES = 1024
 HIST_MAX_ENTRIES_PER_PID = 16384
-TIMINGS = ("auto", "stamps", "probes")
-LOSS_EXPLAIN = {
-    "not_stamped": "requests that ended without the kernel's start or issue time on a disk timed from "
-                   "them: not timed; lat moves such a disk to the probes within a second, --timing probes "
-                   "from the start",
-}
-
-
-def kernel_stamps(name: str, sys_root: str = "/sys") -> bool:
-    """Does the kernel stamp this blk-mq disk's requests with their start and issue times?
-
-    The start (start_time_ns, RQF_IO_STAT) when the disk keeps I/O statistics (queue/iostats 1);
-    the issue (io_start_time_ns, RQF_STATS) when the queue keeps blk-stat statistics
-    (QUEUE_FLAG_STATS), which writeback throttling turns on: queue/wbt_lat_usec is readable only
-    where wbt is set up (its value may be 0: wbt off, statistics still kept), and kyber keeps them.
-    Lockdown hides the queue's flags themselves (debugfs). A disk this gets wrong is found by the
-    completion program and moved to the probes within a second (LatCollector.tick).
-    """
-    q = Path(sys_root) / "block" / name / "queue"
-    try:
-        if (q / "iostats").read_text().strip() != "1":
-            return False
-        if "[kyber]" in (q / "scheduler").read_text():
-            return True
-        int((q / "wbt_lat_usec").read_text())
-    except (OSError, ValueError):
-        return False
-    return True
 
 
 @dataclass
@@ -70,7 +40,6 @@ class LatCollector:
         self.bpf = BPFObject("lat", btf=opts.btf)
         self._stale = 0
         self._last_sweep = time.monotonic()
-        self._stamps_mode = False
         names = [d.name for d in opts.disks] or [d.name for d in devices.list_disks()]
         self.cross_disks = [n for n in names if devices.is_mq(n)]
         self._last_kernel = self._kernel_counts()
@@ -111,47 +80,16 @@ class LatCollector:
                                 explain=LOSS_EXPLAIN)
         self.inflight = b.map("inflight")
         self.comms = b.map("comms")
-        if not stamps:
-            self.timing = {n: PROBES for n in self.cross_disks}
-            b.attach()
-            return
-        self._stamps_mode = True
-        # the request flags that say a stamp is valid are an enum BTF shows on recent kernels (older ones: #defines,
-        # which the completion program cannot read: every request would count as not stamped)
-        from ioscope import _libbpf
-        flags = _libbpf.has_type("rqf_flags", "enum", o.btf)
-        self.timing = {n: STAMPS if o.timing == "stamps" or (flags and kernel_stamps(n)) else PROBES
-                       for n in self.cross_disks}
-        probed = [devices.resolve_disk(n).dev for n, t in self.timing.items() if t == PROBES]
-        self._probe(probed)
-        b.attach(None if probed else ["rq_complete"])
+        self.stamps = StampTiming(b, self.names, self.cross_disks, o.timing, stamps, o.btf)
+        self.stamps.attach("rq_complete", ["bio_queue", "rq_issue", "split", "task_rename"])
 
-    def _probe(self, devs: list[int]) -> None:
-        """Time these disks (kernel dev_t) with the queue and issue programs: no stamps.
-
-        The programs are attached first and follow a disk only once it is in probe_devs, so the
-        three switch together: a request in flight at that moment ends as completed_without_start
-        (issued before) or with d2c only (issued after), never with a q2c and no d2c."""
-        if not devs:
-            return
-        if self.bpf.attached:
-            self.bpf.attach()
-        pd = self.bpf.map("probe_devs")
-        for dev in devs:
-            pd.update(struct.pack("=I", dev), b"\x01")
-            self.timing[self.names.name(dev)] = PROBES
-        self.bpf.map("probe_some").update(struct.pack("=I", 0), struct.pack("=I", 1))
-
-    def _move_unstamped(self) -> None:
-        """Disks whose requests ended without the kernel's stamps go to the probes (auto)."""
-        kb, _vb, n = self.bpf.map("unstamped_devs").dump()
-        devs = set(struct.unpack(f"={n}I", kb[: 4 * n])) if n else set()
-        self._probe(sorted(d for d in devs if self.timing.get(self.names.name(d)) != PROBES))
+    @property
+    def timing(self) -> dict[str, str]:
+        return self.stamps.timing
 
     def tick(self) -> None:
         """Housekeeping, every second: disks without stamps, and stale slots every SWEEP_EVERY_S."""
-        if self._stamps_mode and self.opts.timing == "auto":
-            self._move_unstamped()
+        self.stamps.tick()
         if time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
             self._last_sweep = time.monotonic()
             self.sweep_stale()

@@ -9,10 +9,7 @@ from ioscope import abi
 from ioscope.hist import Hist
 from ioscope.losses import RECURSION_MISSES, Losses
 from ioscope.phases import PHASE_TITLES
-
-# how a disk is timed: from the kernel's request stamps (one program per I/O), or by following
-# each bio from its queue event (the probes: queue, issue and completion programs)
-STAMPS, PROBES = "kernel stamps", "probes"
+from ioscope.stamps import stamps_only
 
 
 @dataclass
@@ -42,7 +39,7 @@ class LatSample:
     final: bool                       # the last sample: nothing more can complete
     pid_filtered: bool                # -p: /proc/diskstats counts every process, we one
     stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # devices.stack_meta() of the traced disks
-    timing: dict[str, str] = field(default_factory=dict)  # traced disk -> how it is timed (STAMPS/PROBES)
+    timing: dict[str, str] = field(default_factory=dict)  # traced disk -> how it is timed (stamps.STAMPS/PROBES)
     programs: list[str] = field(default_factory=list)     # the BPF programs attached
 
 
@@ -76,14 +73,6 @@ class LatReport:
     programs: list[str] = field(default_factory=list)
 
 
-def timing_summary(timing: dict[str, str]) -> str:
-    """'kernel stamps: loop0, vda; probes: loop3' (each design with its disks)."""
-    by: dict[str, list[str]] = {}
-    for disk, design in sorted(timing.items()):
-        by.setdefault(design, []).append(disk)
-    return "; ".join(f"{design}: {', '.join(disks)}" for design, disks in sorted(by.items()))
-
-
 def stack_shares(hists: list[LatHist], stacks: dict[str, dict[str, Any]]) -> list[StackShare]:
     """Each stack's members with their d2c counts (-D: one histogram per disk, or per disk and op)."""
     per: dict[str, Hist] = {}
@@ -114,11 +103,6 @@ def completions_unreported(losses: Losses, kernel_in_flight: int, pid_filtered: 
     return max(0, pending - kernel_in_flight)
 
 
-def stamps_only(timing: dict[str, str]) -> bool:
-    """Every traced disk is timed from the kernel's stamps (lat attached one program)."""
-    return bool(timing) and all(t == STAMPS for t in timing.values())
-
-
 def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c", "q2d", "d2c")) -> LatReport:
     losses = Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain)
     only = stamps_only(s.timing)
@@ -142,8 +126,6 @@ def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c
 
 __all__ = [
     "PHASE_TITLES",
-    "PROBES",
-    "STAMPS",
     "LatHist",
     "LatReport",
     "LatSample",
@@ -151,6 +133,4 @@ __all__ = [
     "build_report",
     "completions_unreported",
     "stack_shares",
-    "stamps_only",
-    "timing_summary",
 ]
