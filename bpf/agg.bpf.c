@@ -18,6 +18,12 @@
  * expressions, their programs, targ_need: a bit per field read), so an
  * expression that reads no cgroup, seek or in-flight count costs nothing for
  * them. Each hook exists as tp_btf and raw_tp; user space picks one per hook.
+ *
+ * When every expression reads only what a request knows at its completion
+ * (disk, op, flags, size, bytes, q2c, q2d, d2c) and no -p/-c filter is set,
+ * user space sets targ_stamps (stamps.bpf.h): the completion program alone
+ * builds one record per request from the kernel's stamps on the disks that
+ * have them (agg_stamps_done), and the probes follow the others.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -28,6 +34,7 @@
 #include "common.bpf.h"
 #include "comms.bpf.h"
 #include "inflight.bpf.h"
+#include "stamps.bpf.h"
 #include "agg.h"
 
 #ifndef EEXIST
@@ -38,6 +45,8 @@
 #define RQPATH_TGID targ_tgid
 #define RQPATH_ISSUE
 #define RQPATH_COMPLETE_NOW bpf_ktime_get_ns()
+#define RQPATH_PROBED(dev) stamps_probed(dev)
+#define RQPATH_COMPLETE agg_rq_complete
 
 const volatile __u32 targ_tgid = 0;
 const volatile __u64 targ_cgroup = 0;   /* -c: only I/O queued from this cgroup (v2 id) */
@@ -378,6 +387,8 @@ static __always_inline void file_note(__u64 ip)
 	}
 	bpf_map_update_elem(&files, &ip, f, BPF_ANY);
 }
+
+static __always_inline int agg_rq_complete(struct request *rq, unsigned int nr_bytes, const bool btf);
 
 /* the shared path; its hooks are defined below */
 #include "rqpath.bpf.h"
@@ -728,6 +739,50 @@ static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u6
 		inflight_lower(dev);
 }
 
+/* A request ended on a disk the kernel stamps: one record, per request (stamps.bpf.h). */
+static __always_inline int agg_stamps_done(struct request *rq, unsigned int nr_bytes, __u32 dev, const bool btf)
+{
+	struct stamps st;
+	struct agg_rec *r;
+	__u64 now;
+	int kind = stamps_read(rq, nr_bytes, btf, &st);
+
+	if (kind == STAMPS_SKIP)
+		return 0;
+	if (kind == STAMPS_NONE) {
+		not_stamped(dev);
+		return 0;
+	}
+	now = bpf_ktime_get_ns();
+	r = rec_start(dev, st.op, opf_to_tc(st.opf));
+	if (!r)
+		return 0;
+	r->f[AGG_F_SIZE] = st.bytes;
+	r->f[AGG_F_BYTES] = st.bytes;
+	r->f[AGG_F_D2C] = now - st.io;
+	r->have |= 1u << AGG_F_D2C;
+	if (kind == STAMPS_REQUEST) {
+		r->f[AGG_F_Q2C] = now - st.start;
+		r->f[AGG_F_Q2D] = st.io - st.start;
+		r->have |= (1u << AGG_F_Q2C) | (1u << AGG_F_Q2D);
+	}
+	agg_eval(r->have);
+	return 0;
+}
+
+static __always_inline int agg_rq_complete(struct request *rq, unsigned int nr_bytes, const bool btf)
+{
+	if (targ_stamps) {
+		__u32 dev = btf ? disk_dev_direct(rq_disk_direct(rq)) : disk_dev(rq_disk(rq));
+
+		if (!dev_wanted(dev))
+			return 0;
+		if (!stamps_probed(dev))
+			return agg_stamps_done(rq, nr_bytes, dev, btf);
+	}
+	return rqpath_rq_complete(rq, nr_bytes, btf);
+}
+
 SEC("tp_btf/block_bio_queue")
 int BPF_PROG(btf_bio_queue, struct bio *bio)
 {
@@ -767,13 +822,13 @@ int BPF_PROG(raw_rq_issue, struct request *rq)
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(btf_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
-	return rqpath_rq_complete(rq, nr_bytes, true);
+	return agg_rq_complete(rq, nr_bytes, true);
 }
 
 SEC("raw_tp/block_rq_complete")
 int BPF_PROG(raw_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
 {
-	return rqpath_rq_complete(rq, nr_bytes, false);
+	return agg_rq_complete(rq, nr_bytes, false);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

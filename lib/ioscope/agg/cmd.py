@@ -48,6 +48,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bt.add_argument("--bpftrace", metavar="PROGRAM",
                     help="instead of -e: run this bpftrace program and show its maps as agg shows its own")
     bt.add_argument("--bpftrace-file", metavar="FILE", help="the same, the program read from FILE")
+    p.add_argument("--timing", choices=("auto", "stamps", "probes"), default="auto",
+                   help="auto (default): when every expression reads only disk, op, flags, size, bytes, q2c, q2d "
+                        "and d2c, time each request from the kernel's own stamps, one program per I/O (rows count "
+                        "requests), on the disks that keep them; probes: follow each bio from its queue event "
+                        "(rows count bios, as btt); stamps: only the stamps")
     cli_common.add_interval_count(p)
     p.set_defaults(func=run, tool="agg")
 
@@ -81,13 +86,18 @@ def run(args: argparse.Namespace) -> int:
         return run_capture(args, exprs)
     if args.every is not None:
         raise UsageError("--every goes with -r CAPTURE; live, give an interval: ioscope agg -e ... 1")
-    from ioscope.agg.collector import SWEEP_EVERY_S, AggCollector, AggOptions, programs
+    from ioscope.agg.collector import REQUEST_FIELDS, AggCollector, AggOptions, programs, request_level
     from ioscope.agg.model import build_result
+    from ioscope.stamps import TICK_S, timing_summary
 
+    if args.timing == "stamps" and (not request_level(exprs) or args.pid or args.cgroup):
+        raise UsageError("--timing stamps: the kernel's stamps tell only " + ", ".join(REQUEST_FIELDS)
+                         + " (no process, cgroup, CPU, stack, file, seek or in-flight count; no -p or -c)",
+                         "leave --timing out, or use --timing probes")
     progs = programs(exprs)  # names in conditions (disks, cgroups) resolved before anything is attached
     system.require_bpf_privileges("agg")
     opts = AggOptions(exprs=exprs, disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid,
-                      cgroup=args.cgroup, btf=system.btf_path(args.btf), programs=progs)
+                      cgroup=args.cgroup, btf=system.btf_path(args.btf), programs=progs, timing=args.timing)
     collector = AggCollector(opts)
     started_at = time.time()
     try:
@@ -105,9 +115,10 @@ def run(args: argparse.Namespace) -> int:
             with cli_common.signals_deferred():
                 _print(result, args.json)
 
-        what = f"{len(exprs)} aggregation{'s' if len(exprs) > 1 else ''} of block I/O on {where} ({attach})"
+        what = (f"{len(exprs)} aggregation{'s' if len(exprs) > 1 else ''} of block I/O on {where} ({attach}; "
+                f"timing {timing_summary(collector.timing)})")
         rc = cli_common.run_intervals("agg", what, args.interval, args.count, emit, collector.unavailable,
-                                      tick=collector.sweep_stale, tick_every=SWEEP_EVERY_S)
+                                      tick=collector.tick, tick_every=TICK_S)
         if args.interval is not None and (args.count is None or state["emitted"] < args.count):
             # stopped (Ctrl-C, SIGTERM) inside an interval: print what it measured, as DTrace does
             emit(state["next_start"] or started_at, True, True)

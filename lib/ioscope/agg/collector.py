@@ -17,6 +17,7 @@ from ioscope.agg.expr import CMP_CODES, Expr, Insn, compile_cond
 from ioscope.agg.model import AggSample, Linear, RawRow, Scalar, Stat, hist_from_counts, key_mask
 from ioscope.loader import BPFObject
 from ioscope.losses import Losses, StatsDelta
+from ioscope.stamps import LOSS_EXPLAIN, StampTiming
 
 SWEEP_EVERY_S = 10
 STALE_NS = 120 * 1_000_000_000
@@ -30,11 +31,23 @@ class AggOptions:
     cgroup: str | None = None
     btf: str | None = None
     programs: list[list[Insn]] | None = None  # the WHERE programs, compiled by the command (or here)
+    timing: str = "auto"  # stamps.TIMINGS: auto times from the kernel's request stamps where it can
 
 
 def programs(exprs: Sequence[Expr]) -> list[list[Insn]]:
     """Each expression's WHERE program, its strings resolved on this system."""
     return [compile_cond(e.where, names.resolve) if e.where is not None else [] for e in exprs]
+
+
+# what a request knows at its completion: the only fields the kernel-stamp timing can fill
+REQUEST_FIELDS = ("disk", "op", "flags", "size", "bytes", "q2c", "q2d", "d2c")
+
+
+def request_level(exprs: Sequence[Expr]) -> bool:
+    """Every expression reads only REQUEST_FIELDS (keys, value and WHERE): it can run on the
+    completion program alone, from the kernel's stamps (bpf/stamps.bpf.h)."""
+    allowed = sum(1 << abi.FIELDS[f] for f in REQUEST_FIELDS)
+    return not needed_fields(exprs) & ~allowed
 
 
 def needed_fields(exprs: Sequence[Expr]) -> int:
@@ -133,6 +146,7 @@ class AggCollector:
         self.cgroup_id = names.cgroup_id(opts.cgroup) if opts.cgroup else 0
         self.bpf = BPFObject("agg", btf=opts.btf)
         self._stale = 0
+        self._last_sweep = time.monotonic()
         self._namer = LiveNamer({})
         try:
             self._setup()
@@ -146,8 +160,11 @@ class AggCollector:
         # the issue program only when an expression reads what it measures: a request's issue time
         # (q2d, d2c) or the disk's in-flight count; count() by comm,disk runs two programs per I/O
         issue = bool(need & sum(1 << abi.FIELDS[f] for f in ("q2d", "d2c", "inflight")))
+        # the kernel's stamps carry no process, cgroup or queue-time detail, and no -p/-c to filter on
+        stamps = o.timing != "probes" and request_level(o.exprs) and not o.pid and not self.cgroup_id
         b.choose(required=["bio_queue", "rq_complete", *(["rq_issue"] if issue else [])],
                  optional=["split", "task_rename"])
+        b.set_global("targ_stamps", stamps, "?")
         b.filter_disks(d.dev for d in o.disks)
         b.set_global("targ_tgid", o.pid or 0, "I")
         b.set_global("targ_cgroup", self.cgroup_id, "Q")
@@ -170,10 +187,26 @@ class AggCollector:
         self._namer.files = b.map("files")
         stat_names = {**core_abi.STAT_NAMES, **abi.STAT_NAMES}
         loss = [core_abi.STAT_NAMES[i] for i in range(core_abi.NR_LOST_STATS)] + list(abi.LOSS_STATS)
-        self.stats = StatsDelta(b, b.map("stats"), stat_names, core_abi.NR_STATS, loss,
+        self.stats = StatsDelta(b, b.map("stats"), stat_names, core_abi.NR_STATS, [*loss, "not_stamped"],
                                 {"agg_map_full": "an aggregation map was full: rows not updated",
-                                 "stack_lost": "a stack's bucket in the stacks map held another stack"})
-        b.attach()
+                                 "stack_lost": "a stack's bucket in the stacks map held another stack",
+                                 **LOSS_EXPLAIN})
+        disks = [d.name for d in o.disks] or [d.name for d in devices.list_disks()]
+        self.stamps = StampTiming(b, devices.DevNames(), [n for n in disks if devices.is_mq(n)], o.timing, stamps,
+                                  o.btf)
+        self.stamps.attach("rq_complete", ["bio_queue", "rq_issue", "split", "task_rename"])
+
+    @property
+    def timing(self) -> dict[str, str]:
+        """Each traced blk-mq disk and how it is timed (stamps.STAMPS: rows are requests; PROBES: bios)."""
+        return self.stamps.timing
+
+    def tick(self) -> None:
+        """Housekeeping, every stamps.TICK_S: disks without stamps to the probes, stale slots swept."""
+        self.stamps.tick()
+        if time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
+            self._last_sweep = time.monotonic()
+            self.sweep_stale()
 
     @property
     def unavailable(self) -> list[str]:
@@ -218,7 +251,7 @@ class AggCollector:
         losses = self.losses()
         if any("ustack" in e.keys for e in self.opts.exprs):  # an explanation: such frames print as addresses
             losses.counters["ustack_frames_unresolved"] = self._namer.usyms.unresolved - unresolved
-        return AggSample(wall, started, rows, losses, final)
+        return AggSample(wall, started, rows, losses, final, timing=dict(self.timing))
 
     def losses(self) -> Losses:
         losses = self.stats.read(True)
@@ -254,4 +287,5 @@ def _scalar(cpus: np.ndarray) -> Scalar:
     return Scalar(count, int(sum(int(x) for x in cpus["sum"])), mn, int(cpus["max"].max()), sq)
 
 
-__all__ = ["AggCollector", "AggOptions", "config_arrays", "needed_fields", "programs"]
+__all__ = ["REQUEST_FIELDS", "AggCollector", "AggOptions", "config_arrays", "needed_fields", "programs",
+           "request_level"]

@@ -213,6 +213,7 @@ class AggSample:
     rows: list[list[NamedRow]]   # per expression, in -e order
     losses: Losses
     final: bool = False
+    timing: dict[str, str] = field(default_factory=dict)  # traced disk -> stamps.STAMPS (rows: requests) / PROBES
 
 
 @dataclass
@@ -244,6 +245,7 @@ class AggResult:
     losses: Losses
     tables: list[AggTable]
     final: bool = False
+    timing: dict[str, str] = field(default_factory=dict)
 
 
 PCT_NAMES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
@@ -323,7 +325,7 @@ def _count(st: Stat) -> int:
 def build_result(exprs: Sequence[Expr], s: AggSample, limit: int | None = None) -> AggResult:
     tables = [build_table(e, rows, limit) for e, rows in zip(exprs, s.rows)]
     losses = Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain)
-    return AggResult(s.wall, s.wall - s.started, losses, tables, s.final)
+    return AggResult(s.wall, s.wall - s.started, losses, tables, s.final, dict(s.timing))
 
 
 def hist_from_counts(slots: np.ndarray, count: int, total: int, mn: int, mx: int) -> Hist:

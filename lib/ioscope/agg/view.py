@@ -37,6 +37,7 @@ def to_json(r: AggResult) -> dict[str, Any]:
     return {
         "time": cli_common.iso_time(r.wall), "interval_s": round(r.interval_s, 6),
         **r.losses.to_json(),
+        "timing": r.timing,
         "aggs": [{"expr": t.expr, "rows": [row_json(t, row) for row in t.rows]} for t in r.tables],
     }
 

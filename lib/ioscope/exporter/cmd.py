@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from ioscope.agg.expr import parse_all
     from ioscope.errors import IoscopeError, UsageError
     from ioscope.exporter.collector import ExporterOptions, IoscopeCollector, expressions
+    from ioscope.lat.collector import LatCollector, LatOptions
+    from ioscope.stamps import TICK_S
 
     host, port = parse_listen(args.listen)
     if args.per_process < 0 or args.per_cgroup < 0:
@@ -61,11 +63,15 @@ def run(args: argparse.Namespace) -> int:
     from prometheus_client import start_http_server
     from prometheus_client.core import CollectorRegistry
 
-    agg = AggCollector(AggOptions(exprs=exprs, disks=opts.disks, btf=system.btf_path(args.btf)))
+    btf = system.btf_path(args.btf)
+    lat = LatCollector(LatOptions(disks=opts.disks, per_disk=True, per_op=True, btf=btf))
+    agg = None
     server = None
     try:
+        if exprs:  # per process or cgroup: agg, whose queue program knows who queued each I/O
+            agg = AggCollector(AggOptions(exprs=exprs, disks=opts.disks, btf=btf))
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(IoscopeCollector(agg, opts))
+        registry.register(IoscopeCollector(lat, agg, opts))
         try:
             server, _thread = start_http_server(port, addr=host, registry=registry)
         except OSError as e:
@@ -75,15 +81,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"ioscope exporter: serving http://{host}:{port}/metrics for {where}", flush=True)
         try:
             while True:
-                time.sleep(1)
-                agg.sweep_stale()
+                time.sleep(TICK_S)
+                lat.tick()  # disks without the kernel's stamps to the probes; stale slots every 10 s
+                if agg is not None:
+                    agg.tick()
         except KeyboardInterrupt:  # SIGINT, SIGTERM, SIGHUP (cli.py): a normal stop
             return 0
     finally:
         if server is not None:
             server.shutdown()
             server.server_close()
-        agg.close()
+        if agg is not None:
+            agg.close()
+        lat.close()
 
 
 __all__ = ["add_parser", "run"]

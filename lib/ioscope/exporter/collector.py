@@ -1,5 +1,10 @@
-"""The exporter's prometheus_client Collector: at each scrape, read agg's maps with reset, add the
-deltas to the cumulative state (model.py), read /proc/diskstats, and yield metric families."""
+"""The exporter's prometheus_client Collector: at each scrape, read lat's histograms (and, for the
+per-process and per-cgroup series, agg's maps) with reset, add the deltas to the cumulative state
+(model.py), read /proc/diskstats, and yield metric families.
+
+The latency histograms come from lat's object: on the disks the kernel stamps, one BPF program per
+I/O with one map lookup for the three phases (agg's generic engine, one lookup per expression,
+cost 354 ns of BPF time per I/O for the same three histograms against lat's ~200)."""
 
 from __future__ import annotations
 
@@ -13,12 +18,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from ioscope import devices
 from ioscope._version import __version__
 from ioscope.exporter.model import LE_NS, CumHist, TopN
-from ioscope.hist import Hist
+from ioscope.stamps import STAMPS
 
 if TYPE_CHECKING:
     from ioscope.agg.collector import AggCollector
+    from ioscope.lat.collector import LatCollector
 
-PHASES = ("q2c", "d2c", "q2d")
 OPS = (("read", "reads", "reads_merged", "sectors_read"), ("write", "writes", "writes_merged", "sectors_written"),
        ("discard", "discards", "discards_merged", "sectors_discarded"))
 
@@ -31,7 +36,8 @@ class ExporterOptions:
 
 
 def expressions(o: ExporterOptions) -> list[str]:
-    ex = [f"llquantize({p}) by disk,op" for p in PHASES]
+    """agg's expressions for the per-process and per-cgroup series (none without them)."""
+    ex = []
     if o.per_process:
         ex.append("sum(bytes) by tgid,comm")
     if o.per_cgroup:
@@ -40,9 +46,10 @@ def expressions(o: ExporterOptions) -> list[str]:
 
 
 class IoscopeCollector:
-    """A custom prometheus_client collector around agg's AggCollector."""
+    """A custom prometheus_client collector around lat's LatCollector (and agg's AggCollector)."""
 
-    def __init__(self, agg: AggCollector, opts: ExporterOptions) -> None:
+    def __init__(self, lat: LatCollector, agg: AggCollector | None, opts: ExporterOptions) -> None:
+        self.lat = lat
         self.agg = agg
         self.opts = opts
         self.lock = threading.Lock()
@@ -50,29 +57,33 @@ class IoscopeCollector:
         self.procs = TopN(opts.per_process)
         self.cgroups = TopN(opts.per_cgroup)
         self.losses: dict[str, int] = {}
+        self.timing: dict[str, str] = {}
         self.names = {d.name for d in opts.disks}
 
     def _update(self) -> tuple[list[tuple[tuple[str, str], int, int]], list[tuple[tuple[str, str], int, int]]]:
         from time import time
-        sample = self.agg.sample(time(), reset=True, final=False)
-        for phase, rows in zip(PHASES, sample.rows):
-            for r in rows:
-                if isinstance(r.stat, Hist):
-                    key = (str(r.keys.get("disk")), str(r.keys.get("op")), phase)
-                    self.hists.setdefault(key, CumHist()).add(r.stat)
+        for h in self.lat.read(reset=True):
+            self.hists.setdefault((h.disk, h.op, h.phase), CumHist()).add(h.hist)
+        self.timing = dict(self.lat.timing)
+        losses = [self.lat.losses(since_last=True)]
         procs: list[tuple[tuple[str, str], int, int]] = []
         cgs: list[tuple[tuple[str, str], int, int]] = []
-        rest = sample.rows[len(PHASES):]
-        if self.opts.per_process:
-            d = {(str(r.keys.get("tgid")), str(r.keys.get("comm"))): (r.stat.count, r.stat.total) for r in rest[0]}
-            procs = self.procs.update(d)
-            rest = rest[1:]
-        if self.opts.per_cgroup:
-            d = {(str(r.keys.get("cgroup")), ""): (r.stat.count, r.stat.total) for r in rest[0]}
-            cgs = self.cgroups.update(d)
-        for k, v in sample.losses.counters.items():
-            if k in sample.losses.loss_names:   # losses only: the explanations (split, ...) are not
-                self.losses[k] = self.losses.get(k, 0) + v
+        if self.agg is not None:
+            sample = self.agg.sample(time(), reset=True, final=False)
+            losses.append(sample.losses)
+            rest = sample.rows
+            if self.opts.per_process:
+                d = {(str(r.keys.get("tgid")), str(r.keys.get("comm"))): (r.stat.count, r.stat.total)
+                     for r in rest[0]}
+                procs = self.procs.update(d)
+                rest = rest[1:]
+            if self.opts.per_cgroup:
+                d = {(str(r.keys.get("cgroup")), ""): (r.stat.count, r.stat.total) for r in rest[0]}
+                cgs = self.cgroups.update(d)
+        for lo in losses:
+            for k, v in lo.counters.items():
+                if k in lo.loss_names:   # losses only: the explanations (split, ...) are not
+                    self.losses[k] = self.losses.get(k, 0) + v
         return procs, cgs
 
     def collect(self) -> Iterator[Metric]:
@@ -90,6 +101,13 @@ class IoscopeCollector:
             for k, v in sorted(self.losses.items()):
                 lost.add_metric([k], v)
             yield lost
+            timing = GaugeMetricFamily("ioscope_disk_timing_info",
+                                       "how ioscope times each disk's I/O: stamps (the kernel's request stamps, "
+                                       "one BPF program per I/O) or probes (each bio from its queue event)",
+                                       labels=["disk", "timing"])
+            for disk, how in sorted(self.timing.items()):
+                timing.add_metric([disk, "stamps" if how == STAMPS else "probes"], 1)
+            yield timing
             info = GaugeMetricFamily("ioscope_build_info", "ioscope's version", labels=["version"])
             info.add_metric([__version__], 1)
             yield info
