@@ -107,6 +107,8 @@ def test_counts_match_diskstats_and_workload(loop: LoopDevice) -> None:
         # losses only (every one 0 here), not agg's explanations such as split or inflight_at_start
         lost = {dict(ls)["reason"]: v for (n, ls), v in m.items() if n == "ioscope_lost_events_total"}
         assert lost and set(lost.values()) == {0.0} and not {"split", "inflight_at_start", "stale"} & set(lost), lost
+        # the latency histograms come from the kernel's request stamps on this disk, and say so
+        assert pick(m, "ioscope_disk_timing_info", disk=loop.name, timing="stamps") == 1
     finally:
         assert stop(p) == 0
 
