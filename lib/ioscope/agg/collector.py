@@ -204,7 +204,8 @@ class AggCollector:
     def tick(self) -> None:
         """Housekeeping, every stamps.TICK_S: disks without stamps to the probes, stale slots swept."""
         self.stamps.tick()
-        if time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
+        # the slot table holds bios only where a disk is followed by the probes
+        if not self.stamps.stamps_only and time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
             self._last_sweep = time.monotonic()
             self.sweep_stale()
 

@@ -90,7 +90,8 @@ class LatCollector:
     def tick(self) -> None:
         """Housekeeping, every second: disks without stamps, and stale slots every SWEEP_EVERY_S."""
         self.stamps.tick()
-        if time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
+        # the slot table holds bios only where a disk is followed by the probes
+        if not self.stamps.stamps_only and time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
             self._last_sweep = time.monotonic()
             self.sweep_stale()
 
