@@ -183,6 +183,24 @@ def test_output_files_are_private_and_never_overwritten_silently(tmp_path: Path,
         os.umask(old)
 
 
+def test_forced_output_to_a_pipe_or_device_keeps_its_mode(tmp_path: Path) -> None:
+    """-f -o onto something that is not a regular file (a named pipe here; /dev/null on a user's host)
+    writes to it and leaves its mode alone: an earlier version made /dev/null owner-only."""
+    from ioscope.outfile import create_private
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo, 0o644)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fd = create_private(str(fifo), force=True)
+        os.write(fd, b"x")
+        os.close(fd)
+        assert os.read(reader, 1) == b"x"
+    finally:
+        os.close(reader)
+    assert _mode(fifo) == 0o644
+
+
 def test_capture_writer_never_follows_or_clobbers(tmp_path: Path) -> None:
     """The writer itself refuses an existing file or a symlink planted at its path (O_EXCL), whatever
     its caller checked before; with force it truncates the file and makes it private."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import stat
 from typing import IO, Any
 
 from ioscope.errors import IoscopeError
@@ -42,7 +43,7 @@ def create_private(path: str, force: bool) -> int:
     """Open path for writing, owner-only (0600); returns the file descriptor.
 
     Without force an existing file (or symlink) is refused (O_EXCL); with force it is
-    truncated and its mode set to 0600."""
+    truncated and, if it is a regular file, its mode set to 0600 (a device or a pipe keeps its own)."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if force else os.O_EXCL)
     try:
         fd = os.open(path, flags, PRIVATE_MODE)
@@ -51,7 +52,10 @@ def create_private(path: str, force: bool) -> int:
     except OSError as exc:
         raise IoscopeError(f"cannot write {path}: {exc.strerror}", "check the directory and free space") from None
     try:
-        os.fchmod(fd, PRIVATE_MODE)
+        # a regular file only: -f -o /dev/null, a named pipe or /dev/stdout are not ours to change
+        # (an earlier version made /dev/null root-only for every other user)
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fchmod(fd, PRIVATE_MODE)
     except OSError as exc:
         os.close(fd)
         raise IoscopeError(f"cannot make {path} private: {exc.strerror}", "check who owns the file") from None
