@@ -52,6 +52,7 @@ const volatile __u32 targ_tgid = 0;
 const volatile __u64 targ_cgroup = 0;   /* -c: only I/O queued from this cgroup (v2 id) */
 const volatile __u32 targ_need = 0;     /* bit per enum agg_field some expression reads */
 const volatile bool targ_issue = false; /* the issue program is attached (q2d, d2c, inflight are read) */
+const volatile bool targ_at_queue = false; /* records made at queue, by the queue program alone (agg_at_queue) */
 const volatile __u32 targ_nexprs = 0;
 const volatile struct agg_expr targ_exprs[AGG_MAX_EXPRS] = {};
 const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
@@ -427,29 +428,11 @@ static __always_inline struct agg_extra *extra_of(__u64 bio)
 	return x;
 }
 
-static __always_inline int agg_bio_queue(void *ctx, struct bio *bio, const bool btf)
-{
-	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
-	struct agg_extra *x, *last;
-	struct bio_slot *sl;
-	__u32 zero = 0, i;
-	int idx;
+static __always_inline struct agg_rec *rec_start(__u32 dev, __u8 op, __u32 flags);
 
-	rqpath_bio_queue(bio, btf);
-	if (!NEED_EXTRAS)
-		return 0; /* no expression reads the thread, CPU, cgroup or seek */
-	idx = slot_index(key);
-	if (idx < 0)
-		return 0; /* filtered out, or not timed */
-	i = idx;
-	x = bpf_map_lookup_elem(&extras, &i);
-	sl = bpf_map_lookup_elem(&inflight, &i);
-	if (!x || !sl)
-		return 0;
-	if (x->bio == key && x->q_ns == sl->q_ns)
-		return 0; /* a split's remainder queued again: it keeps its first details */
-	x->bio = key;
-	x->q_ns = sl->q_ns;
+/* The queueing task's details of a bio: thread, CPU, cgroup, stacks, file, seek (what NEED asks). */
+static __always_inline void fill_extra(void *ctx, struct bio *bio, struct agg_extra *x, __u32 dev, const bool btf)
+{
 	x->pid = (__u32)bpf_get_current_pid_tgid();
 	x->cpu = bpf_get_smp_processor_id();
 	x->cgroup = (NEED(AGG_F_CGROUP) || targ_cgroup) ? bpf_get_current_cgroup_id() : 0;
@@ -485,7 +468,6 @@ static __always_inline int agg_bio_queue(void *ctx, struct bio *bio, const bool 
 	if (NEED(AGG_F_SEEK)) {
 		__u64 sector = btf ? bio->bi_iter.bi_sector : BPF_CORE_READ(bio, bi_iter.bi_sector);
 		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
-		__u32 dev = sl->dev;
 		struct agg_disk *d = lookup_or_init(&disk_state, &dev, &zero_disk);
 
 		if (d) {
@@ -496,6 +478,90 @@ static __always_inline int agg_bio_queue(void *ctx, struct bio *bio, const bool 
 			d->last_end = sector + (size >> 9);
 		}
 	}
+}
+
+/*
+ * At queue (targ_at_queue: no expression reads a time, the in-flight count or -c... only what the
+ * queueing task knows): one record per bio queued, here, and nothing else attached: no slot, no
+ * completion program. Bios, counted when queued; the flush machinery's own requests are not bios.
+ */
+static __always_inline int agg_at_queue(void *ctx, struct bio *bio, const bool btf)
+{
+	struct gendisk *disk = btf ? bio_disk_direct(bio) : bio_disk(bio);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u32 zero = 0, dev, opf, size;
+	struct agg_extra *x;
+	struct last_q *last;
+	struct agg_rec *r;
+
+	if (!disk || !(btf ? disk_is_mq_direct(disk) : disk_is_mq(disk)))
+		return 0;
+	if (targ_tgid && tgid != targ_tgid)
+		return 0;
+	dev = btf ? disk_dev_direct(disk) : disk_dev(disk);
+	if (!dev_wanted(dev))
+		return 0;
+	x = bpf_map_lookup_elem(&last_extra, &zero);
+	if (!x)
+		return 0;
+	fill_extra(ctx, bio, x, dev, btf);
+	if (targ_cgroup && x->cgroup != targ_cgroup)
+		return 0;
+	last = bpf_map_lookup_elem(&last_queued, &zero);
+	if (last && last->tgid != tgid) {
+		note_comm(last, tgid);
+		last->tgid = tgid;
+	}
+	opf = btf ? bio->bi_opf : BPF_CORE_READ(bio, bi_opf);
+	size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
+	r = rec_start(dev, opf_to_op(opf, size), opf_to_tc(opf));
+	if (!r)
+		return 0;
+	r->f[AGG_F_TGID] = tgid;
+	r->f[AGG_F_SIZE] = size;
+	r->f[AGG_F_BYTES] = size;
+	r->f[AGG_F_PID] = x->pid;
+	r->f[AGG_F_CPU] = x->cpu;
+	r->f[AGG_F_CGROUP] = x->cgroup;
+	r->f[AGG_F_FILE] = x->file;
+	if (x->have & (1u << AGG_F_SEEK)) {
+		r->f[AGG_F_SEEK] = x->seek;
+		r->have |= 1u << AGG_F_SEEK;
+	}
+	if (x->have & (1u << AGG_F_KSTACK))
+		r->f[AGG_F_KSTACK] = (__u64)x->kstack + 1;
+	if (x->have & (1u << AGG_F_USTACK))
+		r->f[AGG_F_USTACK] = (__u64)x->ustack + 1;
+	agg_eval(r->have);
+	return 0;
+}
+
+static __always_inline int agg_bio_queue(void *ctx, struct bio *bio, const bool btf)
+{
+	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
+	struct agg_extra *x, *last;
+	struct bio_slot *sl;
+	__u32 zero = 0, i;
+	int idx;
+
+	if (targ_at_queue)
+		return agg_at_queue(ctx, bio, btf);
+	rqpath_bio_queue(bio, btf);
+	if (!NEED_EXTRAS)
+		return 0; /* no expression reads the thread, CPU, cgroup or seek */
+	idx = slot_index(key);
+	if (idx < 0)
+		return 0; /* filtered out, or not timed */
+	i = idx;
+	x = bpf_map_lookup_elem(&extras, &i);
+	sl = bpf_map_lookup_elem(&inflight, &i);
+	if (!x || !sl)
+		return 0;
+	if (x->bio == key && x->q_ns == sl->q_ns)
+		return 0; /* a split's remainder queued again: it keeps its first details */
+	x->bio = key;
+	x->q_ns = sl->q_ns;
+	fill_extra(ctx, bio, x, sl->dev, btf);
 	last = bpf_map_lookup_elem(&last_extra, &zero);
 	if (last)
 		*last = *x;

@@ -553,3 +553,25 @@ def test_timing_stamps_refuses_queue_time_fields() -> None:
     assert p.returncode == 2 and p.stdout == ""
     lines = p.stderr.strip().splitlines()
     assert len(lines) <= 2 and "--timing stamps" in lines[0] and "Traceback" not in p.stderr, p.stderr
+
+
+def test_queue_level_expressions_are_recorded_at_queue(loopdev: Any, tmp_path: Path) -> None:
+    """Expressions that read no time and no in-flight count are answered by the queue program alone, one
+    record per bio when it is queued, with the same keys and numbers as the probes' records made at
+    completion, run side by side on the same workload."""
+    a, b = loopdev(size_mb=64), loopdev(size_mb=64)
+    exprs = ["count() by comm,disk", "sum(bytes) by pid", "count() by disk where bytes >= 64k"]
+    args = ["-d", a.name, "-d", b.name, *[x for e in exprs for x in ("-e", e)]]
+    with agg_running(*args) as queue, agg_running(*args, "--timing", "probes") as probes:
+        rd_pid, wr_pid = workload(tmp_path, a.path, b.path)   # reads on a, writes on b
+        time.sleep(0.2)
+    assert queue.returncode == 0 and probes.returncode == 0, queue.stderr + probes.stderr
+    assert queue.doc["timing"] == {a.name: "at queue", b.name: "at queue"}, queue.stderr
+    assert probes.doc["timing"] == {a.name: "probes", b.name: "probes"}
+    assert queue.doc["lost"] == 0, queue.doc["lost_detail"]
+    for run in (queue, probes):
+        counts = {(r["keys"]["comm"], r["keys"]["disk"]): r["count"] for r in run.rows(exprs[0])}
+        assert counts == {("aggrd", a.name): READS, ("aggwr", b.name): WRITES}, counts
+        assert {r["keys"]["pid"]: r["sum"] for r in run.rows(exprs[1])} == {rd_pid: READS * 4096,
+                                                                           wr_pid: WRITES * 65536}
+        assert {r["keys"]["disk"]: r["count"] for r in run.rows(exprs[2])} == {b.name: WRITES}

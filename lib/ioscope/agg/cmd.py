@@ -48,11 +48,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     bt.add_argument("--bpftrace", metavar="PROGRAM",
                     help="instead of -e: run this bpftrace program and show its maps as agg shows its own")
     bt.add_argument("--bpftrace-file", metavar="FILE", help="the same, the program read from FILE")
-    p.add_argument("--timing", choices=("auto", "stamps", "probes"), default="auto",
-                   help="auto (default): when every expression reads only disk, op, flags, size, bytes, q2c, q2d "
-                        "and d2c, time each request from the kernel's own stamps, one program per I/O (rows count "
-                        "requests), on the disks that keep them; probes: follow each bio from its queue event "
-                        "(rows count bios, as btt); stamps: only the stamps")
+    p.add_argument("--timing", choices=("auto", "stamps", "queue", "probes"), default="auto",
+                   help="how records are made. auto (default): stamps when every expression reads only disk, op, "
+                        "flags, size, bytes, q2c, q2d, d2c; else queue when none reads q2c, q2d, d2c or inflight; "
+                        "else probes. stamps: one record per request from the kernel's own stamps at its completion, "
+                        "one program per I/O; queue: one record per bio when it is queued, one program per I/O; "
+                        "probes: one record per bio at its completion, each followed from its queue event (btt's "
+                        "way)")
     cli_common.add_interval_count(p)
     p.set_defaults(func=run, tool="agg")
 
@@ -86,7 +88,15 @@ def run(args: argparse.Namespace) -> int:
         return run_capture(args, exprs)
     if args.every is not None:
         raise UsageError("--every goes with -r CAPTURE; live, give an interval: ioscope agg -e ... 1")
-    from ioscope.agg.collector import REQUEST_FIELDS, AggCollector, AggOptions, programs, request_level
+    from ioscope.agg.collector import (
+        COMPLETION_FIELDS,
+        REQUEST_FIELDS,
+        AggCollector,
+        AggOptions,
+        programs,
+        queue_level,
+        request_level,
+    )
     from ioscope.agg.model import build_result
     from ioscope.stamps import TICK_S, timing_summary
 
@@ -94,6 +104,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--timing stamps: the kernel's stamps tell only " + ", ".join(REQUEST_FIELDS)
                          + " (no process, cgroup, CPU, stack, file, seek or in-flight count; no -p or -c)",
                          "leave --timing out, or use --timing probes")
+    if args.timing == "queue" and not queue_level(exprs):
+        raise UsageError("--timing queue: when a bio is queued its " + ", ".join(COMPLETION_FIELDS)
+                         + " are not known yet", "leave --timing out, or use --timing probes")
     progs = programs(exprs)  # names in conditions (disks, cgroups) resolved before anything is attached
     system.require_bpf_privileges("agg")
     opts = AggOptions(exprs=exprs, disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid,

@@ -19,6 +19,10 @@ from ioscope.loader import BPFObject
 from ioscope.losses import Losses, StatsDelta
 from ioscope.stamps import LOSS_EXPLAIN, StampTiming
 
+# agg's timings: the stamps' and the probes' (stamps.TIMINGS), and records made when each bio is queued
+TIMINGS = ("auto", "stamps", "queue", "probes")
+AT_QUEUE = "at queue"
+
 SWEEP_EVERY_S = 10
 STALE_NS = 120 * 1_000_000_000
 
@@ -31,7 +35,7 @@ class AggOptions:
     cgroup: str | None = None
     btf: str | None = None
     programs: list[list[Insn]] | None = None  # the WHERE programs, compiled by the command (or here)
-    timing: str = "auto"  # stamps.TIMINGS: auto times from the kernel's request stamps where it can
+    timing: str = "auto"  # TIMINGS: auto times from the kernel's request stamps, or records at queue, where it can
 
 
 def programs(exprs: Sequence[Expr]) -> list[list[Insn]]:
@@ -48,6 +52,16 @@ def request_level(exprs: Sequence[Expr]) -> bool:
     completion program alone, from the kernel's stamps (bpf/stamps.bpf.h)."""
     allowed = sum(1 << abi.FIELDS[f] for f in REQUEST_FIELDS)
     return not needed_fields(exprs) & ~allowed
+
+
+# what a completion or an issue adds: an expression that reads none of these can be answered at queue
+COMPLETION_FIELDS = ("q2c", "q2d", "d2c", "inflight")
+
+
+def queue_level(exprs: Sequence[Expr]) -> bool:
+    """No expression reads a time or the in-flight count: each bio can be recorded when it is queued,
+    by the queue program alone (bpf/agg.bpf.c: agg_at_queue)."""
+    return not needed_fields(exprs) & sum(1 << abi.FIELDS[f] for f in COMPLETION_FIELDS)
 
 
 def needed_fields(exprs: Sequence[Expr]) -> int:
@@ -161,10 +175,14 @@ class AggCollector:
         # (q2d, d2c) or the disk's in-flight count; count() by comm,disk runs two programs per I/O
         issue = bool(need & sum(1 << abi.FIELDS[f] for f in ("q2d", "d2c", "inflight")))
         # the kernel's stamps carry no process, cgroup or queue-time detail, and no -p/-c to filter on
-        stamps = o.timing != "probes" and request_level(o.exprs) and not o.pid and not self.cgroup_id
-        b.choose(required=["bio_queue", "rq_complete", *(["rq_issue"] if issue else [])],
-                 optional=["split", "task_rename"])
+        stamps = o.timing in ("auto", "stamps") and request_level(o.exprs) and not o.pid and not self.cgroup_id
+        # else, with nothing read at issue or completion: every record made at queue, one program
+        self.at_queue = not stamps and o.timing in ("auto", "queue") and queue_level(o.exprs)
+        b.choose(required=["bio_queue", *([] if self.at_queue else ["rq_complete"]),
+                           *(["rq_issue"] if issue else [])],
+                 optional=[*([] if self.at_queue else ["split"]), "task_rename"])
         b.set_global("targ_stamps", stamps, "?")
+        b.set_global("targ_at_queue", self.at_queue, "?")
         b.filter_disks(d.dev for d in o.disks)
         b.set_global("targ_tgid", o.pid or 0, "I")
         b.set_global("targ_cgroup", self.cgroup_id, "Q")
@@ -194,18 +212,24 @@ class AggCollector:
         disks = [d.name for d in o.disks] or [d.name for d in devices.list_disks()]
         self.stamps = StampTiming(b, devices.DevNames(), [n for n in disks if devices.is_mq(n)], o.timing, stamps,
                                   o.btf)
+        if self.at_queue:
+            self.stamps.timing = {n: AT_QUEUE for n in self.stamps.timing}
+            b.attach()
+            return
         self.stamps.attach("rq_complete", ["bio_queue", "rq_issue", "split", "task_rename"])
 
     @property
     def timing(self) -> dict[str, str]:
-        """Each traced blk-mq disk and how it is timed (stamps.STAMPS: rows are requests; PROBES: bios)."""
+        """Each traced blk-mq disk and how its records are made (stamps.STAMPS: one per request at its
+        completion; AT_QUEUE: one per bio when queued; stamps.PROBES: one per bio at its completion)."""
         return self.stamps.timing
 
     def tick(self) -> None:
         """Housekeeping, every stamps.TICK_S: disks without stamps to the probes, stale slots swept."""
         self.stamps.tick()
         # the slot table holds bios only where a disk is followed by the probes
-        if not self.stamps.stamps_only and time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
+        if not self.at_queue and not self.stamps.stamps_only and \
+                time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
             self._last_sweep = time.monotonic()
             self.sweep_stale()
 
@@ -288,5 +312,16 @@ def _scalar(cpus: np.ndarray) -> Scalar:
     return Scalar(count, int(sum(int(x) for x in cpus["sum"])), mn, int(cpus["max"].max()), sq)
 
 
-__all__ = ["REQUEST_FIELDS", "AggCollector", "AggOptions", "config_arrays", "needed_fields", "programs",
-           "request_level"]
+__all__ = [
+    "AT_QUEUE",
+    "COMPLETION_FIELDS",
+    "REQUEST_FIELDS",
+    "TIMINGS",
+    "AggCollector",
+    "AggOptions",
+    "config_arrays",
+    "needed_fields",
+    "programs",
+    "queue_level",
+    "request_level",
+]
