@@ -55,7 +55,7 @@ def measure(cmd: list[str], marker: str, stream: str) -> tuple[float, float]:
     try:
         while not (t_link and t_mark):
             if p.poll() is not None:
-                raise RuntimeError(f"{cmd[3:]} exited: {p.communicate()[1][-400:]}")
+                raise RuntimeError(f"{cmd[3:]} exited: {buf[-400:]}{p.communicate()[1][-400:]}")
             if not t_link and first_link(p.pid):
                 t_link = time.monotonic() - t0
             if not t_mark:
@@ -96,7 +96,7 @@ def main() -> int:
             "lat -P": ([*io, "lat", "-P"], "Tracing", "stderr"),
             "agg": ([*io, "agg", "-e", "count() by comm,disk"], "Tracing", "stderr"),
             "snoop": ([*io, "snoop", "-d", dev.name], "Tracing", "stderr"),
-            "record": ([*io, "record", "-d", dev.name, "-o", f"{tmp}/c"], "Recording", "stderr"),
+            "record": ([*io, "record", "-d", dev.name, "-f", "-o", f"{tmp}/c"], "Recording", "stderr"),
             "top": ([*io, "top", "-b", "1"], "ioscope top", "stdout"),
             "exporter": ([*io, "exporter", "--listen", f"127.0.0.1:{free_port()}"], "serving", "stdout"),
         }
