@@ -306,3 +306,14 @@ def test_user_symbols_of_a_running_process() -> None:
     assert ustack_text([0x401000, 0x401100, 0], gone.pid, syms).splitlines() == [f"0x401000 {why}", f"0x401100 {why}"]
     assert syms.unresolved == 3
     assert ustack_text([0, 0], 1, syms) == "[no user stack]"
+
+
+def test_issued_bios_never_completed_become_losses_at_the_end() -> None:
+    """The slot table's issued-not-completed gauge beyond what the kernel has in flight is a count of
+    completions that ran no BPF program: a loss once nothing more can arrive, not before."""
+    losses = Losses({"completion_unseen": 1, "issued_not_completed": 5}, frozenset({"completion_unseen"}))
+    mid = build_result([], AggSample(10.0, 9.0, [], losses, final=False, kernel_in_flight=2))
+    assert mid.losses.counters == {"completion_unseen": 1, "issued_not_completed": 5} and mid.losses.lost == 1
+    end = build_result([], AggSample(10.0, 9.0, [], losses, final=True, kernel_in_flight=2))
+    assert end.losses.counters == {"completion_unseen": 4, "issued_not_completed": 2} and end.losses.lost == 4
+    assert losses.counters["issued_not_completed"] == 5  # the sample is left as read

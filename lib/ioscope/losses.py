@@ -16,6 +16,8 @@ from typing import Any, Protocol
 import numpy as np
 
 RECURSION_MISSES = "recursion_misses"
+# the slot table's gauge of bios issued and not completed, and the loss they become (inflight.py)
+PENDING, UNSEEN = "issued_not_completed", "completion_unseen"
 
 
 @dataclass
@@ -46,6 +48,19 @@ class Losses:
     def to_json(self) -> dict[str, Any]:
         """JSON's "lost" and "lost_detail" members, the same in every tool."""
         return {"lost": self.lost, "lost_detail": dict(self.counters)}
+
+
+def unreported_completions(losses: Losses, in_flight: int) -> int:
+    """Issued bios still waiting for a completion beyond what the kernel has in flight: completions
+    that ran no BPF program (exact once the disks are idle, a lower bound while they are busy)."""
+    return max(0, losses.counters.get(PENDING, 0) - in_flight)
+
+
+def settle_unreported(losses: Losses, unreported: int) -> None:
+    """At the final report (nothing more can arrive): the unreported completions become losses."""
+    if unreported:
+        losses.add(UNSEEN, unreported, loss=True)
+        losses.counters[PENDING] -= unreported
 
 
 class _StatsObject(Protocol):
@@ -88,4 +103,5 @@ class StatsDelta:
         return Losses(counters, self.loss_names, self.explain)
 
 
-__all__ = ["RECURSION_MISSES", "Losses", "StatsDelta"]
+__all__ = ["PENDING", "RECURSION_MISSES", "UNSEEN", "Losses", "StatsDelta", "settle_unreported",
+           "unreported_completions"]

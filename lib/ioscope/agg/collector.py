@@ -15,16 +15,15 @@ from ioscope import devices
 from ioscope.agg import abi, names
 from ioscope.agg.expr import CMP_CODES, Expr, Insn, compile_cond
 from ioscope.agg.model import AggSample, Linear, RawRow, Scalar, Stat, hist_from_counts, key_mask
+from ioscope.inflight import EXPLAIN, SlotTable, kernel_in_flight
 from ioscope.loader import BPFObject
-from ioscope.losses import Losses, StatsDelta
+from ioscope.losses import PENDING, Losses, StatsDelta
 from ioscope.stamps import LOSS_EXPLAIN, StampTiming
 
 # agg's timings: the stamps' and the probes' (stamps.TIMINGS), and records made when each bio is queued
 TIMINGS = ("auto", "stamps", "queue", "probes")
 AT_QUEUE = "at queue"
 
-SWEEP_EVERY_S = 10
-STALE_NS = 120 * 1_000_000_000
 
 
 @dataclass
@@ -159,8 +158,6 @@ class AggCollector:
         self.progs = opts.programs if opts.programs is not None else programs(opts.exprs)
         self.cgroup_id = names.cgroup_id(opts.cgroup) if opts.cgroup else 0
         self.bpf = BPFObject("agg", btf=opts.btf)
-        self._stale = 0
-        self._last_sweep = time.monotonic()
         self._namer = LiveNamer({})
         try:
             self._setup()
@@ -200,7 +197,7 @@ class AggCollector:
         self.aggs = b.map("aggs")
         self.hists = b.map("hists")
         self.comms = b.map("comms")
-        self.inflight = b.map("inflight")
+        self.slots = SlotTable(b.map("inflight"))
         self._namer.stacks = b.map("stacks")
         self._namer.files = b.map("files")
         stat_names = {**core_abi.STAT_NAMES, **abi.STAT_NAMES}
@@ -208,10 +205,10 @@ class AggCollector:
         self.stats = StatsDelta(b, b.map("stats"), stat_names, core_abi.NR_STATS, [*loss, "not_stamped"],
                                 {"agg_map_full": "an aggregation map was full: rows not updated",
                                  "stack_lost": "a stack's bucket in the stacks map held another stack",
-                                 **LOSS_EXPLAIN})
+                                 **LOSS_EXPLAIN, **EXPLAIN})
         disks = [d.name for d in o.disks] or [d.name for d in devices.list_disks()]
-        self.stamps = StampTiming(b, devices.DevNames(), [n for n in disks if devices.is_mq(n)], o.timing, stamps,
-                                  o.btf)
+        self.mq_disks = [n for n in disks if devices.is_mq(n)]
+        self.stamps = StampTiming(b, devices.DevNames(), self.mq_disks, o.timing, stamps, o.btf)
         if self.at_queue:
             self.stamps.timing = {n: AT_QUEUE for n in self.stamps.timing}
             b.attach()
@@ -228,10 +225,13 @@ class AggCollector:
         """Housekeeping, every stamps.TICK_S: disks without stamps to the probes, stale slots swept."""
         self.stamps.tick()
         # the slot table holds bios only where a disk is followed by the probes
-        if not self.at_queue and not self.stamps.stamps_only and \
-                time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
-            self._last_sweep = time.monotonic()
-            self.sweep_stale()
+        if self.slotted:
+            self.slots.tick()
+
+    @property
+    def slotted(self) -> bool:
+        """Some disk's bios are followed in the slot table from queue to completion (the probes)."""
+        return not self.at_queue and not self.stamps.stamps_only
 
     @property
     def unavailable(self) -> list[str]:
@@ -276,28 +276,15 @@ class AggCollector:
         losses = self.losses()
         if any("ustack" in e.keys for e in self.opts.exprs):  # an explanation: such frames print as addresses
             losses.counters["ustack_frames_unresolved"] = self._namer.usyms.unresolved - unresolved
-        return AggSample(wall, started, rows, losses, final, timing=dict(self.timing))
+        return AggSample(wall, started, rows, losses, final, timing=dict(self.timing),
+                         kernel_in_flight=kernel_in_flight(self.mq_disks) if self.slotted else 0)
 
     def losses(self) -> Losses:
         losses = self.stats.read(True)
-        losses.counters["stale"] = self._stale
-        self._stale = 0
+        losses.counters["stale"] = self.slots.take_stale()
+        if self.slotted:
+            losses.counters[PENDING] = self.slots.issued_pending()
         return losses
-
-    def sweep_stale(self) -> None:
-        """Free slots of bios older than STALE_NS (completions that will never be seen)."""
-        kb, vb, n = self.inflight.dump(sum=False)
-        keys = np.frombuffer(kb, dtype=np.uint32, count=n)
-        vals = np.frombuffer(vb, dtype=core_abi.BIO_SLOT, count=n)
-        used = vals["bio"] != 0
-        keys, vals = keys[used], vals[used]
-        now = time.monotonic_ns()
-        ts = np.maximum(vals["q_ns"], vals["d_ns"]).astype(np.int64)
-        old = keys[(ts > 0) & (now - ts > STALE_NS)]
-        empty = np.zeros(1, dtype=core_abi.BIO_SLOT).tobytes()
-        for k in old:
-            self.inflight.update(k.tobytes(), empty)
-        self._stale += len(old)
 
     def close(self) -> None:
         self.bpf.close()

@@ -16,7 +16,7 @@ import numpy as np
 from ioscope.agg import abi
 from ioscope.agg.expr import Expr, Insn, run_program
 from ioscope.hist import NBUCKETS, Hist
-from ioscope.losses import Losses
+from ioscope.losses import Losses, settle_unreported, unreported_completions
 
 KeyValue = str | int
 
@@ -214,6 +214,7 @@ class AggSample:
     losses: Losses
     final: bool = False
     timing: dict[str, str] = field(default_factory=dict)  # traced disk -> stamps.STAMPS (rows: requests) / PROBES
+    kernel_in_flight: int = 0  # /proc/diskstats: requests in flight on the traced disks when read
 
 
 @dataclass
@@ -325,6 +326,8 @@ def _count(st: Stat) -> int:
 def build_result(exprs: Sequence[Expr], s: AggSample, limit: int | None = None) -> AggResult:
     tables = [build_table(e, rows, limit) for e, rows in zip(exprs, s.rows)]
     losses = Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain)
+    if s.final:  # nothing more can arrive: issued bios never seen completing are lost (inflight.py)
+        settle_unreported(losses, unreported_completions(losses, s.kernel_in_flight))
     return AggResult(s.wall, s.wall - s.started, losses, tables, s.final, dict(s.timing))
 
 

@@ -8,13 +8,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ioscope import abi, devices
+from ioscope.inflight import EXPLAIN, SlotTable, kernel_in_flight
 from ioscope.lat.model import LatHist, LatSample
 from ioscope.loader import BPFObject
-from ioscope.losses import Losses, StatsDelta
+from ioscope.losses import PENDING, Losses, StatsDelta
 from ioscope.stamps import LOSS_EXPLAIN, StampTiming
 
-STALE_NS = 120 * 1_000_000_000  # a bio unfinished after 2 minutes is dropped and counted
-SWEEP_EVERY_S = 10
 HIST_MAX_ENTRIES = 1024
 HIST_MAX_ENTRIES_PER_PID = 16384
 
@@ -38,8 +37,6 @@ class LatCollector:
         self.opts = opts
         self.names = devices.DevNames()
         self.bpf = BPFObject("lat", btf=opts.btf)
-        self._stale = 0
-        self._last_sweep = time.monotonic()
         names = [d.name for d in opts.disks] or [d.name for d in devices.list_disks()]
         self.cross_disks = [n for n in names if devices.is_mq(n)]
         self._last_kernel = self._kernel_counts()
@@ -77,8 +74,8 @@ class LatCollector:
         self.hists = b.map("hists")
         self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
                                 [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)] + ["not_stamped"],
-                                explain=LOSS_EXPLAIN)
-        self.inflight = b.map("inflight")
+                                explain={**LOSS_EXPLAIN, **EXPLAIN})
+        self.slots = SlotTable(b.map("inflight"))
         self.comms = b.map("comms")
         self.stamps = StampTiming(b, self.names, self.cross_disks, o.timing, stamps, o.btf)
         self.stamps.attach("rq_complete", ["bio_queue", "rq_issue", "split", "task_rename"])
@@ -91,9 +88,8 @@ class LatCollector:
         """Housekeeping, every second: disks without stamps, and stale slots every SWEEP_EVERY_S."""
         self.stamps.tick()
         # the slot table holds bios only where a disk is followed by the probes
-        if not self.stamps.stamps_only and time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
-            self._last_sweep = time.monotonic()
-            self.sweep_stale()
+        if not self.stamps.stamps_only:
+            self.slots.tick()
 
     @property
     def unavailable(self) -> list[str]:
@@ -126,29 +122,10 @@ class LatCollector:
         out.sort(key=LatHist.sort_key)
         return out
 
-    def _slots(self) -> tuple[np.ndarray, np.ndarray]:
-        """(slot indexes, slots) of the bios in flight in the kernel's slot table."""
-        kb, vb, n = self.inflight.dump(sum=False)
-        keys = np.frombuffer(kb, dtype=np.uint32, count=n)
-        vals = np.frombuffer(vb, dtype=abi.BIO_SLOT, count=n)
-        used = vals["bio"] != 0
-        return keys[used], vals[used]
-
-    def sweep_stale(self) -> None:
-        """Free slots older than STALE_NS (I/O whose completion will never be seen)."""
-        keys, vals = self._slots()
-        now = time.monotonic_ns()
-        ts = np.maximum(vals["q_ns"], vals["d_ns"]).astype(np.int64)
-        old = keys[(ts > 0) & (now - ts > STALE_NS)]
-        empty = np.zeros(1, dtype=abi.BIO_SLOT).tobytes()
-        for k in old:
-            self.inflight.update(k.tobytes(), empty)
-        self._stale += len(old)
-
     def losses(self, since_last: bool) -> Losses:
         losses = self.stats.read(since_last)
-        losses.counters["stale"] = self._stale
-        losses.counters["issued_not_completed"] = self.issued_pending()
+        losses.counters["stale"] = self.slots.take_stale()
+        losses.counters[PENDING] = 0 if self.stamps.stamps_only else self.slots.issued_pending()
         return losses
 
     def sample(self, started: float, reset: bool, final: bool) -> LatSample:
@@ -161,24 +138,13 @@ class LatCollector:
                          pid_filtered=self.opts.pid is not None, stacks=self.stacks, timing=dict(self.timing),
                          programs=list(self.bpf.attached))
 
-    def issued_pending(self) -> int:
-        """Bios issued to the driver whose completion has not reached us (yet): a gauge.
-
-        When no I/O is in flight any more, these are completions the kernel finished without
-        running the block_rq_complete programs (see docs/lat.md, "Completions the kernel does
-        not report"); together with completion_unseen they account for every such I/O.
-        """
-        _keys, vals = self._slots()
-        return int(np.count_nonzero(vals["d_ns"]))
-
     def _kernel_counts(self) -> dict[str, int]:
         stats = devices.read_diskstats()
         return {n: devices.completed_requests(stats[n]) for n in self.cross_disks if n in stats}
 
     def kernel_in_flight(self) -> int:
         """Requests the kernel has in flight now on the traced blk-mq disks (/proc/diskstats)."""
-        stats = devices.read_diskstats()
-        return sum(stats[n].in_flight for n in self.cross_disks if n in stats)
+        return kernel_in_flight(self.cross_disks)
 
     def kernel_completed(self, since_last: bool) -> dict[str, int]:
         """Requests the kernel completed on the traced blk-mq disks (from /proc/diskstats)."""

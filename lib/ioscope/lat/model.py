@@ -7,7 +7,7 @@ from typing import Any
 
 from ioscope import abi
 from ioscope.hist import Hist
-from ioscope.losses import RECURSION_MISSES, Losses
+from ioscope.losses import RECURSION_MISSES, Losses, settle_unreported, unreported_completions
 from ioscope.phases import PHASE_TITLES
 from ioscope.stamps import stamps_only
 
@@ -92,24 +92,22 @@ def stack_shares(hists: list[LatHist], stacks: dict[str, dict[str, Any]]) -> lis
 
 def completions_unreported(losses: Losses, kernel_in_flight: int, pid_filtered: bool,
                            stamps_only: bool = False) -> int:
-    """Completions the kernel finished without running our programs (docs/lat.md). With the
-    probes: bios issued and still waiting for a completion beyond what the kernel has in flight.
-    With the kernel's stamps alone (one program): the runs of it the kernel skipped."""
+    """Completions that ran no program of ours (docs/lat.md). With the probes: bios issued and still
+    waiting for a completion beyond what the kernel has in flight (inflight.py). With the kernel's
+    stamps alone (one program): the runs of it the kernel skipped as recursion."""
     if stamps_only:
         return losses.counters.get(RECURSION_MISSES, 0)
-    pending = losses.counters.get("issued_not_completed", 0)
-    if not pending or pid_filtered:
+    if pid_filtered:
         return 0
-    return max(0, pending - kernel_in_flight)
+    return unreported_completions(losses, kernel_in_flight)
 
 
 def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c", "q2d", "d2c")) -> LatReport:
     losses = Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain)
     only = stamps_only(s.timing)
     unreported = completions_unreported(losses, s.kernel_in_flight, s.pid_filtered, only)
-    if s.final and unreported and not only:  # nothing more can arrive: they are lost
-        losses.counters["completion_unseen"] = losses.counters.get("completion_unseen", 0) + unreported
-        losses.counters["issued_not_completed"] -= unreported
+    if s.final and not only:  # nothing more can arrive: they are lost
+        settle_unreported(losses, unreported)
     hists = sorted((h for h in s.hists if h.phase in phases and h.hist.count), key=LatHist.sort_key)
     return LatReport(
         wall=s.wall, interval_s=s.wall - s.started, hists=hists, losses=losses,

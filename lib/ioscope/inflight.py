@@ -1,0 +1,87 @@
+"""The slot table of the bios in flight (bpf/inflight.bpf.h), as user space reads it: lat and agg.
+
+The queue program gives each bio a slot, the issue program stamps its issue time into it and the
+completion program frees it. Two things are read from it here, the same way for every tool:
+
+- slots left over by bios whose completion will never come (older than STALE_NS) are freed, every
+  SWEEP_EVERY_S, and counted (`stale`);
+- the slots of bios that were issued and not (yet) completed (`issued_not_completed`, a gauge).
+  Once the traced disks are idle, those beyond what the kernel itself has in flight are
+  completions that ran no BPF program (docs/lat.md, "Completions no BPF program saw"):
+  losses.unreported_completions() counts them, and a final report moves them into the loss
+  `completion_unseen` (losses.settle_unreported), where the queue program already counts a slot
+  whose address comes back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Protocol
+
+import numpy as np
+
+from ioscope import abi, devices
+
+STALE_NS = 120 * 1_000_000_000  # a bio unfinished after 2 minutes is dropped and counted
+SWEEP_EVERY_S = 10
+EXPLAIN = {"completion_unseen": "issued requests whose completion ran no BPF program, though the kernel completed "
+                                "them (docs/lat.md, 'Completions no BPF program saw'): not counted"}
+
+
+class _Map(Protocol):
+    def dump(self, sum: bool = ..., delete: bool = ...) -> tuple[bytes, bytes, int]: ...
+
+    def update(self, key: bytes, value: bytes) -> None: ...
+
+
+class SlotTable:
+    """The `inflight` map of one BPF object."""
+
+    def __init__(self, inflight: _Map) -> None:
+        self.map = inflight
+        self.stale = 0  # slots freed by sweep_stale(), since the last take_stale()
+        self._last_sweep = time.monotonic()
+
+    def slots(self) -> tuple[np.ndarray, np.ndarray]:
+        """(slot indexes, slots) of the bios in the table."""
+        kb, vb, n = self.map.dump(sum=False)
+        keys = np.frombuffer(kb, dtype=np.uint32, count=n)
+        vals = np.frombuffer(vb, dtype=abi.BIO_SLOT, count=n)
+        used = vals["bio"] != 0
+        return keys[used], vals[used]
+
+    def sweep_stale(self) -> None:
+        """Free the slots older than STALE_NS (I/O whose completion will never be seen)."""
+        keys, vals = self.slots()
+        now = time.monotonic_ns()
+        ts = np.maximum(vals["q_ns"], vals["d_ns"]).astype(np.int64)
+        old = keys[(ts > 0) & (now - ts > STALE_NS)]
+        empty = np.zeros(1, dtype=abi.BIO_SLOT).tobytes()
+        for k in old:
+            self.map.update(k.tobytes(), empty)
+        self.stale += len(old)
+
+    def tick(self) -> None:
+        """Sweep every SWEEP_EVERY_S (the table is 4 MB: not every second)."""
+        if time.monotonic() - self._last_sweep >= SWEEP_EVERY_S:
+            self._last_sweep = time.monotonic()
+            self.sweep_stale()
+
+    def take_stale(self) -> int:
+        n, self.stale = self.stale, 0
+        return n
+
+    def issued_pending(self) -> int:
+        """Bios issued to the driver whose completion has not reached us (yet): a gauge."""
+        _keys, vals = self.slots()
+        return int(np.count_nonzero(vals["d_ns"]))
+
+
+def kernel_in_flight(disks: Iterable[str]) -> int:
+    """Requests the kernel has in flight now on these blk-mq disks (/proc/diskstats)."""
+    stats = devices.read_diskstats()
+    return sum(stats[n].in_flight for n in disks if n in stats)
+
+
+__all__ = ["EXPLAIN", "STALE_NS", "SWEEP_EVERY_S", "SlotTable", "kernel_in_flight"]
