@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""ioscope report vs btt on the same 10-million-event trace: time and peak memory, side by side.
+"""ioscope report vs btt at several capture sizes and on a real recording: time and peak memory.
 
-1. Generate a synthetic but realistic capture with CaptureWriter: I/Os at a
-   steady rate with about 27 in flight, random 4-64 KiB reads and writes from
-   four processes on two CPUs, scattered over the disk (no two I/Os in
-   flight overlap), 10% of them back-merged into the previous
-   request, plug/unplug around bursts; every I/O is Q G I D C (merged ones Q M).
+For each input, in one run:
+1. A synthetic but realistic capture made with CaptureWriter (--sizes, in events): I/Os at a
+   steady rate with about 27 in flight, random 4-64 KiB reads and writes from four processes on
+   two CPUs, scattered over the disk (no two I/Os in flight overlap), 10% of them back-merged
+   into the previous request, plug/unplug around bursts; every I/O is Q G I D C (merged ones Q M).
+   And, with --real SECONDS, a real whole-host recording: `ioscope record` of every disk while
+   fio reads and writes a tmpfs loop device (mq-deadline) at a fixed rate and the host does what
+   it does (or --capture FILE, a recording made elsewhere).
 2. Export it to a blktrace binary (ioscope export).
 3. Run `ioscope report --json CAPTURE`, `btt -i EXPORT` and `ioscope report --json EXPORT`, one
    after the other, --repeat times (alternating); wall time and peak RSS (GNU time) of each, the
    fastest run of each kept.
-4. Print both ratios (ioscope / btt; below 1 means ioscope is faster/smaller)
-   and check the two agree on Q2C/D2C averages and counts.
+4. Print the ratios (ioscope / btt; below 1 means ioscope is faster/smaller), a table of every
+   input at the end, and check that btt and ioscope agree on Q2C, D2C and I2D (averages, counts).
 
-usage: bench/report_speed.py [--events N] [--dir DIR] [--keep]
+usage: bench/report_speed.py [--sizes N,N,...] [--real SECONDS | --capture FILE] [--repeat N] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -55,8 +58,12 @@ PIDS = (4101, 4102, 4103, 4104)
 COMMS = {4101: "fio", 4102: "fio", 4103: "postgres", 4104: "kworker/u4:2", 0: "swapper/0"}
 
 
-def synth_chunks(n_events: int, seed: int = 7, ios_per_chunk: int = 100_000) -> Iterator[npt.NDArray[np.void]]:
+EVENTS_PER_IO = 4.84  # what synth_chunks makes: Q G I D C, Q M for a merged tenth, P U every 16th
+
+
+def synth_chunks(n_events: int, seed: int = 7) -> Iterator[npt.NDArray[np.void]]:
     """EVENT arrays (each sorted by time) for about n_events events."""
+    ios_per_chunk = max(1000, min(100_000, int(n_events / EVENTS_PER_IO)))
     rng = np.random.default_rng(seed)
     slots = rng.permutation(1 << 22).astype(np.int64)
     t = 1_000_000_000_000
@@ -155,10 +162,12 @@ def run_child(cmd: list[str], capture: bool, cwd: str | None = None) -> tuple[fl
     """
     with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
         full = ["/usr/bin/time", "-o", tf.name, "-f", "%e %M", *cmd]
+        t0 = time.perf_counter()  # GNU time's %e has 10 ms steps: too coarse for the small inputs
         p = subprocess.run(full, stdout=subprocess.PIPE if capture else subprocess.DEVNULL,
                            stderr=subprocess.PIPE, check=False, cwd=cwd)
-        wall, rss = tf.read().split()[-2:]
-    return float(wall), int(rss), p.stdout or b"", p.returncode
+        wall = time.perf_counter() - t0
+        _e, rss = tf.read().split()[-2:]
+    return wall, int(rss), p.stdout or b"", p.returncode
 
 
 def btt_all(text: str) -> dict[str, tuple[float, int]]:
@@ -170,13 +179,85 @@ def btt_all(text: str) -> dict[str, tuple[float, int]]:
     return rows
 
 
+def record_real(path: str, seconds: float) -> None:
+    """A real whole-host recording: every disk, while fio reads and writes a tmpfs loop device."""
+    from ioscope.testbed import LoopDevice
+
+    with LoopDevice(size_mb=512, scheduler="mq-deadline") as dev:
+        rec = subprocess.Popen([sys.executable, "-m", "ioscope.cli", "record", "-q", "-f", "-o", path,
+                                "-w", str(seconds + 1)], stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)  # the recorder attaches within 0.3 s
+        subprocess.run(["fio", "--name=real", f"--filename={dev.path}", "--rw=randrw", "--rwmixread=70",
+                        "--bssplit=4k/60:16k/25:64k/15", "--iodepth=8", "--ioengine=libaio", "--direct=1",
+                        "--rate_iops=20000", f"--runtime={seconds}", "--time_based", "--size=512m",
+                        "--randrepeat=0"], check=True, stdout=subprocess.DEVNULL)
+        _out, err = rec.communicate(timeout=seconds + 60)
+        if rec.returncode != 0:
+            sys.exit(f"ioscope record failed: {err}")
+
+
+def compare(name: str, cap: str, work: str, repeat: int) -> tuple[str, int, tuple[float, int], tuple[float, int],
+                                                                  tuple[float, int]]:
+    """Export cap, run report (on both inputs) and btt alternately; print and return the fastest of each."""
+    bin_ = cap + ".blktrace"
+    ioscope = [sys.executable, "-m", "ioscope.cli"]
+    info = subprocess.run([sys.executable, "-m", "ioscope.trace.capture", cap], capture_output=True,
+                          text=True, check=True).stdout
+    n = int(json.loads(info)["events"])
+    print(f"== {name}: {n:,} events, {os.path.getsize(cap) / 1e6:.1f} MB")
+    w, rss, _o, rc = run_child([*ioscope, "export", cap, "--format", "blktrace", "-o", bin_, "-f"], False)
+    assert rc == 0, "export failed"
+    print(f"export: {os.path.getsize(bin_) / 1e6:.1f} MB blktrace in {w:.2f} s (peak RSS {rss / 1024:.0f} MiB)")
+    runs: dict[str, list[tuple[float, int]]] = {"cap": [], "exp": [], "btt": []}
+    out_io = out_iob = b""
+    for _ in range(max(1, repeat)):   # alternated, so that a busy moment hits all three alike
+        w, rss, out_io, rc = run_child([*ioscope, "report", "--json", cap], True)
+        assert rc == 0, "ioscope report failed"
+        runs["cap"].append((w, rss))
+        w, rss, _out, rc = run_child(["btt", "-i", bin_, "-o", os.path.join(work, "btt")], False, cwd=work)
+        assert rc == 0, "btt failed"
+        runs["btt"].append((w, rss))
+        # the same analysis reading the blktrace export (ioscope's blktrace reader instead of the
+        # capture reader): the same input as btt
+        w, rss, out_iob, rc = run_child([*ioscope, "report", "--json", bin_], True)
+        assert rc == 0, "ioscope report on the blktrace export failed"
+        runs["exp"].append((w, rss))
+    assert json.loads(out_iob)["phases"]["q2c"]["n"] == json.loads(out_io)["phases"]["q2c"]["n"]
+    best = {k: (min(x[0] for x in v), min(x[1] for x in v)) for k, v in runs.items()}
+    print(f"all runs (s): capture {[round(x[0], 3) for x in runs['cap']]}, export "
+          f"{[round(x[0], 3) for x in runs['exp']]}, btt {[round(x[0], 3) for x in runs['btt']]}")
+    ours = json.loads(out_io)["phases"]
+    with open(os.path.join(work, "btt.avg")) as f:
+        theirs = btt_all(f.read())
+    for ph in ("q2c", "d2c", "i2d"):
+        if ph not in theirs:
+            continue
+        a, nb = theirs[ph]
+        same = f"{ours[ph]['avg']:.9f}" == f"{a:.9f}" and ours[ph]["n"] == nb
+        print(f"  {ph.upper()}: ioscope avg {ours[ph]['avg']:.9f} n {ours[ph]['n']}, "
+              f"btt avg {a:.9f} n {nb} -> {'equal' if same else 'DIFFERENT'}")
+    (w_io, rss_io), (w_iob, rss_iob), (w_bt, rss_bt) = (best[k] for k in ("cap", "exp", "btt"))
+    print(f"ioscope report CAPTURE : {w_io:7.3f} s, peak RSS {rss_io / 1024:7.1f} MiB")
+    print(f"ioscope report EXPORT  : {w_iob:7.3f} s, peak RSS {rss_iob / 1024:7.1f} MiB")
+    print(f"btt -i EXPORT          : {w_bt:7.3f} s, peak RSS {rss_bt / 1024:7.1f} MiB")
+    print(f"time ratio (ioscope/btt):   capture {w_io / w_bt:.2f}, export {w_iob / w_bt:.2f}")
+    print(f"memory ratio (ioscope/btt): capture {rss_io / rss_bt:.2f}, export {rss_iob / rss_bt:.2f}")
+    os.unlink(bin_)
+    return name, n, best["cap"], best["exp"], best["btt"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--events", type=int, default=10_000_000)
+    ap.add_argument("--sizes", default="100000,1000000,10000000",
+                    help="synthetic captures of about these many events (default 100000,1000000,10000000)")
+    ap.add_argument("--real", type=float, metavar="SECONDS", default=0,
+                    help="also record the whole host for SECONDS while fio runs on a tmpfs loop device")
+    ap.add_argument("--capture", metavar="FILE", help="also a recording made elsewhere")
     ap.add_argument("--dir", default=None, help="work directory (default: a temporary one)")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--repeat", type=int, default=3,
                     help="run each analysis this many times, alternating, and keep the fastest (default 3)")
+    ap.add_argument("--events", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--generate", metavar="CAPTURE", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.generate:
@@ -188,51 +269,27 @@ def main() -> int:
         sys.exit("btt not found (apt install blktrace)")
     work = args.dir or tempfile.mkdtemp(prefix="ioscope-bench-")
     os.makedirs(work, exist_ok=True)
-    cap = os.path.join(work, "synth.ioscope")
-    bin_ = os.path.join(work, "synth.blktrace")
-    ioscope = [sys.executable, "-m", "ioscope.cli"]
+    results = []
     try:
-        t0 = time.perf_counter()
-        # made in a child process, so that this one stays small
-        subprocess.run([sys.executable, __file__, "--generate", cap, "--events", str(args.events)], check=True)
-        info = subprocess.run([sys.executable, "-m", "ioscope.trace.capture", cap], capture_output=True,
-                              text=True, check=True).stdout
-        n = int(json.loads(info)["events"])
-        print(f"capture: {n:,} events, {os.path.getsize(cap) / 1e6:.0f} MB, made in {time.perf_counter() - t0:.1f} s")
-        w, rss, _o, rc = run_child([*ioscope, "export", cap, "--format", "blktrace", "-o", bin_], False)
-        assert rc == 0, "export failed"
-        print(f"export: {os.path.getsize(bin_) / 1e6:.0f} MB blktrace in {w:.1f} s (peak RSS {rss / 1024:.0f} MiB)")
-        runs: dict[str, list[tuple[float, int]]] = {"cap": [], "exp": [], "btt": []}
-        out_io = out_iob = b""
-        for _ in range(max(1, args.repeat)):   # alternated, so that a busy moment hits all three alike
-            w, rss, out_io, rc = run_child([*ioscope, "report", "--json", cap], True)
-            assert rc == 0, "ioscope report failed"
-            runs["cap"].append((w, rss))
-            w, rss, _out, rc = run_child(["btt", "-i", bin_, "-o", os.path.join(work, "btt")], False, cwd=work)
-            assert rc == 0, "btt failed"
-            runs["btt"].append((w, rss))
-            # the same analysis reading the blktrace export (ioscope's blktrace reader instead of the
-            # capture reader): the same input as btt
-            w, rss, out_iob, rc = run_child([*ioscope, "report", "--json", bin_], True)
-            assert rc == 0, "ioscope report on the blktrace export failed"
-            runs["exp"].append((w, rss))
-        assert json.loads(out_iob)["phases"]["q2c"]["n"] == json.loads(out_io)["phases"]["q2c"]["n"]
-        (w_io, rss_io), (w_iob, rss_iob), (w_bt, rss_bt) = (min(runs[k]) for k in ("cap", "exp", "btt"))
-        print(f"all runs (s): capture {[round(x[0], 1) for x in runs['cap']]}, export "
-              f"{[round(x[0], 1) for x in runs['exp']]}, btt {[round(x[0], 1) for x in runs['btt']]}")
-        ours = json.loads(out_io)["phases"]
-        with open(os.path.join(work, "btt.avg")) as f:
-            theirs = btt_all(f.read())
-        for ph in ("q2c", "d2c", "i2d"):
-            a, nb = theirs[ph]
-            same = f"{ours[ph]['avg']:.9f}" == f"{a:.9f}" and ours[ph]["n"] == nb
-            print(f"  {ph.upper()}: ioscope avg {ours[ph]['avg']:.9f} n {ours[ph]['n']}, "
-                  f"btt avg {a:.9f} n {nb} -> {'equal' if same else 'DIFFERENT'}")
-        print(f"ioscope report CAPTURE : {w_io:7.1f} s, peak RSS {rss_io / 1024:7.0f} MiB")
-        print(f"ioscope report EXPORT  : {w_iob:7.1f} s, peak RSS {rss_iob / 1024:7.0f} MiB")
-        print(f"btt -i EXPORT          : {w_bt:7.1f} s, peak RSS {rss_bt / 1024:7.0f} MiB")
-        print(f"time ratio (ioscope/btt):   capture {w_io / w_bt:.2f}, export {w_iob / w_bt:.2f}")
-        print(f"memory ratio (ioscope/btt): capture {rss_io / rss_bt:.2f}, export {rss_iob / rss_bt:.2f}")
+        inputs: list[tuple[str, str]] = []
+        for size in (int(x) for x in args.sizes.split(",") if x):
+            cap = os.path.join(work, f"synth{size}.ioscope")
+            # made in a child process, so that this one stays small
+            subprocess.run([sys.executable, __file__, "--generate", cap, "--events", str(size)], check=True)
+            inputs.append(("synthetic", cap))
+        if args.real:
+            cap = os.path.join(work, "real.ioscope")
+            record_real(cap, args.real)
+            inputs.append((f"real, whole host, {args.real:g} s", cap))
+        if args.capture:
+            inputs.append(("real: " + os.path.basename(args.capture), args.capture))
+        for name, cap in inputs:
+            results.append(compare(name, cap, work, args.repeat))
+        print("\ninput                          events   report s   MiB    btt s    MiB  time ratio  mem ratio"
+              "  (export: time, mem)")
+        for name, n, (w_io, r_io), (w_iob, r_iob), (w_bt, r_bt) in results:
+            print(f"{name:26s} {n:>11,} {w_io:9.3f} {r_io / 1024:6.1f} {w_bt:8.3f} {r_bt / 1024:6.1f} "
+                  f"{w_io / w_bt:11.2f} {r_io / r_bt:10.2f}  ({w_iob / w_bt:.2f}, {r_iob / r_bt:.2f})")
     finally:
         if not args.keep and not args.dir:
             shutil.rmtree(work, ignore_errors=True)

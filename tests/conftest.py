@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,18 @@ def loaded_prog_ids() -> set[int]:
     """IDs of every BPF program loaded in the kernel."""
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
     return {int(p["id"]) for p in json.loads(out)}
+
+
+def programs_left(ids: set[int], timeout: float = 3.0) -> set[int]:
+    """Which of these BPF programs are still loaded, waiting up to timeout for them to go: the kernel
+    frees a program when its last link is released, after an RCU grace period (tens of ms; a raw
+    tracepoint link waits for RCU Tasks Trace), not when the process that held it exits."""
+    deadline = time.monotonic() + timeout
+    left = ids & loaded_prog_ids()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = ids & loaded_prog_ids()
+    return left
 
 
 def unreported_bound(nios: int) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import assert_counted, bpf_prog_ids, loaded_prog_ids, run_ioscope, unreported_bound
+from conftest import assert_counted, bpf_prog_ids, programs_left, run_ioscope, unreported_bound
 from ioscope.hist import RELATIVE_ERROR
 from ioscope.testbed import run_fio
 from livelat import lat_running
@@ -225,7 +225,7 @@ def test_sigterm_detaches_everything(loopdev: Any) -> None:
     assert run.returncode == 0
     assert run.doc["lost"] == 0
     # the kernel frees a program once no fd or link holds it
-    alive = ids & loaded_prog_ids()
+    alive = programs_left(ids)
     assert not alive, f"programs still loaded after SIGTERM: {alive}"
 
 

@@ -9,6 +9,7 @@ import re
 import pytest
 
 from ioscope.devices import DiskStats, kdev
+from ioscope.fmt import fmt_bytes
 from ioscope.hist import Hist
 from ioscope.losses import Losses
 from ioscope.ra import abi
@@ -27,7 +28,7 @@ from ioscope.ra.readsize.model import build_report as rs_report
 from ioscope.ra.readsize.view import ReadsizeViewOptions
 from ioscope.ra.readsize.view import renderables as rs_renderables
 from ioscope.ra.readsize.view import to_json as rs_json
-from ioscope.render import fmt_bytes, render_plain
+from ioscope.render import render_plain
 
 T0 = 1_700_000_000.0
 RS_LOSSES = frozenset(abi.RS_STAT_NAMES[i] for i in range(abi.RS_NR_LOST_STATS)) | {"recursion_misses"}

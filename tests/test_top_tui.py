@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, programs_left
 from ioscope.top import view
 from top_live_util import bpf_prog_ids, loaded_prog_ids, start_fio, stop_fio
 
@@ -166,7 +166,7 @@ def test_tui_80x24_sort_filter_quit(live: None, loopdev: Callable[..., Any], tmu
 
         assert _gone(top), "q did not end ioscope top"
         _stty_sane(t, tmp_path)
-        assert not (progs & loaded_prog_ids()), "BPF programs left attached"
+        assert not programs_left(progs), "BPF programs left attached"
         assert "$ " in "\n".join(t.screen())  # back at the shell, out of the alternate screen
     finally:
         stop_fio(fio)
@@ -194,7 +194,7 @@ def test_tui_200x50_and_sigterm(live: None, loopdev: Callable[..., Any], tmux_fa
         os.kill(top, signal.SIGTERM)
         assert _gone(top), "SIGTERM did not end ioscope top"
         _stty_sane(t, tmp_path)
-        assert not (progs & loaded_prog_ids()), "BPF programs left attached"
+        assert not programs_left(progs), "BPF programs left attached"
     finally:
         stop_fio(fio)
 

@@ -3,44 +3,15 @@
 from __future__ import annotations
 
 import io
-import math
 from collections.abc import Iterator
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
+from ioscope.fmt import fmt_bytes, fmt_ns
 from ioscope.hist import Hist
 
 BAR_WIDTH = 40
-
-
-def fmt_ns(ns: float, unit: str | None = None) -> str:
-    """A duration with 3 significant digits: '812ns', '64.2us', '1.05ms', '2.31s'; unit forces one."""
-    if unit == "ms":
-        return f"{ns / 1e6:.3f}ms"
-    if unit == "us":
-        return f"{ns / 1e3:.1f}us"
-    for div, suffix in ((1e9, "s"), (1e6, "ms"), (1e3, "us")):
-        if ns >= div:
-            return _sig3(ns / div) + suffix
-    return _sig3(ns) + "ns"
-
-
-def fmt_bytes(n: float, prose: bool = False) -> str:
-    """A byte count: '1.05M' for table columns (3 significant digits), or with prose=True '1.0 MiB', one
-    decimal and the unit spelled, for sentences and status lines."""
-    for div, suffix in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
-        if n >= div:
-            return f"{n / div:.1f} {suffix}iB" if prose else _sig3(n / div) + suffix
-    return f"{n:.0f} B" if prose else f"{int(n)}"
-
-
-def _sig3(x: float) -> str:
-    if x == 0:
-        return "0"
-    digits = max(0, 2 - math.floor(math.log10(abs(x))))
-    s = f"{x:.{digits}f}"
-    return s
 
 
 PCTS = (50.0, 90.0, 99.0, 99.9)

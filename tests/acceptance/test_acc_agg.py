@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import bpf_prog_ids, loaded_prog_ids
+from conftest import bpf_prog_ids, programs_left
 
 NOISY = 467    # 16 KiB direct writes by the outlier: a prime
 QUIET = 29     # 4 KiB direct reads by a well-behaved process
@@ -49,7 +49,7 @@ def _script_run(tmp: Path, args: list[str], workload: list[list[str]], settle: f
     err = (tmp / "err").read_text()
     assert "Traceback" not in err, err
     time.sleep(0.3)  # the kernel frees programs after an RCU grace period
-    assert progs and not progs & loaded_prog_ids(), "agg left BPF programs loaded"
+    assert progs and not programs_left(progs), "agg left BPF programs loaded"
     return (tmp / "out").read_text(), err
 
 

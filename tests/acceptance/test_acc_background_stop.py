@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from conftest import bpf_prog_ids, json_lines, loaded_prog_ids, unreported_bound
+from conftest import bpf_prog_ids, json_lines, programs_left, unreported_bound
 
 DIRECT_IOS = 37          # direct 4 KiB reads of the raw disk
 FILE_MB = 4              # a file read through the page cache (readahead)
@@ -233,12 +233,7 @@ def test_background_tool_stops_on_signal(fs: Any, tool: Tool, sig: str) -> None:
         assert rc == 0, err
         assert took <= STOP_WITHIN_S, f"{tool.name} took {took:.2f}s to stop on SIG{sig}"
         assert "Traceback" not in err, err
-        left = progs & loaded_prog_ids()
-        for _ in range(20):  # the kernel frees a program after an RCU grace period
-            if not left:
-                break
-            time.sleep(0.1)
-            left = progs & loaded_prog_ids()
+        left = programs_left(progs)
         assert not left, f"{tool.name} left BPF programs loaded after SIG{sig}: {sorted(left)}"
         if tool.name == "record":
             _check_record(out, err, w, capture)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import bpf_prog_ids, loaded_prog_ids
+from conftest import bpf_prog_ids, programs_left
 from ioscope.devices import read_diskstats
 from ioscope.testbed import LoopDevice
 
@@ -72,5 +72,5 @@ def test_exporter_background_scrape_and_term(live: None) -> None:
         assert time.monotonic() - t < 2.0
         sh.wait(timeout=10)
         assert Path(tmp, "rc").read_text().strip() == "0"
-        assert not progs & loaded_prog_ids()
+        assert not programs_left(progs)
         assert Path(tmp, "err").read_text() == ""

@@ -14,7 +14,7 @@ import subprocess
 import time
 from typing import Any
 
-from conftest import bpf_prog_ids, ioscope_cmd, loaded_prog_ids
+from conftest import bpf_prog_ids, ioscope_cmd, programs_left
 from ioscope.testbed import run_fio
 
 _TITLE_RE = re.compile(r"^q2c: .*\[disk (\S+)\]$")
@@ -55,4 +55,4 @@ def test_lat_says_how_each_disk_is_timed_and_counts_both(loopdev: Any) -> None:
     assert _q2c_counts(out) == {a.name: 3001, b.name: 2999}, out[-3000:]
     assert "lost 0" in out and not re.search(r"lost [1-9]", out), out
     time.sleep(0.1)
-    assert not ids & loaded_prog_ids()
+    assert not programs_left(ids)

@@ -13,7 +13,8 @@ from rich.text import Text
 from ioscope import cli_common
 from ioscope.agg.expr import STACK_KEYS
 from ioscope.agg.model import AggResult, AggTable, ResultRow
-from ioscope.render import HistView, fmt_bytes, fmt_ns
+from ioscope.fmt import fmt_bytes, fmt_ns
+from ioscope.render import HistView
 
 DIST_WIDTH = 40  # DTrace's: 40 '@' are the whole count
 

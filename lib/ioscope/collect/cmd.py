@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _list(path: str) -> int:
     from ioscope.collect.bundle import read_json_members
-    from ioscope.render import fmt_bytes
+    from ioscope.fmt import fmt_bytes
 
     docs, listing = read_json_members(path)
     man = docs.get("manifest.json") or {}
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         for f in (raw, clean):
             if os.path.exists(f):
                 os.unlink(f)
-    from ioscope.render import fmt_bytes
+    from ioscope.fmt import fmt_bytes
     print(f"Collected {args.output} ({fmt_bytes(os.path.getsize(out))}): the capture and the host's context at "
           f"its start and end" + (f"; redacted: {', '.join(classes)}" if classes else ""), file=sys.stderr)
     return rc

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ioscope.diff.model import Change, DiffResult, Metric
-from ioscope.render import fmt_ns
+from ioscope.fmt import fmt_ns
 
 
 def fmt_metric(v: float | None, unit: str) -> str:

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ioscope.fleet.model import FleetResult
-from ioscope.render import fmt_bytes, fmt_ns
+from ioscope.fmt import fmt_bytes, fmt_ns
 
 
 def _ns(v: Any) -> str:

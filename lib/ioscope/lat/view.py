@@ -11,8 +11,9 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ioscope import cli_common, devices
+from ioscope.fmt import fmt_ns
 from ioscope.lat.model import PHASE_TITLES, LatHist, LatReport
-from ioscope.render import HistView, fmt_ns
+from ioscope.render import HistView
 from ioscope.stamps import timing_summary
 
 

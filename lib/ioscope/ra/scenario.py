@@ -230,8 +230,8 @@ def _mbs(b: float, seconds: float) -> str:
 
 
 def render(r: SettingResult, n: int) -> list[str]:
+    from ioscope.fmt import fmt_bytes
     from ioscope.ra.readsize.view import request_lines
-    from ioscope.render import fmt_bytes
 
     sec = r.seconds
     s = r.settings

@@ -25,9 +25,9 @@ from rich.control import Control
 from rich.segment import ControlType
 from rich.text import Text
 
+from ioscope.fmt import fmt_ns
 from ioscope.heat import HEAT_CHARS, HeatGrid
 from ioscope.heat import level as heat_level
-from ioscope.render import fmt_ns
 from ioscope.top.model import (
     HeatHistory,
     Snapshot,

@@ -181,7 +181,7 @@ def _output_on_traced_disk(directory: str, disks: list[devices.BlockDevice],
 
 
 def _record(session: RecordSession, args: argparse.Namespace, disks: list[devices.BlockDevice]) -> int:
-    from ioscope.render import fmt_bytes
+    from ioscope.fmt import fmt_bytes
     from ioscope.trace.events import ACTION_LETTERS
     from ioscope.trace.recorder import completions_warnings
 

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from ioscope import heat, outfile
 from ioscope.devices import kdev_split, kdev_str
 from ioscope.errors import IoscopeError, UsageError
-from ioscope.render import fmt_ns
+from ioscope.fmt import fmt_ns
 from ioscope.trace import btt, report_model
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET
 from ioscope.trace.btt import ALL_ROWS, BttResult, DevState, Stat

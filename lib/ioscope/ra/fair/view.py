@@ -10,9 +10,9 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from ioscope import cli_common
+from ioscope.fmt import fmt_bytes
 from ioscope.ra.fair.model import DiskState, FairReport, ProcRow
 from ioscope.ra.fairness import POOR_JAIN, Verdict
-from ioscope.render import fmt_bytes
 
 
 def disk_json(d: DiskState) -> dict[str, Any]:

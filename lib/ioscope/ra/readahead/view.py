@@ -11,9 +11,10 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from ioscope import cli_common, devices
+from ioscope.fmt import fmt_bytes, fmt_ns
 from ioscope.hist import Hist
 from ioscope.ra.readahead.model import PAGE, DeviceRow, RaFile, RaReport
-from ioscope.render import HistView, fmt_bytes, fmt_ns
+from ioscope.render import HistView
 
 
 @dataclass

@@ -11,9 +11,9 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from ioscope import cli_common
+from ioscope.fmt import fmt_bytes
 from ioscope.hist import Hist
 from ioscope.ra.readsize.model import DevRequests, ProcIO, ReadsizeReport
-from ioscope.render import fmt_bytes
 
 DETAILS = 5  # processes shown with their size distributions (the busiest ones)
 
