@@ -61,9 +61,11 @@ COMMS = {4101: "fio", 4102: "fio", 4103: "postgres", 4104: "kworker/u4:2", 0: "s
 EVENTS_PER_IO = 4.84  # what synth_chunks makes: Q G I D C, Q M for a merged tenth, P U every 16th
 
 
-def synth_chunks(n_events: int, seed: int = 7) -> Iterator[npt.NDArray[np.void]]:
-    """EVENT arrays (each sorted by time) for about n_events events."""
-    ios_per_chunk = max(1000, min(100_000, int(n_events / EVENTS_PER_IO)))
+def synth_chunks(n_events: int, seed: int = 7, ios_per_chunk: int | None = None) -> Iterator[npt.NDArray[np.void]]:
+    """EVENT arrays (each sorted by time) for about n_events events, in chunks of ios_per_chunk I/Os
+    (default: 100,000, fewer for a small capture)."""
+    if ios_per_chunk is None:
+        ios_per_chunk = max(1000, min(100_000, int(n_events / EVENTS_PER_IO)))
     rng = np.random.default_rng(seed)
     slots = rng.permutation(1 << 22).astype(np.int64)
     t = 1_000_000_000_000

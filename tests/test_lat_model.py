@@ -43,6 +43,26 @@ def test_unreported_completions_become_losses_only_at_the_end() -> None:
     assert build_report(_sample(final=True, pending=5, in_flight=0, pid_filtered=True)).completions_unreported == 0
 
 
+def test_stamps_alone_count_what_the_kernel_completed_beyond_what_the_program_saw() -> None:
+    """With the kernel's stamps there are no slots: a final report takes the kernel's count of
+    completed requests (11 here) against the requests the program ended (8 d2c + 1 not_stamped)."""
+    s = _sample(final=True, pending=0, in_flight=0)
+    s.timing = {"loop0": "kernel stamps"}
+    s.losses.counters["not_stamped"] = 1
+    s.losses.loss_names = s.losses.loss_names | {"not_stamped"}
+    end = build_report(s)
+    assert end.completions_unreported == 2  # of which 1 recursion miss, a loss already
+    assert end.losses.counters["completion_unseen"] == 1 and end.losses.counters["issued_not_completed"] == 0
+    assert end.losses.lost == 1 + 1 + 1
+    # not before the end (an interval's edges cut requests in flight), and recursion misses at least
+    s.final = False
+    assert build_report(s).completions_unreported == 1 and build_report(s).losses.counters["completion_unseen"] == 0
+    # nothing to compare when d2c is not measured
+    s.final = True
+    assert build_report(s, phases=("q2c",)).completions_unreported == 1
+    assert build_report(s, phases=("q2c",)).losses.counters["completion_unseen"] == 0
+
+
 def test_json_and_text_from_one_report() -> None:
     r = build_report(_sample(final=True, pending=0, in_flight=0), attach="tp_btf")
     assert [h.phase for h in r.hists] == ["q2c", "d2c"]  # sorted by disk, op; empty histograms dropped

@@ -56,11 +56,13 @@ def unreported_completions(losses: Losses, in_flight: int) -> int:
     return max(0, losses.counters.get(PENDING, 0) - in_flight)
 
 
-def settle_unreported(losses: Losses, unreported: int) -> None:
-    """At the final report (nothing more can arrive): the unreported completions become losses."""
+def settle_unreported(losses: Losses, unreported: int, from_pending: bool = True) -> None:
+    """At the final report (nothing more can arrive): the unreported completions become losses (taken
+    out of the slot table's pending gauge when that is where they were found)."""
     if unreported:
         losses.add(UNSEEN, unreported, loss=True)
-        losses.counters[PENDING] -= unreported
+        if from_pending:
+            losses.counters[PENDING] -= unreported
 
 
 class _StatsObject(Protocol):

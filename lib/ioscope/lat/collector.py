@@ -39,7 +39,6 @@ class LatCollector:
         self.bpf = BPFObject("lat", btf=opts.btf)
         names = [d.name for d in opts.disks] or [d.name for d in devices.list_disks()]
         self.cross_disks = [n for n in names if devices.is_mq(n)]
-        self._last_kernel = self._kernel_counts()
         # -D: the stacks (dm, md, btrfs) with a traced member, as sysfs has them at the start
         self.stacks = {k: v for k, v in devices.stack_meta().items()
                        if any(m in names for m in v.get("members", []))} if opts.per_disk else {}
@@ -48,6 +47,9 @@ class LatCollector:
         except BaseException:
             self.bpf.close()
             raise
+        # the kernel's counts from after the attach: a request completed in between is seen by the
+        # program and not in the kernel's delta, never the other way round
+        self._last_kernel = self._kernel_counts()
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
@@ -131,9 +133,13 @@ class LatCollector:
     def sample(self, started: float, reset: bool, final: bool) -> LatSample:
         """Histograms since the last reset (emptied when reset), losses since the last sample."""
         wall = time.time()
+        # the final report reads the kernel's count first: a request completed between the two reads
+        # is then one the program saw and the kernel's delta does not hold (a shortfall is never
+        # overstated; completions_unreported)
+        kernel = self.kernel_completed(since_last=reset) if final else None
         hists = self.read(reset=reset)
         return LatSample(wall=wall, started=started, hists=hists, losses=self.losses(since_last=True),
-                         kernel_completed=self.kernel_completed(since_last=reset),
+                         kernel_completed=kernel if kernel is not None else self.kernel_completed(since_last=reset),
                          kernel_in_flight=self.kernel_in_flight(), final=final,
                          pid_filtered=self.opts.pid is not None, stacks=self.stacks, timing=dict(self.timing),
                          programs=list(self.bpf.attached))
