@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -71,7 +72,8 @@ def synth_chunks(n_events: int, seed: int = 7, ios_per_chunk: int | None = None)
     t = 1_000_000_000_000
     made = 0
     while made < n_events:
-        n = ios_per_chunk
+        # the last chunk only as large as the events still wanted
+        n = max(2, min(ios_per_chunk, math.ceil((n_events - made) / EVENTS_PER_IO)))
         gap = rng.exponential(3_700, n).astype(np.int64) + 200
         q = t + np.cumsum(gap)
         t = int(q[-1])
