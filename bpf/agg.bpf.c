@@ -480,6 +480,23 @@ static __always_inline void fill_extra(void *ctx, struct bio *bio, struct agg_ex
 	}
 }
 
+/* What the queue program noted of a bio (process, CPU, cgroup, file, seek, stacks), into its record. */
+static __always_inline void rec_extras(struct agg_rec *r, const struct agg_extra *x)
+{
+	r->f[AGG_F_PID] = x->pid;
+	r->f[AGG_F_CPU] = x->cpu;
+	r->f[AGG_F_CGROUP] = x->cgroup;
+	r->f[AGG_F_FILE] = x->file;
+	if (x->have & (1u << AGG_F_SEEK)) {
+		r->f[AGG_F_SEEK] = x->seek;
+		r->have |= 1u << AGG_F_SEEK;
+	}
+	if (x->have & (1u << AGG_F_KSTACK))
+		r->f[AGG_F_KSTACK] = (__u64)x->kstack + 1;
+	if (x->have & (1u << AGG_F_USTACK))
+		r->f[AGG_F_USTACK] = (__u64)x->ustack + 1;
+}
+
 /*
  * At queue (targ_at_queue: no expression reads a time, the in-flight count or -c... only what the
  * queueing task knows): one record per bio queued, here, and nothing else attached: no slot, no
@@ -520,18 +537,7 @@ static __always_inline int agg_at_queue(void *ctx, struct bio *bio, const bool b
 	r->f[AGG_F_TGID] = tgid;
 	r->f[AGG_F_SIZE] = size;
 	r->f[AGG_F_BYTES] = size;
-	r->f[AGG_F_PID] = x->pid;
-	r->f[AGG_F_CPU] = x->cpu;
-	r->f[AGG_F_CGROUP] = x->cgroup;
-	r->f[AGG_F_FILE] = x->file;
-	if (x->have & (1u << AGG_F_SEEK)) {
-		r->f[AGG_F_SEEK] = x->seek;
-		r->have |= 1u << AGG_F_SEEK;
-	}
-	if (x->have & (1u << AGG_F_KSTACK))
-		r->f[AGG_F_KSTACK] = (__u64)x->kstack + 1;
-	if (x->have & (1u << AGG_F_USTACK))
-		r->f[AGG_F_USTACK] = (__u64)x->ustack + 1;
+	rec_extras(r, x);
 	agg_eval(r->have);
 	return 0;
 }
@@ -758,18 +764,7 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 	r->f[AGG_F_SIZE] = size;
 	r->f[AGG_F_BYTES] = size;
 	if (x) {
-		r->f[AGG_F_PID] = x->pid;
-		r->f[AGG_F_CPU] = x->cpu;
-		r->f[AGG_F_CGROUP] = x->cgroup;
-		if (x->have & (1u << AGG_F_SEEK)) {
-			r->f[AGG_F_SEEK] = x->seek;
-			r->have |= 1u << AGG_F_SEEK;
-		}
-		if (x->have & (1u << AGG_F_KSTACK))
-			r->f[AGG_F_KSTACK] = (__u64)x->kstack + 1;
-		if (x->have & (1u << AGG_F_USTACK))
-			r->f[AGG_F_USTACK] = (__u64)x->ustack + 1;
-		r->f[AGG_F_FILE] = x->file;
+		rec_extras(r, x);
 	} else if (q_ns && NEED_EXTRAS) {
 		stat_inc(AGG_STAT_NO_EXTRA);
 	}
