@@ -64,7 +64,8 @@ EVENTS_PER_IO = 4.84  # what synth_chunks makes: Q G I D C, Q M for a merged ten
 
 def synth_chunks(n_events: int, seed: int = 7, ios_per_chunk: int | None = None) -> Iterator[npt.NDArray[np.void]]:
     """EVENT arrays (each sorted by time) for about n_events events, in chunks of ios_per_chunk I/Os
-    (default: 100,000, fewer for a small capture)."""
+    each; by default 100,000 (fewer for a small capture) and the last one cut to the size asked."""
+    cut_last = ios_per_chunk is None  # a size asked for: the last chunk cut to it; else whole chunks
     if ios_per_chunk is None:
         ios_per_chunk = max(1000, min(100_000, int(n_events / EVENTS_PER_IO)))
     rng = np.random.default_rng(seed)
@@ -72,8 +73,9 @@ def synth_chunks(n_events: int, seed: int = 7, ios_per_chunk: int | None = None)
     t = 1_000_000_000_000
     made = 0
     while made < n_events:
-        # the last chunk only as large as the events still wanted
-        n = max(2, min(ios_per_chunk, math.ceil((n_events - made) / EVENTS_PER_IO)))
+        n = ios_per_chunk
+        if cut_last:  # the last chunk only as large as the events still wanted
+            n = max(2, min(n, math.ceil((n_events - made) / EVENTS_PER_IO)))
         gap = rng.exponential(3_700, n).astype(np.int64) + 200
         q = t + np.cumsum(gap)
         t = int(q[-1])

@@ -84,8 +84,9 @@ def renderables(r: LatReport, o: LatViewOptions) -> Iterator[RenderableType]:
     if r.timing:
         yield Text(f"timing: {timing_summary(r.timing)}", style="dim")
     if r.completions_unreported:
-        yield Text(f"{r.completions_unreported} issued requests completed without the kernel reporting the "
-                   "completion to BPF programs: not timed, counted as lost (see docs/lat.md)", style="yellow")
+        yield Text(f"{r.completions_unreported} issued requests completed without their completion running a "
+                   "BPF program: not timed, counted as lost (docs/lat.md, 'Completions no BPF program saw')",
+                   style="yellow")
     if r.one_clock and "q2d" in r.phases:
         yield Text(f"{r.one_clock} requests were started and issued in one plug, where the kernel reads its clock "
                    "once: their stamps are equal, their q2d is 0 and their d2c includes the time before the issue; "
