@@ -25,9 +25,15 @@
  * shared producer position) costs more than the rest of a program. Each CPU
  * has one ring per context level (task, softirq, hardirq), so a program never
  * shares a ring with a program it interrupted or that interrupts it: the
- * level is taken from a per-CPU nesting counter raised atomically on entry.
+ * level is taken from a per-CPU nesting counter raised on entry and put back
+ * on exit. Plain loads and stores do for it: the programs run with
+ * preemption off, so only interrupts nest them, and an interrupting program
+ * puts the counter back before the one it interrupted resumes (a locked
+ * add would cost two atomic operations per event for nothing).
  * A ring's producer is therefore alone; it writes the slot at its head, then
- * publishes it by advancing the head (an atomic add, a full barrier).
+ * publishes it by advancing the head: on x86, whose stores become visible in
+ * program order (TSO), a plain store after a compiler barrier; elsewhere an
+ * atomic add (a full barrier).
  * User space (lib/ioscope/_libbpf.c: SlotRings) maps both arrays, copies the
  * slots between each ring's tail and head on a timer, and advances the tail.
  * A full ring drops the record and counts it per CPU in rec_stats. No
@@ -176,13 +182,20 @@ static __always_inline struct trace_event *slot_get(__u32 ring, struct rec_ring_
 	return bpf_map_lookup_elem(&rec_ring, &idx);
 }
 
-/* Publish the slot: the atomic add orders every store to it before the new head.
- * Its old value is the head the slot was taken at, unless two programs shared
- * the ring (the level logic rules that out; counted, never seen). */
+/* Publish the slot: every store to it before the new head. On x86 a plain store
+ * does (above); elsewhere the atomic add, whose old value is the head the slot
+ * was taken at unless two programs shared the ring (the level logic rules that
+ * out; counted, never seen). */
 static __always_inline void slot_put(struct rec_ring_pos *pos, __u64 head)
 {
+#if defined(__TARGET_ARCH_x86)
+	/* TSO: the slot's stores are seen before the head's; only the compiler must keep the order */
+	asm volatile("" ::: "memory");
+	*(volatile __u64 *)&pos->head = head + 1;
+#else
 	if (__sync_fetch_and_add(&pos->head, 1) != head)
 		stat_inc(IOS_REC_RING_RACE);
+#endif
 }
 
 /*
@@ -263,7 +276,8 @@ static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 actio
 	cs = bpf_map_lookup_elem(&cpu_state, &zero);
 	if (!cs)
 		return 0;
-	lvl = __sync_fetch_and_add(&cs->nest, 1);
+	lvl = *(volatile __u64 *)&cs->nest; /* plain: see the top of this file */
+	*(volatile __u64 *)&cs->nest = lvl + 1;
 	if (lvl >= IOS_REC_LEVELS) {
 		stat_inc(IOS_REC_LOST_NEST);
 		goto out;
@@ -295,7 +309,7 @@ static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 actio
 	e->flags = 0;
 	slot_put(pos, head);
 out:
-	__sync_fetch_and_add(&cs->nest, -1);
+	*(volatile __u64 *)&cs->nest = lvl;
 	return 0;
 }
 
