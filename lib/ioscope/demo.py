@@ -94,12 +94,12 @@ def run(args: argparse.Namespace) -> int:
             elapsed = time.monotonic() - t0
             time.sleep(0.05)
             hists = collector.read(reset=False)
-            losses = collector.losses(since_last=False)
+            losses, in_flight = collector.losses(since_last=False)
             # completions the kernel made without running BPF programs (docs/lat.md): detected when a
             # bio's address came back, or still waiting beyond what the kernel has in flight
             only = stamps_only(collector.timing)
             unreported = (0 if only else losses.counters["completion_unseen"]) + completions_unreported(
-                losses, collector.kernel_in_flight(), pid_filtered=False, stamps_only=only)
+                losses, in_flight, pid_filtered=False, stamps_only=only)
             after = loop.diskstats()
         finally:
             collector.close()

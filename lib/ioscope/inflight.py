@@ -78,6 +78,17 @@ class SlotTable:
         return int(np.count_nonzero(vals["d_ns"]))
 
 
+    def pending_and_kernel(self, disks: Iterable[str]) -> tuple[int, int]:
+        """issued_pending(), and what the kernel has in flight on these disks, read before and after
+        it (the larger): a request issued while the table is read is in one of the two readings, so
+        the difference of the two numbers never takes a busy disk's I/O for a completion no program
+        saw (but for one issued and completed inside that window)."""
+        names = list(disks)
+        before = kernel_in_flight(names)
+        pending = self.issued_pending()
+        return pending, max(before, kernel_in_flight(names))
+
+
 def kernel_in_flight(disks: Iterable[str]) -> int:
     """Requests the kernel has in flight now on these blk-mq disks (/proc/diskstats)."""
     stats = devices.read_diskstats()

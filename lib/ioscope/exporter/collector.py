@@ -65,7 +65,7 @@ class IoscopeCollector:
         for h in self.lat.read(reset=True):
             self.hists.setdefault((h.disk, h.op, h.phase), CumHist()).add(h.hist)
         self.timing = dict(self.lat.timing)
-        losses = [self.lat.losses(since_last=True)]
+        losses = [self.lat.losses(since_last=True)[0]]
         procs: list[tuple[tuple[str, str], int, int]] = []
         cgs: list[tuple[tuple[str, str], int, int]] = []
         if self.agg is not None:

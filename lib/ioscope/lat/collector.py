@@ -124,11 +124,15 @@ class LatCollector:
         out.sort(key=LatHist.sort_key)
         return out
 
-    def losses(self, since_last: bool) -> Losses:
+    def losses(self, since_last: bool) -> tuple[Losses, int]:
+        """The losses since the last read, and the requests the kernel has in flight now."""
         losses = self.stats.read(since_last)
         losses.counters["stale"] = self.slots.take_stale()
-        losses.counters[PENDING] = 0 if self.stamps.stamps_only else self.slots.issued_pending()
-        return losses
+        if self.stamps.stamps_only:  # no slots
+            losses.counters[PENDING] = 0
+            return losses, self.kernel_in_flight()
+        losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(self.cross_disks)
+        return losses, in_flight
 
     def sample(self, started: float, reset: bool, final: bool) -> LatSample:
         """Histograms since the last reset (emptied when reset), losses since the last sample."""
@@ -138,9 +142,10 @@ class LatCollector:
         # overstated; completions_unreported)
         kernel = self.kernel_completed(since_last=reset) if final else None
         hists = self.read(reset=reset)
-        return LatSample(wall=wall, started=started, hists=hists, losses=self.losses(since_last=True),
+        losses, in_flight = self.losses(since_last=True)
+        return LatSample(wall=wall, started=started, hists=hists, losses=losses,
                          kernel_completed=kernel if kernel is not None else self.kernel_completed(since_last=reset),
-                         kernel_in_flight=self.kernel_in_flight(), final=final,
+                         kernel_in_flight=in_flight, final=final,
                          pid_filtered=self.opts.pid is not None, stacks=self.stacks, timing=dict(self.timing),
                          programs=list(self.bpf.attached))
 

@@ -104,10 +104,11 @@ class Sampler:
         # stacked devices (dm, md, btrfs) as sysfs has them at the start: the stacks panel
         self.stacks = devices.stack_meta()
 
-    def __call__(self) -> Snapshot:
+    def __call__(self, final: bool = False) -> Snapshot:
+        """The snapshot of the interval since the last call; final: the run's last (TopCollector.sample)."""
         from ioscope.top.model import build_snapshot
 
-        cur = self.c.sample()
+        cur = self.c.sample(final)
         snap = build_snapshot(self.prev, cur, host=self.host, kernel=self.kernel, disks=self.c.whole_disks(),
                               name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary())
         self.prev = cur
@@ -153,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
         collector.close()
 
 
-def _batch(sample: Callable[[], Snapshot], args: argparse.Namespace, interval: float, count: int | None,
+def _batch(sample: Callable[[bool], Snapshot], args: argparse.Namespace, interval: float, count: int | None,
            disk: str | None) -> int:
     from ioscope.top.model import filter_snapshot, sort_devices, sort_procs
     from ioscope.top.view import batch_text
@@ -163,7 +164,7 @@ def _batch(sample: Callable[[], Snapshot], args: argparse.Namespace, interval: f
     try:
         while count is None or done < count:
             cli_common.sleep_until(start + interval * (done + 1))
-            snap = filter_snapshot(sample(), disk, args.pid)
+            snap = filter_snapshot(sample(count is not None and done == count - 1), disk, args.pid)
             reverse = args.sort not in ("pid", "comm", "disk")
             if args.json:
                 snap.procs = sort_procs(snap.procs, args.sort, reverse)[: args.rows]

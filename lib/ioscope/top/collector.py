@@ -14,8 +14,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from ioscope import abi, devices
+from ioscope.inflight import EXPLAIN, SlotTable
 from ioscope.loader import BPFObject
-from ioscope.losses import Losses, StatsDelta
+from ioscope.losses import PENDING, Losses, StatsDelta, settle_unreported, unreported_completions
 from ioscope.top.model import Sample
 
 PROC_MEMORY = 32 << 20  # bytes for the per-CPU process table (entries x CPUs x value size)
@@ -52,7 +53,8 @@ class TopCollector:
             self.disks = b.map("disks")
             self.comms = b.map("comms")
             self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
-                                    [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)])
+                                    [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)], explain=EXPLAIN)
+            self.slots = SlotTable(b.map("inflight"))
             b.attach()
         except BaseException:
             self.bpf.close()
@@ -87,8 +89,10 @@ class TopCollector:
             return
         self._comms.update(abi.comms_from_dump(kb, vb, n))
 
-    def sample(self) -> Sample:
-        """Read and empty the maps, read /proc/diskstats: one consistent moment."""
+    def sample(self, final: bool = False) -> Sample:
+        """Read and empty the maps, read /proc/diskstats: one consistent moment. The last sample of a
+        run (final) also counts the bios issued and never seen completing beyond what the kernel has
+        in flight as completion_unseen (inflight.py: completions no BPF program saw)."""
         mono, wall = time.monotonic(), time.time()
         ds = devices.read_diskstats(self.proc_root)
         pk, pv, pn = self.procs.dump(sum=False, delete=True)
@@ -99,6 +103,10 @@ class TopCollector:
         disk_hists = abi.combine_percpu_hists(dv, dn, self.disks.ncpus)[:, 0]
         self._refresh_comms()
         losses = self.losses()
+        if final:
+            traced = [n for n in self.whole_disks() if devices.is_mq(n, self.sys_root)]
+            losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(traced)
+            settle_unreported(losses, unreported_completions(losses, in_flight))
         return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
                       dict(losses.counters))
 
