@@ -265,7 +265,7 @@ def completions_warnings(tool: str, check: dict[str, dict[str, Any]]) -> list[st
     """One line per disk whose completions (/proc/diskstats) outnumber the C events seen."""
     return [f"ioscope {tool}: warning: {c['name']} ({dev}) completed {c['kernel']:,} I/Os while tracing "
             f"(/proc/diskstats) but {c['recorded']:,} completions were seen: {c['kernel'] - c['recorded']:,} "
-            f"were not (see 'Completions check' in docs/record.md)"
+            f"{'was' if c['kernel'] - c['recorded'] == 1 else 'were'} not (see 'Completions check' in docs/record.md)"
             for dev, c in check.items() if c["recorded"] < c["kernel"]]
 
 
