@@ -77,7 +77,6 @@ class SlotTable:
         _keys, vals = self.slots()
         return int(np.count_nonzero(vals["d_ns"]))
 
-
     def pending_and_kernel(self, disks: Iterable[str]) -> tuple[int, int]:
         """issued_pending(), and what the kernel has in flight on these disks, read before and after
         it (the larger): a request issued while the table is read is in one of the two readings, so
