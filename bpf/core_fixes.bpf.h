@@ -103,6 +103,17 @@ static __always_inline bool bio_is_readahead(__u32 opf)
 }
 
 /*
+ * REQ_NOWAIT: the submitter (io_uring, RWF_NOWAIT) would rather have the bio
+ * fail than wait for a request, so the block layer may end it without ever
+ * making it one (no free tag: bio_wouldblock_error()). A bio without it ends
+ * only through its request's completion.
+ */
+static __always_inline bool bio_is_nowait(__u32 opf)
+{
+	return opf & (1u << bpf_core_enum_value(enum req_flag_bits, __REQ_NOWAIT));
+}
+
+/*
  * When the block layer started timing the request (the start of the await
  * in /proc/diskstats), 0 when it did not stamp it (no I/O accounting and no
  * scheduler). Kernels before 4.17 (commit 522a777566f5) had start_time in

@@ -16,6 +16,20 @@
 #define INFLIGHT_STALE_NS (120ULL * 1000000000ULL)
 #endif
 
+/*
+ * A tool without an issue program (top) cannot see a bio issued, but it can
+ * see at queue whether the bio can end in any other way than through its
+ * request (REQ_NOWAIT: core_fixes.bpf.h). Such a tool defines
+ * SLOT_QUEUED_D_NS(opf) as SLOT_ENDS_IN_RQ for a bio that cannot, and the slot
+ * then counts as issued from its queue: a completion that never comes for it
+ * is a lost one (the queue program's address check, inflight.py's pending
+ * gauge). Never a time: an issue program's stamps are larger.
+ */
+#define SLOT_ENDS_IN_RQ 1ULL
+#ifndef SLOT_QUEUED_D_NS
+#define SLOT_QUEUED_D_NS(opf) 0ULL
+#endif
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, INFLIGHT_SLOTS);
@@ -53,7 +67,7 @@ static __always_inline __u32 slot_of(__u64 bio)
 
 /* Two-way: a bio goes to its slot or the neighbour (idx ^ 1), whichever is
  * free, so a collision needs both taken. */
-static __always_inline void slot_put(__u64 bio, __u64 q_ns, __u32 tgid, __u32 dev)
+static __always_inline void slot_put(__u64 bio, __u64 q_ns, __u64 d_ns, __u32 tgid, __u32 dev)
 {
 	__u32 idx = slot_of(bio), alt = idx ^ 1;
 	struct bio_slot *sl = bpf_map_lookup_elem(&inflight, &idx), *sl2;
@@ -81,7 +95,7 @@ static __always_inline void slot_put(__u64 bio, __u64 q_ns, __u32 tgid, __u32 de
 	}
 	sl->bio = bio;
 	sl->q_ns = q_ns;
-	sl->d_ns = 0;
+	sl->d_ns = d_ns;
 	sl->tgid = tgid;
 	sl->dev = dev;
 }
@@ -131,13 +145,14 @@ static __always_inline int slot_split(struct bio *bio, const bool btf)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
 	__u64 priv = btf ? ptr_value(bio->bi_private) : (__u64)BPF_CORE_READ(bio, bi_private);
+	__u64 d_ns = SLOT_QUEUED_D_NS(btf ? bio->bi_opf : BPF_CORE_READ(bio, bi_opf));
 
 	parent = priv ? slot_get(priv) : NULL;
 	if (parent) {
 		__u64 q = parent->q_ns;
 		__u32 ptgid = parent->tgid, pdev = parent->dev;
 
-		slot_put(key, q, ptgid, pdev);
+		slot_put(key, q, d_ns, ptgid, pdev);
 		stat_inc(IOS_STAT_SPLIT);
 		return 0;
 	}
@@ -145,7 +160,7 @@ static __always_inline int slot_split(struct bio *bio, const bool btf)
 	if (!last || !last->bio || last->tgid != tgid ||
 	    last->dev != (btf ? disk_dev_direct(bio_disk_direct(bio)) : disk_dev(bio_disk(bio))))
 		return 0;
-	slot_put(key, last->q_ns, tgid, last->dev);
+	slot_put(key, last->q_ns, d_ns, tgid, last->dev);
 	stat_inc(IOS_STAT_SPLIT);
 	return 0;
 }

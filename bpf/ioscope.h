@@ -117,7 +117,7 @@ struct top_proc_val {
 struct bio_slot {
 	__u64 bio;   /* struct bio *, 0 = free */
 	__u64 q_ns;  /* queued (0: queued before tracing started) */
-	__u64 d_ns;  /* its request issued to the driver (0: not yet; lat only) */
+	__u64 d_ns;  /* its request issued to the driver (0: not yet); SLOT_ENDS_IN_RQ in a tool without an issue program */
 	__u32 tgid;  /* the process that queued it */
 	__u32 dev;
 };

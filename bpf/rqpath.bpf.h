@@ -92,19 +92,21 @@ static __always_inline int rqpath_bio_queue(struct bio *bio, const bool btf)
 		 * The remainder of a bio split right after it was queued comes back
 		 * here at once: it keeps its first queue time. Any other slot still
 		 * holding this address is left over from an earlier bio whose
-		 * completion never reached us: a lost measurement if it was issued.
+		 * completion never reached us: a lost measurement if it was issued
+		 * (or, in a tool without an issue program, could end only by
+		 * completing: SLOT_ENDS_IN_RQ).
 		 */
-		if (last && last->bio == key && !sl->d_ns) {
+		if (last && last->bio == key && sl->d_ns <= SLOT_ENDS_IN_RQ) {
 			stat_inc(IOS_STAT_REQUEUED);
 		} else {
 			stat_inc(sl->d_ns ? IOS_LOST_C_UNSEEN : IOS_STAT_NEVER_ISSUED);
 			sl->q_ns = now;
-			sl->d_ns = 0;
+			sl->d_ns = SLOT_QUEUED_D_NS(btf ? bio->bi_opf : BPF_CORE_READ(bio, bi_opf));
 			sl->tgid = tgid;
 			sl->dev = dev;
 		}
 	} else {
-		slot_put(key, now, tgid, dev);
+		slot_put(key, now, SLOT_QUEUED_D_NS(btf ? bio->bi_opf : BPF_CORE_READ(bio, bi_opf)), tgid, dev);
 	}
 	if (last) {
 		note_comm(last, tgid);
@@ -140,10 +142,7 @@ static __always_inline int rqpath_rq_issue(struct request *rq, const bool btf)
 		if (RQPATH_TGID)
 			return 0; /* queued by another process, or before tracing */
 		/* queued before tracing started: d2c only */
-		slot_put(key, 0, 0, dev);
-		sl = slot_get(key);
-		if (sl)
-			sl->d_ns = now;
+		slot_put(key, 0, now, 0, dev);
 		stat_inc(IOS_INFLIGHT_AT_START);
 		return 0;
 	}

@@ -28,6 +28,8 @@
 #include "hist.bpf.h"
 #include "common.bpf.h"
 #include "comms.bpf.h"
+/* no issue program: a bio that can end only by completing is marked at queue (inflight.bpf.h) */
+#define SLOT_QUEUED_D_NS(opf) (bio_is_nowait(opf) ? 0ULL : SLOT_ENDS_IN_RQ)
 #include "inflight.bpf.h"
 
 #define RQPATH_MAX_CHAIN 64

@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -139,6 +139,23 @@ def assert_counted(got: int, truth: int, reported: int) -> None:
         assert got == truth, (got, truth)
     else:
         assert truth - reported <= got <= truth, (got, truth, reported)
+
+
+def assert_lost_only_unseen(lost: int, detail: Mapping[str, int], nios: int) -> int:
+    """A tool's report lost nothing but completions that ran no BPF program (completion_unseen, docs/lat.md),
+    and no more of those than unreported_bound(nios) for the nios I/Os it traced. Returns how many."""
+    unseen = int(detail.get("completion_unseen", 0))
+    assert lost == unseen, (lost, dict(detail))
+    assert unseen <= unreported_bound(nios), (unseen, nios)
+    return unseen
+
+
+def text_losses(text: str) -> tuple[int, int]:
+    """(lost, completion_unseen) summed over a text report's 'lost N' headers and its lines naming the losses
+    ('lost: completion_unseen 1, ...' in top, 'lost: 1 completion_unseen (...)' in lat)."""
+    lost = sum(int(n) for n in re.findall(r"\blost (\d+)", text))
+    unseen = sum(int(a or b) for a, b in re.findall(r"\bcompletion_unseen (\d+)|\b(\d+) completion_unseen", text))
+    return lost, unseen
 
 
 def unreported_completions(capture_path: str, major: int, minor: int) -> int:

@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             elapsed = time.monotonic() - t0
             time.sleep(0.05)
             hists = collector.read(reset=False)
-            losses, in_flight = collector.losses(since_last=False)
+            losses, in_flight = collector.losses(since_last=False, final=True)
             # completions the kernel made without running BPF programs (docs/lat.md): detected when a
             # bio's address came back, or still waiting beyond what the kernel has in flight
             only = stamps_only(collector.timing)

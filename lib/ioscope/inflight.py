@@ -1,16 +1,19 @@
-"""The slot table of the bios in flight (bpf/inflight.bpf.h), as user space reads it: lat and agg.
+"""The slot table of the bios in flight (bpf/inflight.bpf.h), as user space reads it: lat, agg and top.
 
-The queue program gives each bio a slot, the issue program stamps its issue time into it and the
-completion program frees it. Two things are read from it here, the same way for every tool:
+The queue program gives each bio a slot, the issue program (lat and agg; top has none) stamps its
+issue time into it and the completion program frees it. Two things are read from it here, the same
+way for every tool:
 
 - slots left over by bios whose completion will never come (older than STALE_NS) are freed, every
   SWEEP_EVERY_S, and counted (`stale`);
-- the slots of bios that were issued and not (yet) completed (`issued_not_completed`, a gauge).
-  Once the traced disks are idle, those beyond what the kernel itself has in flight are
-  completions that ran no BPF program (docs/lat.md, "Completions no BPF program saw"):
-  losses.unreported_completions() counts them, and a final report moves them into the loss
-  `completion_unseen` (losses.settle_unreported), where the queue program already counts a slot
-  whose address comes back.
+- the slots of bios sent to the disk and not (yet) seen completing (`issued_not_completed`, a
+  gauge): those the issue program stamped, or, in a tool without one, every slot. Once the traced
+  disks are idle, those beyond what the kernel itself has in flight are completions that ran no BPF
+  program (docs/lat.md, "Completions no BPF program saw"): losses.unreported_completions() counts
+  them, and a final report moves them into the loss `completion_unseen` (losses.settle_unreported),
+  where the queue program already counts a slot whose address comes back. A final report first
+  gives the bios pending at its moment up to SETTLE_S to complete, and counts only those that did
+  not: a busy disk's bios in flight, several to a request, are not taken for lost completions.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from ioscope import abi, devices
 
 STALE_NS = 120 * 1_000_000_000  # a bio unfinished after 2 minutes is dropped and counted
 SWEEP_EVERY_S = 10
+SETTLE_S = 0.25  # a final report's wait for the bios pending at its moment (none pending: no wait)
+POLL_S = 0.02
 EXPLAIN = {"completion_unseen": "issued requests whose completion ran no BPF program, though the kernel completed "
                                 "them (docs/lat.md, 'Completions no BPF program saw'): not counted"}
 
@@ -38,8 +43,11 @@ class _Map(Protocol):
 class SlotTable:
     """The `inflight` map of one BPF object."""
 
-    def __init__(self, inflight: _Map) -> None:
+    def __init__(self, inflight: _Map, issue_stamped: bool = True) -> None:
+        """issue_stamped: the tool's issue program stamps each slot's d_ns (lat, agg); top's table has
+        no issue stamps, and every bio in it is pending."""
         self.map = inflight
+        self.issue_stamped = issue_stamped
         self.stale = 0  # slots freed by sweep_stale(), since the last take_stale()
         self._last_sweep = time.monotonic()
 
@@ -72,20 +80,37 @@ class SlotTable:
         n, self.stale = self.stale, 0
         return n
 
-    def issued_pending(self) -> int:
-        """Bios issued to the driver whose completion has not reached us (yet): a gauge."""
-        _keys, vals = self.slots()
-        return int(np.count_nonzero(vals["d_ns"]))
+    def pending(self) -> set[tuple[int, int, int, int]]:
+        """The bios sent to the disk whose completion has not reached us (yet), each as (slot, bio,
+        queue time, issue time): the same tuple is the same bio, still pending."""
+        keys, vals = self.slots()
+        if self.issue_stamped:
+            issued = vals["d_ns"] != 0
+            keys, vals = keys[issued], vals[issued]
+        return set(zip(keys.tolist(), vals["bio"].tolist(), vals["q_ns"].tolist(), vals["d_ns"].tolist()))
 
-    def pending_and_kernel(self, disks: Iterable[str]) -> tuple[int, int]:
-        """issued_pending(), and what the kernel has in flight on these disks, read before and after
-        it (the larger): a request issued while the table is read is in one of the two readings, so
-        the difference of the two numbers never takes a busy disk's I/O for a completion no program
-        saw (but for one issued and completed inside that window)."""
+    def pending_and_kernel(self, disks: Iterable[str], settle_s: float = 0.0) -> tuple[int, int]:
+        """The number of pending() bios, and what the kernel has in flight on these disks, read before
+        and after the table (the larger): a request issued while the table is read is in one of the
+        two readings, so the difference of the two numbers never takes a busy disk's new I/O for a
+        completion no program saw (but for one issued and completed inside that window).
+
+        settle_s (a final report): the bios pending now are given up to settle_s to complete (the
+        table read again every POLL_S), and only those still pending, the same bio in the same slot,
+        are counted, against the kernel's count read around the last reading. Requests the kernel
+        has in flight then that were issued during the wait make the difference smaller, never
+        larger: a lower bound."""
         names = list(disks)
         before = kernel_in_flight(names)
-        pending = self.issued_pending()
-        return pending, max(before, kernel_in_flight(names))
+        pending = self.pending()
+        after = kernel_in_flight(names)
+        end = time.monotonic() + settle_s
+        while pending and time.monotonic() < end:
+            time.sleep(POLL_S)
+            before = kernel_in_flight(names)
+            pending &= self.pending()
+            after = kernel_in_flight(names)
+        return len(pending), max(before, after)
 
 
 def kernel_in_flight(disks: Iterable[str]) -> int:
@@ -94,4 +119,4 @@ def kernel_in_flight(disks: Iterable[str]) -> int:
     return sum(stats[n].in_flight for n in disks if n in stats)
 
 
-__all__ = ["EXPLAIN", "STALE_NS", "SWEEP_EVERY_S", "SlotTable", "kernel_in_flight"]
+__all__ = ["EXPLAIN", "POLL_S", "SETTLE_S", "STALE_NS", "SWEEP_EVERY_S", "SlotTable", "kernel_in_flight"]

@@ -15,7 +15,7 @@ from ioscope import devices
 from ioscope.agg import abi, names
 from ioscope.agg.expr import CMP_CODES, Expr, Insn, compile_cond
 from ioscope.agg.model import AggSample, Linear, RawRow, Scalar, Stat, hist_from_counts, key_mask
-from ioscope.inflight import EXPLAIN, SlotTable
+from ioscope.inflight import EXPLAIN, SETTLE_S, SlotTable
 from ioscope.loader import BPFObject
 from ioscope.losses import PENDING, Losses, StatsDelta
 from ioscope.stamps import LOSS_EXPLAIN, StampTiming
@@ -273,19 +273,21 @@ class AggCollector:
         self._namer.new_interval()
         unresolved = self._namer.usyms.unresolved
         rows = names.name_rows(self.opts.exprs, raw, self._namer)
-        losses, in_flight = self.losses()
+        losses, in_flight = self.losses(final)
         if any("ustack" in e.keys for e in self.opts.exprs):  # an explanation: such frames print as addresses
             losses.counters["ustack_frames_unresolved"] = self._namer.usyms.unresolved - unresolved
         return AggSample(wall, started, rows, losses, final, timing=dict(self.timing), kernel_in_flight=in_flight)
 
-    def losses(self) -> tuple[Losses, int]:
+    def losses(self, final: bool = False) -> tuple[Losses, int]:
         """The losses since the last read and, where bios are followed, the requests the kernel has in
-        flight now (0 elsewhere)."""
+        flight now (0 elsewhere; final: after the bios pending now were given time to complete,
+        inflight.SETTLE_S)."""
         losses = self.stats.read(True)
         losses.counters["stale"] = self.slots.take_stale()
         if not self.slotted:
             return losses, 0
-        losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(self.mq_disks)
+        settle = SETTLE_S if final else 0.0
+        losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(self.mq_disks, settle_s=settle)
         return losses, in_flight
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ioscope import abi, devices
-from ioscope.inflight import EXPLAIN, SlotTable, kernel_in_flight
+from ioscope.inflight import EXPLAIN, SETTLE_S, SlotTable, kernel_in_flight
 from ioscope.lat.model import LatHist, LatSample
 from ioscope.loader import BPFObject
 from ioscope.losses import PENDING, Losses, StatsDelta
@@ -124,14 +124,16 @@ class LatCollector:
         out.sort(key=LatHist.sort_key)
         return out
 
-    def losses(self, since_last: bool) -> tuple[Losses, int]:
-        """The losses since the last read, and the requests the kernel has in flight now."""
+    def losses(self, since_last: bool, final: bool = False) -> tuple[Losses, int]:
+        """The losses since the last read, and the requests the kernel has in flight now (final: after
+        the bios pending now were given time to complete, inflight.SETTLE_S)."""
         losses = self.stats.read(since_last)
         losses.counters["stale"] = self.slots.take_stale()
         if self.stamps.stamps_only:  # no slots
             losses.counters[PENDING] = 0
             return losses, self.kernel_in_flight()
-        losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(self.cross_disks)
+        settle = SETTLE_S if final else 0.0
+        losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(self.cross_disks, settle_s=settle)
         return losses, in_flight
 
     def sample(self, started: float, reset: bool, final: bool) -> LatSample:
@@ -142,7 +144,7 @@ class LatCollector:
         # overstated; completions_unreported)
         kernel = self.kernel_completed(since_last=reset) if final else None
         hists = self.read(reset=reset)
-        losses, in_flight = self.losses(since_last=True)
+        losses, in_flight = self.losses(since_last=True, final=final)
         return LatSample(wall=wall, started=started, hists=hists, losses=losses,
                          kernel_completed=kernel if kernel is not None else self.kernel_completed(since_last=reset),
                          kernel_in_flight=in_flight, final=final,

@@ -69,6 +69,8 @@ def hist_title(h: LatHist, o: LatViewOptions) -> str:
 
 def renderables(r: LatReport, o: LatViewOptions) -> Iterator[RenderableType]:
     yield Text(f"{cli_common.iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}", style="dim")
+    if r.losses.lost:
+        yield Text(f"lost: {r.losses.describe()}", style="yellow")
     if not r.hists:
         yield Text("no block I/O completed on the traced disks")
     for h in r.hists:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ioscope import abi, devices
-from ioscope.inflight import EXPLAIN, SlotTable
+from ioscope.inflight import EXPLAIN, SETTLE_S, SlotTable
 from ioscope.loader import BPFObject
 from ioscope.losses import PENDING, Losses, StatsDelta, settle_unreported, unreported_completions
 from ioscope.top.model import Sample
@@ -54,7 +54,7 @@ class TopCollector:
             self.comms = b.map("comms")
             self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
                                     [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)], explain=EXPLAIN)
-            self.slots = SlotTable(b.map("inflight"))
+            self.slots = SlotTable(b.map("inflight"), issue_stamped=False)
             b.attach()
         except BaseException:
             self.bpf.close()
@@ -105,7 +105,7 @@ class TopCollector:
         losses = self.losses()
         if final:
             traced = [n for n in self.whole_disks() if devices.is_mq(n, self.sys_root)]
-            losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(traced)
+            losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(traced, settle_s=SETTLE_S)
             settle_unreported(losses, unreported_completions(losses, in_flight))
         return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
                       dict(losses.counters))
