@@ -9,7 +9,7 @@ from rich.console import Group
 
 from ioscope import abi
 from ioscope.hist import Hist
-from ioscope.lat.model import LatHist, LatSample, build_report
+from ioscope.lat.model import LatHist, LatSample, build_report, stamps_shortfall
 from ioscope.lat.view import LatViewOptions, renderables, to_json
 from ioscope.losses import Losses
 from ioscope.render import render_plain
@@ -44,21 +44,25 @@ def test_unreported_completions_become_losses_only_at_the_end() -> None:
 
 
 def test_stamps_alone_count_what_the_kernel_completed_beyond_what_the_program_saw() -> None:
-    """With the kernel's stamps there are no slots: a final report takes the kernel's count of
-    completed requests (11 here) against the requests the program ended (8 d2c + 1 not_stamped)."""
-    s = _sample(final=True, pending=0, in_flight=0)
+    """With the kernel's stamps there are no slots: the collector takes the kernel's count of requests
+    completed since the attach (11 here) against those the program ended (8 d2c + 1 not_stamped), less
+    what it found before; every report, not only the last, says what it found."""
+    assert stamps_shortfall(11, 9, 0) == 2
+    assert stamps_shortfall(11, 9, 2) == 0       # found and reported already
+    assert stamps_shortfall(13, 12, 2) == 0      # the kernel read first: never below what was reported
+    assert stamps_shortfall(14, 11, 2) == 1
+    s = _sample(final=False, pending=0, in_flight=0)
     s.timing = {"loop0": "kernel stamps"}
+    s.stamps_shortfall = 2
     s.losses.counters["not_stamped"] = 1
     s.losses.loss_names = s.losses.loss_names | {"not_stamped"}
-    end = build_report(s)
-    assert end.completions_unreported == 2  # of which 1 recursion miss, a loss already
-    assert end.losses.counters["completion_unseen"] == 1 and end.losses.counters["issued_not_completed"] == 0
-    assert end.losses.lost == 1 + 1 + 1
-    # not before the end (an interval's edges cut requests in flight), and recursion misses at least
-    s.final = False
-    assert build_report(s).completions_unreported == 1 and build_report(s).losses.counters["completion_unseen"] == 0
-    # nothing to compare when d2c is not measured
-    s.final = True
+    for final in (False, True):
+        s.final = final
+        r = build_report(s)
+        assert r.completions_unreported == 2  # of which 1 recursion miss, a loss already
+        assert r.losses.counters["completion_unseen"] == 1 and r.losses.counters["issued_not_completed"] == 0
+        assert r.losses.lost == 1 + 1 + 1
+    # nothing to compare when d2c is not measured: recursion misses only
     assert build_report(s, phases=("q2c",)).completions_unreported == 1
     assert build_report(s, phases=("q2c",)).losses.counters["completion_unseen"] == 0
 

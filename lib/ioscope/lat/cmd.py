@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         timed = timing_summary(collector.timing)
 
         def emit(started: float, reset: bool, final: bool) -> None:
-            report = build_report(collector.sample(started, reset=reset, final=not reset),
+            report = build_report(collector.sample(started, reset=reset, final=final),
                                   attach=attach, phases=opts.phases)
             cli_common.print_result("lat", report, args.json, to_json,
                                     lambda rep: renderables(rep, view), report.losses)

@@ -9,7 +9,7 @@ import numpy as np
 
 from ioscope import abi, devices
 from ioscope.inflight import EXPLAIN, SETTLE_S, SlotTable, kernel_in_flight
-from ioscope.lat.model import LatHist, LatSample
+from ioscope.lat.model import LatHist, LatSample, stamps_shortfall
 from ioscope.loader import BPFObject
 from ioscope.losses import PENDING, Losses, StatsDelta
 from ioscope.stamps import LOSS_EXPLAIN, StampTiming
@@ -50,6 +50,12 @@ class LatCollector:
         # the kernel's counts from after the attach: a request completed in between is seen by the
         # program and not in the kernel's delta, never the other way round
         self._last_kernel = self._kernel_counts()
+        self._kernel_base = dict(self._last_kernel)
+        # with the kernel's stamps alone: requests the program ended (d2c, not_stamped) since the attach,
+        # and the completions it was found not to have run for, reported so far (model.stamps_shortfall)
+        self._d2c_total = 0
+        self._not_stamped_total = 0
+        self._shortfall_total = 0
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
@@ -139,17 +145,24 @@ class LatCollector:
     def sample(self, started: float, reset: bool, final: bool) -> LatSample:
         """Histograms since the last reset (emptied when reset), losses since the last sample."""
         wall = time.time()
-        # the final report reads the kernel's count first: a request completed between the two reads
-        # is then one the program saw and the kernel's delta does not hold (a shortfall is never
-        # overstated; completions_unreported)
-        kernel = self.kernel_completed(since_last=reset) if final else None
+        # the kernel's count is read first: a request completed between the two reads is then one the
+        # program saw and the kernel's count does not hold (a shortfall is never overstated)
+        kernel_now = self._kernel_counts()
         hists = self.read(reset=reset)
         losses, in_flight = self.losses(since_last=True, final=final)
+        shortfall = 0
+        if self.stamps.stamps_only and "d2c" in self.opts.phases:
+            d2c = sum(h.hist.count for h in hists if h.phase == "d2c")
+            self._d2c_total = self._d2c_total + d2c if reset else d2c  # without reset the histograms add up
+            self._not_stamped_total += losses.counters.get("not_stamped", 0)
+            shortfall = stamps_shortfall(sum(v - self._kernel_base.get(n, v) for n, v in kernel_now.items()),
+                                         self._d2c_total + self._not_stamped_total, self._shortfall_total)
+            self._shortfall_total += shortfall
         return LatSample(wall=wall, started=started, hists=hists, losses=losses,
-                         kernel_completed=kernel if kernel is not None else self.kernel_completed(since_last=reset),
+                         kernel_completed=self.kernel_completed(since_last=reset, cur=kernel_now),
                          kernel_in_flight=in_flight, final=final,
                          pid_filtered=self.opts.pid is not None, stacks=self.stacks, timing=dict(self.timing),
-                         programs=list(self.bpf.attached))
+                         programs=list(self.bpf.attached), stamps_shortfall=shortfall)
 
     def _kernel_counts(self) -> dict[str, int]:
         stats = devices.read_diskstats()
@@ -159,9 +172,10 @@ class LatCollector:
         """Requests the kernel has in flight now on the traced blk-mq disks (/proc/diskstats)."""
         return kernel_in_flight(self.cross_disks)
 
-    def kernel_completed(self, since_last: bool) -> dict[str, int]:
-        """Requests the kernel completed on the traced blk-mq disks (from /proc/diskstats)."""
-        cur = self._kernel_counts()
+    def kernel_completed(self, since_last: bool, cur: dict[str, int] | None = None) -> dict[str, int]:
+        """Requests the kernel completed on the traced blk-mq disks (from /proc/diskstats, or cur read
+        from it) since the last call with since_last."""
+        cur = self._kernel_counts() if cur is None else cur
         delta = {n: v - self._last_kernel.get(n, v) for n, v in cur.items()}
         if since_last:
             self._last_kernel = cur

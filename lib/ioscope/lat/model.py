@@ -41,6 +41,9 @@ class LatSample:
     stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # devices.stack_meta() of the traced disks
     timing: dict[str, str] = field(default_factory=dict)  # traced disk -> how it is timed (stamps.STAMPS/PROBES)
     programs: list[str] = field(default_factory=list)     # the BPF programs attached
+    # with the kernel's stamps alone: requests the kernel completed that the program did not end, found
+    # in this sample (stamps_shortfall())
+    stamps_shortfall: int = 0
 
 
 @dataclass
@@ -94,9 +97,9 @@ def completions_unreported(losses: Losses, kernel_in_flight: int, pid_filtered: 
                            stamps_only: bool = False, shortfall: int = 0) -> int:
     """Completions that ran no program of ours (docs/lat.md). With the probes: bios issued and still
     waiting for a completion beyond what the kernel has in flight (inflight.py). With the kernel's
-    stamps alone (one program, no slots): the runs of it the kernel skipped as recursion, or, in a
-    final report, the requests the kernel completed (/proc/diskstats) beyond those the program saw
-    (shortfall; a lower bound: see LatCollector.sample)."""
+    stamps alone (one program, no slots): the runs of it the kernel skipped as recursion, or the
+    requests the kernel completed (/proc/diskstats) beyond those the program ended, found in this
+    report (shortfall: stamps_shortfall())."""
     if stamps_only:
         return max(losses.counters.get(RECURSION_MISSES, 0), shortfall)
     if pid_filtered:
@@ -104,17 +107,25 @@ def completions_unreported(losses: Losses, kernel_in_flight: int, pid_filtered: 
     return unreported_completions(losses, kernel_in_flight)
 
 
+def stamps_shortfall(kernel_total: int, ended_total: int, reported: int) -> int:
+    """With the kernel's stamps alone (one program, no slots): the completions the program was not run
+    for, found now and not reported before. kernel_total: requests the kernel completed on the traced
+    disks since the attach (/proc/diskstats, read before the program's counts); ended_total: those the
+    program ended since then (d2c, not_stamped); reported: found before. Reading the kernel first
+    makes it a lower bound: a request completed between the reads is one the program ended and the
+    kernel's count does not hold yet, never the reverse."""
+    return max(0, kernel_total - ended_total - reported)
+
+
 def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c", "q2d", "d2c")) -> LatReport:
     losses = Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain)
     only = stamps_only(s.timing)
-    shortfall = 0
-    if s.final and only and "d2c" in phases:  # every request the program saw ends in d2c or not_stamped
-        seen = sum(h.hist.count for h in s.hists if h.phase == "d2c") + losses.counters.get("not_stamped", 0)
-        shortfall = sum(s.kernel_completed.values()) - seen
+    shortfall = s.stamps_shortfall if only and "d2c" in phases else 0
     unreported = completions_unreported(losses, s.kernel_in_flight, s.pid_filtered, only, shortfall)
-    if s.final:  # nothing more can arrive: they are lost (recursion misses are counted as such already)
-        settle_unreported(losses, unreported - (losses.counters.get(RECURSION_MISSES, 0) if only else 0),
-                          from_pending=not only)
+    if only:  # found as it happened, in every report (recursion misses are counted as such already)
+        settle_unreported(losses, max(0, unreported - losses.counters.get(RECURSION_MISSES, 0)), from_pending=False)
+    elif s.final:  # nothing more can arrive: the bios still waiting are lost
+        settle_unreported(losses, unreported)
     hists = sorted((h for h in s.hists if h.phase in phases and h.hist.count), key=LatHist.sort_key)
     return LatReport(
         wall=s.wall, interval_s=s.wall - s.started, hists=hists, losses=losses,
