@@ -14,7 +14,7 @@ import subprocess
 import time
 from typing import Any
 
-from conftest import bpf_prog_ids, ioscope_cmd, programs_left
+from conftest import assert_counted, bpf_prog_ids, ioscope_cmd, programs_left, text_losses, unreported_bound
 from ioscope.testbed import run_fio
 
 _TITLE_RE = re.compile(r"^q2c: .*\[disk (\S+)\]$")
@@ -52,7 +52,12 @@ def test_lat_says_how_each_disk_is_timed_and_counts_both(loopdev: Any) -> None:
     out, err = p.communicate(timeout=30)
     assert p.returncode == 0, err
     assert out.count(f"timing: kernel stamps: {a.name}; probes: {b.name}") == 3, out[-2000:]
-    assert _q2c_counts(out) == {a.name: 3001, b.name: 2999}, out[-3000:]
-    assert "lost 0" in out and not re.search(r"lost [1-9]", out), out
+    # nothing lost but completions that ran no BPF program (docs/lat.md), which lat finds on the disk it
+    # follows with the probes (b); on the stamped disk of a run that also uses the probes it cannot yet
+    lost, unseen = text_losses(out)
+    assert lost == unseen <= unreported_bound(2999), out[-3000:]
+    counts = _q2c_counts(out)
+    assert counts[a.name] == 3001, out[-3000:]
+    assert_counted(counts[b.name], 2999, unseen)
     time.sleep(0.1)
     assert not programs_left(ids)
