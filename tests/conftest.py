@@ -124,9 +124,9 @@ def unreported_bound(nios: int) -> int:
     """The most completions that may run no BPF program among nios I/Os and a test still pass: 0.1%
     plus 2. On these VMs a completion whose softirq runs on top of the VM agent's thread reaches the
     kernel's own blk tracer and no BPF program (docs/lat.md, "Completions no BPF program saw"): from
-    1 in 120,000 to 1 in 20,000 at 5,000 IOPS on different runs, at most 312 in ~500,000 at full rate. A tool that loses or miscounts
-    I/O itself fails the exact identities the tests check beside this bound (timed + reported ==
-    the workload's count)."""
+    1 in 120,000 to 1 in 20,000 at 5,000 IOPS on different runs, at most 312 in ~500,000 at full
+    rate. A tool that loses or miscounts I/O itself fails the exact identities the tests check
+    beside this bound (timed + reported == the workload's count)."""
     return 2 + nios // 1000
 
 

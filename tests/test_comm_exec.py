@@ -6,6 +6,11 @@ dd at once (renamed before any tool saw its I/O); a Python worker renames itself
 prctl(PR_SET_NAME) between two phases of direct reads. lat, top, readsize, readahead, fair, record
 and snoop run at the same time. Ground truth: dd's own record and byte counts, the worker's own
 counts, and /proc/diskstats.
+
+About 1 in 20,000 completions runs no BPF program on this kernel (docs/lat.md, "Completions no BPF
+program saw"). Counts made at completion are exact when the tool reported no such miss, and fall short
+of the truth by at most what it reported otherwise (conftest.assert_counted): lat's completion_unseen,
+snoop's and record's completions check.
 """
 
 from __future__ import annotations
@@ -24,7 +29,15 @@ from typing import Any
 
 import pytest
 
-from conftest import bpf_prog_ids, ioscope_cmd, json_lines, run_ioscope
+from conftest import (
+    assert_counted,
+    bpf_prog_ids,
+    ioscope_cmd,
+    json_lines,
+    run_ioscope,
+    unreported_bound,
+    unreported_completions,
+)
 
 BS = 4096
 DD_READS = 101        # direct reads of each reading dd
@@ -182,26 +195,59 @@ def test_ground_truth(run: Run) -> None:
     assert run.old_name != RENAMED
 
 
-def test_lat(run: Run) -> None:
+def _lat(run: Run) -> tuple[dict[int, dict[str, Any]], int]:
+    """lat -P's q2c histograms by process, and the completions on the disk it reported as run by no BPF
+    program (completion_unseen: a bio whose address came back, or still waiting at its final report)."""
     (doc,) = _docs(run, "lat")
     q2c = {h["pid"]: h for h in doc["hists"] if h["phase"] == "q2c" and h["pid"] is not None}
+    unseen = int(doc["lost_detail"]["completion_unseen"])
+    assert unseen <= unreported_bound(run.disk_reads + run.disk_writes), doc["lost_detail"]
+    return q2c, unseen
+
+
+def _snoop_unseen(err: str) -> int:
+    """Completions snoop says the disk made while it traced and no BPF program saw: the number its
+    completions check warns of on stderr (docs/record.md, 'Completions check'), 0 without a warning."""
+    return sum(int(n.replace(",", "")) for n in
+               re.findall(r"^ioscope snoop: warning: .* completions were seen: ([\d,]+) (?:was|were) not ", err, re.M))
+
+
+def test_lat(run: Run) -> None:
+    q2c, unseen = _lat(run)
     for w in run.dd:
-        # the shell's own reads and dd's, all in one process named dd
-        assert q2c[w.pid]["comm"] == "dd" and q2c[w.pid]["count"] > w.records, q2c.get(w.pid)
+        # the shell's own reads and dd's, all in one process named dd: more than dd's, but for what lat
+        # reported as unseen
+        assert q2c[w.pid]["comm"] == "dd" and q2c[w.pid]["count"] + unseen > w.records, (q2c.get(w.pid), unseen)
     assert q2c[run.buffered.pid]["comm"] == "dd"
-    assert q2c[run.renamer]["comm"] == RENAMED and q2c[run.renamer]["count"] == PHASE1 + PHASE2
+    assert q2c[run.renamer]["comm"] == RENAMED
+    assert_counted(q2c[run.renamer]["count"], PHASE1 + PHASE2, unseen)
+    # one miss is one I/O of one process: the gaps together are within what lat reported
+    assert (sum(q2c[w.pid]["count"] for w in run.dd) + q2c[run.renamer]["count"] + unseen
+            >= sum(w.records + 1 for w in run.dd) + PHASE1 + PHASE2), (q2c, unseen)
     assert not [h for h in q2c.values() if h["comm"] == "sh"]
     assert sum(h["count"] for h in q2c.values()) <= run.disk_reads + run.disk_writes + 64
 
 
 def test_top(run: Run) -> None:
     procs = [p for doc in _docs(run, "top") for p in doc["procs"]]
+    # top's `-j 1` run without a count never makes a final report: a bio still waiting at its end is not
+    # counted as unseen. lat ran beside it on the same workload, and a completion that runs no BPF
+    # program runs none of any tool: lat's count and its report of such misses stand for top's.
+    lat_q2c, unseen = _lat(run)
     for w in [*run.dd, run.buffered]:
         mine = [p for p in procs if p["pid"] == w.pid]
         assert {p["comm"] for p in mine} == {"dd"}, mine
-        assert sum(p["ios"] for p in mine) > w.records if w in run.dd else True
+        assert sum(p["ios"] for p in mine) + unseen > w.records if w in run.dd else True, (mine, unseen)
     mine = [p for p in procs if p["pid"] == run.renamer]
-    assert {p["comm"] for p in mine} == {RENAMED} and sum(p["ios"] for p in mine) == PHASE1 + PHASE2, mine
+    ios = sum(p["ios"] for p in mine)
+    assert {p["comm"] for p in mine} == {RENAMED}, mine
+    # one 4 KiB direct read is one bio and one request: top (bios) and lat (q2c) count the same I/Os,
+    # the ones whose completion ran the programs
+    assert ios == lat_q2c[run.renamer]["count"], (mine, lat_q2c.get(run.renamer))
+    assert_counted(ios, PHASE1 + PHASE2, unseen)
+    # the gaps together are within what lat reported (a miss is one I/O of one process)
+    assert (sum(p["ios"] for p in procs if p["pid"] in {w.pid for w in run.dd}) + ios + unseen
+            >= sum(w.records + 1 for w in run.dd) + PHASE1 + PHASE2), (procs, unseen)
 
 
 def test_readsize_and_fair(run: Run) -> None:
@@ -260,25 +306,56 @@ def test_record_parse(run: Run) -> None:
     assert queued.get((run.renamer, RENAMED)) == PHASE2, queued
 
 
+def _record_missing(run: Run) -> int:
+    """Completions the kernel made on the disk while recording that never reached the recorder, as the
+    capture's completions check reports them (checked against its C events by conftest)."""
+    from ioscope.trace.capture import open_capture
+
+    with open_capture(run.capture) as cap:
+        assert cap.end is not None
+        disks = [tuple(int(x) for x in key.split(",")) for key in cap.end["completions_check"]]
+    return sum(unreported_completions(str(run.capture), major, minor) for major, minor in disks)
+
+
 def test_record_report_per_process(run: Run) -> None:
     doc = run_ioscope("report", "-j", str(run.capture), check=True).stdout
     import json
     procs = json.loads(doc)["processes"]
     queued = _parse_queued(run)
+    missing = _record_missing(run)
+
+    def q2c_n(name: str) -> int:
+        return int(procs[name]["phases"]["q2c"]["n"]) if name in procs else 0
+
     dd_ios = sum(n for (_pid, c), n in queued.items() if c == "dd")
+    sh_ios = sum(n for (_pid, c), n in queued.items() if c == "sh")
     assert dd_ios >= sum(w.records for w in run.dd)
-    assert procs["dd"]["phases"]["q2c"]["n"] == dd_ios, procs.get("dd")
-    assert procs["sh"]["phases"]["q2c"]["n"] == sum(n for (_pid, c), n in queued.items() if c == "sh")
-    assert procs[RENAMED]["phases"]["q2c"]["n"] == PHASE2
-    assert procs[run.old_name.split("/")[0]]["phases"]["q2c"]["n"] == PHASE1
+    # every queued I/O timed to its completion, but for completions the capture says it did not get
+    assert_counted(q2c_n("dd"), dd_ios, missing)
+    assert_counted(q2c_n("sh"), sh_ios, missing)
+    assert_counted(q2c_n(RENAMED), PHASE2, missing)
+    assert_counted(q2c_n(run.old_name.split("/")[0]), PHASE1, missing)
+    assert_counted(q2c_n("dd") + q2c_n("sh") + q2c_n(RENAMED) + q2c_n(run.old_name.split("/")[0]),
+                   dd_ios + sh_ios + PHASE2 + PHASE1, missing)
 
 
 def test_snoop(run: Run) -> None:
     lines = _docs(run, "snoop")
+    # a line per completion: exact, but for the completions snoop warns no BPF program saw, and those
+    # allowed once in all (a miss is one I/O of one process)
+    unseen = _snoop_unseen(run.outputs["snoop"][1])
+    gap = 0
     for w in run.dd:
         mine = [x for x in lines if x["pid"] == w.pid]
-        assert len([x for x in mine if x["comm"] == "dd"]) == w.records, mine[:3]
-        assert [x for x in mine if x["comm"] == "sh"], mine[:3]
+        n = len([x for x in mine if x["comm"] == "dd"])
+        assert_counted(n, w.records, unseen)
+        gap += w.records - n
+        if not [x for x in mine if x["comm"] == "sh"]:   # the shell's own read: one I/O at least
+            gap += 1
+            assert gap <= unseen, mine[:3]
     mine = [x for x in lines if x["pid"] == run.renamer]
-    assert len([x for x in mine if x["comm"] == RENAMED]) == PHASE2
-    assert len([x for x in mine if x["comm"] == run.old_name]) == PHASE1
+    n2, n1 = (len([x for x in mine if x["comm"] == c]) for c in (RENAMED, run.old_name))
+    assert_counted(n2, PHASE2, unseen)
+    assert_counted(n1, PHASE1, unseen)
+    gap += PHASE2 - n2 + PHASE1 - n1
+    assert gap <= unseen, (gap, unseen)

@@ -5,10 +5,15 @@ shell (the shell's own `read` from the device: block I/O queued by "sh") and the
 Every tool must name that process `dd` (its name when it did its I/O), not `sh`; a capture names
 each event by the name the process had then (sh before the exec, dd after). A Python worker that
 calls prctl(PR_SET_NAME) between two phases of I/O is named by its new name after the rename.
+
+About 1 in 20,000 completions runs no BPF program on this kernel (docs/lat.md, "Completions no BPF
+program saw"): counts made at completion may fall short by as many as the tool reports (lat's
+completion_unseen, snoop's completions check), never more, and are exact when it reports none.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -21,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ioscope_cmd, json_lines, run_ioscope
+from conftest import assert_counted, ioscope_cmd, json_lines, run_ioscope, unreported_bound
 
 NWORKERS = 3
 DD_IOS = 101          # direct 4 KiB reads each exec'd dd does
@@ -108,10 +113,19 @@ def _docs(run: Run, tool: str) -> list[dict[str, Any]]:
 def test_lat_names_exec_workers(run: Run) -> None:
     (doc,) = _docs(run, "lat")
     q2c = {h["pid"]: h for h in doc["hists"] if h["phase"] == "q2c" and h["pid"] is not None}
+    # bios whose completion ran no BPF program: found when their address came back, or still waiting
+    # at the final report
+    unseen = int(doc["lost_detail"]["completion_unseen"])
+    assert unseen <= unreported_bound(NWORKERS * (DD_IOS + 1) + RENAME_IOS + 1), doc["lost_detail"]
     for w in run.workers:
-        assert q2c[w]["comm"] == "dd" and q2c[w]["count"] >= DD_IOS + 1, q2c.get(w)
+        # the shell's read and dd's, in one process named dd; short only by what lat reported
+        assert q2c[w]["comm"] == "dd" and q2c[w]["count"] + unseen >= DD_IOS + 1, (q2c.get(w), unseen)
     assert not [h for h in q2c.values() if h["comm"] == "sh"]
-    assert [h for h in q2c.values() if h["comm"] == RENAMED and h["count"] == RENAME_IOS + 1]
+    (renamed,) = [h for h in q2c.values() if h["comm"] == RENAMED]
+    assert_counted(renamed["count"], RENAME_IOS + 1, unseen)
+    # the gaps together are within what lat reported (a miss is one I/O of one process)
+    assert (sum(q2c[w]["count"] for w in run.workers) + renamed["count"] + unseen
+            >= NWORKERS * (DD_IOS + 1) + RENAME_IOS + 1), (q2c, unseen)
 
 
 def test_top_names_exec_workers(run: Run) -> None:
@@ -136,12 +150,25 @@ def test_readsize_and_fair_name_exec_workers(run: Run) -> None:
     assert RENAMED in names.values()
 
 
+def _snoop_unseen(err: str) -> int:
+    """Completions snoop says the disk made while it traced and no BPF program saw: the number its
+    completions check warns of on stderr (docs/record.md, 'Completions check'), 0 without a warning."""
+    return sum(int(n.replace(",", "")) for n in
+               re.findall(r"^ioscope snoop: warning: .* completions were seen: ([\d,]+) (?:was|were) not ", err, re.M))
+
+
 def test_snoop_names_exec_workers(run: Run) -> None:
     lines = _docs(run, "snoop")
-    for w in run.workers:
-        mine = [x for x in lines if x["pid"] == w]
-        assert len([x for x in mine if x["comm"] == "dd"]) >= DD_IOS, mine[:3]
-    assert len([x for x in lines if x["comm"] == RENAMED]) >= RENAME_IOS
+    # a line per completion: short only by the completions snoop warns no BPF program saw
+    unseen = _snoop_unseen(run.outputs["snoop"][1])
+    assert unseen <= unreported_bound(NWORKERS * (DD_IOS + 1) + RENAME_IOS + 1), run.outputs["snoop"][1]
+    named = [len([x for x in lines if x["pid"] == w and x["comm"] == "dd"]) for w in run.workers]
+    for w, n in zip(run.workers, named):
+        assert n >= DD_IOS - unseen, [x for x in lines if x["pid"] == w][:3]
+    renamed = len([x for x in lines if x["comm"] == RENAMED])
+    assert renamed >= RENAME_IOS - unseen
+    # the gaps together are within what snoop reported (a miss is one I/O of one process)
+    assert sum(named) + renamed + unseen >= NWORKERS * DD_IOS + RENAME_IOS, (named, renamed, unseen)
 
 
 def test_capture_names_each_io_as_it_was_named(run: Run) -> None:
