@@ -89,6 +89,12 @@ def _letters(ev: np.ndarray) -> collections.Counter[str]:
     return collections.Counter({ACTION_LETTERS[int(a)]: int(c) for a, c in zip(acts, counts)})
 
 
+def _subsequence(mine: list[Any], theirs: list[Any], same: Callable[[Any, Any], bool]) -> bool:
+    """Whether mine is theirs with some items left out (in the same order), items compared by same()."""
+    it = iter(theirs)
+    return all(any(same(m, t) for t in it) for m in mine)
+
+
 def test_record_matches_kernel_blk_tracer(mounted: tuple[Any, str], tmpdir_shm: str) -> None:
     from blk_tracer import BlkTracer, parse_blk_tracer
     ld, mnt = mounted
@@ -114,15 +120,23 @@ def test_record_matches_kernel_blk_tracer(mounted: tuple[Any, str], tmpdir_shm: 
     allev = allev[(allev["ts"] >= lo) & (allev["ts"] <= hi)]
     ev = allev[allev["action"] != 0]
     assert (ev["dev"] == dev.dev).all()
-    # every action the kernel traced, and as many times
+    # every action the kernel traced, and as many times; C less the completions that ran no BPF program
+    # (the blk tracer still sees them), as many as the capture's completions check reports
+    missing = unreported_completions(out, dev.major, dev.minor)
     mine = _letters(ev)
     theirs = collections.Counter(r["action"] for r in ref)
-    assert mine == theirs
+    assert {k: n for k, n in mine.items() if k != "C"} == {k: n for k, n in theirs.items() if k != "C"}
+    assert mine["C"] == theirs["C"] - missing, (mine["C"], theirs["C"], missing)
     # the workload shows up: reads, merges, splits, remaps, plugs, inserts
     for letter in ("Q", "G", "I", "D", "C", "M", "X", "A", "P", "U"):
         assert mine[letter] > 0, letter
     assert mine["Q"] >= NREADS + NBIG
-    # Q and C (and X, A): the same sectors, sizes and RWBS, in the same order on each CPU
+    # Q and C (and X, A): the same sectors, sizes and RWBS, in the same order on each CPU; the C events
+    # the blk tracer saw, but for the missing ones (if any) left out
+    def same(m: tuple[int, int, str], t: tuple[int | None, int, str]) -> bool:
+        # the blk tracer prints no sector for data-less events other than C
+        return (m[0] if t[0] is not None else None, *m[1:]) == t
+
     for code in (TA_QUEUE, TA_COMPLETE, TA_SPLIT, TA_REMAP):
         letter = ACTION_LETTERS[code]
         for cpu in sorted({r["cpu"] for r in ref} | {int(c) for c in ev["cpu"]}):
@@ -132,10 +146,12 @@ def test_record_matches_kernel_blk_tracer(mounted: tuple[Any, str], tmpdir_shm: 
             size = e["aux"] if code == TA_SPLIT else e["bytes"] // 512
             mine_seq = [(int(s), int(n), rwbs(int(c), int(b))) for s, n, c, b in
                         zip(e["sector"], size, e["category"], e["bytes"])]
+            if code == TA_COMPLETE and missing:
+                assert len(theirs_seq) - missing <= len(mine_seq) <= len(theirs_seq), (letter, cpu, missing)
+                assert _subsequence(mine_seq, theirs_seq, same), (letter, cpu, missing)
+                continue
             assert len(mine_seq) == len(theirs_seq), (letter, cpu)
-            # the blk tracer prints no sector for data-less events other than C
-            mine_seq = [(m[0] if t[0] is not None else None, *m[1:]) for m, t in zip(mine_seq, theirs_seq)]
-            assert mine_seq == theirs_seq, (letter, cpu)
+            assert all(same(m, t) for m, t in zip(mine_seq, theirs_seq)), (letter, cpu)
     # remaps name the partition they came from
     parts = {devices.kdev(int(k.split(",")[0]), int(k.split(",")[1])) for k in cap.meta["partitions"]}
     remaps = ev[ev["action"] == TA_REMAP]
@@ -169,7 +185,9 @@ def test_record_raw_tp_variant_counts(loopdev: Callable[..., Any], tmpdir_shm: s
         ev = cap.read_all()
         assert set(cap.meta["tracepoints"].values()) == {"raw_tp"}
     c = ev[ev["action"] == TA_COMPLETE]
-    assert len(c) == after.reads - before.reads == NREADS
+    # every completion recorded, or the gap reported in the capture (exact when none)
+    missing = unreported_completions(out, ld.device.major, ld.device.minor)
+    assert len(c) + missing == after.reads - before.reads == NREADS
     assert (c["bytes"] == 8192).all()
     assert len(ev[ev["action"] == TA_QUEUE]) == NREADS
 
@@ -214,7 +232,10 @@ def test_record_pid_filter(loopdev: Callable[..., Any], tmpdir_shm: str) -> None
     q = ev[ev["action"] == TA_QUEUE]
     c = ev[ev["action"] == TA_COMPLETE]
     assert len(q) == n_traced and (q["tgid"] == traced.pid).all()
-    assert len(c) == n_traced  # completions run in other contexts, matched through the request's bios
+    # completions run in other contexts, matched through the request's bios. Exact, whatever the kernel
+    # did: the completions check compares the whole disk (both readers) with the traced process's C
+    # events, so it cannot tell a completion that ran no BPF program from one the filter failed to match
+    assert len(c) == n_traced
     assert sorted(c["sector"].tolist()) == sorted(q["sector"].tolist())
 
 
@@ -361,4 +382,7 @@ def test_record_disk_filter_keeps_only_the_disks_given(loopdev: Callable[..., An
         ev = cap.read_all()
     c = ev[ev["action"] == TA_COMPLETE]
     got = collections.Counter(int(d) for d in c["dev"])
-    assert got == {a.device.dev: counts[a.name], b.device.dev: counts[b.name]}, got
+    # each disk's completions, less those its completions check reports missing (exact when none)
+    want = {ld.device.dev: counts[ld.name] - unreported_completions(out, ld.device.major, ld.device.minor)
+            for ld in (a, b)}
+    assert dict(got) == want, (got, want)

@@ -93,7 +93,9 @@ def test_whole_host_report_vs_btt(loopdev: Callable[..., Any], shm_dir: Path) ->
     empty = int(((ev["action"] == TA_QUEUE) & (ev["dev"] == a.device.dev) & (ev["bytes"] == 0)
                  & ((ev["category"] & TC_WRITE) != 0)).sum())
     assert dev["merge"]["d"] + missing + empty == (after[0] - before[0]) + (after[1] - before[1])
-    assert dev["in_flight_at_end"] == 0
+    # nothing in flight at the end, unless a completion ran no BPF program: then its request's bios
+    # (one or several merged) stay in flight
+    assert missing or dev["in_flight_at_end"] == 0, (dev["in_flight_at_end"], missing)
     # fio laid its file out with writes larger than the disk takes: split bios, the case btt gets wrong
     assert dev["split_bios"] > 0
 

@@ -76,8 +76,10 @@ def test_recording_round_trip(loopdev: Callable[..., Any], shm_dir: Path) -> Non
     # capture reports completions the kernel did not pass to BPF (conftest).
     miss_a = unreported_completions(str(cap), a.device.major, a.device.minor)
     miss_b = unreported_completions(str(cap), b.device.major, b.device.minor)
+    # on the second disk each write is one bio and one request, at a block no other I/O touches (random
+    # map): a request whose completion ran no BPF program leaves its one bio in flight at the end
     edges = ("duplicate_q", "overlapping_q", "ignored_at_start", "in_flight_at_end")
-    assert [dev_b[k] for k in edges] == [0, 0, 0, 0], {k: dev_b[k] for k in edges}
+    assert [dev_b[k] for k in edges] == [0, 0, 0, miss_b], ({k: dev_b[k] for k in edges}, miss_b)
     assert dev_b["phases"]["q2c"]["n"] == NWRITES - miss_b and dev_b["phases"]["d2c"]["n"] == NWRITES - miss_b
     assert dev_a["phases"]["q2c"]["n"] >= NREADS - miss_a
     assert dev_a["phases"]["q2m"]["n"] > 0, "the buffered writes were not merged"

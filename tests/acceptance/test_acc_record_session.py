@@ -589,11 +589,21 @@ def test_report_completes_split_bios(session: Session) -> None:
     completes such a bio: test_report_text_json_and_btt_agree checks the difference report states.)"""
     s, k = session, counts(session)
     assert s.in_flight_after == 0
+    # completions the kernel made that ran no BPF program (the capture's completions check says how
+    # many): the request's bios stay in flight, or a later Q at their sectors finds them there. Which,
+    # and how many bios a request carried, are not known: the checks below that such a request changes
+    # hold exactly only when the capture reports no missing completion
+    missing = gap(s)
     doc = json.loads(_ok(s, "report --json").stdout)
     d = doc["devices"][s.key]
-    assert d["ignored_at_start"] == 0 and d["duplicate_q"] == 0 and d["overlapping_q"] == 0, d
+    assert d["ignored_at_start"] == 0, d
+    if not missing:
+        assert d["duplicate_q"] == 0 and d["overlapping_q"] == 0, d
     assert d["split_pieces"] == k.actions["X"] > 0 and 0 < d["split_bios"] <= k.actions["X"], d
     # Q2C covers every request with data: the bios with data and the extra pieces of the split ones
-    assert (d["in_flight_at_end"], d["phases"]["q2c"]["n"]) == (0, k.q_data + k.actions["X"]), (
-        f"report: {d['in_flight_at_end']} Qs in flight at the end and Q2C n={d['phases']['q2c']['n']}, "
-        f"but all {k.actions['Q']} Qs ({k.q_data} with data, {k.actions['X']} X) completed")
+    if not missing:
+        assert (d["in_flight_at_end"], d["phases"]["q2c"]["n"]) == (0, k.q_data + k.actions["X"]), (
+            f"report: {d['in_flight_at_end']} Qs in flight at the end and Q2C n={d['phases']['q2c']['n']}, "
+            f"but all {k.actions['Q']} Qs ({k.q_data} with data, {k.actions['X']} X) completed")
+    else:
+        assert d["phases"]["q2c"]["n"] <= k.q_data + k.actions["X"], (d["phases"]["q2c"], k.q_data, missing)
