@@ -47,10 +47,15 @@ def test_stamps_alone_count_what_the_kernel_completed_beyond_what_the_program_sa
     """With the kernel's stamps there are no slots: the collector takes the kernel's count of requests
     completed since the attach (11 here) against those the program ended (8 d2c + 1 not_stamped), less
     what it found before; every report, not only the last, says what it found."""
-    assert stamps_shortfall(11, 9, 0) == 2
-    assert stamps_shortfall(11, 9, 2) == 0       # found and reported already
-    assert stamps_shortfall(13, 12, 2) == 0      # the kernel read first: never below what was reported
-    assert stamps_shortfall(14, 11, 2) == 1
+    assert stamps_shortfall({"loop0": 11}, {"loop0": 8}, 1, 0) == 2
+    assert stamps_shortfall({"loop0": 11}, {"loop0": 8}, 1, 2) == 0   # found and reported already
+    assert stamps_shortfall({"loop0": 13}, {"loop0": 11}, 1, 2) == 0  # the kernel read first: never below
+    assert stamps_shortfall({"loop0": 14}, {"loop0": 10}, 1, 2) == 1
+    # per disk: one disk's surplus (a request completed between the reads) never hides another's shortfall,
+    # and the untimed requests, of either disk, are taken from each (a lower bound)
+    assert stamps_shortfall({"a": 10, "b": 20}, {"a": 12, "b": 18}, 0, 0) == 2
+    assert stamps_shortfall({"a": 10, "b": 20}, {"a": 9, "b": 18}, 1, 0) == 1
+    assert stamps_shortfall({"a": 10}, {}, 0, 0) == 10
     s = _sample(final=False, pending=0, in_flight=0)
     s.timing = {"loop0": "kernel stamps"}
     s.stamps_shortfall = 2
@@ -62,6 +67,12 @@ def test_stamps_alone_count_what_the_kernel_completed_beyond_what_the_program_sa
         assert r.completions_unreported == 2  # of which 1 recursion miss, a loss already
         assert r.losses.counters["completion_unseen"] == 1 and r.losses.counters["issued_not_completed"] == 0
         assert r.losses.lost == 1 + 1 + 1
+    # a stamped disk beside one followed by the probes: what was found on it is lost at once, as well
+    mixed = _sample(final=False, pending=0, in_flight=0)
+    mixed.timing = {"loop0": "kernel stamps", "loop1": "probes"}
+    mixed.stamps_shortfall = 1
+    r = build_report(mixed)
+    assert r.completions_unreported == 1 and r.losses.counters["completion_unseen"] == 1
     # nothing to compare when d2c is not measured: recursion misses only
     assert build_report(s, phases=("q2c",)).completions_unreported == 1
     assert build_report(s, phases=("q2c",)).losses.counters["completion_unseen"] == 0

@@ -12,7 +12,7 @@ from ioscope.inflight import EXPLAIN, SETTLE_S, SlotTable, kernel_in_flight
 from ioscope.lat.model import LatHist, LatSample, stamps_shortfall
 from ioscope.loader import BPFObject
 from ioscope.losses import PENDING, Losses, StatsDelta
-from ioscope.stamps import LOSS_EXPLAIN, StampTiming
+from ioscope.stamps import LOSS_EXPLAIN, STAMPS, StampTiming
 
 HIST_MAX_ENTRIES = 1024
 HIST_MAX_ENTRIES_PER_PID = 16384
@@ -53,16 +53,19 @@ class LatCollector:
         self._kernel_base = dict(self._last_kernel)
         # with the kernel's stamps alone: requests the program ended (d2c, not_stamped) since the attach,
         # and the completions it was found not to have run for, reported so far (model.stamps_shortfall)
-        self._d2c_total = 0
+        self._d2c_total: dict[str, int] = {}
         self._not_stamped_total = 0
         self._shortfall_total = 0
+        self._d2c_by_disk: dict[str, int] = {}  # read(): d2c counts per disk, before any merge
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
         # the kernel's stamps carry no process: -P and -p need the queue program
         stamps = o.timing != "probes" and not o.per_pid and o.pid is None
         b.choose(required=["bio_queue", "rq_issue", "rq_complete"], optional=["split", "task_rename"])
-        b.set_global("targ_per_disk", o.per_disk, "?")
+        # per disk in the map whenever the processes are not (-P): the kernel's count of completed
+        # requests is compared per disk (sample()); merged here when -D was not asked for
+        b.set_global("targ_per_disk", o.per_disk or not o.per_pid, "?")
         b.set_global("targ_per_op", o.per_op, "?")
         b.set_global("targ_per_pid", o.per_pid, "?")
         b.set_global("targ_stamps", stamps, "?")
@@ -111,24 +114,33 @@ class LatCollector:
         comms: dict[int, str] = {}
         if self.opts.per_pid and n:
             comms = abi.comms_from_dump(*self.comms.dump())
-        out = []
+        out: dict[tuple[int, str, int | None, str], LatHist] = {}
+        self._d2c_by_disk = {}
         for k, phases in zip(keys, vals):
-            dev = int(k["dev"])
+            kdev = int(k["dev"])
+            dev = kdev if self.opts.per_disk else 0
             pid = int(k["pid"]) if self.opts.per_pid else None
+            op = abi.OP_NAMES.get(int(k["op"]), "other")
             for phase, h in zip(abi.PHASES, abi.hists_from_array(phases)):
                 if phase not in self.opts.phases or not h.count:
                     continue
-                out.append(LatHist(
+                if phase == "d2c" and kdev:
+                    name = self.names.name(kdev)
+                    self._d2c_by_disk[name] = self._d2c_by_disk.get(name, 0) + h.count
+                have = out.get((dev, op, pid, phase))
+                if have is not None:  # the disks merged (no -D)
+                    have.hist = have.hist.merge(h)
+                    continue
+                out[(dev, op, pid, phase)] = LatHist(
                     dev=dev,
                     disk=self.names.name(dev) if dev else "all",
-                    op=abi.OP_NAMES.get(int(k["op"]), "other"),
+                    op=op,
                     pid=pid,
                     comm=(comms.get(pid, "[unknown]") if pid else "[kernel]") if pid is not None else None,
                     phase=phase,
                     hist=h,
-                ))
-        out.sort(key=LatHist.sort_key)
-        return out
+                )
+        return sorted(out.values(), key=LatHist.sort_key)
 
     def losses(self, since_last: bool, final: bool = False) -> tuple[Losses, int]:
         """The losses since the last read, and the requests the kernel has in flight now (final: after
@@ -151,12 +163,13 @@ class LatCollector:
         hists = self.read(reset=reset)
         losses, in_flight = self.losses(since_last=True, final=final)
         shortfall = 0
-        if self.stamps.stamps_only and "d2c" in self.opts.phases:
-            d2c = sum(h.hist.count for h in hists if h.phase == "d2c")
-            self._d2c_total = self._d2c_total + d2c if reset else d2c  # without reset the histograms add up
+        if "d2c" in self.opts.phases and not self.opts.per_pid and self.opts.pid is None:
+            for name, n in self._d2c_by_disk.items():  # without reset the histograms add up
+                self._d2c_total[name] = self._d2c_total.get(name, 0) + n if reset else n
             self._not_stamped_total += losses.counters.get("not_stamped", 0)
-            shortfall = stamps_shortfall(sum(v - self._kernel_base.get(n, v) for n, v in kernel_now.items()),
-                                         self._d2c_total + self._not_stamped_total, self._shortfall_total)
+            stamped = [n for n, t in self.timing.items() if t == STAMPS and n in kernel_now]
+            shortfall = stamps_shortfall({n: kernel_now[n] - self._kernel_base.get(n, kernel_now[n]) for n in stamped},
+                                         self._d2c_total, self._not_stamped_total, self._shortfall_total)
             self._shortfall_total += shortfall
         return LatSample(wall=wall, started=started, hists=hists, losses=losses,
                          kernel_completed=self.kernel_completed(since_last=reset, cur=kernel_now),

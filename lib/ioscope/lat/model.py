@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,25 +108,31 @@ def completions_unreported(losses: Losses, kernel_in_flight: int, pid_filtered: 
     return unreported_completions(losses, kernel_in_flight)
 
 
-def stamps_shortfall(kernel_total: int, ended_total: int, reported: int) -> int:
-    """With the kernel's stamps alone (one program, no slots): the completions the program was not run
-    for, found now and not reported before. kernel_total: requests the kernel completed on the traced
-    disks since the attach (/proc/diskstats, read before the program's counts); ended_total: those the
-    program ended since then (d2c, not_stamped); reported: found before. Reading the kernel first
-    makes it a lower bound: a request completed between the reads is one the program ended and the
-    kernel's count does not hold yet, never the reverse."""
-    return max(0, kernel_total - ended_total - reported)
+def stamps_shortfall(kernel: Mapping[str, int], d2c: Mapping[str, int], not_stamped: int, reported: int) -> int:
+    """On the disks timed from the kernel's stamps (no slots): the completions the program was not run
+    for, found now and not reported before. kernel: per such disk, the requests the kernel completed
+    since the attach (/proc/diskstats, read before the program's counts); d2c: per disk, those the
+    program timed since then; not_stamped: those it ended untimed, on any of them (so subtracted from
+    each); reported: found before. A lower bound: reading the kernel first, a request completed
+    between the reads is one the program ended and the kernel's count does not hold yet, never the
+    reverse; one disk's surplus never hides another's shortfall."""
+    found = sum(max(0, n - d2c.get(disk, 0) - not_stamped) for disk, n in kernel.items())
+    return max(0, found - reported)
 
 
 def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c", "q2d", "d2c")) -> LatReport:
     losses = Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain)
     only = stamps_only(s.timing)
-    shortfall = s.stamps_shortfall if only and "d2c" in phases else 0
+    shortfall = s.stamps_shortfall if "d2c" in phases else 0
     unreported = completions_unreported(losses, s.kernel_in_flight, s.pid_filtered, only, shortfall)
     if only:  # found as it happened, in every report (recursion misses are counted as such already)
         settle_unreported(losses, max(0, unreported - losses.counters.get(RECURSION_MISSES, 0)), from_pending=False)
-    elif s.final:  # nothing more can arrive: the bios still waiting are lost
-        settle_unreported(losses, unreported)
+    else:
+        # the stamped disks of a run that follows others with the probes: found as it happened
+        settle_unreported(losses, shortfall, from_pending=False)
+        if s.final:  # nothing more can arrive: the bios still waiting are lost
+            settle_unreported(losses, unreported)
+        unreported += shortfall
     hists = sorted((h for h in s.hists if h.phase in phases and h.hist.count), key=LatHist.sort_key)
     return LatReport(
         wall=s.wall, interval_s=s.wall - s.started, hists=hists, losses=losses,
