@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_counted, ioscope_cmd
+from conftest import assert_counted, assert_lost_only_unseen, ioscope_cmd
 from ioscope.hist import bucket_index
 
 READS = 1009    # 4 KiB direct reads by one process: a prime
@@ -113,32 +113,42 @@ def test_counts_sums_and_filters(loopdev: Any, tmp_path: Path, attach: str) -> N
     # the kernel's own counts agree with the workload: nothing else touched the disks
     assert (after_a.reads - before_a.reads, after_a.writes - before_a.writes) == (READS, 0)
     assert (after_b.reads - before_b.reads, after_b.writes - before_b.writes) == (0, WRITES)
-    # nothing lost on these disks: the exact counts below say so. A program run the kernel skipped
-    # (recursion_misses: a completion in an interrupt on a CPU where the same program was running,
-    # for any disk; seen once in a CI rehearsal) is the one loss allowed, as the counts stay exact
-    lost = {k: v for k, v in run.doc["lost_detail"].items() if v and k != "recursion_misses"}
-    assert run.doc["lost"] == run.doc["lost_detail"].get("recursion_misses", 0) and not lost, run.doc["lost_detail"]
+    # nothing lost on these disks but completions that ran no BPF program (completion_unseen, docs/lat.md),
+    # each one an I/O the probes could not count: the counts below are the workload's less those, exact
+    # when there were none. A program run the kernel skipped (recursion_misses: a completion in an
+    # interrupt on a CPU where the same program was running, for any disk; seen once in a CI rehearsal)
+    # is the one other loss allowed (a completion it skipped is also completion_unseen); no other
+    # counter may move
+    d = run.doc["lost_detail"]
+    unseen = assert_lost_only_unseen(run.doc["lost"] - d.get("recursion_misses", 0), d, READS + WRITES)
+    others = {k: v for k, v in d.items() if v and k not in ("recursion_misses", "completion_unseen")}
+    assert not others, d
 
     counts = {(r["keys"]["comm"], r["keys"]["disk"], r["keys"]["op"]): r["count"]
               for r in run.rows("count() by comm,disk,op")}
-    assert counts == {("aggrd", a.name, "read"): READS, ("aggwr", b.name, "write"): WRITES}
-
+    assert set(counts) == {("aggrd", a.name, "read"), ("aggwr", b.name, "write")}, counts
+    n_rd, n_wr = counts[("aggrd", a.name, "read")], counts[("aggwr", b.name, "write")]
+    assert_counted(n_rd, READS, unseen)
+    assert_counted(n_wr, WRITES, unseen)
+    assert n_rd + n_wr + unseen == READS + WRITES, (n_rd, n_wr, unseen)   # every I/O counted or reported
+    # every other expression reads the same records (one per I/O counted): exact against those counts
     sums = {(r["keys"]["disk"], r["keys"]["op"]): r["sum"] for r in run.rows("sum(bytes) by disk,op")}
-    assert sums == {(a.name, "read"): READS * 4096, (b.name, "write"): WRITES * 65536}
+    assert sums == {(a.name, "read"): n_rd * 4096, (b.name, "write"): n_wr * 65536}
 
-    assert {r["keys"]["disk"]: r["count"] for r in run.rows("count() by disk where bytes >= 64k")} == {b.name: WRITES}
-    assert [r["count"] for r in run.rows(EXPRS[3])] == [READS]
+    assert {r["keys"]["disk"]: r["count"] for r in run.rows("count() by disk where bytes >= 64k")} == {b.name: n_wr}
+    assert [r["count"] for r in run.rows(EXPRS[3])] == [n_rd]
 
-    # quantize(d2c): one value per request, so its total is what /proc/diskstats completed
+    # quantize(d2c): one value per request, so its total is what /proc/diskstats completed (less the
+    # completions no program saw)
     d2c = {r["keys"]["disk"]: sum(bk[2] for bk in r["buckets"]) for r in run.rows("quantize(d2c) by disk")}
-    assert d2c == {a.name: READS, b.name: WRITES}
+    assert d2c == {a.name: n_rd, b.name: n_wr}
     for r in run.rows("quantize(d2c) by disk"):
         assert r["p50"] <= r["p90"] <= r["p99"] <= r["p999"]
 
     # quantize(bytes): every I/O in the power-of-two bucket holding its size
     qb = {r["keys"]["comm"]: r["buckets"] for r in run.rows("quantize(bytes) by comm")}
-    assert [bk for bk in qb["aggrd"] if bk[2]] == [[4096, 8192, READS]]
-    assert [bk for bk in qb["aggwr"] if bk[2]] == [[65536, 131072, WRITES]]
+    assert [bk for bk in qb["aggrd"] if bk[2]] == [[4096, 8192, n_rd]]
+    assert [bk for bk in qb["aggwr"] if bk[2]] == [[65536, 131072, n_wr]]
 
     maxq = {r["keys"]["op"]: r["max"] for r in run.rows("max(q2c) by op")}
     assert set(maxq) == {"read", "write"} and all(v > 0 for v in maxq.values())
@@ -210,35 +220,57 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
     offline = [json.loads(ln) for ln in off.stdout.splitlines() if ln.startswith("{")]
     assert len(offline) == 1
     live = run.doc
-    assert live["lost"] == 0, live["lost_detail"]
+    # nothing lost but completions that ran no BPF program (completion_unseen, docs/lat.md): each is a bio
+    # the probes could not count, so the live counts below are the workload's less those, exact when
+    # there were none
+    unseen = assert_lost_only_unseen(live["lost"], live["lost_detail"], FIO_IOS + 4 * DSYNC)
 
     def by(doc: dict[str, Any], expr: str) -> dict[tuple[Any, ...], dict[str, Any]]:
         rows = next(a["rows"] for a in doc["aggs"] if a["expr"] == expr)
         return {tuple(r["keys"].values()): r for r in rows}
 
     live_counts = {k: r["count"] for k, r in by(live, "count() by disk,op").items()}
-    assert live_counts[(dev.name, "read")] == fio_r
+    assert_counted(live_counts[(dev.name, "read")], fio_r, unseen)
     # each synchronous write is its data write (4 KiB, flush sequence: its size read back from the
     # request) and fsync's empty PREFLUSH write (0 bytes), queued by dd, plus flush requests of the
     # block layer's own (no process)
-    assert live_counts[(dev.name, "write")] == fio_w + 2 * DSYNC
+    assert_counted(live_counts[(dev.name, "write")], fio_w + 2 * DSYNC, unseen)
+    # every bio counted or reported (completion_unseen counts bios, as the probes do; one fio I/O, one bio)
+    assert live_counts[(dev.name, "read")] + live_counts[(dev.name, "write")] + unseen == FIO_IOS + 2 * DSYNC
     flags = {k: r["count"] for k, r in by(live, "count() by comm,op,flags,size").items()}
-    assert flags[("dd", "write", "WS", 4096)] == DSYNC and flags[("dd", "write", "WS", 0)] == DSYNC
-    assert sum(n for (c, op, _f, size), n in flags.items() if c == "fio" and op == "read") == fio_r
+    assert_counted(flags[("dd", "write", "WS", 4096)], DSYNC, unseen)
+    assert_counted(flags[("dd", "write", "WS", 0)], DSYNC, unseen)
+    # the same records as count() by disk,op: exact against it
+    assert sum(n for (c, op, _f, size), n in flags.items() if c == "fio" and op == "read") == \
+        live_counts[(dev.name, "read")]
+    # flush requests have no bio, no slot: a completion of one that ran no BPF program is not reported
+    # (not completion_unseen), so these two stay as they are
     assert flags[("[unknown]", "flush", "FN", 0)] >= DSYNC  # at least one flush request per synchronous write
     # /proc/diskstats counts every write request (the empty ones too) and the flush requests as flushes
-    assert after.writes - before.writes == live_counts[(dev.name, "write")]
+    assert after.writes - before.writes == fio_w + 2 * DSYNC
     assert after.flushes - before.flushes == flags[("[unknown]", "flush", "FN", 0)]
-    for e in ("count() by disk,op", "count() by op where q2d > 0 and bytes >= 8k", "count() by comm,op,flags,size"):
+    # the capture was recorded beside agg: a completion that ran no BPF program ran none of either tool's
+    # (docs/lat.md), so both miss the same ones and the counts by disk and op agree exactly, whatever
+    # was missed. What the capture makes of a bio whose completion it missed is its own, though: it pairs
+    # completions by sector, and a later I/O at the same sector ends the orphan in its place (its size,
+    # process, queue time), so what reads size, bytes, process or q2c is compared only when nothing was
+    # missed
+    same = ["count() by disk,op"]
+    if not unseen:
+        same += ["count() by op where q2d > 0 and bytes >= 8k", "count() by comm,op,flags,size"]
+    for e in same:
         assert {k: r["count"] for k, r in by(offline[0], e).items()} == \
             {k: r["count"] for k, r in by(live, e).items()}, e
-    assert {k: r["sum"] for k, r in by(offline[0], "sum(bytes) by op").items()} == \
-        {k: r["sum"] for k, r in by(live, "sum(bytes) by op").items()}
+    if not unseen:
+        assert {k: r["sum"] for k, r in by(offline[0], "sum(bytes) by op").items()} == \
+            {k: r["sum"] for k, r in by(live, "sum(bytes) by op").items()}
     for e in ("llquantize(q2c) by op", "quantize(d2c) by op"):
         lv, of = by(live, e), by(offline[0], e)
         assert set(lv) == set(of)
         for k in lv:
             assert sum(b[2] for b in lv[k]["buckets"]) == sum(b[2] for b in of[k]["buckets"])
+            if unseen:
+                continue   # one I/O timed from another's queue time in the capture: see above
             for p in ("p50", "p90", "p99"):
                 # the recorder and agg stamp each event on their own: the same I/O's q2c differs by the
                 # programs' run times, so a percentile may cross into the next bucket. Rarely an interrupt
@@ -541,19 +573,26 @@ def test_request_level_expressions_run_on_the_kernels_stamps(loopdev: Any, tmp_p
         after = a.diskstats()
     assert run.returncode == 0, run.stderr
     assert run.doc["timing"] == {a.name: "kernel stamps", b.name: "probes"}, run.stderr
-    assert run.doc["lost"] == 0, run.doc["lost_detail"]
+    # b, followed by the probes: a write whose completion ran no BPF program (docs/lat.md) is reported
+    # (completion_unseen) and not counted. a, on the kernel's stamps, has no slot to find such a
+    # completion by and agg reports none there: a's numbers stay exact (nothing lost is all it may say)
+    unseen = assert_lost_only_unseen(run.doc["lost"], run.doc["lost_detail"], WRITES)
     assert after.reads - before.reads == READS
     counts = {(r["keys"]["disk"], r["keys"]["op"]): r["count"] for r in run.rows("count() by disk,op")}
-    assert counts == {(a.name, "read"): READS, (b.name, "write"): WRITES}
+    assert set(counts) == {(a.name, "read"), (b.name, "write")}, counts
+    n_wr = counts[(b.name, "write")]
+    assert counts[(a.name, "read")] == READS
+    assert_counted(n_wr, WRITES, unseen)
+    assert n_wr + unseen == WRITES   # every write counted or reported
     sums = {r["keys"]["disk"]: r["sum"] for r in run.rows("sum(bytes) by disk")}
-    assert sums == {a.name: (after.sectors_read - before.sectors_read) * 512, b.name: WRITES * 65536}
+    assert sums == {a.name: (after.sectors_read - before.sectors_read) * 512, b.name: n_wr * 65536}
     q2c_ms = {r["keys"]["disk"]: r["sum"] / 1e6 for r in run.rows("sum(q2c) by disk")}[a.name]
     kernel_ms = after.read_ms - before.read_ms
     # the kernel reads its end after the bios' completions ran: for dd's synchronous reads that is the
     # wake-up of dd, measured 4.2 us per request here (test_lat_live's aio reads: 1.1 us); bound at 10 us
     assert -1 <= kernel_ms - q2c_ms <= 1 + READS * 10e-3, (q2c_ms, kernel_ms)
     d2c = {r["keys"]["disk"]: sum(bk[2] for bk in r["buckets"]) for r in run.rows("quantize(d2c) by disk")}
-    assert d2c == {a.name: READS, b.name: WRITES}
+    assert d2c == {a.name: READS, b.name: n_wr}
 
 
 def test_timing_stamps_refuses_queue_time_fields() -> None:
@@ -579,9 +618,17 @@ def test_queue_level_expressions_are_recorded_at_queue(loopdev: Any, tmp_path: P
     assert queue.doc["timing"] == {a.name: "at queue", b.name: "at queue"}, queue.stderr
     assert probes.doc["timing"] == {a.name: "probes", b.name: "probes"}
     assert queue.doc["lost"] == 0, queue.doc["lost_detail"]
-    for run in (queue, probes):
+    # made at queue, the queue run's records are every bio's: exact. The probes' are made at completion:
+    # a completion that ran no BPF program (docs/lat.md) is reported (completion_unseen) and not counted
+    probes_unseen = probes.doc["lost_detail"].get("completion_unseen", 0)
+    for run, unseen in ((queue, 0), (probes, probes_unseen)):
         counts = {(r["keys"]["comm"], r["keys"]["disk"]): r["count"] for r in run.rows(exprs[0])}
-        assert counts == {("aggrd", a.name): READS, ("aggwr", b.name): WRITES}, counts
-        assert {r["keys"]["pid"]: r["sum"] for r in run.rows(exprs[1])} == {rd_pid: READS * 4096,
-                                                                           wr_pid: WRITES * 65536}
-        assert {r["keys"]["disk"]: r["count"] for r in run.rows(exprs[2])} == {b.name: WRITES}
+        assert set(counts) == {("aggrd", a.name), ("aggwr", b.name)}, counts
+        n_rd, n_wr = counts[("aggrd", a.name)], counts[("aggwr", b.name)]
+        assert_counted(n_rd, READS, unseen)
+        assert_counted(n_wr, WRITES, unseen)
+        assert n_rd + n_wr + unseen == READS + WRITES, (n_rd, n_wr, unseen)   # every bio counted or reported
+        # the other expressions read the same records: exact against those counts
+        assert {r["keys"]["pid"]: r["sum"] for r in run.rows(exprs[1])} == {rd_pid: n_rd * 4096,
+                                                                           wr_pid: n_wr * 65536}
+        assert {r["keys"]["disk"]: r["count"] for r in run.rows(exprs[2])} == {b.name: n_wr}

@@ -13,6 +13,7 @@ of direct 4 KiB reads of the raw disk; the ground truth is /proc/diskstats and t
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -26,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_lost_only_unseen, bpf_prog_ids, json_lines, programs_left, unreported_bound
+from conftest import assert_counted, assert_lost_only_unseen, bpf_prog_ids, json_lines, programs_left, unreported_bound
 
 DIRECT_IOS = 37          # direct 4 KiB reads of the raw disk
 FILE_MB = 4              # a file read through the page cache (readahead)
@@ -38,7 +39,7 @@ class Workload:
     disk: str            # loop device name
     dev_path: str
     file: str
-    completed: int = 0   # completions in /proc/diskstats while the tool ran (reads + writes)
+    completed: int = 0   # requests /proc/diskstats completed while the tool ran (reads, writes, discards, flushes)
     dd_pids: tuple[int, int] = (0, 0)   # (buffered reader, direct reader)
 
 
@@ -77,11 +78,13 @@ def _run_workload(fs: Any) -> Workload:
 
 def _check_lat(out: str, err: str, w: Workload) -> None:
     (doc,) = json_lines(out)   # no interval: one report, printed at the end
-    q2c = [h for h in doc["hists"] if h["phase"] == "q2c" and h["disk"] == "all"]
-    assert len(q2c) == 1
+    # d2c: one per request, flush requests included, as w.completed counts them (a flush request has no
+    # bio and no queue time: no q2c; a journal commit's two flushes made q2c 76 of 78 once)
+    d2c = [h for h in doc["hists"] if h["phase"] == "d2c" and h["disk"] == "all"]
+    assert len(d2c) == 1
     # completions that ran no BPF program (docs/lat.md): found when a bio's address came back, or left
     # pending at the end (completions_unreported); both are the loss completion_unseen, and nothing else is lost
-    timed = q2c[0]["count"]
+    timed = d2c[0]["count"]
     unseen = assert_lost_only_unseen(doc["lost"], doc["lost_detail"], w.completed)
     assert doc["completions_unreported"] <= unseen
     assert timed + unseen == w.completed, (timed, unseen, w.completed)
@@ -99,8 +102,13 @@ def _check_top(out: str, err: str, w: Workload) -> None:
 def _check_snoop(out: str, err: str, w: Workload) -> None:
     lines = [d for d in json_lines(out) if d["disk"] == w.disk]
     assert w.completed - unreported_bound(w.completed) <= len(lines) <= w.completed
+    # completions that ran no BPF program (docs/lat.md) are said on stderr by snoop's completions check:
+    # 'ioscope snoop: warning: DISK (DEV) completed N I/Os while tracing (/proc/diskstats) but M completions
+    # were seen: K was not (see ...)'; a direct read whose completion was not seen is not printed
+    unseen = sum(int(n.replace(",", "")) for n in re.findall(r"\b([\d,]+) (?:was|were) not \(see ", err))
     direct = [d for d in lines if d["pid"] == w.dd_pids[1]]
-    assert len(direct) == DIRECT_IOS and {d["bytes"] for d in direct} == {4096}
+    assert_counted(len(direct), DIRECT_IOS, unseen)
+    assert {d["bytes"] for d in direct} == {4096}
     assert {d["comm"] for d in direct} == {"dd"}
 
 
@@ -133,12 +141,16 @@ def _check_fair(out: str, err: str, w: Workload) -> None:
 
 def _check_agg(out: str, err: str, w: Workload) -> None:
     (doc,) = json_lines(out)   # no interval: one result, printed at the end
-    assert_lost_only_unseen(doc["lost"], doc["lost_detail"], w.completed)
+    unseen = assert_lost_only_unseen(doc["lost"], doc["lost_detail"], w.completed)
     d2c, by_pid = ({tuple(r["keys"].values()): r for r in a["rows"]} for a in doc["aggs"])
     timed = sum(b[2] for b in d2c[(w.disk,)]["buckets"])   # d2c: one per request, as /proc/diskstats counts
     assert w.completed - unreported_bound(w.completed) <= timed <= w.completed
-    assert by_pid[(w.dd_pids[1], "dd")]["sum"] == DIRECT_IOS * 4096
-    assert by_pid[(w.dd_pids[0], "dd")]["sum"] >= FILE_MB << 20
+    # a bio whose completion ran no BPF program (completion_unseen) is not in the sums: the direct reads'
+    # is exact when none was reported; the file's is then at least the file (readahead reads more)
+    direct = by_pid[(w.dd_pids[1], "dd")]["sum"]
+    assert direct % 4096 == 0, direct
+    assert_counted(direct // 4096, DIRECT_IOS, unseen)
+    assert unseen or by_pid[(w.dd_pids[0], "dd")]["sum"] >= FILE_MB << 20
 
 
 def _check_record(out: str, err: str, w: Workload, capture: str) -> None:
