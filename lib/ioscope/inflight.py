@@ -1,13 +1,14 @@
 """The slot table of the bios in flight (bpf/inflight.bpf.h), as user space reads it: lat, agg and top.
 
-The queue program gives each bio a slot, the issue program (lat and agg; top has none) stamps its
-issue time into it and the completion program frees it. Two things are read from it here, the same
-way for every tool:
+The queue program gives each bio a slot, the issue program (lat and agg) stamps its issue time
+into it (top, which has none, marks at queue the bios that can end only by completing:
+SLOT_ENDS_IN_RQ in bpf/inflight.bpf.h) and the completion program frees it. Two things are read
+from it here, the same way for every tool:
 
 - slots left over by bios whose completion will never come (older than STALE_NS) are freed, every
   SWEEP_EVERY_S, and counted (`stale`);
 - the slots of bios sent to the disk and not (yet) seen completing (`issued_not_completed`, a
-  gauge): those the issue program stamped, or, in a tool without one, every slot. Once the traced
+  gauge): those whose d_ns is set (the issue program's stamp, or top's mark). Once the traced
   disks are idle, those beyond what the kernel itself has in flight are completions that ran no BPF
   program (docs/lat.md, "Completions no BPF program saw"): losses.unreported_completions() counts
   them, and a final report moves them into the loss `completion_unseen` (losses.settle_unreported),
@@ -43,11 +44,8 @@ class _Map(Protocol):
 class SlotTable:
     """The `inflight` map of one BPF object."""
 
-    def __init__(self, inflight: _Map, issue_stamped: bool = True) -> None:
-        """issue_stamped: the tool's issue program stamps each slot's d_ns (lat, agg); top's table has
-        no issue stamps, and every bio in it is pending."""
+    def __init__(self, inflight: _Map) -> None:
         self.map = inflight
-        self.issue_stamped = issue_stamped
         self.stale = 0  # slots freed by sweep_stale(), since the last take_stale()
         self._last_sweep = time.monotonic()
 
@@ -84,9 +82,8 @@ class SlotTable:
         """The bios sent to the disk whose completion has not reached us (yet), each as (slot, bio,
         queue time, issue time): the same tuple is the same bio, still pending."""
         keys, vals = self.slots()
-        if self.issue_stamped:
-            issued = vals["d_ns"] != 0
-            keys, vals = keys[issued], vals[issued]
+        issued = vals["d_ns"] != 0
+        keys, vals = keys[issued], vals[issued]
         return set(zip(keys.tolist(), vals["bio"].tolist(), vals["q_ns"].tolist(), vals["d_ns"].tolist()))
 
     def pending_and_kernel(self, disks: Iterable[str], settle_s: float = 0.0) -> tuple[int, int]:

@@ -54,7 +54,7 @@ class TopCollector:
             self.comms = b.map("comms")
             self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
                                     [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)], explain=EXPLAIN)
-            self.slots = SlotTable(b.map("inflight"), issue_stamped=False)
+            self.slots = SlotTable(b.map("inflight"))
             b.attach()
         except BaseException:
             self.bpf.close()
