@@ -4,8 +4,9 @@
 #   - Debian packages: the BPF build chain (clang, llvm, libbpf-dev, pkg-config),
 #     Python headers and venv, bpftrace (agg --bpftrace runs it), fio (the demo's workload).
 #   - With --test, also the peers and tools the tests compare against or use
-#     (blktrace, sysstat, tmux, xfsprogs, btrfs-progs, a Prometheus server, Java for pyspark). The Prometheus
-#     package's own service is not started: the tests start their own server.
+#     (blktrace, sysstat, tmux, xfsprogs, btrfs-progs, a Prometheus server, Java for pyspark), and what
+#     the kernel matrix boots Debian's kernels with (QEMU, busybox, kmod; virtme-ng from PyPI). The
+#     Prometheus package's own service is not started: the tests start their own server.
 #   - A virtualenv in .venv with ioscope installed in editable mode (this builds
 #     the C extension and compiles bpf/*.bpf.c), plus, with --test, the test tools
 #     of requirements-dev.txt (pytest, ruff, mypy, and pyspark for ioscope fleet's tests).
@@ -19,7 +20,8 @@ fi
 
 PKGS="clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc python3 python3-dev python3-venv
       git bpftool bpftrace fio e2fsprogs util-linux procps"
-TEST_PKGS="blktrace sysstat tmux xfsprogs btrfs-progs prometheus openjdk-17-jre-headless time"
+TEST_PKGS="blktrace sysstat tmux xfsprogs btrfs-progs prometheus openjdk-17-jre-headless time
+           qemu-system-x86 busybox-static kmod iproute2 debian-archive-keyring"
 want=$PKGS
 if [ "${1:-}" = --test ]; then
     want="$PKGS $TEST_PKGS"

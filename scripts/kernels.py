@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""The kernel matrix: Debian's own kernels, fetched, booted and tested.
+
+ioscope must work on the kernels its users run, not only on the machine it
+was built on. This script fetches the kernel packages of Debian 11, 12 and
+13 from Debian's archive (the mirror this machine already uses), boots each
+one in a virtual machine over this machine's root file system (virtme-ng,
+QEMU under software emulation: KVM does not work here), and runs ioscope's
+guest suite inside it (tests/kernels/guest.sh: the live tests of every
+tool, with exact counts). The running kernel is the matrix's last column;
+./test.sh tests it directly.
+
+    scripts/kernels.py list                  the matrix and what is cached
+    scripts/kernels.py fetch [NAME...]       download and unpack (idempotent)
+    scripts/kernels.py run [NAME...] [-- PYTEST ARGS]
+                                             boot each, run the guest suite,
+                                             print the tool x kernel table;
+                                             exit 1 if any test failed or a
+                                             kernel did not finish
+    scripts/kernels.py exec NAME -- CMD      boot one and run CMD in it (a
+                                             developer's loop; output on the
+                                             terminal, exit code CMD's)
+
+Kernels are chosen by Debian release (the release's own `linux-image-amd64`
+metapackage at its newest version), never by a pinned ABI number that the
+archive drops when a newer one arrives. The cache (IOSCOPE_KERNEL_CACHE,
+default .cache/kernels in the tree) keeps packages and unpacked trees.
+Needs root (loop devices and BPF in the guest), qemu-system-x86, busybox-static
+and virtme-ng: scripts/bootstrap.sh --test installs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# in the tree (git ignores it): the guest sees the host's files, but not /var/cache (a tmpfs there)
+CACHE = Path(os.environ.get("IOSCOPE_KERNEL_CACHE", str(ROOT / ".cache" / "kernels")))
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+GUEST = ROOT / "tests" / "kernels" / "guest.sh"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str          # the matrix's column: 5.10, 6.1, 6.1-rt, 6.12
+    release: str       # Debian release whose kernel it is
+    suites: tuple[str, ...]  # archive suites that carry it (security updates included)
+    meta: str          # the release's metapackage, whose newest version names the kernel
+
+
+MATRIX = (
+    Kernel("5.10", "Debian 11 (bullseye)", ("bullseye", "bullseye-updates"), "linux-image-amd64"),
+    Kernel("6.1", "Debian 12 (bookworm)", ("bookworm", "bookworm-updates", "bookworm-security"),
+           "linux-image-amd64"),
+    Kernel("6.1-rt", "Debian 12 (bookworm), PREEMPT_RT", ("bookworm", "bookworm-updates", "bookworm-security"),
+           "linux-image-rt-amd64"),
+    Kernel("6.12", "Debian 13 (trixie)", ("trixie", "trixie-updates", "trixie-security"), "linux-image-amd64"),
+)
+BY_NAME = {k.name: k for k in MATRIX}
+
+
+def die(msg: str) -> None:
+    print(f"kernels: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def mirror() -> str:
+    """The Debian mirror this machine's apt already uses (deb822 or one-line sources)."""
+    for src in [Path("/etc/apt/sources.list.d/debian.sources"), *Path("/etc/apt/sources.list.d").glob("*.sources")]:
+        if src.is_file():
+            m = re.search(r"^URIs:\s*(\S+)", src.read_text(), re.M)
+            if m and "security" not in m.group(1):
+                return m.group(1).rstrip("/")
+    sl = Path("/etc/apt/sources.list")
+    if sl.is_file():
+        m = re.search(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)\s+\S+\s", sl.read_text(), re.M)
+        if m:
+            return m.group(1).rstrip("/")
+    return "http://deb.debian.org/debian"
+
+
+class Apt:
+    """apt-get/apt-cache over the matrix's own sources list, state and cache (nothing installed)."""
+
+    def __init__(self) -> None:
+        self.dir = CACHE / "apt"
+        (self.dir / "lists" / "partial").mkdir(parents=True, exist_ok=True)
+        (self.dir / "archives" / "partial").mkdir(parents=True, exist_ok=True)
+        self.sources = self.dir / "sources.list"
+        base = mirror()
+        security = base.rsplit("/", 1)[0] + "/debian-security" if base.endswith("/debian") else base + "-security"
+        lines = []
+        for k in MATRIX:
+            for s in k.suites:
+                uri = security if s.endswith("-security") else base
+                lines.append(f"deb [signed-by={KEYRING}] {uri} {s} main")
+        text = "\n".join(dict.fromkeys(lines)) + "\n"
+        if not self.sources.is_file() or self.sources.read_text() != text:
+            self.sources.write_text(text)
+        self.opts = ["-o", f"Dir::Etc::sourcelist={self.sources}", "-o", "Dir::Etc::sourceparts=-",
+                     "-o", f"Dir::State::Lists={self.dir / 'lists'}", "-o", f"Dir::Cache={self.dir}",
+                     "-o", f"Dir::Cache::archives={self.dir / 'archives'}",
+                     "-o", "APT::Sandbox::User=root", "-q"]
+
+    def run(self, tool: str, *args: str) -> str:
+        p = subprocess.run([tool, *self.opts, *args], capture_output=True, text=True)
+        if p.returncode != 0:
+            die(f"{tool} {' '.join(args)} failed: {p.stderr.strip().splitlines()[-1:] or p.returncode}")
+        return p.stdout
+
+    def update(self, max_age: float = 6 * 3600) -> None:
+        stamp = self.dir / "updated"
+        if stamp.exists() and time.time() - stamp.stat().st_mtime < max_age:
+            return
+        self.run("apt-get", "update")
+        stamp.touch()
+
+    def newest(self, k: Kernel) -> tuple[str, str]:
+        """(version, ABI package name) of the release's kernel: its metapackage's newest version there."""
+        best: str | None = None
+        for line in self.run("apt-cache", "madison", k.meta).splitlines():
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) < 3:
+                continue
+            ver, where = parts[1], parts[2]
+            suite = where.split()[1].split("/")[0] if len(where.split()) > 1 else ""
+            if suite not in k.suites:
+                continue
+            if best is None or subprocess.run(["dpkg", "--compare-versions", ver, "gt", best]).returncode == 0:
+                best = ver
+        if best is None:
+            die(f"{k.meta} is not in {', '.join(k.suites)} on {mirror()}")
+        deps = self.run("apt-cache", "depends", f"{k.meta}={best}")
+        m = re.search(r"Depends:\s*(linux-image-\S+)", deps)
+        if not m:
+            die(f"{k.meta}={best} names no kernel package")
+        return best, m.group(1)
+
+
+def kernel_dir(name: str) -> Path:
+    return CACHE / name
+
+
+def installed(name: str) -> tuple[Path, str] | None:
+    """(vmlinuz, uname -r) of an unpacked kernel, or None."""
+    d = kernel_dir(name) / "root" / "boot"
+    for vmlinuz in sorted(d.glob("vmlinuz-*")) if d.is_dir() else []:
+        return vmlinuz, vmlinuz.name[len("vmlinuz-"):]
+    return None
+
+
+def fetch(names: list[str]) -> None:
+    apt = Apt()
+    apt.update()
+    for name in names:
+        k = BY_NAME[name]
+        ver, pkg = apt.newest(k)
+        d = kernel_dir(name)
+        want = f"{pkg} {ver}"
+        marker = d / "package"
+        if marker.is_file() and marker.read_text().strip() == want and installed(name):
+            continue
+        # the -unsigned package is the same kernel without the secure-boot signature
+        unsigned = pkg + "-unsigned"
+        have = apt.run("apt-cache", "show", unsigned) if _exists(apt, unsigned) else ""
+        target = unsigned if have else pkg
+        print(f"kernels: {name}: fetching {target} {ver} ({k.release})", file=sys.stderr)
+        dl = d / "deb"
+        shutil.rmtree(d, ignore_errors=True)
+        dl.mkdir(parents=True)
+        subprocess.run(["apt-get", *apt.opts, "download", f"{target}={ver}"], cwd=dl, check=True,
+                       stdout=subprocess.DEVNULL)
+        debs = list(dl.glob("*.deb"))
+        root = d / "root"
+        for deb in debs:
+            subprocess.run(["dpkg-deb", "-x", str(deb), str(root)], check=True)
+            deb.unlink()
+        # trixie ships modules under /usr/lib/modules; virtme-ng looks in /lib/modules
+        usr_mods = root / "usr" / "lib" / "modules"
+        if usr_mods.is_dir():
+            (root / "lib" / "modules").mkdir(parents=True, exist_ok=True)
+            for m in usr_mods.iterdir():
+                link = root / "lib" / "modules" / m.name
+                if not link.exists():
+                    link.symlink_to(os.path.relpath(m, link.parent))
+        if not installed(name):
+            die(f"{target} {ver} has no /boot/vmlinuz-*")
+        marker.write_text(want + "\n")
+
+
+def _exists(apt: Apt, pkg: str) -> bool:
+    p = subprocess.run(["apt-cache", *apt.opts, "show", pkg], capture_output=True, text=True)
+    return p.returncode == 0 and "Package:" in p.stdout
+
+
+def vng() -> str:
+    exe = shutil.which("vng") or str(Path(sys.executable).parent / "vng")
+    if not Path(exe).exists():
+        die("virtme-ng is not installed: run scripts/bootstrap.sh --test")
+    return exe
+
+
+def boot(name: str, command: str, out: Path, timeout: float, console: Path | None) -> int | None:
+    """Boot kernel NAME and run command in it; None when it did not finish in time."""
+    got = installed(name)
+    if not got:
+        die(f"kernel {name} is not fetched: scripts/kernels.py fetch {name}")
+    vmlinuz, _release = got
+    out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    args = [vng(), "-r", str(vmlinuz), "--cpus", "2", "--memory", "4G", "--disable-kvm", "--verbose",
+            "--rwdir", str(out), "--exec", command]
+    log = open(console, "w") if console else None  # noqa: SIM115 - closed below
+    try:
+        p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log or None, stderr=subprocess.STDOUT,
+                             env=env, cwd=str(ROOT), start_new_session=True)
+        try:
+            return p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, 9)
+            p.wait()
+            return None
+        except BaseException:
+            os.killpg(p.pid, 9)
+            p.wait()
+            raise
+    finally:
+        if log:
+            log.close()
+
+
+# which tool a guest test exercises: the tool x kernel table
+TOOL_OF_FILE = (
+    ("test_acc_agg", "agg"), ("test_agg", "agg"), ("test_acc_lat", "lat"), ("test_lat", "lat"),
+    ("test_top", "top"), ("test_snoop", "snoop"), ("test_acc_record", "record"), ("test_record", "record"),
+    ("test_acc_collect", "collect"), ("test_acc_exporter", "exporter"), ("test_exporter", "exporter"),
+    ("test_readsize", "readsize"), ("test_fair", "fair"), ("test_readahead", "readahead"),
+    ("test_acc_nic", "nic"), ("test_nic", "nic"), ("test_acc_diff", "diff"), ("test_acc_stacked", "report"),
+    ("test_report", "report"), ("test_acc_parquet_sql", "sql"), ("test_acc_readme", "demo"),
+)
+
+
+def tool_of(classname: str, name: str) -> str:
+    m = re.search(r"\[tool=([\w-]+)\]", name)
+    if m:
+        return m.group(1)
+    base = classname.split(".")[-1]
+    for prefix, tool in TOOL_OF_FILE:
+        if base.startswith(prefix):
+            return tool
+    return base.removeprefix("test_acc_").removeprefix("test_")
+
+
+def results(junit: Path) -> list[tuple[str, str, str, str]]:
+    """(tool, test id, outcome, message) of every test case in a junit file."""
+    out = []
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        cls, name = case.get("classname", ""), case.get("name", "")
+        outcome, msg = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            el = case.find(tag)
+            if el is not None:
+                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+                msg = (el.get("message") or "").splitlines()[0][:160] if el.get("message") else ""
+                break
+        out.append((tool_of(cls, name), f"{cls}::{name}", outcome, msg))
+    return out
+
+
+def run(names: list[str], pytest_args: list[str], timeout: float, outroot: Path) -> int:
+    fetch(names)
+    table: dict[str, dict[str, str]] = {}
+    failed = False
+    for name in names:
+        out = outroot / name
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        os.chmod(out, 0o755)
+        cmd = " ".join(shlex.quote(a) for a in ["sh", str(GUEST), str(out), *pytest_args])
+        t0 = time.monotonic()
+        print(f"kernels: {name}: booting {installed(name)[1]} and running the guest suite "  # type: ignore[index]
+              f"(console: {out / 'console.log'})", file=sys.stderr, flush=True)
+        rc = boot(name, cmd, out, timeout, out / "console.log")
+        took = time.monotonic() - t0
+        junit = out / "junit.xml"
+        guest_rc = (out / "rc").read_text().strip() if (out / "rc").is_file() else None
+        problem = None
+        if rc is None:
+            problem = f"did not finish in {timeout:.0f} s"
+        elif not junit.is_file() or guest_rc is None:
+            problem = "the guest suite did not run (see the console log)"
+        rows = results(junit) if junit.is_file() else []
+        counts: dict[str, int] = {}
+        for tool, tid, outcome, msg in rows:
+            counts[outcome] = counts.get(outcome, 0) + 1
+            cell = table.setdefault(tool, {})
+            prev = cell.get(name, "ok")
+            if outcome in ("failed", "error"):
+                failed = True
+                cell[name] = "FAIL"
+                print(f"kernels: {name}: FAILED {tid}: {msg}", file=sys.stderr)
+            elif outcome == "skipped" and prev == "ok":
+                cell[name] = "skip"
+            else:
+                cell.setdefault(name, prev)
+        summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no tests"
+        print(f"kernels: {name}: {summary} in {took:.0f} s" + (f"; {problem}" if problem else ""),
+              file=sys.stderr, flush=True)
+        if problem or guest_rc not in ("0", "5", None):
+            failed = failed or bool(problem) or guest_rc != "0"
+        if problem:
+            failed = True
+            for cell in table.values():
+                cell.setdefault(name, "?")
+    tools = sorted(table)
+    if tools:
+        width = max(len(t) for t in tools)
+        print(f"{'tool':<{width}}  " + "  ".join(f"{n:>6}" for n in names))
+        for t in tools:
+            print(f"{t:<{width}}  " + "  ".join(f"{table[t].get(n, '-'):>6}" for n in names))
+    return 1 if failed else 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list")
+    f = sub.add_parser("fetch")
+    f.add_argument("names", nargs="*")
+    r = sub.add_parser("run")
+    r.add_argument("names", nargs="*")
+    r.add_argument("--timeout", type=float, default=1200, help="seconds per kernel (default 1200)")
+    r.add_argument("--out", type=Path, default=Path("/tmp/ioscope-kernels"), help="results (default %(default)s)")
+    e = sub.add_parser("exec")
+    e.add_argument("name")
+    e.add_argument("--timeout", type=float, default=1800)
+    argv = sys.argv[1:]
+    rest: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, rest = argv[:i], argv[i + 1:]
+    a = ap.parse_args(argv)
+    if os.geteuid() != 0 and a.cmd != "list":
+        die("run as root (the guest makes loop devices and loads BPF programs)")
+    names = getattr(a, "names", None) or [k.name for k in MATRIX]
+    for n in names:
+        if n not in BY_NAME:
+            die(f"unknown kernel {n!r}; the matrix: {', '.join(BY_NAME)}")
+    if a.cmd == "list":
+        for k in MATRIX:
+            marker = kernel_dir(k.name) / "package"
+            have = marker.read_text().strip() if marker.is_file() else "not fetched"
+            print(f"{k.name:<7} {k.release:<36} {have}")
+        print(f"{os.uname().release:<7} the running kernel (./test.sh tests it directly)")
+        return 0
+    if a.cmd == "fetch":
+        fetch(names)
+        return 0
+    if a.cmd == "run":
+        return run(names, rest, a.timeout, a.out)
+    if a.cmd == "exec":
+        fetch([a.name])
+        if not rest:
+            die("exec NAME -- COMMAND")
+        out = Path(f"/tmp/ioscope-kernels/exec-{a.name}")
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = f"sh {shlex.quote(str(GUEST))} --exec {shlex.quote(str(out))} {' '.join(shlex.quote(x) for x in rest)}"
+        rc = boot(a.name, cmd, out, a.timeout, None)
+        got = (out / "rc").read_text().strip() if (out / "rc").is_file() else None
+        return int(got) if got is not None and rc is not None else 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+#!/bin/sh
+# Runs inside a kernel of the matrix (scripts/kernels.py boots it with
+# virtme-ng over the host's root file system, read-only but for OUT and the
+# overlays over /etc, /tmp, /var). Prepares what the live tests need, as the
+# host has it, then runs them (or, with --exec, one command) and leaves the
+# exit code in OUT/rc: virtme-ng does not pass it back.
+#   guest.sh OUT [PYTEST ARGS]        the guest suite; OUT/junit.xml, OUT/pytest.log
+#   guest.sh --exec OUT CMD [ARGS]    one command, its output on the console
+mode=pytest
+if [ "$1" = --exec ]; then mode=exec; shift; fi
+out=$1; shift
+cd "$(dirname "$0")/../.." || exit 1
+rm -f "$out/rc"
+
+# loop devices, tracefs, a tmpfs for backing files, cgroups as the host mounts them
+modprobe loop max_loop=64 2>/dev/null
+mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+mountpoint -q /sys/kernel/debug || mount -t debugfs nodev /sys/kernel/debug 2>/dev/null
+mountpoint -q /dev/shm || mount -t tmpfs -o size=3G tmpfs /dev/shm
+if ! mountpoint -q /sys/fs/cgroup/blkio; then
+    umount /sys/fs/cgroup 2>/dev/null
+    mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup
+    mkdir -p /sys/fs/cgroup/blkio /sys/fs/cgroup/unified
+    mount -t cgroup -o blkio cgroup /sys/fs/cgroup/blkio
+    mount -t cgroup2 cgroup2 /sys/fs/cgroup/unified
+fi
+ip link set lo up 2>/dev/null
+# no .pyc writes on the read-only tree; pytest's cache off
+export PYTHONDONTWRITEBYTECODE=1 HOME=/tmp TMPDIR=/tmp
+export CI="${CI:-1}"
+echo "guest: $(uname -r), lockdown: $(cat /sys/kernel/security/lockdown 2>/dev/null || echo none)" >"$out/kernel"
+
+if [ $mode = exec ]; then
+    "$@"
+    echo $? >"$out/rc"
+    exit 0
+fi
+.venv/bin/python -m pytest -p no:cacheprovider -q -o addopts="" -rfEs \
+    --junitxml="$out/junit.xml" "$@" >"$out/pytest.log" 2>&1
+echo $? >"$out/rc"
