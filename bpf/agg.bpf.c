@@ -723,43 +723,36 @@ static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op
 		inflight_lower(dev);
 }
 
-static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
-				     int i, bool whole, __u64 now, const bool btf)
+/* One bio's record; first: the request's first bio (its d2c, and the request's state in cur). */
+static __always_inline void bio_rec(struct bio_slot *sl, __u32 dev, __u8 op, __u32 opf, __u32 size, __u64 d_ns,
+				    bool first, bool d2c, __u64 now)
 {
-	__u32 zero = 0, opf;
+	__u32 zero = 0;
 	struct cur_rq *cur = bpf_map_lookup_elem(&cur_rqs, &zero);
 	struct agg_extra *x;
 	struct agg_rec *r;
-	__u64 d_ns, q_ns;
+	__u64 q_ns;
 
 	if (!cur)
 		return;
 	if (!sl) {
 		stat_inc(IOS_STAT_C_NOENTRY);
-		if (i == 0)
+		if (first)
 			cur->have = cur->issued = 0;
 		return;
 	}
 	x = NEED_EXTRAS ? extra_of(sl->bio) : NULL;
-	if (i == 0) {
+	if (first) {
 		cur->issued = sl->d_ns != 0;
 		cur->have = x ? x->have & (1u << AGG_F_INFLIGHT) : 0;
 		cur->inflight = x ? x->inflight : 0;
 	}
 	if (targ_cgroup && (!x || x->cgroup != targ_cgroup))
 		return;
-	opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
 	r = rec_start(dev, op, opf_to_tc(opf));
 	if (!r)
 		return;
 	q_ns = sl->q_ns;
-	d_ns = sl->d_ns;
-	/* the empty PREFLUSH write, never issued itself: timed from when it became a request (as lat) */
-	if (i == 0 && whole && !d_ns && q_ns) {
-		__u64 start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
-
-		d_ns = start > q_ns ? start : q_ns;
-	}
 	r->f[AGG_F_TGID] = sl->tgid;
 	r->f[AGG_F_SIZE] = size;
 	r->f[AGG_F_BYTES] = size;
@@ -776,7 +769,7 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 		r->f[AGG_F_Q2D] = d_ns - q_ns;
 		r->have |= 1u << AGG_F_Q2D;
 	}
-	if (i == 0 && whole && d_ns) {
+	if (d2c && d_ns) {
 		r->f[AGG_F_D2C] = now - d_ns;
 		r->have |= 1u << AGG_F_D2C;
 	}
@@ -785,6 +778,26 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 		r->have |= 1u << AGG_F_INFLIGHT;
 	}
 	agg_eval(r->have);
+}
+
+static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
+				     int i, bool whole, __u64 now, const bool btf)
+{
+	__u32 opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
+	__u64 d_ns = sl ? sl->d_ns : 0;
+
+	/* the empty PREFLUSH write, never issued itself: timed from when it became a request (as lat) */
+	if (sl && i == 0 && whole && !d_ns && sl->q_ns) {
+		__u64 start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
+
+		d_ns = start > sl->q_ns ? start : sl->q_ns;
+	}
+	bio_rec(sl, dev, op, opf, size, d_ns, i == 0, i == 0 && whole, now);
+}
+
+static __always_inline void bio_done_rest(struct bio_slot *sl, __u32 dev, __u8 op, __u32 opf, __u32 size, __u64 now)
+{
+	bio_rec(sl, dev, op, opf, size, sl ? sl->d_ns : 0, false, false, now);
 }
 
 static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u64 first_q, __u64 now,
@@ -844,41 +857,12 @@ static __always_inline int agg_rq_complete(struct request *rq, unsigned int nr_b
 	return rqpath_rq_complete(rq, nr_bytes, btf);
 }
 
-SEC("tp_btf/block_bio_queue")
-int BPF_PROG(btf_bio_queue, struct bio *bio)
-{
-	return agg_bio_queue(ctx, bio, true);
-}
-
-SEC("raw_tp/block_bio_queue")
-int BPF_PROG(raw_bio_queue, struct bio *bio)
-{
-	return agg_bio_queue(ctx, bio, false);
-}
-
-SEC("tp_btf/block_split")
-int BPF_PROG(btf_split, struct bio *bio)
-{
-	return agg_split(bio, true);
-}
-
-SEC("raw_tp/block_split")
-int BPF_PROG(raw_split, struct bio *bio)
-{
-	return agg_split(bio, false);
-}
-
-SEC("tp_btf/block_rq_issue")
-int BPF_PROG(btf_rq_issue, struct request *rq)
-{
-	return agg_rq_issue(rq, true);
-}
-
-SEC("raw_tp/block_rq_issue")
-int BPF_PROG(raw_rq_issue, struct request *rq)
-{
-	return agg_rq_issue(rq, false);
-}
+#define AGG_CALL_QUEUE(btf) agg_bio_queue(ctx, bio, btf)
+#define AGG_CALL_SPLIT(btf) agg_split(bio, btf)
+#define AGG_CALL_ISSUE(btf) agg_rq_issue(rq, btf)
+IOS_BLOCK_TP(bio_queue, block_bio_queue, AGG_CALL_QUEUE, struct bio *bio)
+IOS_BLOCK_TP(split, block_split, AGG_CALL_SPLIT, struct bio *bio)
+IOS_BLOCK_TP(rq_issue, block_rq_issue, AGG_CALL_ISSUE, struct request *rq)
 
 SEC("tp_btf/block_rq_complete")
 int BPF_PROG(btf_rq_complete, struct request *rq, int error, unsigned int nr_bytes)

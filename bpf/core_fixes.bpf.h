@@ -69,26 +69,37 @@ static __always_inline bool disk_is_mq(struct gendisk *disk)
 /*
  * REQ_OP_* and the __REQ_PREFLUSH bit are enum values whose numbers are
  * kernel ABI only by convention; read them through CO-RE enum relocations.
+ * The ops' enum is `enum req_op` in 6.1 and later, `enum req_opf` in 5.10;
+ * IOS_REQ_OP(NAME) reads whichever this kernel has (libbpf ignores the
+ * flavour's ___old suffixes when it matches names).
  */
+enum req_opf___old {
+	REQ_OP_READ___old, REQ_OP_WRITE___old, REQ_OP_FLUSH___old, REQ_OP_DISCARD___old,
+	REQ_OP_SECURE_ERASE___old, REQ_OP_WRITE_ZEROES___old, REQ_OP_DRV_IN___old, REQ_OP_DRV_OUT___old,
+};
+
+#define IOS_REQ_OP(NAME)								\
+	(bpf_core_enum_value_exists(enum req_op, NAME) ? bpf_core_enum_value(enum req_op, NAME)	\
+						       : bpf_core_enum_value(enum req_opf___old, NAME##___old))
+
 static __always_inline __u8 opf_to_op(__u32 opf, __u32 bytes)
 {
 	__u32 op = opf & 0xff; /* REQ_OP_MASK: (1 << REQ_OP_BITS) - 1, 8 bits since 4.10 */
 	__u32 preflush = 1u << bpf_core_enum_value(enum req_flag_bits, __REQ_PREFLUSH);
 
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_READ))
+	if (op == IOS_REQ_OP(REQ_OP_READ))
 		return IOS_OP_READ;
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_WRITE)) {
+	if (op == IOS_REQ_OP(REQ_OP_WRITE)) {
 		/* an empty write carrying only PREFLUSH is fsync's cache flush */
 		if (bytes == 0 && (opf & preflush))
 			return IOS_OP_FLUSH;
 		return IOS_OP_WRITE;
 	}
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_WRITE_ZEROES))
+	if (op == IOS_REQ_OP(REQ_OP_WRITE_ZEROES))
 		return IOS_OP_WRITE;
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+	if (op == IOS_REQ_OP(REQ_OP_FLUSH))
 		return IOS_OP_FLUSH;
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_DISCARD) ||
-	    op == bpf_core_enum_value(enum req_op, REQ_OP_SECURE_ERASE))
+	if (op == IOS_REQ_OP(REQ_OP_DISCARD) || op == IOS_REQ_OP(REQ_OP_SECURE_ERASE))
 		return IOS_OP_DISCARD;
 	return IOS_OP_OTHER;
 }
@@ -302,10 +313,9 @@ static __always_inline __u16 opf_to_tc(__u32 opf)
 		tc |= IOS_TC_FLUSH;
 	if (opf & (1u << bpf_core_enum_value(enum req_flag_bits, __REQ_FUA)))
 		tc |= IOS_TC_FUA;
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_DISCARD) ||
-	    op == bpf_core_enum_value(enum req_op, REQ_OP_SECURE_ERASE))
+	if (op == IOS_REQ_OP(REQ_OP_DISCARD) || op == IOS_REQ_OP(REQ_OP_SECURE_ERASE))
 		tc |= IOS_TC_DISCARD;
-	if (op == bpf_core_enum_value(enum req_op, REQ_OP_FLUSH))
+	if (op == IOS_REQ_OP(REQ_OP_FLUSH))
 		tc |= IOS_TC_FLUSH;
 	return tc;
 }
@@ -315,8 +325,7 @@ static __always_inline bool opf_is_passthrough(__u32 opf)
 {
 	__u32 op = opf & 0xff;
 
-	return op == bpf_core_enum_value(enum req_op, REQ_OP_DRV_IN) ||
-	       op == bpf_core_enum_value(enum req_op, REQ_OP_DRV_OUT);
+	return op == IOS_REQ_OP(REQ_OP_DRV_IN) || op == IOS_REQ_OP(REQ_OP_DRV_OUT);
 }
 
 /*
@@ -341,5 +350,28 @@ static __always_inline int blk_status_errno(__u8 sts)
 	default: return -5;  /* IOERR and the rest: EIO */
 	}
 }
+
+/*
+ * Linux 5.10's block tracepoints pass the request_queue first: block_bio_queue
+ * (q, bio), block_rq_issue (q, rq), block_split (q, bio, new_sector), ...
+ * Christoph Hellwig's series "remove the request_queue argument to the block_*
+ * tracepoints" (5.11) took it out. A tp_btf program is typed by its
+ * tracepoint's arguments and a raw_tp program may read no more arguments than
+ * the tracepoint has, so each signature needs its own program:
+ * IOS_BLOCK_TP(hook, tp, CALL, args...) defines btf_<hook>(args) and
+ * raw_<hook>(args), and btf_<hook>__q(q, args) and raw_<hook>__q(q, args);
+ * CALL(btf) is the body, an expression over the names in args. The loader
+ * (lib/ioscope/loader.py) autoloads the __q ones where the kernel's BTF says
+ * the tracepoint's first argument is a struct request_queue *.
+ */
+#define IOS_BLOCK_TP(hook, tp, CALL, args...)						\
+	SEC("tp_btf/" #tp)								\
+	int BPF_PROG(btf_##hook, args) { return CALL(true); }				\
+	SEC("tp_btf/" #tp)								\
+	int BPF_PROG(btf_##hook##__q, struct request_queue *ios_q_, args) { return CALL(true); } \
+	SEC("raw_tp/" #tp)								\
+	int BPF_PROG(raw_##hook, args) { return CALL(false); }				\
+	SEC("raw_tp/" #tp)								\
+	int BPF_PROG(raw_##hook##__q, struct request_queue *ios_q_, args) { return CALL(false); }
 
 #endif /* CORE_FIXES_BPF_H */

@@ -18,26 +18,29 @@ static __always_inline __u32 log2_u64(__u64 v)
 	return r;
 }
 
-/* Bucket index of v; lib/ioscope/hist.py:bucket_index is the same function. */
-static __always_inline __u32 hist_bucket(__u64 v)
+/* Bucket index of v; lib/ioscope/hist.py:bucket_index is the same function. 64 bits wide: a
+ * 32-bit index is zero-extended into a second register after its bound check, where 6.1's
+ * verifier no longer knows the bound ("R1 unbounded memory access"). */
+static __always_inline __u64 hist_bucket(__u64 v)
 {
 	__u32 k;
 
 	if (v < IOS_HIST_SUB)
-		return (__u32)v;
+		return v;
 	k = log2_u64(v);
 	if (k >= IOS_HIST_MAX_LOG2)
 		return IOS_HIST_NBUCKETS - 1;
-	return (k - IOS_HIST_SUB_BITS + 1) * IOS_HIST_SUB + (__u32)((v >> (k - IOS_HIST_SUB_BITS)) & (IOS_HIST_SUB - 1));
+	return (__u64)(k - IOS_HIST_SUB_BITS + 1) * IOS_HIST_SUB + ((v >> (k - IOS_HIST_SUB_BITS)) & (IOS_HIST_SUB - 1));
 }
 
 /* Add one value. Works on per-CPU and shared maps alike (atomic adds). */
 static __always_inline void hist_add(struct hist *h, __u64 v)
 {
-	__u32 idx = hist_bucket(v);
+	__u64 idx = hist_bucket(v);
 
 	if (idx >= IOS_HIST_NBUCKETS)
 		idx = IOS_HIST_NBUCKETS - 1;
+	barrier_var(idx); /* the clamped value is the one used */
 	__sync_fetch_and_add(&h->slots[idx], 1);
 	__sync_fetch_and_add(&h->count, 1);
 	__sync_fetch_and_add(&h->sum, v);
@@ -57,6 +60,7 @@ static __always_inline void hist_put(struct hist *h, __u64 idx, __u64 v) /* into
 {
 	if (idx >= IOS_HIST_NBUCKETS)
 		idx = IOS_HIST_NBUCKETS - 1;
+	barrier_var(idx);
 	h->slots[idx] += 1;
 	h->count += 1;
 	h->sum += v;

@@ -151,10 +151,23 @@ static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op
 	}
 }
 
+/* One bio's q2c and q2d (and the request's d2c with its first bio): one record(). */
+static __always_inline void bio_record(struct bio_slot *sl, __u32 dev, __u8 op, __u64 d_ns, bool d2c)
+{
+	__u32 have = 0;
+
+	if (d2c && d_ns)
+		have |= 1 << IOS_PHASE_D2C;
+	if (sl->q_ns)
+		have |= 1 << IOS_PHASE_Q2C;
+	if (sl->q_ns && d_ns)
+		have |= 1 << IOS_PHASE_Q2D;
+	record(dev, sl->tgid, op | have << 8, sl->q_ns, d_ns);
+}
+
 static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
 				     int i, bool whole, __u64 now, const bool btf)
 {
-	__u32 have = 0;
 	__u64 d_ns;
 
 	if (!sl) {
@@ -176,13 +189,16 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 		d_ns = start > sl->q_ns ? start : sl->q_ns;
 	}
 	/* d2c once per request, from the first bio's issue time */
-	if (i == 0 && whole && d_ns)
-		have |= 1 << IOS_PHASE_D2C;
-	if (sl->q_ns)
-		have |= 1 << IOS_PHASE_Q2C;
-	if (sl->q_ns && d_ns)
-		have |= 1 << IOS_PHASE_Q2D;
-	record(dev, sl->tgid, op | have << 8, sl->q_ns, d_ns);
+	bio_record(sl, dev, op, d_ns, i == 0 && whole);
+}
+
+static __always_inline void bio_done_rest(struct bio_slot *sl, __u32 dev, __u8 op, __u32 opf, __u32 size, __u64 now)
+{
+	if (!sl) {
+		stat_inc(IOS_STAT_C_NOENTRY);
+		return;
+	}
+	bio_record(sl, dev, op, sl->d_ns, false);
 }
 
 static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u64 first_q, __u64 now,
@@ -227,17 +243,8 @@ static __always_inline int lat_rq_complete(struct request *rq, unsigned int nr_b
 	return rqpath_rq_complete(rq, nr_bytes, btf);
 }
 
-SEC("tp_btf/block_rq_issue")
-int BPF_PROG(btf_rq_issue, struct request *rq)
-{
-	return rqpath_rq_issue(rq, true);
-}
-
-SEC("raw_tp/block_rq_issue")
-int BPF_PROG(raw_rq_issue, struct request *rq)
-{
-	return rqpath_rq_issue(rq, false);
-}
+#define LAT_CALL_ISSUE(btf) rqpath_rq_issue(rq, btf)
+IOS_BLOCK_TP(rq_issue, block_rq_issue, LAT_CALL_ISSUE, struct request *rq)
 
 RQPATH_PROGRAMS
 

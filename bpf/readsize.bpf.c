@@ -129,8 +129,10 @@ static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char 
 	return v;
 }
 
-/* Linux 6.2+: view a kernel pointer as a BTF type, for plain (fault-safe) loads. */
-extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym;
+/* Linux 6.2+: view a kernel pointer as a BTF type, for plain (fault-safe) loads. Weak: the
+ * object loads on kernels without it, where user space loads the raw_tp syscall programs that
+ * do not call it (collector.py: _need_kfunc). */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 
 /* The device a syscall on fd reads: s_dev of a file's filesystem, i_rdev of a
  * block device; 0 (do not count) for pipes, sockets, terminals and the like.
@@ -481,17 +483,8 @@ static __always_inline int on_rq_issue(struct request *rq)
 	return 0;
 }
 
-SEC("tp_btf/block_rq_issue")
-int BPF_PROG(btf_rq_issue, struct request *rq)
-{
-	return on_rq_issue(rq);
-}
-
-SEC("raw_tp/block_rq_issue")
-int BPF_PROG(raw_rq_issue, struct request *rq)
-{
-	return on_rq_issue(rq);
-}
+#define RS_CALL_ISSUE(btf) on_rq_issue(rq)
+IOS_BLOCK_TP(rq_issue, block_rq_issue, RS_CALL_ISSUE, struct request *rq)
 
 /* A readahead decision: remember who reads this file ahead. */
 static __always_inline int on_readahead(struct inode *inode)
@@ -533,17 +526,8 @@ int BPF_PROG(raw_async_ra, struct inode *inode)
 	return on_readahead(inode);
 }
 
-SEC("tp_btf/block_bio_queue")
-int BPF_PROG(btf_bio_queue, struct bio *bio)
-{
-	return on_bio_queue(bio);
-}
-
-SEC("raw_tp/block_bio_queue")
-int BPF_PROG(raw_bio_queue, struct bio *bio)
-{
-	return on_bio_queue(bio);
-}
+#define RS_CALL_QUEUE(btf) on_bio_queue(bio)
+IOS_BLOCK_TP(bio_queue, block_bio_queue, RS_CALL_QUEUE, struct bio *bio)
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

@@ -267,6 +267,7 @@ static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 actio
 	struct rec_ring_pos *pos = NULL;
 	struct trace_event *e;
 	struct cpu_state *cs;
+	struct level_state *ls;
 	__u64 head = 0;
 	__u64 lvl; /* 64-bit like the counter: a truncated copy would lose the bound the verifier checked */
 	__u32 zero = 0, cpu, ring;
@@ -282,13 +283,22 @@ static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 actio
 		stat_inc(IOS_REC_LOST_NEST);
 		goto out;
 	}
+	/*
+	 * The level's state, addressed while lvl's bound is in a register: 6.1's
+	 * verifier keeps no bounds for a scalar the compiler spilled to the stack
+	 * before its check ("math between map_value pointer and register with
+	 * unbounded min value"; 6.12's does), so the pointer, not lvl, is what
+	 * must survive the helper call below.
+	 */
+	ls = &cs->lv[lvl];
+	barrier_var(ls);
 	cpu = bpf_get_smp_processor_id();
 	if (cpu >= targ_ring_cpus) { /* a CPU plugged in since the start: it has no rings */
 		stat_inc(IOS_REC_LOST_NO_RING);
 		goto out;
 	}
 	ring = cpu * IOS_REC_LEVELS + lvl;
-	note_process(pid_tgid, ts, &cs->lv[lvl], ring, cpu);
+	note_process(pid_tgid, ts, ls, ring, cpu);
 	e = slot_get(ring, &pos, &head);
 	if (!e || !pos) {
 		stat_inc(IOS_REC_LOST_EVENT);
@@ -473,49 +483,86 @@ static __always_inline int on_plug(struct request_queue *q, __u16 action, __u64 
 
 /* ---- the programs: tp_btf, then raw_tp ---------------------------------- */
 
-#define BIO_HOOK(hook, tp, action, actbits)                         \
-	SEC("tp_btf/" #tp)                                          \
-	int BPF_PROG(btf_##hook, struct bio *bio)                   \
-	{                                                           \
-		return on_bio(bio, action, actbits, 0, 0, true);    \
-	}                                                           \
-	SEC("raw_tp/" #tp)                                          \
-	int BPF_PROG(raw_##hook, struct bio *bio)                   \
-	{                                                           \
-		return on_bio(bio, action, actbits, 0, 0, false);   \
-	}
+#define BIO_HOOK(hook, tp, action, actbits)                                    \
+	static __always_inline int on_##hook(struct bio *bio, bool direct)     \
+	{                                                                      \
+		return on_bio(bio, action, actbits, 0, 0, direct);             \
+	}                                                                      \
+	IOS_BLOCK_TP(hook, tp, CALL_##hook, struct bio *bio)
 
-#define RQ_HOOK(hook, tp, action, actbits)                                   \
-	SEC("tp_btf/" #tp)                                                   \
-	int BPF_PROG(btf_##hook, struct request *rq)                         \
-	{                                                                    \
-		return on_rq(rq, action, actbits, 0, 0, 0, 0, 0, true);      \
-	}                                                                    \
-	SEC("raw_tp/" #tp)                                                   \
-	int BPF_PROG(raw_##hook, struct request *rq)                         \
-	{                                                                    \
-		return on_rq(rq, action, actbits, 0, 0, 0, 0, 0, false);     \
-	}
+#define RQ_HOOK(hook, tp, action, actbits)                                     \
+	static __always_inline int on_##hook(struct request *rq, bool direct)  \
+	{                                                                      \
+		return on_rq(rq, action, actbits, 0, 0, 0, 0, 0, direct);      \
+	}                                                                      \
+	IOS_BLOCK_TP(hook, tp, CALL_##hook, struct request *rq)
 
+#define CALL_bio_queue(btf) on_bio_queue(bio, btf)
+#define CALL_getrq(btf) on_getrq(bio, btf)
+#define CALL_bio_backmerge(btf) on_bio_backmerge(bio, btf)
+#define CALL_bio_frontmerge(btf) on_bio_frontmerge(bio, btf)
+#define CALL_rq_insert(btf) on_rq_insert(rq, btf)
+#define CALL_rq_issue(btf) on_rq_issue(rq, btf)
+#define CALL_rq_requeue(btf) on_rq_requeue(rq, btf)
+#define CALL_rq_merge(btf) on_rq_merge(rq, btf)
+
+/* 5.10's merge events pass the request too: (q, rq, bio); IOS_BLOCK_TP's __q form
+ * covers only a leading q, so these two have their own __q programs below. */
 BIO_HOOK(bio_queue, block_bio_queue, TA_QUEUE, IOS_TC_QUEUE)
 BIO_HOOK(getrq, block_getrq, TA_GETRQ, IOS_TC_QUEUE)
-BIO_HOOK(bio_backmerge, block_bio_backmerge, TA_BACKMERGE, IOS_TC_QUEUE)
-BIO_HOOK(bio_frontmerge, block_bio_frontmerge, TA_FRONTMERGE, IOS_TC_QUEUE)
 RQ_HOOK(rq_insert, block_rq_insert, TA_INSERT, IOS_TC_QUEUE)
 RQ_HOOK(rq_issue, block_rq_issue, TA_ISSUE, IOS_TC_ISSUE)
 RQ_HOOK(rq_requeue, block_rq_requeue, TA_REQUEUE, IOS_TC_REQUEUE)
 RQ_HOOK(rq_merge, block_rq_merge, TA_BACKMERGE, IOS_TC_QUEUE)
 
-SEC("tp_btf/block_rq_complete")
-int BPF_PROG(btf_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+#define MERGE_HOOK(hook, tp, action)                                                        \
+	SEC("tp_btf/" #tp)                                                                  \
+	int BPF_PROG(btf_##hook, struct bio *bio)                                           \
+	{                                                                                   \
+		return on_bio(bio, action, IOS_TC_QUEUE, 0, 0, true);                        \
+	}                                                                                   \
+	SEC("tp_btf/" #tp)                                                                  \
+	int BPF_PROG(btf_##hook##__q, struct request_queue *q, struct request *rq, struct bio *bio) \
+	{                                                                                   \
+		return on_bio(bio, action, IOS_TC_QUEUE, 0, 0, true);                        \
+	}                                                                                   \
+	SEC("raw_tp/" #tp)                                                                  \
+	int BPF_PROG(raw_##hook, struct bio *bio)                                           \
+	{                                                                                   \
+		return on_bio(bio, action, IOS_TC_QUEUE, 0, 0, false);                       \
+	}                                                                                   \
+	SEC("raw_tp/" #tp)                                                                  \
+	int BPF_PROG(raw_##hook##__q, struct request_queue *q, struct request *rq, struct bio *bio) \
+	{                                                                                   \
+		return on_bio(bio, action, IOS_TC_QUEUE, 0, 0, false);                       \
+	}
+
+MERGE_HOOK(bio_backmerge, block_bio_backmerge, TA_BACKMERGE)
+MERGE_HOOK(bio_frontmerge, block_bio_frontmerge, TA_FRONTMERGE)
+
+/*
+ * block_rq_complete's error: a blk_status_t in 6.1 and later, the errno (an
+ * int) in 5.10. User space reads which from the tracepoint's BTF
+ * (targ_complete_errno). The argument is read whole and narrowed here: a
+ * narrow argument's upper register bits are not defined by the ABI.
+ */
+const volatile bool targ_complete_errno = false;
+
+static __always_inline int complete_errno(__u64 error)
 {
-	return on_rq(rq, TA_COMPLETE, IOS_TC_COMPLETE, 1, nr_bytes, blk_status_errno(error), 0, 0, true);
+	return targ_complete_errno ? (int)(__s32)error : blk_status_errno((__u8)error);
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(btf_rq_complete, struct request *rq, __u64 error, unsigned int nr_bytes)
+{
+	return on_rq(rq, TA_COMPLETE, IOS_TC_COMPLETE, 1, nr_bytes, complete_errno(error), 0, 0, true);
 }
 
 SEC("raw_tp/block_rq_complete")
-int BPF_PROG(raw_rq_complete, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+int BPF_PROG(raw_rq_complete, struct request *rq, __u64 error, unsigned int nr_bytes)
 {
-	return on_rq(rq, TA_COMPLETE, IOS_TC_COMPLETE, 1, nr_bytes, blk_status_errno(error), 0, 0, false);
+	return on_rq(rq, TA_COMPLETE, IOS_TC_COMPLETE, 1, nr_bytes, complete_errno(error), 0, 0, false);
 }
 
 SEC("tp_btf/block_bio_complete")
@@ -530,41 +577,12 @@ int BPF_PROG(raw_bio_complete, struct request_queue *q, struct bio *bio)
 	return on_bio_complete(bio, false);
 }
 
-SEC("tp_btf/block_split")
-int BPF_PROG(btf_split, struct bio *bio, unsigned int new_sector)
-{
-	return on_bio(bio, TA_SPLIT, 0, new_sector, 0, true);
-}
-
-SEC("raw_tp/block_split")
-int BPF_PROG(raw_split, struct bio *bio, unsigned int new_sector)
-{
-	return on_bio(bio, TA_SPLIT, 0, new_sector, 0, false);
-}
-
-SEC("tp_btf/block_bio_remap")
-int BPF_PROG(btf_bio_remap, struct bio *bio, dev_t dev, sector_t from)
-{
-	return on_bio(bio, TA_REMAP, IOS_TC_QUEUE, from, dev, true);
-}
-
-SEC("raw_tp/block_bio_remap")
-int BPF_PROG(raw_bio_remap, struct bio *bio, dev_t dev, sector_t from)
-{
-	return on_bio(bio, TA_REMAP, IOS_TC_QUEUE, from, dev, false);
-}
-
-SEC("tp_btf/block_rq_remap")
-int BPF_PROG(btf_rq_remap, struct request *rq, dev_t dev, sector_t from)
-{
-	return on_rq(rq, TA_REMAP, IOS_TC_QUEUE, 0, 0, 0, from, dev, true);
-}
-
-SEC("raw_tp/block_rq_remap")
-int BPF_PROG(raw_rq_remap, struct request *rq, dev_t dev, sector_t from)
-{
-	return on_rq(rq, TA_REMAP, IOS_TC_QUEUE, 0, 0, 0, from, dev, false);
-}
+#define CALL_split(btf) on_bio(bio, TA_SPLIT, 0, new_sector, 0, btf)
+#define CALL_bio_remap(btf) on_bio(bio, TA_REMAP, IOS_TC_QUEUE, from, dev, btf)
+#define CALL_rq_remap(btf) on_rq(rq, TA_REMAP, IOS_TC_QUEUE, 0, 0, 0, from, dev, btf)
+IOS_BLOCK_TP(split, block_split, CALL_split, struct bio *bio, unsigned int new_sector)
+IOS_BLOCK_TP(bio_remap, block_bio_remap, CALL_bio_remap, struct bio *bio, dev_t dev, sector_t from)
+IOS_BLOCK_TP(rq_remap, block_rq_remap, CALL_rq_remap, struct request *rq, dev_t dev, sector_t from)
 
 SEC("tp_btf/block_plug")
 int BPF_PROG(btf_plug, struct request_queue *q)

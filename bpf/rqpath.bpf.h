@@ -13,9 +13,13 @@
  *       a request without bios ended: the flush machinery's flush request.
  *   static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op,
  *                                        __u32 size, int i, bool whole, __u64 now, const bool btf);
- *       bio number i of the chain is ended (sl: its slot, NULL if its queue
- *       was not seen); whole: the request ends with it (once per request,
- *       what /proc/diskstats counts, is i == 0 && whole).
+ *       the first bio of the request (i is 0) is ended (sl: its slot, NULL if
+ *       its queue was not seen); whole: the request ends with it (once per
+ *       request, what /proc/diskstats counts, is i == 0 && whole).
+ *   static __always_inline void bio_done_rest(struct bio_slot *sl, __u32 dev, __u8 op, __u32 opf,
+ *                                             __u32 size, __u64 now);
+ *       a later bio of the chain is ended (called from a global function:
+ *       no request, the request's cmd_flags in opf).
  *   static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u64 first_q, __u64 now,
 				    const bool btf);
  *       after the walk of a request that ended whole (first_q: its first
@@ -66,6 +70,7 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 				     int i, bool whole, __u64 now, const bool btf);
 static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u64 first_q, __u64 now,
 				    const bool btf);
+static __always_inline void bio_done_rest(struct bio_slot *sl, __u32 dev, __u8 op, __u32 opf, __u32 size, __u64 now);
 
 static __always_inline int rqpath_bio_queue(struct bio *bio, const bool btf)
 {
@@ -158,6 +163,28 @@ static __always_inline int rqpath_rq_issue(struct request *rq, const bool btf)
 }
 #endif /* RQPATH_ISSUE */
 
+/*
+ * The bios of a request after its first, one call each: a global function,
+ * which the verifier checks once on its own, with scalar arguments only (all a
+ * 5.10 global function may take). Walked inline, a chain of RQPATH_MAX_CHAIN
+ * bios made the verifier of 6.1 explore every path of every bio (over a
+ * million instructions at 32 bios, 254,000 at 8; 6.18's prunes them to 28,000).
+ * dev_op: dev << 8 | op; opf_size: the request's cmd_flags << 32 | the bio's size.
+ */
+__noinline int rqpath_bio_rest(__u64 key, __u64 dev_op, __u64 opf_size, __u64 now)
+{
+	struct bio_slot *sl;
+
+	/* every argument used: one the hooks ignore (lat's now) would be left unset by the
+	 * compiler, which the verifier refuses ("R4 is not a scalar") */
+	barrier_var(now);
+	sl = slot_get(key);
+	bio_done_rest(sl, (__u32)(dev_op >> 8), (__u8)dev_op, (__u32)(opf_size >> 32), (__u32)opf_size, now);
+	if (sl)
+		sl->bio = 0; /* free the slot */
+	return 0;
+}
+
 static __always_inline int rqpath_rq_complete(struct request *rq, unsigned int nr_bytes, const bool btf)
 {
 	__u64 now = RQPATH_COMPLETE_NOW;
@@ -168,8 +195,9 @@ static __always_inline int rqpath_rq_complete(struct request *rq, unsigned int n
 	__u32 rq_flags = btf ? rq->rq_flags : BPF_CORE_READ(rq, rq_flags);
 	__u8 op = opf_to_op(opf, rq_bytes);
 	struct bio_slot *sl;
-	__u64 key, done = 0, first_q = 0;
+	__u64 key, done, first_q = 0;
 	bool whole = nr_bytes >= rq_bytes;
+	__u32 size;
 	int i;
 
 	if (!dev_wanted(dev))
@@ -183,30 +211,38 @@ static __always_inline int rqpath_rq_complete(struct request *rq, unsigned int n
 	 * counted, when the sequence ends the request */
 	if (rq_flush_seq(rq_flags))
 		return 0;
-	for (i = 0; i < RQPATH_MAX_CHAIN && bio; i++) {
-		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
-
-		/*
-		 * The end of a flush sequence: its bio's iterator was advanced over the data
-		 * at the data step, so its size reads 0 now. Such a request is never merged
-		 * (REQ_NOMERGE_FLAGS), so its one bio's size is the request's, which the
-		 * kernel keeps in rq->stats_sectors when it issues a request on a queue that
-		 * keeps I/O statistics (QUEUE_FLAG_STATS: wbt, on by default, bfq, iocost,
-		 * iolatency). An empty PREFLUSH write is never issued: 0 stays 0.
-		 */
-		if (!size && i == 0 && whole && bpf_core_field_exists(rq->stats_sectors))
-			size = (__u32)(btf ? rq->stats_sectors : BPF_CORE_READ(rq, stats_sectors)) << 9;
-		/* a partial completion ends only the bios it fully covers */
+	/* the first bio, with the request's own measurements (d2c once per request) */
+	size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
+	/*
+	 * The end of a flush sequence: its bio's iterator was advanced over the data
+	 * at the data step, so its size reads 0 now. Such a request is never merged
+	 * (REQ_NOMERGE_FLAGS), so its one bio's size is the request's, which the
+	 * kernel keeps in rq->stats_sectors when it issues a request on a queue that
+	 * keeps I/O statistics (QUEUE_FLAG_STATS: wbt, on by default, bfq, iocost,
+	 * iolatency). An empty PREFLUSH write is never issued: 0 stays 0.
+	 */
+	if (!size && whole && bpf_core_field_exists(rq->stats_sectors))
+		size = (__u32)(btf ? rq->stats_sectors : BPF_CORE_READ(rq, stats_sectors)) << 9;
+	/* a partial completion ends only the bios it fully covers */
+	if (!whole && size > nr_bytes)
+		return 0;
+	done = size;
+	key = btf ? ptr_value(bio) : (__u64)bio;
+	sl = slot_get(key);
+	if (sl)
+		first_q = sl->q_ns;
+	bio_done(rq, sl, dev, op, size, 0, whole, now, btf);
+	if (sl)
+		sl->bio = 0; /* free the slot */
+	bio = btf ? bio->bi_next : BPF_CORE_READ(bio, bi_next);
+	/* the rest of the chain */
+	for (i = 1; i < RQPATH_MAX_CHAIN && bio; i++) {
+		size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
 		if (!whole && done + size > nr_bytes)
 			break;
 		done += size;
 		key = btf ? ptr_value(bio) : (__u64)bio;
-		sl = slot_get(key);
-		if (sl && i == 0)
-			first_q = sl->q_ns;
-		bio_done(rq, sl, dev, op, size, i, whole, now, btf);
-		if (sl)
-			sl->bio = 0; /* free the slot */
+		rqpath_bio_rest(key, (__u64)dev << 8 | op, (__u64)opf << 32 | size, now);
 		bio = btf ? bio->bi_next : BPF_CORE_READ(bio, bi_next);
 	}
 	if (!whole)
@@ -217,32 +253,17 @@ static __always_inline int rqpath_rq_complete(struct request *rq, unsigned int n
 	return 0;
 }
 
-/* The programs of the queue and completion hooks (split: inflight.bpf.h), as tp_btf and raw_tp. */
+/* The programs of the queue and completion hooks (split: inflight.bpf.h), as tp_btf and raw_tp,
+ * for both signatures of the queue and split tracepoints (core_fixes.bpf.h: IOS_BLOCK_TP). */
+#define RQPATH_CALL_QUEUE(btf) rqpath_bio_queue(bio, btf)
+#define RQPATH_CALL_SPLIT(btf) slot_split(bio, btf)
 #define RQPATH_PROGRAMS							\
-SEC("tp_btf/block_bio_queue")						\
-int BPF_PROG(btf_bio_queue, struct bio *bio)				\
-{									\
-	return rqpath_bio_queue(bio, true);				\
-}									\
-SEC("tp_btf/block_split")						\
-int BPF_PROG(btf_split, struct bio *bio)				\
-{									\
-	return slot_split(bio, true);					\
-}									\
+IOS_BLOCK_TP(bio_queue, block_bio_queue, RQPATH_CALL_QUEUE, struct bio *bio) \
+IOS_BLOCK_TP(split, block_split, RQPATH_CALL_SPLIT, struct bio *bio)	\
 SEC("tp_btf/block_rq_complete")						\
 int BPF_PROG(btf_rq_complete, struct request *rq, int error, unsigned int nr_bytes) \
 {									\
 	return RQPATH_COMPLETE(rq, nr_bytes, true);			\
-}									\
-SEC("raw_tp/block_bio_queue")						\
-int BPF_PROG(raw_bio_queue, struct bio *bio)				\
-{									\
-	return rqpath_bio_queue(bio, false);				\
-}									\
-SEC("raw_tp/block_split")						\
-int BPF_PROG(raw_split, struct bio *bio)				\
-{									\
-	return slot_split(bio, false);					\
 }									\
 SEC("raw_tp/block_rq_complete")						\
 int BPF_PROG(raw_rq_complete, struct request *rq, int error, unsigned int nr_bytes) \

@@ -113,8 +113,7 @@ static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op
 		disk_add(dev, op, now - rq_start);
 }
 
-static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
-				     int i, bool whole, __u64 now, const bool btf)
+static __always_inline void bio_done_rest(struct bio_slot *sl, __u32 dev, __u8 op, __u32 opf, __u32 size, __u64 now)
 {
 	if (sl) {
 		proc_add(sl->tgid, dev, op, size, now - sl->q_ns, true);
@@ -122,6 +121,12 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 		proc_add(0, dev, op, size, 0, false);
 		stat_inc(IOS_INFLIGHT_AT_START);
 	}
+}
+
+static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
+				     int i, bool whole, __u64 now, const bool btf)
+{
+	bio_done_rest(sl, dev, op, 0, size, now);
 }
 
 static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u64 first_q, __u64 now,

@@ -221,7 +221,7 @@ def boot(name: str, command: str, out: Path, timeout: float, console: Path | Non
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     args = [vng(), "-r", str(vmlinuz), "--cpus", "2", "--memory", "4G", "--disable-kvm", "--verbose",
             "--rwdir", str(out), "--exec", command]
-    log = open(console, "w") if console else None  # noqa: SIM115 - closed below
+    log = open(console, "w") if console else None
     try:
         p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log or None, stderr=subprocess.STDOUT,
                              env=env, cwd=str(ROOT), start_new_session=True)

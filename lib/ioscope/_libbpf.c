@@ -387,16 +387,61 @@ fail:
 	return NULL;
 }
 
+/*
+ * IOSCOPE_VERIFIER_STATS=1: the verifier's statistics of every program loaded
+ * (instructions processed, states), one line each on stderr, also when the load
+ * succeeds; how close a program is to a kernel's limits (docs/hacking.md).
+ */
+#define STATS_LOG_SIZE 4096
+
+static void stats_logs(struct bpf_object *obj, char **bufs, int n, int print)
+{
+	struct bpf_program *p;
+	int i = 0;
+
+	bpf_object__for_each_program(p, obj) {
+		if (i >= n)
+			break;
+		if (!print) {
+			bufs[i] = bpf_program__autoload(p) ? calloc(1, STATS_LOG_SIZE) : NULL;
+			if (bufs[i]) {
+				bpf_program__set_log_buf(p, bufs[i], STATS_LOG_SIZE);
+				bpf_program__set_log_level(p, 4); /* BPF_LOG_STATS */
+			}
+		} else if (bufs[i]) {
+			const char *line = strstr(bufs[i], "processed ");
+
+			fprintf(stderr, "verifier: %s: %.*s\n", bpf_program__name(p),
+				line ? (int)strcspn(line, "\n") : 0, line ? line : "");
+			free(bufs[i]);
+		}
+		i++;
+	}
+}
+
 static PyObject *object_load(ObjectObject *self, PyObject *unused)
 {
-	int err;
+	int err, nprogs = 0, stats = getenv("IOSCOPE_VERIFIER_STATS") != NULL;
+	struct bpf_program *p;
+	char **bufs = NULL;
 
 	if (object_check_open(self))
 		return NULL;
 	log_reset();
+	if (stats) {
+		bpf_object__for_each_program(p, self->obj)
+			nprogs++;
+		bufs = calloc((size_t)nprogs + 1, sizeof(*bufs));
+		if (bufs)
+			stats_logs(self->obj, bufs, nprogs, 0);
+	}
 	Py_BEGIN_ALLOW_THREADS
 	err = bpf_object__load(self->obj);
 	Py_END_ALLOW_THREADS
+	if (bufs) {
+		stats_logs(self->obj, bufs, nprogs, 1);
+		free(bufs);
+	}
 	if (err) {
 		/* name the program the verifier refused, if libbpf said which */
 		const char *p = strstr(logbuf, "prog '");
@@ -1241,6 +1286,80 @@ static PyObject *mod_tp_params(PyObject *m, PyObject *args)
 	return PyLong_FromLong(n);
 }
 
+/* A BTF type as C spells it in a prototype: "struct request *", "blk_status_t", "unsigned int". */
+static void type_text(const struct btf *btf, __u32 id, char *buf, size_t len)
+{
+	const struct btf_type *t = btf__type_by_id(btf, id);
+	int stars = 0;
+	const char *kw = "";
+
+	while (t && (btf_is_ptr(t) || btf_is_const(t) || btf_is_volatile(t) || btf_is_restrict(t))) {
+		if (btf_is_ptr(t))
+			stars++;
+		t = btf__type_by_id(btf, t->type);
+	}
+	if (!t) {
+		snprintf(buf, len, "?");
+		return;
+	}
+	if (btf_is_struct(t))
+		kw = "struct ";
+	else if (btf_is_union(t))
+		kw = "union ";
+	else if (btf_is_enum(t))
+		kw = "enum ";
+	snprintf(buf, len, "%s%s%s%.*s", kw, t->name_off ? btf__name_by_offset(btf, t->name_off) : "void",
+		 stars ? " " : "", stars, "****");
+}
+
+/*
+ * tp_param_types(tracepoint, btf_path=None) -> the C types of the tracepoint's
+ * arguments (without the leading void *), e.g. ["struct request_queue *",
+ * "struct bio *"], from the btf_trace_<tp> typedef; None when the kernel has
+ * no such typedef. How a tracepoint's signature changed between kernels is
+ * read here, not inferred from a version number.
+ */
+static PyObject *mod_tp_param_types(PyObject *m, PyObject *args)
+{
+	const char *tp, *path = NULL;
+	char name[256], text[256];
+	struct btf *btf;
+	const struct btf_type *t;
+	const struct btf_param *p;
+	PyObject *out = NULL, *s;
+	int id, i, owned;
+
+	if (!PyArg_ParseTuple(args, "s|z", &tp, &path))
+		return NULL;
+	btf = open_btf(path, &owned);
+	if (!btf)
+		return raise_errno(errno, "cannot read kernel BTF%s%s", path ? " from " : "", path ? path : "");
+	snprintf(name, sizeof(name), "btf_trace_%s", tp);
+	id = btf__find_by_name_kind(btf, name, BTF_KIND_TYPEDEF);
+	t = id > 0 ? btf__type_by_id(btf, id) : NULL;
+	t = t ? btf__type_by_id(btf, t->type) : NULL;
+	if (t && btf_is_ptr(t))
+		t = btf__type_by_id(btf, t->type);
+	if (!t || !btf_is_func_proto(t)) {
+		close_btf(btf, owned);
+		Py_RETURN_NONE;
+	}
+	out = PyList_New(0);
+	p = btf_params(t);
+	for (i = 1; out && i < btf_vlen(t); i++) {
+		type_text(btf, p[i].type, text, sizeof(text));
+		s = PyUnicode_FromString(text);
+		if (!s || PyList_Append(out, s) < 0) {
+			Py_XDECREF(s);
+			Py_CLEAR(out);
+			break;
+		}
+		Py_DECREF(s);
+	}
+	close_btf(btf, owned);
+	return out;
+}
+
 static PyObject *mod_set_verbose(PyObject *m, PyObject *args)
 {
 	int v;
@@ -1265,6 +1384,7 @@ static PyMethodDef mod_methods[] = {
 	{"struct_layout", mod_struct_layout, METH_VARARGS, "struct_layout(btf_or_elf_path, struct_name)"},
 	{"has_type", mod_has_type, METH_VARARGS, "has_type(name, kind, btf_path=None)"},
 	{"tp_params", mod_tp_params, METH_VARARGS, "tp_params(tracepoint, btf_path=None)"},
+	{"tp_param_types", mod_tp_param_types, METH_VARARGS, "tp_param_types(tracepoint, btf_path=None)"},
 	{"set_verbose", mod_set_verbose, METH_VARARGS, "echo libbpf's debug log to stderr"},
 	{"last_log", mod_last_log, METH_NOARGS, "the tail of libbpf's log"},
 	{"num_possible_cpus", mod_num_possible_cpus, METH_NOARGS, NULL},

@@ -9,6 +9,14 @@ from the kernel version. A hook whose tracepoint does not exist is either an
 error (required) or reported as unavailable and left out.
 
 ``IOSCOPE_ATTACH=raw_tp|tracepoint`` forces a lower variant (tests use it).
+
+A tracepoint whose signature changed between kernels has one program per
+signature, the older one named with a suffix: ``<prefix><hook>__q`` takes the
+``struct request_queue *`` that Linux 5.10's block tracepoints still pass
+first (block_bio_queue, block_rq_issue, block_split, ...; Christoph Hellwig's
+series "remove the request_queue argument to the block_* tracepoints" took it
+out in 5.11). Which one loads is read from the kernel's BTF (the
+arguments of ``btf_trace_<tracepoint>``), as for the variants.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ OBJ_DIR = Path(__file__).resolve().parent / "bpfobj"
 MAX_FILTER_DISKS = 256  # IOS_MAX_FILTER_DISKS, bpf/devfilter.bpf.h: -d in every tool
 VARIANTS = ("tp_btf", "raw_tp", "tracepoint")
 PREFIX = {"tp_btf": "btf_", "raw_tp": "raw_", "tracepoint": "tp_"}
+QUEUE_ARG = "struct request_queue *"  # the first argument of 5.10's block tracepoints (the __q programs)
 
 
 def object_path(name: str) -> Path:
@@ -56,7 +65,9 @@ class Hook:
     tracepoint: str      # e.g. "block_bio_queue"
     category: str        # e.g. "block"
     variants: dict[str, str] = field(default_factory=dict)  # variant -> program name
+    queue_first: dict[str, str] = field(default_factory=dict)  # variant -> its __q program (5.10 signature)
     chosen: str | None = None  # variant
+    prog: str | None = None    # the program chosen (of the variant, for this kernel's signature)
 
 
 class BPFObject:
@@ -79,15 +90,19 @@ class BPFObject:
         self._filter_devs: list[int] = []
         self.unavailable: list[str] = []
         self.attached: list[str] = []
+        self._signatures: dict[str, list[str] | None] = {}
         for prog, section, _auto in self.obj.programs():
             kind, _, rest = section.partition("/")
             for variant, prefix in PREFIX.items():
                 if kind == variant and prog.startswith(prefix):
-                    hook = prog[len(prefix):]
+                    hook, _, alt = prog[len(prefix):].partition("__")
                     tp = rest.split("/")[-1]
                     cat = rest.split("/")[0] if variant == "tracepoint" else _category_of(tp)
                     h = self.hooks.setdefault(hook, Hook(hook, tp, cat))
-                    h.variants[variant] = prog
+                    if alt == "q":
+                        h.queue_first[variant] = prog
+                    elif not alt:
+                        h.variants[variant] = prog
 
     # -- choosing -------------------------------------------------------
 
@@ -96,6 +111,36 @@ class BPFObject:
             return bool(_libbpf.tp_params(h.tracepoint, self.btf) >= 0)
         tracefs = system.ensure_tracefs()
         return system.tracepoint_exists(h.category, h.tracepoint, tracefs)
+
+    def tp_param_types(self, tracepoint: str) -> list[str] | None:
+        """The C types of a tracepoint's arguments in this kernel's BTF, None without BTF for it."""
+        if tracepoint not in self._signatures:
+            self._signatures[tracepoint] = _libbpf.tp_param_types(tracepoint, self.btf)
+        return self._signatures[tracepoint]
+
+    def _program(self, h: Hook, variant: str) -> str:
+        """The variant's program for this kernel's signature of the tracepoint."""
+        alt = h.queue_first.get(variant)
+        if alt:
+            params = self.tp_param_types(h.tracepoint)
+            if params and params[0] == QUEUE_ARG:
+                return alt
+        return h.variants[variant]
+
+    def _select(self, h: Hook, variant: str | None) -> None:
+        if h.prog:
+            self.obj.set_autoload(h.prog, False)
+        h.chosen = variant
+        h.prog = self._program(h, variant) if variant else None
+        if h.prog:
+            self.obj.set_autoload(h.prog, True)
+
+    def demote(self, hooks: Iterable[str], variant: str = "raw_tp") -> None:
+        """Use a lower variant for these hooks (their chosen one needs what this kernel lacks)."""
+        for name in hooks:
+            h = self.hooks[name]
+            if h.chosen and h.chosen != variant and variant in h.variants:
+                self._select(h, variant)
 
     def choose(self, required: Iterable[str], optional: Iterable[str] = ()) -> None:
         """Autoload the best variant of each wanted hook; every other program stays unloaded."""
@@ -115,8 +160,7 @@ class BPFObject:
                 raise IoscopeError(f"BPF object {self.name} has no program for hook {name}")
             for variant in order:
                 if variant in h.variants and self._kernel_offers(variant, h):
-                    h.chosen = variant
-                    self.obj.set_autoload(h.variants[variant], True)
+                    self._select(h, variant)
                     break
             else:
                 what = f"tracepoint {h.category}:{h.tracepoint} is not available on this kernel"
@@ -168,9 +212,9 @@ class BPFObject:
     def attach(self, hooks: Iterable[str] | None = None) -> None:
         """Attach the chosen programs of every hook, or of the hooks named; each once."""
         for name, h in self.hooks.items():
-            if not h.chosen or (hooks is not None and name not in hooks):
+            if not h.prog or (hooks is not None and name not in hooks):
                 continue
-            prog = h.variants[h.chosen]
+            prog = h.prog
             if prog in self.attached:
                 continue
             try:

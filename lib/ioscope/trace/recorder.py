@@ -130,6 +130,9 @@ class Recorder:
         b.set_global("targ_ring_slots", self.ring_slots, "I")
         b.set_global("targ_ring_cpus", self.ring_cpus, "I")
         b.set_global("targ_stop_at", o.stop_at, "I")
+        # 5.10's block_rq_complete passes the errno (an int), later kernels the blk_status_t
+        params = b.tp_param_types("block_rq_complete") or []
+        b.set_global("targ_complete_errno", len(params) > 1 and params[1] == "int", "?")
         b.set_max_entries("rec_ring", self.nrings * self.ring_slots)
         b.set_max_entries("rec_pos", self.nrings)
         b.load()

@@ -66,12 +66,7 @@ def _need_kfunc(b: BPFObject, kfunc: str, hooks: list[str], force: bool = False)
 
     if not force and _libbpf.has_type(kfunc, "func", b.btf):
         return
-    for name in hooks:
-        h = b.hooks[name]
-        if h.chosen == "tp_btf" and "raw_tp" in h.variants:
-            b.obj.set_autoload(h.variants["tp_btf"], False)
-            b.obj.set_autoload(h.variants["raw_tp"], True)
-            h.chosen = "raw_tp"
+    b.demote(hooks, "raw_tp")
 
 
 class ReadsizeCollector:
