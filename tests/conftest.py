@@ -46,9 +46,16 @@ def live() -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from kernels.selection import tool_of
+
     for item in items:
         if "live" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.live)
+        rel = Path(str(item.fspath)).resolve().relative_to(ROOT / "tests").as_posix()
+        tool = tool_of(rel, item.name)
+        if tool:
+            item.add_marker(pytest.mark.kernels)
+            item.user_properties.append(("tool", tool))
 
 
 @pytest.fixture

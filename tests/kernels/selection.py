@@ -1,0 +1,39 @@
+"""Which live tests run inside every kernel of the matrix (scripts/kernels.py), and for which tool.
+
+The guests run under software emulation (five to ten times slower than the host, and a Python
+start-up takes seconds), so the matrix runs, for every tool, tests that load each of its program
+variants (tp_btf and raw_tp) and check its numbers exactly against the workload and the kernel's
+own counts, with no timing assumption (tests/kernels/test_matrix.py); the host runs everything.
+conftest.py marks the selected tests `kernels` and records their tool as a junit
+property, from which scripts/kernels.py prints the tool x kernel table.
+
+Keys are test files relative to tests/; values map a tool to the test names it selects ("*": every
+test of the file; a name selects all its parametrizations unless the id is given in brackets).
+"""
+
+from __future__ import annotations
+
+SELECTION: dict[str, dict[str, list[str]]] = {
+    # every BPF tool once per attach variant, exact counts, stopped by a signal (written for TCG)
+    "kernels/test_matrix.py": {
+        "lat": ["test_lat"], "top": ["test_top"], "agg": ["test_agg"], "snoop": ["test_snoop"],
+        "record": ["test_record_report_parse_and_blkparse"], "readsize": ["test_readsize"], "fair": ["test_fair"],
+        "demo": ["test_demo_main_job"], "signals": ["test_stopped_from_a_script"]},
+    "test_readahead.py": {"readahead": ["*"]},
+    "acceptance/test_acc_exporter.py": {"exporter": ["*"]},
+    "acceptance/test_acc_collect.py": {"collect": ["test_bundle_holds_capture_and_context_and_every_reader_opens_it"]},
+    "acceptance/test_acc_nic.py": {"nic": ["*"]},
+}
+
+
+def tool_of(relpath: str, name: str) -> str | None:
+    """The tool a selected test checks, None when the matrix does not run it."""
+    tools = SELECTION.get(relpath)
+    if not tools:
+        return None
+    base = name.split("[", 1)[0]
+    for tool, names in tools.items():
+        for want in names:
+            if want == "*" or want == name or ("[" not in want and want == base):
+                return tool
+    return None

@@ -1,0 +1,319 @@
+"""Every tool on this kernel, once, with exact numbers: the core of the kernel matrix's guest suite.
+
+scripts/kernels.py boots Debian's kernels under software emulation, where everything is five to
+ten times slower than here and a Python start-up takes seconds. These tests are written for that:
+each starts one tool as a user would (a process in the background, stopped by a signal), waits for
+the tool to say it is tracing however long that takes, runs a workload whose count is known
+(dd with direct I/O: one request per block), and checks what the tool printed against the
+workload and /proc/diskstats, exactly (a gap only where the tool itself reported completions no
+BPF program saw: conftest.assert_counted). Every BPF tool runs with each attach variant
+(IOSCOPE_ATTACH: tp_btf and raw_tp), so every program of every variant is loaded and verified on
+the kernel, and every run ends with its programs gone. The host runs them too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import assert_counted, bpf_prog_ids, ioscope_cmd, json_lines, programs_left
+
+READS = 401    # 4 KiB direct reads: a prime
+WRITES = 211   # 4 KiB direct writes, after the reads' area
+START_TIMEOUT = 240.0   # seconds for a tool to load its programs (TCG: tens of seconds)
+VARIANTS = ["tp_btf", "raw_tp"]
+
+
+class Tool:
+    """`ioscope ARGS` in the background, its output in files, stopped by a signal."""
+
+    def __init__(self, tmp: Path, *args: str, attach: str | None = None, ready: str = "Tracing") -> None:
+        self.args = args
+        self.out = tmp / f"{args[0]}.out"
+        self.err = tmp / f"{args[0]}.err"
+        env = dict(os.environ)
+        if attach:
+            env["IOSCOPE_ATTACH"] = attach
+        with open(self.out, "w") as out, open(self.err, "w") as err:
+            self.proc = subprocess.Popen(ioscope_cmd(*args), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                         env=env)
+        deadline = time.monotonic() + START_TIMEOUT
+        # ready: a word on stderr, or "json" for a tool that says nothing there (top -j: its first snapshot)
+        while not (self.out.read_text().startswith("{") if ready == "json" else ready in self.err.read_text()):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.proc.kill()
+                raise AssertionError(f"ioscope {' '.join(args)} did not start: {self.err.read_text()}")
+            time.sleep(0.1)
+        self.progs = bpf_prog_ids(self.proc.pid)
+        self.rc: int | None = None
+
+    def stop(self, sig: int = signal.SIGINT) -> tuple[str, str]:
+        """Signal it, wait for its last report; it must exit 0 and leave no BPF program behind."""
+        self.proc.send_signal(sig)
+        try:
+            self.rc = self.proc.wait(timeout=START_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            raise AssertionError(f"ioscope {self.args[0]} did not stop on signal {sig}") from None
+        out, err = self.out.read_text(), self.err.read_text()
+        assert self.rc == 0, err
+        assert "Traceback" not in err, err
+        assert self.progs, f"ioscope {self.args[0]} held no BPF program while tracing"
+        assert not programs_left(self.progs, timeout=30), f"ioscope {self.args[0]} left BPF programs loaded"
+        return out, err
+
+
+def dd(*args: str) -> int:
+    """Run dd; return its pid (the process the tools must credit)."""
+    p = subprocess.Popen(["dd", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    assert p.wait(timeout=600) == 0
+    return p.pid
+
+
+def workload(path: str) -> tuple[int, int]:
+    """READS direct reads then WRITES direct writes of 4 KiB on a raw disk; the pids of the two dd."""
+    r = dd(f"if={path}", "of=/dev/null", "bs=4k", f"count={READS}", "iflag=direct")
+    w = dd("if=/dev/zero", f"of={path}", "bs=4k", f"count={WRITES}", f"seek={READS}", "oflag=direct")
+    return r, w
+
+
+def settle() -> None:
+    """Give the tool one report interval after the workload (its final report follows the signal)."""
+    time.sleep(1.5)
+
+
+@pytest.fixture
+def disk(loopdev: Any) -> Any:
+    return loopdev(size_mb=64, scheduler="mq-deadline")
+
+
+@pytest.fixture
+def fs(loopdev: Any, tmp_path: Path) -> Iterator[tuple[Any, Path]]:
+    """An ext4 file system on a loop disk, with an 8 MiB file of random bytes, page cache dropped."""
+    dev = loopdev(size_mb=64)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    subprocess.run(["mkfs.ext4", "-q", "-F", dev.path], check=True)
+    subprocess.run(["mount", dev.path, str(mnt)], check=True)
+    try:
+        for name in ("a", "b"):
+            with open(mnt / name, "wb") as f:
+                f.write(os.urandom(8 << 20))
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3")
+        yield dev, mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def diskstats_delta(before: Any, after: Any) -> tuple[int, int]:
+    return after.reads - before.reads, after.writes - before.writes
+
+
+def lost_unseen(doc: dict[str, Any]) -> int:
+    """Completions the tool says no BPF program saw; it must have lost nothing else."""
+    detail = doc.get("lost_detail", {})
+    assert doc.get("lost", 0) == detail.get("completion_unseen", 0), detail
+    return int(detail.get("completion_unseen", 0))
+
+
+@pytest.mark.parametrize("attach, timing", [("tp_btf", "auto"), ("raw_tp", "auto"), ("tp_btf", "probes")])
+def test_lat(disk: Any, tmp_path: Path, attach: str, timing: str) -> None:
+    t = Tool(tmp_path, "lat", "-d", disk.name, "-O", "-j", "--timing", timing, attach=attach)
+    before = disk.diskstats()
+    workload(disk.path)
+    after = disk.diskstats()
+    settle()
+    out, _ = t.stop()
+    docs = json_lines(out)
+    assert diskstats_delta(before, after) == (READS, WRITES)
+    unseen = sum(lost_unseen(d) for d in docs)
+    for op, n in (("read", READS), ("write", WRITES)):
+        got = sum(h["count"] for d in docs for h in d["hists"] if h["phase"] == "d2c" and h["op"] == op)
+        assert_counted(got, n, unseen)
+    assert sum(d["kernel_completed"].get(disk.name, 0) for d in docs) == READS + WRITES
+
+
+@pytest.mark.parametrize("attach", VARIANTS)
+def test_top(disk: Any, tmp_path: Path, attach: str) -> None:
+    t = Tool(tmp_path, "top", "-j", "-d", disk.name, attach=attach, ready="json")
+    rpid, wpid = workload(disk.path)
+    settle()
+    out, _ = t.stop(signal.SIGTERM)
+    docs = json_lines(out)
+    unseen = sum(lost_unseen(d) for d in docs)
+    ios = {pid: sum(p["ios"] for d in docs for p in d["procs"] if p["pid"] == pid) for pid in (rpid, wpid)}
+    assert_counted(ios[rpid] + ios[wpid], READS + WRITES, unseen)
+    assert_counted(ios[rpid], READS, unseen)
+    dev_ios = sum(x["lat_ios"] for d in docs for x in d["devices"] if x["disk"] == disk.name)
+    assert_counted(dev_ios, READS + WRITES, unseen)
+
+
+@pytest.mark.parametrize("attach", VARIANTS)
+def test_agg(disk: Any, tmp_path: Path, attach: str) -> None:
+    t = Tool(tmp_path, "agg", "-d", disk.name, "-j", "-e", "count() by pid,op", "-e", "sum(bytes) by op",
+             attach=attach)
+    rpid, wpid = workload(disk.path)
+    settle()
+    out, _ = t.stop(signal.SIGHUP)
+    docs = json_lines(out)
+    unseen = sum(lost_unseen(d) for d in docs)
+    counts: dict[tuple[int, str], int] = {}
+    sums: dict[str, int] = {}
+    for d in docs:
+        for a in d["aggs"]:
+            for row in a["rows"]:
+                k = row["keys"]
+                if a["expr"].startswith("count"):
+                    key = (int(k["pid"]), k["op"])
+                    counts[key] = counts.get(key, 0) + int(row["count"])
+                else:
+                    sums[k["op"]] = sums.get(k["op"], 0) + int(row["sum"])
+    assert_counted(counts.get((rpid, "read"), 0), READS, unseen)
+    assert_counted(counts.get((wpid, "write"), 0), WRITES, unseen)
+    if not unseen:
+        assert sums == {"read": READS * 4096, "write": WRITES * 4096}
+
+
+@pytest.mark.parametrize("attach", VARIANTS)
+def test_snoop(disk: Any, tmp_path: Path, attach: str) -> None:
+    t = Tool(tmp_path, "snoop", "-d", disk.name, "-j", attach=attach)
+    rpid, wpid = workload(disk.path)
+    settle()
+    out, err = t.stop()
+    lines = json_lines(out)
+    reads = [x for x in lines if x["pid"] == rpid]
+    writes = [x for x in lines if x["pid"] == wpid]
+    missed = 0 if "were not" not in err and "was not" not in err else READS + WRITES - len(reads) - len(writes)
+    assert_counted(len(reads), READS, missed)
+    assert_counted(len(writes), WRITES, missed)
+    assert all(x["bytes"] == 4096 and x["disk"] == disk.name for x in reads + writes)
+    if not missed:
+        assert sorted(x["sector"] for x in reads) == [8 * i for i in range(READS)]
+        assert sorted(x["sector"] for x in writes) == [8 * (READS + i) for i in range(WRITES)]
+
+
+@pytest.mark.parametrize("attach", VARIANTS)
+def test_record_report_parse_and_blkparse(disk: Any, tmp_path: Path, attach: str) -> None:
+    cap = tmp_path / "cap.ioscope"
+    t = Tool(tmp_path, "record", "-d", disk.name, "-o", str(cap), attach=attach, ready="Recording")
+    workload(disk.path)
+    settle()
+    t.stop()
+    assert oct(cap.stat().st_mode & 0o777) == "0o600"
+    from ioscope.trace.capture import open_capture
+
+    with open_capture(str(cap)) as c:
+        ev = c.read_all()
+        check = c.end["completions_check"] if c.end else {}
+    st = disk.diskstats()
+    key = f"{st.major},{st.minor}"
+    missing = int(check[key]["kernel"]) - int(check[key]["recorded"])
+    q = ev[ev["action"] == 1]
+    assert len(q) == READS + WRITES  # every bio queued (the queue program is not the one that misses)
+    assert_counted(int((ev["action"] == 8).sum()), READS + WRITES, missing)
+    # the real blkparse reads ioscope's export (one dump, on its standard input: docs/export.md)
+    bt = tmp_path / "bt"
+    p = subprocess.run(ioscope_cmd("export", str(cap), "--format", "blktrace", "-o", str(bt)),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    with open(bt, "rb") as f:
+        text = subprocess.run(["blkparse", "-q", "-i", "-"], stdin=f, capture_output=True, timeout=600).stdout.decode()
+    assert len(re.findall(r" Q +[RW]S ", text)) == READS + WRITES, text[-2000:]
+    assert len(re.findall(r" C +[RW]S ", text)) == int((ev["action"] == 8).sum())
+    # report reads the capture
+    p = subprocess.run(ioscope_cmd("report", str(cap), "--json"), capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("attach", VARIANTS)
+def test_readsize(fs: tuple[Any, Path], tmp_path: Path, attach: str) -> None:
+    dev, mnt = fs
+    t = Tool(tmp_path, "readsize", "-d", dev.name, "-j", attach=attach)
+    pid = dd(f"if={mnt / 'a'}", "of=/dev/null", "bs=32k")
+    settle()
+    out, _ = t.stop()
+    docs = json_lines(out)
+    mine = [p for d in docs for p in d["procs"] if p["pid"] == pid and p["op"] == "read"]
+    assert sum(p["app"]["bytes"] for p in mine) == 8 << 20
+    assert sum(p["app"]["count"] for p in mine) == 257  # 256 full reads and the one at EOF
+    assert sum(p["dev"]["bytes"] for p in mine) == 8 << 20
+
+
+@pytest.mark.parametrize("attach", VARIANTS)
+def test_fair(fs: tuple[Any, Path], tmp_path: Path, attach: str) -> None:
+    dev, mnt = fs
+    t = Tool(tmp_path, "fair", "-d", dev.name, "-j", attach=attach)
+    procs = [subprocess.Popen(["dd", f"if={mnt / n}", "of=/dev/null", "bs=64k"], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL) for n in ("a", "b")]
+    assert [p.wait(timeout=600) for p in procs] == [0, 0]
+    settle()
+    out, _ = t.stop()
+    last = json_lines(out)[-1]
+    got = {p["pid"]: p["cum_read_bytes"] for p in last["procs"]}
+    assert got == {procs[0].pid: 8 << 20, procs[1].pid: 8 << 20}
+
+
+def test_demo_main_job(live: None) -> None:
+    """`ioscope demo`, the README's main job: its cross-check line says the counts agree."""
+    p = subprocess.run(ioscope_cmd("demo"), capture_output=True, text=True, timeout=1200)
+    assert p.returncode == 0, p.stderr
+    text = p.stdout + p.stderr
+    line = next(ln for ln in text.splitlines() if ln.startswith("cross-check:"))
+    m = re.search(r"issued (\d+) I/Os; ioscope timed (\d+) \(q2c\) and (\d+) device requests \(d2c\); "
+                  r"/proc/diskstats counted (\d+) completed", line)
+    assert m, line
+    issued, q2c, d2c, kernel = (int(g) for g in m.groups())
+    assert issued == kernel, line
+    u = re.search(r"(\d+) completions? (?:were|was) not reported", text)
+    assert_counted(d2c, kernel, int(u.group(1)) if u else 0)
+    assert q2c == d2c, line
+
+
+@pytest.mark.parametrize("tool", ["lat", "top", "agg", "snoop", "record", "readsize", "fair", "readahead"])
+def test_stopped_from_a_script(disk: Any, tmp_path: Path, tool: str) -> None:
+    """A tool started in the background by a shell script (SIGINT ignored there) stops on SIGINT,
+    SIGTERM or SIGHUP (one each, in turn) with its programs detached."""
+    args = {"lat": ["lat", "-d", disk.name], "top": ["top", "-b", "-d", disk.name],
+            "agg": ["agg", "-d", disk.name, "-e", "count()"], "snoop": ["snoop", "-d", disk.name],
+            "record": ["record", "-d", disk.name, "-o", str(tmp_path / "c.ioscope")],
+            "readsize": ["readsize", "-d", disk.name], "fair": ["fair", "-d", disk.name],
+            "readahead": ["readahead", "-d", disk.name]}[tool]
+    sig = {"lat": "INT", "top": "TERM", "agg": "HUP", "snoop": "INT", "record": "TERM", "readsize": "HUP",
+           "fair": "INT", "readahead": "TERM"}[tool]
+    script = (f"{shlex.join(ioscope_cmd(*args))} > {tmp_path}/out 2> {tmp_path}/err &\n"
+              f"echo $! > {tmp_path}/pid\n"
+              f"while [ ! -e {tmp_path}/go ]; do sleep 0.1; done\n"
+              f"kill -{sig} $!\nwait $!\necho $? > {tmp_path}/rc\n")
+    sh = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + START_TIMEOUT
+
+    def ready() -> bool:  # it says so on stderr, or (top -b) its first snapshot is out
+        err, out = tmp_path / "err", tmp_path / "out"
+        return (err.exists() and any(w in err.read_text() for w in ("Tracing", "Recording"))) or (
+            out.exists() and out.stat().st_size > 0)
+
+    while not ready():
+        if sh.poll() is not None or time.monotonic() > deadline:
+            (tmp_path / "go").touch()
+            err = (tmp_path / "err").read_text() if (tmp_path / "err").exists() else ""
+            raise AssertionError(f"{tool} did not start: {err}")
+        time.sleep(0.1)
+    progs = bpf_prog_ids(int((tmp_path / "pid").read_text()))
+    (tmp_path / "go").touch()
+    assert sh.wait(timeout=START_TIMEOUT) == 0
+    assert (tmp_path / "rc").read_text().strip() == "0", (tmp_path / "err").read_text()
+    assert "Traceback" not in (tmp_path / "err").read_text()
+    assert progs and not programs_left(progs, timeout=30)
+
