@@ -6,5 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh --test
 echo "== ruff"; .venv/bin/ruff check lib tests bench tools scripts
-echo "== mypy"; .venv/bin/mypy
-echo "== pytest"; exec .venv/bin/python -m pytest -q tests "$@"
+echo "== mypy"; .venv/bin/mypy; .venv/bin/mypy --strict scripts/kernels.py
+echo "== pytest"; .venv/bin/python -m pytest -q tests "$@"
+# Every Debian kernel users run, booted under QEMU with the guest suite inside (scripts/kernels.py;
+# README: "Kernels"). IOSCOPE_KERNELS="6.1 5.10" runs only those on a developer's machine, "none"
+# none of them; CI always runs the whole matrix.
+kernels=${IOSCOPE_KERNELS:-}
+if [ -n "${CI:-}" ]; then kernels=""; fi
+if [ "$kernels" != none ]; then
+    echo "== kernel matrix"
+    # shellcheck disable=SC2086
+    exec .venv/bin/python scripts/kernels.py run $kernels
+fi

@@ -386,7 +386,7 @@ static __always_inline void file_note(__u64 ip)
 			d = parent;
 		}
 	}
-	bpf_map_update_elem(&files, &ip, f, BPF_ANY);
+	map_update(&files, &ip, f, BPF_ANY);
 }
 
 static __always_inline int agg_rq_complete(struct request *rq, unsigned int nr_bytes, const bool btf);
@@ -673,7 +673,7 @@ static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64
 	key = btf ? ptr_value(rq) : (__u64)rq;
 	rs.d_ns = now;
 	rs.inflight = NEED(AGG_F_INFLIGHT) ? inflight_raise(dev) : 0;
-	if (bpf_map_update_elem(&rq_starts, &key, &rs, BPF_ANY))
+	if (map_update(&rq_starts, &key, &rs, BPF_ANY))
 		stat_inc(IOS_LOST_RQ_FULL);
 }
 
@@ -718,7 +718,7 @@ static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op
 		agg_eval(r->have);
 	if (!rs)
 		return;
-	bpf_map_delete_elem(&rq_starts, &key);
+	map_delete(&rq_starts, &key, false);
 	if (NEED(AGG_F_INFLIGHT))
 		inflight_lower(dev);
 }

@@ -22,6 +22,8 @@ struct {
 	__type(value, __u64);
 } stats SEC(".maps");
 
+#include "maperr.bpf.h"
+
 static __always_inline void stat_inc(__u32 idx)
 {
 	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
@@ -38,7 +40,7 @@ static __always_inline void *lookup_or_init(void *map, void *key, void *zero)
 
 	if (v)
 		return v;
-	err = bpf_map_update_elem(map, key, zero, BPF_NOEXIST);
+	err = map_update(map, key, zero, BPF_NOEXIST);
 	if (err && err != -17 /* EEXIST: another CPU won the race */)
 		return NULL;
 	return bpf_map_lookup_elem(map, key);

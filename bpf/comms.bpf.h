@@ -79,7 +79,7 @@ static __always_inline void comms_note(__u32 tgid)
 	char comm[16] = {};
 
 	process_comm(comm);
-	bpf_map_update_elem(&comms, &tgid, comm, BPF_ANY);
+	map_update(&comms, &tgid, comm, BPF_ANY);
 }
 
 /* task_rename: the new name replaces the one held for the process, if one is held. */
@@ -91,7 +91,7 @@ static __always_inline int comms_on_rename(struct task_struct *task, const char 
 	if (!tgid || !bpf_map_lookup_elem(&comms, &tgid))
 		return 0;
 	bpf_probe_read_kernel_str(comm, sizeof(comm), newcomm);
-	bpf_map_update_elem(&comms, &tgid, comm, BPF_EXIST);
+	map_update(&comms, &tgid, comm, BPF_EXIST);
 	return 0;
 }
 

@@ -128,4 +128,19 @@ struct top_disk_key {
 	__u8 pad[3];
 };
 
+/* maperr.bpf.h: failed map operations, per op and error class (lib/ioscope/loader.py: MAPERR_*) */
+enum ios_maperr {
+	IOS_MAPERR_UPDATE = 0,
+	IOS_MAPERR_DELETE = 1,
+	IOS_MAPERR_NR_OPS = 2,
+	IOS_MAPERR_E2BIG = 0,
+	IOS_MAPERR_ENOMEM = 1,
+	IOS_MAPERR_EBUSY = 2,
+	IOS_MAPERR_ENOENT = 3,
+	IOS_MAPERR_EEXIST = 4,
+	IOS_MAPERR_OTHER = 5,
+	IOS_MAPERR_NR_CLASSES = 6,
+	IOS_MAPERR_SLOTS = 12,
+};
+
 #endif /* IOSCOPE_H */

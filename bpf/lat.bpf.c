@@ -86,7 +86,7 @@ __noinline int record(__u32 dev, __u32 tgid, __u32 op_have, __u64 q_ns, __u64 d_
 	key.op = targ_per_op ? op : IOS_OP_ALL;
 	v = bpf_map_lookup_elem(&hists, &key);
 	if (!v) {
-		err = bpf_map_update_elem(&hists, &key, &zero_val, BPF_NOEXIST);
+		err = map_update(&hists, &key, &zero_val, BPF_NOEXIST);
 		if (err && err != -17 /* EEXIST: another CPU won the race */) {
 			stat_inc(IOS_LOST_HIST_FULL);
 			return 0;
@@ -136,7 +136,7 @@ static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64
 	key = btf ? ptr_value(rq) : (__u64)rq;
 	rs.d_ns = now;
 	rs.dev = dev;
-	if (bpf_map_update_elem(&rq_starts, &key, &rs, BPF_ANY))
+	if (map_update(&rq_starts, &key, &rs, BPF_ANY))
 		stat_inc(IOS_LOST_RQ_FULL);
 }
 
@@ -147,7 +147,7 @@ static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op
 
 	if (rs) {
 		record(dev, 0, op | (1 << IOS_PHASE_D2C) << 8, 0, rs->d_ns);
-		bpf_map_delete_elem(&rq_starts, &key);
+		map_delete(&rq_starts, &key, false);
 	}
 }
 

@@ -110,7 +110,7 @@ static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char 
 	v = bpf_map_lookup_elem(&procs, &key);
 	if (v)
 		return v;
-	err = bpf_map_update_elem(&procs, &key, &zero_val, BPF_NOEXIST);
+	err = map_update(&procs, &key, &zero_val, BPF_NOEXIST);
 	if (err && err != -17 /* EEXIST: another CPU created it */) {
 		stat_inc(RS_LOST_PROC_FULL);
 		return NULL;
@@ -339,7 +339,7 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
 	else
 		in.req = a3;
 	tid = (__u32)pid_tgid;
-	if (bpf_map_update_elem(&inflight, &tid, &in, BPF_ANY))
+	if (map_update(&inflight, &tid, &in, BPF_ANY))
 		stat_inc(RS_LOST_INFLIGHT_FULL);
 	return 0;
 }
@@ -357,7 +357,7 @@ static __always_inline int on_sys_exit(long ret)
 		return 0;
 	req = in->req;
 	op = in->op;
-	bpf_map_delete_elem(&inflight, &tid);
+	map_delete(&inflight, &tid, false);
 	record_syscall(pid_tgid >> 32, op, req, ret);
 	return 0;
 }
@@ -472,7 +472,7 @@ static __always_inline int on_rq_issue(struct request *rq)
 		return 0;
 	h = bpf_map_lookup_elem(&rq_sizes, &key);
 	if (!h) {
-		bpf_map_update_elem(&rq_sizes, &key, &zero_hist, BPF_NOEXIST);
+		map_update(&rq_sizes, &key, &zero_hist, BPF_NOEXIST);
 		h = bpf_map_lookup_elem(&rq_sizes, &key);
 		if (!h) {
 			stat_inc(RS_LOST_PROC_FULL);
@@ -498,7 +498,7 @@ static __always_inline int on_readahead(struct inode *inode)
 		return 0;
 	n.tgid = tgid;
 	process_comm(n.comm);
-	bpf_map_update_elem(&owners, &key, &n, BPF_ANY);
+	map_update(&owners, &key, &n, BPF_ANY);
 	return 0;
 }
 

@@ -54,6 +54,7 @@
 #include "core_fixes.bpf.h"
 #include "trace_event.h"
 #include "record.h"
+#include "maperr.bpf.h"
 #define COMMS_MAP 0
 #include "comms.bpf.h"
 #include "devfilter.bpf.h"
@@ -244,7 +245,7 @@ static __always_inline void note_process(__u64 pid_tgid, __u64 ts, struct level_
 		cs->last_valid = 0;
 		return;
 	}
-	bpf_map_update_elem(&comms_seen, &pid, &cur, BPF_ANY);
+	map_update(&comms_seen, &pid, &cur, BPF_ANY);
 	n->ts = ts;
 	n->sector = cur.c0;
 	n->aux = cur.c1;
@@ -336,7 +337,7 @@ static __always_inline void track_bio(struct bio *bio)
 	__u64 key = (__u64)bio;
 	__u8 one = 1;
 
-	if (bpf_map_update_elem(&tracked, &key, &one, BPF_ANY))
+	if (map_update(&tracked, &key, &one, BPF_ANY))
 		stat_inc(IOS_REC_PID_MAP_FULL);
 }
 
@@ -354,7 +355,7 @@ static __always_inline bool rq_tracked(struct request *rq, bool untrack)
 			found = true;
 			if (!untrack)
 				break;
-			bpf_map_delete_elem(&tracked, &key);
+			map_delete(&tracked, &key, true);
 		}
 		bio = BPF_CORE_READ(bio, bi_next);
 	}
@@ -420,7 +421,7 @@ static __always_inline int on_bio_complete(struct bio *bio, bool direct)
 
 		if (!bpf_map_lookup_elem(&tracked, &key))
 			return 0;
-		bpf_map_delete_elem(&tracked, &key);
+		map_delete(&tracked, &key, true);
 	}
 	opf = RD(direct, bio, bi_opf);
 	return emit(ts, pid_tgid, dev, TA_COMPLETE, opf_to_tc(opf) | IOS_TC_COMPLETE,

@@ -66,7 +66,7 @@ static __always_inline void not_stamped(__u32 dev)
 	if (n)
 		__sync_fetch_and_add(n, 1);
 	else
-		bpf_map_update_elem(&unstamped_devs, &dev, &one, BPF_NOEXIST);
+		map_update(&unstamped_devs, &dev, &one, BPF_NOEXIST);
 }
 
 enum stamps_kind {

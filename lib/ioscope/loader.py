@@ -42,6 +42,9 @@ OBJ_DIR = Path(__file__).resolve().parent / "bpfobj"
 MAX_FILTER_DISKS = 256  # IOS_MAX_FILTER_DISKS, bpf/devfilter.bpf.h: -d in every tool
 VARIANTS = ("tp_btf", "raw_tp", "tracepoint")
 PREFIX = {"tp_btf": "btf_", "raw_tp": "raw_", "tracepoint": "tp_"}
+# maperr.bpf.h: failed map operations, by operation and error (enum ios_maperr in bpf/ioscope.h)
+MAPERR_OPS = ("update", "delete")
+MAPERR_CLASSES = ("E2BIG", "ENOMEM", "EBUSY", "ENOENT", "EEXIST", "other")
 QUEUE_ARG = "struct request_queue *"  # the first argument of 5.10's block tracepoints (the __q programs)
 
 
@@ -232,6 +235,20 @@ class BPFObject:
         for prog in self.attached:
             total += int(self.obj.prog_info(prog)["recursion_misses"])
         return total
+
+    def map_errors(self) -> dict[str, int]:
+        """Map updates and deletes that failed in this object's programs, by error, since the load:
+        {"map_update_EBUSY": n, ...} (every name, zeros included; {} for an object without the counters)."""
+        if "map_errs" not in self.obj.maps():
+            return {}
+        _kb, vb, n = self.obj.map("map_errs").dump(sum=True)
+        vals = struct.unpack(f"={n}Q", vb[: 8 * n])
+        out = {}
+        for i, op in enumerate(MAPERR_OPS):
+            for j, cls in enumerate(MAPERR_CLASSES):
+                k = i * len(MAPERR_CLASSES) + j
+                out[f"map_{op}_{cls}"] = int(vals[k]) if k < n else 0
+        return out
 
     def detach(self) -> None:
         """Stop every program (destroy its link); maps and ring buffers stay readable until close()."""

@@ -18,6 +18,7 @@ import numpy as np
 RECURSION_MISSES = "recursion_misses"
 # the slot table's gauge of bios issued and not completed, and the loss they become (inflight.py)
 PENDING, UNSEEN = "issued_not_completed", "completion_unseen"
+MAPERR_PREFIX = "map_"  # loader.BPFObject.map_errors(): map_update_EBUSY, map_delete_ENOENT, ...
 
 
 @dataclass
@@ -43,6 +44,9 @@ class Losses:
             if v and k in self.loss_names:
                 why = self.explain.get(k)
                 parts.append(f"{v} {k}" + (f" ({why})" if why else ""))
+        failed = [f"{v} {k[4:]}" for k, v in self.counters.items() if v and k.startswith(MAPERR_PREFIX)]
+        if failed:  # why some of the losses happened, by the kernel's error
+            parts.append("map operations that failed: " + ", ".join(failed))
         return ", ".join(parts) or "none"
 
     def to_json(self) -> dict[str, Any]:
@@ -67,6 +71,7 @@ def settle_unreported(losses: Losses, unreported: int, from_pending: bool = True
 
 class _StatsObject(Protocol):
     def recursion_misses(self) -> int: ...
+    def map_errors(self) -> dict[str, int]: ...
 
 
 class _StatsMap(Protocol):
@@ -74,8 +79,10 @@ class _StatsMap(Protocol):
 
 
 class StatsDelta:
-    """A BPF object's per-CPU `stats` array (summed over CPUs) and the kernel's recursion_misses
-    for its programs, as counts since the previous read (or since the start)."""
+    """A BPF object's per-CPU `stats` array (summed over CPUs), the kernel's recursion_misses for its
+    programs and the map operations they saw fail (by error: bpf/maperr.bpf.h), as counts since the
+    previous read (or since the start). The failed map operations explain losses the stats count
+    already (a full map, a bucket locked by an interrupted program): explanations, not losses."""
 
     def __init__(self, bpf: _StatsObject, stats: _StatsMap, names: Mapping[int, str], nr: int,
                  loss_names: Iterable[str], explain: Mapping[str, str] | None = None) -> None:
@@ -84,6 +91,7 @@ class StatsDelta:
         self.explain = {RECURSION_MISSES: "program runs the kernel skipped", **(explain or {})}
         self._last = np.zeros(nr, dtype=np.uint64)
         self._last_misses = 0
+        self._last_maperr: dict[str, int] = {}
 
     def _current(self) -> tuple[np.ndarray, int]:
         _kb, vb, n = self.stats.dump(sum=True)
@@ -102,6 +110,11 @@ class StatsDelta:
             delta, dmiss = cur, misses
         counters = {name: int(delta[i]) for i, name in self.names.items() if i < self.nr}
         counters[RECURSION_MISSES] = int(dmiss)
+        maperr = self.bpf.map_errors()
+        for name, v in maperr.items():
+            counters[name] = v - self._last_maperr.get(name, 0) if since_last else v
+        if since_last:
+            self._last_maperr = maperr
         return Losses(counters, self.loss_names, self.explain)
 
 

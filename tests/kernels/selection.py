@@ -21,8 +21,8 @@ SELECTION: dict[str, dict[str, list[str]]] = {
         "demo": ["test_demo_main_job"], "signals": ["test_stopped_from_a_script"]},
     "test_readahead.py": {"readahead": ["*"]},
     "acceptance/test_acc_exporter.py": {"exporter": ["*"]},
-    "acceptance/test_acc_collect.py": {"collect": ["test_bundle_holds_capture_and_context_and_every_reader_opens_it"]},
-    "acceptance/test_acc_nic.py": {"nic": ["*"]},
+    "acceptance/test_acc_nic.py": {"nic": ["test_nic_stopped_by_a_script[INT]"]},
+    "test_map_errors.py": {"map-errors": ["test_a_full_map_is_counted_by_its_error"]},
 }
 
 

@@ -68,11 +68,14 @@ LOSS_EXPLAIN = {
 }
 
 
-def record_losses(per_cpu: np.ndarray, recursion_misses: int) -> Losses:
-    """rec_stats per CPU (ncpus, NR_STATS) and the kernel's recursion_misses -> Losses."""
+def record_losses(per_cpu: np.ndarray, recursion_misses: int, map_errors: dict[str, int] | None = None) -> Losses:
+    """rec_stats per CPU (ncpus, NR_STATS), the kernel's recursion_misses and the failed map operations
+    (explanations, not losses: bpf/maperr.bpf.h) -> Losses."""
     counters = {name: int(per_cpu[:, i].sum()) for i, name in STAT_LOSSES.items()}
     counters[RECURSION_MISSES] = recursion_misses
-    return Losses(counters, frozenset(counters), LOSS_EXPLAIN)
+    losses = frozenset(counters)
+    counters.update(map_errors or {})
+    return Losses(counters, losses, LOSS_EXPLAIN)
 
 
 def capture_lost(losses: Losses, per_cpu: np.ndarray) -> dict[str, Any]:
@@ -172,12 +175,12 @@ class Recorder:
 
     def losses(self) -> Losses:
         """Everything not recorded since the start."""
-        return record_losses(self.counters(), self.bpf.recursion_misses())
+        return record_losses(self.counters(), self.bpf.recursion_misses(), self.bpf.map_errors())
 
     def capture_lost(self) -> dict[str, Any]:
         """The losses as the capture stores them (meta['lost'])."""
         c = self.counters()
-        return capture_lost(record_losses(c, self.bpf.recursion_misses()), c)
+        return capture_lost(record_losses(c, self.bpf.recursion_misses(), self.bpf.map_errors()), c)
 
     def detach(self) -> None:
         if not self.detached:
