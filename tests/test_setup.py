@@ -137,8 +137,10 @@ def _declared_distributions() -> set[str]:
 
 
 def test_every_python_package_imported_is_declared() -> None:
-    first_party = {"ioscope", "conftest"} | {p.stem for p in (ROOT / "tests").rglob("*.py")} | \
-                  {p.stem for p in (ROOT / "bench").rglob("*.py")}
+    # first-party: ioscope, and every module or package (a folder with __init__.py) of tests/ and bench/
+    local = [*(ROOT / "tests").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]
+    first_party = {"ioscope", "conftest"} | {p.stem for p in local} | \
+                  {p.parent.name for p in local if p.name == "__init__.py"}
     dists = importlib.metadata.packages_distributions()
     declared = _declared_distributions()
     problems = []
