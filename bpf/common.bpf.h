@@ -36,7 +36,7 @@ static __always_inline void stat_inc(__u32 idx)
 static __always_inline void *lookup_or_init(void *map, void *key, void *zero)
 {
 	void *v = bpf_map_lookup_elem(map, key);
-	long err;
+	int err;
 
 	if (v)
 		return v;

@@ -140,7 +140,8 @@ enum ios_maperr {
 	IOS_MAPERR_EEXIST = 4,
 	IOS_MAPERR_OTHER = 5,
 	IOS_MAPERR_NR_CLASSES = 6,
-	IOS_MAPERR_SLOTS = 12,
+	IOS_MAPERR_LAST_OTHER = 12, /* the last error of class OTHER, as a positive errno (per CPU) */
+	IOS_MAPERR_SLOTS = 13,
 };
 
 #endif /* IOSCOPE_H */

@@ -77,7 +77,7 @@ __noinline int record(__u32 dev, __u32 tgid, __u32 op_have, __u64 q_ns, __u64 d_
 	__u32 op = op_have & 0xff, have = (op_have >> 8) & targ_phases;
 	struct lat_key key = {};
 	struct lat_val *v;
-	long err;
+	int err;
 
 	if (!have)
 		return 0;

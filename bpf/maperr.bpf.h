@@ -24,7 +24,7 @@ struct {
 	__type(value, __u64);
 } map_errs SEC(".maps");
 
-static __always_inline __u32 maperr_class(long err)
+static __always_inline __u32 maperr_class(int err)
 {
 	switch (err) {
 	case -7: return IOS_MAPERR_E2BIG;
@@ -36,20 +36,34 @@ static __always_inline __u32 maperr_class(long err)
 	}
 }
 
-static __always_inline void maperr_count(__u32 op, long err)
+static __always_inline void maperr_count(__u32 op, int err)
 {
 	__u32 idx = op * IOS_MAPERR_NR_CLASSES + maperr_class(err);
 	__u64 *v = bpf_map_lookup_elem(&map_errs, &idx);
 
 	if (v)
 		*v += 1; /* per-CPU slot, and a program never runs nested in itself on a CPU */
+	if (maperr_class(err) == IOS_MAPERR_OTHER) {
+		idx = IOS_MAPERR_LAST_OTHER;
+		v = bpf_map_lookup_elem(&map_errs, &idx);
+		if (v)
+			*v = -err;
+	}
 }
+
+/*
+ * The error of a map helper, as an int. Kernels before 6.4 declare the map operations (which the
+ * verifier calls directly in place of the helper) as returning int, so the upper half of the
+ * 64-bit result is not the sign: 6.1 returns -E2BIG as 0x00000000fffffff9. The low 32 bits are the
+ * errno on every kernel.
+ */
+#define MAP_ERR(call) ((int)(call))
 
 /* bpf_map_update_elem, counting a failure (expected: a BPF_NOEXIST create that finds the key, a
  * BPF_EXIST update that does not). */
-static __always_inline long map_update(void *map, const void *key, const void *value, __u64 flags)
+static __always_inline int map_update(void *map, const void *key, const void *value, __u64 flags)
 {
-	long err = bpf_map_update_elem(map, key, value, flags);
+	int err = MAP_ERR(bpf_map_update_elem(map, key, value, flags));
 
 	if (err && !(err == -17 && flags == BPF_NOEXIST) && !(err == -2 && flags == BPF_EXIST))
 		maperr_count(IOS_MAPERR_UPDATE, err);
@@ -57,9 +71,9 @@ static __always_inline long map_update(void *map, const void *key, const void *v
 }
 
 /* bpf_map_delete_elem, counting a failure; absent_ok: the key may be gone already (ENOENT expected). */
-static __always_inline long map_delete(void *map, const void *key, bool absent_ok)
+static __always_inline int map_delete(void *map, const void *key, bool absent_ok)
 {
-	long err = bpf_map_delete_elem(map, key);
+	int err = MAP_ERR(bpf_map_delete_elem(map, key));
 
 	if (err && !(err == -2 && absent_ok))
 		maperr_count(IOS_MAPERR_DELETE, err);

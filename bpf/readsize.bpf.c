@@ -105,7 +105,7 @@ static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char 
 {
 	struct rs_key key = { .tgid = tgid, .op = op };
 	struct rs_val *v;
-	long err;
+	int err;
 
 	v = bpf_map_lookup_elem(&procs, &key);
 	if (v)

@@ -26,6 +26,13 @@ def fs_ra(live: None, request: pytest.FixtureRequest) -> Iterator[Any]:
         yield fs
 
 
+def resident_pages(*paths: str) -> int:
+    """Pages of these files in the page cache now, as the kernel says (fincore: mincore(2))."""
+    out = subprocess.run(["fincore", "-n", "-r", "-o", "PAGES", *paths], check=True, capture_output=True,
+                         text=True).stdout
+    return sum(int(x) for x in out.split())
+
+
 def _check_accounting(doc: dict[str, Any]) -> None:
     """Every page read ahead is used, wasted, still cached or untracked: nothing else."""
     for f in doc["files"]:
@@ -96,12 +103,15 @@ def test_random_mmap_reads_waste(fs_ra: Any) -> None:
             os.close(fd)
         # evict: what was never read is now wasted
         drop_caches()
+        resident = resident_pages(path)
     finally:
         out, _err = t.stop()
     doc = json_lines(out)[0]
     _check_accounting(doc)
     tot = doc["totals"]
-    assert tot["wasted"] > 0 and tot["cached"] == 0
+    # drop_caches leaves the pages it cannot evict (6.1: a few held in per-CPU LRU batches): still
+    # cached, and still in the page cache by the kernel's own account
+    assert tot["wasted"] > 0 and tot["cached"] <= resident, (tot, resident)
     assert tot["efficiency"] is not None and tot["efficiency"] < 0.25
     assert doc["windows"]["other"]["size"]["max"] == 4096 * 1024 // PAGE
 
@@ -167,3 +177,68 @@ def test_missing_tracepoint_is_reported(fs_ra: Any, monkeypatch: pytest.MonkeyPa
     assert to_json(report)["unavailable"] == c.missing
     text = "\n".join(render_plain(x, width=200) for x in renderables(report, RaViewOptions(rows=5)))
     assert "note: used pages and age at first use" in text and "unavailable" in text
+
+
+def _hooks_with_both() -> list[str]:
+    """The readahead hooks this kernel offers both as a tracepoint and through fentry."""
+    from ioscope.loader import BPFObject
+    from ioscope.ra.readahead.collector import RA_HOOKS
+
+    with BPFObject("readahead") as b:
+        b.choose(required=[], optional=list(RA_HOOKS))
+        return [h for h in RA_HOOKS if b.hooks[h].chosen not in (None, "fentry") and b.hooks[h].functions
+                and b._kernel_offers("fentry", b.hooks[h])]
+
+
+@pytest.mark.parametrize("fs_ra", [256], indirect=True)
+def test_fentry_gives_the_tracepoints_numbers(fs_ra: Any) -> None:
+    """Where a kernel has a tracepoint and fentry on its function (6.12: the used-page hooks; 6.13 on:
+    all), the same workload traced both ways gives the same decisions, windows and page fates."""
+    from ioscope.ra.fs import drop_caches
+
+    both = _hooks_with_both()
+    if not both:
+        pytest.skip("n/a on this kernel: no readahead hook is both a tracepoint and an attachable function "
+                    "(fentry refused, or no tracepoints)")
+    seq = fs_ra.make_file("seq", 6 * MB + 3 * PAGE)
+    mapped = fs_ra.make_file("mapped", 8 * MB)
+
+    def work() -> None:
+        subprocess.run(["dd", f"if={seq}", "of=/dev/null", "bs=64k", "status=none"], check=True)
+        fd = os.open(mapped, os.O_RDONLY)
+        try:
+            m = mmap.mmap(fd, 8 * MB, prot=mmap.PROT_READ)
+            for off in range(0, 8 * MB, 37 * PAGE):
+                m[off]
+            m.close()
+        finally:
+            os.close(fd)
+        drop_caches()  # what was not used is wasted now (or still cached, if drop_caches left it)
+
+    docs = {}
+    for how, env in (("tracepoints", None), ("fentry", {"IOSCOPE_ATTACH": "fentry"})):
+        drop_caches()
+        t = Traced("readahead", "-d", fs_ra.name, "-j", env=env)
+        try:
+            work()
+        finally:
+            out, _err = t.stop()
+        docs[how] = json_lines(out)[0]
+    tp, fe = docs["tracepoints"], docs["fentry"]
+    assert set(both) <= set(fe["fentry"]) and not set(both) & set(tp["fentry"]), (both, tp["fentry"], fe["fentry"])
+    for d in (tp, fe):
+        assert d["lost"] == 0, d["lost_detail"]
+        _check_accounting(d)
+    assert fe["decisions"] == tp["decisions"]
+    for kind in ("sync", "async", "other"):
+        for what in ("size", "async_size", "ra_pages"):
+            a, b = tp["windows"][kind][what], fe["windows"][kind][what]
+            assert (a["count"], a["sum"]) == (b["count"], b["sum"]), (kind, what, a, b)
+    for k in ("pages", "used"):
+        assert fe["totals"][k] == tp["totals"][k], (k, tp["totals"], fe["totals"])
+    # unused pages are wasted or, where drop_caches could not evict them, still cached
+    assert fe["totals"]["wasted"] + fe["totals"]["cached"] == tp["totals"]["wasted"] + tp["totals"]["cached"]
+    assert fe["age_ns"]["count"] == tp["age_ns"]["count"]
+    # dd read every page of its file
+    f = next(x for x in fe["files"] if x["comm"] == "dd")
+    assert f["used"] == (6 * MB + 3 * PAGE) // PAGE

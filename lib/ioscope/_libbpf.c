@@ -305,6 +305,37 @@ static PyObject *object_set_map_type(ObjectObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* map_flags(map) -> the map's creation flags (BPF_F_NO_PREALLOC, ...) as the object has them now */
+static PyObject *object_map_flags(ObjectObject *self, PyObject *args)
+{
+	const char *name;
+	struct bpf_map *m;
+
+	if (!PyArg_ParseTuple(args, "s", &name))
+		return NULL;
+	if (object_check_open(self) || !(m = find_map(self, name)))
+		return NULL;
+	return PyLong_FromUnsignedLong(bpf_map__map_flags(m));
+}
+
+/* set_map_flags(map, flags): before load */
+static PyObject *object_set_map_flags(ObjectObject *self, PyObject *args)
+{
+	const char *name;
+	unsigned int flags;
+	struct bpf_map *m;
+	int err;
+
+	if (!PyArg_ParseTuple(args, "sI", &name, &flags))
+		return NULL;
+	if (object_check_open(self) || !(m = find_map(self, name)))
+		return NULL;
+	err = bpf_map__set_map_flags(m, flags);
+	if (err)
+		return raise_errno(err, "cannot set the flags of map %s", name);
+	Py_RETURN_NONE;
+}
+
 /*
  * Set a global variable in a data section (.rodata, .data, .bss) before
  * load. The variable is found through the object's BTF DATASEC, and the
@@ -443,10 +474,15 @@ static PyObject *object_load(ObjectObject *self, PyObject *unused)
 		free(bufs);
 	}
 	if (err) {
-		/* name the program the verifier refused, if libbpf said which */
-		const char *p = strstr(logbuf, "prog '");
+		/* name the program the verifier refused, if libbpf said which ("prog 'X': BPF program load
+		 * failed"; earlier lines name other programs, in their relocations) */
+		const char *fail = strstr(logbuf, "': BPF program load failed"), *p = NULL, *q;
 		char which[128] = "";
 
+		if (!fail)
+			fail = strstr(logbuf, "': failed to load");
+		for (q = logbuf; fail && (q = strstr(q, "prog '")) && q < fail; q++)
+			p = q;
 		if (p) {
 			const char *q = strchr(p + 6, '\'');
 			if (q && q - (p + 6) < (long)sizeof(which))
@@ -588,6 +624,8 @@ static PyMethodDef object_methods[] = {
 	{"maps", (PyCFunction)object_maps, METH_NOARGS, "[map names]"},
 	{"set_autoload", (PyCFunction)object_set_autoload, METH_VARARGS, "set_autoload(prog, bool)"},
 	{"set_max_entries", (PyCFunction)object_set_max_entries, METH_VARARGS, "set_max_entries(map, n)"},
+	{"map_flags", (PyCFunction)object_map_flags, METH_VARARGS, "map_flags(map) -> int"},
+	{"set_map_flags", (PyCFunction)object_set_map_flags, METH_VARARGS, "set_map_flags(map, flags)"},
 	{"set_map_type", (PyCFunction)object_set_map_type, METH_VARARGS, "set_map_type(map, BPF_MAP_TYPE_*)"},
 	{"set_global", (PyCFunction)object_set_global, METH_VARARGS, "set_global(name, bytes) before load"},
 	{"load", (PyCFunction)object_load, METH_NOARGS, "load all autoloaded programs and create maps"},
@@ -1312,6 +1350,27 @@ static void type_text(const struct btf *btf, __u32 id, char *buf, size_t len)
 		 stars ? " " : "", stars, "****");
 }
 
+/* The C types of a function prototype's parameters, from the skip-th on, as a list of str. */
+static PyObject *proto_param_types(const struct btf *btf, const struct btf_type *t, int skip)
+{
+	const struct btf_param *p = btf_params(t);
+	PyObject *out = PyList_New(0), *s;
+	char text[256];
+	int i;
+
+	for (i = skip; out && i < btf_vlen(t); i++) {
+		type_text(btf, p[i].type, text, sizeof(text));
+		s = PyUnicode_FromString(text);
+		if (!s || PyList_Append(out, s) < 0) {
+			Py_XDECREF(s);
+			Py_CLEAR(out);
+			break;
+		}
+		Py_DECREF(s);
+	}
+	return out;
+}
+
 /*
  * tp_param_types(tracepoint, btf_path=None) -> the C types of the tracepoint's
  * arguments (without the leading void *), e.g. ["struct request_queue *",
@@ -1322,12 +1381,11 @@ static void type_text(const struct btf *btf, __u32 id, char *buf, size_t len)
 static PyObject *mod_tp_param_types(PyObject *m, PyObject *args)
 {
 	const char *tp, *path = NULL;
-	char name[256], text[256];
+	char name[256];
 	struct btf *btf;
 	const struct btf_type *t;
-	const struct btf_param *p;
-	PyObject *out = NULL, *s;
-	int id, i, owned;
+	PyObject *out;
+	int id, owned;
 
 	if (!PyArg_ParseTuple(args, "s|z", &tp, &path))
 		return NULL;
@@ -1344,20 +1402,103 @@ static PyObject *mod_tp_param_types(PyObject *m, PyObject *args)
 		close_btf(btf, owned);
 		Py_RETURN_NONE;
 	}
-	out = PyList_New(0);
-	p = btf_params(t);
-	for (i = 1; out && i < btf_vlen(t); i++) {
-		type_text(btf, p[i].type, text, sizeof(text));
-		s = PyUnicode_FromString(text);
-		if (!s || PyList_Append(out, s) < 0) {
-			Py_XDECREF(s);
-			Py_CLEAR(out);
-			break;
-		}
-		Py_DECREF(s);
-	}
+	out = proto_param_types(btf, t, 1);
 	close_btf(btf, owned);
 	return out;
+}
+
+/*
+ * func_param_types(function, btf_path=None) -> the C types of a kernel
+ * function's parameters (its BTF FUNC), e.g. ["struct readahead_control *",
+ * "long unsigned int"]; None when the kernel's BTF has no such function (it is
+ * inlined everywhere, renamed or absent: fentry cannot attach to it).
+ */
+static PyObject *mod_func_param_types(PyObject *m, PyObject *args)
+{
+	const char *fn, *path = NULL;
+	struct btf *btf;
+	const struct btf_type *t;
+	PyObject *out;
+	int id, owned;
+
+	if (!PyArg_ParseTuple(args, "s|z", &fn, &path))
+		return NULL;
+	btf = open_btf(path, &owned);
+	if (!btf)
+		return raise_errno(errno, "cannot read kernel BTF%s%s", path ? " from " : "", path ? path : "");
+	id = btf__find_by_name_kind(btf, fn, BTF_KIND_FUNC);
+	t = id > 0 ? btf__type_by_id(btf, id) : NULL;
+	t = t ? btf__type_by_id(btf, t->type) : NULL;
+	if (!t || !btf_is_func_proto(t)) {
+		close_btf(btf, owned);
+		Py_RETURN_NONE;
+	}
+	out = proto_param_types(btf, t, 0);
+	close_btf(btf, owned);
+	return out;
+}
+
+/*
+ * probe_fentry(function) -> 0 when an fentry program loads and attaches to the
+ * kernel function, else the errno that refused it (EPERM under lockdown,
+ * ENOTSUPP without ftrace direct calls, ENOENT when the function is absent,
+ * ...). The probe program returns 0 and is detached before this returns.
+ */
+static PyObject *mod_probe_fentry(PyObject *m, PyObject *args)
+{
+	const struct bpf_insn insns[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	LIBBPF_OPTS(bpf_prog_load_opts, opts, .expected_attach_type = BPF_TRACE_FENTRY);
+	const char *fn;
+	struct btf *btf;
+	int id, owned, fd, link, err = 0;
+
+	if (!PyArg_ParseTuple(args, "s", &fn))
+		return NULL;
+	btf = open_btf(NULL, &owned);
+	if (!btf)
+		return PyLong_FromLong(errno ? errno : ENOENT);
+	id = btf__find_by_name_kind(btf, fn, BTF_KIND_FUNC);
+	if (id <= 0)
+		return PyLong_FromLong(ENOENT);
+	opts.attach_btf_id = (__u32)id;
+	fd = bpf_prog_load(BPF_PROG_TYPE_TRACING, "ios_probe", "GPL", insns, 2, &opts);
+	if (fd < 0)
+		return PyLong_FromLong(-fd);
+	link = bpf_raw_tracepoint_open(NULL, fd);
+	if (link < 0)
+		err = -link;
+	else
+		close(link);
+	close(fd);
+	return PyLong_FromLong(err);
+}
+
+/* probe_helper(name) -> whether the kernel offers a BPF helper ("loop" for bpf_loop) to programs. */
+static PyObject *mod_probe_helper(PyObject *m, PyObject *args)
+{
+	static const struct { const char *name; enum bpf_func_id id; } helpers[] = {
+		{ "loop", BPF_FUNC_loop },
+	};
+	const char *name;
+	size_t i;
+	int ret;
+
+	if (!PyArg_ParseTuple(args, "s", &name))
+		return NULL;
+	for (i = 0; i < sizeof(helpers) / sizeof(helpers[0]); i++) {
+		if (strcmp(helpers[i].name, name))
+			continue;
+		/* a base helper: any program type that can load tells */
+		ret = libbpf_probe_bpf_helper(BPF_PROG_TYPE_SOCKET_FILTER, helpers[i].id, NULL);
+		if (ret < 0)
+			return raise_errno(-ret, "cannot probe BPF helper %s", name);
+		return PyBool_FromLong(ret);
+	}
+	PyErr_Format(PyExc_ValueError, "unknown BPF helper %s", name);
+	return NULL;
 }
 
 static PyObject *mod_set_verbose(PyObject *m, PyObject *args)
@@ -1385,6 +1526,9 @@ static PyMethodDef mod_methods[] = {
 	{"has_type", mod_has_type, METH_VARARGS, "has_type(name, kind, btf_path=None)"},
 	{"tp_params", mod_tp_params, METH_VARARGS, "tp_params(tracepoint, btf_path=None)"},
 	{"tp_param_types", mod_tp_param_types, METH_VARARGS, "tp_param_types(tracepoint, btf_path=None)"},
+	{"func_param_types", mod_func_param_types, METH_VARARGS, "func_param_types(function, btf_path=None)"},
+	{"probe_fentry", mod_probe_fentry, METH_VARARGS, "probe_fentry(function) -> 0 or errno"},
+	{"probe_helper", mod_probe_helper, METH_VARARGS, "probe_helper(name) -> bool"},
 	{"set_verbose", mod_set_verbose, METH_VARARGS, "echo libbpf's debug log to stderr"},
 	{"last_log", mod_last_log, METH_NOARGS, "the tail of libbpf's log"},
 	{"num_possible_cpus", mod_num_possible_cpus, METH_NOARGS, NULL},

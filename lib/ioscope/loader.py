@@ -17,6 +17,14 @@ first (block_bio_queue, block_rq_issue, block_split, ...; Christoph Hellwig's
 series "remove the request_queue argument to the block_* tracepoints" took it
 out in 5.11). Which one loads is read from the kernel's BTF (the
 arguments of ``btf_trace_<tracepoint>``), as for the variants.
+
+Where a kernel lacks a tracepoint, a hook may fall back to the kernel function
+the tracepoint sits in: ``fn_<hook>`` programs in ``fentry/<function>`` or
+``fexit/<function>`` sections (variant "fentry", the last choice). A hook may
+name several functions (``fn_<hook>``, then ``fn_<hook>__<alt>`` in order);
+the first one the kernel's BTF has and that an fentry probe can attach to is
+used. Lockdown (this project's own 6.18 VM), no BTF, or no ftrace direct calls
+refuse the probe, and the hook is then unavailable like a missing tracepoint.
 """
 
 from __future__ import annotations
@@ -40,11 +48,14 @@ except ImportError as _exc:  # pragma: no cover - broken installs only
 
 OBJ_DIR = Path(__file__).resolve().parent / "bpfobj"
 MAX_FILTER_DISKS = 256  # IOS_MAX_FILTER_DISKS, bpf/devfilter.bpf.h: -d in every tool
-VARIANTS = ("tp_btf", "raw_tp", "tracepoint")
-PREFIX = {"tp_btf": "btf_", "raw_tp": "raw_", "tracepoint": "tp_"}
+VARIANTS = ("tp_btf", "raw_tp", "tracepoint", "fentry")
+PREFIX = {"tp_btf": "btf_", "raw_tp": "raw_", "tracepoint": "tp_", "fentry": "fn_"}
+FUNCTION_SECTIONS = ("fentry", "fexit")  # the sections of the "fentry" variant's programs
 # maperr.bpf.h: failed map operations, by operation and error (enum ios_maperr in bpf/ioscope.h)
 MAPERR_OPS = ("update", "delete")
 MAPERR_CLASSES = ("E2BIG", "ENOMEM", "EBUSY", "ENOENT", "EEXIST", "other")
+MAPERR_LAST_OTHER = 12  # IOS_MAPERR_LAST_OTHER: the errno of the last "other" failure
+NO_PREALLOC = 1  # BPF_F_NO_PREALLOC
 QUEUE_ARG = "struct request_queue *"  # the first argument of 5.10's block tracepoints (the __q programs)
 
 
@@ -69,6 +80,7 @@ class Hook:
     category: str        # e.g. "block"
     variants: dict[str, str] = field(default_factory=dict)  # variant -> program name
     queue_first: dict[str, str] = field(default_factory=dict)  # variant -> its __q program (5.10 signature)
+    functions: list[tuple[str, str]] = field(default_factory=list)  # (fn_ program, kernel function), in order
     chosen: str | None = None  # variant
     prog: str | None = None    # the program chosen (of the variant, for this kernel's signature)
 
@@ -93,15 +105,23 @@ class BPFObject:
         self._filter_devs: list[int] = []
         self.unavailable: list[str] = []
         self.attached: list[str] = []
+        self.preallocated: list[str] = []  # maps preallocated on this kernel (see _prealloc_where_needed)
         self._signatures: dict[str, list[str] | None] = {}
         for prog, section, _auto in self.obj.programs():
             kind, _, rest = section.partition("/")
+            if kind in FUNCTION_SECTIONS and prog.startswith(PREFIX["fentry"]):
+                hook, _, alt = prog[len(PREFIX["fentry"]):].partition("__")
+                h = self.hooks.setdefault(hook, Hook(hook, "", ""))
+                h.functions.insert(len(h.functions) if alt else 0, (prog, rest))
+                h.variants["fentry"] = h.functions[0][0]
+                continue
             for variant, prefix in PREFIX.items():
                 if kind == variant and prog.startswith(prefix):
                     hook, _, alt = prog[len(prefix):].partition("__")
                     tp = rest.split("/")[-1]
                     cat = rest.split("/")[0] if variant == "tracepoint" else _category_of(tp)
                     h = self.hooks.setdefault(hook, Hook(hook, tp, cat))
+                    h.tracepoint, h.category = tp, cat
                     if alt == "q":
                         h.queue_first[variant] = prog
                     elif not alt:
@@ -109,7 +129,20 @@ class BPFObject:
 
     # -- choosing -------------------------------------------------------
 
+    def _function(self, h: Hook) -> tuple[str, str] | None:
+        """The hook's first (program, kernel function) that an fentry probe attaches to here."""
+        if self.btf:  # BTF from a file: the kernel has none of its own, and fentry needs it
+            return None
+        for prog, fn in h.functions:
+            if fentry_error(fn) == 0:
+                return prog, fn
+        return None
+
     def _kernel_offers(self, variant: str, h: Hook) -> bool:
+        if variant == "fentry":
+            return self._function(h) is not None
+        if not h.tracepoint:
+            return False
         if variant == "tp_btf":
             return bool(_libbpf.tp_params(h.tracepoint, self.btf) >= 0)
         tracefs = system.ensure_tracefs()
@@ -121,8 +154,19 @@ class BPFObject:
             self._signatures[tracepoint] = _libbpf.tp_param_types(tracepoint, self.btf)
         return self._signatures[tracepoint]
 
+    def func_param_types(self, function: str) -> list[str] | None:
+        """The C types of a kernel function's parameters in this kernel's BTF, None without it."""
+        key = f"func:{function}"
+        if key not in self._signatures:
+            self._signatures[key] = _libbpf.func_param_types(function, self.btf)
+        return self._signatures[key]
+
     def _program(self, h: Hook, variant: str) -> str:
-        """The variant's program for this kernel's signature of the tracepoint."""
+        """The variant's program for this kernel's signature of the tracepoint (or function)."""
+        if variant == "fentry":
+            found = self._function(h)
+            assert found is not None
+            return found[0]
         alt = h.queue_first.get(variant)
         if alt:
             params = self.tp_param_types(h.tracepoint)
@@ -152,7 +196,8 @@ class BPFObject:
         if forced:
             if forced not in VARIANTS:
                 raise IoscopeError(f"IOSCOPE_ATTACH={forced} is not one of {', '.join(VARIANTS)}")
-            order = order[order.index(forced):]
+            # the forced variant or a lower one where the hook has it, else the hook's best
+            order = order[order.index(forced):] + order[:order.index(forced)]
         wanted = {name: True for name in required}
         wanted.update({name: False for name in optional if name not in wanted})
         for prog, _section, _auto in self.obj.programs():
@@ -166,10 +211,38 @@ class BPFObject:
                     self._select(h, variant)
                     break
             else:
-                what = f"tracepoint {h.category}:{h.tracepoint} is not available on this kernel"
+                what = self.absent(h)
                 if is_required:
                     raise IoscopeError(what, "ioscope cannot run this tool here")
                 self.unavailable.append(what)
+
+    def absent(self, h: Hook) -> str:
+        """Why no variant of the hook can run here, in one line."""
+        parts = [f"tracepoint {h.category}:{h.tracepoint}" if h.tracepoint else ""]
+        if h.functions:
+            why = "the kernel's BTF is not its own" if self.btf else "; ".join(
+                f"{fn}: {_fentry_reason(fentry_error(fn))}" for _prog, fn in h.functions)
+            parts.append(f"fentry ({why})")
+        return " and ".join(p for p in parts if p) + " not available on this kernel"
+
+    def use_function(self, hook: str, prog: str) -> None:
+        """Run the hook through this one of its fentry programs (one per signature of a function whose
+        arguments changed between kernels: the caller matched it to func_param_types)."""
+        h = self.hooks[hook]
+        fn = dict(h.functions)[prog]
+        if h.chosen != "fentry" or fentry_error(fn):
+            raise IoscopeError(f"hook {hook} does not run through fentry on {fn} here")
+        if h.prog:
+            self.obj.set_autoload(h.prog, False)
+        h.prog = prog
+        self.obj.set_autoload(prog, True)
+
+    def chosen_function(self, hook: str) -> str | None:
+        """The kernel function the hook's fentry/fexit program attached to, None for a tracepoint."""
+        h = self.hooks[hook]
+        if h.chosen != "fentry" or not h.prog:
+            return None
+        return next(fn for prog, fn in h.functions if prog == h.prog)
 
     def variant_summary(self) -> str:
         """e.g. 'tp_btf' or 'tp_btf+raw_tp' when hooks differ."""
@@ -201,8 +274,22 @@ class BPFObject:
 
     # -- loading and attaching -----------------------------------------
 
+    def _prealloc_where_needed(self) -> None:
+        """Kernels without BPF's own allocator (struct bpf_mem_alloc, 6.1 on) allocate a hash map's
+        elements with kmalloc from inside the programs, which is unsafe in tracing context: 5.10 loads
+        such a tracing program with a kernel WARN ("trace type BPF program uses run-time allocation",
+        a tainted kernel). There every map is preallocated: more memory, no allocation in a program."""
+        if _libbpf.has_type("bpf_mem_alloc", "struct", self.btf):
+            return
+        for name in self.obj.maps():
+            flags = self.obj.map_flags(name)
+            if flags & NO_PREALLOC:
+                self.obj.set_map_flags(name, flags & ~NO_PREALLOC)
+                self.preallocated.append(name)
+
     def load(self) -> None:
         """Create maps and load the chosen programs (nothing runs until attach)."""
+        self._prealloc_where_needed()
         try:
             self.obj.load()
         except _libbpf.BPFError as exc:
@@ -241,13 +328,20 @@ class BPFObject:
         {"map_update_EBUSY": n, ...} (every name, zeros included; {} for an object without the counters)."""
         if "map_errs" not in self.obj.maps():
             return {}
-        _kb, vb, n = self.obj.map("map_errs").dump(sum=True)
+        m = self.obj.map("map_errs")
+        _kb, vb, n = m.dump(sum=True)
         vals = struct.unpack(f"={n}Q", vb[: 8 * n])
         out = {}
         for i, op in enumerate(MAPERR_OPS):
             for j, cls in enumerate(MAPERR_CLASSES):
                 k = i * len(MAPERR_CLASSES) + j
                 out[f"map_{op}_{cls}"] = int(vals[k]) if k < n else 0
+        if n > MAPERR_LAST_OTHER and any(out[f"map_{op}_other"] for op in MAPERR_OPS):
+            # which errno "other" was (the last one, on any CPU): named in lost_detail
+            raw = m.lookup(struct.pack("=I", MAPERR_LAST_OTHER), sum=False) or b""
+            errs = [e for e in struct.unpack(f"={len(raw) // 8}Q", raw) if e]
+            if errs:
+                out[f"map_error_other_errno_{max(errs)}"] = 1
         return out
 
     def detach(self) -> None:
@@ -264,6 +358,27 @@ class BPFObject:
 
     def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+_FENTRY: dict[str, int] = {}
+
+
+def fentry_error(function: str) -> int:
+    """0 when an fentry program can attach to the kernel function, else the errno that refused it
+    (probed once per process and function: a program that returns at once, loaded and attached)."""
+    if function not in _FENTRY:
+        _FENTRY[function] = _libbpf.probe_fentry(function)
+    return _FENTRY[function]
+
+
+def _fentry_reason(err: int) -> str:
+    if err == errno.ENOENT:
+        return "not in the kernel's BTF (absent or inlined)"
+    if err == errno.EPERM:
+        return "refused (EPERM: kernel lockdown or missing privileges)"
+    if err in (errno.ENOTSUP, 524):
+        return "refused (this kernel cannot attach fentry programs)"
+    return f"refused ({os.strerror(err)})"
 
 
 _CATEGORIES = {"block_": "block", "page_cache_": "filemap", "mm_filemap_": "filemap", "sys_": "syscalls",

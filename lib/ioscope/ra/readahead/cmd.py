@@ -19,7 +19,8 @@ examples:
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("readahead", help="readahead decisions, window sizes, pages used and wasted",
-                       description="The kernel's readahead, from its tracepoints: synchronous and asynchronous "
+                       description="The kernel's readahead, from its tracepoints (or fentry on the functions they sit "
+                                   "in, on kernels without them): synchronous and asynchronous "
                                    "decisions, window sizes (size, async_size, ra_pages), the pages read ahead "
                                    "and whether a read later asked for them (used), they left the cache unread "
                                    "(wasted) or are still cached; the age of pages at first use; per process and "

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ioscope import _libbpf, devices
 from ioscope import abi as core_abi
-from ioscope import devices
 from ioscope.errors import IoscopeError
 from ioscope.hist import Hist
 from ioscope.loader import BPFObject
@@ -35,9 +35,13 @@ RA_HOOK_NUMBERS = {
     "delete_page": "wasted pages (evicted pages will look still cached)",
     "task_rename": "process names that follow exec and renames (names are taken at the first I/O)",
 }
+# hooks whose kernel function is the mechanism itself: no function, nothing to miss
+RA_MECHANISM = {"ra_order": "page_cache_ra_order"}
 RA_LOSSES = ("page_map_full", "file_map_full", "task_map_full")
 RA_EXPLAIN = {"page_map_full": "pages beyond --max-pages, counted as untracked"}
 RESOLVE_PATHS = 50
+# pages one program run walks (bpf/readahead.bpf.h MAX_READ_PAGES; RA_LOOP_MAX without bpf_loop)
+RANGE_MAX = {"readahead": 4096, "readahead_noloop": 32}
 
 
 @dataclass
@@ -115,7 +119,9 @@ class ReadaheadCollector:
 
     def __init__(self, opts: ReadaheadOptions) -> None:
         self.opts = opts
-        self.bpf = BPFObject("readahead", btf=opts.btf)
+        # without bpf_loop (5.10) the object whose loops are bounded (and shorter)
+        self.object = "readahead" if _libbpf.probe_helper("loop") else "readahead_noloop"
+        self.bpf = BPFObject(self.object, btf=opts.btf)
         self.paths: dict[tuple[int, int], str] = {}
         self.comms: dict[int, str] = {}
         self._mounts: dict[int, str] = {}
@@ -131,9 +137,16 @@ class ReadaheadCollector:
         b.choose(required=[], optional=list(RA_HOOKS))
         chosen = {h for h in RA_HOOKS if b.hooks[h].chosen}
         if not chosen & {"sync_ra", "async_ra", "ra_order", "ra_unbounded"}:
-            raise IoscopeError("this kernel has none of the readahead tracepoints (page_cache_sync_ra, ...)",
-                               "they arrived in Linux 6.10; readahead accounting needs them")
-        self.missing = [f"{RA_HOOK_NUMBERS[h]}: unavailable" for h in RA_HOOKS if h not in chosen]
+            why = b.absent(b.hooks["sync_ra"])
+            raise IoscopeError(f"readahead cannot be traced here: {why}",
+                               "it needs the readahead tracepoints (Linux 6.18 has them, 6.12 not) or fentry "
+                               "on the kernel's readahead functions (refused under lockdown)")
+        # a kernel without page_cache_ra_order (before large folios in the page cache) lacks nothing
+        self.missing = [f"{RA_HOOK_NUMBERS[h]}: unavailable" for h in RA_HOOKS if h not in chosen
+                        and not (h in RA_MECHANISM and b.func_param_types(RA_MECHANISM[h]) is None)]
+        # hooks that run on the kernel function their tracepoint would sit in
+        self.functions = {h: fn for h in RA_HOOKS if (fn := b.chosen_function(h))}
+        self._set_signatures()
         b.set_global("targ_tgid", o.pid or 0, "I")
         b.filter_disks(dev for d in o.disks for dev in filter_devs(d))
         b.set_max_entries("pages", o.max_pages)
@@ -144,6 +157,24 @@ class ReadaheadCollector:
         self.comm_map = b.map("comms")
         self.stats = StatsDelta(b, b.map("stats"), abi.RA_STAT_NAMES, abi.RA_NR_STATS, RA_LOSSES, RA_EXPLAIN)
         b.attach()
+
+    def _set_signatures(self) -> None:
+        """The fentry program for each function's arguments on this kernel (its BTF prototype)."""
+        b = self.bpf
+        for hook in ("sync_ra", "async_ra"):
+            fn = self.functions.get(hook)
+            params = b.func_param_types(fn) or [] if fn else []
+            if len(params) > 1 and params[1] == "struct file_ra_state *":  # 5.10: the state is an argument
+                b.use_function(hook, f"fn_{hook}__ra")
+        if self.functions.get("get_pages") == "filemap_get_pages":
+            params = b.func_param_types("filemap_get_pages") or []
+            if len(params) > 1 and params[1] != "struct iov_iter *":  # (iocb, count, fbatch, need_uptodate)
+                b.use_function("get_pages", "fn_get_pages__count")
+
+    @property
+    def range_max(self) -> int:
+        """Pages of one read range checked for use; more counts as read_range_truncated."""
+        return RANGE_MAX[self.object]
 
     @property
     def unavailable(self) -> list[str]:
@@ -197,7 +228,7 @@ class ReadaheadCollector:
         return RaSample(wall=wall, started=self.started, files=files, hists=hists,
                         losses=self.stats.read(since_last=False),
                         devices={dev: dev_info(dev) for dev in sorted({f.dev for f in files})},
-                        missing=list(self.missing))
+                        missing=list(self.missing), functions=dict(self.functions), range_max=self.range_max)
 
     def close(self) -> None:
         self.bpf.close()

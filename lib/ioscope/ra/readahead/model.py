@@ -58,6 +58,8 @@ class RaSample:
     losses: Losses               # since the start
     devices: dict[int, DevInfo]  # dev_t -> sysfs
     missing: list[str] = field(default_factory=list)  # what this kernel's missing tracepoints cost
+    functions: dict[str, str] = field(default_factory=dict)  # hook -> kernel function (fentry) instead
+    range_max: int = 4096  # pages of one read range checked for use
 
 
 @dataclass
@@ -103,6 +105,8 @@ class RaReport:
     losses: Losses
     missing: list[str]
     attach: str = ""
+    functions: dict[str, str] = field(default_factory=dict)
+    range_max: int = 4096
 
     @property
     def efficiency(self) -> float | None:
@@ -149,7 +153,7 @@ def build_report(s: RaSample, attach: str = "") -> RaReport:
         age_pcts=age.percentiles((50, 90, 99)) if age.count else {},
         totals={k: sum(int(getattr(f, k)) for f in s.files) for k in FATES},
         losses=Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain),
-        missing=list(s.missing), attach=attach,
+        missing=list(s.missing), attach=attach, functions=dict(s.functions), range_max=s.range_max,
     )
 
 

@@ -56,6 +56,7 @@ def to_json(r: RaReport) -> dict[str, Any]:
         # the numbers are totals since the start: interval_s and elapsed_s are both that time
         "time": cli_common.iso_time(r.wall), "interval_s": round(r.elapsed_s, 6),
         "elapsed_s": round(r.elapsed_s, 6), "attach": r.attach, "unavailable": r.missing,
+        "fentry": r.functions,
         **r.losses.to_json(),
         "devices": [device_json(d) for d in r.devices], "decisions": r.decisions,
         "windows": {k: {"size": hist_json(w.size), "async_size": hist_json(w.async_size),
@@ -79,14 +80,17 @@ def renderables(r: RaReport, o: RaViewOptions) -> Iterator[RenderableType]:
     yield Text(f"{cli_common.iso_time(r.wall)}  since start {r.elapsed_s:.3f}s  lost {r.losses.lost}", style="dim")
     for m in r.missing:
         yield Text(f"note: {m} (tracepoint missing on this kernel)", style="yellow")
+    if r.functions:
+        yield Text("note: traced at kernel functions (fentry/fexit), this kernel has no tracepoint there: "
+                   + ", ".join(f"{h} at {fn}" for h, fn in r.functions.items()), style="dim")
     for d in r.devices:
         ra = d.read_ahead_kb
         yield Text(f"{d.disk or _majmin(d.dev)}: read_ahead_kb={ra if ra is not None else '?'}; the kernel used "
                    f"ra_pages up to {d.max_ra_pages_seen} ({d.ra_kb_used} KiB), largest window "
                    f"{d.largest_window_pages} pages ({d.largest_window_kb} KiB)")
     if r.truncated_reads:
-        yield Text(f"note: {r.truncated_reads} reads asked for more than 4096 pages; only their first 4096 pages "
-                   "were checked for use", style="yellow")
+        yield Text(f"note: {r.truncated_reads} reads asked for more than {r.range_max} pages; only their first "
+                   f"{r.range_max} pages were checked for use", style="yellow")
     if not r.files:
         yield Text("no readahead seen")
         yield Text("")
