@@ -52,6 +52,8 @@ ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("IOSCOPE_KERNEL_CACHE", str(ROOT / ".cache" / "kernels")))
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 GUEST = ROOT / "tests" / "kernels" / "guest.sh"
+# a skip whose reason says this: the kernel lacks what the test compares (not a failure, "n/a")
+NOT_APPLICABLE = "n/a on this kernel:"
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,12 @@ MATRIX = (
            "linux-image-rt-amd64"),
     Kernel("6.12", "Debian 13 (trixie)", ("trixie", "trixie-updates", "trixie-security"), "linux-image-amd64"),
 )
-BY_NAME = {k.name: k for k in MATRIX}
+# Not in the default matrix (./test.sh and CI do not boot it): Debian's newest upstream series, for
+# what only newer kernels have beside fentry (the readahead tracepoints: fentry is checked against them)
+EXTRA = (
+    Kernel("13-bpo", "Debian 13 backports (newest upstream series)", ("trixie-backports",), "linux-image-amd64"),
+)
+BY_NAME = {k.name: k for k in (*MATRIX, *EXTRA)}
 
 
 def die(msg: str) -> NoReturn:
@@ -104,13 +111,14 @@ class Apt:
         base = mirror()
         security = base.rsplit("/", 1)[0] + "/debian-security" if base.endswith("/debian") else base + "-security"
         lines = []
-        for k in MATRIX:
+        for k in (*MATRIX, *EXTRA):
             for s in k.suites:
                 uri = security if s.endswith("-security") else base
                 lines.append(f"deb [signed-by={KEYRING}] {uri} {s} main")
         text = "\n".join(dict.fromkeys(lines)) + "\n"
         if not self.sources.is_file() or self.sources.read_text() != text:
             self.sources.write_text(text)
+            (self.dir / "updated").unlink(missing_ok=True)  # new suites: their lists are not here yet
         self.opts = ["-o", f"Dir::Etc::sourcelist={self.sources}", "-o", "Dir::Etc::sourceparts=-",
                      "-o", f"Dir::State::Lists={self.dir / 'lists'}", "-o", f"Dir::Cache={self.dir}",
                      "-o", f"Dir::Cache::archives={self.dir / 'archives'}",
@@ -160,6 +168,9 @@ def installed(name: str) -> tuple[Path, str] | None:
     d = kernel_dir(name) / "root" / "boot"
     for vmlinuz in sorted(d.glob("vmlinuz-*")) if d.is_dir() else []:
         return vmlinuz, vmlinuz.name[len("vmlinuz-"):]
+    # newer packaging: /usr/lib/modules/VERSION/vmlinuz
+    for vmlinuz in sorted((kernel_dir(name) / "root" / "usr" / "lib" / "modules").glob("*/vmlinuz")):
+        return vmlinuz, vmlinuz.parent.name
     return None
 
 
@@ -182,7 +193,12 @@ def fetch(names: list[str]) -> None:
         dl = d / "deb"
         shutil.rmtree(d, ignore_errors=True)
         dl.mkdir(parents=True)
-        subprocess.run(["apt-get", *apt.opts, "download", f"{target}={ver}"], cwd=dl, check=True,
+        # newer packaging splits the image into linux-binary-ABI and linux-base-ABI: take the parts of
+        # the same ABI as well
+        abi = pkg[len("linux-image-"):]
+        deps = re.findall(r"Depends:\s*(\S+)", apt.run("apt-cache", "depends", f"{target}={ver}"))
+        parts = [f"{target}={ver}", *sorted({m for m in deps if m.endswith(abi) and not m.startswith("<")})]
+        subprocess.run(["apt-get", *apt.opts, "download", *parts], cwd=dl, check=True,
                        stdout=subprocess.DEVNULL)
         debs = list(dl.glob("*.deb"))
         root = d / "root"
@@ -198,7 +214,7 @@ def fetch(names: list[str]) -> None:
                 if not link.exists():
                     link.symlink_to(os.path.relpath(m, link.parent))
         if not installed(name):
-            die(f"{target} {ver} has no /boot/vmlinuz-*")
+            die(f"{target} {ver} has no /boot/vmlinuz-* nor /usr/lib/modules/*/vmlinuz")
         marker.write_text(want + "\n")
 
 
@@ -340,16 +356,18 @@ def run(names: list[str], pytest_args: list[str], timeout: float, outroot: Path,
     for name in names:
         o = outcomes[name]
         failed = failed or bool(o.problem)
-        for tool, _tid, outcome, _msg in o.rows:
+        for tool, _tid, outcome, msg in o.rows:
             cell = table.setdefault(tool, {})
             if outcome in ("failed", "error"):
                 failed = True
                 cell[name] = "FAIL"
+            elif outcome == "skipped" and NOT_APPLICABLE in msg:
+                cell.setdefault(name, "n/a")  # a test that says what this kernel lacks for it
             elif outcome == "skipped":
                 failed = True  # the matrix runs with CI set: a skip is a test that could not run
-                cell.setdefault(name, "skip")
-            else:
-                cell.setdefault(name, "ok")
+                cell[name] = "skip"
+            elif cell.get(name) in (None, "n/a"):
+                cell[name] = "ok"
     tools = sorted(table)
     if tools:
         width = max(len(t) for t in tools)
@@ -395,10 +413,11 @@ def main() -> int:
         if n not in BY_NAME:
             die(f"unknown kernel {n!r}; the matrix: {', '.join(BY_NAME)}")
     if a.cmd == "list":
-        for k in MATRIX:
+        for k in (*MATRIX, *EXTRA):
             marker = kernel_dir(k.name) / "package"
             have = marker.read_text().strip() if marker.is_file() else "not fetched"
-            print(f"{k.name:<7} {k.release:<36} {have}")
+            extra = "  (extra: not in the default matrix)" if k in EXTRA else ""
+            print(f"{k.name:<7} {k.release:<36} {have}{extra}")
         print(f"{os.uname().release:<7} the running kernel (./test.sh tests it directly)")
         return 0
     if a.cmd == "fetch":

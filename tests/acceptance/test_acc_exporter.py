@@ -45,10 +45,12 @@ def test_exporter_background_scrape_and_term(live: None) -> None:
             f"wait $!\necho $? > {tmp}/rc\n")
         script.chmod(0o755)
         sh = subprocess.Popen([str(script)])
-        deadline = time.monotonic() + 30
-        while not Path(tmp, "pid").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        pid = int(Path(tmp, "pid").read_text())
+        # generous: the kernel matrix's guests run under emulation, where a start takes many seconds
+        deadline = time.monotonic() + 180
+        pidfile = Path(tmp, "pid")
+        while not (pidfile.exists() and pidfile.read_text().endswith("\n")) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the shell creates the file before echo writes the pid into it
+        pid = int(pidfile.read_text())
         while "serving" not in Path(tmp, "out").read_text() and time.monotonic() < deadline:
             time.sleep(0.1)
         progs = bpf_prog_ids(pid)

@@ -318,3 +318,22 @@ def test_stopped_from_a_script(disk: Any, tmp_path: Path, tool: str) -> None:
     assert "Traceback" not in (tmp_path / "err").read_text()
     assert progs and not programs_left(progs, timeout=30)
 
+
+
+@pytest.mark.parametrize("attach", VARIANTS)
+def test_every_program_loads(live: None, attach: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every BPF object with every hook in this attach variant (where the kernel has the hook), loaded
+    by the kernel's verifier and attached, without a workload: the cheap check of the variants the
+    workload tests above run only once (raw_tp is what a kernel without tp_btf would get)."""
+    from ioscope import _libbpf
+    from ioscope.loader import BPFObject
+
+    monkeypatch.setenv("IOSCOPE_ATTACH", attach)
+    readahead = "readahead" if _libbpf.probe_helper("loop") else "readahead_noloop"
+    for name in ("lat", "top", "agg", "record", "readsize", readahead):
+        with BPFObject(name) as b:
+            b.choose(required=[], optional=list(b.hooks))
+            assert {h.chosen for h in b.hooks.values() if h.chosen}, name
+            b.load()
+            b.attach()
+            assert b.attached, name
