@@ -1,6 +1,7 @@
-"""Acceptance: ioscope exporter as an operator runs it: started in the background by a shell script,
-scraped over HTTP (urllib, as curl would), a known workload (a prime number of direct 4 KiB writes
-by dd), then `kill -TERM $!`: exit 0 within 2 s, nothing left loaded, the numbers right."""
+"""Acceptance: ioscope exporter as an operator runs it: started in the background by a shell script with
+`--listen localhost:PORT` (as node_exporter takes it), its landing page opened, scraped over HTTP (urllib,
+as curl would), a known workload (a prime number of direct 4 KiB writes by dd), then `kill -TERM $!`:
+exit 0 within 2 s, nothing left loaded, the numbers right."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ WRITES = 23
 
 
 def _metrics(port: int) -> dict[str, float]:
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    text = urllib.request.urlopen(f"http://localhost:{port}/metrics", timeout=10).read().decode()
     out: dict[str, float] = {}
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
@@ -39,7 +40,7 @@ def test_exporter_background_scrape_and_term(live: None) -> None:
         script = Path(tmp, "run.sh")
         script.write_text(
             "#!/bin/sh\n"
-            f"{sys.executable} -m ioscope.cli exporter -d {loop.name} --listen 127.0.0.1:{port} "
+            f"{sys.executable} -m ioscope.cli exporter -d {loop.name} --listen localhost:{port} "
             f"--per-process 2 > {tmp}/out 2> {tmp}/err &\n"
             f"echo $! > {tmp}/pid\n"
             f"wait $!\necho $? > {tmp}/rc\n")
@@ -55,16 +56,19 @@ def test_exporter_background_scrape_and_term(live: None) -> None:
             time.sleep(0.1)
         progs = bpf_prog_ids(pid)
         assert progs
+        page = urllib.request.urlopen(f"http://localhost:{port}/", timeout=10).read().decode()
+        assert '<a href="metrics">' in page
         m0 = _metrics(port)
         ds0 = read_diskstats()[loop.name]
         subprocess.run(["dd", "if=/dev/zero", f"of={loop.path}", "bs=4k", f"count={WRITES}", "oflag=direct"],
                        check=True, capture_output=True)
         ds1 = read_diskstats()[loop.name]
         m1 = _metrics(port)
-        key = f"ioscope_disk_ios_total{{disk={loop.name},op=write}}"
+        key = f"ioscope_disk_ios_total{{device={loop.name},op=write}}"
         assert m1[key] - m0.get(key, 0) == ds1.writes - ds0.writes == WRITES
-        hkey = f"ioscope_io_latency_seconds_count{{disk={loop.name},op=write,phase=d2c}}"
-        assert m1[hkey] - m0.get(hkey, 0) == WRITES
+        hkey = f"ioscope_io_latency_seconds_count{{device={loop.name},op=write,phase=d2c}}"
+        ukey = f"ioscope_disk_completions_unseen_total{{device={loop.name}}}"
+        assert (m1[hkey] - m0.get(hkey, 0)) + (m1[ukey] - m0[ukey]) == WRITES
         dd = [v for k, v in m1.items() if k.startswith("ioscope_process_bytes_total{comm=dd,")]
         assert dd == [WRITES * 4096]
         t = time.monotonic()

@@ -116,8 +116,15 @@ def stamps_shortfall(kernel: Mapping[str, int], d2c: Mapping[str, int], not_stam
     each); reported: found before. A lower bound: reading the kernel first, a request completed
     between the reads is one the program ended and the kernel's count does not hold yet, never the
     reverse; one disk's surplus never hides another's shortfall."""
-    found = sum(max(0, n - d2c.get(disk, 0) - not_stamped) for disk, n in kernel.items())
+    found = sum(completion_shortfall(kernel, d2c, not_stamped).values())
     return max(0, found - reported)
+
+
+def completion_shortfall(kernel: Mapping[str, int], counted: Mapping[str, int], untimed: int) -> dict[str, int]:
+    """Per disk: the requests the kernel completed (kernel, /proc/diskstats, read before the program's
+    counts) beyond those the program counted (its d2c: one per request) and those it ended untimed
+    on any disk (untimed, subtracted from each): completions no program counted, a lower bound."""
+    return {disk: max(0, n - counted.get(disk, 0) - untimed) for disk, n in kernel.items()}
 
 
 def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c", "q2d", "d2c")) -> LatReport:
@@ -154,6 +161,7 @@ __all__ = [
     "LatSample",
     "StackShare",
     "build_report",
+    "completion_shortfall",
     "completions_unreported",
     "stack_shares",
 ]
