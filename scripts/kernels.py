@@ -224,11 +224,34 @@ def fetch(names: list[str]) -> None:
 
 
 def headers_dir(name: str) -> Path | None:
-    """The kernel's unpacked linux-headers (BCC_KERNEL_SOURCE for bcc in its guest), None if not fetched."""
-    for d in sorted((kernel_dir(name) / "root" / "usr" / "src").glob("linux-headers-*")):
-        if not d.name.endswith("-common") and (d / "include").is_dir():
-            return d
-    return None
+    """The kernel's headers as one tree (BCC_KERNEL_SOURCE for bcc in its guest), None if not fetched."""
+    d = kernel_dir(name) / "root" / "usr" / "src" / "bcc-headers"
+    return d if (d / "include" / "generated").is_dir() else None
+
+
+def merge_headers(src: Path) -> None:
+    """Debian splits a kernel's headers in two: linux-headers-ABI (generated files, a Makefile that
+    includes the other by an absolute path) and linux-headers-...-common (the sources). bcc given
+    one directory (BCC_KERNEL_SOURCE) needs both in it: src/bcc-headers, hard links to the common
+    tree with the generated files over it."""
+    out = src / "bcc-headers"
+    shutil.rmtree(out, ignore_errors=True)
+    common = next(d for d in src.glob("linux-headers-*-common"))
+    flavour = next(d for d in src.glob("linux-headers-*") if d != common and not d.name.endswith("-common"))
+    for tree, skip in ((common, ""), (flavour, "Makefile")):
+        for path in tree.rglob("*"):
+            rel = path.relative_to(tree)
+            dest = out / rel
+            if path.is_symlink():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.unlink(missing_ok=True)
+                dest.symlink_to(os.readlink(path))
+            elif path.is_dir():
+                dest.mkdir(parents=True, exist_ok=True)
+            elif str(rel) != skip:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.unlink(missing_ok=True)
+                os.link(path, dest)
 
 
 def fetch_headers(apt: Apt, name: str, pkg: str, ver: str) -> None:
@@ -244,8 +267,9 @@ def fetch_headers(apt: Apt, name: str, pkg: str, ver: str) -> None:
     for deb in list(dl.glob("*.deb")):
         subprocess.run(["dpkg-deb", "-x", str(deb), str(kernel_dir(name) / "root")], check=True)
         deb.unlink()
+    merge_headers(kernel_dir(name) / "root" / "usr" / "src")
     if not headers_dir(name):
-        die(f"{headers} {ver} has no /usr/src/linux-headers-*/include")
+        die(f"{headers} {ver} has no /usr/src/linux-headers-*/include/generated")
 
 
 def _exists(apt: Apt, pkg: str) -> bool:

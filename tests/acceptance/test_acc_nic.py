@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import EMULATION_FACTOR
 from nic_veth import HEADERS, PORT, VethPair, delta, drain, sysfs_counters, veth_pair
 
 DATAGRAMS = 101       # of PAYLOAD bytes each
 PAYLOAD = 512
 DROPPED = 11          # sent while the peer is down
-STOP_WITHIN_S = 2.0
+STOP_WITHIN_S = 2.0 * EMULATION_FACTOR
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def _script(tmp: Path, p: VethPair, opts: list[str], n: int, sig: str) -> tuple[
             f"for _ in range({n}): s.sendto(b'x' * {PAYLOAD}, ({p.inner_ip!r}, {PORT}))")
     script = (f"{nic} > {tmp}/out 2> {tmp}/err &\n"
               f"pid=$!\n"
-              f"until grep -q Tracing {tmp}/err 2>/dev/null; do sleep 0.05; done\n"
+              f"until grep -q Tracing {tmp}/err 2>/dev/null || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done\n"
               f"{shlex.quote(sys.executable)} -c {shlex.quote(send)}\n"
               f"sleep 0.7\n"
               f"date +%s.%N > {tmp}/killed\n"

@@ -28,6 +28,7 @@ ip link set lo up 2>/dev/null
 # no .pyc writes on the read-only tree; pytest's cache off
 export PYTHONDONTWRITEBYTECODE=1 HOME=/tmp TMPDIR=/tmp
 export CI="${CI:-1}"
+export IOSCOPE_GUEST=1  # tests scale time budgets meant for real hardware (conftest.EMULATION_FACTOR)
 echo "guest: $(uname -r), lockdown: $(cat /sys/kernel/security/lockdown 2>/dev/null || echo none)" >"$out/kernel"
 
 if [ $mode = exec ]; then

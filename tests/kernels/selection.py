@@ -27,8 +27,6 @@ SELECTION: dict[str, dict[str, list[str]]] = {
         "signals": ["test_stopped_from_a_script[lat]", "test_stopped_from_a_script[readahead]"],
         "programs": ["test_every_program_loads"]},
     "test_readahead.py": {"readahead": ["*"]},
-    # bcc beside ioscope where bcc compiles (the 6.1 guest, whose headers kernels.py fetches; n/a elsewhere)
-    "kernels/test_bcc.py": {"bcc": ["*"]},
     "acceptance/test_acc_exporter.py": {"exporter": ["*"]},
     "acceptance/test_acc_nic.py": {"nic": ["test_nic_stopped_by_a_script[INT]"]},
     "test_map_errors.py": {"map-errors": ["test_a_full_map_is_counted_by_its_error"]},

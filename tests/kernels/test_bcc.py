@@ -6,6 +6,8 @@ linux-headers scripts/kernels.py fetches (BCC_KERNEL_SOURCE). Each test starts a
 ioscope tool that answers the same question, runs one known workload under both, stops both with
 SIGINT and compares: counts exactly, histograms bucket by bucket within what two programs taking their
 own timestamps of the same I/O can differ by. Where bcc cannot run here, the test says why (n/a).
+Not in the default matrix (bcc compiles each tool under emulation for minutes): run it with
+`scripts/kernels.py run 6.1 -- tests/kernels/test_bcc.py`.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class Bcc:
 
     def _why(self) -> str:
         lines = [x for x in self.err.read_text().splitlines() if x.strip()]
-        return lines[-1] if lines else "no message"
+        errors = [x for x in lines if "error:" in x]  # clang's first error says why a compile failed
+        return "; ".join(errors[:2] + lines[-1:]) if lines else "no message"
 
     def stop(self) -> str:
         self.proc.send_signal(signal.SIGINT)
