@@ -502,4 +502,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP (_stop): the guests are gone (boot kills them)
+        print("kernels: interrupted; the guests were stopped", file=sys.stderr)
+        sys.exit(130)
