@@ -52,7 +52,8 @@ def test_exporter_background_scrape_and_term(live: None) -> None:
         while not (pidfile.exists() and pidfile.read_text().endswith("\n")) and time.monotonic() < deadline:
             time.sleep(0.05)  # the shell creates the file before echo writes the pid into it
         pid = int(pidfile.read_text())
-        while "serving" not in Path(tmp, "out").read_text() and not Path(tmp, "rc").exists() \
+        out = Path(tmp, "out")  # created by the background job, maybe after the pid was written
+        while not (out.exists() and "serving" in out.read_text()) and not Path(tmp, "rc").exists() \
                 and time.monotonic() < deadline:  # rc: the exporter ended (its error is in err)
             time.sleep(0.1)
         progs = bpf_prog_ids(pid)
