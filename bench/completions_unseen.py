@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "lib"))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from conftest import bpf_prog_ids  # noqa: E402
 from ioscope.testbed import LoopDevice, run_fio  # noqa: E402
 
 
@@ -43,25 +44,13 @@ def prog_runs(ids: set[int]) -> dict[str, int]:
     return {p["name"]: int(p.get("run_cnt", 0)) for p in json.loads(out) if int(p["id"]) in ids}
 
 
-def held_progs(pid: int) -> set[int]:
-    ids = set()
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            for line in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines():
-                if line.startswith("prog_id:"):
-                    ids.add(int(line.split()[1]))
-        except OSError:
-            continue
-    return ids
-
-
 def one_run(disk: LoopDevice, ios: int, iops: int) -> dict[str, Any]:
     lat = subprocess.Popen([sys.executable, "-m", "ioscope.cli", "lat", "-j", "-d", disk.name],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert lat.stderr is not None
     first = lat.stderr.readline()
     assert first.startswith("Tracing"), first + lat.stderr.read()
-    ids = held_progs(lat.pid)
+    ids = bpf_prog_ids(lat.pid)
     before_runs = prog_runs(ids)
     before = disk.diskstats()
     run_fio(disk.path, rw="randread", bs="4k", number_ios=ios, size="64m", extra=[f"--rate_iops={iops}"])

@@ -399,8 +399,7 @@ def run(names: list[str], pytest_args: list[str], timeout: float, outroot: Path,
     outcomes: dict[str, Outcome] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         # a TCG vCPU is a host thread: guests that share the cores get one vCPU each (two guests of
-        # two vCPUs on two cores: four busy threads, about 80 s a test, against about 30 s measured
-        # with each guest owning a core's worth)
+        # two vCPUs on two cores: about 80 s a test; one vCPU each: 6.12's 22 tests in 288 s)
         cpus = max(1, (os.cpu_count() or 2) // max(1, min(jobs, len(names))))
         futures = {pool.submit(run_one, n, pytest_args, timeout, outroot, cpus): n for n in names}
         for fut in concurrent.futures.as_completed(futures):
