@@ -556,23 +556,31 @@ def test_ustack_names_the_functions_that_queued(loopdev: Any, tmp_path: Path) ->
     assert per == {("ustk", "read_a"): na, ("ustk", "read_b"): nb}
 
 
-def test_request_level_expressions_run_on_the_kernels_stamps(loopdev: Any, tmp_path: Path) -> None:
+def test_request_level_expressions_run_on_the_kernels_stamps(loopdev: Any) -> None:
     """Expressions that read only what a request knows (disk, op, bytes, q2c, q2d, d2c) run on the
     completion program alone, from the kernel's own stamps, on a disk that keeps them; a disk without
     I/O statistics (iostats 0) in the same run is followed by the probes. Rows count requests: equal to
     /proc/diskstats on the stamped disk (and to the workload's on both), bytes to its sectors, and the
     q2c sum to the kernel's own read time (read_ms), within the end the kernel reads a little later."""
+    from ioscope.testbed import run_fio
+
     a, b = loopdev(size_mb=64), loopdev(size_mb=64)
     b.set_queue("iostats", "0")
     exprs = ["count() by disk,op", "sum(bytes) by disk", "sum(q2c) by disk", "quantize(d2c) by disk"]
     args = [x for e in exprs for x in ("-e", e)]
     with agg_running("-d", a.name, "-d", b.name, *args) as run:
         before = a.diskstats()
-        workload(tmp_path, a.path, b.path)   # reads on a, writes on b
+        # writes on b by dd; reads on a by fio's aio, 16 in flight: a synchronous reader (dd) would put its
+        # wake-up and its next read's submission between our end and the kernel's (below)
+        wr = subprocess.Popen(["dd", "if=/dev/zero", f"of={b.path}", "bs=64k", f"count={WRITES}", "oflag=direct"],
+                              stderr=subprocess.DEVNULL)
+        job = run_fio(a.path, rw="randread", bs="4k", iodepth=16, number_ios=READS, size="64m")
+        assert wr.wait() == 0
         time.sleep(0.2)
         after = a.diskstats()
     assert run.returncode == 0, run.stderr
     assert run.doc["timing"] == {a.name: "kernel stamps", b.name: "probes"}, run.stderr
+    assert int(job["read"]["total_ios"]) == READS
     # b, followed by the probes: a write whose completion ran no BPF program (docs/lat.md) is reported
     # (completion_unseen) and not counted. a, on the kernel's stamps, has no slot to find such a
     # completion by and agg reports none there: a's numbers stay exact (nothing lost is all it may say)
@@ -588,9 +596,12 @@ def test_request_level_expressions_run_on_the_kernels_stamps(loopdev: Any, tmp_p
     assert sums == {a.name: (after.sectors_read - before.sectors_read) * 512, b.name: n_wr * 65536}
     q2c_ms = {r["keys"]["disk"]: r["sum"] / 1e6 for r in run.rows("sum(q2c) by disk")}[a.name]
     kernel_ms = after.read_ms - before.read_ms
-    # the kernel reads its end after the bios' completions ran: for dd's synchronous reads that is the
-    # wake-up of dd, measured 4.2 us per request here (test_lat_live's aio reads: 1.1 us); bound at 10 us
-    assert -1 <= kernel_ms - q2c_ms <= 1 + READS * 10e-3, (q2c_ms, kernel_ms)
+    # the kernel reads its end after the bios' completions ran (diskstats prints ms: +-1). With dd's
+    # synchronous reads that gap holds dd's wake-up (and whatever runs before the completing thread
+    # resumes): 4.2 us per request on this VM, 12.8 us on a loaded CI machine, beyond a 10 us bound.
+    # With aio the reader only collects events: at most 1.1 us here in 9 runs, 4 of them beside three busy
+    # loops on the two CPUs (diskstats' ms rounding is 1 us per request at this count); bound at 3 us
+    assert -1 <= kernel_ms - q2c_ms <= 1 + READS * 3e-3, (q2c_ms, kernel_ms)
     d2c = {r["keys"]["disk"]: sum(bk[2] for bk in r["buckets"]) for r in run.rows("quantize(d2c) by disk")}
     assert d2c == {a.name: READS, b.name: n_wr}
 
