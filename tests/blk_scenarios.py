@@ -232,3 +232,131 @@ def section(text: str, title: str) -> str:
         if inside:
             out.append(line)
     return "\n".join(out).rstrip() + "\n"
+
+
+# --------------------------------------------------------------------------- raw blktrace files
+# Written record by record with struct, independent of ioscope's own writer (blktrace.encode), so that
+# the import is tested against bytes laid out as the kernel lays them, not as ioscope would.
+
+DM0 = kdev(253, 0)
+SDA = kdev(8, 0)
+SDA2 = kdev(8, 2)
+SDB = kdev(8, 16)
+_NOTIFY = 1 << 10   # BLK_TC_NOTIFY
+_TN_PROCESS, _TN_TIMESTAMP, _TN_MESSAGE = 0, 1, 2
+
+
+def raw_record(order: str, seq: int, t: int, sector: int, nbytes: int, action: int, pid: int, dev: int, cpu: int,
+               error: int = 0, pdu: bytes = b"") -> bytes:
+    """One struct blk_io_trace (version 7) and its payload, in byte order '<' or '>'."""
+    import struct
+    head = struct.pack(order + "IIQQIIIIIHH", 0x65617407, seq, t, sector, nbytes, action, pid, dev, cpu, error,
+                       len(pdu))
+    return head + pdu
+
+
+def remap_pdu(dev_from: int, dev_to: int, sector_from: int) -> bytes:
+    """struct blk_io_trace_remap: big-endian whatever the file's order (the kernel writes cpu_to_be*)."""
+    import struct
+    return struct.pack(">IIQ", dev_from, dev_to, sector_from)
+
+
+@dataclass
+class RawTrace:
+    """blktrace's per-CPU files of one or more traced devices: {NAME: {cpu: bytes}}."""
+
+    order: str = "<"
+    files: dict[str, dict[int, bytearray]] = field(default_factory=dict)
+    seq: dict[tuple[str, int], int] = field(default_factory=dict)
+    procs: set[tuple[str, int, int]] = field(default_factory=set)
+    comms: dict[int, str] = field(default_factory=dict)
+
+    def _out(self, name: str, cpu: int) -> bytearray:
+        return self.files.setdefault(name, {}).setdefault(cpu, bytearray())
+
+    def note(self, name: str, cpu: int, t: int, kind: int, pid: int, dev: int, pdu: bytes) -> None:
+        self._out(name, cpu).extend(raw_record(self.order, 0, t, 0, 0, (_NOTIFY << 16) | kind, pid, dev, cpu, 0, pdu))
+
+    def ev(self, name: str, bt_dev: int, cpu: int, t: int, action: int, sector: int, nbytes: int, *, dev: int,
+           pid: int, cat: int, pdu: bytes = b"", error: int = 0) -> None:
+        """A block event in NAME's trace (whose own device is bt_dev) on cpu: the kernel names a new
+        pid first (BLK_TN_PROCESS on that CPU), then numbers the event per (trace, CPU)."""
+        if pid and (name, cpu, pid) not in self.procs:
+            self.procs.add((name, cpu, pid))
+            self.note(name, cpu, t, _TN_PROCESS, pid, bt_dev, self.comms[pid].encode().ljust(16, b"\0"))
+        k = (name, cpu)
+        self.seq[k] = self.seq.get(k, 0) + 1
+        self._out(name, cpu).extend(raw_record(self.order, self.seq[k], t, sector, nbytes, action | (cat << 16), pid,
+                                               dev, cpu, error, pdu))
+
+    def write(self, d: str) -> list[str]:
+        import os
+        out = []
+        for name, cpus in self.files.items():
+            for cpu in range(max(cpus) + 1):
+                p = os.path.join(d, f"{name}.blktrace.{cpu}")
+                with open(p, "wb") as f:
+                    f.write(bytes(cpus.get(cpu, b"")))
+                out.append(p)
+        return out
+
+
+def lvm_on_partition(order: str = "<", n: int = 60, split_dm: bool = False) -> RawTrace:
+    """XFS on LVM on a partition, as blktrace records it on a CentOS 7 host: dm 253,0 on 8,2 of disk 8,0.
+
+    Each write is queued on 253,0, remapped to the partition 8,2 (A on 8,2 <- (253,0)), then to the disk
+    (A on 8,0 <- (8,2)), then queued, given a request, inserted, issued and completed on 8,0 and completed
+    on 253,0; a read now and then; messages from the I/O scheduler (BLK_TN_MESSAGE), process notes,
+    a wall-clock note. Two CPUs. With split_dm, 253,0's own events are in a trace of their own (dm-0, as
+    `blktrace -d /dev/dm-0 -d /dev/sda` writes them), and a second disk 8,16 (sdb) has reads of its own.
+    """
+    r = RawTrace(order=order, comms={2231: "xfsaild/dm-0", 4410: "dd", 517: "kworker/1:1H", 4411: "cat"})
+    dmname = "dm-0" if split_dm else "sda"
+    dmbt = DM0 if split_dm else SDA
+    t0 = 88_412_305_117_000   # kernel monotonic time at the start (not zero based)
+    wall = 1_700_000_000_123_456_789
+    sec, nsec = divmod(wall, 1_000_000_000)
+    import struct
+    for name, bt in {(dmname, dmbt), ("sda", SDA)}:
+        r.note(name, 0, t0, _TN_TIMESTAMP, 0, bt, struct.pack(order + "II", sec, nsec))
+    r.files.setdefault("sda", {}).setdefault(1, bytearray())
+    t = t0 + 5_000
+    w = TC_WRITE | TC_SYNC
+    for i in range(n):
+        cpu = i % 2
+        pid = (2231, 4410)[(i // 2) % 2]
+        read = i % 7 == 3
+        cat = TC_READ if read else w
+        if read:
+            pid = 4411
+        nbytes = 81920 if not read else 4096
+        s_dm = 20_481_880 + 160 * i
+        s_part = s_dm
+        s_disk = s_part + 3_909_632
+        r.ev(dmname, dmbt, cpu, t, TA_QUEUE, s_dm, nbytes, dev=DM0, pid=pid, cat=cat | TC_QUEUE)
+        # every fourth as a 5.x kernel records it: the record on the traced disk, device_to the partition
+        r.ev("sda", SDA, cpu, t + 700, TA_REMAP, s_part, nbytes, dev=SDA if i % 4 == 1 else SDA2, pid=pid, cat=cat,
+             pdu=remap_pdu(DM0, SDA2, s_dm))
+        r.ev("sda", SDA, cpu, t + 1_300, TA_REMAP, s_disk, nbytes, dev=SDA, pid=pid, cat=cat,
+             pdu=remap_pdu(SDA2, SDA, s_part))
+        r.ev("sda", SDA, cpu, t + 1_900, TA_QUEUE, s_disk, nbytes, dev=SDA, pid=pid, cat=cat | TC_QUEUE)
+        r.ev("sda", SDA, cpu, t + 2_600, TA_GETRQ, s_disk, nbytes, dev=SDA, pid=pid, cat=cat)
+        r.ev("sda", SDA, cpu, t + 3_100, TA_INSERT, s_disk, nbytes, dev=SDA, pid=pid, cat=cat)
+        if i % 5 == 0:
+            msg = f"cfq{pid}{'R' if read else 'W'}S insert_request".encode()
+            r.note("sda", cpu, t + 3_200, _TN_MESSAGE, pid, SDA, msg)
+        r.ev("sda", SDA, cpu, t + 4_000, TA_ISSUE, s_disk, nbytes, dev=SDA, pid=pid, cat=cat | TC_ISSUE)
+        ccpu = (cpu + i // 3) % 2
+        tc = t + 190_000 + 7_000 * (i % 4)
+        r.ev("sda", SDA, ccpu, tc, TA_COMPLETE, s_disk, nbytes, dev=SDA, pid=0, cat=cat | TC_COMPLETE)
+        r.ev(dmname, dmbt, ccpu, tc + 900, TA_COMPLETE, s_dm, nbytes, dev=DM0, pid=0, cat=cat | TC_COMPLETE)
+        if split_dm and i % 3 == 0:
+            r.ev("sdb", SDB, 1 - cpu, t + 500, TA_QUEUE, 1_000 + 8 * i, 4096, dev=SDB, pid=4411,
+                 cat=TC_READ | TC_QUEUE)
+            r.ev("sdb", SDB, 1 - cpu, t + 1_500, TA_GETRQ, 1_000 + 8 * i, 4096, dev=SDB, pid=4411, cat=TC_READ)
+            r.ev("sdb", SDB, 1 - cpu, t + 2_500, TA_ISSUE, 1_000 + 8 * i, 4096, dev=SDB, pid=4411,
+                 cat=TC_READ | TC_ISSUE)
+            r.ev("sdb", SDB, 1 - cpu, t + 95_000, TA_COMPLETE, 1_000 + 8 * i, 4096, dev=SDB, pid=0,
+                 cat=TC_READ | TC_COMPLETE)
+        t += 230_000
+    return r

@@ -40,9 +40,12 @@ from ioscope.trace.events import (
     select_events,
 )
 
+__all__ = ["join_events", "select_events"]
+
 MAGIC = 0x65617400
 VERSION = 0x07
 TA_CGROUP = 1 << 8           # action flag: an 8-byte cgroup id starts the payload
+TA_CGROUP_NOTE = 1 << 8      # __BLK_TN_CGROUP: the same flag on a notify record
 TN_PROCESS, TN_TIMESTAMP, TN_MESSAGE = 0, 1, 2
 NOTIFY_ACTION = TC_NOTIFY << 16
 
@@ -82,9 +85,17 @@ def encode(events: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = No
     Process notes (EV_NOTE_PROCESS) become BLK_TN_PROCESS records. seq gives
     each record's sequence number; base_ts is subtracted from every time.
     """
-    n = len(events)
-    if n == 0:
+    if len(events) == 0:
         return b""
+    rows, length = encode_rows(events, seq, base_ts, order)
+    keep = np.arange(64)[None, :] < length[:, None]
+    return rows[keep].tobytes()
+
+
+def encode_rows(events: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = None,
+                base_ts: int = 0, order: str = "<") -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """encode()'s records as rows of 64 bytes (header and up to 16 payload bytes) and each one's length."""
+    n = len(events)
     ev = events
     note = (ev["flags"] & EV_NOTE_PROCESS) != 0
     act = ev["action"].astype(np.uint32)
@@ -126,9 +137,7 @@ def encode(events: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = No
     if note.any():
         pay[note, :16] = np.stack([ev["sector"][note], ev["aux"][note]], axis=1).astype("<u8") \
             .view(np.uint8).reshape(-1, 16)
-    length = 48 + pdu_len.astype(np.int64)
-    keep = np.arange(64)[None, :] < length[:, None]
-    return rows[keep].tobytes()
+    return rows, 48 + pdu_len.astype(np.int64)
 
 
 def timestamp_note(dev: int, cpu: int, time_ns: int, wall_ns: int, order: str = "<") -> bytes:
@@ -478,3 +487,61 @@ def read_merged(paths: list[str], block: int = 1 << 20) -> Iterator[Decoded]:
             if len(held):
                 yield Decoded(held, dict(comms), [], 0, None, held_seq)
             break
+
+
+@dataclass
+class FileTrace:
+    """One per-CPU file of blktrace, all of it: what an import must keep to give the file back.
+
+    events: its block records as EVENT (file order), seq their sequence numbers; notes: every notify
+    record (process, timestamp, message, any other) as (block records before it, its bytes); raw: the
+    bytes of each block record that encode() would not write back identically (a remap whose payload's
+    device_to is not the record's own device, a cgroup id, a payload longer than 16 bytes, action bits
+    EVENT does not keep), by index in events.
+    """
+
+    events: npt.NDArray[np.void]
+    seq: npt.NDArray[np.uint32]
+    notes: list[tuple[int, bytes]]
+    raw: dict[int, bytes]
+    order: str
+    size: int
+
+
+def read_file(path: str) -> FileTrace:
+    """A whole blktrace file (check_file first for errors naming the offset)."""
+    try:
+        with open(path, "rb") as f:
+            buf = f.read()
+    except OSError as exc:
+        raise BlktraceError(f"{path}: {exc.strerror or exc}", "check the path") from None
+    if not buf:
+        return FileTrace(np.zeros(0, dtype=EVENT), np.zeros(0, np.uint32), [], {}, "<", 0)
+    offs, _end, order = record_offsets(buf, path, 0, None, final=True)
+    data = np.frombuffer(buf, dtype=np.uint8)
+    head = data[offs[:, None] + np.arange(48)[None, :]].copy().view(bit_dtype(order)).reshape(-1)
+    plen = head["pdu_len"].astype(np.int64)
+    notify = ((head["action"] >> np.uint32(16)) & np.uint32(TC_NOTIFY)) != 0
+    block = np.flatnonzero(~notify)
+    notes = [(int(np.searchsorted(block, i)), buf[int(offs[i]):int(offs[i]) + 48 + int(plen[i])])
+             for i in np.flatnonzero(notify).tolist()]
+    d = decode(buf, offs[block], order, path)
+    # a remap's event is on the device it went to (the payload's device_to), as ioscope records it and
+    # blkparse prints it; the record's own device (the traced disk's, on newer kernels) is in raw
+    act = head["action"][block]
+    rm = ((act & np.uint32(0xFFFF)) == TA_REMAP) & (plen[block] >= 16)
+    if rm.any():
+        to = data[offs[block][rm][:, None] + 48 + 4 + np.arange(4)[None, :]].copy().view(">u4").reshape(-1)
+        d.events["dev"][rm] = to
+    # which block records encode() gives back byte for byte
+    rows, length = encode_rows(d.events, d.seq, 0, order)
+    bo = offs[block]
+    olen = 48 + plen[block]
+    idx = np.minimum(bo[:, None] + np.arange(64)[None, :], len(data) - 1)
+    mine = np.arange(64)[None, :] < olen[:, None]
+    orig = np.where(mine, data[idx], 0)
+    enc = np.where(np.arange(64)[None, :] < length[:, None], rows, 0)
+    bad = np.flatnonzero((olen != length) | (olen > 64) | (orig != enc).any(axis=1))
+    raw = {int(i): buf[int(bo[i]):int(bo[i] + olen[i])] for i in bad.tolist()}
+    assert d.seq is not None
+    return FileTrace(d.events, d.seq, notes, raw, order, len(buf))

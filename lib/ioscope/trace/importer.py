@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import base64
+import binascii
 import os
 import re
 import sys
+import zlib
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ioscope import outfile
+from ioscope.abi import comm_str
 from ioscope.devices import kdev_split, kdev_str
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import blktrace
-from ioscope.trace.events import EV_NOTE_PROCESS
+from ioscope.trace.events import EV_NOTE_PROCESS, EVENT
 
 PER_CPU = re.compile(r"^(?P<stem>.+)\.blktrace\.(?P<cpu>\d+)$")
 
@@ -78,14 +84,242 @@ def survey(groups: list[tuple[str, list[str]]]) -> tuple[dict[int, str], list[tu
     stamps: list[tuple[int, int]] = []
     max_cpu = 0
     for name, fs in groups:
-        named = len(fs) > 1 or bool(PER_CPU.match(fs[0]))
+        named = len(fs) > 1 or bool(PER_CPU.match(os.path.basename(fs[0])))
+        seen: set[int] = set()
+        traced: set[int] = set()   # the set's own disk: its notes carry it (a remap's records may not)
         for d in blktrace.read_merged(fs):
             stamps.extend(d.timestamps)
             if len(d.events):
                 max_cpu = max(max_cpu, int(d.events["cpu"].max()))
-                for dev in np.unique(d.events["dev"]).tolist():
-                    devs.setdefault(int(dev), name if named else "")
+                seen.update(np.unique(d.events["dev"]).tolist())
+                notes = (d.events["flags"] & EV_NOTE_PROCESS) != 0
+                traced.update(np.unique(d.events["dev"][notes]).tolist())
+        for dev in sorted(seen):
+            devs.setdefault(int(dev), name if named and (not traced or dev in traced) else "")
     return devs, stamps, max_cpu
+
+
+SIDE_KEY = "blktrace_files"   # the end record's part that keeps what EVENT does not (see FileSets)
+
+
+def _pack(arr: npt.NDArray[Any]) -> str:
+    return base64.b64encode(zlib.compress(np.ascontiguousarray(arr).tobytes(), 6)).decode()
+
+
+def _unpack(text: str, dtype: Any, n: int) -> npt.NDArray[Any]:
+    out = np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=dtype)
+    if len(out) != n:
+        raise ValueError(f"{len(out)} values for {n} events")
+    return out
+
+
+@dataclass
+class FileSets:
+    """What an import of blktrace's per-CPU files kept beside the events (the end record's SIDE_KEY).
+
+    Indexes count the capture's block events (process notes left out), in the capture's order, which is
+    the order blkparse read them in. seq: each one's sequence number; set_of: the file set (NAME of
+    NAME.blktrace.N) it came from; notes: every notify record as (set, cpu, block records before it in
+    its file, block events blkparse printed before it or -1 when it is not printed, its bytes); raw:
+    the records EVENT does not give back byte for byte, by index.
+    """
+
+    sets: list[dict[str, Any]]
+    seq: npt.NDArray[np.uint32]
+    set_of: npt.NDArray[np.uint16]
+    notes: list[tuple[int, int, int, int, bytes]]
+    raw: dict[int, bytes]
+
+    @property
+    def names(self) -> list[str]:
+        return [str(x["name"]) for x in self.sets]
+
+    def order(self, set_idx: int, cpu: int) -> str:
+        for f in self.sets[set_idx]["files"]:
+            if f["cpu"] == cpu:
+                return str(f["order"])
+        return "<"
+
+
+def file_sets(src: Any) -> FileSets | None:
+    """The kept blktrace records of a capture imported from per-CPU files (None for any other)."""
+    cap = getattr(src, "_capture", None)
+    end = getattr(cap, "end", None)
+    side = end.get(SIDE_KEY) if isinstance(end, dict) else None
+    if not isinstance(side, dict):
+        return None
+    try:
+        n = int(side["events"])
+        return FileSets(list(side["sets"]), _unpack(side["seq"], "<u4", n).astype(np.uint32),
+                        _unpack(side["set"], "<u2", n).astype(np.uint16),
+                        [(int(a), int(b), int(c), int(d), bytes.fromhex(e)) for a, b, c, d, e in side["notes"]],
+                        {int(g): bytes.fromhex(h) for g, h in side["raw"]})
+    except (KeyError, ValueError, TypeError, zlib.error, binascii.Error) as exc:
+        raise IoscopeError(f"{src.path}: corrupt blktrace record of the import ({exc})",
+                           "import the blktrace files again") from None
+
+
+@dataclass
+class _Stream:
+    """One per-CPU file as blkparse reads it: its traces (block records and messages) in file order."""
+
+    set_idx: int
+    cpu: int
+    ft: blktrace.FileTrace
+    times: npt.NDArray[np.int64]     # time of each trace
+    ref: npt.NDArray[np.int64]       # >= 0: block record index; < 0: -1 - index in ft.notes (a message)
+    cur: int = 0
+
+
+def _note_action(rec: bytes, order: str) -> tuple[int, int]:
+    """(action word, time) of a notify record's bytes."""
+    return (int.from_bytes(rec[28:32], "little" if order == "<" else "big"),
+            int.from_bytes(rec[8:16], "little" if order == "<" else "big"))
+
+
+def _is_message(action: int) -> bool:
+    """A message blkparse prints (1.2.0 prints none that carries a cgroup id: it takes them for unknown notes)."""
+    return action == blktrace.NOTIFY_ACTION | blktrace.TN_MESSAGE
+
+
+def _stream(set_idx: int, cpu: int, ft: blktrace.FileTrace) -> _Stream:
+    msg = [(k, pos) for k, (pos, rec) in enumerate(ft.notes) if _is_message(_note_action(rec, ft.order)[0])]
+    n = len(ft.events)
+    key = np.concatenate([2 * np.arange(n, dtype=np.int64) + 1, np.array([2 * p for _k, p in msg], dtype=np.int64)])
+    ref = np.concatenate([np.arange(n, dtype=np.int64), np.array([-1 - k for k, _p in msg], dtype=np.int64)])
+    times = np.concatenate([ft.events["ts"].astype(np.int64),
+                            np.array([_note_action(ft.notes[k][1], ft.order)[1] for k, _p in msg], dtype=np.int64)])
+    o = np.argsort(key, kind="stable")
+    return _Stream(set_idx, cpu, ft, times[o], ref[o])
+
+
+def blkparse_merge(streams: list[_Stream]) -> list[tuple[int, int, int]]:
+    """The order blkparse prints the traces of its input files in: [(stream, first, end)] runs.
+
+    blkparse keeps its streams in a list ordered by the time of each one's next trace (a stream goes in
+    before the first whose next trace is later, or as the head when it is earlier than the head's) and
+    prints the head's traces while each is no later than the second stream's next one; then the head
+    goes back into the list by the same rule (blkparse.c: ms_sort, ms_resort).
+    """
+    lst: list[int] = []
+
+    def t_of(s: int) -> int:
+        return int(streams[s].times[streams[s].cur])
+
+    def ms_sort(s: int) -> None:
+        t = t_of(s)
+        if not lst:
+            lst.append(s)
+        elif t < t_of(lst[0]):
+            lst.insert(0, s)
+        else:
+            j = 0
+            while j + 1 < len(lst) and t_of(lst[j + 1]) < t:
+                j += 1
+            lst.insert(j + 1, s)
+
+    for i, st in enumerate(streams):
+        if len(st.times):
+            ms_sort(i)
+    is_sorted = [bool((np.diff(st.times) >= 0).all()) for st in streams]
+    runs: list[tuple[int, int, int]] = []
+    while lst:
+        h = lst[0]
+        st = streams[h]
+        start = st.cur
+        end = start + 1
+        if len(lst) == 1:
+            end = len(st.times)
+        else:
+            tn = t_of(lst[1])
+            if is_sorted[h]:
+                end = max(end, int(np.searchsorted(st.times, tn, side="right")))
+            else:
+                while end < len(st.times) and st.times[end] <= tn:
+                    end += 1
+        runs.append((h, start, end))
+        st.cur = end
+        lst.pop(0)
+        if end < len(st.times):
+            ms_sort(h)
+    return runs
+
+
+def import_sets(groups: list[tuple[str, list[str]]], w: Any) -> tuple[int, dict[int, str], dict[str, Any]]:
+    """Per-CPU file sets into the writer, in blkparse's order; (block events, comms, the side record)."""
+    streams: list[_Stream] = []
+    sets: list[dict[str, Any]] = []
+    for si, (name, fs) in enumerate(groups):
+        cpus = []
+        for f in fs:
+            m = PER_CPU.match(os.path.basename(f))
+            cpu = int(m.group("cpu")) if m else 0
+            ft = blktrace.read_file(f)
+            cpus.append({"cpu": cpu, "bytes": ft.size, "order": ft.order})
+            streams.append(_stream(si, cpu, ft))
+        sets.append({"name": name, "files": cpus})
+    runs = blkparse_merge(streams)
+    parts: list[npt.NDArray[np.void]] = []
+    seqs: list[npt.NDArray[np.uint32]] = []
+    set_of: list[npt.NDArray[np.uint16]] = []
+    gidx: dict[tuple[int, int], int] = {}      # (stream, block index) -> index among all block events
+    msg_at: dict[tuple[int, int], int] = {}    # (stream, note index) -> block events printed before it
+    n = 0
+    for s, a, b in runs:
+        st = streams[s]
+        ref = st.ref[a:b]
+        blk = ref[ref >= 0]
+        if (ref < 0).any():   # messages inside the run: their place among the run's block events
+            before: list[int] = (np.cumsum(ref >= 0) - (ref >= 0)).tolist()
+            for r, bef in zip(ref.tolist(), before):
+                if r < 0:
+                    msg_at[(s, -1 - r)] = n + bef
+        if len(blk):
+            parts.append(blktrace.select_events(st.ft.events, blk))
+            seqs.append(st.ft.seq[blk])
+            set_of.append(np.full(len(blk), st.set_idx, dtype=np.uint16))
+            for j, i in enumerate(blk.tolist()):
+                if i in st.ft.raw:
+                    gidx[(s, i)] = n + j
+            n += len(blk)
+    ev = blktrace.join_events(parts) if parts else np.zeros(0, dtype=EVENT)
+    # process notes name pids for the capture's readers: each goes in before its file's next block record
+    notes_rows: list[npt.NDArray[np.void]] = []
+    comms: dict[int, str] = {}
+    side_notes: list[list[Any]] = []
+    for s, st in enumerate(streams):
+        order = st.ft.order
+        for k, (pos, rec) in enumerate(st.ft.notes):
+            act, t = _note_action(rec, order)
+            side_notes.append([st.set_idx, st.cpu, pos, msg_at.get((s, k), -1), rec.hex()])
+            if (act & ~blktrace.TA_CGROUP_NOTE) == blktrace.NOTIFY_ACTION | blktrace.TN_PROCESS and len(rec) >= 64:
+                pid = int.from_bytes(rec[32:36], "little" if order == "<" else "big")
+                dev = int.from_bytes(rec[36:40], "little" if order == "<" else "big")
+                name = comm_str(rec[48:64])
+                comms[pid] = name
+                notes_rows.append(blktrace.process_notes({pid: name}, [pid], dev, st.cpu, t))
+    if notes_rows:
+        nev = blktrace.join_events(notes_rows)
+        allev = blktrace.join_events([nev, ev])
+        isblk = np.r_[np.zeros(len(nev), np.int8), np.ones(len(ev), np.int8)]
+        # by time; at one time a note before the block events, block events in blkparse's order
+        o = np.lexsort((np.r_[np.zeros(len(nev), np.int64), np.arange(len(ev))], isblk, allev["ts"]))
+        if len(ev) and not (np.diff(ev["ts"].astype(np.int64)) >= 0).all():
+            o = np.r_[np.arange(len(nev)), len(nev) + np.arange(len(ev))]
+        allev = blktrace.select_events(allev, o)
+    else:
+        allev = ev
+    if comms:
+        w.add_comms(comms)
+    step = 1 << 16
+    for i in range(0, len(allev), step):
+        w.write(allev[i:i + step])
+    seq = np.concatenate(seqs) if seqs else np.zeros(0, np.uint32)
+    side = {"sets": sets, "events": n, "seq": _pack(seq.astype("<u4")),
+            "set": _pack(np.concatenate(set_of).astype("<u2") if set_of else np.zeros(0, "<u2")),
+            "notes": side_notes,
+            "raw": sorted([g, streams[s].ft.raw[i].hex()] for (s, i), g in gidx.items())}
+    return n, comms, side
 
 
 def import_blktrace(inputs: list[str], out: str) -> dict[str, Any]:
@@ -123,15 +357,23 @@ def import_blktrace(inputs: list[str], out: str) -> dict[str, Any]:
     w = CaptureWriter(tmp, meta, force=True)   # our own scratch file, renamed when complete
     comms: dict[int, str] = {}
     n_events = 0
+    per_cpu = all(len(fs) > 1 or PER_CPU.match(os.path.basename(fs[0])) for _n, fs in groups)
     try:
-        for d in blktrace.read_merged(files):
+        if per_cpu:   # blktrace's own files: everything kept, in the order blkparse reads them
+            n_events, comms, side = import_sets(groups, w)
+            w.close({"imported_events": n_events, SIDE_KEY: side})
+            files_done = True
+        else:
+            files_done = False
+        for d in ([] if files_done else blktrace.read_merged(files)):
             if d.comms:
                 comms.update(d.comms)
                 w.add_comms(d.comms)
             if len(d.events):
                 n_events += int(((d.events["flags"] & EV_NOTE_PROCESS) == 0).sum())
                 w.write(d.events)
-        w.close({"imported_events": n_events})
+        if not files_done:
+            w.close({"imported_events": n_events})
     except BaseException:
         w.close()
         if os.path.exists(tmp):

@@ -24,6 +24,7 @@ from ioscope.devices import kdev_split, kdev_str
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace import _tracecore
 from ioscope.trace.blktrace import Sequencer
+from ioscope.trace.blktrace import bit_dtype as blktrace_dtype
 from ioscope.trace.events import (
     ACTION_LETTERS,
     TA_BACKMERGE,
@@ -261,6 +262,15 @@ class Parser:
         self.stopped = False
         self.nread = 0
         self.nbatched = 0   # block events seen so far, for blkparse's read batches (_batches)
+        # blktrace's per-CPU files (an import of them): blkparse reading `-i NAME` counts every record of
+        # NAME's files under NAME, whatever its own device, and prints them in the order it merged them
+        self.set_names: list[str] | None = None
+
+    def use_file_sets(self, names: list[str]) -> None:
+        """Count and name by file set (blkparse -i NAME ...), in the given order; print in the order fed."""
+        self.set_names = list(names)
+        for i in range(len(names)):
+            self.dev_idx[i] = i
 
     def _register(self, devs: npt.NDArray[Any]) -> None:
         """Devices get their totals block in the order blkparse first reads them."""
@@ -316,17 +326,40 @@ class Parser:
                     names.append(comm)
         return [n.encode(errors="replace") for n in names], pinv
 
+    def start(self, genesis: int) -> None:
+        """Time zero: the first record blkparse reads."""
+        self.genesis = genesis
+        if self.wall_of is not None:
+            base = self.wall_of(self.genesis)
+            for f in self.formats.values():
+                f.wall_base = base
+
     def _feed_events(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32],
-                     renames: list[tuple[int, int, str]] | None = None) -> None:
-        """Render block events (no process notes), named by self.comms and the chunk's renames."""
+                     renames: list[tuple[int, int, str]] | None = None,
+                     sets: npt.NDArray[Any] | None = None) -> None:
+        """Render block events (no process notes), named by self.comms and the chunk's renames.
+
+        sets: each event's file set (use_file_sets), for events already in blkparse's order."""
         if self.stopped or not len(ev):
             return
         if self.genesis is None:
-            self.genesis = int(ev["ts"][0])
-            if self.wall_of is not None:
-                base = self.wall_of(self.genesis)
-                for f in self.formats.values():
-                    f.wall_base = base
+            self.start(int(ev["ts"][0]))
+        assert self.genesis is not None
+        if sets is not None:
+            rel = ev["ts"].astype(np.int64) - self.genesis
+            if self.window is not None:   # blkparse stops at the first record past the end
+                lo, hi = self.window
+                past = np.flatnonzero(rel > hi)
+                if len(past):
+                    self.stopped = True
+                    cut = int(past[0])
+                    ev, seq, rel, sets = ev[:cut], seq[:cut], rel[:cut], sets[:cut]
+                keep = rel >= lo
+                ev, seq, rel, sets = ev[keep], seq[keep], rel[keep], sets[keep]
+                if not len(ev):
+                    return
+            self._render(ev, seq, rel, np.asarray(sets, dtype=np.int32), renames)
+            return
         batch = self._batches(len(ev))
         if self.window is not None:
             if not self._register_read(ev):
@@ -350,10 +383,14 @@ class Parser:
             ev, seq, rel = ev[inside], seq[inside], rel[inside]
             if not len(ev):
                 return
-        self._grow(int(ev["cpu"].max()) + 1)
         udev, dinv = np.unique(ev["dev"], return_inverse=True)
         lut = np.array([self.dev_idx[int(d)] for d in udev.tolist()], dtype=np.int32)
-        devidx = lut[dinv.reshape(-1)]
+        self._render(ev, seq, rel, lut[dinv.reshape(-1)], renames)
+
+    def _render(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32], rel: npt.NDArray[np.int64],
+                devidx: npt.NDArray[np.int32], renames: list[tuple[int, int, str]] | None) -> None:
+        """Count and print events in the order given, each under its summary block devidx."""
+        self._grow(int(ev["cpu"].max()) + 1)
         names, pinv = self._names(ev, renames or [])
         c = np.ascontiguousarray
         text = _tracecore.format_blkparse(
@@ -394,6 +431,36 @@ class Parser:
         if act == TA_SPLIT:
             return f"{head}{sec} / {aux & 0xFFFFFFFF} [{name}]\n"
         return f"{head}{sec} + {nsec} [{name}]\n" if nsec else f"{head}[{name}]\n"
+
+    def message(self, rec: bytes, order: str, set_idx: int, cpu: int) -> None:
+        """A BLK_TN_MESSAGE record: blkparse prints it as an 'm N' line and counts it as an event."""
+        if self.stopped:
+            return
+        h = np.frombuffer(rec[:48], dtype=blktrace_dtype(order))[0]
+        t = int(h["time"])
+        if self.genesis is None:
+            self.start(t)
+        assert self.genesis is not None
+        rel = t - self.genesis
+        if self.window is not None:
+            if rel > self.window[1]:
+                self.stopped = True
+                return
+        self._grow(cpu + 1)
+        self.cpustats[set_idx, cpu, -1] += 1
+        ds = self.devstats[set_idx]
+        ds[D_LAST] = rel
+        action = int(h["action"])
+        if not action & (self.mask << 16) or (self.window is not None and rel < self.window[0]):
+            return
+        if not ds[D_EVENTS]:
+            ds[D_FIRST] = rel
+        ds[D_EVENTS] += 1
+        text = rec[48:48 + int(h["pdu_len"])].split(b"\0", 1)[0].decode(errors="replace")
+        ma, mi = kdev_split(int(h["device"]))
+        # blkparse 1.2.0 prints 0 for the pid (later versions print the record's)
+        self.out.write(f"{ma:3d},{mi:<3d} {int(h['cpu']):2d} {'0':>8s} {rel // 1_000_000_000:5d}."
+                       f"{rel % 1_000_000_000:09d} {0:5d} {'m':>2s} {'N':>3s} {text}\n")
 
     def _batches(self, n: int) -> npt.NDArray[np.int64]:
         """The blkparse read batch (BATCH block events at a time, in the source's order) of the next n events."""
@@ -436,7 +503,7 @@ class Parser:
         out: list[str] = []
         w = out.append
         for i, (dev, di) in enumerate(self.dev_idx.items()):
-            name = kdev_str(dev)
+            name = kdev_str(dev) if self.set_names is None else self.set_names[dev]
             if i > 0:
                 w("\n")
             total = IoStats()
@@ -524,7 +591,11 @@ def run(args: argparse.Namespace) -> int:
                 return None
 
             parser = Parser(out, dict(src.comms), mask, window, fmt_all, fmt_per, wall_of=wall_of)
-            for ev, seq in src.chunks_with_seq():
+            from ioscope.trace.importer import file_sets
+            fs = file_sets(src) if src.kind == "capture" else None
+            if fs is not None:
+                feed_file_sets(parser, src, fs)
+            for ev, seq in ([] if fs is not None else src.chunks_with_seq()):
                 for pid, comm in src.comms.items():  # names of pids not seen yet; renames come from notes
                     parser.comms.setdefault(pid, comm)
                 parser.feed(ev, seq)
@@ -540,6 +611,46 @@ def run(args: argparse.Namespace) -> int:
         if out is not sys.stdout:
             out.close()
     return 0
+
+
+def feed_file_sets(parser: Parser, src: Any, fs: Any) -> None:
+    """An import of blktrace's per-CPU files, as blkparse -i NAME ... prints them: each record under its
+    file set, its own sequence number, the scheduler's messages where blkparse printed them."""
+    from ioscope.trace.events import EV_NOTE_PROCESS, note_comm
+    parser.use_file_sets(fs.names)
+    msgs = sorted((mp, k) for k, (_s, _c, _fp, mp, _r) in enumerate(fs.notes) if mp >= 0)
+    mi = 0
+    g = 0
+
+    def message(k: int) -> None:
+        si, cpu, _fp, _mp, rec = fs.notes[k]
+        parser.message(rec, fs.order(si, cpu), si, cpu)
+
+    for ev in src.chunks():
+        for pid, comm in src.comms.items():
+            parser.comms.setdefault(pid, comm)
+        notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
+        renames = sorted((int(e["ts"]), int(e["pid"]), note_comm(e)) for e in ev[notes]) if notes.any() else []
+        blk = ev[~notes] if notes.any() else ev
+        k = len(blk)
+        start = 0
+        while mi < len(msgs) and msgs[mi][0] < g + k:
+            p = msgs[mi][0] - g
+            if p > start:
+                parser._feed_events(blk[start:p], fs.seq[g + start:g + p], renames, fs.set_of[g + start:g + p])
+                start = p
+            message(msgs[mi][1])
+            mi += 1
+        if start < k:
+            parser._feed_events(blk[start:], fs.seq[g + start:g + k], renames, fs.set_of[g + start:g + k])
+        g += k
+        for _ts, pid, comm in renames:
+            parser.comms[pid] = comm
+        if parser.stopped:
+            return
+    while mi < len(msgs):
+        message(msgs[mi][1])
+        mi += 1
 
 
 def lines_of(chunks: Iterable[npt.NDArray[np.void]], comms: dict[int, str], **kw: Any) -> str:
