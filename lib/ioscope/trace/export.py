@@ -9,12 +9,14 @@ import sys
 from typing import BinaryIO, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from ioscope import outfile
 from ioscope.devices import kdev_str
-from ioscope.errors import UsageError
+from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace.blktrace import EXPORT_BASE_OFFSET, BlktraceWriter
-from ioscope.trace.events import EV_NOTE_PROCESS, note_comm
+from ioscope.trace.events import EV_NOTE_PROCESS, EVENT, join_events, note_comm, select_events
+from ioscope.trace.importer import FileSets, file_sets
 from ioscope.trace.offline import Source, open_source
 
 
@@ -34,6 +36,58 @@ def file_stem(src: Source, dev: int) -> str:
     return "dev" + kdev_str(dev, "_")
 
 
+def export_file_sets(src: Source, fs: FileSets, out: str, force: bool) -> tuple[int, int, list[str]]:
+    """An import of blktrace's per-CPU files, given back: NAME.blktrace.CPU for every file imported, each
+    record as it was read (its sequence number, time, own device, payload, the notify records in their
+    places); files the import read empty are written empty."""
+    from ioscope.trace.blktrace import encode_rows
+    parts: list[npt.NDArray[np.void]] = []
+    for ev in src.chunks():
+        parts.append(ev[(ev["flags"] & EV_NOTE_PROCESS) == 0])
+    ev = join_events(parts) if parts else np.zeros(0, dtype=EVENT)
+    if len(ev) != len(fs.seq):
+        raise IoscopeError(f"{src.path}: {len(ev)} block events but the import kept {len(fs.seq)} records",
+                           "import the blktrace files again")
+    os.makedirs(out, exist_ok=True)
+    notes: dict[tuple[int, int], list[tuple[int, bytes]]] = {}
+    for si, cpu, fpos, _mp, rec in fs.notes:
+        notes.setdefault((si, cpu), []).append((fpos, rec))
+    records = nbytes = 0
+    written: list[str] = []
+    for si, st in enumerate(fs.sets):
+        for f in st["files"]:
+            cpu = int(f["cpu"])
+            idx = np.flatnonzero((fs.set_of == si) & (ev["cpu"] == cpu))
+            fn = os.path.join(out, f"{st['name']}.blktrace.{cpu}")
+            pieces: list[bytes] = []
+            if len(idx):
+                rows, length = encode_rows(select_events(ev, idx), fs.seq[idx], 0, str(f["order"]))
+                ends = np.cumsum(length)
+                keep = np.arange(64)[None, :] < length[:, None]
+                enc = rows[keep].tobytes()
+                # the records encoding does not give back, and the notes, spliced in where they were
+                raws = [g for g in fs.raw if fs.set_of[g] == si and int(ev["cpu"][g]) == cpu]
+                cuts = sorted([(int(np.searchsorted(idx, g)), 1, fs.raw[g]) for g in raws]
+                              + [(p, 0, rec) for p, rec in notes.get((si, cpu), [])], key=lambda c: (c[0], c[1]))
+                at = 0
+                for pos, kind, data in cuts:
+                    start = int(ends[pos - 1]) if pos else 0
+                    pieces.append(enc[at:start])
+                    pieces.append(data)
+                    at = int(ends[pos]) if kind else start
+                pieces.append(enc[at:])
+            else:
+                pieces = [rec for _p, rec in notes.get((si, cpu), [])]
+            data = b"".join(pieces)
+            with _create(fn, force) as fo:
+                fo.write(data)
+            written.append(fn)
+            records += len(idx) + len(notes.get((si, cpu), []))
+            nbytes += len(data)
+    src.close()
+    return records, nbytes, written
+
+
 def export_blktrace(path: str, out: str, per_cpu: bool = False, force: bool = False,
                     src: Source | None = None) -> tuple[int, int, list[str]]:
     """Write the capture at path as one blktrace dump (or per-CPU files in directory out).
@@ -43,6 +97,10 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False, force: bool = Fa
     """
     if src is None:
         src = open_source(path)
+    if per_cpu and src.kind == "capture":
+        fs = file_sets(src)
+        if fs is not None:
+            return export_file_sets(src, fs, out, force)
     files: dict[tuple[int, int], tuple[BinaryIO, BlktraceWriter]] = {}
     dump: tuple[BinaryIO, BlktraceWriter] | None = None
     written: list[str] = []
