@@ -317,7 +317,7 @@ def lvm_on_partition(order: str = "<", n: int = 60, split_dm: bool = False) -> R
     wall = 1_700_000_000_123_456_789
     sec, nsec = divmod(wall, 1_000_000_000)
     import struct
-    for name, bt in {(dmname, dmbt), ("sda", SDA)}:
+    for name, bt in dict([(dmname, dmbt), ("sda", SDA)]).items():
         r.note(name, 0, t0, _TN_TIMESTAMP, 0, bt, struct.pack(order + "II", sec, nsec))
     r.files.setdefault("sda", {}).setdefault(1, bytearray())
     t = t0 + 5_000

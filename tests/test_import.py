@@ -104,8 +104,10 @@ def blkparse_files(d: Path, names: list[str], *opts: str) -> str:
 LVM_CASES = [(o, split) for split in (False, True) for o in ("<", ">")]
 
 
-@pytest.mark.parametrize(("order", "split"), LVM_CASES,
-                         ids=[f"{'big' if o == '>' else 'little'}-{'dm+sda+sdb' if s else 'sda'}" for o, s in LVM_CASES])
+LVM_IDS = [f"{'big' if o == '>' else 'little'}-{'dm+sda+sdb' if s else 'sda'}" for o, s in LVM_CASES]
+
+
+@pytest.mark.parametrize(("order", "split"), LVM_CASES, ids=LVM_IDS)
 def test_import_lvm_on_partition_parse_export_report(tmp_path: Path, order: str, split: bool) -> None:
     """XFS on LVM on a partition (dm 253,0 -> 8,2 -> 8,0), as blktrace writes it: parse of the import prints
     what blkparse prints from the files, line for line and summary for summary; export gives the files
@@ -124,7 +126,9 @@ def test_import_lvm_on_partition_parse_export_report(tmp_path: Path, order: str,
     assert " m   N cfq2231WS insert_request\n" in theirs and "CPU0 (sda):\n" in theirs
     assert ("CPU1 (dm-0):\n" in theirs) == split and ("Events (sdb): " in theirs) == split
     assert run_ioscope("parse", str(cap), check=True).stdout == theirs
-    for opts in (("-q",), ("-a", "complete"), ("-a", "notify"), ("-w", "0.004:0.009")):
+    for opts in (("-q",), ("-a", "complete"), ("-a", "notify"), ("-w", "0.004:0.009"),
+                 ("-f", "%D|%c|%s|%T.%t|%z|%p|%a|%d|%S|%n|%N|%e|%C|%M|%m\\n"),   # %D: a remap's own device
+                 ("-F", "A,%D %a %S\\n", "-F", "Q,%-12C %p\\n")):
         assert run_ioscope("parse", *opts, str(cap), check=True).stdout == blkparse_files(d, names, *opts), opts
     # export --per-cpu gives back every file, byte for byte (the remaps whose record is on 8,0 but
     # whose payload says 8,2, every note, every sequence number)

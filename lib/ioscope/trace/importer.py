@@ -134,6 +134,24 @@ class FileSets:
     def names(self) -> list[str]:
         return [str(x["name"]) for x in self.sets]
 
+    def wall_clock(self) -> int | None:
+        """The wall clock (ns) of the last BLK_TN_TIMESTAMP note blkparse reads first (files in order)."""
+        wall = None
+        for si, cpu, _fp, _mp, rec in sorted(self.notes, key=lambda n: (n[0], n[1])):
+            order = self.order(si, cpu)
+            act, _t = _note_action(rec, order)
+            if act == blktrace.NOTIFY_ACTION | blktrace.TN_TIMESTAMP and len(rec) >= 56:
+                sec, nsec = np.frombuffer(rec[48:56], dtype=order + "u4").tolist()
+                wall = int(sec) * 1_000_000_000 + int(nsec)
+        return wall
+
+    def own_devices(self) -> dict[int, int]:
+        """index -> the record's own device, where it is not the event's (kept records only)."""
+        out = {}
+        for g, rec in self.raw.items():   # the magic's first byte tells the record's byte order
+            out[g] = int.from_bytes(rec[36:40], "little" if rec[0] == blktrace.VERSION else "big")
+        return out
+
     def order(self, set_idx: int, cpu: int) -> str:
         for f in self.sets[set_idx]["files"]:
             if f["cpu"] == cpu:

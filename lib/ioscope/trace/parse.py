@@ -193,7 +193,8 @@ class Formatter:
                 raise IoscopeError("format %u needs per-I/O elapsed times (blkparse -t), which parse does not track",
                                    "leave %u out of the format")
             val: Any
-            val = {"a": e["act"], "c": e["cpu"], "C": e["comm"], "d": e["rwbs"], "e": e["error"],
+            # %C of a process with no name: blkparse hands printf a NULL string
+            val = {"a": e["act"], "c": e["cpu"], "C": e["comm"] or "(null)", "d": e["rwbs"], "e": e["error"],
                    "M": e["major"], "m": e["minor"], "n": e["nblocks"], "N": e["bytes"], "p": e["pid"],
                    "s": e["seq"], "S": e["sector"], "T": e["sec"], "U": e["pdu_int"],
                    "z": self._clock(e["time"])}.get(f, f)
@@ -336,7 +337,7 @@ class Parser:
 
     def _feed_events(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32],
                      renames: list[tuple[int, int, str]] | None = None,
-                     sets: npt.NDArray[Any] | None = None) -> None:
+                     sets: npt.NDArray[Any] | None = None, own_dev: npt.NDArray[Any] | None = None) -> None:
         """Render block events (no process notes), named by self.comms and the chunk's renames.
 
         sets: each event's file set (use_file_sets), for events already in blkparse's order."""
@@ -354,11 +355,15 @@ class Parser:
                     self.stopped = True
                     cut = int(past[0])
                     ev, seq, rel, sets = ev[:cut], seq[:cut], rel[:cut], sets[:cut]
+                    if own_dev is not None:
+                        own_dev = own_dev[:cut]
                 keep = rel >= lo
                 ev, seq, rel, sets = ev[keep], seq[keep], rel[keep], sets[keep]
+                if own_dev is not None:
+                    own_dev = own_dev[keep]
                 if not len(ev):
                     return
-            self._render(ev, seq, rel, np.asarray(sets, dtype=np.int32), renames)
+            self._render(ev, seq, rel, np.asarray(sets, dtype=np.int32), renames, own_dev)
             return
         batch = self._batches(len(ev))
         if self.window is not None:
@@ -388,8 +393,11 @@ class Parser:
         self._render(ev, seq, rel, lut[dinv.reshape(-1)], renames)
 
     def _render(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32], rel: npt.NDArray[np.int64],
-                devidx: npt.NDArray[np.int32], renames: list[tuple[int, int, str]] | None) -> None:
-        """Count and print events in the order given, each under its summary block devidx."""
+                devidx: npt.NDArray[np.int32], renames: list[tuple[int, int, str]] | None,
+                own_dev: npt.NDArray[Any] | None = None) -> None:
+        """Count and print events in the order given, each under its summary block devidx. own_dev: each
+        record's own device where it is not the event's (a remap recorded on the traced disk): blkparse's
+        -f %D prints it, its default line the device the remap went to."""
         self._grow(int(ev["cpu"].max()) + 1)
         names, pinv = self._names(ev, renames or [])
         c = np.ascontiguousarray
@@ -402,8 +410,9 @@ class Parser:
             self.out.write(text.decode(errors="replace"))
             return
         lines = []
-        for t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev, ni in zip(
-                rel.tolist(), seq.tolist(), ev["dev"].tolist(), ev["cpu"].tolist(), ev["pid"].tolist(),
+        for t, s, dev, own, cpu, pid, act, cat, sec, nb, err, aux, auxdev, ni in zip(
+                rel.tolist(), seq.tolist(), ev["dev"].tolist(),
+                (ev["dev"] if own_dev is None else own_dev).tolist(), ev["cpu"].tolist(), ev["pid"].tolist(),
                 ev["action"].tolist(), ev["category"].tolist(), ev["sector"].tolist(), ev["bytes"].tolist(),
                 ev["error"].tolist(), ev["aux"].tolist(), ev["aux_dev"].tolist(), pinv.tolist()):
             if not cat & self.mask or act not in FS_ACTIONS or act == TA_DRV_DATA:
@@ -412,6 +421,8 @@ class Parser:
             fm = self.formats.get(letters[0])
             fields = self._fields(t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev, letters)
             fields["comm"] = names[ni].decode(errors="replace")
+            if fm is not None:
+                fields["major"], fields["minor"] = kdev_split(own)
             lines.append(fm.render(fields) if fm is not None else self._default(fields, act, aux, auxdev))
         self.out.write("".join(lines))
 
@@ -618,6 +629,9 @@ def feed_file_sets(parser: Parser, src: Any, fs: Any) -> None:
     file set, its own sequence number, the scheduler's messages where blkparse printed them."""
     from ioscope.trace.events import EV_NOTE_PROCESS, note_comm
     parser.use_file_sets(fs.names)
+    wall = fs.wall_clock()
+    if wall is not None:   # blkparse 1.2.0 reading files takes a timestamp note's clock for time zero, as is
+        parser.wall_of = lambda _genesis: wall
     msgs = sorted((mp, k) for k, (_s, _c, _fp, mp, _r) in enumerate(fs.notes) if mp >= 0)
     mi = 0
     g = 0
@@ -625,6 +639,18 @@ def feed_file_sets(parser: Parser, src: Any, fs: Any) -> None:
     def message(k: int) -> None:
         si, cpu, _fp, _mp, rec = fs.notes[k]
         parser.message(rec, fs.order(si, cpu), si, cpu)
+
+    owners = fs.own_devices()
+    keys = np.array(sorted(owners), dtype=np.int64)
+
+    def own(blk: npt.NDArray[np.void], lo: int, hi: int, first: int) -> npt.NDArray[Any] | None:
+        a, b = np.searchsorted(keys, [lo, hi])
+        if a == b:
+            return None
+        out = blk["dev"][first:first + hi - lo].copy()
+        for gi in keys[a:b].tolist():
+            out[gi - lo] = owners[gi]
+        return out
 
     for ev in src.chunks():
         for pid, comm in src.comms.items():
@@ -637,12 +663,14 @@ def feed_file_sets(parser: Parser, src: Any, fs: Any) -> None:
         while mi < len(msgs) and msgs[mi][0] < g + k:
             p = msgs[mi][0] - g
             if p > start:
-                parser._feed_events(blk[start:p], fs.seq[g + start:g + p], renames, fs.set_of[g + start:g + p])
+                parser._feed_events(blk[start:p], fs.seq[g + start:g + p], renames, fs.set_of[g + start:g + p],
+                                    own(blk, g + start, g + p, start))
                 start = p
             message(msgs[mi][1])
             mi += 1
         if start < k:
-            parser._feed_events(blk[start:], fs.seq[g + start:g + k], renames, fs.set_of[g + start:g + k])
+            parser._feed_events(blk[start:], fs.seq[g + start:g + k], renames, fs.set_of[g + start:g + k],
+                                own(blk, g + start, g + k, start))
         g += k
         for _ts, pid, comm in renames:
             parser.comms[pid] = comm
