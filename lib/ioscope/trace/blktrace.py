@@ -519,7 +519,8 @@ def read_file(path: str) -> FileTrace:
         return FileTrace(np.zeros(0, dtype=EVENT), np.zeros(0, np.uint32), [], {}, "<", 0)
     offs, _end, order = record_offsets(buf, path, 0, None, final=True)
     data = np.frombuffer(buf, dtype=np.uint8)
-    head = data[offs[:, None] + np.arange(48)[None, :]].copy().view(bit_dtype(order)).reshape(-1)
+    head = np.frombuffer(_tracecore.gather_blktrace(memoryview(buf), offs, order == ">"),
+                         dtype=np.uint8).reshape(-1, 64)[:, :48].copy().view(bit_dtype(order)).reshape(-1)
     plen = head["pdu_len"].astype(np.int64)
     notify = ((head["action"] >> np.uint32(16)) & np.uint32(TC_NOTIFY)) != 0
     block = np.flatnonzero(~notify)
@@ -534,14 +535,18 @@ def read_file(path: str) -> FileTrace:
         to = data[offs[block][rm][:, None] + 48 + 4 + np.arange(4)[None, :]].copy().view(">u4").reshape(-1)
         d.events["dev"][rm] = to
     # which block records encode() gives back byte for byte
-    rows, length = encode_rows(d.events, d.seq, 0, order)
     bo = offs[block]
     olen = 48 + plen[block]
-    idx = np.minimum(bo[:, None] + np.arange(64)[None, :], len(data) - 1)
-    mine = np.arange(64)[None, :] < olen[:, None]
-    orig = np.where(mine, data[idx], 0)
-    enc = np.where(np.arange(64)[None, :] < length[:, None], rows, 0)
-    bad = np.flatnonzero((olen != length) | (olen > 64) | (orig != enc).any(axis=1))
+    cols = np.arange(64)[None, :]
+    bad_parts = []
+    step = 1 << 15   # rows of 64 bytes, compared a slice at a time (bounded memory)
+    for a in range(0, len(bo), step):
+        rows, length = encode_rows(d.events[a:a + step], None if d.seq is None else d.seq[a:a + step], 0, order)
+        ol = olen[a:a + step]
+        orig = np.where(cols < ol[:, None], data[np.minimum(bo[a:a + step, None] + cols, len(data) - 1)], 0)
+        enc = np.where(cols < length[:, None], rows, 0)
+        bad_parts.append(a + np.flatnonzero((ol != length) | (ol > 64) | (orig != enc).any(axis=1)))
+    bad = np.concatenate(bad_parts) if bad_parts else np.zeros(0, np.int64)
     raw = {int(i): buf[int(bo[i]):int(bo[i] + olen[i])] for i in bad.tolist()}
     assert d.seq is not None
     return FileTrace(d.events, d.seq, notes, raw, order, len(buf))

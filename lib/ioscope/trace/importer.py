@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import binascii
+import bisect
 import os
 import re
 import sys
@@ -220,9 +221,11 @@ def blkparse_merge(streams: list[_Stream]) -> list[tuple[int, int, int]]:
     goes back into the list by the same rule (blkparse.c: ms_sort, ms_resort).
     """
     lst: list[int] = []
+    times: list[list[int]] = [st.times.tolist() for st in streams]
+    cur = [st.cur for st in streams]
 
     def t_of(s: int) -> int:
-        return int(streams[s].times[streams[s].cur])
+        return times[s][cur[s]]
 
     def ms_sort(s: int) -> None:
         t = t_of(s)
@@ -243,23 +246,25 @@ def blkparse_merge(streams: list[_Stream]) -> list[tuple[int, int, int]]:
     runs: list[tuple[int, int, int]] = []
     while lst:
         h = lst[0]
-        st = streams[h]
-        start = st.cur
+        th = times[h]
+        start = cur[h]
         end = start + 1
         if len(lst) == 1:
-            end = len(st.times)
+            end = len(th)
         else:
             tn = t_of(lst[1])
             if is_sorted[h]:
-                end = max(end, int(np.searchsorted(st.times, tn, side="right")))
+                end = max(end, bisect.bisect_right(th, tn, start))
             else:
-                while end < len(st.times) and st.times[end] <= tn:
+                while end < len(th) and th[end] <= tn:
                     end += 1
         runs.append((h, start, end))
-        st.cur = end
+        cur[h] = end
         lst.pop(0)
-        if end < len(st.times):
+        if end < len(th):
             ms_sort(h)
+    for st, c in zip(streams, cur):
+        st.cur = c
     return runs
 
 
@@ -276,32 +281,31 @@ def import_sets(groups: list[tuple[str, list[str]]], w: Any) -> tuple[int, dict[
             cpus.append({"cpu": cpu, "bytes": ft.size, "order": ft.order})
             streams.append(_stream(si, cpu, ft))
         sets.append({"name": name, "files": cpus})
-    runs = blkparse_merge(streams)
-    parts: list[npt.NDArray[np.void]] = []
-    seqs: list[npt.NDArray[np.uint32]] = []
-    set_of: list[npt.NDArray[np.uint16]] = []
-    gidx: dict[tuple[int, int], int] = {}      # (stream, block index) -> index among all block events
-    msg_at: dict[tuple[int, int], int] = {}    # (stream, note index) -> block events printed before it
-    n = 0
-    for s, a, b in runs:
-        st = streams[s]
-        ref = st.ref[a:b]
-        blk = ref[ref >= 0]
-        if (ref < 0).any():   # messages inside the run: their place among the run's block events
-            before: list[int] = (np.cumsum(ref >= 0) - (ref >= 0)).tolist()
-            for r, bef in zip(ref.tolist(), before):
-                if r < 0:
-                    msg_at[(s, -1 - r)] = n + bef
-        if len(blk):
-            parts.append(blktrace.select_events(st.ft.events, blk))
-            seqs.append(st.ft.seq[blk])
-            set_of.append(np.full(len(blk), st.set_idx, dtype=np.uint16))
-            for j, i in enumerate(blk.tolist()):
-                if i in st.ft.raw:
-                    gidx[(s, i)] = n + j
-            n += len(blk)
-    ev = blktrace.join_events(parts) if parts else np.zeros(0, dtype=EVENT)
-    # process notes name pids for the capture's readers: each goes in before its file's next block record
+    runs = np.array(blkparse_merge(streams), dtype=np.int64).reshape(-1, 3)
+    # every trace in blkparse's order as an index into all streams' traces laid end to end
+    toff = np.cumsum([0] + [len(st.ref) for st in streams])
+    eoff = np.cumsum([0] + [len(st.ft.events) for st in streams])
+    lens = runs[:, 2] - runs[:, 1]
+    total = int(lens.sum())
+    first = np.repeat(runs[:, 1] + toff[runs[:, 0]] - (np.cumsum(lens) - lens), lens)
+    trace = first + np.arange(total)
+    ref = np.concatenate([st.ref for st in streams]) if streams else np.zeros(0, np.int64)
+    sid = np.repeat(runs[:, 0], lens)
+    r = ref[trace]
+    isblk = r >= 0
+    gblk = eoff[sid[isblk]] + r[isblk]                 # block events, as indexes into all files' events
+    n = len(gblk)
+    before: npt.NDArray[np.int64] = np.cumsum(isblk) - isblk   # block events printed before each trace
+    msg_at = {(int(s), int(-1 - k)): int(b) for s, k, b in zip(sid[~isblk].tolist(), r[~isblk].tolist(),
+                                                                 before[~isblk].tolist())}
+    all_ev = blktrace.join_events([st.ft.events for st in streams]) if streams else np.zeros(0, dtype=EVENT)
+    ev = blktrace.select_events(all_ev, gblk)
+    seq = np.concatenate([st.ft.seq for st in streams])[gblk] if streams else np.zeros(0, np.uint32)
+    set_of = np.repeat(np.array([st.set_idx for st in streams], dtype=np.uint16), np.diff(eoff))[gblk]
+    where = np.empty(len(all_ev), dtype=np.int64)
+    where[gblk] = np.arange(n)
+    raw_kept = {int(where[eoff[s] + i]): rec for s, st in enumerate(streams) for i, rec in st.ft.raw.items()}
+    # process notes name pids for the capture's readers (report, snoop, ...): each goes in at its time
     notes_rows: list[npt.NDArray[np.void]] = []
     comms: dict[int, str] = {}
     side_notes: list[list[Any]] = []
@@ -319,9 +323,9 @@ def import_sets(groups: list[tuple[str, list[str]]], w: Any) -> tuple[int, dict[
     if notes_rows:
         nev = blktrace.join_events(notes_rows)
         allev = blktrace.join_events([nev, ev])
-        isblk = np.r_[np.zeros(len(nev), np.int8), np.ones(len(ev), np.int8)]
+        is_b = np.r_[np.zeros(len(nev), np.int8), np.ones(len(ev), np.int8)]
         # by time; at one time a note before the block events, block events in blkparse's order
-        o = np.lexsort((np.r_[np.zeros(len(nev), np.int64), np.arange(len(ev))], isblk, allev["ts"]))
+        o = np.lexsort((np.r_[np.zeros(len(nev), np.int64), np.arange(len(ev))], is_b, allev["ts"]))
         if len(ev) and not (np.diff(ev["ts"].astype(np.int64)) >= 0).all():
             o = np.r_[np.arange(len(nev)), len(nev) + np.arange(len(ev))]
         allev = blktrace.select_events(allev, o)
@@ -332,11 +336,8 @@ def import_sets(groups: list[tuple[str, list[str]]], w: Any) -> tuple[int, dict[
     step = 1 << 16
     for i in range(0, len(allev), step):
         w.write(allev[i:i + step])
-    seq = np.concatenate(seqs) if seqs else np.zeros(0, np.uint32)
-    side = {"sets": sets, "events": n, "seq": _pack(seq.astype("<u4")),
-            "set": _pack(np.concatenate(set_of).astype("<u2") if set_of else np.zeros(0, "<u2")),
-            "notes": side_notes,
-            "raw": sorted([g, streams[s].ft.raw[i].hex()] for (s, i), g in gidx.items())}
+    side = {"sets": sets, "events": n, "seq": _pack(seq.astype("<u4")), "set": _pack(set_of.astype("<u2")),
+            "notes": side_notes, "raw": [[g, raw_kept[g].hex()] for g in sorted(raw_kept)]}
     return n, comms, side
 
 
