@@ -508,8 +508,10 @@ class FileTrace:
     size: int
 
 
-def read_file(path: str) -> FileTrace:
-    """A whole blktrace file (check_file first for errors naming the offset)."""
+def read_file(path: str, cpu: int | None = None) -> FileTrace:
+    """A whole blktrace file (check_file first for errors naming the offset). With cpu (the file's, from
+    its name), a record of another CPU is kept among the notes: blkparse skips it ("trace info has
+    error cpu"), so it is no event, but the file is given back with it."""
     try:
         with open(path, "rb") as f:
             buf = f.read()
@@ -523,6 +525,8 @@ def read_file(path: str) -> FileTrace:
                          dtype=np.uint8).reshape(-1, 64)[:, :48].copy().view(bit_dtype(order)).reshape(-1)
     plen = head["pdu_len"].astype(np.int64)
     notify = ((head["action"] >> np.uint32(16)) & np.uint32(TC_NOTIFY)) != 0
+    if cpu is not None:
+        notify |= head["cpu"] != cpu
     block = np.flatnonzero(~notify)
     notes = [(int(np.searchsorted(block, i)), buf[int(offs[i]):int(offs[i]) + 48 + int(plen[i])])
              for i in np.flatnonzero(notify).tolist()]

@@ -45,6 +45,8 @@ def export_file_sets(src: Source, fs: FileSets, out: str, force: bool) -> tuple[
     for ev in src.chunks():
         parts.append(ev[(ev["flags"] & EV_NOTE_PROCESS) == 0])
     ev = join_events(parts) if parts else np.zeros(0, dtype=EVENT)
+    if len(ev) == len(fs.seq):
+        ev, fs = fs.in_blkparse_order(ev)   # each file's records in its own order again
     if len(ev) != len(fs.seq):
         raise IoscopeError(f"{src.path}: {len(ev)} block events but the import kept {len(fs.seq)} records",
                            "import the blktrace files again")

@@ -130,6 +130,18 @@ class FileSets:
     set_of: npt.NDArray[np.uint16]
     notes: list[tuple[int, int, int, int, bytes]]
     raw: dict[int, bytes]
+    rank: npt.NDArray[np.uint32] | None = None   # capture index -> place in blkparse's order (None: the same)
+
+    def in_blkparse_order(self, ev: npt.NDArray[np.void]) -> tuple[npt.NDArray[np.void], FileSets]:
+        """The capture's block events, and this record, in blkparse's order (a no-op unless rank)."""
+        if self.rank is None:
+            return ev, self
+        pos = np.empty(len(self.rank), dtype=np.int64)   # blkparse's place -> capture index
+        pos[self.rank] = np.arange(len(self.rank))
+        back = np.empty(len(pos), dtype=np.int64)
+        back[pos] = np.arange(len(pos))
+        return blktrace.select_events(ev, pos), FileSets(self.sets, self.seq[pos], self.set_of[pos], self.notes,
+                                                         {int(back[g]): r for g, r in self.raw.items()})
 
     @property
     def names(self) -> list[str]:
@@ -167,14 +179,59 @@ def file_sets(src: Any) -> FileSets | None:
     side = end.get(SIDE_KEY) if isinstance(end, dict) else None
     if not isinstance(side, dict):
         return None
+    return _from_side(side, src.path)
+
+
+class _Collect:
+    """A writer that keeps what import_sets writes, for reading per-CPU files without a capture."""
+
+    def __init__(self) -> None:
+        self.parts: list[npt.NDArray[np.void]] = []
+        self.comms: dict[int, str] = {}
+
+    def add_comms(self, comms: dict[int, str]) -> None:
+        self.comms.update(comms)
+
+    def write(self, ev: npt.NDArray[np.void]) -> None:
+        self.parts.append(ev)
+
+
+@dataclass
+class FileSetSource:
+    """blktrace's per-CPU files read whole, as an import reads them: chunks and comms like a Source's."""
+
+    path: str
+    parts: list[npt.NDArray[np.void]]
+    comms: dict[int, str]
+    fs: FileSets
+
+    def chunks(self) -> Any:
+        yield from self.parts
+
+
+def read_file_sets(path: str) -> FileSetSource | None:
+    """parse's way into per-CPU files given directly (NAME or NAME.blktrace.N): None for a dump."""
+    groups = expand_inputs([path])
+    if not all(len(fs) > 1 or PER_CPU.match(os.path.basename(fs[0])) for _n, fs in groups):
+        return None
+    for _n, fs in groups:
+        for f in fs:
+            check_file(f)
+    w = _Collect()
+    _n_events, _comms, side = import_sets(groups, w)
+    return FileSetSource(path, w.parts, w.comms, _from_side(side, path))
+
+
+def _from_side(side: dict[str, Any], path: str) -> FileSets:
     try:
         n = int(side["events"])
         return FileSets(list(side["sets"]), _unpack(side["seq"], "<u4", n).astype(np.uint32),
                         _unpack(side["set"], "<u2", n).astype(np.uint16),
                         [(int(a), int(b), int(c), int(d), bytes.fromhex(e)) for a, b, c, d, e in side["notes"]],
-                        {int(g): bytes.fromhex(h) for g, h in side["raw"]})
+                        {int(g): bytes.fromhex(h) for g, h in side["raw"]},
+                        _unpack(side["rank"], "<u4", n).astype(np.uint32) if "rank" in side else None)
     except (KeyError, ValueError, TypeError, zlib.error, binascii.Error) as exc:
-        raise IoscopeError(f"{src.path}: corrupt blktrace record of the import ({exc})",
+        raise IoscopeError(f"{path}: corrupt blktrace record of the import ({exc})",
                            "import the blktrace files again") from None
 
 
@@ -201,8 +258,13 @@ def _is_message(action: int) -> bool:
     return action == blktrace.NOTIFY_ACTION | blktrace.TN_MESSAGE
 
 
+def _note_cpu(rec: bytes, order: str) -> int:
+    return int.from_bytes(rec[40:44], "little" if order == "<" else "big")
+
+
 def _stream(set_idx: int, cpu: int, ft: blktrace.FileTrace) -> _Stream:
-    msg = [(k, pos) for k, (pos, rec) in enumerate(ft.notes) if _is_message(_note_action(rec, ft.order)[0])]
+    msg = [(k, pos) for k, (pos, rec) in enumerate(ft.notes)
+           if _is_message(_note_action(rec, ft.order)[0]) and _note_cpu(rec, ft.order) == cpu]
     n = len(ft.events)
     key = np.concatenate([2 * np.arange(n, dtype=np.int64) + 1, np.array([2 * p for _k, p in msg], dtype=np.int64)])
     ref = np.concatenate([np.arange(n, dtype=np.int64), np.array([-1 - k for k, _p in msg], dtype=np.int64)])
@@ -277,7 +339,7 @@ def import_sets(groups: list[tuple[str, list[str]]], w: Any) -> tuple[int, dict[
         for f in fs:
             m = PER_CPU.match(os.path.basename(f))
             cpu = int(m.group("cpu")) if m else 0
-            ft = blktrace.read_file(f)
+            ft = blktrace.read_file(f, cpu)
             cpus.append({"cpu": cpu, "bytes": ft.size, "order": ft.order})
             streams.append(_stream(si, cpu, ft))
         sets.append({"name": name, "files": cpus})
@@ -314,20 +376,29 @@ def import_sets(groups: list[tuple[str, list[str]]], w: Any) -> tuple[int, dict[
         for k, (pos, rec) in enumerate(st.ft.notes):
             act, t = _note_action(rec, order)
             side_notes.append([st.set_idx, st.cpu, pos, msg_at.get((s, k), -1), rec.hex()])
-            if (act & ~blktrace.TA_CGROUP_NOTE) == blktrace.NOTIFY_ACTION | blktrace.TN_PROCESS and len(rec) >= 64:
+            if (act & ~blktrace.TA_CGROUP_NOTE) == blktrace.NOTIFY_ACTION | blktrace.TN_PROCESS and len(rec) >= 64 \
+                    and _note_cpu(rec, order) == st.cpu:
                 pid = int.from_bytes(rec[32:36], "little" if order == "<" else "big")
                 dev = int.from_bytes(rec[36:40], "little" if order == "<" else "big")
                 name = comm_str(rec[48:64])
                 comms[pid] = name
                 notes_rows.append(blktrace.process_notes({pid: name}, [pid], dev, st.cpu, t))
+    # a capture is in time order (its writer sorts what is not); blkparse's order is that too unless a file
+    # is not (a clock that went back, a damaged time): then the capture holds the events by time and
+    # "rank" gives each one's place in blkparse's order
+    rank = None
+    if len(ev) and not (np.diff(ev["ts"].astype(np.int64)) >= 0).all():
+        rank = np.argsort(ev["ts"], kind="stable")
+        ev, seq, set_of = blktrace.select_events(ev, rank), seq[rank], set_of[rank]
+        cap_at = np.empty(len(rank), dtype=np.int64)   # blkparse's place -> capture index
+        cap_at[rank] = np.arange(len(rank))
+        raw_kept = {int(cap_at[g]): rec for g, rec in raw_kept.items()}
     if notes_rows:
         nev = blktrace.join_events(notes_rows)
         allev = blktrace.join_events([nev, ev])
         is_b = np.r_[np.zeros(len(nev), np.int8), np.ones(len(ev), np.int8)]
-        # by time; at one time a note before the block events, block events in blkparse's order
+        # by time; at one time a note before the block events, block events in their order
         o = np.lexsort((np.r_[np.zeros(len(nev), np.int64), np.arange(len(ev))], is_b, allev["ts"]))
-        if len(ev) and not (np.diff(ev["ts"].astype(np.int64)) >= 0).all():
-            o = np.r_[np.arange(len(nev)), len(nev) + np.arange(len(ev))]
         allev = blktrace.select_events(allev, o)
     else:
         allev = ev
@@ -338,6 +409,8 @@ def import_sets(groups: list[tuple[str, list[str]]], w: Any) -> tuple[int, dict[
         w.write(allev[i:i + step])
     side = {"sets": sets, "events": n, "seq": _pack(seq.astype("<u4")), "set": _pack(set_of.astype("<u2")),
             "notes": side_notes, "raw": [[g, raw_kept[g].hex()] for g in sorted(raw_kept)]}
+    if rank is not None:
+        side["rank"] = _pack(rank.astype("<u4"))
     return n, comms, side
 
 

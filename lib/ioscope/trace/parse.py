@@ -27,6 +27,7 @@ from ioscope.trace.blktrace import Sequencer
 from ioscope.trace.blktrace import bit_dtype as blktrace_dtype
 from ioscope.trace.events import (
     ACTION_LETTERS,
+    EVENT,
     TA_BACKMERGE,
     TA_BOUNCE,
     TA_COMPLETE,
@@ -602,10 +603,16 @@ def run(args: argparse.Namespace) -> int:
                 return None
 
             parser = Parser(out, dict(src.comms), mask, window, fmt_all, fmt_per, wall_of=wall_of)
-            from ioscope.trace.importer import file_sets
+            from ioscope.trace.importer import file_sets, read_file_sets
             fs = file_sets(src) if src.kind == "capture" else None
             if fs is not None:
                 feed_file_sets(parser, src, fs)
+            elif src.kind == "blktrace":   # per-CPU files given directly: read as an import reads them
+                whole = read_file_sets(args.capture)
+                if whole is not None:
+                    fs = whole.fs
+                    parser.comms.update(whole.comms)
+                    feed_file_sets(parser, whole, fs)
             for ev, seq in ([] if fs is not None else src.chunks_with_seq()):
                 for pid, comm in src.comms.items():  # names of pids not seen yet; renames come from notes
                     parser.comms.setdefault(pid, comm)
@@ -652,7 +659,17 @@ def feed_file_sets(parser: Parser, src: Any, fs: Any) -> None:
             out[gi - lo] = owners[gi]
         return out
 
-    for ev in src.chunks():
+    chunks = src.chunks()
+    if fs.rank is not None:   # files not in time order: the capture's events, put back in blkparse's order
+        from ioscope.trace.events import join_events
+        whole = list(chunks)
+        allev = join_events(whole) if whole else np.zeros(0, dtype=EVENT)
+        isnote = (allev["flags"] & EV_NOTE_PROCESS) != 0
+        blk_m, fs = fs.in_blkparse_order(allev[~isnote])
+        chunks = iter([join_events([allev[isnote], blk_m])])
+        owners = fs.own_devices()
+        keys = np.array(sorted(owners), dtype=np.int64)
+    for ev in chunks:
         for pid, comm in src.comms.items():
             parser.comms.setdefault(pid, comm)
         notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
