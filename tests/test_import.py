@@ -128,6 +128,8 @@ def test_import_lvm_on_partition_parse_export_report(tmp_path: Path, order: str,
     assert " m   N cfq2231WS insert_request\n" in theirs and "CPU0 (sda):\n" in theirs
     assert ("CPU1 (dm-0):\n" in theirs) == split and ("Events (sdb): " in theirs) == split
     assert run_ioscope("parse", str(cap), check=True).stdout == theirs
+    # the files given to parse directly read the same way (one set: blkparse -i sda)
+    assert run_ioscope("parse", str(d / "sda.blktrace.1"), check=True).stdout == blkparse_files(d, ["sda"])
     for opts in (("-q",), ("-a", "complete"), ("-a", "notify"), ("-w", "0.004:0.009"),
                  ("-f", "%D|%c|%s|%T.%t|%z|%p|%a|%d|%S|%n|%N|%e|%C|%M|%m\\n"),   # %D: a remap's own device
                  ("-F", "A,%D %a %S\\n", "-F", "Q,%-12C %p\\n")):
