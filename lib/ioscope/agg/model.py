@@ -271,19 +271,26 @@ def quantize_buckets(h: Hist) -> list[tuple[int, int, int]]:
     return out
 
 
-def buckets_percentiles(buckets: Sequence[tuple[int, int, int]]) -> dict[str, float]:
+def buckets_percentiles(buckets: Sequence[tuple[int, int, int]], lo: int | None = None,
+                        hi: int | None = None) -> dict[str, float]:
     """p50 p90 p99 p999 of a distribution given as (low, high exclusive, count) buckets (another tool's,
-    such as bpftrace's hist and lhist), interpolated linearly inside the bucket, as Hist.percentile does."""
+    such as bpftrace's hist and lhist), interpolated linearly inside the bucket, as Hist.percentile does,
+    and kept inside [lo, hi], the smallest and largest value seen (without them: inside the buckets,
+    high - 1 the largest value a bucket of integers holds)."""
     total = sum(n for _lo, _hi, n in buckets)
     out: dict[str, float] = {}
     if not total:
         return out
+    nz = [(b_lo, b_hi) for b_lo, b_hi, n in buckets if n]
+    floor = float(lo) if lo is not None else float(nz[0][0])
+    ceil = float(hi) if hi is not None else float(max(nz[-1][1] - 1, nz[-1][0]))
     for name, p in PCT_NAMES.items():
         rank = p / 100.0 * total
         seen = 0
-        for lo, hi, n in buckets:
+        for b_lo, b_hi, n in buckets:
             if n and seen + n >= rank:
-                out[name] = round(lo + max(0, hi - lo) * max(0.0, rank - seen) / n, 1)
+                est = b_lo + max(0, b_hi - 1 - b_lo) * max(0.0, rank - seen) / n
+                out[name] = round(min(max(est, floor), ceil), 1)
                 break
             seen += n
     return out
