@@ -152,6 +152,13 @@ def test_program_size_matches_compiled_length() -> None:
 
 
 @pytest.mark.parametrize("expr,words", [
+    ("hist(d2c) by disk", "unknown function 'hist' at column 1; agg's quantize(VALUE) is what bpftrace"),
+    ("lhist(bytes, 0, 64k, 4k)", "agg's lquantize(VALUE, LOW, HIGH, STEP) is what bpftrace or DTrace call lhist"),
+    ("count() by execname", "unknown key 'execname' at column 12; agg's comm is what"),
+    ("count() where execname == \"fio\"", "at column 15; agg's comm is what"),
+    ("count() where args->dev == 7", "'args->dev' is a bpftrace tracepoint argument at column 15; agg's disk"),
+    ("sum(args->bytes) by comm", "'args->bytes' is a bpftrace tracepoint argument at column 5; agg's is bytes"),
+    ("@[comm] = count()", "unexpected character '@' at column 1; that is bpftrace's language"),
     ("count() by comn", "unknown key 'comn' at column 12; keys are disk, op"),
     ("sum(x", "unknown value 'x' at column 5"),
     ("count() where (op == read", "unbalanced '('"),

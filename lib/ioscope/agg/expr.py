@@ -40,6 +40,23 @@ KEYS: dict[str, str] = {
 }
 STACK_KEYS = ("kstack", "ustack")  # multi-line keys: one frame a line, leaf first
 
+# bpftrace's and DTrace's words for what agg has under another name: the error points to agg's
+FOREIGN: dict[str, str] = {
+    "hist": "quantize(VALUE)", "lhist": "lquantize(VALUE, LOW, HIGH, STEP)",
+    "stats": "avg(VALUE) (and count(), sum(VALUE))", "execname": "comm", "tid": "pid", "dev": "disk",
+    "device": "disk", "rwbs": "op (or flags)", "nr_sector": "bytes", "nr_bytes": "bytes", "bcount": "bytes",
+    "b_bcount": "bytes", "probefunc": "kstack", "curtask": "comm, pid or tgid", "cgroupid": "cgroup",
+}
+
+
+def foreign_hint(word: str) -> str | None:
+    """'bpftrace's X is agg's Y' for a word agg spells otherwise (args->dev: 'dev')."""
+    to = FOREIGN.get(word.lower())
+    if to is None:
+        return None
+    return f"agg's {to} is what bpftrace or DTrace call {word} (a bpftrace program runs as it is with --bpftrace)"
+
+
 CMP_OPS = ("==", "!=", "<", "<=", ">", ">=")
 FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
@@ -73,6 +90,7 @@ class Tok:
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
   | (?P<num>\d+(?:\.\d+)?[A-Za-z]*)
+  | (?P<bt>args\s*(?:->|\.)\s*[A-Za-z_][A-Za-z0-9_]*|args\s*\[\s*\d+\s*\]\s*->\s*[A-Za-z_][A-Za-z0-9_]*)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<str>"[^"]*"|'[^']*')
   | (?P<op>==|!=|<=|>=|&&|\|\||[<>()!,])
@@ -90,8 +108,18 @@ def tokenize(text: str) -> list[Tok]:
                 raise ExprError(f"unterminated string starting with {ch}", pos + 1)
             if ch == "=":
                 raise ExprError("'=' is not a comparison (use '==')", pos + 1)
+            if ch in "@{/$":
+                raise ExprError(f"unexpected character '{ch}'", pos + 1,
+                                "that is bpftrace's language: run a bpftrace program with --bpftrace 'PROGRAM'")
             raise ExprError(f"unexpected character '{ch}'", pos + 1)
         kind = m.lastgroup or ""
+        if kind == "bt":
+            field_name = re.split(r"->|\.", m.group())[-1].strip()
+            hint = foreign_hint(field_name) or (
+                f"agg's keys are {', '.join(KEYS)}; values are {', '.join(VALUES)}"
+                if field_name.lower() not in KEYS and field_name.lower() not in VALUES
+                else f"agg's is {field_name.lower()}")
+            raise ExprError(f"'{m.group()}' is a bpftrace tracepoint argument", pos + 1, hint)
         if kind != "ws":
             out.append(Tok(kind, m.group(), pos + 1))
         pos = m.end()
@@ -220,7 +248,8 @@ class _Parser:
             raise ExprError(f"expected a function, found {_found(t)}", t.col, f"functions are {_names(FUNCS)}")
         func = t.text.lower()
         if func not in FUNCS:
-            raise ExprError(f"unknown function '{t.text}'", t.col, f"functions are {_names(FUNCS)}")
+            raise ExprError(f"unknown function '{t.text}'", t.col,
+                            foreign_hint(t.text) or f"functions are {_names(FUNCS)}")
         self.expect("(", f"'(' after {func}")
         value: str | None = None
         lq: tuple[int, int, int] | None = None
@@ -273,7 +302,7 @@ class _Parser:
             raise ExprError(f"'{t.text}' is a key, not a value", t.col,
                             f"values are {_names(VALUES)}; use it after 'by'")
         if t.kind == "name":
-            raise ExprError(f"unknown value '{t.text}'", t.col, f"values are {_names(VALUES)}")
+            raise ExprError(f"unknown value '{t.text}'", t.col, foreign_hint(t.text) or f"values are {_names(VALUES)}")
         raise ExprError(f"expected a value, found {_found(t)}", t.col, f"values are {_names(VALUES)}")
 
     def number_arg(self, func: str, value: str, what: str) -> int:
@@ -302,7 +331,7 @@ class _Parser:
             raise ExprError(f"'{t.text}' is a value, not a key", t.col,
                             f"keys are {_names(KEYS)}; aggregate it with a function, or use size")
         if t.kind == "name":
-            raise ExprError(f"unknown key '{t.text}'", t.col, f"keys are {_names(KEYS)}")
+            raise ExprError(f"unknown key '{t.text}'", t.col, foreign_hint(t.text) or f"keys are {_names(KEYS)}")
         raise ExprError(f"expected a key after 'by', found {_found(t)}", t.col, f"keys are {_names(KEYS)}")
 
     # conditions
@@ -349,8 +378,8 @@ class _Parser:
         ot = self.tok
         if ot.kind != "op" or ot.text not in CMP_OPS:
             if lk == "lit" and lt.kind == "name":
-                raise ExprError(f"unknown key or value '{lt.text}'", lt.col,
-                                f"keys are {_names(KEYS)}; values are {_names(VALUES)}")
+                raise ExprError(f"unknown key or value '{lt.text}'", lt.col, foreign_hint(lt.text)
+                                or f"keys are {_names(KEYS)}; values are {_names(VALUES)}")
             raise ExprError(f"expected a comparison ({' '.join(CMP_OPS)}), found {_found(ot)}", ot.col)
         self.next()
         rk, rt = self.operand()
@@ -360,8 +389,8 @@ class _Parser:
             raise ExprError(f"compare '{lt.text}' with a literal, not with '{rt.text}'", rt.col)
         if lk == "lit" and rk == "lit":
             if lt.kind == "name":
-                raise ExprError(f"unknown key or value '{lt.text}'", lt.col,
-                                f"keys are {_names(KEYS)}; values are {_names(VALUES)}")
+                raise ExprError(f"unknown key or value '{lt.text}'", lt.col, foreign_hint(lt.text)
+                                or f"keys are {_names(KEYS)}; values are {_names(VALUES)}")
             raise ExprError(f"one side of '{op}' must be a key or a value", lt.col)
         if lk == "lit":
             lt, rt, op = rt, lt, FLIP[op]
