@@ -327,7 +327,8 @@ def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None =
                                  f"{MISSING_IN_CAPTURES[f]}", "ask it live instead")
     with open_capture(path) as cap:
         namer = CaptureNamer(cap.meta, {})
-        progs: list[list[Insn]] = [compile_cond(e.where, _capture_resolver(namer)) if e.where is not None else []
+        resolve = _capture_resolver(namer)
+        progs: list[list[Insn]] = [compile_cond(w, resolve) if (w := e.kernel_where) is not None else []
                                    for e in exprs]
         want_devs: set[int] | None = None
         if disks:

@@ -171,6 +171,16 @@ class Expr:
     key_cols: tuple[int, ...] = field(default=(), compare=False)
 
     @property
+    def globs(self) -> tuple[Cmp, ...]:
+        """The WHERE's comparisons of comm with a glob ("kworker*"), matched in user space."""
+        return split_globs(self.where)[1]
+
+    @property
+    def kernel_where(self) -> Cond | None:
+        """The WHERE the kernel evaluates: the condition without its globs."""
+        return split_globs(self.where)[0]
+
+    @property
     def is_hist(self) -> bool:
         return self.func in HIST_FUNCS
 
@@ -186,6 +196,57 @@ class Expr:
         if self.where is not None:
             out |= cond_fields(self.where)
         return out
+
+
+GLOB_CHARS = "*?["
+
+
+def is_glob(c: Cond) -> bool:
+    """comm == "kworker*": a comparison of comm with a shell-style pattern (*, ?, [...])."""
+    return (isinstance(c, Cmp) and c.field == "comm" and c.lit.kind == "str"
+            and any(ch in str(c.lit.value) for ch in GLOB_CHARS))
+
+
+def _find_glob(c: Cond) -> Cmp | None:
+    if isinstance(c, Cmp):
+        return c if is_glob(c) else None
+    if isinstance(c, Not):
+        return _find_glob(c.arg)
+    for a in c.args:
+        got = _find_glob(a)
+        if got is not None:
+            return got
+    return None
+
+
+def split_globs(c: Cond | None) -> tuple[Cond | None, tuple[Cmp, ...]]:
+    """(the condition without its comm globs, the globs). A glob is matched in user space against the
+    process name of each row (the kernel compares comm as two 8-byte words, equal or not), so it must
+    hold for the whole condition: the condition itself, or one of the terms joined by 'and' at the top."""
+    if c is None:
+        return None, ()
+    if is_glob(c):
+        assert isinstance(c, Cmp)
+        return None, (c,)
+    terms = list(c.args) if isinstance(c, BoolOp) and c.op == "and" else [c]
+    globs = tuple(t for t in terms if isinstance(t, Cmp) and is_glob(t))
+    rest = [t for t in terms if not is_glob(t)]
+    for t in rest:
+        inner = _find_glob(t)
+        if inner is not None:
+            raise ExprError(f"the glob {inner.lit.text} cannot be under 'or' or 'not'", inner.col,
+                            "globs on comm are matched per process in user space: join them with 'and' at "
+                            "the top of the condition, or use != for 'not'")
+    if not globs:
+        return c, ()
+    kernel: Cond | None = rest[0] if len(rest) == 1 else BoolOp("and", tuple(rest)) if rest else None
+    return kernel, globs
+
+
+def glob_match(globs: Iterable[Cmp], comm: str) -> bool:
+    """Whether a process named comm passes every glob (== matches, != does not)."""
+    from fnmatch import fnmatchcase
+    return all(fnmatchcase(comm, str(g.lit.value)) == (g.op == "==") for g in globs)
 
 
 def cond_fields(c: Cond) -> set[str]:
@@ -290,7 +351,9 @@ class _Parser:
                 raise ExprError("unbalanced ')'", self.tok.col)
             raise ExprError(f"expected {expected}, found {_found(self.tok)}", self.tok.col)
         if where is not None:
-            check_program_size(where, self.text)
+            kernel, _globs = split_globs(where)
+            if kernel is not None:
+                check_program_size(kernel, self.text)
         return Expr(self.text, func, value, tuple(keys), where, lq, tuple(key_cols))
 
     def value_name(self) -> str:
@@ -478,7 +541,7 @@ def parse_all(texts: list[str]) -> list[Expr]:
         except ExprError as exc:
             where = f"expression {i + 1} " if len(texts) > 1 else ""
             raise ExprError(f"{where}'{t}': {exc.msg}", exc.col, exc.hint) from None
-    total = sum(program_size(e.where)[0] for e in out if e.where is not None)
+    total = sum(program_size(k)[0] for k in (e.kernel_where for e in out) if k is not None)
     if total > MAX_INSNS:
         raise UsageError(f"the conditions together are too long for the kernel ({total} instructions, "
                          f"at most {MAX_INSNS})")

@@ -151,8 +151,8 @@ def key_mask(e: Expr) -> int:
     mask = 0
     for k in e.keys:  # comm and tgid share the kernel's tgid field: or, not add
         mask |= 1 << abi.FIELDS[abi.KEY_FIELD[k]]
-    if "ustack" in e.keys:  # user addresses mean something only in their process: keyed by it too
-        mask |= 1 << abi.FIELDS["tgid"]
+    if "ustack" in e.keys or e.globs:  # user addresses mean something only in their process; a glob on
+        mask |= 1 << abi.FIELDS["tgid"]  # comm is matched per process in user space (names.name_rows)
     return mask
 
 

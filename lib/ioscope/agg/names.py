@@ -19,7 +19,7 @@ import numpy as np
 from ioscope import abi as core_abi
 from ioscope import devices
 from ioscope.agg import abi
-from ioscope.agg.expr import Expr, ExprError, Literal
+from ioscope.agg.expr import Expr, ExprError, Literal, glob_match
 from ioscope.agg.model import NamedRow, RawRow
 from ioscope.errors import IoscopeError
 from ioscope.trace import events
@@ -357,6 +357,10 @@ def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> lis
         if r.expr >= len(exprs):
             continue
         e = exprs[r.expr]
+        if e.globs:  # comm == "kworker*": the rows carry the process (key_mask), its name decides
+            tgid = r.key[abi.FIELDS["tgid"]]
+            if not glob_match(e.globs, namer.comm(tgid) if tgid else "[unknown]"):
+                continue
         keys: dict[str, str | int] = {}
         for k in e.keys:
             v = r.key[abi.FIELDS[abi.KEY_FIELD[k]]]
