@@ -317,3 +317,23 @@ def test_issued_bios_never_completed_become_losses_at_the_end() -> None:
     end = build_result([], AggSample(10.0, 9.0, [], losses, final=True, kernel_in_flight=2))
     assert end.losses.counters == {"completion_unseen": 4, "issued_not_completed": 2} and end.losses.lost == 4
     assert losses.counters["issued_not_completed"] == 5  # the sample is left as read
+
+
+def test_ustack_cycle_is_cut_at_the_first_repeat() -> None:
+    """A frame-pointer walk that loops: 3 real frames, then a 7-address cycle repeated to the kernel's
+    127-frame limit (as fio's stacks were) keeps the 3 and the cycle once, and says how much it cut."""
+    from ioscope.agg.model import cut_cycle
+
+    cycle = [0x7F00 + 16 * i for i in range(7)]
+    frames = [0x401000, 0x401100, 0x401200, *(cycle * 20)[:124]]
+    got = cut_cycle(frames)
+    assert got.frames == frames[:10] and (got.cycle, got.cut) == (7, 117)
+    assert got.note() == "(cycle of 7 frames cut: 117 more repeated it)"
+    assert len(got.frames) + got.cut == 127
+    # a recursion that returns to its callers, and a stack with no repeat, are kept whole
+    rec = [0x10, 0x20, 0x20, 0x20, 0x30, 0x40]
+    assert cut_cycle(rec).frames == rec and cut_cycle(rec).note() is None
+    assert cut_cycle([1, 2, 3]).frames == [1, 2, 3]
+    # one frame calling itself to the limit: a cycle of one
+    assert (cut_cycle([5, 6, 6, 6, 6]).frames, cut_cycle([5, 6, 6, 6, 6]).note()) == (
+        [5, 6], "(cycle of 1 frame cut: 3 more repeated it)")

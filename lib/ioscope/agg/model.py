@@ -134,6 +134,41 @@ def new_stat(e: Expr) -> Stat:
     return Scalar()
 
 
+# -- stacks ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CutStack:
+    """A stack (leaf first) without the loop a broken frame-pointer walk runs in: code built without
+    frame pointers can leave the walk going round the same few frames until the kernel's depth limit
+    (127), so the stack ends in one cycle of addresses repeated. `frames` keeps the cycle once; `cycle`
+    is its length and `cut` the frames dropped (0 and 0: no cycle)."""
+
+    frames: list[int]
+    cycle: int = 0
+    cut: int = 0
+
+    def note(self) -> str | None:
+        """The line that says so, after the frames."""
+        if not self.cut:
+            return None
+        return f"(cycle of {self.cycle} frame{'s' if self.cycle > 1 else ''} cut: {self.cut} more repeated it)"
+
+
+def cut_cycle(frames: Sequence[int]) -> CutStack:
+    """Cut a stack at the first frame that repeats an earlier one, when from there to the end it only
+    repeats that cycle (a real recursion returns to its callers, so it does not run to the end)."""
+    seen: dict[int, int] = {}
+    for j, a in enumerate(frames):
+        k = seen.get(a)
+        if k is not None:
+            p = j - k
+            if all(frames[m] == frames[m - p] for m in range(j, len(frames))):
+                return CutStack(list(frames[:j]), p, len(frames) - j)
+            return CutStack(list(frames))
+        seen[a] = j
+    return CutStack(list(frames))
+
+
 # -- the kernel's evaluation, for records from a capture -------------------------------
 
 @dataclass
@@ -342,5 +377,6 @@ def hist_from_counts(slots: np.ndarray, count: int, total: int, mn: int, mx: int
     return Hist(counts=np.asarray(slots[:NBUCKETS], dtype=np.uint64), count=count, total=total, min=mn, max=mx)
 
 
-__all__ = ["AggResult", "AggSample", "AggTable", "Linear", "NamedRow", "RawRow", "ResultRow", "Scalar",
-           "aggregate", "buckets_percentiles", "build_result", "build_table", "key_mask", "quantize_buckets"]
+__all__ = ["AggResult", "AggSample", "AggTable", "CutStack", "Linear", "NamedRow", "RawRow", "ResultRow", "Scalar",
+           "aggregate", "buckets_percentiles", "build_result", "build_table", "cut_cycle", "key_mask",
+           "quantize_buckets"]
