@@ -43,6 +43,7 @@ from ioscope.agg.expr import Expr, ExprError, Insn, Resolver, compile_cond
 from ioscope.agg.model import AggResult, AggSample, RawRow, aggregate, build_result
 from ioscope.errors import UsageError
 from ioscope.losses import Losses
+from ioscope.rate import Span
 from ioscope.trace.capture import open_capture
 from ioscope.trace.events import (
     EV_NOTE_PROCESS,
@@ -345,6 +346,7 @@ def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None =
         namer.comms = pairing.comms
         window_ns = int(every * 1e9) if every else None
         records: list[Record] = []
+        span = Span()  # the window's active span (ioscope.rate): its first I/O queued to its last completed
         t0: int | None = None
         w_start = 0
         for ev in cap.iter_chunks():
@@ -356,29 +358,37 @@ def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None =
             for rec_ts, rec in pairing.feed(ev):
                 if window_ns is not None:
                     while rec_ts >= w_start + window_ns:
-                        yield _result(exprs, progs, records, namer, w_start, w_start + window_ns, t0, cap, limit)
+                        yield _result(exprs, progs, records, namer, w_start, w_start + window_ns, t0, cap, limit,
+                                      active_s=span.seconds)
                         records = []
+                        span = Span()
                         w_start += window_ns
                 if want_devs is not None and rec["disk"] not in want_devs:
                     continue
                 if pid is not None and rec.get("tgid") != pid:
                     continue
                 records.append(rec)
+                q2c = rec.get("q2c")
+                if q2c is not None:
+                    span.add(rec_ts - q2c, rec_ts)
         end = int((cap.meta.get("end") or {}).get("mono_ns") or 0)
         last = w_start + window_ns if window_ns is not None else max(end, pairing.last_ts, w_start)
-        yield _result(exprs, progs, records, namer, w_start, last, t0 or 0, cap, limit, unpaired=pairing.unpaired)
+        yield _result(exprs, progs, records, namer, w_start, last, t0 or 0, cap, limit, unpaired=pairing.unpaired,
+                      active_s=span.seconds)
 
 
 def _result(exprs: Sequence[Expr], progs: list[list[Insn]], records: list[dict[str, int | None]],
             namer: CaptureNamer, start: int, end: int, t0: int, cap: Any, limit: int | None,
-            unpaired: int = 0) -> AggResult:
+            unpaired: int = 0, active_s: float | None = None) -> AggResult:
     raw: list[RawRow] = aggregate(exprs, progs, records)
     rows = names.name_rows(exprs, raw, namer)
     clock = cap.meta.get("start") or cap.meta.get("clock") or {}
     wall0 = (int(clock.get("wall_ns", 0)) - int(clock.get("mono_ns", 0))) / 1e9  # wall time of monotonic 0
     losses = Losses({"completed_without_start": unpaired}, frozenset(), {})
     sample = AggSample(wall=wall0 + end / 1e9, started=wall0 + start / 1e9, rows=rows, losses=losses, final=True)
-    return build_result(exprs, sample, limit)
+    res = build_result(exprs, sample, limit)
+    res.active_s = active_s
+    return res
 
 
 __all__ = ["Pairing", "op_of", "results_from_capture"]

@@ -282,6 +282,7 @@ class AggResult:
     tables: list[AggTable]
     final: bool = False
     timing: dict[str, str] = field(default_factory=dict)
+    active_s: float | None = None  # over a capture: its active span (ioscope.rate), the rates' divisor
 
 
 PCT_NAMES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
