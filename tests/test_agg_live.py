@@ -252,9 +252,9 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
     # the capture was recorded beside agg: a completion that ran no BPF program ran none of either tool's
     # (docs/lat.md), so both miss the same ones and the counts by disk and op agree exactly, whatever
     # was missed. What the capture makes of a bio whose completion it missed is its own, though: it pairs
-    # completions by sector, and a later I/O at the same sector ends the orphan in its place (its size,
-    # process, queue time), so what reads size, bytes, process or q2c is compared only when nothing was
-    # missed
+    # completions by sector (the newest issued bio at it, so the orphan stays behind, uncounted), and
+    # which of two bios at one sector a completion ended it cannot tell when a missed completion leaves
+    # both sizes open, so what reads size, bytes, process or q2c is compared only when nothing was missed
     same = ["count() by disk,op"]
     if not unseen:
         same += ["count() by op where q2d > 0 and bytes >= 8k", "count() by comm,op,flags,size"]
@@ -270,7 +270,7 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
         for k in lv:
             assert sum(b[2] for b in lv[k]["buckets"]) == sum(b[2] for b in of[k]["buckets"])
             if unseen:
-                continue   # one I/O timed from another's queue time in the capture: see above
+                continue   # a missed completion: see above
             for p in ("p50", "p90", "p99"):
                 # the recorder and agg stamp each event on their own: the same I/O's q2c differs by the
                 # programs' run times, so a percentile may cross into the next bucket. Rarely an interrupt
