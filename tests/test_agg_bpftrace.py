@@ -5,16 +5,19 @@ workload's own count. Needs root, BPF and bpftrace (fails in CI otherwise)."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 
 from conftest import ioscope_cmd, run_ioscope
-from ioscope.agg.bpftrace import STARTED, map_names, wrap
+from ioscope.agg.bpftrace import BOUND, STARTED, map_names, with_bounds, wrap
+from ioscope.agg.model import PCT_NAMES as PCTS
 
 READS = 211  # direct 4 KiB reads by dd: a prime
 
@@ -88,7 +91,9 @@ def test_maps_match_bpftrace_and_the_workload(live: None, loopdev: Callable[...,
     assert [tuple(b) for b in sectors["buckets"] if b[2]] == ref_buckets
     assert sum(b[2] for b in sectors["buckets"]) == READS
     assert ref_buckets == [(8, 16, READS)]  # every read is 8 sectors
-    assert sectors["p50"] == pytest.approx(12.0, abs=4)  # inside [8, 16)
+    # every percentile is 8, as numpy says of READS eights: never interpolated above the largest value
+    for name, q in PCTS.items():
+        assert sectors[name] == float(np.percentile(np.full(READS, 8), q)) == 8.0, sectors
     (lin,) = tables["@lin"]
     assert [tuple(b) for b in lin["buckets"] if b[2]] == [(8, 12, READS)]
 
@@ -129,6 +134,49 @@ def test_count_stops_bpftrace(live: None) -> None:
     assert left.stdout.strip() == "", "bpftrace still running"
 
 
+def _refused_kprobe() -> str:
+    """A kprobe this kernel cannot attach: any kprobe where tracefs has no kprobe_events (this locked-down
+    kernel), else one on a function the kernel's kprobe blacklist refuses."""
+    if not os.path.exists("/sys/kernel/tracing/kprobe_events"):
+        return "kprobe:vfs_read"
+    with open("/sys/kernel/debug/kprobes/blacklist") as f:
+        return "kprobe:" + f.readline().split()[1]
+
+
+def test_probe_that_fails_to_attach_exits_non_zero(live: None) -> None:
+    """bpftrace prints attached_probes before it attaches; a probe the kernel refuses ends bpftrace with
+    an error after it: agg must exit 1 with bpftrace's reason, not 0 with an empty report."""
+    probe = _refused_kprobe()
+    p = run_ioscope("agg", "--bpftrace", f"{probe} {{ @x = count(); }}", "1", "1", timeout=60)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    lines = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Error attaching probe" in lines[0] and probe in lines[0], p.stderr
+    assert p.stdout.strip() == ""
+
+
+def test_percentiles_between_the_values_seen(live: None) -> None:
+    """Known data: bpftrace's hist() and lhist() of 1, 4, 7, ... 3N-2 (one a 2 ms tick): every percentile
+    agg prints is in the bucket numpy's percentile (inverted CDF: the value at that rank) of the same values
+    falls in, and inside [min, max]."""
+    n = 37
+    prog = (f"BEGIN {{ @i = 0; }} interval:ms:2 /@i < {n}/ {{ @h = hist(@i * 3 + 1); "
+            f"@l = lhist(@i * 3 + 1, 0, 200, 10); @i++; if (@i == {n}) {{ exit(); }} }}")
+    p = run_ioscope("agg", "--bpftrace", prog, "-j", timeout=60)
+    assert p.returncode == 0, p.stderr
+    values = np.arange(n) * 3 + 1
+    (doc,) = [json.loads(ln) for ln in p.stdout.splitlines() if ln.startswith("{")]
+    tables = {a["expr"]: a["rows"] for a in doc["aggs"]}
+    assert not any(name.startswith(BOUND) for name in tables)
+    for name in ("@h", "@l"):
+        (row,) = tables[name]
+        assert sum(b[2] for b in row["buckets"]) == n
+        for pname, q in PCTS.items():
+            truth = float(np.percentile(values, q, method="inverted_cdf"))  # the bucket rank
+            (lo, hi) = next((b[0], b[1]) for b in row["buckets"] if b[0] <= truth < b[1])
+            assert lo <= row[pname] < hi and values.min() <= row[pname] <= values.max(), (name, pname, row)
+        assert row["p999"] <= values.max() == 109
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["--bpftrace", "tracepoint:block:block_rq_complete { @x = count( }"], "syntax error"),
     (["--bpftrace", "tracepoint:block:nosuch { @x = count(); }"], "tracepoint not found"),
@@ -147,10 +195,23 @@ def test_map_names_and_wrap() -> None:
     prog = '// @commented\nkprobe:x { @a[comm] = count(); @ = sum(1); printf("@not_a_map"); @b_2 = hist(1); }'
     assert map_names(prog) == ["@a", "@", "@b_2"]
     w = wrap(prog, ["@a", "@"], 2.5, cumulative=False)
-    assert "interval:ms:2500 { print(@a); print(@); clear(@a); clear(@);" in w
+    assert (f"interval:ms:2500 {{ print(@a); print(@); print({BOUND}lo_b_2); print({BOUND}hi_b_2); clear(@a); "
+            f"clear(@); clear({BOUND}lo_b_2);") in w
     assert "clear" not in wrap(prog, ["@a"], 1, cumulative=True).split("interval:ms:1000")[1]
     # the start mark: in a BEGIN of ours, or in the program's own (bpftrace allows one)
-    assert wrap(prog, ["@a"], None, cumulative=False) == f'{prog}\nBEGIN {{ printf("{STARTED}\\n"); }}\n'
+    bounded = with_bounds(prog)[0]
+    assert wrap(prog, ["@a"], None, cumulative=False) == f'{bounded}\nBEGIN {{ printf("{STARTED}\\n"); }}\n'
     own = 'BEGIN { @t = nsecs; } kprobe:x { @a = count(); }'
     assert wrap(own, ["@t", "@a"], None, cumulative=False).startswith(f'BEGIN {{ printf("{STARTED}\\n"); ')
     assert wrap(own, ["@t", "@a"], None, cumulative=False).count("BEGIN") == 1
+
+
+def test_with_bounds_keys_min_and_max_like_the_histogram() -> None:
+    prog = ('t:x { @h[comm, args->dev] = hist(args->a[1] + 2); @ = lhist(arg0, 0, 9, (1)) } '
+            '// @c = hist(1)\nt:y { printf("@d = hist(3)"); @e = count(); }')
+    out, added = with_bounds(prog)
+    assert added == [f"{BOUND}lo_h", f"{BOUND}hi_h", f"{BOUND}lo_", f"{BOUND}hi_"]
+    assert (f"@h[comm, args->dev] = hist(args->a[1] + 2); {BOUND}lo_h[comm, args->dev] = min(args->a[1] + 2); "
+            f"{BOUND}hi_h[comm, args->dev] = max(args->a[1] + 2);") in out
+    assert f"@ = lhist(arg0, 0, 9, (1)); {BOUND}lo_ = min(arg0); {BOUND}hi_ = max(arg0) }}" in out
+    assert out.endswith('// @c = hist(1)\nt:y { printf("@d = hist(3)"); @e = count(); }')

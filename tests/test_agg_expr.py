@@ -152,6 +152,13 @@ def test_program_size_matches_compiled_length() -> None:
 
 
 @pytest.mark.parametrize("expr,words", [
+    ("hist(d2c) by disk", "unknown function 'hist' at column 1; agg's quantize(VALUE) is what bpftrace"),
+    ("lhist(bytes, 0, 64k, 4k)", "agg's lquantize(VALUE, LOW, HIGH, STEP) is what bpftrace or DTrace call lhist"),
+    ("count() by execname", "unknown key 'execname' at column 12; agg's comm is what"),
+    ("count() where execname == \"fio\"", "at column 15; agg's comm is what"),
+    ("count() where args->dev == 7", "'args->dev' is a bpftrace tracepoint argument at column 15; agg's disk"),
+    ("sum(args->bytes) by comm", "'args->bytes' is a bpftrace tracepoint argument at column 5; agg's is bytes"),
+    ("@[comm] = count()", "unexpected character '@' at column 1; that is bpftrace's language"),
     ("count() by comn", "unknown key 'comn' at column 12; keys are disk, op"),
     ("sum(x", "unknown value 'x' at column 5"),
     ("count() where (op == read", "unbalanced '('"),
@@ -196,3 +203,28 @@ def test_unknown_disk_in_a_condition() -> None:
     p = subprocess.run(ioscope_cmd("agg", "-e", 'count() where disk == "nosuchdisk"'), capture_output=True,
                        text=True, timeout=30)
     assert p.returncode == 2 and "unknown disk 'nosuchdisk' at column 23; name a disk in /sys/block" in p.stderr
+
+
+def test_comm_globs_are_split_from_the_kernels_condition() -> None:
+    """A glob on comm leaves the kernel's program (which compares comm as two words) and is matched per
+    process in user space; it must hold for the whole condition, so only at the top or joined by 'and'."""
+    e = E.parse('count() where comm == "kworker*"')
+    assert e.kernel_where is None and [g.lit.value for g in e.globs] == ["kworker*"]
+    e = E.parse('count() where op == write and comm != "k?orker/[0-9]*" and bytes > 4k')
+    assert [(g.op, g.lit.value) for g in e.globs] == [("!=", "k?orker/[0-9]*")]
+    plain = E.parse("count() where op == write and bytes > 4k").where
+    assert e.kernel_where is not None and plain is not None
+
+    def resolve(f: str, lit: E.Literal) -> int:
+        return 1
+
+    assert E.compile_cond(e.kernel_where, resolve) == E.compile_cond(plain, resolve)
+    exact = E.parse('count() where comm == "kworker"')
+    assert exact.globs == () and exact.kernel_where == exact.where
+    assert E.glob_match(E.parse('count() where comm == "kw*"').globs, "kworker/u8:6")
+    assert not E.glob_match(E.parse('count() where comm == "kw*"').globs, "dd")
+    assert not E.glob_match(E.parse('count() where comm != "kw*"').globs, "kworker/u8:6")
+    for text, col in [('count() where op == read or comm == "k*"', 29), ('count() where not comm == "k*"', 19),
+                      ('count() where (comm == "k*" or pid == 1) and op == read', 16)]:
+        with pytest.raises(E.ExprError, match=f"cannot be under 'or' or 'not' at column {col}"):
+            E.parse(text)

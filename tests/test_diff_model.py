@@ -7,10 +7,12 @@ import pytest
 from ioscope.diff.model import diff, pair_disks
 from ioscope.diff.summary import CaptureSummary, DiskStats, OpStats
 from ioscope.diff.view import renderables, to_json
+from ioscope.rate import BASIS
 
 
 def _cap(path: str, dur: float, **disks: DiskStats) -> CaptureSummary:
-    return CaptureSummary(path, "h", dur, dict(disks))
+    """A capture active for dur seconds in a recording a second longer: rates are per active second."""
+    return CaptureSummary(path, "h", dur + 1.0, dict(disks), active_s=dur)
 
 
 def _disk(reads: int, nbytes: int, ra: int, procs: dict[str, int], p99: float = 1000.0) -> DiskStats:
@@ -38,6 +40,10 @@ def test_rates_ratios_and_changes() -> None:
     assert doc["ops"][0]["metrics"]["MB/s"]["ratio"] == pytest.approx(0.5)
     assert {c["setting"]: c["direction"] for c in doc["changes"]} == {"read_ahead_kb": "up", "scheduler": "changed"}
     assert len(list(renderables(r))) == 4   # header, settings, one op table, balance
+    # the rates say what they are per: the active span, not the recording (3 s and 5 s here)
+    assert doc["rates"] == BASIS and (doc["before"]["active_s"], doc["after"]["duration_s"]) == (2.0, 5.0)
+    header = str(next(iter(renderables(r))))
+    assert f"MB/s and IOPS: {BASIS} (2.00 s before, 4.00 s after)" in header
 
 
 def test_disks_pair_by_name_or_alone() -> None:

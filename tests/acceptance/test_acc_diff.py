@@ -5,8 +5,9 @@ drop_caches) while `ioscope record -d DISK -o before.ioscope` runs, stopped with
 user would, `echo 4096 > /sys/block/DISK/queue/read_ahead_kb` and the same again into after.ioscope;
 then `ioscope diff before.ioscope after.ioscope` and `-j`. The diff must show the setting change
 (128 -> 4096, up, x32), and per op I/Os and bytes equal to /proc/diskstats over each recording and
-to each capture's own `ioscope report --json`; MB/s and IOPS are those counts over the durations it
-printed, their ratio after/before as printed.
+to each capture's own `ioscope report --json`; MB/s and IOPS are those counts over the active spans it
+printed, their ratio after/before as printed. And one rate for every tool: a recording with an idle
+second before and after a fio run gives, in diff and in fleet, the same IOPS, fio's own within 2%.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from typing import Any
 from acc_util import report_iostat_json
 
 from conftest import assert_counted, ioscope_cmd, run_ioscope, unreported_completions
+from ioscope.hist import RELATIVE_ERROR
+from ioscope.rate import BASIS
+from ioscope.testbed import run_fio
 
 FILE_MB = 48
 
@@ -87,9 +91,10 @@ def test_diff_shows_the_readahead_change(live: None, tmp_path: Path) -> None:
         # drop_caches' sync may write an inode or a journal block: those are counted too, as writes
         wr = [o["metrics"]["I/Os"][side] or 0 for o in doc["ops"] if o["disk"] == disk and o["op"] == "write"]
         assert_counted(sum(wr), k["writes"], miss)
-        # MB/s is the capture's read bytes over the duration diff printed for it (a missing completion
-        # takes a request of any size away: exact only when none is reported)
-        dur = doc[side]["duration_s"]
+        # MB/s is the capture's read bytes over the active span diff printed for it (ioscope.rate; a
+        # missing completion takes a request of any size away: exact only when none is reported)
+        dur = doc[side]["active_s"]
+        assert 0 < dur < doc[side]["duration_s"]
         if not miss:
             assert m["MB/s"][side] == k["sec_read"] * 512 / 1e6 / dur
         else:
@@ -106,3 +111,48 @@ def test_diff_shows_the_readahead_change(live: None, tmp_path: Path) -> None:
     # a larger readahead window reads the same file in fewer, larger requests
     assert m["I/Os"]["after"] < m["I/Os"]["before"]
     assert k_before["sec_read"] >= FILE_MB * 2048 and k_after["sec_read"] >= FILE_MB * 2048
+
+
+def test_diff_and_fleet_give_fio_its_own_iops(loopdev: Any, tmp_path: Path) -> None:
+    """A recording idle for a second, then fio's 4 KiB random reads for 2 s, then idle for a second:
+    diff (agg's capture engine) and fleet (SQL over the per-I/O table) divide by the same active span,
+    so both print fio's IOPS (within 2%), not its I/Os over the 4 s recorded; and both say so."""
+    disk = loopdev(size_mb=64, scheduler="none")
+    cap = str(tmp_path / "fio.ioscope")
+    job: dict[str, Any] = {}
+
+    def workload() -> None:
+        time.sleep(1.0)
+        job.update(run_fio(disk.path, rw="randread", bs="4k", iodepth=4, runtime=2, size="64m",
+                           extra=["--norandommap=0"]))
+        time.sleep(0.7)   # and _record's 0.3 s: a second idle after the run
+
+    k = _record(disk, cap, workload)
+    fio_iops = float(job["read"]["iops"])
+    assert k["reads"] >= int(job["read"]["total_ios"]) > 1000
+    d = run_ioscope("diff", "-j", cap, cap, timeout=120)
+    assert d.returncode == 0, d.stderr
+    doc = json.loads(d.stdout)
+    (rd,) = [o for o in doc["ops"] if o["op"] == "read"]
+    diff_iops = rd["metrics"]["IOPS"]["before"]
+    f = run_ioscope("fleet", "-j", cap, timeout=120)
+    assert f.returncode == 0, f.stderr
+    fleet = json.loads(f.stdout)
+    (frd,) = [r for r in fleet["per_disk_op"] if r["op"] == "read"]
+    assert frd["ios"] == rd["metrics"]["I/Os"]["before"]        # the same I/Os counted
+    assert abs(frd["iops"] - diff_iops) <= 1e-6 * diff_iops, (frd["iops"], diff_iops)
+    assert abs(diff_iops - fio_iops) <= 0.02 * fio_iops, (diff_iops, fio_iops)
+    # the recording's duration (from its first event, which may come late in the first idle second) holds
+    # the idle second after the run at least: left out of the rates
+    assert doc["before"]["duration_s"] - doc["before"]["active_s"] >= 0.9, doc["before"]
+    assert doc["rates"] == fleet["rates"] == BASIS
+    # and the same latencies: diff's llquantize percentiles within a bucket (12.5%) of fleet's exact ones
+    # (a completion the capture missed once gave every later read at its sector the queue time of the
+    # one before: diff's p99.9 1.11 ms where fleet's was 460 us)
+    for phase in ("q2c", "d2c"):
+        for p, label in (("p50", "p50"), ("p99", "p99"), ("p999", "p99.9")):
+            got, exact = rd["metrics"][f"{phase} {label}"]["before"], frd[f"{phase}_{p}"]
+            assert abs(got - exact) <= RELATIVE_ERROR * exact, (phase, p, got, exact)
+    text = run_ioscope("diff", cap, cap, timeout=120).stdout
+    assert f"MB/s and IOPS: {BASIS}" in text
+    assert BASIS in run_ioscope("fleet", cap, timeout=120).stdout.replace("\n", " ")

@@ -6,7 +6,9 @@ ioscope appends one interval probe that prints every map of the program (and cle
 SIGTERM, SIGHUP) bpftrace is stopped with SIGINT and prints its maps a last time, which are the last
 (partial) interval. Each map becomes an AggTable: counts, sums, min, max and avg as values, stats() as
 its average with count and total beside it, hist() and lhist() as distributions with percentiles
-interpolated in their buckets. bpftrace's lost-event records are agg's losses.
+interpolated in their buckets and kept between the smallest and largest value seen (bpftrace's buckets
+do not tell them: ioscope adds a min() and a max() map beside every hist() and lhist(), hidden from the
+output). bpftrace's lost-event records are agg's losses.
 
 The collector here is the bpftrace process (BpftraceRun), the model is build_result(), the views are
 agg's own (view.py).
@@ -52,16 +54,83 @@ def _with_started_mark(program: str) -> str:
     """The program printing STARTED from BEGIN, which bpftrace runs once every probe is attached (its
     'attached_probes' line comes before the attaching): into the program's own BEGIN block, as bpftrace
     allows only one, or in one of ours."""
-    text = _STRING.sub(lambda m: "_" * len(m.group(0)), _COMMENT.sub(lambda m: " " * len(m.group(0)), program))
-    m = _BEGIN.search(text)
+    m = _BEGIN.search(_masked(program))
     if m is None:
         return f'{program}\nBEGIN {{ printf("{STARTED}\\n"); }}\n'  # after it: its line numbers stay
     return f'{program[:m.end()]} printf("{STARTED}\\n"); {program[m.end():]}'
 
 
+BOUND = "@__ioscope_"  # the min() and max() maps beside each hist() and lhist(): @__ioscope_lo_NAME, _hi_
+_HIST_CALL = re.compile(r"(@[A-Za-z_0-9]*)\s*(\[)?")
+
+
+def _masked(program: str) -> str:
+    """The program with its comments and strings blanked, every offset kept."""
+    return _STRING.sub(lambda m: "_" * len(m.group(0)), _COMMENT.sub(lambda m: " " * len(m.group(0)), program))
+
+
+def _close(text: str, i: int) -> int:
+    """Index just past the bracket that closes the one at text[i] (len(text) if none)."""
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] in "([":
+            depth += 1
+        elif text[j] in ")]":
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    return len(text)
+
+
+def _first_arg(text: str, i: int, end: int) -> str:
+    """The first argument of the call whose '(' is text[i] (the call ends at end)."""
+    depth = 0
+    for j in range(i + 1, end - 1):
+        if text[j] in "([":
+            depth += 1
+        elif text[j] in ")]":
+            depth -= 1
+        elif text[j] == "," and depth == 0:
+            return text[i + 1: j]
+    return text[i + 1: end - 1]
+
+
+def bound_name(m: str, which: str) -> str:
+    return f"{BOUND}{which}_{m[1:]}"
+
+
+def with_bounds(program: str) -> tuple[str, list[str]]:
+    """The program with `@lo = min(v); @hi = max(v)` after each `@m[k] = hist(v)` (and lhist), keyed
+    alike, so that percentiles stay between the values really seen; and the maps it added."""
+    text = _masked(program)
+    out: list[str] = []
+    added: list[str] = []
+    last = 0
+    for m in _HIST_CALL.finditer(text):
+        if m.start() < last:
+            continue
+        key_end = _close(text, m.end() - 1) if m.group(2) else m.end()
+        call = re.compile(r"\s*=\s*(l?hist)\s*\(").match(text, key_end)
+        if call is None:
+            continue
+        paren = call.end() - 1
+        end = _close(text, paren)
+        arg = program[paren + 1: paren + 1 + len(_first_arg(text, paren, end))]
+        key = program[m.end() - 1: key_end] if m.group(2) else ""
+        lo, hi = bound_name(m.group(1), "lo"), bound_name(m.group(1), "hi")
+        out.append(program[last:end])
+        out.append(f"; {lo}{key} = min({arg}); {hi}{key} = max({arg})")
+        added += [lo, hi]
+        last = end
+    out.append(program[last:])
+    return "".join(out), list(dict.fromkeys(added))
+
+
 def wrap(program: str, maps: list[str], interval_s: float | None, cumulative: bool) -> str:
-    """The program with ioscope's start mark and interval probe (none without an interval: the maps are
-    printed once, when bpftrace stops)."""
+    """The program with ioscope's start mark, the min and max maps beside its histograms, and the
+    interval probe (none without an interval: the maps are printed once, when bpftrace stops)."""
+    program, bounds = with_bounds(program)
+    maps = maps + bounds
     program = _with_started_mark(program)
     if interval_s is None:
         return program
@@ -77,6 +146,7 @@ class Interval:
     """What bpftrace printed for one interval: map name -> (bpftrace's type, data)."""
 
     maps: dict[str, tuple[str, Any]] = field(default_factory=dict)
+    bounds: dict[str, Any] = field(default_factory=dict)  # BOUND maps: their name -> data
     lost: int = 0
     printed: list[str] = field(default_factory=list)   # the program's own printf output
 
@@ -84,9 +154,14 @@ class Interval:
 def error_line(stderr: str) -> str:
     """bpftrace's error, on one line: 'stdin:1:50-51: syntax error, unexpected }'."""
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and _MEMLOCK not in ln]
-    errors = [ln for ln in lines if "ERROR:" in ln]
-    line = errors[0] if errors else (lines[0] if lines else "exited without a message")
-    return re.sub(r"\s*ERROR:\s*", " ", line).strip()
+    errors = [i for i, ln in enumerate(lines) if "ERROR:" in ln]
+    line = lines[errors[0]] if errors else (lines[0] if lines else "exited without a message")
+    line = re.sub(r"\s*ERROR:\s*", " ", line).strip()
+    # an attach failure: the kernel's reason is the line before ('create_probe_event: open(...): ...')
+    before = lines[errors[0] - 1] if errors and errors[0] else ""
+    if "attaching probe" in line.lower() and ": " in before and "WARNING" not in before:
+        line += f" ({before})"
+    return line
 
 
 class BpftraceRun:
@@ -100,6 +175,7 @@ class BpftraceRun:
         except FileNotFoundError:
             raise IoscopeError("bpftrace is not installed", "install it (apt-get install bpftrace)") from None
         self.attached = 0
+        self.started = False  # BEGIN ran: every probe attached
         self.err_lines: list[str] = []
         self._err = threading.Thread(target=self._read_stderr, daemon=True)
         self._err.start()
@@ -109,7 +185,7 @@ class BpftraceRun:
         assert self.p.stderr is not None
         for line in self.p.stderr:
             self.err_lines.append(line)
-            if self.attached and line.strip() and _MEMLOCK not in line:
+            if self.started and line.strip() and _MEMLOCK not in line:
                 print(f"ioscope agg: bpftrace: {line.rstrip()}", file=sys.stderr, flush=True)
 
     def events(self) -> Iterator[dict[str, Any]]:
@@ -148,15 +224,19 @@ def intervals(run: BpftraceRun) -> Iterator[tuple[str, Interval]]:
     cur = Interval()
     for doc in run.events():
         kind, data = doc.get("type"), doc.get("data")
-        if kind == "attached_probes":
+        if kind == "attached_probes":  # printed before bpftrace attaches: not yet a start
             run.attached = int((data or {}).get("probes", 0))
         elif kind in ("map", "hist", "stats") and isinstance(data, dict):
             for name, value in data.items():
-                cur.maps[name] = (str(kind), value)
+                if name.startswith(BOUND):
+                    cur.bounds[name] = value
+                else:
+                    cur.maps[name] = (str(kind), value)
         elif kind == "lost_events" and isinstance(data, dict):
             cur.lost += int(data.get("events", 0))
         elif kind == "printf":
             if str(data).strip() == STARTED:
+                run.started = True
                 yield "attached", Interval()
             elif str(data).strip() == MARK:
                 yield "interval", cur
@@ -172,7 +252,15 @@ def _keys(key: str | None) -> dict[str, Any]:
     return {} if key is None else {"key": key}
 
 
-def _hist_row(key: str | None, raw: list[dict[str, Any]]) -> ResultRow:
+def _bound(bounds: dict[str, Any], name: str, which: str, key: str | None) -> int | None:
+    data = bounds.get(bound_name(name, which))
+    if isinstance(data, dict):
+        data = data.get(key) if key is not None else None
+    return int(data) if isinstance(data, (int, float)) else None
+
+
+def _hist_row(key: str | None, raw: list[dict[str, Any]], lo: int | None = None, hi: int | None = None
+              ) -> ResultRow:
     buckets = []
     for b in raw:
         low = int(b.get("min", 0))
@@ -183,17 +271,18 @@ def _hist_row(key: str | None, raw: list[dict[str, Any]]) -> ResultRow:
     nz = [i for i, b in enumerate(buckets) if b[2]]
     buckets = buckets[nz[0]: nz[-1] + 1] if nz else []
     count = sum(b[2] for b in buckets)
-    return ResultRow(_keys(key), None, buckets, buckets_percentiles(buckets), count)
+    return ResultRow(_keys(key), None, buckets, buckets_percentiles(buckets, lo, hi), count)
 
 
-def _table(name: str, kind: str, data: Any, limit: int | None) -> AggTable:
+def _table(name: str, kind: str, data: Any, limit: int | None, bounds: dict[str, Any] | None = None) -> AggTable:
     keyed = isinstance(data, dict) and not (kind == "stats" and "average" in data)
     if kind == "hist" and isinstance(data, list):
         keyed = False
     items: list[tuple[str | None, Any]] = [(str(k), v) for k, v in data.items()] if keyed else [(None, data)]
     keys: tuple[str, ...] = ("key",) if keyed else ()
     if kind == "hist":
-        rows = [_hist_row(k, v) for k, v in items]
+        b = bounds or {}
+        rows = [_hist_row(k, v, _bound(b, name, "lo", k), _bound(b, name, "hi", k)) for k, v in items]
         rows.sort(key=lambda r: (r.count, str(r.keys)))
         func = "hist"
     elif kind == "stats" and all(isinstance(v, dict) for _k, v in items):
@@ -215,7 +304,7 @@ def _table(name: str, kind: str, data: Any, limit: int | None) -> AggTable:
 
 def build_result(iv: Interval, wall: float, started: float, limit: int | None, final: bool,
                  lost_total: int) -> AggResult:
-    tables = [_table(name, kind, data, limit) for name, (kind, data) in iv.maps.items()]
+    tables = [_table(name, kind, data, limit, iv.bounds) for name, (kind, data) in iv.maps.items()]
     losses = Losses({LOST: iv.lost}, frozenset({LOST}),
                     {LOST: f"events bpftrace could not read ({lost_total} since the start)"})
     return AggResult(wall, wall - started, losses, tables, final)
@@ -258,7 +347,7 @@ def run(args: Any, emit: Any) -> int:
                     print(f"Tracing bpftrace's maps {', '.join(maps)} ({bt.attached} probes); {when}.",
                           file=sys.stderr, flush=True)
                     continue
-                if kind == "end" and not bt.attached:
+                if kind == "end" and not bt.started:
                     break  # bpftrace did not start: its error follows
                 lost_total += iv.lost
                 final = kind == "end" or (args.count is not None and done + 1 >= args.count)
@@ -284,8 +373,12 @@ def run(args: Any, emit: Any) -> int:
                     started = now
                     break
         rc = bt.p.wait()
-        if rc != 0 and not bt.attached:
-            raise IoscopeError(f"bpftrace: {error_line(bt.stderr())}")
+        if rc != 0 and (not bt.started or not stopping):
+            # an attach failure comes after bpftrace's attached_probes line: only BEGIN's mark says it ran
+            line = error_line(bt.stderr())
+            hint = ("this kernel refused the probe; tracepoints (tracepoint:block:*) attach where kprobes "
+                    "cannot" if "attaching probe" in line.lower() else None)
+            raise IoscopeError(f"bpftrace: {line}", hint)
         return 0
     finally:
         bt.close()

@@ -26,7 +26,7 @@ An expression is FUNC(VALUE) [by KEY[,KEY]...] [where COND]:
   VALUE  bytes q2c q2d d2c (ns) seek (sectors) inflight (requests on the disk at issue)
   KEY    disk op flags comm pid tgid cgroup cpu size kstack ustack file
   COND   comparisons (== != < <= > >=) of keys and values with literals (10ms, 250us, 64k, 1M,
-         "text", write), joined with and, or, not and parentheses.
+         "text", write), joined with and, or, not and parentheses; comm == "kworker*" is a glob.
 See docs/agg.md."""
 
 

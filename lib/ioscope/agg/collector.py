@@ -39,7 +39,7 @@ class AggOptions:
 
 def programs(exprs: Sequence[Expr]) -> list[list[Insn]]:
     """Each expression's WHERE program, its strings resolved on this system."""
-    return [compile_cond(e.where, names.resolve) if e.where is not None else [] for e in exprs]
+    return [compile_cond(w, names.resolve) if (w := e.kernel_where) is not None else [] for e in exprs]
 
 
 # what a request knows at its completion: the only fields the kernel-stamp timing can fill
@@ -268,7 +268,7 @@ class AggCollector:
     def sample(self, started: float, reset: bool, final: bool) -> AggSample:
         wall = time.time()
         raw = self.read_raw(reset)
-        if any("comm" in e.keys for e in self.opts.exprs):
+        if any("comm" in e.keys or e.globs for e in self.opts.exprs):
             self._namer.comms = core_abi.comms_from_dump(*self.comms.dump())
         self._namer.new_interval()
         unresolved = self._namer.usyms.unresolved

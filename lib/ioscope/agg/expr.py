@@ -40,6 +40,23 @@ KEYS: dict[str, str] = {
 }
 STACK_KEYS = ("kstack", "ustack")  # multi-line keys: one frame a line, leaf first
 
+# bpftrace's and DTrace's words for what agg has under another name: the error points to agg's
+FOREIGN: dict[str, str] = {
+    "hist": "quantize(VALUE)", "lhist": "lquantize(VALUE, LOW, HIGH, STEP)",
+    "stats": "avg(VALUE) (and count(), sum(VALUE))", "execname": "comm", "tid": "pid", "dev": "disk",
+    "device": "disk", "rwbs": "op (or flags)", "nr_sector": "bytes", "nr_bytes": "bytes", "bcount": "bytes",
+    "b_bcount": "bytes", "probefunc": "kstack", "curtask": "comm, pid or tgid", "cgroupid": "cgroup",
+}
+
+
+def foreign_hint(word: str) -> str | None:
+    """'bpftrace's X is agg's Y' for a word agg spells otherwise (args->dev: 'dev')."""
+    to = FOREIGN.get(word.lower())
+    if to is None:
+        return None
+    return f"agg's {to} is what bpftrace or DTrace call {word} (a bpftrace program runs as it is with --bpftrace)"
+
+
 CMP_OPS = ("==", "!=", "<", "<=", ">", ">=")
 FLIP = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
@@ -73,6 +90,7 @@ class Tok:
 _TOKEN = re.compile(r"""
     (?P<ws>\s+)
   | (?P<num>\d+(?:\.\d+)?[A-Za-z]*)
+  | (?P<bt>args\s*(?:->|\.)\s*[A-Za-z_][A-Za-z0-9_]*|args\s*\[\s*\d+\s*\]\s*->\s*[A-Za-z_][A-Za-z0-9_]*)
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<str>"[^"]*"|'[^']*')
   | (?P<op>==|!=|<=|>=|&&|\|\||[<>()!,])
@@ -90,8 +108,18 @@ def tokenize(text: str) -> list[Tok]:
                 raise ExprError(f"unterminated string starting with {ch}", pos + 1)
             if ch == "=":
                 raise ExprError("'=' is not a comparison (use '==')", pos + 1)
+            if ch in "@{/$":
+                raise ExprError(f"unexpected character '{ch}'", pos + 1,
+                                "that is bpftrace's language: run a bpftrace program with --bpftrace 'PROGRAM'")
             raise ExprError(f"unexpected character '{ch}'", pos + 1)
         kind = m.lastgroup or ""
+        if kind == "bt":
+            field_name = re.split(r"->|\.", m.group())[-1].strip()
+            hint = foreign_hint(field_name) or (
+                f"agg's keys are {', '.join(KEYS)}; values are {', '.join(VALUES)}"
+                if field_name.lower() not in KEYS and field_name.lower() not in VALUES
+                else f"agg's is {field_name.lower()}")
+            raise ExprError(f"'{m.group()}' is a bpftrace tracepoint argument", pos + 1, hint)
         if kind != "ws":
             out.append(Tok(kind, m.group(), pos + 1))
         pos = m.end()
@@ -143,6 +171,16 @@ class Expr:
     key_cols: tuple[int, ...] = field(default=(), compare=False)
 
     @property
+    def globs(self) -> tuple[Cmp, ...]:
+        """The WHERE's comparisons of comm with a glob ("kworker*"), matched in user space."""
+        return split_globs(self.where)[1]
+
+    @property
+    def kernel_where(self) -> Cond | None:
+        """The WHERE the kernel evaluates: the condition without its globs."""
+        return split_globs(self.where)[0]
+
+    @property
     def is_hist(self) -> bool:
         return self.func in HIST_FUNCS
 
@@ -158,6 +196,57 @@ class Expr:
         if self.where is not None:
             out |= cond_fields(self.where)
         return out
+
+
+GLOB_CHARS = "*?["
+
+
+def is_glob(c: Cond) -> bool:
+    """comm == "kworker*": a comparison of comm with a shell-style pattern (*, ?, [...])."""
+    return (isinstance(c, Cmp) and c.field == "comm" and c.lit.kind == "str"
+            and any(ch in str(c.lit.value) for ch in GLOB_CHARS))
+
+
+def _find_glob(c: Cond) -> Cmp | None:
+    if isinstance(c, Cmp):
+        return c if is_glob(c) else None
+    if isinstance(c, Not):
+        return _find_glob(c.arg)
+    for a in c.args:
+        got = _find_glob(a)
+        if got is not None:
+            return got
+    return None
+
+
+def split_globs(c: Cond | None) -> tuple[Cond | None, tuple[Cmp, ...]]:
+    """(the condition without its comm globs, the globs). A glob is matched in user space against the
+    process name of each row (the kernel compares comm as two 8-byte words, equal or not), so it must
+    hold for the whole condition: the condition itself, or one of the terms joined by 'and' at the top."""
+    if c is None:
+        return None, ()
+    if is_glob(c):
+        assert isinstance(c, Cmp)
+        return None, (c,)
+    terms = list(c.args) if isinstance(c, BoolOp) and c.op == "and" else [c]
+    globs = tuple(t for t in terms if isinstance(t, Cmp) and is_glob(t))
+    rest = [t for t in terms if not is_glob(t)]
+    for t in rest:
+        inner = _find_glob(t)
+        if inner is not None:
+            raise ExprError(f"the glob {inner.lit.text} cannot be under 'or' or 'not'", inner.col,
+                            "globs on comm are matched per process in user space: join them with 'and' at "
+                            "the top of the condition, or use != for 'not'")
+    if not globs:
+        return c, ()
+    kernel: Cond | None = rest[0] if len(rest) == 1 else BoolOp("and", tuple(rest)) if rest else None
+    return kernel, globs
+
+
+def glob_match(globs: Iterable[Cmp], comm: str) -> bool:
+    """Whether a process named comm passes every glob (== matches, != does not)."""
+    from fnmatch import fnmatchcase
+    return all(fnmatchcase(comm, str(g.lit.value)) == (g.op == "==") for g in globs)
 
 
 def cond_fields(c: Cond) -> set[str]:
@@ -220,7 +309,8 @@ class _Parser:
             raise ExprError(f"expected a function, found {_found(t)}", t.col, f"functions are {_names(FUNCS)}")
         func = t.text.lower()
         if func not in FUNCS:
-            raise ExprError(f"unknown function '{t.text}'", t.col, f"functions are {_names(FUNCS)}")
+            raise ExprError(f"unknown function '{t.text}'", t.col,
+                            foreign_hint(t.text) or f"functions are {_names(FUNCS)}")
         self.expect("(", f"'(' after {func}")
         value: str | None = None
         lq: tuple[int, int, int] | None = None
@@ -261,7 +351,9 @@ class _Parser:
                 raise ExprError("unbalanced ')'", self.tok.col)
             raise ExprError(f"expected {expected}, found {_found(self.tok)}", self.tok.col)
         if where is not None:
-            check_program_size(where, self.text)
+            kernel, _globs = split_globs(where)
+            if kernel is not None:
+                check_program_size(kernel, self.text)
         return Expr(self.text, func, value, tuple(keys), where, lq, tuple(key_cols))
 
     def value_name(self) -> str:
@@ -273,7 +365,7 @@ class _Parser:
             raise ExprError(f"'{t.text}' is a key, not a value", t.col,
                             f"values are {_names(VALUES)}; use it after 'by'")
         if t.kind == "name":
-            raise ExprError(f"unknown value '{t.text}'", t.col, f"values are {_names(VALUES)}")
+            raise ExprError(f"unknown value '{t.text}'", t.col, foreign_hint(t.text) or f"values are {_names(VALUES)}")
         raise ExprError(f"expected a value, found {_found(t)}", t.col, f"values are {_names(VALUES)}")
 
     def number_arg(self, func: str, value: str, what: str) -> int:
@@ -302,7 +394,7 @@ class _Parser:
             raise ExprError(f"'{t.text}' is a value, not a key", t.col,
                             f"keys are {_names(KEYS)}; aggregate it with a function, or use size")
         if t.kind == "name":
-            raise ExprError(f"unknown key '{t.text}'", t.col, f"keys are {_names(KEYS)}")
+            raise ExprError(f"unknown key '{t.text}'", t.col, foreign_hint(t.text) or f"keys are {_names(KEYS)}")
         raise ExprError(f"expected a key after 'by', found {_found(t)}", t.col, f"keys are {_names(KEYS)}")
 
     # conditions
@@ -349,8 +441,8 @@ class _Parser:
         ot = self.tok
         if ot.kind != "op" or ot.text not in CMP_OPS:
             if lk == "lit" and lt.kind == "name":
-                raise ExprError(f"unknown key or value '{lt.text}'", lt.col,
-                                f"keys are {_names(KEYS)}; values are {_names(VALUES)}")
+                raise ExprError(f"unknown key or value '{lt.text}'", lt.col, foreign_hint(lt.text)
+                                or f"keys are {_names(KEYS)}; values are {_names(VALUES)}")
             raise ExprError(f"expected a comparison ({' '.join(CMP_OPS)}), found {_found(ot)}", ot.col)
         self.next()
         rk, rt = self.operand()
@@ -360,8 +452,8 @@ class _Parser:
             raise ExprError(f"compare '{lt.text}' with a literal, not with '{rt.text}'", rt.col)
         if lk == "lit" and rk == "lit":
             if lt.kind == "name":
-                raise ExprError(f"unknown key or value '{lt.text}'", lt.col,
-                                f"keys are {_names(KEYS)}; values are {_names(VALUES)}")
+                raise ExprError(f"unknown key or value '{lt.text}'", lt.col, foreign_hint(lt.text)
+                                or f"keys are {_names(KEYS)}; values are {_names(VALUES)}")
             raise ExprError(f"one side of '{op}' must be a key or a value", lt.col)
         if lk == "lit":
             lt, rt, op = rt, lt, FLIP[op]
@@ -449,7 +541,7 @@ def parse_all(texts: list[str]) -> list[Expr]:
         except ExprError as exc:
             where = f"expression {i + 1} " if len(texts) > 1 else ""
             raise ExprError(f"{where}'{t}': {exc.msg}", exc.col, exc.hint) from None
-    total = sum(program_size(e.where)[0] for e in out if e.where is not None)
+    total = sum(program_size(k)[0] for k in (e.kernel_where for e in out) if k is not None)
     if total > MAX_INSNS:
         raise UsageError(f"the conditions together are too long for the kernel ({total} instructions, "
                          f"at most {MAX_INSNS})")

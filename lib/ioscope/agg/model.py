@@ -134,6 +134,41 @@ def new_stat(e: Expr) -> Stat:
     return Scalar()
 
 
+# -- stacks ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class CutStack:
+    """A stack (leaf first) without the loop a broken frame-pointer walk runs in: code built without
+    frame pointers can leave the walk going round the same few frames until the kernel's depth limit
+    (127), so the stack ends in one cycle of addresses repeated. `frames` keeps the cycle once; `cycle`
+    is its length and `cut` the frames dropped (0 and 0: no cycle)."""
+
+    frames: list[int]
+    cycle: int = 0
+    cut: int = 0
+
+    def note(self) -> str | None:
+        """The line that says so, after the frames."""
+        if not self.cut:
+            return None
+        return f"(cycle of {self.cycle} frame{'s' if self.cycle > 1 else ''} cut: {self.cut} more repeated it)"
+
+
+def cut_cycle(frames: Sequence[int]) -> CutStack:
+    """Cut a stack at the first frame that repeats an earlier one, when from there to the end it only
+    repeats that cycle (a real recursion returns to its callers, so it does not run to the end)."""
+    seen: dict[int, int] = {}
+    for j, a in enumerate(frames):
+        k = seen.get(a)
+        if k is not None:
+            p = j - k
+            if all(frames[m] == frames[m - p] for m in range(j, len(frames))):
+                return CutStack(list(frames[:j]), p, len(frames) - j)
+            return CutStack(list(frames))
+        seen[a] = j
+    return CutStack(list(frames))
+
+
 # -- the kernel's evaluation, for records from a capture -------------------------------
 
 @dataclass
@@ -151,8 +186,8 @@ def key_mask(e: Expr) -> int:
     mask = 0
     for k in e.keys:  # comm and tgid share the kernel's tgid field: or, not add
         mask |= 1 << abi.FIELDS[abi.KEY_FIELD[k]]
-    if "ustack" in e.keys:  # user addresses mean something only in their process: keyed by it too
-        mask |= 1 << abi.FIELDS["tgid"]
+    if "ustack" in e.keys or e.globs:  # user addresses mean something only in their process; a glob on
+        mask |= 1 << abi.FIELDS["tgid"]  # comm is matched per process in user space (names.name_rows)
     return mask
 
 
@@ -247,6 +282,7 @@ class AggResult:
     tables: list[AggTable]
     final: bool = False
     timing: dict[str, str] = field(default_factory=dict)
+    active_s: float | None = None  # over a capture: its active span (ioscope.rate), the rates' divisor
 
 
 PCT_NAMES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}
@@ -271,19 +307,26 @@ def quantize_buckets(h: Hist) -> list[tuple[int, int, int]]:
     return out
 
 
-def buckets_percentiles(buckets: Sequence[tuple[int, int, int]]) -> dict[str, float]:
+def buckets_percentiles(buckets: Sequence[tuple[int, int, int]], lo: int | None = None,
+                        hi: int | None = None) -> dict[str, float]:
     """p50 p90 p99 p999 of a distribution given as (low, high exclusive, count) buckets (another tool's,
-    such as bpftrace's hist and lhist), interpolated linearly inside the bucket, as Hist.percentile does."""
+    such as bpftrace's hist and lhist), interpolated linearly inside the bucket, as Hist.percentile does,
+    and kept inside [lo, hi], the smallest and largest value seen (without them: inside the buckets,
+    high - 1 the largest value a bucket of integers holds)."""
     total = sum(n for _lo, _hi, n in buckets)
     out: dict[str, float] = {}
     if not total:
         return out
+    nz = [(b_lo, b_hi) for b_lo, b_hi, n in buckets if n]
+    floor = float(lo) if lo is not None else float(nz[0][0])
+    ceil = float(hi) if hi is not None else float(max(nz[-1][1] - 1, nz[-1][0]))
     for name, p in PCT_NAMES.items():
         rank = p / 100.0 * total
         seen = 0
-        for lo, hi, n in buckets:
+        for b_lo, b_hi, n in buckets:
             if n and seen + n >= rank:
-                out[name] = round(lo + max(0, hi - lo) * max(0.0, rank - seen) / n, 1)
+                est = b_lo + max(0, b_hi - 1 - b_lo) * max(0.0, rank - seen) / n
+                out[name] = round(min(max(est, floor), ceil), 1)
                 break
             seen += n
     return out
@@ -335,5 +378,6 @@ def hist_from_counts(slots: np.ndarray, count: int, total: int, mn: int, mx: int
     return Hist(counts=np.asarray(slots[:NBUCKETS], dtype=np.uint64), count=count, total=total, min=mn, max=mx)
 
 
-__all__ = ["AggResult", "AggSample", "AggTable", "Linear", "NamedRow", "RawRow", "ResultRow", "Scalar",
-           "aggregate", "buckets_percentiles", "build_result", "build_table", "key_mask", "quantize_buckets"]
+__all__ = ["AggResult", "AggSample", "AggTable", "CutStack", "Linear", "NamedRow", "RawRow", "ResultRow", "Scalar",
+           "aggregate", "buckets_percentiles", "build_result", "build_table", "cut_cycle", "key_mask",
+           "quantize_buckets"]

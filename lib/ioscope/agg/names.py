@@ -19,8 +19,8 @@ import numpy as np
 from ioscope import abi as core_abi
 from ioscope import devices
 from ioscope.agg import abi
-from ioscope.agg.expr import Expr, ExprError, Literal
-from ioscope.agg.model import NamedRow, RawRow
+from ioscope.agg.expr import Expr, ExprError, Literal, glob_match
+from ioscope.agg.model import NamedRow, RawRow, cut_cycle
 from ioscope.errors import IoscopeError
 from ioscope.trace import events
 
@@ -218,10 +218,12 @@ TRACING_FRAMES = ("bpf_prog_", "bpf_trace_run", "__bpf_trace_", "__traceiter_", 
 def stack_text(frames: Sequence[int], syms: KernelSymbols) -> str:
     """A stack, leaf first, one frame a line (the key's value: rows of one stack merge), without the
     frames of the tracing itself (agg's program and the tracepoint's call into it)."""
-    names = [syms.name(a) for a in frames if a]
+    stack = cut_cycle([a for a in frames if a])
+    names = [syms.name(a) for a in stack.frames]
     while len(names) > 1 and names[0].startswith(TRACING_FRAMES):
         names.pop(0)
-    return "\n".join(names)
+    note = stack.note()
+    return "\n".join(names + ([note] if note else []))
 
 
 class ElfSymbols:
@@ -346,8 +348,11 @@ class UserSymbols:
 def ustack_text(frames: Sequence[int], tgid: int, syms: UserSymbols) -> str:
     """A user stack, leaf first, one frame a line (the kernel's frame-pointer walk: code built without
     frame pointers, as most distributions' libc, shows its caller's frames missing or wrong)."""
-    addrs = [a for a in frames if a]
-    return "\n".join(syms.frames(tgid, addrs)) if addrs else "[no user stack]"
+    stack = cut_cycle([a for a in frames if a])
+    if not stack.frames:
+        return "[no user stack]"
+    note = stack.note()
+    return "\n".join(syms.frames(tgid, stack.frames) + ([note] if note else []))
 
 
 def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> list[list[NamedRow]]:
@@ -357,6 +362,10 @@ def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> lis
         if r.expr >= len(exprs):
             continue
         e = exprs[r.expr]
+        if e.globs:  # comm == "kworker*": the rows carry the process (key_mask), its name decides
+            tgid = r.key[abi.FIELDS["tgid"]]
+            if not glob_match(e.globs, namer.comm(tgid) if tgid else "[unknown]"):
+                continue
         keys: dict[str, str | int] = {}
         for k in e.keys:
             v = r.key[abi.FIELDS[abi.KEY_FIELD[k]]]

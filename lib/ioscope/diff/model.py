@@ -7,6 +7,7 @@ from typing import Any
 
 from ioscope.diff.summary import PCTS, CaptureSummary, DiskStats, OpStats
 from ioscope.ra.fairness import jain_index
+from ioscope.rate import per_second
 
 
 @dataclass
@@ -83,11 +84,12 @@ def pair_disks(a: dict[str, DiskStats], b: dict[str, DiskStats]) -> list[tuple[s
     return [(n, n if n in a else None, n if n in b else None) for n in sorted(set(a) | set(b))]
 
 
-def _op_metrics(x: OpStats | None, y: OpStats | None, dx: float, dy: float) -> list[Metric]:
-    def rate(o: OpStats | None, dur: float, what: str) -> float | None:
-        if o is None or dur <= 0:
+def _op_metrics(x: OpStats | None, y: OpStats | None, dx: float | None, dy: float | None) -> list[Metric]:
+    """dx, dy: each capture's active span, the one divisor of every rate (ioscope.rate)."""
+    def rate(o: OpStats | None, span_s: float | None, what: str) -> float | None:
+        if o is None:
             return None
-        return (o.bytes / 1e6 if what == "MB/s" else o.ios) / dur
+        return per_second(o.bytes / 1e6 if what == "MB/s" else o.ios, span_s)
 
     out = [Metric("I/Os", "count", x.ios if x else None, y.ios if y else None),
            Metric("MB/s", "rate", rate(x, dx, "MB/s"), rate(y, dy, "MB/s")),
@@ -129,8 +131,8 @@ def diff(before: CaptureSummary, after: CaptureSummary) -> DiffResult:
             continue
         da, db = before.disks[a], after.disks[b]
         for op in sorted(set(da.ops) | set(db.ops)):
-            res.ops.append(OpDiff(label, op, _op_metrics(da.ops.get(op), db.ops.get(op), before.duration_s,
-                                                           after.duration_s)))
+            res.ops.append(OpDiff(label, op, _op_metrics(da.ops.get(op), db.ops.get(op), before.active_s,
+                                                           after.active_s)))
         ja = jain_index([float(v) for v in da.procs.values()]) if da.procs else None
         jb = jain_index([float(v) for v in db.procs.values()]) if db.procs else None
         res.balance.append(Metric(label, "ratio", ja, jb))

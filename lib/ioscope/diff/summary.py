@@ -37,6 +37,8 @@ class CaptureSummary:
     disks: dict[str, DiskStats]
     host_settings: dict[str, Any] = field(default_factory=dict)  # from a bundle's context: vm.*, cgroup limits, ...
     stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # meta["stacks"]: btrfs, dm, md and members
+    active_s: float | None = None  # its active span (ioscope.rate): first I/O queued to last completed, every
+    # rate's divisor
 
 
 def context_settings(ctx: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -95,4 +97,5 @@ def summarise(path: str) -> CaptureSummary:
     for name, d in disks.items():
         d.settings = {k: v for k, v in settings.get(name, {}).items() if k not in ("name", "major", "minor")}
         d.settings.update({k: v for k, v in queues.get(name, {}).items() if k != "schedulers_available"})
-    return CaptureSummary(path, meta.get("host"), res.interval_s, disks, host, dict(meta.get("stacks") or {}))
+    return CaptureSummary(path, meta.get("host"), res.interval_s, disks, host, dict(meta.get("stacks") or {}),
+                          res.active_s)

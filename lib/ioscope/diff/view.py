@@ -10,6 +10,7 @@ from rich.text import Text
 
 from ioscope.diff.model import Change, DiffResult, Metric
 from ioscope.fmt import fmt_ns
+from ioscope.rate import BASIS
 
 
 def fmt_metric(v: float | None, unit: str) -> str:
@@ -37,8 +38,13 @@ def _side(s: Any) -> str:
     return f"{s.path} ({s.host or 'host not recorded'}, {s.duration_s:.2f} s)"
 
 
+def _active(s: Any) -> str:
+    return "-" if s.active_s is None else f"{s.active_s:.2f} s"
+
+
 def renderables(r: DiffResult) -> Iterator[Any]:
-    yield Text(f"before: {_side(r.before)}\nafter:  {_side(r.after)}")
+    yield Text(f"before: {_side(r.before)}\nafter:  {_side(r.after)}\n"
+               f"MB/s and IOPS: {BASIS} ({_active(r.before)} before, {_active(r.after)} after)")
     if r.changes:
         t = Table(title="settings that changed", title_justify="left", box=None, pad_edge=False)
         for col in ("disk", "setting", "before", "after", "change"):
@@ -83,8 +89,11 @@ def _metric_json(m: Metric) -> dict[str, Any]:
 
 def to_json(r: DiffResult) -> dict[str, Any]:
     return {
-        "before": {"path": r.before.path, "host": r.before.host, "duration_s": r.before.duration_s},
-        "after": {"path": r.after.path, "host": r.after.host, "duration_s": r.after.duration_s},
+        "before": {"path": r.before.path, "host": r.before.host, "duration_s": r.before.duration_s,
+                   "active_s": r.before.active_s},
+        "after": {"path": r.after.path, "host": r.after.host, "duration_s": r.after.duration_s,
+                  "active_s": r.after.active_s},
+        "rates": BASIS,
         "changes": [{"disk": c.disk, "setting": c.setting, "before": c.before, "after": c.after,
                      "direction": c.direction, "ratio": c.ratio} for c in r.changes],
         "ops": [{"disk": o.disk, "op": o.op, "metrics": {m.name: _metric_json(m) for m in o.metrics}} for o in r.ops],

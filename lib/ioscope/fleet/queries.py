@@ -5,6 +5,8 @@ functions. Every I/O counted is one of report's I/Os that completed (`q2c is not
 
 from __future__ import annotations
 
+from ioscope.rate import SPAN_SQL
+
 PCTS = (("p50", 0.5), ("p99", 0.99), ("p999", 0.999))
 
 
@@ -12,10 +14,10 @@ def _pct(col: str) -> str:
     return ", ".join(f"percentile_cont({q}) within group (order by i.{col}) as {col}_{name}" for name, q in PCTS)
 
 
-# each capture's span (first Q to last C), summed per host: the time its I/Os were recorded in
-_SPANS = """host_span as (
+# each capture's active span (ioscope.rate: first Q to last C), summed per host: every rate's divisor
+_SPANS = f"""host_span as (
   select host, sum(span_s) as span_s from (
-    select host, capture_id, (max(c_ns) - min(q_ns)) / 1e9 as span_s
+    select host, capture_id, {SPAN_SQL} as span_s
     from ios where q2c is not null group by host, capture_id) s
   group by host)"""
 

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from ioscope.fleet.model import FleetResult
 from ioscope.fmt import fmt_bytes, fmt_ns
+from ioscope.rate import BASIS
 
 
 def _ns(v: Any) -> str:
@@ -24,7 +25,8 @@ def renderables(r: FleetResult) -> Iterator[Any]:
     for h in r.hosts:
         t.add_row(Text(str(h["host"])), f"{h['ios']:,}", _ns(h["q2c_p99"]))
     yield t
-    t = Table(title="per host, disk and op", title_justify="left", box=None, pad_edge=False)
+    t = Table(title=f"per host, disk and op (IOPS and MB/s: {BASIS})", title_justify="left", box=None,
+              pad_edge=False)
     cols = ("host", "disk", "op", "I/Os", "bytes", "IOPS", "MB/s", "q2c p50", "q2c p99", "q2c p99.9",
             "d2c p50", "d2c p99", "d2c p99.9")
     for c in cols:
@@ -43,5 +45,5 @@ def renderables(r: FleetResult) -> Iterator[Any]:
 
 
 def to_json(r: FleetResult) -> dict[str, Any]:
-    return {"engine": r.engine, "units": {"q2c_*": "ns", "d2c_*": "ns", "mb_s": "1e6 bytes/s"},
+    return {"engine": r.engine, "units": {"q2c_*": "ns", "d2c_*": "ns", "mb_s": "1e6 bytes/s"}, "rates": BASIS,
             "hosts": r.hosts, "per_disk_op": r.per_disk_op, "top_processes": r.top_processes}
