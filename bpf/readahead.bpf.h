@@ -27,6 +27,14 @@
  * A per-file count of tracked pages lets reads of other files return after
  * one lookup.
  *
+ * Files are keyed by (s_dev, i_ino) as the page cache tracepoints name them.
+ * A block device read through its own page cache (dd if=/dev/sdb) has its
+ * pages in the block device's inode, in the kernel's bdev pseudo file system:
+ * its s_dev is that file system's, the disk is the inode's i_rdev. -d filters
+ * such a file on i_rdev, and `bdevs` tells user space which keys are block
+ * devices (on 5.10 every block device inode has i_ino 0: two devices read at
+ * once share one key there). `names` keeps each other file's path (fname.bpf.h).
+ *
  * Kernels without these tracepoints (the readahead ones are in 6.18 but not
  * 6.12; mm_filemap_get_pages, _fault and _map_pages are in 6.12 but not 6.1)
  * get fentry/fexit programs on the functions the tracepoints sit in, reading
@@ -45,6 +53,7 @@
 #define IOS_STATS_SIZE RA_NR_STATS
 #include "common.bpf.h"
 #include "comms.bpf.h"
+#include "fname.bpf.h"
 
 #ifdef RA_NO_BPF_LOOP
 /* a bounded loop: the verifier walks every iteration, so keep it short */
@@ -103,7 +112,33 @@ struct {
 	__type(value, struct hist);
 } hists SEC(".maps");
 
+/* The block devices read through their own page cache (file key -> the device's dev_t). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, struct ra_file);
+	__type(value, __u32);
+} bdevs SEC(".maps");
+
+/* Each other file's name, taken when its first window is seen. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ra_file);
+	__type(value, struct agg_file);
+} names SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct agg_file);
+} name_scratch SEC(".maps");
+
 static struct ra_stats zero_stats;
+/* s_dev of the block devices' pseudo file system, once a block device's page cache was seen. */
+__u32 bdevfs_dev = 0;
 /* Pages tracked right now, all files: reads return at once while it is 0. */
 __s64 tracked_total = 0;
 
@@ -127,6 +162,42 @@ static __always_inline bool wanted(__u32 dev)
 	if (targ_filter_dev && !bpf_map_lookup_elem(&dev_filter, &dev))
 		return false;
 	return true;
+}
+
+#define RA_S_IFMT 0170000
+#define RA_S_IFBLK 0060000
+
+/* The disk of a block device's own page cache (its i_rdev), 0 for a file's. */
+static __always_inline __u32 block_dev(struct inode *inode)
+{
+	if ((BPF_CORE_READ(inode, i_mode) & RA_S_IFMT) != RA_S_IFBLK)
+		return 0;
+	return BPF_CORE_READ(inode, i_rdev);
+}
+
+/* Once per file (a hash lookup after that): note a block device's key in bdevs, or the file's
+ * name in names. Inlined: a tp_btf program's inode cannot be passed to a global function. */
+static __always_inline void note_file(struct inode *inode, __u32 dev, __u64 ino, __u32 rdev)
+{
+	struct ra_file key = { .ino = ino, .dev = dev };
+	struct agg_file *f;
+	__u32 zero = 0;
+
+	if (rdev) {
+		if (bdevfs_dev != dev)
+			bdevfs_dev = dev;
+		/* a failure only loses the device's name (its key is shown instead): not counted */
+		bpf_map_update_elem(&bdevs, &key, &rdev, BPF_ANY);
+		return;
+	}
+	if (bpf_map_lookup_elem(&names, &key))
+		return;
+	f = bpf_map_lookup_elem(&name_scratch, &zero);
+	if (!f)
+		return;
+	fname_fill(f, inode);
+	/* full: user space names the file without it; not counted */
+	bpf_map_update_elem(&names, &key, f, BPF_NOEXIST);
 }
 
 static __always_inline struct ra_stats *file_stats(__u32 dev, __u64 ino, __u32 tgid, bool create)
@@ -175,11 +246,13 @@ static __always_inline int on_decision(struct inode *inode, struct file_ra_state
 	__u32 dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	__u64 ino = BPF_CORE_READ(inode, i_ino);
 	__u32 ra_pages = BPF_CORE_READ(ra, ra_pages);
+	__u32 rdev = block_dev(inode);
 	struct ra_stats *s;
 	struct ra_task *t;
 
-	if (!wanted(dev))
+	if (!wanted(rdev ? rdev : dev))
 		return 0;
+	note_file(inode, dev, ino, rdev);
 	s = file_stats(dev, ino, bpf_get_current_pid_tgid() >> 32, true);
 	if (s) {
 		if (kind < RA_NR_KINDS)
@@ -206,12 +279,14 @@ static __always_inline int on_window(struct inode *inode, __u64 start, __u64 siz
 {
 	__u32 dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	__u64 ino = BPF_CORE_READ(inode, i_ino);
+	__u32 rdev = block_dev(inode);
 	struct ra_stats *s;
 	struct ra_task *t;
 	__u8 kind;
 
-	if (!wanted(dev))
+	if (!wanted(rdev ? rdev : dev))
 		return 0;
+	note_file(inode, dev, ino, rdev);
 	t = task_state(true);
 	if (!t)
 		return 0;
@@ -685,7 +760,9 @@ int tp_add_page(struct trace_event_raw_mm_filemap_op_page_cache *ctx)
 {
 	__u32 dev = ctx->s_dev;
 
-	if (targ_filter_dev && !bpf_map_lookup_elem(&dev_filter, &dev))
+	/* a block device's page cache is filtered on its disk by the window's program; on_add
+	 * takes only pages of the thread's current window */
+	if (targ_filter_dev && !bpf_map_lookup_elem(&dev_filter, &dev) && !(bdevfs_dev && dev == bdevfs_dev))
 		return 0;
 	return on_add(dev, ctx->i_ino, ctx->index, folio_order(ctx));
 }

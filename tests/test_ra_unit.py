@@ -14,7 +14,7 @@ from ioscope.ra.fair.collector import blkio_limits
 from ioscope.ra.fair.model import FairReport, Poor, ProcRate, ProcRow, balances, likely_causes, per_process
 from ioscope.ra.fair.view import text_lines
 from ioscope.ra.fairness import Verdict
-from ioscope.ra.readahead.collector import group_cached, mountpoints
+from ioscope.ra.readahead.collector import bdev_path, block_device_names, group_cached
 from ioscope.ra.readsize.collector import filter_devs, syscall_numbers
 from ioscope.ra.readsize.model import ProcIO, merge_procs
 from ioscope.ra.readsize.view import proc_json, proc_table, size_rows
@@ -149,13 +149,23 @@ def test_filter_devs_includes_partitions(tmp_path: Path) -> None:
     assert filter_devs(BlockDevice("sdz", 8, 240), str(tmp_path)) == [kdev(8, 240), kdev(8, 241)]
 
 
-def test_mountpoints_fixture(tmp_path: Path) -> None:
-    (tmp_path / "self").mkdir()
-    (tmp_path / "self" / "mountinfo").write_text(
-        "36 35 7:3 / /mnt/a\\040b rw,noatime - ext4 /dev/loop3 rw\n30 1 254:1 / / rw - ext4 /dev/vda1 rw\n")
+def test_block_device_paths(tmp_path: Path) -> None:
+    """A block device read through its own page cache is named /dev/<disk or partition>."""
     from ioscope.devices import kdev
 
-    assert mountpoints(str(tmp_path)) == {kdev(7, 3): "/mnt/a b", kdev(254, 1): "/"}
+    for name, dev in (("loop3", "7:3"), ("sdz", "8:240")):
+        (tmp_path / "block" / name).mkdir(parents=True)
+        (tmp_path / "block" / name / "dev").write_text(dev + "\n")
+    part = tmp_path / "block" / "sdz" / "sdz1"
+    part.mkdir()
+    for f, v in (("dev", "8:241"), ("partition", "1"), ("start", "2048"), ("size", "4096")):
+        (part / f).write_text(v + "\n")
+    (tmp_path / "class" / "block").mkdir(parents=True)
+    (tmp_path / "class" / "block" / "sdz1").symlink_to(part)
+    names = block_device_names(str(tmp_path))
+    assert names == {kdev(7, 3): "loop3", kdev(8, 240): "sdz", kdev(8, 241): "sdz1"}
+    assert bdev_path(kdev(8, 241), names) == "/dev/sdz1" and bdev_path(kdev(7, 3), names) == "/dev/loop3"
+    assert bdev_path(kdev(9, 9), names) == "/dev/block/9:9"
 
 
 def test_syscall_numbers() -> None:

@@ -71,8 +71,8 @@ def test_sequential_read(fs_ra: Any) -> None:
     files = [f for f in doc["files"] if f["comm"] == "dd"]
     assert len(files) == 1
     f = files[0]
-    # dd has exited, so the file is named by its mount point and inode
-    assert f["ino"] == os.stat(path).st_ino and f["path"] in (path, f"{fs_ra.mnt} ino {f['ino']}")
+    # dd has exited (its fd table is gone): the file is named by its path from the kernel's dentries
+    assert f["ino"] == os.stat(path).st_ino and f["path"] == path
     # the whole file came in through readahead, and dd read every page of it
     assert f["pages"] >= size // PAGE
     assert f["used"] == size // PAGE
@@ -80,6 +80,41 @@ def test_sequential_read(fs_ra: Any) -> None:
     # readahead cannot bring in more than the device read
     assert doc["totals"]["pages"] * PAGE <= (after.sectors_read - before.sectors_read) * 512
     assert doc["age_ns"]["count"] == f["used"]
+
+
+@pytest.mark.parametrize("attach", [None, "raw_tp"])
+def test_block_device_read(live: None, attach: str | None) -> None:
+    """dd of the raw device: its page cache is the device's inode in the kernel's bdev file system, the
+    pages are on the device, -d picks them and the file is the device."""
+    from ioscope.ra.fs import drop_caches
+    from ioscope.testbed import LoopDevice
+
+    count = 1999  # 4 KiB blocks: not a multiple of the 32-page window
+    with LoopDevice(size_mb=64, read_ahead_kb=128) as loop:
+        path, name = loop.path, loop.name
+        ma, mi = (int(x) for x in loop.device.majmin.split(":"))
+        drop_caches()
+        t = Traced("readahead", "-d", name, "-j", env={"IOSCOPE_ATTACH": attach} if attach else None)
+        try:
+            before = loop.diskstats()
+            subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=4k", f"count={count}", "status=none"],
+                           check=True)
+            after = loop.diskstats()
+        finally:
+            out, _err = t.stop()
+    doc = json_lines(out)[0]
+    assert doc["lost"] == 0, doc["lost_detail"]
+    _check_accounting(doc)
+    dev = next(d for d in doc["devices"] if d["disk"] == name)
+    assert dev["read_ahead_kb"] == 128 and dev["max_ra_pages_seen"] == 128 * 1024 // PAGE
+    assert doc["decisions"]["sync"] >= 1 and doc["decisions"]["async"] >= 1
+    files = [f for f in doc["files"] if f["comm"] == "dd"]
+    assert len(files) == 1 and files[0]["path"] == path and files[0]["dev"] == f"{ma}:{mi}", files
+    f = files[0]
+    # every page dd read came in through readahead and was used; all the device read was readahead
+    assert f["used"] == count and f["pages"] >= count
+    assert doc["totals"]["pages"] * PAGE == (after.sectors_read - before.sectors_read) * 512, (doc["totals"],
+                                                                                             before, after)
 
 
 @pytest.mark.parametrize("fs_ra", [4096], indirect=True)

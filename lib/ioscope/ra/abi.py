@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ioscope.abi import HIST
+from ioscope.agg.abi import FILE as AGG_FILE
 
 # enum rs_op
 RS_OP_READ, RS_OP_WRITE = 0, 1
@@ -69,6 +70,8 @@ STRUCTS = {
     "rs_owner": ("readsize", RS_OWNER), "rs_rq_key": ("readsize", RS_RQ_KEY),
     "ra_key": ("readahead", RA_KEY), "ra_stats": ("readahead", RA_STATS), "ra_file": ("readahead", RA_FILE),
     "ra_page_key": ("readahead", RA_PAGE_KEY), "ra_page": ("readahead", RA_PAGE), "ra_task": ("readahead", RA_TASK),
+    # readahead's names map holds a file's name as agg's files map does (bpf/fname.bpf.h)
+    "agg_file": ("readahead", AGG_FILE),
 }
 
 # Syscall numbers per architecture (uname -m). x86_64: arch/x86/entry/syscalls/syscall_64.tbl;

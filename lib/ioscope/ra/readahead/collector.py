@@ -1,5 +1,5 @@
-"""The readahead collector: bpf/readahead.bpf.o, the readers' fd tables and mountinfo (file names),
-and sysfs (read_ahead_kb), read into one RaSample of totals since the start."""
+"""The readahead collector: bpf/readahead.bpf.o (with the files' names, as agg keeps them), sysfs
+(read_ahead_kb, device names), read into one RaSample of totals since the start."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import numpy as np
 
 from ioscope import _libbpf, devices
 from ioscope import abi as core_abi
+from ioscope.agg import abi as agg_abi
+from ioscope.agg import names as agg_names
 from ioscope.errors import IoscopeError
 from ioscope.hist import Hist
 from ioscope.loader import BPFObject
@@ -84,24 +86,19 @@ def resolve_path(pid: int, dev: int, ino: int, proc_root: str = "/proc") -> str 
     return None
 
 
-def mountpoints(proc_root: str = "/proc") -> dict[int, str]:
-    """kernel dev_t of each mounted filesystem -> its first mount point (from mountinfo)."""
-    out: dict[int, str] = {}
-    try:
-        lines = Path(proc_root, "self", "mountinfo").read_text().splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        parts = line.split()
-        if len(parts) < 5 or ":" not in parts[2]:
-            continue
-        ma, mi = parts[2].split(":")
-        try:
-            dev = devices.kdev(int(ma), int(mi))
-        except ValueError:
-            continue
-        out.setdefault(dev, parts[4].replace("\\040", " "))
+def block_device_names(sys_root: str = "/sys") -> dict[int, str]:
+    """kernel dev_t -> name of every disk and partition."""
+    out = {d.dev: d.name for d in devices.list_disks(sys_root)}
+    out.update({devices.kdev(p.major, p.minor): p.name for p in devices.list_partitions(sys_root)})
     return out
+
+
+def bdev_path(rdev: int, names: dict[int, str]) -> str:
+    """The path of a block device read through its own page cache (dd if=/dev/sdb)."""
+    if rdev in names:
+        return f"/dev/{names[rdev]}"
+    ma, mi = devices.kdev_split(rdev)
+    return f"/dev/block/{ma}:{mi}"
 
 
 def dev_info(dev: int) -> DevInfo:
@@ -122,9 +119,12 @@ class ReadaheadCollector:
         # without bpf_loop (5.10) the object whose loops are bounded (and shorter)
         self.object = "readahead" if _libbpf.probe_helper("loop") else "readahead_noloop"
         self.bpf = BPFObject(self.object, btf=opts.btf)
-        self.paths: dict[tuple[int, int], str] = {}
+        # file key (dev, ino) -> (the disk it is on, its name): a block device's own page cache is
+        # keyed by the kernel's bdev pseudo file system, its disk is the device itself
+        self.keys: dict[tuple[int, int], tuple[int, str]] = {}
         self.comms: dict[int, str] = {}
         self._mounts: dict[int, str] = {}
+        self._bdev_names: dict[int, str] = {}
         try:
             self._setup()
         except BaseException:
@@ -155,6 +155,8 @@ class ReadaheadCollector:
         self.pages = b.map("pages")
         self.hists = b.map("hists")
         self.comm_map = b.map("comms")
+        self.bdevs = b.map("bdevs")
+        self.names = b.map("names")
         self.stats = StatsDelta(b, b.map("stats"), abi.RA_STAT_NAMES, abi.RA_NR_STATS, RA_LOSSES, RA_EXPLAIN)
         b.attach()
 
@@ -181,13 +183,38 @@ class ReadaheadCollector:
         """What each missing tracepoint costs (one line each; the report's "unavailable" too)."""
         return self.missing
 
-    def _mount_name(self, dev: int, ino: int) -> str | None:
-        """'<mount point> ino N' when the file is not open any more."""
-        mnt = self._mounts.get(dev)
-        if mnt is None:
-            self._mounts = mountpoints()
-            mnt = self._mounts.get(dev)
-        return f"{mnt} ino {ino}" if mnt else None
+    def _mount(self, dev: int) -> str | None:
+        if dev not in self._mounts:
+            self._mounts = agg_names.mount_points()
+        return self._mounts.get(dev)
+
+    def _key(self, dev: int, ino: int, pid: int, busiest: bool) -> tuple[int, str | None]:
+        """The disk of a file key and the file's name: /dev/NAME for a block device's own page cache,
+        the path agg gives its file key (names map), else the reader's fd table, else
+        '<mount point> ino N'."""
+        if (dev, ino) in self.keys:
+            return self.keys[(dev, ino)]
+        key = np.array([(ino, dev, 0)], dtype=abi.RA_FILE).tobytes()
+        raw = self.bdevs.lookup(key)
+        if raw is not None:
+            rdev = int(np.frombuffer(raw, dtype=np.uint32)[0])
+            if rdev not in self._bdev_names:
+                self._bdev_names = block_device_names()
+            self.keys[(dev, ino)] = (rdev, bdev_path(rdev, self._bdev_names))
+            return self.keys[(dev, ino)]
+        raw = self.names.lookup(key)
+        if raw is not None:
+            rec = np.frombuffer(raw, dtype=agg_abi.FILE)[0]
+            if int(rec["depth"]) and self._mount(dev) is not None:
+                self.keys[(dev, ino)] = (dev, agg_names.file_path(rec, self._mounts))
+                return self.keys[(dev, ino)]
+        # no name kept (names map full, no dentry, file system not mounted here)
+        path = resolve_path(pid, dev, ino) if busiest else None
+        if path:
+            self.keys[(dev, ino)] = (dev, path)
+            return self.keys[(dev, ino)]
+        mnt = self._mount(dev)
+        return dev, f"{mnt} ino {ino}" if mnt else None
 
     def read(self) -> RaSample:
         wall = time.time()
@@ -208,22 +235,19 @@ class ReadaheadCollector:
                               np.frombuffer(pv, dtype=abi.RA_PAGE, count=pn))
         self.comms.update(core_abi.comms_from_dump(*self.comm_map.dump()))
         files = []
-        # paths are looked up (in the reader's fd table) for the files with most pages only
+        # files without a kept name are looked up in the reader's fd table, the busiest only
         order = np.argsort(-vals["pages"].astype(np.int64), kind="stable") if n else np.zeros(0, dtype=np.int64)
         busiest = {int(j) for j in order[:RESOLVE_PATHS]}
         for j, (k, v) in enumerate(zip(keys, vals)):
             dev, ino, pid = int(k["dev"]), int(k["ino"]), int(k["tgid"])
-            if (dev, ino) not in self.paths and j in busiest:
-                path = resolve_path(pid, dev, ino)
-                if path:
-                    self.paths[(dev, ino)] = path
+            disk, path = self._key(dev, ino, pid, j in busiest)
             files.append(RaFile(
-                pid=pid, comm=self.comms.get(pid, "?"), dev=dev, ino=ino,
+                pid=pid, comm=self.comms.get(pid, "?"), dev=disk, ino=ino,
                 decisions={abi.RA_KIND_NAMES[i]: int(v["decisions"][i]) for i in range(abi.RA_NR_KINDS)},
                 window_pages={abi.RA_KIND_NAMES[i]: int(v["window_pages"][i]) for i in range(abi.RA_NR_KINDS)},
                 max_ra_pages=int(v["max_ra_pages"]), max_window=int(v["max_window"]), pages=int(v["pages"]),
                 used=int(v["used"]), wasted=int(v["wasted"]), cached=cached.get((dev, ino, pid), 0),
-                untracked=int(v["untracked"]), path=self.paths.get((dev, ino)) or self._mount_name(dev, ino),
+                untracked=int(v["untracked"]), path=path,
             ))
         return RaSample(wall=wall, started=self.started, files=files, hists=hists,
                         losses=self.stats.read(since_last=False),
@@ -234,5 +258,5 @@ class ReadaheadCollector:
         self.bpf.close()
 
 
-__all__ = ["RA_HOOKS", "RA_HOOK_NUMBERS", "ReadaheadCollector", "ReadaheadOptions", "group_cached", "mountpoints",
-           "resolve_path"]
+__all__ = ["RA_HOOKS", "RA_HOOK_NUMBERS", "ReadaheadCollector", "ReadaheadOptions", "bdev_path",
+           "block_device_names", "group_cached", "resolve_path"]
