@@ -34,6 +34,14 @@ class Parser(argparse.ArgumentParser):
         sys.stderr.write(f"{self.prog}: error: {message}; see {self.prog} --help\n")
         sys.exit(EXIT_USAGE)
 
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        # a tool's parser is called through this too (by the subparsers action): -n and COUNT folded there
+        ns, rest = super().parse_known_args(args, namespace)
+        from ioscope.cli_common import finish_args
+        finish_args(self, ns)
+        return ns, rest
+
 
 # Subcommand modules, in --help order: tool name -> module. Each module has add_parser(subparsers),
 # whose parser sets defaults func=run and tool=<name>. A module listed here that is not part of this
@@ -97,7 +105,9 @@ def build_parser(only: Sequence[str] | None = None) -> Parser:
     sub = p.add_subparsers(title="tools", metavar="TOOL", parser_class=Parser)
     for mod in _tool_modules(only):
         mod.add_parser(sub)
+    from ioscope.cli_common import finish_parser
     for tool in sub.choices.values():
+        finish_parser(tool)
         tool.add_argument("--btf", metavar="FILE", default=argparse.SUPPRESS,
                           help="kernel BTF to use instead of /sys/kernel/btf/vmlinux")
     return p

@@ -20,7 +20,7 @@ DETAILS = 5  # processes shown with their size distributions (the busiest ones)
 
 @dataclass
 class ReadsizeViewOptions:
-    rows: int = 20  # processes in the table (-n)
+    rows: int = 20  # processes in the table (-r)
 
 
 def _buckets(h: Hist) -> list[list[int]]:
@@ -105,7 +105,7 @@ def proc_table(procs: list[ProcIO], rows: int) -> list[str]:
                    f"{fmt_bytes(p.dev.mean):>7} {fmt_bytes(p.ra_bytes):>7} "
                    f"{(f'{amp:.2f}' if amp is not None else '-'):>6}")
     if len(procs) > rows:
-        out.append(f"... {len(procs) - rows} more processes (-n to show more)")
+        out.append(f"... {len(procs) - rows} more processes (-r to show more)")
     for p in procs[:min(rows, DETAILS)]:
         out.append("")
         out += proc_lines(p)
