@@ -110,7 +110,8 @@ class Sampler:
 
         cur = self.c.sample(final)
         snap = build_snapshot(self.prev, cur, host=self.host, kernel=self.kernel, disks=self.c.whole_disks(),
-                              name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary())
+                              name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary(),
+                              show_idle=bool(self.c.filter))
         self.prev = cur
         if self.stacks:
             from ioscope.top.model import stack_rows
