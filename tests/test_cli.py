@@ -62,6 +62,11 @@ def test_lat_help_examples_match_docs() -> None:
     (["lat", "--phase", "q2x"], "unknown phase"),
     (["lat", "-p", "zero"], "PID must be a number"),
     (["nosuchtool"], "invalid choice"),
+    # issue 16: words no option took are the tool's error, with its name, not the top-level parser's
+    (["snoop", "1", "1"], "ioscope snoop: error: unrecognized arguments: 1 1; snoop takes no interval or count "
+                          "(-w SECONDS stops it); see ioscope snoop --help"),
+    (["lat", "--foo"], "ioscope lat: error: unrecognized arguments: --foo; see ioscope lat --help"),
+    (["top", "1", "2", "3"], "ioscope top: error: unrecognized arguments: 3; see ioscope top --help"),
 ])
 def test_bad_arguments(args: list[str], needle: str) -> None:
     _one_line_error(run_ioscope(*args), 2, needle)

@@ -52,12 +52,12 @@ def balance_line(v: Verdict, by: str, seconds: float, label: str) -> str:
         return f"{label} {op}: one active process, no balance to compute"
 
     def per_s(x: float) -> str:
-        return fmt_bytes(x / seconds) + "B/s" if seconds > 0 else fmt_bytes(x) + "B"
+        return fmt_bytes(x / seconds, unit=True) + "/s" if seconds > 0 else fmt_bytes(x, unit=True)
 
     mm = "inf" if b.max_min == float("inf") else f"{b.max_min:.2f}"
     if not v.enough:
-        flag = (f"  too little {op} I/O to judge ({fmt_bytes(b.total)}B, under --min-bytes "
-                f"{fmt_bytes(v.min_bytes)}B)")
+        flag = (f"  too little {op} I/O to judge ({fmt_bytes(b.total, unit=True)}, under --min-bytes "
+                f"{fmt_bytes(v.min_bytes, unit=True)})")
     else:
         flag = f"  POOR (Jain < {POOR_JAIN})" if v.poor else ""
     return (f"{label} {op} balance over {b.n} processes ({by} bytes): min {per_s(b.min)} max {per_s(b.max)} "
