@@ -57,6 +57,40 @@ def test_select_active() -> None:
     assert select_active({1: 0.0}, 0.01) == {}
 
 
+def test_groups_per_disk_model() -> None:
+    """Pure model: per-disk bytes make one group per disk; a process on two disks is in both with its
+    bytes on each; with no per-disk bytes (--across-disks) every process is one group."""
+    from ioscope.devices import DiskStats
+    from ioscope.hist import Hist
+    from ioscope.losses import Losses
+    from ioscope.ra.fair.model import FairSample, build_report
+    from ioscope.ra.readsize.model import DiskIO, ProcIO
+
+    def proc(pid: int, comm: str, app: int, dev: int) -> ProcIO:
+        return ProcIO(pid, comm, "read", Hist.from_values([app]), Hist.from_values([app]), Hist.from_values([dev]))
+
+    procs = [proc(1, "a", 40 * MB + MB, 40 * MB + MB), proc(2, "b", 40 * MB, 40 * MB), proc(3, "c", 4 * MB, 4 * MB)]
+    per_disk = [DiskIO(1, "read", "loop1", 40 * MB, 40 * MB, 40 * MB), DiskIO(2, "read", "loop1", 40 * MB, 40 * MB),
+                DiskIO(3, "read", "loop2", 4 * MB, 4 * MB), DiskIO(1, "read", "loop2", MB, MB)]
+    ds = {n: DiskStats(n, 7, i, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) for i, n in enumerate(("loop1", "loop2"))}
+    s = FairSample(wall=0.0, seconds=1.0, procs=procs, cumulative=procs, losses=Losses(), diskstats_before=ds,
+                   diskstats_after=ds, disks=[], whole_disks=["loop1", "loop2"], settings={}, per_disk=per_disk,
+                   cum_per_disk=per_disk)
+    r = build_report(s)
+    g1, g2 = r.groups
+    assert (g1.disk, g2.disk) == ("loop1", "loop2")
+    assert g1.balance["read"].pids == [1, 2] and g1.balance["read"].balance.jain == pytest.approx(1.0)
+    assert {row.rate.pid: row.rate.read for row in g2.rows} == {3: 4 * MB, 1: MB}
+    assert [row.rate.comm for row in g2.rows] == ["c", "a"]
+    assert g1.rows[0].rate.ra_bytes == 40 * MB and g1.rows[1].rate.ra_bytes == 0
+    xs = [4 * MB, MB]
+    assert g2.balance["read"].balance.jain == pytest.approx(sum(xs) ** 2 / (2 * sum(x * x for x in xs)))
+    assert [d.name for d in r.disks] == ["loop1", "loop2"]  # every disk a process used, though they did not move
+    s.per_disk = s.cum_per_disk = None
+    (g,) = build_report(s).groups
+    assert g.disk is None and g.balance["read"].pids == [1, 2, 3]
+
+
 # -- live ------------------------------------------------------------------
 
 @pytest.fixture
