@@ -32,6 +32,20 @@ struct rs_val {
 	char comm[16];
 };
 
+/* fair's groups: bytes per process, direction and device (filled only when targ_per_disk is set). dev is
+ * the file's filesystem (s_dev, a partition or a disk) for syscalls, the disk for bios. */
+struct rs_disk_key {
+	__u32 tgid;
+	__u32 op; /* enum rs_op */
+	__u32 dev;
+};
+
+struct rs_disk_val {
+	__u64 app_bytes; /* returned by read/write syscalls on files of dev */
+	__u64 dev_bytes; /* bios queued on dev */
+	__u64 ra_bytes;  /* of which readahead (REQ_RAHEAD) */
+};
+
 /* Requests as issued to the driver, per disk and direction (after merges and splits). */
 struct rs_rq_key {
 	__u32 dev;
@@ -42,7 +56,7 @@ struct rs_rq_key {
 struct rs_inflight {
 	__u64 req;
 	__u32 op;
-	__u32 pad;
+	__u32 dev; /* the file's device (s_dev or i_rdev) */
 };
 
 /* The process whose readahead last touched a file (for bios a kernel thread queues). */

@@ -35,6 +35,7 @@
 const volatile __u32 targ_tgid = 0;
 const volatile bool targ_filter_comm = false;
 const volatile bool targ_writes = false;
+const volatile bool targ_per_disk = false; /* fair: also count bytes per process and device */
 const volatile char targ_comm[16] = {};
 /* syscall numbers of this architecture, set by user space; -1 = none */
 const volatile __s32 nr_read = -1;
@@ -78,7 +79,46 @@ struct {
 	__type(value, struct rs_owner);
 } owners SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct rs_disk_key);
+	__type(value, struct rs_disk_val);
+} proc_disks SEC(".maps");
+
 static struct rs_val zero_val;
+static struct rs_disk_val zero_disk_val;
+
+/* Add bytes to (tgid, op, dev) in proc_disks (fair's per-disk groups): app = syscall bytes, else a bio's
+ * (ra: a readahead bio). */
+static __always_inline void per_disk_add(__u32 tgid, __u32 op, __u32 dev, __u64 bytes, bool app, bool ra)
+{
+	struct rs_disk_key key = { .tgid = tgid, .op = op, .dev = dev };
+	struct rs_disk_val *v;
+	int err;
+
+	v = bpf_map_lookup_elem(&proc_disks, &key);
+	if (!v) {
+		err = map_update(&proc_disks, &key, &zero_disk_val, BPF_NOEXIST);
+		if (err && err != -17 /* EEXIST: another CPU created it */) {
+			stat_inc(RS_LOST_PROC_FULL);
+			return;
+		}
+		v = bpf_map_lookup_elem(&proc_disks, &key);
+		if (!v) {
+			stat_inc(RS_LOST_PROC_FULL);
+			return;
+		}
+	}
+	if (app) {
+		__sync_fetch_and_add(&v->app_bytes, bytes);
+		return;
+	}
+	__sync_fetch_and_add(&v->dev_bytes, bytes);
+	if (ra)
+		__sync_fetch_and_add(&v->ra_bytes, bytes);
+}
 
 /* The -c filter against the current task's comm, or against comm when given. */
 static __always_inline bool comm_matches(const char *other)
@@ -238,10 +278,12 @@ static __always_inline int classify(long id, bool *vec)
 	return 0;
 }
 
-static __always_inline void record_syscall(__u32 tgid, __u32 op, __u64 req, long ret)
+static __always_inline void record_syscall(__u32 tgid, __u32 op, __u64 req, long ret, __u32 dev)
 {
 	struct rs_val *v = proc_val(tgid, op, NULL);
 
+	if (targ_per_disk && ret > 0)
+		per_disk_add(tgid, op, dev, (__u64)ret, true, false);
 	if (!v)
 		return;
 	hist_add(&v->app_req, req);
@@ -294,7 +336,7 @@ static __always_inline int on_sys_exit_regs(struct pt_regs *regs, long ret, bool
 	if (!dev || !dev_wanted(dev))
 		return 0;
 	req = vec ? iov_bytes((const struct iovec *)a2, a3) : a3;
-	record_syscall(tgid, op - 1, req, ret);
+	record_syscall(tgid, op - 1, req, ret, dev);
 	return 0;
 }
 
@@ -333,6 +375,7 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
 	dev = fd_dev(fd, btf);
 	if (!dev || !dev_wanted(dev))
 		return 0;
+	in.dev = dev;
 	a3 = PT_REGS_PARM3_CORE_SYSCALL(regs);
 	if (vec)
 		in.req = iov_bytes((const struct iovec *)PT_REGS_PARM2_CORE_SYSCALL(regs), a3);
@@ -350,15 +393,16 @@ static __always_inline int on_sys_exit(long ret)
 	__u32 tid = (__u32)pid_tgid;
 	struct rs_inflight *in;
 	__u64 req;
-	__u32 op;
+	__u32 op, dev;
 
 	in = bpf_map_lookup_elem(&inflight, &tid);
 	if (!in)
 		return 0;
 	req = in->req;
 	op = in->op;
+	dev = in->dev;
 	map_delete(&inflight, &tid, false);
-	record_syscall(pid_tgid >> 32, op, req, ret);
+	record_syscall(pid_tgid >> 32, op, req, ret, dev);
 	return 0;
 }
 
@@ -440,6 +484,8 @@ static __always_inline int on_bio_queue(struct bio *bio)
 		return 0;
 	if (targ_filter_comm && !comm_matches(owner ? owner->comm : NULL))
 		return 0;
+	if (targ_per_disk)
+		per_disk_add(tgid, op, disk_dev(disk), bytes, false, bio_is_readahead(opf));
 	v = proc_val(tgid, op, owner ? owner->comm : NULL);
 	if (!v)
 		return 0;

@@ -6,10 +6,13 @@ import argparse
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
-from conftest import ROOT, run_ioscope
+from conftest import ROOT, json_lines, run_ioscope
 from ioscope import __version__, cli, cli_common
 
 
@@ -59,6 +62,11 @@ def test_lat_help_examples_match_docs() -> None:
     (["lat", "--phase", "q2x"], "unknown phase"),
     (["lat", "-p", "zero"], "PID must be a number"),
     (["nosuchtool"], "invalid choice"),
+    # issue 16: words no option took are the tool's error, with its name, not the top-level parser's
+    (["snoop", "1", "1"], "ioscope snoop: error: unrecognized arguments: 1 1; snoop takes no interval or count "
+                          "(-w SECONDS stops it); see ioscope snoop --help"),
+    (["lat", "--foo"], "ioscope lat: error: unrecognized arguments: --foo; see ioscope lat --help"),
+    (["top", "1", "2", "3"], "ioscope top: error: unrecognized arguments: 3; see ioscope top --help"),
 ])
 def test_bad_arguments(args: list[str], needle: str) -> None:
     _one_line_error(run_ioscope(*args), 2, needle)
@@ -86,8 +94,10 @@ def test_not_root(live: None) -> None:
 
 # docs/cli.md: option letter -> (dest, repeatable) in every tool that has it; parse speaks blkparse's letters
 VOCABULARY = {"-d": ("disk", True), "-p": ("pid", False), "-c": ("cgroup", False), "-j": ("json", False),
-              "-n": ("rows", False), "-q": ("quiet", False), "-o": ("output", False), "-f": ("force", False)}
-BLKPARSE_LETTERS = {"parse": {"-f", "-q", "-o", "-w"}}
+              "-n": ("count_n", False), "-r": ("rows", False), "-q": ("quiet", False), "-o": ("output", False),
+              "-f": ("force", False)}
+# parse speaks blkparse's letters; agg's -r reads a capture (its rows are --rows)
+OWN_LETTERS = {"parse": {"-f", "-q", "-o", "-w"}, "agg": {"-r"}}
 
 
 def _tool_parsers() -> dict[str, argparse.ArgumentParser]:
@@ -102,7 +112,7 @@ def test_one_option_vocabulary() -> None:
     for tool, p in _tool_parsers().items():
         for act in p._actions:
             for opt in act.option_strings:
-                if opt not in VOCABULARY or opt in BLKPARSE_LETTERS.get(tool, set()):
+                if opt not in VOCABULARY or opt in OWN_LETTERS.get(tool, set()):
                     continue
                 dest, repeatable = VOCABULARY[opt]
                 if act.help == argparse.SUPPRESS:  # a deprecated spelling, kept working
@@ -111,12 +121,16 @@ def test_one_option_vocabulary() -> None:
                 assert isinstance(act, argparse._AppendAction) == repeatable, (tool, opt)
                 row = next(ln for ln in table.splitlines() if ln.startswith(f"| `{opt}"))
                 assert tool in row.rsplit("|", 2)[1], (tool, opt, "missing from docs/cli.md")
-    # positional interval/count: same validation everywhere
+    # positional interval/count: same validation everywhere, and -n N beside them; rows are never -n
     for tool, p in _tool_parsers().items():
         pos = {a.dest: a for a in p._actions if not a.option_strings}
+        n = p._option_string_actions.get("-n")
         if "interval" in pos:
             assert pos["interval"].type is cli_common.positive_float, tool
             assert pos["count"].type is cli_common.positive_int, tool
+            assert n is not None and n.dest == "count_n" and n.type is cli_common.positive_int, tool
+        elif n is not None:
+            assert n.help == argparse.SUPPRESS and n.dest == "rows", (tool, "-n is the count or an old spelling")
 
 
 def test_deprecated_spellings_still_work_with_a_note() -> None:
@@ -124,8 +138,42 @@ def test_deprecated_spellings_still_work_with_a_note() -> None:
     assert p.returncode == 2 and "unknown phase" in p.stderr  # -F parsed (else: unrecognized)
     ns = _tool_parsers()["lat"].parse_args(["-F"])
     assert ns.per_op is True
-    ns = _tool_parsers()["top"].parse_args(["-l", "7", "--iterations", "3"])
-    assert ns.rows == 7 and ns.iterations == 3
+    ns = _tool_parsers()["top"].parse_args(["-l", "7", "--iterations", "3"])  # --iterations: procps top's -n
+    assert ns.rows == 7 and ns.count == 3 and ns.interval == 1.0
+    ns = _tool_parsers()["fleet"].parse_args(["-n", "4", "x"])  # no count there: -n is still rows, with a note
+    assert ns.rows == 4
+
+
+@pytest.mark.parametrize(("args", "interval", "count", "rows", "note"), [
+    (["top", "-b", "-n", "1"], 1.0, 1, None, True),      # procps top -b -n 1: one report, every 1 s
+    (["top", "-n", "2", "0.5"], 0.5, 2, None, True),
+    (["top", "0.5", "2", "-n", "2"], 0.5, 2, None, True),  # the same count twice is fine
+    (["top", "-n", "3", "-r", "5"], 1.0, 3, 5, False),    # rows given too: clearly the new meaning, no note
+    (["top", "--count", "3"], 1.0, 3, None, False),
+    (["lat", "-n", "2"], 1.0, 2, None, False),            # no rows in lat: nothing to confuse
+    (["readsize", "-n", "2"], 1.0, 2, 20, True),
+    (["agg", "-e", "count()", "--rows", "4", "-n", "2"], 1.0, 2, 4, False),
+    (["nic", "-n", "3", "2"], 2.0, 3, None, False),
+    (["fair", "2", "3"], 2.0, 3, None, False),
+])
+def test_n_is_the_number_of_reports(args: list[str], interval: float, count: int, rows: int | None,
+                                    note: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """-n N is the number of reports in every tool with [interval [count]], as in top and iotop (issue 21)."""
+    ns = cli.build_parser([args[0]]).parse_args(args)
+    assert (ns.interval, ns.count, getattr(ns, "rows", None)) == (interval, count, rows)
+    assert not hasattr(ns, "count_n")
+    err = capsys.readouterr().err
+    if note:
+        assert err.count("\n") == 1 and f"ioscope {args[0]}: note: -n {count} is the number of reports" in err
+        assert "-r/--rows N" in err
+    else:
+        assert err == ""
+
+
+def test_n_and_a_different_count_is_one_line() -> None:
+    _one_line_error(run_ioscope("top", "-b", "-n", "2", "1", "5"), 2, "-n 2 and COUNT 5 disagree",
+                    "see ioscope top --help")
+    _one_line_error(run_ioscope("lat", "-n", "0"), 2, "count must be at least 1")
 
 
 @pytest.mark.parametrize("tool", [None, *cli.TOOLS])
@@ -138,3 +186,40 @@ def test_help_and_version_import_no_numpy(tool: str | None) -> None:
             f"print(','.join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.stderr.strip().splitlines()[-1:] in ([], [""]), (argv, p.stderr)
+
+
+# every tool with [interval [count]]: its arguments for one disk (or interface), and -j's one object per report
+COUNTING = {"lat": ["-j", "-d", "{disk}"], "top": ["-j", "-d", "{disk}"], "readsize": ["-j", "-d", "{disk}"],
+            "readahead": ["-j", "-d", "{disk}"], "fair": ["-j", "-d", "{disk}"],
+            "agg": ["-j", "-d", "{disk}", "-e", "count() by disk"], "nic": ["-j", "-i", "lo"]}
+
+
+def test_counting_tools_are_all_tested() -> None:
+    counting = {t for t, p in _tool_parsers().items() if any(a.dest == "count" for a in p._actions)}
+    assert counting == set(COUNTING)
+
+
+@pytest.mark.parametrize("tool", sorted(COUNTING))
+def test_n_reports_then_exit(tool: str, live: None, loopdev: Callable[..., Any]) -> None:
+    """`ioscope TOOL -n 1` ends by itself after one report (one second), `-n 2 0.3` after two, exit 0."""
+    dev = loopdev(size_mb=16)
+    args = [a.format(disk=dev.name) for a in COUNTING[tool]]
+    for extra, reports, least_s in ((["-n", "1"], 1, 1.0), (["-n", "2", "0.3"], 2, 0.6)):
+        t0 = time.monotonic()
+        p = run_ioscope(tool, *args, *extra, timeout=60)
+        took = time.monotonic() - t0
+        assert p.returncode == 0, p.stderr
+        docs = json_lines(p.stdout)
+        assert len(docs) == reports == len(p.stdout.splitlines()), p.stdout
+        assert took >= least_s, took
+        assert "Traceback" not in p.stderr
+
+
+def test_top_batch_n_1_like_procps(live: None, loopdev: Callable[..., Any]) -> None:
+    """procps' `top -b -n 1` and iotop's: one plain-text snapshot, then exit 0 (it used to run forever)."""
+    dev = loopdev(size_mb=16)
+    p = run_ioscope("top", "-b", "-n", "1", "-d", dev.name, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.count("ioscope top - ") == 1, p.stdout
+    p = run_ioscope("top", "-b", "-n", "3", "0.2", "-d", dev.name, timeout=60)
+    assert p.returncode == 0 and p.stdout.count("ioscope top - ") == 3, (p.stdout, p.stderr)

@@ -57,6 +57,40 @@ def test_select_active() -> None:
     assert select_active({1: 0.0}, 0.01) == {}
 
 
+def test_groups_per_disk_model() -> None:
+    """Pure model: per-disk bytes make one group per disk; a process on two disks is in both with its
+    bytes on each; with no per-disk bytes (--across-disks) every process is one group."""
+    from ioscope.devices import DiskStats
+    from ioscope.hist import Hist
+    from ioscope.losses import Losses
+    from ioscope.ra.fair.model import FairSample, build_report
+    from ioscope.ra.readsize.model import DiskIO, ProcIO
+
+    def proc(pid: int, comm: str, app: int, dev: int) -> ProcIO:
+        return ProcIO(pid, comm, "read", Hist.from_values([app]), Hist.from_values([app]), Hist.from_values([dev]))
+
+    procs = [proc(1, "a", 40 * MB + MB, 40 * MB + MB), proc(2, "b", 40 * MB, 40 * MB), proc(3, "c", 4 * MB, 4 * MB)]
+    per_disk = [DiskIO(1, "read", "loop1", 40 * MB, 40 * MB, 40 * MB), DiskIO(2, "read", "loop1", 40 * MB, 40 * MB),
+                DiskIO(3, "read", "loop2", 4 * MB, 4 * MB), DiskIO(1, "read", "loop2", MB, MB)]
+    ds = {n: DiskStats(n, 7, i, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0) for i, n in enumerate(("loop1", "loop2"))}
+    s = FairSample(wall=0.0, seconds=1.0, procs=procs, cumulative=procs, losses=Losses(), diskstats_before=ds,
+                   diskstats_after=ds, disks=[], whole_disks=["loop1", "loop2"], settings={}, per_disk=per_disk,
+                   cum_per_disk=per_disk)
+    r = build_report(s)
+    g1, g2 = r.groups
+    assert (g1.disk, g2.disk) == ("loop1", "loop2")
+    assert g1.balance["read"].pids == [1, 2] and g1.balance["read"].balance.jain == pytest.approx(1.0)
+    assert {row.rate.pid: row.rate.read for row in g2.rows} == {3: 4 * MB, 1: MB}
+    assert [row.rate.comm for row in g2.rows] == ["c", "a"]
+    assert g1.rows[0].rate.ra_bytes == 40 * MB and g1.rows[1].rate.ra_bytes == 0
+    xs = [4 * MB, MB]
+    assert g2.balance["read"].balance.jain == pytest.approx(sum(xs) ** 2 / (2 * sum(x * x for x in xs)))
+    assert [d.name for d in r.disks] == ["loop1", "loop2"]  # every disk a process used, though they did not move
+    s.per_disk = s.cum_per_disk = None
+    (g,) = build_report(s).groups
+    assert g.disk is None and g.balance["read"].pids == [1, 2, 3]
+
+
 # -- live ------------------------------------------------------------------
 
 @pytest.fixture
@@ -109,7 +143,9 @@ def test_two_identical_readers_are_fair(fs2: Any) -> None:
     assert set(pids) <= set(procs)
     for pid in pids:
         assert procs[pid]["read_bytes"] == 40 * MB
-    bal = doc["balance"]["read"]
+    (group,) = doc["groups"]  # one disk, one group
+    assert group["disk"] == fs2.name
+    bal = group["balance"]["read"]
     assert set(bal["pids"]) == set(pids)
     assert bal["jain"] > 0.99 and not bal["poor"]
 
@@ -152,11 +188,66 @@ def test_throttled_reader_is_flagged(fs2: Any, blkio_cgroup: str) -> None:
     # bios the throttle held back are queued later by a kernel thread: still the slow reader's
     assert slow["dev_read_bytes"] >= slow["read_bytes"] // 2
     assert not [p for p in doc["procs"] if p["comm"].startswith("kworker") and p["dev_read_bytes"]]
-    bal = doc["balance"]["read"]
+    (group,) = doc["groups"]
+    assert group["disk"] == fs2.name
+    bal = group["balance"]["read"]
     assert set(bal["pids"]) == set(pids)
     xs = [procs[p]["read_bytes"] for p in bal["pids"]]
     by_hand = sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
     assert bal["jain"] == pytest.approx(by_hand, abs=1e-6)
     assert bal["poor"] is True
-    causes = doc["poor"]["read"]["causes"]
+    causes = group["poor"]["read"]["causes"]
     assert any("throttled" in c and str(pids[1]) in c for c in causes), causes
+
+
+@pytest.fixture
+def fs_small(live: None) -> Iterator[Any]:
+    from ioscope.ra.fs import LoopFS
+
+    with LoopFS(size_mb=32) as fs:
+        yield fs
+
+
+def _run_two_disks(fs_a: Any, fs_b: Any, files: list[str], *opts: str) -> tuple[dict[str, Any], list[int]]:
+    """Three readers to the end of their files (two on fs_a, one on fs_b); one report for the whole run."""
+    from ioscope.ra.fs import drop_caches
+
+    drop_caches()
+    t = Traced("fair", "-d", fs_a.name, "-d", fs_b.name, "-j", *opts)
+    try:
+        readers = [_reader(f) for f in files]
+        for r in readers:
+            assert r.wait(timeout=60) == 0
+        time.sleep(0.2)
+    finally:
+        out, err = t.stop()
+    docs = json_lines(out)
+    assert len(docs) == 1, err
+    return docs[0], [r.pid for r in readers]
+
+
+def test_processes_are_judged_per_disk(fs2: Any, fs_small: Any) -> None:
+    """Issue 16: fair compared processes on different disks. Two readers of 40 MiB on one disk and one of
+    4 MiB on another: per disk, the first two are balanced (Jain > 0.99) and the lone one has no balance;
+    with --across-disks the three are one group, poor by Jain over 40, 40 and 4 MiB (0.73)."""
+    files = [fs2.make_file("a0", 40 * MB), fs2.make_file("a1", 40 * MB), fs_small.make_file("b0", 4 * MB)]
+    doc, pids = _run_two_disks(fs2, fs_small, files)
+    groups = {g["disk"]: g for g in doc["groups"]}
+    assert set(groups) == {fs2.name, fs_small.name}
+    a, b = groups[fs2.name], groups[fs_small.name]
+    assert {p["pid"]: p["read_bytes"] for p in a["procs"] if p["pid"] in pids} == {pids[0]: 40 * MB,
+                                                                                   pids[1]: 40 * MB}
+    assert {p["pid"]: p["read_bytes"] for p in b["procs"] if p["pid"] in pids} == {pids[2]: 4 * MB}
+    assert sorted(a["balance"]["read"]["pids"]) == sorted(pids[:2])
+    assert a["balance"]["read"]["jain"] > 0.99 and not a["balance"]["read"]["poor"]
+    assert b["balance"]["read"]["pids"] == [pids[2]] and b["balance"]["read"]["n"] == 1
+    # the device bytes of each group are on its own disk: the disk's read sectors bound them
+    assert sum(p["dev_read_bytes"] for p in b["procs"]) >= 4 * MB
+
+    doc, pids = _run_two_disks(fs2, fs_small, files, "--across-disks")
+    (g,) = doc["groups"]
+    assert g["disk"] is None
+    bal = g["balance"]["read"]
+    assert set(pids) <= set(bal["pids"])
+    xs = [40 * MB, 40 * MB, 4 * MB]
+    assert bal["jain"] == pytest.approx(sum(xs) ** 2 / (3 * sum(x * x for x in xs)), abs=0.01) and bal["poor"]

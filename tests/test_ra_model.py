@@ -83,7 +83,7 @@ def test_readsize_json_and_text_carry_the_same_numbers() -> None:
     # the table: -n 2 shows the two busiest rows; JSON has all three
     table = [ln.split() for ln in lines if re.match(r"\s+\d+ \S+\s+(read|write) ", ln)]
     assert len(table) == 2 and len(doc["procs"]) == 3
-    assert "... 1 more processes (-n to show more)" in text
+    assert "... 1 more processes (-r to show more)" in text
     for row, p in zip(table, doc["procs"]):
         assert row[:4] == [str(p["pid"]), p["comm"], p["op"], str(p["app"]["count"])]
         assert row[4] == fmt_bytes(p["app"]["bytes"]) and row[6] == str(p["dev"]["count"])
@@ -120,16 +120,18 @@ def test_fair_model_balance_busy_and_causes() -> None:
     r = fair_report(_fair_sample(), by="app", min_share=0.01)
     assert [d.name for d in r.disks] == ["loop1"]  # loop0 did not move
     assert r.disks[0].util == pytest.approx(0.9) and r.disks[0].read_bytes == 44 << 20
-    v = r.balance["read"]
+    (g,) = r.groups  # a sample without per-disk bytes: one group of every process (--across-disks)
+    assert g.disk is None
+    v = g.balance["read"]
     assert v.pids == [100, 200] and v.poor  # sh's 100 bytes are under 1% of the busiest
     xs = [40 << 20, 4 << 20]
     assert v.balance.jain == pytest.approx(sum(xs) ** 2 / (2 * sum(x * x for x in xs)))
-    assert r.poor["read"].busy == ["loop1"]
-    assert "pid 200 (slow) is throttled: cgroup /slow read_bps_device 7:1 2097152" in r.poor["read"].causes
+    assert g.poor["read"].busy == ["loop1"]
+    assert "pid 200 (slow) is throttled: cgroup /slow read_bps_device 7:1 2097152" in g.poor["read"].causes
     assert [row.rate.pid for row in r.rows] == [100, 200, 300]
     assert r.rows[1].cum is not None and r.rows[1].cum.read == 6 << 20
     assert r.rows[0].read_Bps == (40 << 20) / 2.0
-    assert r.cumulative["read"].balance.total == (46 << 20)
+    assert g.cumulative["read"].balance.total == (46 << 20)
 
 
 def test_fair_json_and_text_carry_the_same_numbers() -> None:
@@ -144,30 +146,32 @@ def test_fair_json_and_text_carry_the_same_numbers() -> None:
         row = rows[p["pid"]]
         assert row[2] == fmt_bytes(p["read_Bps"]) and row[3] == fmt_bytes(p["dev_read_Bps"])
         assert row[6] == fmt_bytes(p["cum_read_bytes"]) and row[7] == fmt_bytes(p["cum_dev_read_bytes"])
-    bal = doc["balance"]["read"]
-    line = next(ln for ln in lines if ln.startswith("interval read balance"))
+    (group,) = doc["groups"]
+    bal = group["balance"]["read"]
+    line = next(ln for ln in lines if ln.startswith("  interval read balance"))
     assert f"over {bal['n']} processes" in line and f"Jain {bal['jain']:.3f}" in line and "POOR" in line
     assert f"max/min {bal['max_min']:.2f}" in line and f"cv {bal['cv']:.2f}" in line
-    cum = doc["cumulative_balance"]["read"]
-    line = next(ln for ln in lines if ln.startswith("cumulative read balance"))
-    assert f"Jain {cum['jain']:.3f}" in line and f"min {fmt_bytes(cum['min'])}B " in line
-    poor = doc["poor"]["read"]
+    cum = group["cumulative_balance"]["read"]
+    line = next(ln for ln in lines if ln.startswith("  cumulative read balance"))
+    assert f"Jain {cum['jain']:.3f}" in line and f"min {fmt_bytes(cum['min'], unit=True)} " in line
+    poor = group["poor"]["read"]
     assert poor["busy"] is True and poor["busy_disks"] == ["loop1"]
-    assert "  poor balance while loop1 was busy; likely causes:" in lines
+    assert "    poor balance while loop1 was busy; likely causes:" in lines
     for c in poor["causes"]:
-        assert f"  - {c}" in lines
+        assert f"    - {c}" in lines
 
 
 def test_fair_not_busy_and_no_io() -> None:
     s = _fair_sample()
     s.diskstats_after["loop1"] = _ds("loop1", 100, 10)
     r = fair_report(s)
-    assert r.poor["read"].busy == [] and any(c.startswith("the device was not busy (loop1 0%)")
-                                             for c in r.poor["read"].causes)
-    assert "  likely causes:" in fair_text(r)
+    poor = r.groups[0].poor
+    assert poor["read"].busy == [] and any(c.startswith("the device was not busy (loop1 0%)")
+                                           for c in poor["read"].causes)
+    assert "    likely causes:" in fair_text(r)
     s.procs, s.cumulative = [], []
     r = fair_report(s)
-    assert fair_json(r)["procs"] == [] and fair_json(r)["balance"] == {}
+    assert fair_json(r)["procs"] == [] and fair_json(r)["groups"][0]["balance"] == {}
     assert fair_text(r)[-1] == "no file I/O or block I/O in this interval"
 
 
@@ -243,7 +247,7 @@ def test_readahead_json_and_text_carry_the_same_numbers() -> None:
     assert row[3:11] == [str(f["decisions"]["sync"]), str(f["decisions"]["async"]), "0", str(f["max_window"]),
                          str(f["pages"]), str(f["used"]), str(f["wasted"]), str(f["cached"])]
     assert row[11] == f"{100 * f['efficiency']:.1f}%"
-    assert "... 1 more (-n to show more)" in text and len(doc["files"]) == 2
+    assert "... 1 more (-r to show more)" in text and len(doc["files"]) == 2
     # a file without a path is named dev:ino
     assert doc["files"][1]["path"] is None
     assert "7:1:12" in _text(ra_renderables(r, RaViewOptions(rows=5)))

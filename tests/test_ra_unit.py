@@ -11,7 +11,7 @@ from ioscope.hist import Hist
 from ioscope.losses import Losses
 from ioscope.ra import abi
 from ioscope.ra.fair.collector import blkio_limits
-from ioscope.ra.fair.model import FairReport, Poor, ProcRate, ProcRow, balances, likely_causes, per_process
+from ioscope.ra.fair.model import FairReport, Group, Poor, ProcRate, ProcRow, balances, likely_causes, per_process
 from ioscope.ra.fair.view import text_lines
 from ioscope.ra.fairness import Verdict
 from ioscope.ra.readahead.collector import bdev_path, block_device_names, group_cached
@@ -101,8 +101,8 @@ def test_group_cached() -> None:
 def _fair_report(rates: dict[int, ProcRate], bal: dict[str, Verdict], poor: dict[str, Poor]) -> FairReport:
     rows = [ProcRow(r, r, float(r.read), float(r.dev_read), float(r.write), float(r.dev_write))
             for r in sorted(rates.values(), key=ProcRate.sort_key)]
-    return FairReport(wall=1_700_000_000.0, seconds=1.0, by="app", disks=[], rows=rows, balance=bal, cumulative=bal,
-                      poor=poor, losses=Losses())
+    return FairReport(wall=1_700_000_000.0, seconds=1.0, by="app", disks=[], rows=rows,
+                      groups=[Group("loop0", rows, bal, bal, poor)], losses=Losses())
 
 
 def test_fair_render_and_balance() -> None:
@@ -115,7 +115,8 @@ def test_fair_render_and_balance() -> None:
     lines = text_lines(_fair_report(rates, bal, {"read": Poor([], ["x"])}))
     assert lines[0].endswith("  interval 1.000s  lost 0")
     assert lines[2].split() == ["1", "fast", "48.0M", "48.0M", "0", "0", "48.0M", "48.0M"]
-    assert "Jain 0.583  POOR" in lines[4] and lines[5] == "  likely causes:" and lines[6] == "  - x"
+    assert lines[4] == "on loop0: 2 processes this interval: 1 (fast), 2 (slow)"  # the processes on one disk
+    assert "Jain 0.583  POOR" in lines[5] and lines[6] == "    likely causes:" and lines[7] == "    - x"
 
 
 def test_per_process_sums_directions() -> None:
@@ -194,8 +195,8 @@ def test_fair_noise_gets_no_verdict() -> None:
     doc = v.to_json()
     assert doc["poor"] is False and doc["enough_activity"] is False and doc["min_bytes"] == 1 << 20
     lines = text_lines(_fair_report(rates, {"write": v}, {}))
-    line = next(x for x in lines if x.startswith("interval write balance"))
-    assert "too little write I/O to judge (69B, under --min-bytes 1.00MB)" in line and "POOR" not in line
+    line = next(x for x in lines if x.strip().startswith("interval write balance"))
+    assert "too little write I/O to judge (69B, under --min-bytes 1.00MiB)" in line and "POOR" not in line
     # the same imbalance with enough bytes is judged: the threshold is the sum over the processes compared
     rates = {1: ProcRate(1, "a", write=5 << 16), 2: ProcRate(2, "b", write=64 << 16)}
     assert balances(rates, "app", 0.01)["write"].poor

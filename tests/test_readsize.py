@@ -171,3 +171,28 @@ def test_pid_filter(loopfs: Any) -> None:
     me = doc["procs"][0]
     assert me["app"]["count"] == 31 and me["app"]["buckets"] == [[16384, 18432, 31]]
     assert me["dev"]["ra_bytes"] > 0
+
+
+def test_text_says_mib_for_mebibytes(loopfs: Any) -> None:
+    """Issue 16: the text said MB for 2**20 bytes. 787 reads of 32 KiB are 25,788,416 bytes: 24.6 MiB
+    (25.8 MB), with one 1 MiB file read by cat: '1.00MiB'."""
+    from ioscope.ra.fs import drop_caches
+
+    path = loopfs.make_file("data", READS * READ_SIZE)
+    small = loopfs.make_file("small", 1 << 20)
+    drop_caches()
+    t = Traced("readsize", "-d", loopfs.name)
+    try:
+        r = reader(path, READS, READ_SIZE)
+        assert r.wait(timeout=60) == 0
+    finally:
+        out, _err = t.stop()
+    t = Traced("readsize", "-d", loopfs.name, "--comm", "cat")
+    try:
+        subprocess.run(["cat", small], check=True, stdout=subprocess.DEVNULL)
+    finally:
+        cat_out, _ = t.stop()
+    mine = out[out.index(f"pid {r.pid} ("):]
+    assert mine.splitlines()[1] == f"  app: {READS} reads, asked 24.6MiB, got 24.6MiB, avg 32.0KiB", out
+    assert "got 1.00MiB" in cat_out, cat_out
+    assert "MB" not in out + cat_out and "KB" not in out + cat_out

@@ -351,3 +351,57 @@ def test_last_snapshot_counts_a_bio_never_seen_completing(live: None, loopdev: C
     assert docs[-1]["lost"] == 1
     # the unmarked bio is not counted as waiting for a completion, nor lost; the marked one moved to the loss
     assert docs[-1]["lost_detail"]["issued_not_completed"] == 0
+
+
+def test_rows_r_keeps_the_busiest_processes(live: None, loopdev: Callable[..., Any]) -> None:
+    """-r N (biotop's MAXROWS): at most N process rows, the busiest kept. Three fio processes at 701, 307
+    and 101 reads/s: with -r 2 every report holds the first two, without -r all three."""
+    dev = loopdev(size_mb=64)
+    time.sleep(0.5)
+    rates = (701, 307, 101)
+    fios = [start_fio(dev.path, 4, r, 0) for r in rates]
+    try:
+        time.sleep(0.5)
+        limited = run_ioscope("top", "-j", "-d", dev.name, "-r", "2", "-n", "2", "0.8", timeout=60, check=True)
+        full = run_ioscope("top", "-j", "-d", dev.name, "-n", "1", "0.8", timeout=60, check=True)
+    finally:
+        jobs = [fio_report(f) for f in fios]
+    assert all(j["read"]["total_ios"] > 0 for j in jobs)
+    pids = [f.pid for f in fios]
+    docs = [json.loads(ln) for ln in limited.stdout.splitlines()]
+    assert len(docs) == 2
+    for d in docs:
+        assert [p["pid"] for p in d["procs"]] == pids[:2], d["procs"]
+    (doc,) = [json.loads(ln) for ln in full.stdout.splitlines()]
+    assert {p["pid"] for p in doc["procs"]} >= set(pids)
+    # -r/--rows given with -n: the new meaning is clear, no note
+    assert "note" not in limited.stderr and "note: -n 1 is the number of reports" in full.stderr
+
+
+def test_idle_disk_given_with_d_is_listed(live: None, loopdev: Callable[..., Any]) -> None:
+    """Issue 16: a disk named with -d is listed even when it did nothing, as iostat lists a named device;
+    its numbers are /proc/diskstats' (zero). Without -d an idle disk is left out (iostat -z)."""
+    busy, idle = loopdev(size_mb=64), loopdev(size_mb=16)
+    time.sleep(0.5)
+    fio = start_fio(busy.path, 4, 211, 0)
+    try:
+        time.sleep(0.3)
+        before = idle.diskstats()
+        p = run_ioscope("top", "-j", "-d", idle.name, "-d", busy.name, "-n", "2", "0.5", timeout=60, check=True)
+        text = run_ioscope("top", "-b", "-d", idle.name, "-n", "1", "0.5", timeout=60, check=True).stdout
+        after = idle.diskstats()
+        iostat = subprocess.run(["iostat", "-x", "-d", "-y", "-o", "JSON", idle.name, "1", "1"],
+                                capture_output=True, text=True, timeout=30, check=True)
+        everything = run_ioscope("top", "-j", "-n", "1", "0.5", timeout=60, check=True)
+    finally:
+        fio_report(fio)
+    assert (after.reads, after.writes) == (before.reads, before.writes)  # idle indeed
+    stats = json.loads(iostat.stdout)["sysstat"]["hosts"][0]["statistics"][0]["disk"]
+    assert [d["disk_device"] for d in stats] == [idle.name]  # iostat lists it
+    for d in [json.loads(ln) for ln in p.stdout.splitlines()]:
+        rows = {dv["disk"]: dv for dv in d["devices"]}
+        assert set(rows) == {idle.name, busy.name}
+        assert rows[idle.name]["r_s"] == rows[idle.name]["w_s"] == rows[idle.name]["util"] == 0
+        assert rows[busy.name]["r_s"] > 0
+    assert any(ln.split()[:1] == [idle.name] for ln in text.splitlines()), text
+    assert idle.name not in {dv["disk"] for dv in json.loads(everything.stdout)["devices"]}

@@ -241,3 +241,39 @@ def test_terminal_restored_after_a_crash() -> None:
     finally:
         os.close(master)
         os.close(slave)
+
+
+def test_heat_map_follows_the_disk_filter(live: None, loopdev: Callable[..., Any],
+                                          tmux_factory: Callable[..., Tmux]) -> None:
+    """Issue 16: with a disk filter on, the heat map is that disk's, even while it is idle and other disks
+    are busy, and Tab does not move it off the filter."""
+    busy, idle = loopdev(size_mb=64), loopdev(size_mb=16)
+    fio = start_fio(busy.path, 30, 503, 0)
+
+    def maps(s: list[str]) -> set[str]:
+        return {m.group(1) for ln in s if (m := re.search(r"latency heat map (\S+):", ln))}
+
+    def filter_on(t: Tmux, disk: str) -> list[str]:
+        t.keys("d")
+        t.keys(disk, literal=True)
+        t.keys("Enter")
+        return t.wait_for(lambda s: f"disk={disk}" in s[1] and bool(maps(s)), f"the filter on {disk}")
+
+    try:
+        t = tmux_factory(100, 36)
+        top = _start_top(t)
+        t.wait_for(lambda s: any(ln.split()[:1] == [str(fio.pid)] for ln in s), "the fio row")
+        s = filter_on(t, busy.name)
+        assert maps(s) == {busy.name}
+        s = filter_on(t, idle.name)
+        assert maps(s) == {idle.name}, "\n".join(s)
+        assert any(f"latency heat map {idle.name}: no I/O completed yet" in ln for ln in s)
+        t.keys("Tab")
+        s = t.wait_for(lambda s: any("the heat map shows the filtered disk" in ln for ln in s), "Tab's message")
+        assert maps(s) == {idle.name}
+        t.keys("c")
+        t.wait_for(lambda s: "disk=" not in s[1], "the filter cleared")
+        t.keys("q")
+        assert _gone(top), "q did not end ioscope top"
+    finally:
+        stop_fio(fio)

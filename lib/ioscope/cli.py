@@ -27,12 +27,44 @@ examples:
 """
 
 
+def _is_number(word: str) -> bool:
+    try:
+        float(word)
+    except ValueError:
+        return False
+    return True
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that reports errors in one line: 'ioscope lat: error: ...; see ioscope lat --help'."""
 
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"{self.prog}: error: {message}; see {self.prog} --help\n")
         sys.exit(EXIT_USAGE)
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """As argparse's, but words no parser took are reported by the tool's parser ('ioscope snoop: error:
+        unrecognized arguments: 1 1; see ioscope snoop --help'), not by the top-level one."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            subs = next((a for a in self._actions if isinstance(a, argparse._SubParsersAction)), None)
+            tool = subs.choices.get(getattr(ns, "tool", None) or "") if subs is not None else None
+            msg = f"unrecognized arguments: {' '.join(extras)}"
+            if tool is not None and all(_is_number(w) for w in extras) and "interval" not in {
+                    a.dest for a in tool._actions}:
+                stop = " (-w SECONDS stops it)" if "-w" in tool._option_string_actions else ""
+                msg += f"; {getattr(ns, 'tool', '')} takes no interval or count{stop}"
+            (tool if isinstance(tool, Parser) else self).error(msg)
+        return ns
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        # a tool's parser is called through this too (by the subparsers action): -n and COUNT folded there
+        ns, rest = super().parse_known_args(args, namespace)
+        from ioscope.cli_common import finish_args
+        finish_args(self, ns)
+        return ns, rest
 
 
 # Subcommand modules, in --help order: tool name -> module. Each module has add_parser(subparsers),
@@ -97,7 +129,9 @@ def build_parser(only: Sequence[str] | None = None) -> Parser:
     sub = p.add_subparsers(title="tools", metavar="TOOL", parser_class=Parser)
     for mod in _tool_modules(only):
         mod.add_parser(sub)
+    from ioscope.cli_common import finish_parser
     for tool in sub.choices.values():
+        finish_parser(tool)
         tool.add_argument("--btf", metavar="FILE", default=argparse.SUPPRESS,
                           help="kernel BTF to use instead of /sys/kernel/btf/vmlinux")
     return p

@@ -89,19 +89,71 @@ def add_disk_pid(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--pid", type=pid_type, help="trace only I/O queued by this process")
 
 
+DEFAULT_INTERVAL = 1.0  # seconds, with -n N and no interval (iotop's delay; top's own refresh)
+
+
 def add_interval_count(p: argparse.ArgumentParser) -> None:
+    """[interval [count]] and -n N: -n is the number of reports, as in top -n and iotop -n (the same as the
+    positional COUNT; finish_args reconciles them after parsing)."""
+    p.add_argument("-n", "--count", dest="count_n", type=positive_int, metavar="N", action=_CountN,
+                   help=f"stop after N reports, as top -n and iotop -n (the same as COUNT; every "
+                        f"{DEFAULT_INTERVAL:g}s unless an INTERVAL is given)")
     p.add_argument("interval", nargs="?", type=positive_float, help="print every INTERVAL seconds")
-    p.add_argument("count", nargs="?", type=positive_int, help="stop after COUNT intervals")
+    p.add_argument("count", nargs="?", type=positive_int, help="stop after COUNT intervals (or -n COUNT)")
+
+
+class _CountN(argparse.Action):
+    """Stores -n N and which spelling gave it (finish_args notes only the short -n, rows' old letter)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.count_n_spelling = option_string
+
+
+def finish_args(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """After parsing: fold -n N into the positional count (an interval of DEFAULT_INTERVAL when none was
+    given); -n and a different COUNT is a usage error. A tool that also shows rows says once on stderr that
+    -n counts reports now and rows are -r (scripts written when -n meant rows), unless rows were given too.
+    Idempotent."""
+    if not hasattr(ns, "count_n"):
+        return
+    n, spelling = ns.count_n, getattr(ns, "count_n_spelling", None)
+    del ns.count_n
+    if spelling is not None:
+        del ns.count_n_spelling
+    if n is None:
+        return
+    if ns.count is not None and ns.count != n:
+        p.error(f"-n {n} and COUNT {ns.count} disagree (both are the number of reports); give one of them")
+    ns.count = n
+    if ns.interval is None:
+        ns.interval = DEFAULT_INTERVAL
+    rows = next((a for a in p._actions if a.dest == "rows" and a.help != argparse.SUPPRESS), None)
+    if spelling == "-n" and rows is not None and getattr(ns, "rows", None) == rows.default:
+        print(f"{p.prog}: note: -n {n} is the number of reports (as in top and iotop), no longer rows; "
+              f"for at most N rows use {'/'.join(rows.option_strings)} N", file=sys.stderr)
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("-j", "--json", action="store_true", help="one JSON object per line (per interval)")
 
 
-def add_rows(p: argparse.ArgumentParser, what: str = "rows", default: int | None = None) -> None:
-    """-n N: how many rows a table shows (the largest first); never a count of intervals."""
-    p.add_argument("-n", "--rows", type=positive_int, metavar="N", default=default,
-                   help=f"show at most N {what}" + (f" (default {default})" if default else ""))
+def add_rows(p: argparse.ArgumentParser, what: str = "rows", default: int | None = None, letter: bool = True
+             ) -> None:
+    """-r N, --rows N: how many rows a table shows (the largest first), as biotop's -r MAXROWS; never a
+    count of reports (that is -n). letter=False: --rows only (agg, whose -r reads a capture)."""
+    p.add_argument(*(("-r", "--rows") if letter else ("--rows",)), type=positive_int, metavar="N",
+                   default=default, help=f"show at most N {what}" + (f" (default {default})" if default else ""))
+
+
+def finish_parser(p: argparse.ArgumentParser) -> None:
+    """After a tool's parser is built: where -n does not count reports (a tool without [interval [count]]),
+    -n N keeps its old meaning, rows, with a note on stderr (add_deprecated_flag)."""
+    rows = next((a for a in p._actions if a.dest == "rows" and a.help != argparse.SUPPRESS), None)
+    if rows is not None and "-n" not in p._option_string_actions:
+        add_deprecated_flag(p, "-n", dest="rows", instead="/".join(rows.option_strings) + " N", takes_value=True,
+                            type=positive_int)
 
 
 def add_quiet(p: argparse.ArgumentParser) -> None:

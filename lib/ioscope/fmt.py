@@ -17,13 +17,16 @@ def fmt_ns(ns: float, unit: str | None = None) -> str:
     return _sig3(ns) + "ns"
 
 
-def fmt_bytes(n: float, prose: bool = False) -> str:
-    """A byte count: '1.05M' for table columns (3 significant digits), or with prose=True '1.0 MiB', one
+def fmt_bytes(n: float, prose: bool = False, unit: bool = False) -> str:
+    """A byte count: '1.05M' for table columns (3 significant digits; K, M, G are 1024-based), with
+    unit=True '1.05MiB' (the unit written out, for lines of text), or with prose=True '1.0 MiB', one
     decimal and the unit spelled, for sentences and status lines."""
     for div, suffix in ((1 << 30, "G"), (1 << 20, "M"), (1 << 10, "K")):
         if n >= div:
-            return f"{n / div:.1f} {suffix}iB" if prose else _sig3(n / div) + suffix
-    return f"{n:.0f} B" if prose else f"{int(n)}"
+            if prose:
+                return f"{n / div:.1f} {suffix}iB"
+            return _sig3(n / div) + suffix + ("iB" if unit else "")
+    return f"{n:.0f} B" if prose else f"{int(n)}" + ("B" if unit else "")
 
 
 def _sig3(x: float) -> str:

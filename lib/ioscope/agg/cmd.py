@@ -14,7 +14,7 @@ examples:
   ioscope agg -e 'sum(bytes) by comm where op == write' 1 5
   ioscope agg -e 'quantize(q2c) by disk,op' -d loop0    # power-of-two latency distributions
   ioscope agg -e 'llquantize(d2c) by disk where bytes >= 64k' -j 1
-  ioscope agg -e 'count() by comm' -e 'avg(q2d) by cgroup' -n 10 5
+  ioscope agg -e 'count() by comm' -e 'avg(q2d) by cgroup' --rows 10 5
   ioscope agg -e 'count() by comm,op' -r CAPTURE --every 1  # the same question over a capture
   ioscope agg --bpftrace 'tracepoint:block:block_rq_issue { @[comm] = count(); }' 1  # your own bpftrace
 """
@@ -38,7 +38,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     cli_common.add_disk_pid(p)
     p.add_argument("-c", "--cgroup", metavar="CGROUP",
                    help="trace only I/O queued from this cgroup v2 path (live only)")
-    cli_common.add_rows(p)
+    cli_common.add_rows(p, letter=False)  # -r reads a capture here
     cli_common.add_json(p)
     p.add_argument("--cumulative", action="store_true", help="do not clear the aggregations every interval")
     p.add_argument("-r", "--read", metavar="CAPTURE", help="aggregate a capture made by ioscope record")

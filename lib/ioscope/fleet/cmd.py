@@ -11,7 +11,7 @@ examples:
   ioscope fleet /shared/exports/incident-42                   # DuckDB, embedded
   ioscope fleet --engine spark --master 'local[4]' DIR        # the same report by Spark
   ioscope fleet --engine spark --master spark://head:7077 hdfs:///exports/incident-42
-  ioscope fleet -j -n 5 a.ioscope b.ioscope DIR               # captures too; one JSON object
+  ioscope fleet -j -r 5 a.ioscope b.ioscope DIR               # captures too; one JSON object
 """
 
 

@@ -29,7 +29,10 @@ RS_VAL = np.dtype([
     ("comm", "S16"),
 ])
 
-RS_INFLIGHT = np.dtype([("req", np.uint64), ("op", np.uint32), ("pad", np.uint32)])
+RS_DISK_KEY = np.dtype([("tgid", np.uint32), ("op", np.uint32), ("dev", np.uint32)])
+RS_DISK_VAL = np.dtype([("app_bytes", np.uint64), ("dev_bytes", np.uint64), ("ra_bytes", np.uint64)])
+
+RS_INFLIGHT = np.dtype([("req", np.uint64), ("op", np.uint32), ("dev", np.uint32)])
 RS_RQ_KEY = np.dtype([("dev", np.uint32), ("op", np.uint32)])
 RS_OWNER = np.dtype([("comm", "S16"), ("tgid", np.uint32), ("pad", np.uint32)])
 

@@ -24,10 +24,10 @@ EXAMPLES = """\
 examples:
   ioscope top                  # the live screen, refreshed every second (q quits, ? shows the keys)
   ioscope top 2                # refresh every 2 seconds
-  ioscope top -b 1 5           # 5 plain-text snapshots, one a second, like top -b (automatic when piped)
-  ioscope top -j 1 10          # one JSON object per interval: {"devices": [...], "procs": [...]}
+  ioscope top -b -n 5          # 5 plain-text snapshots, one a second, like top -b -n 5 (batch when piped)
+  ioscope top -j 2 10          # one JSON object every 2 s, 10 of them: {"devices": [...], "procs": [...]}
   ioscope top -d loop0         # only this disk (filtered in the kernel; -d is repeatable)
-  ioscope top -b -s p99_ms -n 10   # batch, the 10 processes with the highest p99 latency
+  ioscope top -b -s p99_ms -r 10   # batch, the 10 processes with the highest p99 latency
 """
 
 
@@ -44,10 +44,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="plain-text snapshots, one per interval (the default when stdout is not a terminal)")
     cli_common.add_json(p)
     cli_common.add_rows(p, "processes per snapshot (batch and JSON)")
-    cli_common.add_deprecated_flag(p, "-l", "--limit", dest="rows", instead="-n/--rows", takes_value=True,
+    cli_common.add_deprecated_flag(p, "-l", "--limit", dest="rows", instead="-r/--rows", takes_value=True,
                                    type=cli_common.positive_int)
-    cli_common.add_deprecated_flag(p, "--iterations", dest="iterations", instead="the COUNT argument "
-                                   "(ioscope top 1 5)", takes_value=True, type=cli_common.positive_int)
+    # procps top's long name for -n (help shows -n, --count)
+    p.add_argument("--iterations", dest="count_n", type=cli_common.positive_int, help=argparse.SUPPRESS)
     p.add_argument("-s", "--sort", default="total", choices=("total", *PROC_SORT_KEYS),
                    help="process sort column (default total: rkB/s + wkB/s)")
     cli_common.add_interval_count(p)
@@ -110,7 +110,8 @@ class Sampler:
 
         cur = self.c.sample(final)
         snap = build_snapshot(self.prev, cur, host=self.host, kernel=self.kernel, disks=self.c.whole_disks(),
-                              name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary())
+                              name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary(),
+                              show_idle=bool(self.c.filter))
         self.prev = cur
         if self.stacks:
             from ioscope.top.model import stack_rows
@@ -127,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from ioscope.top.view import ViewState, interactive
 
     interval: float = args.interval or 1.0
-    count: int | None = args.count or getattr(args, "iterations", None)
+    count: int | None = args.count
     disks = [devices.resolve_disk(d) for d in args.disk or []]
     disk = disks[0].name if len(disks) == 1 else None
     batch = args.batch or args.json or not sys.stdout.isatty()

@@ -229,8 +229,11 @@ def proc_rows(keys: npt.NDArray[Any], vals: npt.NDArray[Any], seconds: float,
 
 
 def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: Iterable[str],
-                   name_of: Callable[[int], str], comm_of: Callable[[int], str], attach: str = "") -> Snapshot:
-    """The rows of one refresh. disks: the whole-disk names (partitions are left out)."""
+                   name_of: Callable[[int], str], comm_of: Callable[[int], str], attach: str = "",
+                   show_idle: bool = False) -> Snapshot:
+    """The rows of one refresh. disks: the whole-disk names (partitions are left out). A disk that did
+    nothing in the interval is left out (iostat -z), unless show_idle: the disks asked for by name (-d),
+    which iostat lists whatever they did."""
     seconds = cur.mono - prev.mono
     dh = device_hists(cur.disk_keys, cur.disk_hists, name_of)
     devs = []
@@ -239,7 +242,7 @@ def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: 
         if a is None or b is None:
             continue
         h = dh.get(name)
-        if not active(a, b) and not (h and h.count):
+        if not show_idle and not active(a, b) and not (h and h.count):
             continue
         row = iostat(a, b, seconds)
         if h is not None and h.count:

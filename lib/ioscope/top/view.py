@@ -29,6 +29,7 @@ from ioscope.fmt import fmt_ns
 from ioscope.heat import HEAT_CHARS, HeatGrid
 from ioscope.heat import level as heat_level
 from ioscope.top.model import (
+    DeviceRow,
     HeatHistory,
     Snapshot,
     filter_snapshot,
@@ -335,7 +336,9 @@ def handle_key(st: ViewState, key: str) -> None:
     elif key == "c":
         st.disk, st.pid = None, None
     elif key in ("TAB", "h"):
-        if st.disks_seen:
+        if st.disk is not None:
+            st.message = f"the heat map shows the filtered disk {st.disk} (c clears the filter)"
+        elif st.disks_seen:
             i = st.disks_seen.index(st.heat_disk) if st.heat_disk in st.disks_seen else -1
             st.heat_disk = st.disks_seen[(i + 1) % len(st.disks_seen)]
     elif key in ("+", "="):
@@ -352,6 +355,18 @@ def sort_label(st: ViewState) -> str:
     if st.sort == "total":
         return "rkB/s+wkB/s"
     return next(c.header for c in PROC_COLUMNS if c.key == st.sort)
+
+
+def heat_disk(st: ViewState, devs: Sequence[DeviceRow], heat: HeatHistory) -> str | None:
+    """The disk of the heat map: the filtered one when a disk filter is on (even before it did any I/O),
+    else the one chosen (first the busiest; Tab), else the busiest now, else any with history."""
+    if st.disk is not None:
+        return st.disk
+    if st.heat_disk in heat.cols:
+        return st.heat_disk
+    if devs:
+        return devs[0].disk
+    return heat.disks()[0] if heat.disks() else None
 
 
 def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width: int, height: int) -> list[Text]:
@@ -396,9 +411,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
         dev_block.append(Text(" no disk did I/O in this interval", style="dim"))
     rest = body_h - len(dev_block)
     heat_block: list[Text] = []
-    hdisk = st.heat_disk if st.heat_disk in heat.cols else (devs[0].disk if devs else None)
-    if hdisk is None and heat.disks():
-        hdisk = heat.disks()[0]
+    hdisk = heat_disk(st, devs, heat)
     # processes keep at least half of what is left (or all they need), the heat map gets the rest
     proc_need = min(len(procs) + 1, max(5, rest // 2))
     heat_rows = min(16, rest - proc_need - 1 - 2)
@@ -406,6 +419,8 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
         grid = heat.grid(hdisk, width - LABEL_W - RIGHT_W, heat_rows)
         if grid is not None:
             heat_block = heat_lines(grid, hdisk, snap.interval)
+        else:  # the filtered disk has not completed an I/O since top started
+            heat_block = [Text(f"latency heat map {hdisk}: no I/O completed yet", style="dim")]
     extra = panel_lines(s, width, max(0, rest - len(heat_block) - proc_need - 1), hidden=panels_off(st.panels_on))
     proc_h = rest - len(heat_block) - (1 if heat_block else 0) - len(extra)
     proc_block = table_lines(procs[: max(0, proc_h - 1)], proc_cols, st.sort)

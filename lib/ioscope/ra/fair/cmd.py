@@ -14,6 +14,7 @@ examples:
   ioscope fair -d sdb 1            # per-process throughput on sdb and its balance, every second
   ioscope fair -d sdb --by dev 5   # balance of block I/O bytes instead of bytes returned to the readers
   ioscope fair -j 10 6             # JSON lines, six 10 s intervals
+  ioscope fair --across-disks 1    # every process against every other, not per disk
 """
 
 
@@ -21,14 +22,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("fair", help="per-process throughput and its balance (Jain's index), with likely causes",
                        description="Per-process throughput each interval and cumulatively: bytes returned by "
                                    "read/write syscalls on files and block devices, and block I/O bytes queued "
-                                   "by the process. Then the balance across processes: min, max, mean, "
-                                   "coefficient of variation, max/min and Jain's fairness index, flagged when "
+                                   "by the process. Then the balance across the processes on each disk: min, max, "
+                                   "mean, coefficient of variation, max/min and Jain's fairness index, flagged when "
                                    "poor, with the device settings and the likely causes ioscope can see.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_filters(p)
     p.add_argument("--by", choices=("app", "dev"), default="app",
                    help="bytes the balance is computed on: app = returned by the syscalls (default), "
                         "dev = block I/O queued by the process")
+    p.add_argument("--across-disks", action="store_true",
+                   help="judge every process against every other, whatever disk it uses (default: only "
+                        "processes on the same disk, one group per disk)")
     p.add_argument("--min-share", type=float, default=0.01,
                    help="ignore processes below this fraction of the busiest one (default 0.01)")
     p.add_argument("--min-bytes", type=cli_common.size_type("--min-bytes"), default=MIN_VERDICT_BYTES, metavar="SIZE",
@@ -50,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     system.require_bpf_privileges("fair")
     opts = FairOptions(disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid, comm=args.comm,
-                       btf=system.btf_path(args.btf))
+                       btf=system.btf_path(args.btf), per_disk=not args.across_disks)
     collector = FairCollector(opts)
     try:
         attach = collector.bpf.variant_summary()

@@ -10,7 +10,7 @@ from pathlib import Path
 from ioscope import devices
 from ioscope.ra.fair.model import FairSample, active_disks
 from ioscope.ra.readsize.collector import ReadsizeCollector, ReadsizeOptions
-from ioscope.ra.readsize.model import ProcIO, merge_procs
+from ioscope.ra.readsize.model import DiskIO, ProcIO, merge_procs
 
 
 def blkio_limits(pid: int, proc_root: str = "/proc", cg_root: str = "/sys/fs/cgroup") -> list[str]:
@@ -53,6 +53,7 @@ class FairOptions:
     pid: int | None = None
     comm: str | None = None
     btf: str | None = None
+    per_disk: bool = True  # group processes by disk (False: --across-disks, every process against every other)
 
 
 class FairCollector:
@@ -61,9 +62,10 @@ class FairCollector:
     def __init__(self, opts: FairOptions) -> None:
         self.opts = opts
         self.rs = ReadsizeCollector(ReadsizeOptions(disks=opts.disks, pid=opts.pid, comm=opts.comm, writes=True,
-                                                    btf=opts.btf))
+                                                    btf=opts.btf, per_disk=opts.per_disk))
         self.bpf = self.rs.bpf
         self._cumulative: dict[tuple[int, str], ProcIO] = {}
+        self._cum_disks: dict[tuple[int, str, str], DiskIO] = {}
         self._stats = devices.read_diskstats()
         self._start = self._t0 = time.monotonic()
 
@@ -75,22 +77,28 @@ class FairCollector:
         """The interval since the last sample when reset (totals kept since the start), else all since the start."""
         wall, now = time.time(), time.monotonic()
         procs = self.rs.read(reset=reset)
+        per_disk = self.rs.read_disks(reset=reset) if self.opts.per_disk else []
         losses = self.rs.losses()
         stats = devices.read_diskstats()
         seconds = now - (self._t0 if reset else self._start)
         if reset:
             merge_procs(self._cumulative, procs)
             cumulative = list(self._cumulative.values())
+            for d in per_disk:
+                k = (d.pid, d.op, d.disk)
+                self._cum_disks[k] = self._cum_disks[k].merge(d) if k in self._cum_disks else d
+            cum_disks = list(self._cum_disks.values())
         else:
-            cumulative = procs
+            cumulative, cum_disks = procs, per_disk
         before = self._stats
         self._stats, self._t0 = stats, now
         names = [d.name for d in self.opts.disks]
         whole = [d.name for d in devices.list_disks()]
         # settings only for the disks the report will show (the model picks the same ones)
-        shown = names or active_disks(before, stats, whole)
+        shown = sorted(set(names or active_disks(before, stats, whole)) | {d.disk for d in per_disk if d.disk in whole})
         return FairSample(
             wall=wall, seconds=seconds, procs=procs, cumulative=cumulative, losses=losses,
+            per_disk=per_disk if self.opts.per_disk else None, cum_per_disk=cum_disks if self.opts.per_disk else None,
             diskstats_before=before, diskstats_after=stats, disks=names, whole_disks=whole,
             settings={n: devices.queue_settings(n) for n in shown},
             limits={pid: blkio_limits(pid) for pid in sorted({p.pid for p in procs})},

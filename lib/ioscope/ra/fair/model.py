@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ioscope.devices import DiskStats
 from ioscope.losses import Losses
 from ioscope.ra.fairness import MIN_VERDICT_BYTES, Balance, Verdict, balance, select_active
-from ioscope.ra.readsize.model import ProcIO
+from ioscope.ra.readsize.model import DiskIO, ProcIO
 
 BUSY_UTIL = 0.5  # a disk with I/O in flight at least half the interval is busy
 
@@ -55,6 +55,8 @@ class FairSample:
     whole_disks: list[str]                 # every whole disk (not partitions)
     settings: dict[str, dict[str, object]]  # disk -> queue settings
     limits: dict[int, list[str]] = field(default_factory=dict)  # pid -> cgroup I/O limit lines
+    per_disk: list[DiskIO] | None = None      # this interval, per process and disk (None: --across-disks)
+    cum_per_disk: list[DiskIO] | None = None  # since the start
 
 
 @dataclass
@@ -78,15 +80,25 @@ class Poor:
 
 
 @dataclass
+class Group:
+    """The processes judged against each other: those that did I/O on one disk (disk: its name), or with
+    --across-disks every process whatever its disk (disk None)."""
+
+    disk: str | None
+    rows: list[ProcRow]             # the bytes on this disk, the busiest first
+    balance: dict[str, Verdict]     # op -> this interval
+    cumulative: dict[str, Verdict]  # op -> since the start
+    poor: dict[str, Poor]           # op -> verdict, for the ops whose interval balance is poor
+
+
+@dataclass
 class FairReport:
     wall: float
     seconds: float
     by: str
     disks: list[DiskState]
-    rows: list[ProcRow]             # the busiest first
-    balance: dict[str, Verdict]     # op -> this interval
-    cumulative: dict[str, Verdict]  # op -> since the start
-    poor: dict[str, Poor]           # op -> verdict, for the ops whose interval balance is poor
+    rows: list[ProcRow]             # every process, all disks together, the busiest first
+    groups: list[Group]             # per disk (by name), or one group of every process (--across-disks)
     losses: Losses
     attach: str = ""
 
@@ -197,26 +209,57 @@ def likely_causes(rates: dict[int, ProcRate], bal: Balance, pids: list[int], dis
     return causes
 
 
+def per_disk_rates(rows: list[DiskIO], comms: dict[int, str]) -> dict[str, dict[int, ProcRate]]:
+    """disk -> pid -> the process's bytes on that disk."""
+    out: dict[str, dict[int, ProcRate]] = {}
+    for d in rows:
+        r = out.setdefault(d.disk, {}).setdefault(d.pid, ProcRate(d.pid, comms.get(d.pid, "?")))
+        if d.op == "read":
+            r.read += d.app_bytes
+            r.dev_read += d.dev_bytes
+            r.ra_bytes += d.ra_bytes
+        else:
+            r.write += d.app_bytes
+            r.dev_write += d.dev_bytes
+    return out
+
+
 def build_report(s: FairSample, by: str = "app", min_share: float = 0.01, min_bytes: float = MIN_VERDICT_BYTES,
                  attach: str = "") -> FairReport:
-    names = s.disks or active_disks(s.diskstats_before, s.diskstats_after, s.whole_disks)
-    disks = disk_states(s.diskstats_before, s.diskstats_after, names, s.seconds, s.settings)
     rates = per_process(s.procs)
     cum = per_process(s.cumulative)
-    bal = balances(rates, by, min_share, min_bytes)
-    busy = [d.name for d in disks if d.util >= BUSY_UTIL]
-    poor = {op: Poor(busy, likely_causes(rates, v.balance, v.pids, disks, op, by, s.limits))
-            for op, v in bal.items() if v.poor}
+    if s.per_disk is None:
+        names = s.disks or active_disks(s.diskstats_before, s.diskstats_after, s.whole_disks)
+    else:  # the disks named, or that moved, and every disk a process did I/O on
+        names = sorted(set(s.disks or active_disks(s.diskstats_before, s.diskstats_after, s.whole_disks))
+                       | {d.disk for d in s.per_disk if d.disk in s.whole_disks})
+    disks = disk_states(s.diskstats_before, s.diskstats_after, names, s.seconds, s.settings)
 
     def per_s(b: int) -> float:
         return b / s.seconds if s.seconds > 0 else 0.0
 
-    rows = [ProcRow(r, cum.get(r.pid), per_s(r.read), per_s(r.dev_read), per_s(r.write), per_s(r.dev_write))
-            for r in sorted(rates.values(), key=ProcRate.sort_key)]
-    return FairReport(wall=s.wall, seconds=s.seconds, by=by, disks=disks, rows=rows, balance=bal,
-                      cumulative=balances(cum, by, min_share, min_bytes), poor=poor,
+    def table(rs: dict[int, ProcRate], cs: dict[int, ProcRate]) -> list[ProcRow]:
+        return [ProcRow(r, cs.get(r.pid), per_s(r.read), per_s(r.dev_read), per_s(r.write), per_s(r.dev_write))
+                for r in sorted(rs.values(), key=ProcRate.sort_key)]
+
+    def group(disk: str | None, rs: dict[int, ProcRate], cs: dict[int, ProcRate], states: list[DiskState]) -> Group:
+        bal = balances(rs, by, min_share, min_bytes)
+        busy = [d.name for d in states if d.util >= BUSY_UTIL]
+        poor = {op: Poor(busy, likely_causes(rs, v.balance, v.pids, states, op, by, s.limits))
+                for op, v in bal.items() if v.poor}
+        return Group(disk, table(rs, cs), bal, balances(cs, by, min_share, min_bytes), poor)
+
+    if s.per_disk is None:
+        groups = [group(None, rates, cum, disks)]
+    else:
+        comms = {p.pid: p.comm for p in [*s.cumulative, *s.procs]}
+        now, since = per_disk_rates(s.per_disk, comms), per_disk_rates(s.cum_per_disk or [], comms)
+        groups = [group(name, now.get(name, {}), since.get(name, {}), [d for d in disks if d.name == name])
+                  for name in sorted(set(now) | set(since))]
+    return FairReport(wall=s.wall, seconds=s.seconds, by=by, disks=disks, rows=table(rates, cum), groups=groups,
                       losses=Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain), attach=attach)
 
 
-__all__ = ["BUSY_UTIL", "DiskState", "FairReport", "FairSample", "Poor", "ProcRate", "ProcRow", "active_disks",
-           "balances", "build_report", "disk_states", "likely_causes", "limit_applies", "per_process"]
+__all__ = ["BUSY_UTIL", "DiskState", "FairReport", "FairSample", "Group", "Poor", "ProcRate", "ProcRow", "active_disks",
+           "balances", "build_report", "disk_states", "likely_causes", "limit_applies", "per_disk_rates",
+           "per_process"]

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ioscope import cli_common
 from ioscope.fmt import fmt_bytes
-from ioscope.ra.fair.model import DiskState, FairReport, ProcRow
+from ioscope.ra.fair.model import DiskState, FairReport, Group, ProcRow
 from ioscope.ra.fairness import POOR_JAIN, Verdict
 
 
@@ -33,15 +33,23 @@ def row_json(row: ProcRow) -> dict[str, Any]:
     return doc
 
 
+def group_json(g: Group) -> dict[str, Any]:
+    return {
+        "disk": g.disk,
+        "procs": [row_json(row) for row in g.rows],
+        "balance": {op: v.to_json() for op, v in g.balance.items()},
+        "cumulative_balance": {op: v.to_json() for op, v in g.cumulative.items()},
+        "poor": {op: {"busy": bool(p.busy), "busy_disks": p.busy, "causes": p.causes} for op, p in g.poor.items()},
+    }
+
+
 def to_json(r: FairReport) -> dict[str, Any]:
     return {
         "time": cli_common.iso_time(r.wall), "interval_s": round(r.seconds, 6), "by": r.by,
         **r.losses.to_json(), "attach": r.attach,
         "devices": [disk_json(d) for d in r.disks],
         "procs": [row_json(row) for row in r.rows],
-        "balance": {op: v.to_json() for op, v in r.balance.items()},
-        "cumulative_balance": {op: v.to_json() for op, v in r.cumulative.items()},
-        "poor": {op: {"busy": bool(p.busy), "busy_disks": p.busy, "causes": p.causes} for op, p in r.poor.items()},
+        "groups": [group_json(g) for g in r.groups],
     }
 
 
@@ -52,12 +60,12 @@ def balance_line(v: Verdict, by: str, seconds: float, label: str) -> str:
         return f"{label} {op}: one active process, no balance to compute"
 
     def per_s(x: float) -> str:
-        return fmt_bytes(x / seconds) + "B/s" if seconds > 0 else fmt_bytes(x) + "B"
+        return fmt_bytes(x / seconds, unit=True) + "/s" if seconds > 0 else fmt_bytes(x, unit=True)
 
     mm = "inf" if b.max_min == float("inf") else f"{b.max_min:.2f}"
     if not v.enough:
-        flag = (f"  too little {op} I/O to judge ({fmt_bytes(b.total)}B, under --min-bytes "
-                f"{fmt_bytes(v.min_bytes)}B)")
+        flag = (f"  too little {op} I/O to judge ({fmt_bytes(b.total, unit=True)}, under --min-bytes "
+                f"{fmt_bytes(v.min_bytes, unit=True)})")
     else:
         flag = f"  POOR (Jain < {POOR_JAIN})" if v.poor else ""
     return (f"{label} {op} balance over {b.n} processes ({by} bytes): min {per_s(b.min)} max {per_s(b.max)} "
@@ -81,18 +89,30 @@ def text_lines(r: FairReport) -> list[str]:
         out.append(f"{p.pid:>7} {p.comm[:16]:<16} {fmt_bytes(row.read_Bps):>8} {fmt_bytes(row.dev_read_Bps):>8} "
                    f"{fmt_bytes(row.write_Bps):>8} {fmt_bytes(row.dev_write_Bps):>8} "
                    f"{fmt_bytes(c.read):>9} {fmt_bytes(c.dev_read):>9}")
-    for op, v in r.balance.items():
-        out.append(balance_line(v, r.by, r.seconds, "interval"))
-        poor = r.poor.get(op)
+    for g in r.groups:
+        out += group_lines(g, r.by, r.seconds)
+    return out
+
+
+def group_lines(g: Group, by: str, seconds: float) -> list[str]:
+    """One group's balances: the processes on one disk, judged against each other (or every process)."""
+    who = ", ".join(f"{row.rate.pid} ({row.rate.comm})" for row in g.rows[:6])
+    who += f" and {len(g.rows) - 6} more" if len(g.rows) > 6 else ""
+    n = len(g.rows)
+    out = [(f"on {g.disk}" if g.disk else "across all disks") + f": {n} process{'es' if n != 1 else ''}"
+           + (f" this interval: {who}" if who else " this interval")]
+    for op, v in g.balance.items():
+        out.append("  " + balance_line(v, by, seconds, "interval"))
+        poor = g.poor.get(op)
         if poor is not None:
             if poor.busy:
-                out.append(f"  poor balance while {', '.join(poor.busy)} "
+                out.append(f"    poor balance while {', '.join(poor.busy)} "
                            f"{'was' if len(poor.busy) == 1 else 'were'} busy; likely causes:")
             else:
-                out.append("  likely causes:")
-            out += [f"  - {c}" for c in poor.causes] or ["  - none ioscope can see"]
-    for v in r.cumulative.values():
-        out.append(balance_line(v, r.by, 0, "cumulative"))
+                out.append("    likely causes:")
+            out += [f"    - {c}" for c in poor.causes] or ["    - none ioscope can see"]
+    for v in g.cumulative.values():
+        out.append("  " + balance_line(v, by, 0, "cumulative"))
     return out
 
 
@@ -104,4 +124,5 @@ def renderables(r: FairReport) -> Iterator[RenderableType]:
     yield Text("")
 
 
-__all__ = ["balance_line", "disk_json", "renderables", "row_json", "text_lines", "to_json"]
+__all__ = ["balance_line", "disk_json", "group_json", "group_lines", "renderables", "row_json", "text_lines",
+           "to_json"]

@@ -29,7 +29,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     cli_common.add_disk_pid(p)
     cli_common.add_json(p)
     cli_common.add_rows(p, "files, the most pages read ahead first (JSON has all)", default=20)
-    cli_common.add_deprecated_flag(p, "--top", dest="rows", instead="-n/--rows", takes_value=True,
+    cli_common.add_deprecated_flag(p, "--top", dest="rows", instead="-r/--rows", takes_value=True,
                                    type=cli_common.positive_int)
     p.add_argument("--max-pages", type=cli_common.positive_int, default=262144,
                    help="pages tracked at once (default 262144 = 1 GiB of 4 KiB pages); "

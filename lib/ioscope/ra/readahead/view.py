@@ -19,7 +19,7 @@ from ioscope.render import HistView
 
 @dataclass
 class RaViewOptions:
-    rows: int = 20      # files in the table (-n)
+    rows: int = 20      # files in the table (-r)
     fine: bool = False  # every log-linear bucket
 
 
@@ -129,7 +129,7 @@ def renderables(r: RaReport, o: RaViewOptions) -> Iterator[RenderableType]:
                    f"{f.decisions['other']:>5} {f.max_window:>6} {f.pages:>7} {f.used:>7} {f.wasted:>7} "
                    f"{f.cached:>7} {_pct(f.efficiency):>6}")
     if len(r.files) > o.rows:
-        yield Text(f"... {len(r.files) - o.rows} more (-n to show more)")
+        yield Text(f"... {len(r.files) - o.rows} more (-r to show more)")
     yield Text("")
 
 

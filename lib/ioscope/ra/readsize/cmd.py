@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--writes", action="store_true", help="also writes (write, pwrite64, writev, pwritev, pwritev2)")
     cli_common.add_json(p)
     cli_common.add_rows(p, "processes, the busiest first (JSON has all)", default=20)
-    cli_common.add_deprecated_flag(p, "--top", dest="rows", instead="-n/--rows", takes_value=True,
+    cli_common.add_deprecated_flag(p, "--top", dest="rows", instead="-r/--rows", takes_value=True,
                                    type=cli_common.positive_int)
     cli_common.add_interval_count(p)
     p.set_defaults(func=run, tool="readsize")

@@ -16,7 +16,7 @@ from ioscope.errors import IoscopeError
 from ioscope.loader import BPFObject
 from ioscope.losses import Losses, StatsDelta
 from ioscope.ra import abi
-from ioscope.ra.readsize.model import DevRequests, ProcIO, ReadsizeSample
+from ioscope.ra.readsize.model import DevRequests, DiskIO, ProcIO, ReadsizeSample
 
 
 def filter_devs(disk: devices.BlockDevice, sys_root: str = "/sys") -> list[int]:
@@ -53,6 +53,7 @@ class ReadsizeOptions:
     comm: str | None = None
     writes: bool = False
     btf: str | None = None
+    per_disk: bool = False  # fair: also bytes per process, direction and disk (read_disks)
 
 
 def _comm_bytes(comm: str) -> bytes:
@@ -104,6 +105,7 @@ class ReadsizeCollector:
         b.set_global("targ_tgid", o.pid or 0, "I")
         b.filter_disks(dev for d in o.disks for dev in filter_devs(d))
         b.set_global("targ_writes", o.writes, "?")
+        b.set_global("targ_per_disk", o.per_disk, "?")
         if o.comm:
             b.set_global("targ_filter_comm", True, "?")
             b.obj.set_global("targ_comm", _comm_bytes(o.comm))
@@ -112,7 +114,9 @@ class ReadsizeCollector:
         self.stats = StatsDelta(b, b.map("stats"), abi.RS_STAT_NAMES, abi.RS_NR_STATS,
                                 [abi.RS_STAT_NAMES[i] for i in range(abi.RS_NR_LOST_STATS)])
         self.rq_sizes = b.map("rq_sizes")
+        self.proc_disks = b.map("proc_disks")
         self.names = devices.DevNames()
+        self._disk_of: dict[int, str] = {}
         b.attach()
 
     @property
@@ -149,6 +153,28 @@ class ReadsizeCollector:
             ))
         out.sort(key=ProcIO.sort_key)
         return out
+
+    def read_disks(self, reset: bool) -> list[DiskIO]:
+        """With per_disk: bytes per process, direction and whole disk since the last reset (a partition's
+        bytes are its disk's; a filesystem without a disk, tmpfs say, is named by its major:minor)."""
+        kb, vb, n = self.proc_disks.dump(sum=False, delete=reset)
+        keys = np.frombuffer(kb, dtype=abi.RS_DISK_KEY, count=n)
+        vals = np.frombuffer(vb, dtype=abi.RS_DISK_VAL, count=n)
+        merged: dict[tuple[int, str, str], DiskIO] = {}
+        for k, v in zip(keys, vals):
+            pid, op, disk = int(k["tgid"]), abi.RS_OP_NAMES.get(int(k["op"]), "?"), self.disk_of(int(k["dev"]))
+            d = merged.setdefault((pid, op, disk), DiskIO(pid, op, disk))
+            d.app_bytes += int(v["app_bytes"])
+            d.dev_bytes += int(v["dev_bytes"])
+            d.ra_bytes += int(v["ra_bytes"])
+        return sorted(merged.values(), key=lambda d: (d.disk, d.op, d.pid))
+
+    def disk_of(self, dev: int) -> str:
+        """The whole disk of a kernel dev_t (a disk's or a partition's), else its major:minor."""
+        if dev not in self._disk_of:
+            self._disk_of = {d.dev: d.name for d in devices.list_disks()}
+            self._disk_of.update({devices.kdev(p.major, p.minor): p.disk.name for p in devices.list_partitions()})
+        return self._disk_of.get(dev) or devices.kdev_str(dev, ":")
 
     def losses(self, since_last: bool = True) -> Losses:
         """Values the programs could not record, since the last call (or since the start)."""

@@ -51,6 +51,22 @@ class ProcIO:
 
 
 @dataclass
+class DiskIO:
+    """One process, one direction, one disk over an interval: the bytes fair groups by disk."""
+
+    pid: int
+    op: str
+    disk: str
+    app_bytes: int = 0  # returned by syscalls on files of this disk
+    dev_bytes: int = 0  # bios the process queued on it
+    ra_bytes: int = 0   # of which readahead
+
+    def merge(self, other: DiskIO) -> DiskIO:
+        return DiskIO(self.pid, self.op, self.disk, self.app_bytes + other.app_bytes,
+                      self.dev_bytes + other.dev_bytes, self.ra_bytes + other.ra_bytes)
+
+
+@dataclass
 class DevRequests:
     """Requests issued to the driver on one disk in one direction (after merging and splitting)."""
 
@@ -98,4 +114,4 @@ def build_report(s: ReadsizeSample, attach: str = "") -> ReadsizeReport:
     )
 
 
-__all__ = ["DevRequests", "ProcIO", "ReadsizeReport", "ReadsizeSample", "build_report", "merge_procs"]
+__all__ = ["DevRequests", "DiskIO", "ProcIO", "ReadsizeReport", "ReadsizeSample", "build_report", "merge_procs"]

@@ -20,7 +20,7 @@ DETAILS = 5  # processes shown with their size distributions (the busiest ones)
 
 @dataclass
 class ReadsizeViewOptions:
-    rows: int = 20  # processes in the table (-n)
+    rows: int = 20  # processes in the table (-r)
 
 
 def _buckets(h: Hist) -> list[list[int]]:
@@ -72,15 +72,15 @@ def size_rows(app: Hist, dev: Hist) -> list[tuple[str, int, int]]:
 def proc_lines(p: ProcIO) -> list[str]:
     verb = "reads" if p.op == "read" else "writes"
     head = f"pid {p.pid} ({p.comm}) {p.op}:"
-    app = (f"  app: {p.app_req.count} {verb}, asked {fmt_bytes(p.app_req.total)}B, "
-           f"got {fmt_bytes(p.app_bytes)}B, avg {fmt_bytes(p.app_req.mean)}B")
+    app = (f"  app: {p.app_req.count} {verb}, asked {fmt_bytes(p.app_req.total, unit=True)}, "
+           f"got {fmt_bytes(p.app_bytes, unit=True)}, avg {fmt_bytes(p.app_req.mean, unit=True)}")
     if p.app_errors:
         app += f", {p.app_errors} errors"
     if p.app_short:
         app += f", {p.app_short} short"
-    dev = f"  dev: {p.dev.count} bios, {fmt_bytes(p.dev.total)}B, avg {fmt_bytes(p.dev.mean)}B"
+    dev = f"  dev: {p.dev.count} bios, {fmt_bytes(p.dev.total, unit=True)}, avg {fmt_bytes(p.dev.mean, unit=True)}"
     if p.op == "read":
-        dev += f"; readahead {p.ra_count} bios, {fmt_bytes(p.ra_bytes)}B"
+        dev += f"; readahead {p.ra_count} bios, {fmt_bytes(p.ra_bytes, unit=True)}"
     amp, ratio = p.amplification, p.size_ratio
     tail = "  amplification: " + (f"{amp:.2f} device bytes per application byte" if amp is not None else "n/a")
     if ratio is not None:
@@ -105,7 +105,7 @@ def proc_table(procs: list[ProcIO], rows: int) -> list[str]:
                    f"{fmt_bytes(p.dev.mean):>7} {fmt_bytes(p.ra_bytes):>7} "
                    f"{(f'{amp:.2f}' if amp is not None else '-'):>6}")
     if len(procs) > rows:
-        out.append(f"... {len(procs) - rows} more processes (-n to show more)")
+        out.append(f"... {len(procs) - rows} more processes (-r to show more)")
     for p in procs[:min(rows, DETAILS)]:
         out.append("")
         out += proc_lines(p)
@@ -120,8 +120,8 @@ def request_lines(reqs: list[DevRequests]) -> list[str]:
         if not h.count:
             continue
         dist = ", ".join(f"{fmt_bytes(lo)}-{fmt_bytes(hi)}: {n}" for lo, hi, n in h.coarse() if n)
-        out.append(f"{r.disk} {r.op}: {h.count} requests issued to the driver, avg {fmt_bytes(h.mean)}B, "
-                   f"max {fmt_bytes(h.max)}B (max_sectors_kb={r.max_sectors_kb}); sizes {dist}")
+        out.append(f"{r.disk} {r.op}: {h.count} requests issued to the driver, avg {fmt_bytes(h.mean, unit=True)}, "
+                   f"max {fmt_bytes(h.max, unit=True)} (max_sectors_kb={r.max_sectors_kb}); sizes {dist}")
     return out
 
 
