@@ -36,6 +36,7 @@
 #include "inflight.bpf.h"
 #include "stamps.bpf.h"
 #include "agg.h"
+#include "fname.bpf.h"
 
 #ifndef EEXIST
 #define EEXIST 17 /* errno.h's: a stack map bucket held by another stack */
@@ -361,31 +362,14 @@ static __always_inline void file_note(__u64 ip)
 	__u64 ino = BPF_CORE_READ(inode, i_ino);
 	__u32 dev = BPF_CORE_READ(inode, i_sb, s_dev);
 	struct agg_file *f = bpf_map_lookup_elem(&files, &ip);
-	struct hlist_node *first;
-	struct dentry *d, *parent;
 	__u32 zero = 0;
-	int i;
 
 	if (f && f->ino == ino && f->dev == dev)
 		return;
 	f = bpf_map_lookup_elem(&file_scratch, &zero);
 	if (!f)
 		return;
-	f->ino = ino;
-	f->dev = dev;
-	f->depth = 0;
-	first = BPF_CORE_READ(inode, i_dentry.first);
-	if (first) {
-		d = (struct dentry *)((void *)first - bpf_core_field_offset(struct dentry, d_u.d_alias));
-		for (i = 0; i < AGG_FILE_DEPTH; i++) {
-			bpf_probe_read_kernel_str(f->comp[i], AGG_FILE_NAME, BPF_CORE_READ(d, d_name.name));
-			f->depth = i + 1;
-			parent = BPF_CORE_READ(d, d_parent);
-			if (!parent || parent == d)
-				break;
-			d = parent;
-		}
-	}
+	fname_fill(f, inode);
 	map_update(&files, &ip, f, BPF_ANY);
 }
 

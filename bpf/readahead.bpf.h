@@ -186,8 +186,8 @@ static __always_inline void note_file(struct inode *inode, __u32 dev, __u64 ino,
 	if (rdev) {
 		if (bdevfs_dev != dev)
 			bdevfs_dev = dev;
-		/* a failure only loses the device's name (its key is shown instead): not counted */
-		bpf_map_update_elem(&bdevs, &key, &rdev, BPF_ANY);
+		/* a failure loses only the device's name (its key is shown instead); counted in map_errs */
+		map_update(&bdevs, &key, &rdev, BPF_ANY);
 		return;
 	}
 	if (bpf_map_lookup_elem(&names, &key))
@@ -196,8 +196,9 @@ static __always_inline void note_file(struct inode *inode, __u32 dev, __u64 ino,
 	if (!f)
 		return;
 	fname_fill(f, inode);
-	/* full: user space names the file without it; not counted */
-	bpf_map_update_elem(&names, &key, f, BPF_NOEXIST);
+	/* full: user space names the file without it (its fd table, else mount point and inode);
+	 * counted in map_errs (another CPU's create of the same key is expected, not counted) */
+	map_update(&names, &key, f, BPF_NOEXIST);
 }
 
 static __always_inline struct ra_stats *file_stats(__u32 dev, __u64 ino, __u32 tgid, bool create)
