@@ -81,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--small-kb", type=cli_common.positive_int, default=512,
                    help="the small read_ahead_kb (default 512, the study's good setting)")
     g.add_argument("--large-kb", type=cli_common.positive_int, default=12288,
-                   help="the very large read_ahead_kb (default 12288, the study's 12 MB)")
+                   help="the very large read_ahead_kb (default 12288, the study's 12 MiB)")
     g.add_argument("--limit-mbs", type=float, default=400.0,
                    help="make the device the bottleneck, as the study's HBA was: all readers share one blkio "
                         "cgroup limited to this many MiB/s on the loop device (default 400; 0 = no limit, the "
@@ -226,7 +226,7 @@ def build_result(ra_kb: int, seconds: float, counted: dict[int, int], rs_sample:
 
 
 def _mbs(b: float, seconds: float) -> str:
-    return f"{b / seconds / (1 << 20):6.1f} MB/s"
+    return f"{b / seconds / (1 << 20):6.1f} MiB/s"
 
 
 def render(r: SettingResult, n: int) -> list[str]:
