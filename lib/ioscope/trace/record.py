@@ -33,6 +33,7 @@ class Status:
         self.lost = 0
         self.stop_reason = ""
         self.error: BaseException | None = None
+        self.full: IoscopeError | None = None  # the file system was full (the capture ended cleanly)
 
 
 class RecordSession:
@@ -44,6 +45,7 @@ class RecordSession:
         self.max_size = max_size
         self.status = Status()
         self.completed: dict[int, int] = {}  # kernel dev_t -> C events recorded
+        self.completed_attached: dict[int, int] = {}  # ... of them inside rec.attached_window()
         self.check: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self.done = threading.Event()
@@ -62,10 +64,24 @@ class RecordSession:
 
         self.writer.write(ev, horizon)
         self.status.events += len(ev)  # records, process notes included
-        count_completions(ev, self.completed, self.rec.flush_machines)
+        if len(ev):
+            counted: dict[int, int] = {}
+            count_completions(ev, counted, self.rec.flush_machines)
+            lo, hi = self.rec.attached_window()
+            ts = ev["ts"]
+            inside = counted
+            if int(ts.min()) < lo or int(ts.max()) > hi:  # at the edges only: C events outside the window
+                inside = {}
+                count_completions(ev[(ts >= lo) & (ts <= hi)], inside, self.rec.flush_machines)
+            for into, add in ((self.completed, counted), (self.completed_attached, inside)):
+                for dev, n in add.items():
+                    into[dev] = into.get(dev, 0) + n
         self.status.bytes = self.writer.bytes_written()
+        if self.writer.full:
+            self.stop(f"file system full ({self.writer.full})")
 
     def _run(self) -> None:
+        from ioscope.trace.capture import CaptureFull
         from ioscope.trace.recorder import FAST_POLL_FILL, FAST_POLL_MS, POLL_MS
 
         rec, w = self.rec, self.writer
@@ -90,9 +106,12 @@ class RecordSession:
             lost = rec.capture_lost()
             w.set_lost(lost)
             self.status.lost = lost["total"]
-            self.check = rec.completions_check(self.completed)
-            w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns,
-                         "completions_check": self.check})
+            self.check = rec.completions_check(self.completed, self.completed_attached)
+            try:
+                w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns,
+                             "completions_check": self.check})
+            except CaptureFull as exc:  # the file ended cleanly: the main thread says what it cost
+                self.status.full = exc
             self.status.bytes = w.bytes_written() or os.path.getsize(w.path)
         except BaseException as exc:  # reported by the main thread
             self.status.error = exc
@@ -232,15 +251,19 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
     counts = session.writer.action_counts
     acts = ", ".join(f"{ACTION_LETTERS.get(a, str(a))} {int(n)}" for a, n in enumerate(counts) if n and a)
     nevents, nnotes = int(counts[1:].sum()), int(counts[0])
+    unwritten = session.writer.unwritten  # taken from the rings, but the file system was full
+    why = ([losses.describe()] if losses.lost else []) + ([f"{unwritten} did not fit in the file"] if unwritten else [])
     print(f"Recorded {nevents:,} events ({acts or 'none'}) and {nnotes} process notes in {elapsed:.1f}s "
-          f"to {args.output} ({fmt_bytes(st.bytes, prose=True)}); lost {losses.lost}"
-          f"{' (' + losses.describe() + ')' if losses.lost else ''}; stopped: {st.stop_reason or 'end'}.",
+          f"to {args.output} ({fmt_bytes(st.bytes, prose=True)}); lost {losses.lost + unwritten}"
+          f"{' (' + '; '.join(why) + ')' if why else ''}; stopped: {st.stop_reason or 'end'}.",
           file=sys.stderr)
     if losses.lost:
         print("ioscope record: records were lost; a larger --buffer (e.g. --buffer 256M) or fewer disks (-d) "
               "helps", file=sys.stderr)
     for line in completions_warnings("record", session.check):
         print(line, file=sys.stderr)
+    if st.full is not None:
+        raise st.full  # one line: what the file holds, how many events did not fit; exit 1
     return 0
 
 

@@ -50,6 +50,7 @@ FAST_POLL_MS = 2  # the next poll, when a ring was more than FAST_POLL_FILL full
 FAST_POLL_FILL = 0.25
 
 DEFAULT_BUFFER = 32 << 20
+ATTACH_SLACK_NS = 2_000_000  # see Recorder.attached_window
 POLL_MS = 20
 
 
@@ -141,11 +142,18 @@ class Recorder:
         b.load()
         self.ring = b.obj.slot_rings("rec_ring", "rec_pos", self.nrings, self.ring_slots)
         self.stats = b.map("rec_stats")
-        self.completions_before = _completions(o.disks)
         self.flush_machines = flush_machines(devices.device_meta(o.disks or None))
+        # /proc/diskstats around attaching and detaching: I/Os completed while the programs were being
+        # attached or detached (some running, some not) are told apart from I/Os completed while every
+        # program ran (completions_check)
+        self.completions_before = _completions(o.disks)
+        names = devices.DevNames()
+        self.disk_names = {dev: names.name(dev) for dev in self.completions_before}  # a removed disk's too
         b.attach()
         self.attached_ns = time.monotonic_ns()  # every program runs from here on
+        self.completions_attached = _completions(o.disks)
         self.detached_ns = 0
+        self.completions_detaching: dict[int, int] = {}
         self.completions_after: dict[int, int] = {}
 
     @property
@@ -184,21 +192,54 @@ class Recorder:
 
     def detach(self) -> None:
         if not self.detached:
+            self.completions_detaching = _completions(self.opts.disks)
             self.detached_ns = time.monotonic_ns()  # every program ran until here
             self.bpf.detach()
             self.completions_after = _completions(self.opts.disks)
             self.detached = True
 
-    def completions_check(self, recorded: dict[int, int]) -> dict[str, dict[str, Any]]:
-        """Per disk: I/Os the kernel completed (/proc/diskstats) while recording vs. C events recorded."""
+    def attached_window(self) -> tuple[int, int]:
+        """(first, last) CLOCK_MONOTONIC ns of the time every program ran (last: 2**64-1 until detached),
+        for the C events of the I/Os the kernel counted between completions_attached and
+        completions_detaching.
+
+        The kernel counts a completion (blk_account_io_done) a little after its C event
+        (block_rq_complete, in blk_update_request): a C stamped just before the diskstats read after
+        attaching may be counted after it. The window starts ATTACH_SLACK_NS early for those (a C
+        that was counted before the read then hides a miss, it never makes one up). At the end the
+        window closes after the diskstats read before detaching (a C counted by then is inside)."""
+        return self.attached_ns - ATTACH_SLACK_NS, self.detached_ns or (1 << 64) - 1
+
+    def completions_check(self, recorded: dict[int, int],
+                          attached: dict[int, int] | None = None) -> dict[str, dict[str, Any]]:
+        """Per disk: I/Os the kernel completed (/proc/diskstats) while recording vs. C events recorded
+        (recorded: every C; attached: the C events inside attached_window()).
+
+        "kernel"/"recorded": from before attaching to after detaching. "attached": the same while every
+        program ran, the check proper: an I/O completed while the programs were being attached or
+        detached ("edges") may or may not have its C in the capture, and is no loss either way. A disk
+        that left /proc/diskstats while recording (removed: losetup -d, a hot-unplugged disk) is
+        "removed", its kernel count unknown."""
         out: dict[str, dict[str, Any]] = {}
         names = devices.DevNames()
-        for dev, after in self.completions_after.items():
-            kernel = after - self.completions_before.get(dev, after)
-            if kernel <= 0 and not recorded.get(dev):
-                continue
+        before, after = self.completions_before, self.completions_after
+        for dev in sorted(set(before) | set(after)):
             ma, mi = devices.kdev_split(dev)
-            out[f"{ma},{mi}"] = {"name": names.name(dev), "kernel": kernel, "recorded": int(recorded.get(dev, 0))}
+            rec = int(recorded.get(dev, 0))
+            name = self.disk_names.get(dev) or names.name(dev)
+            if dev not in after:
+                out[f"{ma},{mi}"] = {"name": name, "kernel": None, "recorded": rec, "removed": True}
+                continue
+            kernel = after[dev] - before.get(dev, after[dev])
+            if kernel <= 0 and not rec:
+                continue
+            c: dict[str, Any] = {"name": name, "kernel": kernel, "recorded": rec}
+            a, d = self.completions_attached.get(dev), self.completions_detaching.get(dev)
+            if attached is not None and a is not None and d is not None:
+                inside = int(attached.get(dev, 0))
+                c["attached"] = {"kernel": d - a, "recorded": inside}
+                c["edges"] = {"kernel": kernel - (d - a), "recorded": rec - inside}
+            out[f"{ma},{mi}"] = c
         return out
 
     def drain(self) -> np.ndarray:
@@ -268,11 +309,33 @@ def count_completions(ev: np.ndarray, into: dict[int, int], flush_machines: dict
 
 
 def completions_warnings(tool: str, check: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per disk whose completions (/proc/diskstats) outnumber the C events seen."""
-    return [f"ioscope {tool}: warning: {c['name']} ({dev}) completed {c['kernel']:,} I/Os while tracing "
-            f"(/proc/diskstats) but {c['recorded']:,} completions were seen: {c['kernel'] - c['recorded']:,} "
-            f"{'was' if c['kernel'] - c['recorded'] == 1 else 'were'} not (see 'Completions check' in docs/record.md)"
-            for dev, c in check.items() if c["recorded"] < c["kernel"]]
+    """One line per disk whose completions (/proc/diskstats) outnumber the C events seen while every
+    program ran (a warning: they were not seen), whose only difference is at the edges (a note: I/Os
+    completed while the programs were being attached or detached), or that was removed."""
+    out = []
+    see = "(see 'Completions check' in docs/record.md)"
+    for dev, c in check.items():
+        if c.get("removed"):
+            out.append(f"ioscope {tool}: warning: {c['name']} ({dev}) was removed while tracing (it left "
+                       f"/proc/diskstats): its completions cannot be checked; {c['recorded']:,} were seen {see}")
+            continue
+        whole, att = c["kernel"] - c["recorded"], c.get("attached")
+        if att is not None:
+            miss = att["kernel"] - att["recorded"]
+            if miss > 0:
+                out.append(f"ioscope {tool}: warning: {c['name']} ({dev}) completed {att['kernel']:,} I/Os while "
+                           f"every program ran (/proc/diskstats) but {att['recorded']:,} completions were seen: "
+                           f"{miss:,} {'was' if miss == 1 else 'were'} not {see}")
+            elif whole != 0:
+                edges = c["edges"]
+                out.append(f"ioscope {tool}: note: {c['name']} ({dev}): {edges['kernel']:,} I/Os completed while the "
+                           f"programs were being attached or detached ({edges['recorded']:,} of their completions "
+                           f"seen): I/O at the edges of the recording, not a loss {see}")
+        elif whole > 0:
+            out.append(f"ioscope {tool}: warning: {c['name']} ({dev}) completed {c['kernel']:,} I/Os while tracing "
+                       f"(/proc/diskstats) but {c['recorded']:,} completions were seen: {whole:,} "
+                       f"{'was' if whole == 1 else 'were'} not {see}")
+    return out
 
 
 def _completions(disks: list[devices.BlockDevice]) -> dict[int, int]:
