@@ -106,7 +106,9 @@ class RecordSession:
             lost = rec.capture_lost()
             w.set_lost(lost)
             self.status.lost = lost["total"]
-            self.check = rec.completions_check(self.completed, self.completed_attached)
+            # (no check when the action mask leaves completions out)
+            self.check = rec.completions_check(self.completed, self.completed_attached) \
+                if rec.records_completions else {}
             try:
                 w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns,
                              "completions_check": self.check})
@@ -132,6 +134,7 @@ examples:
   ioscope record -o trace.ioscope -d sda -w 60    # one disk for 60 seconds
   ioscope record -o trace.ioscope -d nvme0n1 -d nvme1n1 --max-size 2G
   ioscope record -o trace.ioscope -p 1234         # only I/O queued by process 1234
+  ioscope record -o trace.ioscope -a issue -a complete   # only D and C events (cheaper, smaller)
   ioscope parse trace.ioscope | less              # then read it (blkparse format)
 """
 
@@ -145,6 +148,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="capture file to write")
     cli_common.add_disk_pid(p)
+    p.add_argument("-a", "--act-mask", action="append", metavar="NAME",
+                   help="record only events of this category, as blktrace -a (repeatable, or NAME,NAME): "
+                        "queue, requeue, issue, complete (the others' programs are not attached: cheaper), "
+                        "notify, or read, write, flush, sync, fs, pc, ahead, meta, discard, drv_data, fua "
+                        "(kept by the events' category); default: every event")
     p.add_argument("-w", "--duration", type=cli_common.positive_float, metavar="SECONDS",
                    help="stop after SECONDS")
     p.add_argument("--max-size", type=cli_common.size_type("--max-size"), metavar="SIZE",
@@ -161,15 +169,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     from ioscope import devices, system
     from ioscope.trace.capture import CaptureWriter
+    from ioscope.trace.parse import parse_mask
     from ioscope.trace.recorder import Recorder, RecorderOptions, capture_meta
 
+    mask = parse_mask(args.act_mask, None)  # blkparse's -a names (parse_cmd.MASKS); none: every event
     out = args.output
     outfile.check_output(out, args.force)
     parent = os.path.dirname(os.path.abspath(out))
     system.require_bpf_privileges("record")
     btf = system.btf_path(getattr(args, "btf", None))
     disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
-    rec = Recorder(RecorderOptions(disks=disks, pid=args.pid, buffer_bytes=args.buffer, btf=btf))
+    rec = Recorder(RecorderOptions(disks=disks, pid=args.pid, buffer_bytes=args.buffer, btf=btf, act_mask=mask))
     try:
         traced_disk = _output_on_traced_disk(parent, disks)
         if traced_disk:
@@ -207,7 +217,11 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
     where = ", ".join(d.name for d in disks) or "all disks"
     pid = f", pid {args.pid}" if args.pid else ""
     stop_how = f"for {args.duration:g}s" if args.duration else "until Ctrl-C"
-    print(f"Recording block I/O events on {where}{pid} to {args.output} "
+    from ioscope.trace.recorder import ALL_ACTIONS, mask_names
+
+    mask = session.rec.opts.act_mask
+    what = "" if mask & ALL_ACTIONS == ALL_ACTIONS else f" ({', '.join(mask_names(mask))})"
+    print(f"Recording block I/O events{what} on {where}{pid} to {args.output} "
           f"({session.rec.bpf.variant_summary()}) {stop_how}.", file=sys.stderr, flush=True)
     tty = sys.stderr.isatty() and not args.quiet
     started = time.monotonic()

@@ -18,7 +18,7 @@ import numpy as np
 from ioscope import _libbpf, devices, system
 from ioscope.loader import BPFObject
 from ioscope.losses import RECURSION_MISSES, Losses
-from ioscope.trace.events import EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_WRITE
+from ioscope.trace.events import EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_WRITE, select_events
 
 # hook name -> (blktrace letter(s), required)
 HOOKS: dict[str, tuple[str, bool]] = {
@@ -39,6 +39,43 @@ HOOKS: dict[str, tuple[str, bool]] = {
     "rq_remap": ("A", False),
     "task_rename": ("", False),   # no event: process notes follow exec and renames at once
 }
+
+# hook -> the blktrace action category of its events (a `-a` name, parse_cmd.MASKS); split (X) has none:
+# blktrace records it only under a read/write-type category (read, write, sync, ...), as every other event
+HOOK_CLASS: dict[str, str | None] = {
+    "bio_queue": "queue", "getrq": "queue", "rq_insert": "queue", "bio_backmerge": "queue",
+    "bio_frontmerge": "queue", "rq_merge": "queue", "rq_issue": "issue", "rq_complete": "complete",
+    "bio_complete": "complete", "rq_requeue": "requeue", "plug": "queue", "unplug": "queue", "split": None,
+    "bio_remap": "queue", "rq_remap": "queue", "task_rename": "notify",
+}
+ALL_ACTIONS = 0xFFFF
+# the -p filter follows the process's bios from these hooks (track_bio in bpf/record.bpf.c)
+PID_TRACKING_HOOKS = ("bio_queue", "split")
+
+
+def mask_hooks(mask: int, pid: bool) -> tuple[list[str], bool]:
+    """The hooks to attach for a blktrace action mask (parse_cmd.MASKS bits), and whether their events
+    must be filtered in user space too.
+
+    Action categories only (queue, requeue, issue, complete, notify): the other programs are not
+    attached, which is what makes a mask cheaper. A read/write-type category (read, write, sync, fs,
+    ...) is a property of every event: every program runs and the events are kept by their category.
+    Process notes are always kept (blktrace writes them whatever the mask)."""
+    from ioscope.trace.parse_cmd import MASKS
+    if mask & ALL_ACTIONS == ALL_ACTIONS:
+        return list(HOOKS), False
+    classes = {MASKS[c] for c in ("queue", "requeue", "issue", "complete", "notify", "drv_data")}
+    if mask & ~sum(classes):
+        return list(HOOKS), True
+    hooks = [h for h, c in HOOK_CLASS.items() if c == "notify" or (c is not None and mask & MASKS[c])]
+    extra = [h for h in PID_TRACKING_HOOKS if pid and h not in hooks]
+    return hooks + extra, bool(extra)
+
+
+def mask_names(mask: int) -> list[str]:
+    from ioscope.trace.parse_cmd import MASKS
+    return [name for name, bit in MASKS.items() if mask & bit]
+
 
 # enum rec_stat in bpf/record.h
 STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_LOST_NEST, STAT_RING_RACE, STAT_NO_RING = range(6)
@@ -93,7 +130,8 @@ class RecorderOptions:
     pid: int | None = None
     buffer_bytes: int | None = None  # None: DEFAULT_BUFFER, and never fewer than DEFAULT_MIN_RING_SLOTS per ring
     btf: str | None = None
-    hooks: list[str] | None = None  # None: every hook in HOOKS
+    hooks: list[str] | None = None  # None: the hooks of act_mask (mask_hooks)
+    act_mask: int = ALL_ACTIONS  # blktrace -a categories (parse_cmd.MASKS bits)
     stop_at: int = 0  # bench/record_overhead.py only: programs stop early (see targ_stop_at in record.bpf.c)
 
 
@@ -127,7 +165,12 @@ class Recorder:
 
     def _setup(self) -> None:
         b, o = self.bpf, self.opts
-        wanted = o.hooks if o.hooks is not None else list(HOOKS)
+        wanted, self.filter_events = mask_hooks(o.act_mask, bool(o.pid))
+        if o.hooks is not None:
+            wanted, self.filter_events = o.hooks, False
+        # every C is recorded: the completions check applies
+        self.records_completions = "rq_complete" in wanted and not (self.filter_events and
+                                                                    not o.act_mask & (1 << 7))
         b.choose(required=[h for h in wanted if HOOKS[h][1]], optional=[h for h in wanted if not HOOKS[h][1]])
         b.filter_disks(d.dev for d in o.disks)
         b.set_global("targ_tgid", o.pid or 0, "I")
@@ -169,7 +212,10 @@ class Recorder:
         time-ordered within a ring (one CPU and context level), not across rings."""
         raw = self.ring.poll(timeout_ms)
         n = len(raw) // EVENT.itemsize
-        return np.frombuffer(raw, dtype=EVENT, count=n)
+        ev = np.frombuffer(raw, dtype=EVENT, count=n)
+        if self.filter_events and n:  # the action mask, where not attaching programs could not do it
+            ev = select_events(ev, ((ev["category"] & self.opts.act_mask) != 0) | (ev["action"] == 0))
+        return ev
 
     def counters(self) -> np.ndarray:
         """rec_stats per CPU: shape (ncpus, NR_STATS)."""
@@ -366,6 +412,9 @@ def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, 
         "attach": rec.bpf.variant_summary(),
         "unavailable": list(rec.unavailable),
         "filters": {"disks": [d.name for d in o.disks], "pid": o.pid},
+        # blktrace -a: the action categories recorded (an event of another category is not in the capture)
+        "action_mask": {"mask": f"0x{o.act_mask & ALL_ACTIONS:04x}", "names": mask_names(o.act_mask),
+                        "all": o.act_mask & ALL_ACTIONS == ALL_ACTIONS},
         "attached_mono_ns": rec.attached_ns,
         "ring_buffer_bytes": rec.ring_bytes,
         "rings": {"count": rec.nrings, "cpus": rec.ring_cpus, "per_cpu": LEVELS, "slots": rec.ring_slots,
@@ -374,5 +423,6 @@ def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, 
     }
 
 
-__all__ = ["HOOKS", "LOSS_EXPLAIN", "POLL_MS", "Recorder", "RecorderOptions", "capture_lost", "capture_meta",
-           "completions_warnings", "count_completions", "flush_machines", "record_losses", "ring_slots"]
+__all__ = ["ALL_ACTIONS", "HOOKS", "HOOK_CLASS", "LOSS_EXPLAIN", "POLL_MS", "Recorder", "RecorderOptions",
+           "capture_lost", "capture_meta", "completions_warnings", "count_completions", "flush_machines",
+           "mask_hooks", "mask_names", "record_losses", "ring_slots"]
