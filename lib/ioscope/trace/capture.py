@@ -255,6 +255,7 @@ class CaptureWriter:
         self.full: str | None = None  # why the file system refused a write (then nothing more is written)
         self.unwritten = 0  # events not written because the file system was full
         self.unwritten_actions = np.zeros(32, dtype=np.int64)
+        self._ended = False  # the end record is in the file
         # events name processes, disks and the host: the file is private (0600), and an existing
         # file is refused unless force
         self._fd = create_private(path, force)
@@ -469,8 +470,9 @@ class CaptureWriter:
 
     def full_error(self) -> CaptureFull:
         """The one line that says what a full file system cost: what the file holds, what it lacks."""
+        ends = "ends cleanly" if self._ended else "no end record (it did not fit)"
         return CaptureFull(f"{self.path}: {self.full}: the capture holds the {self.events_written:,} events of its "
-                           f"{self.chunks_written} complete chunks and ends cleanly; {self.unwritten:,} events "
+                           f"{self.chunks_written} complete chunks and {ends}; {self.unwritten:,} events "
                            "recorded after them were lost",
                            "free some space or record to another file system (or with --max-size)")
 
@@ -505,6 +507,7 @@ class CaptureWriter:
             self._writer.write_batch(empty, custom_metadata={KEY_END: json.dumps(info).encode()})
             self._writer.close()
             self._emit(self._stage.take())  # the end record and the end-of-stream marker, in one write
+            self._ended = True
         except _FileFull as exc:
             # not even the end record fits (the space kept for it was taken): the file ends with its last
             # complete chunk, which every reader reads (as a capture that was cut short)
