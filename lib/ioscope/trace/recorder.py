@@ -273,7 +273,7 @@ class Recorder:
             ma, mi = devices.kdev_split(dev)
             rec = int(recorded.get(dev, 0))
             name = self.disk_names.get(dev) or names.name(dev)
-            if dev not in after:
+            if dev not in after or after[dev] < before.get(dev, 0):  # gone, or gone and another disk took the number
                 out[f"{ma},{mi}"] = {"name": name, "kernel": None, "recorded": rec, "removed": True}
                 continue
             kernel = after[dev] - before.get(dev, after[dev])
