@@ -158,9 +158,10 @@ def test_record_on_a_full_file_system(loopdev: Callable[..., Any], small_tmpfs: 
 
 
 def _fio_background(path: str, rate: int, seconds: int) -> subprocess.Popen[bytes]:
+    # --thread: the job is a thread of this process, which kill() ends (a forked job would outlive it)
     return subprocess.Popen(["fio", "--name=edge", f"--filename={path}", "--rw=randread", "--bs=4k", "--direct=1",
                              "--ioengine=libaio", "--iodepth=4", f"--rate_iops={rate}", "--time_based",
-                             f"--runtime={seconds}", "--output-format=terse"], stdout=subprocess.DEVNULL)
+                             f"--runtime={seconds}", "--output-format=terse", "--thread"], stdout=subprocess.DEVNULL)
 
 
 def test_completions_check_edges_at_a_low_rate(loopdev: Callable[..., Any]) -> None:
@@ -285,7 +286,7 @@ def stallable(loopdev: Callable[..., Any]) -> Iterator[tuple[str, str]]:
 def _stalled_writes(dev: str, n: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(["fio", "--name=stall", f"--filename={dev}", "--rw=randwrite", "--bs=4k", "--direct=1",
                              "--ioengine=libaio", f"--iodepth={n}", f"--number_ios={n}", "--size=16M",
-                             "--output-format=terse"], stdout=subprocess.DEVNULL)
+                             "--output-format=terse", "--thread"], stdout=subprocess.DEVNULL)
 
 
 def _in_flight(dev: str) -> int:
