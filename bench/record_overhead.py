@@ -12,6 +12,8 @@ stopping early; see targ_stop_at in bpf/record.bpf.c):
   clock    programs read the clock and return
   fields   programs read every field of the event and return, before the ring
   discard  complete programs; the consumer empties the rings and throws the events away
+and record-a:NAME[+NAME...], ioscope record -a NAME [-a NAME...] (blktrace's action mask), e.g.
+  --modes base,record,record-a:complete,record-a:issue+complete,record-a:queue,record-a:write
 Prints IOPS per run, ratios to the baseline of the same round, and records lost.
 
     sudo .venv/bin/python bench/record_overhead.py [--rounds 3] [--runtime 5] [--profile]
@@ -50,9 +52,10 @@ def run_base(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
     return fio_iops(ld.path, runtime), ""
 
 
-def run_record(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
+def run_record(ld: LoopDevice, runtime: float, tmp: str, masks: tuple[str, ...] = ()) -> tuple[float, str]:
     out = f"{tmp}/bench.ioscope"
-    cmd = [sys.executable, "-m", "ioscope.cli", "record", "-o", out, "-f", "-d", ld.name, "-q"]
+    cmd = [sys.executable, "-m", "ioscope.cli", "record", "-o", out, "-f", "-d", ld.name, "-q",
+           *(a for m in masks for a in ("-a", m))]
     p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     assert p.stderr is not None
     first = p.stderr.readline()
@@ -101,9 +104,18 @@ def run_partial(stop_at: int) -> Any:
         finally:
             stop.set()
             t.join()
-            lost = rec.losses().total
+            lost = rec.losses().lost
             rec.close()
         return iops, f"{taken[0]:,} events taken and discarded, lost {lost}"
+    return run
+
+
+def run_masked(spec: str) -> Any:
+    """record-a:NAME[+NAME...]: ioscope record -a NAME -a NAME (blktrace's action mask)."""
+    masks = tuple(spec.split(":", 1)[1].split("+"))
+
+    def run(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
+        return run_record(ld, runtime, tmp, masks)
     return run
 
 
@@ -157,6 +169,11 @@ def main() -> int:
     ap.add_argument("--scheduler", default="mq-deadline", help="I/O scheduler of the loop device")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
+    for m in modes:
+        if m.startswith("record-a:"):
+            MODES[m] = run_masked(m)
+        elif m not in MODES:
+            raise SystemExit(f"unknown mode {m}: choose from {', '.join(MODES)} or record-a:NAME[+NAME...]")
     results: dict[str, list[float]] = {m: [] for m in modes}
     ratios: dict[str, list[float]] = {m: [] for m in modes if m != "base"}
     tmp = tempfile.mkdtemp(prefix="ioscope-bench-", dir="/dev/shm")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -285,3 +286,51 @@ def test_reading_does_not_load_pyarrow(good: tuple[str, np.ndarray]) -> None:
             "print(n, 'pyarrow' in sys.modules)\n")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert p.stdout.split() == [str(len(ev)), "False"]
+
+
+FULL_WRITER = r"""
+import json, resource, signal, sys
+import numpy as np
+from ioscope.trace.capture import CaptureFull, CaptureWriter
+from ioscope.trace.events import EVENT
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)      # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
+n = int(sys.argv[3])
+ev = np.zeros(n, EVENT)
+ev["ts"] = np.arange(1, n + 1, dtype=np.uint64) * 1000
+ev["sector"] = np.arange(n)
+ev["action"] = 8
+w = CaptureWriter(sys.argv[1], {}, chunk_bytes=64 << 10, reorder_window_ns=0)
+for i in range(0, n, 4999):
+    w.write(ev[i:i + 4999])
+try:
+    w.close()
+    print(json.dumps({"error": None}))
+except CaptureFull as exc:
+    print(json.dumps({"error": str(exc), "written": w.events_written, "unwritten": w.unwritten}))
+"""
+
+
+@pytest.mark.parametrize("limit", [150_000, 400_000])
+def test_writer_past_the_file_size_limit_keeps_complete_chunks(tmp_path: Path, limit: int) -> None:
+    """A write that does not fit (here EFBIG, RLIMIT_FSIZE: no root needed) is taken back whole: the file
+    holds the first events in complete chunks, the rest is counted, and the one line says which."""
+    n = 50_021
+    path = tmp_path / "limited.ioscope"
+    p = subprocess.run([sys.executable, "-c", FULL_WRITER, str(path), str(limit), str(n)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["error"] and "File too large" in doc["error"], doc
+    written, unwritten = doc["written"], doc["unwritten"]
+    assert written + unwritten == n and 0 < written < n
+    assert os.path.getsize(path) <= limit
+    with open_capture(path) as cap:
+        back = cap.read_all()
+        assert cap.nevents == written == len(back)
+        assert (back["sector"] == np.arange(written)).all()   # exactly the first events, in order
+        if "ends cleanly" in doc["error"]:
+            assert not cap.truncated and cap.end is not None
+            assert cap.end["file_system_full"]["unwritten_events"] == unwritten
+        else:
+            assert "no end record (it did not fit)" in doc["error"] and cap.truncated

@@ -172,3 +172,57 @@ def test_count_completions_as_the_kernel_counts_them() -> None:
     for lo in range(0, len(arr), 5):
         count_completions(arr[lo:lo + 5], into2, {wb: False, wb_fua: True})
     assert into2 == into
+
+
+def test_completions_warnings_tell_misses_from_edges_and_removed_disks() -> None:
+    from ioscope.trace.recorder import completions_warnings
+    check = {
+        "7,1": {"name": "loop1", "kernel": 320, "recorded": 316, "attached": {"kernel": 316, "recorded": 316},
+                "edges": {"kernel": 4, "recorded": 0}},
+        "7,2": {"name": "loop2", "kernel": 320, "recorded": 317, "attached": {"kernel": 318, "recorded": 317},
+                "edges": {"kernel": 2, "recorded": 0}},
+        "7,3": {"name": "loop3", "kernel": None, "recorded": 103, "removed": True},
+        "7,4": {"name": "loop4", "kernel": 11, "recorded": 10},   # a capture of an earlier version: no window
+        "7,5": {"name": "loop5", "kernel": 9, "recorded": 9, "attached": {"kernel": 9, "recorded": 9},
+                "edges": {"kernel": 0, "recorded": 0}},
+    }
+    lines = completions_warnings("record", check)
+    assert len(lines) == 4
+    assert lines[0].startswith("ioscope record: note: loop1 (7,1): 4 I/Os completed while the programs were being "
+                               "attached or detached (0 of their completions seen)")
+    assert "loop2 (7,2) completed 318 I/Os while every program ran (/proc/diskstats) but 317 completions were " \
+           "seen: 1 was not" in lines[1] and "warning" in lines[1]
+    assert "loop3 (7,3) was removed while tracing" in lines[2] and "103 were seen" in lines[2]
+    assert "loop4 (7,4) completed 11 I/Os while tracing (/proc/diskstats) but 10 completions were seen" in lines[3]
+
+
+@pytest.mark.parametrize("names, pid, hooks, filtered", [
+    ([], False, None, False),
+    (["complete"], False, {"rq_complete", "bio_complete", "task_rename"}, False),
+    (["issue"], False, {"rq_issue", "task_rename"}, False),
+    (["issue", "complete"], True, {"rq_issue", "rq_complete", "bio_complete", "task_rename", "bio_queue", "split"},
+     True),
+    (["queue"], True, {"bio_queue", "getrq", "rq_insert", "bio_backmerge", "bio_frontmerge", "rq_merge", "plug",
+                       "unplug", "bio_remap", "rq_remap", "task_rename", "split"}, True),
+    (["read"], False, None, True),
+    (["write", "complete"], False, None, True),
+])
+def test_mask_hooks(names: list[str], pid: bool, hooks: set[str] | None, filtered: bool) -> None:
+    """Action categories attach only their programs; a read/write-type category needs them all."""
+    from ioscope.trace.parse import parse_mask
+    from ioscope.trace.recorder import mask_hooks, mask_names
+    mask = parse_mask(names, None)
+    got, filt = mask_hooks(mask, pid)
+    assert set(got) == (hooks if hooks is not None else set(HOOKS)) and filt is filtered
+    assert mask_names(mask) == (names or mask_names(0xFFFF))
+
+
+def test_report_says_what_a_masked_capture_lacks() -> None:
+    from ioscope.trace.report import action_mask_note
+    assert action_mask_note("c", None) is None and action_mask_note("c", {"all": True, "names": []}) is None
+    assert action_mask_note("c", {"all": False, "names": ["queue"]}) == (
+        "c was recorded with -a queue: it holds only Q G I M F P U A events; I2D, D2C, Q2D, Q2C need others: "
+        "their tables are empty, not zero")
+    assert action_mask_note("c", {"all": False, "names": ["read", "complete"]}) == (
+        "c was recorded with -a read,complete: it holds only the events of read I/O and every C event; the "
+        "numbers are about those alone")

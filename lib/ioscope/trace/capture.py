@@ -23,10 +23,13 @@ in ``late_events``; only then is a capture not sorted.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import mmap
 import os
 import socket
+import stat
 import struct
 import sys
 import time
@@ -68,6 +71,13 @@ DTYPES: dict[str, np.dtype[Any]] = {n: EVENT[n] for n in NAMES}
 DEFAULT_CHUNK_BYTES = 2 << 20
 DEFAULT_FLUSH_INTERVAL = 1.0
 DEFAULT_REORDER_WINDOW_NS = 20_000_000
+# Space kept allocated past the end of the file (fallocate, FALLOC_FL_KEEP_SIZE) for the end record,
+# so that a full file system still lets the capture end cleanly (the end record is a few KiB).
+END_RESERVE_BYTES = 256 << 10
+# A chunk that does not fit is written in halves, down to chunks of this many events.
+MIN_SPLIT_ROWS = 1024
+_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_FALLOC_FL_KEEP_SIZE = 1
 
 # Arrow's flatbuffer MessageHeader union tags
 _MSG_SCHEMA = 1
@@ -151,8 +161,69 @@ def base_meta() -> dict[str, Any]:
     }
 
 
+class CaptureFull(IoscopeError):
+    """The capture's file system (or quota) was full: the file holds its complete chunks and ends
+    cleanly, the events that did not fit were counted (CaptureWriter.unwritten)."""
+
+
+class _FileFull(Exception):
+    """One write did not fit; nothing of it is left in the file."""
+
+
+class _Staging:
+    """The Arrow stream writer's sink: it collects one message's bytes, which the writer then puts in
+    the file with one write of its own (so that a write that does not fit can be taken back whole)."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.pos = 0
+        self.closed = False
+
+    def write(self, b: Any) -> int:
+        n = len(memoryview(b).cast("B"))
+        self.data += b
+        self.pos += n
+        return n
+
+    def tell(self) -> int:
+        return self.pos
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def take(self) -> bytes:
+        out = bytes(self.data)
+        self.data.clear()
+        return out
+
+
+_libc: Any = None
+
+
+def _fallocate_keep_size(fd: int, offset: int, length: int) -> int:
+    """fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length): 0, or the errno (EOPNOTSUPP where the file
+    system or file type has no fallocate)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        _libc.fallocate.restype = ctypes.c_int
+    if _libc.fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return 0
+    return ctypes.get_errno() or errno.EIO
+
+
 class CaptureWriter:
-    """Appends EVENT arrays to a capture file in chunks; see the module doc."""
+    """Appends EVENT arrays to a capture file in chunks; see the module doc.
+
+    A full file system (ENOSPC, EDQUOT, EFBIG) does not cost what was written: the chunk that does
+    not fit is taken back (the file is cut back to its last complete chunk), written in halves while
+    they fit, and from then on events are counted (unwritten, unwritten_actions), not written; close()
+    writes the end record into the space kept for it (END_RESERVE_BYTES) and raises CaptureFull.
+    """
 
     def __init__(self, path: str, meta: Mapping[str, Any], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
@@ -181,14 +252,34 @@ class CaptureWriter:
         self.chunks_written = 0
         self.late_events = 0
         self.closed = False
+        self.full: str | None = None  # why the file system refused a write (then nothing more is written)
+        self.unwritten = 0  # events not written because the file system was full
+        self.unwritten_actions = np.zeros(32, dtype=np.int64)
+        self._ended = False  # the end record is in the file
         # events name processes, disks and the host: the file is private (0600), and an existing
         # file is refused unless force
-        # unbuffered: every chunk reaches the kernel when written, so a SIGKILL loses none of it
-        self._sink = pa.PythonFile(os.fdopen(create_private(path, force), "wb", buffering=0), mode="w")
-        self._writer = paipc.new_stream(self._sink, self.schema)
-        # the schema (with the header) and an empty first chunk go out at once: a recorder killed
-        # before its first events leaves a capture that says what it was, not an empty file
-        self._write_chunk(np.empty(0, EVENT))
+        self._fd = create_private(path, force)
+        self._pos = 0  # bytes in the file: every one of them part of a complete Arrow message
+        self._regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
+        self._reserve = self._regular  # fallocate works here (until it says EOPNOTSUPP)
+        # every message is staged and then written with one os.write (unbuffered: every chunk reaches the
+        # kernel when written, so a SIGKILL loses none of it)
+        self._stage = _Staging()
+        self._sink = pa.PythonFile(self._stage, mode="w")
+        try:
+            self._writer = paipc.new_stream(self._sink, self.schema)
+            self._emit(self._stage.take())
+            # the schema (with the header) and an empty first chunk go out at once: a recorder killed
+            # before its first events leaves a capture that says what it was, not an empty file
+            self._write_chunk(np.empty(0, EVENT))
+        except _FileFull as exc:
+            os.close(self._fd)
+            os.unlink(path)
+            raise IoscopeError(f"cannot write capture file {path}: {exc}", "free some space or write it "
+                               "to another file system") from None
+        except BaseException:
+            os.close(self._fd)
+            raise
 
     # -- input ------------------------------------------------------------
 
@@ -203,6 +294,9 @@ class CaptureWriter:
             raise ValueError("capture writer is closed")
         if events.dtype != EVENT:
             raise TypeError(f"events must have the EVENT dtype, not {events.dtype}")
+        if self.full:
+            self._count_unwritten(events)
+            return
         if len(events):
             comms = notes_to_comms(events) if (events["action"] == 0).any() else {}
             if comms:
@@ -247,6 +341,8 @@ class CaptureWriter:
 
     def flush(self, final: bool = False) -> None:
         """Write every event older than the reorder window (all of them when final)."""
+        if self.full:
+            return
         allev, order = self._merge_pending()
         ts = allev["ts"] if order is None else allev["ts"][order]
         if final or self.window <= 0:
@@ -264,16 +360,78 @@ class CaptureWriter:
             self._last_written_ts = max(self._last_written_ts, int(ts[cut - 1]))
         for i in range(0, cut, self.chunk_rows):
             j = min(cut, i + self.chunk_rows)
-            if order is None:
-                self._write_chunk(allev[i:j])
-            else:
-                self._write_chunk(allev, order[i:j])
-        if not cut and (self._new_comms or self._lost_dirty) and self.flush_due():
-            self._write_chunk(allev[:0])  # names and loss counts reach the file even when idle
+            idx = order[i:j] if order is not None else np.arange(i, j)
+            done = self._write_rows(allev, idx)
+            if done < len(idx):
+                # the file system is full: this chunk's rest, the later ones and what is held are counted
+                rest = order[i + done:] if order is not None else np.arange(i + done, len(allev))
+                self._count_unwritten(select_events(allev, rest))
+                self._held = np.empty(0, EVENT)
+                break
+        else:
+            if not cut and (self._new_comms or self._lost_dirty) and self.flush_due():
+                try:
+                    self._write_chunk(allev[:0])  # names and loss counts reach the file even when idle
+                except _FileFull as exc:
+                    self._set_full(exc)
+                    self._count_unwritten(self._held)
+                    self._held = np.empty(0, EVENT)
         self._last_flush = time.monotonic()
 
+    def _write_rows(self, allev: np.ndarray, idx: np.ndarray) -> int:
+        """Write allev[idx] as one chunk or, when it does not fit, in halves (each in halves if it does not
+        fit, ...) down to MIN_SPLIT_ROWS; the number of rows written (a prefix of idx: fewer than all when
+        the file system is full, which then is set)."""
+        try:
+            self._write_chunk(allev, idx)
+            return len(idx)
+        except _FileFull as exc:
+            if len(idx) <= MIN_SPLIT_ROWS:
+                self._set_full(exc)
+                return 0
+        half = len(idx) // 2
+        done = self._write_rows(allev, idx[:half])
+        return done if done < half else half + self._write_rows(allev, idx[half:])
+
+    def _set_full(self, exc: BaseException) -> None:
+        self.full = str(exc)
+
+    def _count_unwritten(self, ev: np.ndarray) -> None:
+        if len(ev):
+            self.unwritten += len(ev)
+            self.unwritten_actions += np.bincount(ev["action"].astype(np.int64) & 31, minlength=32)[:32]
+
+    def _emit(self, data: bytes) -> None:
+        """Append one whole Arrow message to the file, or nothing of it (_FileFull when it does not fit)."""
+        fd, pos = self._fd, self._pos
+        if self._reserve:
+            err = _fallocate_keep_size(fd, pos, len(data) + END_RESERVE_BYTES)
+            if err in _FULL_ERRNOS:
+                # a failed fallocate may give back the space kept before: keep what the end record needs
+                _fallocate_keep_size(fd, pos, END_RESERVE_BYTES)
+                raise _FileFull(os.strerror(err))
+            if err:
+                self._reserve = False  # no fallocate here (EOPNOTSUPP): writes alone
+        view = memoryview(data)
+        done = 0
+        try:
+            while done < len(view):
+                done += os.write(fd, view[done:])
+        except OSError as exc:
+            if done and self._regular:
+                try:
+                    os.ftruncate(fd, pos)  # take back the part of the message that was written
+                    os.lseek(fd, pos, os.SEEK_SET)
+                except OSError:
+                    pass
+            if exc.errno in _FULL_ERRNOS:
+                raise _FileFull(exc.strerror or os.strerror(exc.errno or 0)) from None
+            raise IoscopeError(f"cannot write capture file {self.path}: {exc.strerror}") from None
+        self._pos = pos + len(view)
+
     def _write_chunk(self, ev: np.ndarray, order: np.ndarray | None = None) -> None:
-        """One record batch: the rows of ev (those at order's indices, in that order, if given)."""
+        """One record batch: the rows of ev (those at order's indices, in that order, if given).
+        _FileFull when it does not fit (nothing of it is in the file then, and nothing is counted)."""
         cols, s1, s2, counts = _tracecore.pack_events(np.ascontiguousarray(ev).view(np.uint8),
                                                       None if order is None else order.astype(np.int64, copy=False))
         rows = len(cols[0]) // 8
@@ -285,27 +443,43 @@ class CaptureWriter:
             info["last_ts"] = int(ts[-1])
         if self._new_comms:
             info["comms"] = {str(k): v for k, v in self._new_comms.items()}
-            self._new_comms = {}
         if self._lost_dirty and self._lost is not None:
             info["lost"] = self._lost
-            self._lost_dirty = False
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         try:
             self._writer.write_batch(batch, custom_metadata={KEY_CHUNK: json.dumps(info).encode()})
         except (OSError, pa.ArrowException) as exc:
             raise IoscopeError(f"cannot write capture file {self.path}: {exc}") from None
+        self._emit(self._stage.take())
+        if "comms" in info:
+            self._new_comms = {}
+        if "lost" in info:
+            self._lost_dirty = False
         self.chunks_written += 1
         self.events_written += rows
         self.action_counts[:32] += np.frombuffer(counts, dtype=np.uint64).astype(np.int64)
 
     def bytes_written(self) -> int:
-        try:
-            return int(self._sink.tell())
-        except (OSError, ValueError, pa.ArrowException):
-            return 0
+        return self._pos
+
+    def unwritten_by_action(self) -> dict[str, int]:
+        """Events not written (file system full) per blktrace letter ("note": process notes)."""
+        from ioscope.trace.events import ACTION_LETTERS
+        return {(ACTION_LETTERS.get(a, str(a)) if a else "note"): int(n)
+                for a, n in enumerate(self.unwritten_actions) if n}
+
+    def full_error(self) -> CaptureFull:
+        """The one line that says what a full file system cost: what the file holds, what it lacks."""
+        ends = "ends cleanly" if self._ended else "no end record (it did not fit)"
+        return CaptureFull(f"{self.path}: {self.full}: the capture holds the {self.events_written:,} events of its "
+                           f"{self.chunks_written} complete chunks and {ends}; {self.unwritten:,} events "
+                           "recorded after them were lost",
+                           "free some space or record to another file system (or with --max-size)")
 
     def close(self, end: Mapping[str, Any] | None = None) -> None:
-        """Write what is held, the end record (end time, lost counts) and the end-of-stream marker."""
+        """Write what is held, the end record (end time, lost counts) and the end-of-stream marker.
+
+        When the file system was full: CaptureFull (an IoscopeError) after the file was ended."""
         if self.closed:
             return
         try:
@@ -314,8 +488,16 @@ class CaptureWriter:
                 "end": clock_pair(), "events": self.events_written, "chunks": self.chunks_written,
                 "late_events": self.late_events,
             }
-            if self._lost is not None:
-                info["lost"] = self._lost
+            lost = dict(self._lost) if self._lost is not None else None
+            if self.full:
+                # the events that did not fit are losses like any other: in the total readers show
+                lost = lost if lost is not None else {"total": 0}
+                lost["total"] = int(lost.get("total", 0)) + self.unwritten
+                lost["file_system_full"] = self.unwritten
+                info["file_system_full"] = {"error": self.full, "unwritten_events": self.unwritten,
+                                            "unwritten_by_action": self.unwritten_by_action()}
+            if lost is not None:
+                info["lost"] = lost
             if self._new_comms:
                 info["comms"] = {str(k): v for k, v in self._new_comms.items()}
                 self._new_comms = {}
@@ -324,11 +506,25 @@ class CaptureWriter:
                                                schema=self.schema)
             self._writer.write_batch(empty, custom_metadata={KEY_END: json.dumps(info).encode()})
             self._writer.close()
+            self._emit(self._stage.take())  # the end record and the end-of-stream marker, in one write
+            self._ended = True
+        except _FileFull as exc:
+            # not even the end record fits (the space kept for it was taken): the file ends with its last
+            # complete chunk, which every reader reads (as a capture that was cut short)
+            self._set_full(exc)
         except (OSError, pa.ArrowException) as exc:
             raise IoscopeError(f"cannot write capture file {self.path}: {exc}") from None
         finally:
             self.closed = True
             self._sink.close()
+            if self._regular:
+                try:
+                    os.ftruncate(self._fd, self._pos)  # give back the space kept past the end
+                except OSError:
+                    pass
+            os.close(self._fd)
+        if self.full:
+            raise self.full_error()
 
     def __enter__(self) -> CaptureWriter:
         return self
@@ -647,6 +843,14 @@ class Capture:
             # was stopped between two chunks
             self._set_truncated(self.size, "ends without its end record (the recorder did not finish)")
         self.meta["truncated"] = self.truncated
+        full = self.end.get("file_system_full") if self.end is not None else None
+        if isinstance(full, dict) and not self.truncated:
+            # ended cleanly, but early: its file system was full (CaptureWriter)
+            self.meta["file_system_full"] = full
+            self.truncation = (f"{self.path} was cut short: its file system was full ({full.get('error')}); it holds "
+                               f"its {len(infos)} complete chunks and ends cleanly; "
+                               f"{int(full.get('unwritten_events', 0)):,} events recorded after them, and the end "
+                               "of I/Os in flight then, are not in the file")
         if self.end is not None:
             self.meta["end"] = self.end.get("end")
             self.meta["late_events"] = self.end.get("late_events", 0)

@@ -33,6 +33,7 @@ class Status:
         self.lost = 0
         self.stop_reason = ""
         self.error: BaseException | None = None
+        self.full: IoscopeError | None = None  # the file system was full (the capture ended cleanly)
 
 
 class RecordSession:
@@ -44,6 +45,7 @@ class RecordSession:
         self.max_size = max_size
         self.status = Status()
         self.completed: dict[int, int] = {}  # kernel dev_t -> C events recorded
+        self.completed_attached: dict[int, int] = {}  # ... of them inside rec.attached_window()
         self.check: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self.done = threading.Event()
@@ -62,10 +64,24 @@ class RecordSession:
 
         self.writer.write(ev, horizon)
         self.status.events += len(ev)  # records, process notes included
-        count_completions(ev, self.completed, self.rec.flush_machines)
+        if len(ev):
+            counted: dict[int, int] = {}
+            count_completions(ev, counted, self.rec.flush_machines)
+            lo, hi = self.rec.attached_window()
+            ts = ev["ts"]
+            inside = counted
+            if int(ts.min()) < lo or int(ts.max()) > hi:  # at the edges only: C events outside the window
+                inside = {}
+                count_completions(ev[(ts >= lo) & (ts <= hi)], inside, self.rec.flush_machines)
+            for into, add in ((self.completed, counted), (self.completed_attached, inside)):
+                for dev, n in add.items():
+                    into[dev] = into.get(dev, 0) + n
         self.status.bytes = self.writer.bytes_written()
+        if self.writer.full:
+            self.stop(f"file system full ({self.writer.full})")
 
     def _run(self) -> None:
+        from ioscope.trace.capture import CaptureFull
         from ioscope.trace.recorder import FAST_POLL_FILL, FAST_POLL_MS, POLL_MS
 
         rec, w = self.rec, self.writer
@@ -90,9 +106,14 @@ class RecordSession:
             lost = rec.capture_lost()
             w.set_lost(lost)
             self.status.lost = lost["total"]
-            self.check = rec.completions_check(self.completed)
-            w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns,
-                         "completions_check": self.check})
+            # (no check when the action mask leaves completions out)
+            self.check = rec.completions_check(self.completed, self.completed_attached) \
+                if rec.records_completions else {}
+            try:
+                w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns,
+                             "completions_check": self.check})
+            except CaptureFull as exc:  # the file ended cleanly: the main thread says what it cost
+                self.status.full = exc
             self.status.bytes = w.bytes_written() or os.path.getsize(w.path)
         except BaseException as exc:  # reported by the main thread
             self.status.error = exc
@@ -113,6 +134,7 @@ examples:
   ioscope record -o trace.ioscope -d sda -w 60    # one disk for 60 seconds
   ioscope record -o trace.ioscope -d nvme0n1 -d nvme1n1 --max-size 2G
   ioscope record -o trace.ioscope -p 1234         # only I/O queued by process 1234
+  ioscope record -o trace.ioscope -a issue -a complete   # only D and C events (cheaper, smaller)
   ioscope parse trace.ioscope | less              # then read it (blkparse format)
 """
 
@@ -126,6 +148,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="capture file to write")
     cli_common.add_disk_pid(p)
+    p.add_argument("-a", "--act-mask", action="append", metavar="NAME",
+                   help="record only events of this category, as blktrace -a (repeatable, or NAME,NAME): "
+                        "queue, requeue, issue, complete (the others' programs are not attached: cheaper), "
+                        "notify, or read, write, flush, sync, fs, pc, ahead, meta, discard, drv_data, fua "
+                        "(kept by the events' category); default: every event")
     p.add_argument("-w", "--duration", type=cli_common.positive_float, metavar="SECONDS",
                    help="stop after SECONDS")
     p.add_argument("--max-size", type=cli_common.size_type("--max-size"), metavar="SIZE",
@@ -142,15 +169,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     from ioscope import devices, system
     from ioscope.trace.capture import CaptureWriter
+    from ioscope.trace.parse import parse_mask
     from ioscope.trace.recorder import Recorder, RecorderOptions, capture_meta
 
+    mask = parse_mask(args.act_mask, None)  # blkparse's -a names (parse_cmd.MASKS); none: every event
     out = args.output
     outfile.check_output(out, args.force)
     parent = os.path.dirname(os.path.abspath(out))
     system.require_bpf_privileges("record")
     btf = system.btf_path(getattr(args, "btf", None))
     disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
-    rec = Recorder(RecorderOptions(disks=disks, pid=args.pid, buffer_bytes=args.buffer, btf=btf))
+    rec = Recorder(RecorderOptions(disks=disks, pid=args.pid, buffer_bytes=args.buffer, btf=btf, act_mask=mask))
     try:
         traced_disk = _output_on_traced_disk(parent, disks)
         if traced_disk:
@@ -188,7 +217,11 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
     where = ", ".join(d.name for d in disks) or "all disks"
     pid = f", pid {args.pid}" if args.pid else ""
     stop_how = f"for {args.duration:g}s" if args.duration else "until Ctrl-C"
-    print(f"Recording block I/O events on {where}{pid} to {args.output} "
+    from ioscope.trace.recorder import ALL_ACTIONS, mask_names
+
+    mask = session.rec.opts.act_mask
+    what = "" if mask & ALL_ACTIONS == ALL_ACTIONS else f" ({', '.join(mask_names(mask))})"
+    print(f"Recording block I/O events{what} on {where}{pid} to {args.output} "
           f"({session.rec.bpf.variant_summary()}) {stop_how}.", file=sys.stderr, flush=True)
     tty = sys.stderr.isatty() and not args.quiet
     started = time.monotonic()
@@ -232,15 +265,19 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
     counts = session.writer.action_counts
     acts = ", ".join(f"{ACTION_LETTERS.get(a, str(a))} {int(n)}" for a, n in enumerate(counts) if n and a)
     nevents, nnotes = int(counts[1:].sum()), int(counts[0])
+    unwritten = session.writer.unwritten  # taken from the rings, but the file system was full
+    why = ([losses.describe()] if losses.lost else []) + ([f"{unwritten} did not fit in the file"] if unwritten else [])
     print(f"Recorded {nevents:,} events ({acts or 'none'}) and {nnotes} process notes in {elapsed:.1f}s "
-          f"to {args.output} ({fmt_bytes(st.bytes, prose=True)}); lost {losses.lost}"
-          f"{' (' + losses.describe() + ')' if losses.lost else ''}; stopped: {st.stop_reason or 'end'}.",
+          f"to {args.output} ({fmt_bytes(st.bytes, prose=True)}); lost {losses.lost + unwritten}"
+          f"{' (' + '; '.join(why) + ')' if why else ''}; stopped: {st.stop_reason or 'end'}.",
           file=sys.stderr)
     if losses.lost:
         print("ioscope record: records were lost; a larger --buffer (e.g. --buffer 256M) or fewer disks (-d) "
               "helps", file=sys.stderr)
     for line in completions_warnings("record", session.check):
         print(line, file=sys.stderr)
+    if st.full is not None:
+        raise st.full  # one line: what the file holds, how many events did not fit; exit 1
     return 0
 
 

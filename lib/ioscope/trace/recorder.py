@@ -18,7 +18,7 @@ import numpy as np
 from ioscope import _libbpf, devices, system
 from ioscope.loader import BPFObject
 from ioscope.losses import RECURSION_MISSES, Losses
-from ioscope.trace.events import EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_WRITE
+from ioscope.trace.events import EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_WRITE, select_events
 
 # hook name -> (blktrace letter(s), required)
 HOOKS: dict[str, tuple[str, bool]] = {
@@ -40,6 +40,43 @@ HOOKS: dict[str, tuple[str, bool]] = {
     "task_rename": ("", False),   # no event: process notes follow exec and renames at once
 }
 
+# hook -> the blktrace action category of its events (a `-a` name, parse_cmd.MASKS); split (X) has none:
+# blktrace records it only under a read/write-type category (read, write, sync, ...), as every other event
+HOOK_CLASS: dict[str, str | None] = {
+    "bio_queue": "queue", "getrq": "queue", "rq_insert": "queue", "bio_backmerge": "queue",
+    "bio_frontmerge": "queue", "rq_merge": "queue", "rq_issue": "issue", "rq_complete": "complete",
+    "bio_complete": "complete", "rq_requeue": "requeue", "plug": "queue", "unplug": "queue", "split": None,
+    "bio_remap": "queue", "rq_remap": "queue", "task_rename": "notify",
+}
+ALL_ACTIONS = 0xFFFF
+# the -p filter follows the process's bios from these hooks (track_bio in bpf/record.bpf.c)
+PID_TRACKING_HOOKS = ("bio_queue", "split")
+
+
+def mask_hooks(mask: int, pid: bool) -> tuple[list[str], bool]:
+    """The hooks to attach for a blktrace action mask (parse_cmd.MASKS bits), and whether their events
+    must be filtered in user space too.
+
+    Action categories only (queue, requeue, issue, complete, notify): the other programs are not
+    attached, which is what makes a mask cheaper. A read/write-type category (read, write, sync, fs,
+    ...) is a property of every event: every program runs and the events are kept by their category.
+    Process notes are always kept (blktrace writes them whatever the mask)."""
+    from ioscope.trace.parse_cmd import MASKS
+    if mask & ALL_ACTIONS == ALL_ACTIONS:
+        return list(HOOKS), False
+    classes = {MASKS[c] for c in ("queue", "requeue", "issue", "complete", "notify", "drv_data")}
+    if mask & ~sum(classes):
+        return list(HOOKS), True
+    hooks = [h for h, c in HOOK_CLASS.items() if c == "notify" or (c is not None and mask & MASKS[c])]
+    extra = [h for h in PID_TRACKING_HOOKS if pid and h not in hooks]
+    return hooks + extra, bool(extra)
+
+
+def mask_names(mask: int) -> list[str]:
+    from ioscope.trace.parse_cmd import MASKS
+    return [name for name, bit in MASKS.items() if mask & bit]
+
+
 # enum rec_stat in bpf/record.h
 STAT_LOST_EVENT, STAT_LOST_NOTE, STAT_PID_MAP_FULL, STAT_LOST_NEST, STAT_RING_RACE, STAT_NO_RING = range(6)
 NR_STATS = 6
@@ -50,6 +87,7 @@ FAST_POLL_MS = 2  # the next poll, when a ring was more than FAST_POLL_FILL full
 FAST_POLL_FILL = 0.25
 
 DEFAULT_BUFFER = 32 << 20
+ATTACH_SLACK_NS = 2_000_000  # see Recorder.attached_window
 POLL_MS = 20
 
 
@@ -92,7 +130,8 @@ class RecorderOptions:
     pid: int | None = None
     buffer_bytes: int | None = None  # None: DEFAULT_BUFFER, and never fewer than DEFAULT_MIN_RING_SLOTS per ring
     btf: str | None = None
-    hooks: list[str] | None = None  # None: every hook in HOOKS
+    hooks: list[str] | None = None  # None: the hooks of act_mask (mask_hooks)
+    act_mask: int = ALL_ACTIONS  # blktrace -a categories (parse_cmd.MASKS bits)
     stop_at: int = 0  # bench/record_overhead.py only: programs stop early (see targ_stop_at in record.bpf.c)
 
 
@@ -126,7 +165,12 @@ class Recorder:
 
     def _setup(self) -> None:
         b, o = self.bpf, self.opts
-        wanted = o.hooks if o.hooks is not None else list(HOOKS)
+        wanted, self.filter_events = mask_hooks(o.act_mask, bool(o.pid))
+        if o.hooks is not None:
+            wanted, self.filter_events = o.hooks, False
+        # every C is recorded: the completions check applies
+        self.records_completions = "rq_complete" in wanted and not (self.filter_events and
+                                                                    not o.act_mask & (1 << 7))
         b.choose(required=[h for h in wanted if HOOKS[h][1]], optional=[h for h in wanted if not HOOKS[h][1]])
         b.filter_disks(d.dev for d in o.disks)
         b.set_global("targ_tgid", o.pid or 0, "I")
@@ -141,11 +185,18 @@ class Recorder:
         b.load()
         self.ring = b.obj.slot_rings("rec_ring", "rec_pos", self.nrings, self.ring_slots)
         self.stats = b.map("rec_stats")
-        self.completions_before = _completions(o.disks)
         self.flush_machines = flush_machines(devices.device_meta(o.disks or None))
+        # /proc/diskstats around attaching and detaching: I/Os completed while the programs were being
+        # attached or detached (some running, some not) are told apart from I/Os completed while every
+        # program ran (completions_check)
+        self.completions_before = _completions(o.disks)
+        names = devices.DevNames()
+        self.disk_names = {dev: names.name(dev) for dev in self.completions_before}  # a removed disk's too
         b.attach()
         self.attached_ns = time.monotonic_ns()  # every program runs from here on
+        self.completions_attached = _completions(o.disks)
         self.detached_ns = 0
+        self.completions_detaching: dict[int, int] = {}
         self.completions_after: dict[int, int] = {}
 
     @property
@@ -161,7 +212,10 @@ class Recorder:
         time-ordered within a ring (one CPU and context level), not across rings."""
         raw = self.ring.poll(timeout_ms)
         n = len(raw) // EVENT.itemsize
-        return np.frombuffer(raw, dtype=EVENT, count=n)
+        ev = np.frombuffer(raw, dtype=EVENT, count=n)
+        if self.filter_events and n:  # the action mask, where not attaching programs could not do it
+            ev = select_events(ev, ((ev["category"] & self.opts.act_mask) != 0) | (ev["action"] == 0))
+        return ev
 
     def counters(self) -> np.ndarray:
         """rec_stats per CPU: shape (ncpus, NR_STATS)."""
@@ -184,21 +238,54 @@ class Recorder:
 
     def detach(self) -> None:
         if not self.detached:
+            self.completions_detaching = _completions(self.opts.disks)
             self.detached_ns = time.monotonic_ns()  # every program ran until here
             self.bpf.detach()
             self.completions_after = _completions(self.opts.disks)
             self.detached = True
 
-    def completions_check(self, recorded: dict[int, int]) -> dict[str, dict[str, Any]]:
-        """Per disk: I/Os the kernel completed (/proc/diskstats) while recording vs. C events recorded."""
+    def attached_window(self) -> tuple[int, int]:
+        """(first, last) CLOCK_MONOTONIC ns of the time every program ran (last: 2**64-1 until detached),
+        for the C events of the I/Os the kernel counted between completions_attached and
+        completions_detaching.
+
+        The kernel counts a completion (blk_account_io_done) a little after its C event
+        (block_rq_complete, in blk_update_request): a C stamped just before the diskstats read after
+        attaching may be counted after it. The window starts ATTACH_SLACK_NS early for those (a C
+        that was counted before the read then hides a miss, it never makes one up). At the end the
+        window closes after the diskstats read before detaching (a C counted by then is inside)."""
+        return self.attached_ns - ATTACH_SLACK_NS, self.detached_ns or (1 << 64) - 1
+
+    def completions_check(self, recorded: dict[int, int],
+                          attached: dict[int, int] | None = None) -> dict[str, dict[str, Any]]:
+        """Per disk: I/Os the kernel completed (/proc/diskstats) while recording vs. C events recorded
+        (recorded: every C; attached: the C events inside attached_window()).
+
+        "kernel"/"recorded": from before attaching to after detaching. "attached": the same while every
+        program ran, the check proper: an I/O completed while the programs were being attached or
+        detached ("edges") may or may not have its C in the capture, and is no loss either way. A disk
+        that left /proc/diskstats while recording (removed: losetup -d, a hot-unplugged disk) is
+        "removed", its kernel count unknown."""
         out: dict[str, dict[str, Any]] = {}
         names = devices.DevNames()
-        for dev, after in self.completions_after.items():
-            kernel = after - self.completions_before.get(dev, after)
-            if kernel <= 0 and not recorded.get(dev):
-                continue
+        before, after = self.completions_before, self.completions_after
+        for dev in sorted(set(before) | set(after)):
             ma, mi = devices.kdev_split(dev)
-            out[f"{ma},{mi}"] = {"name": names.name(dev), "kernel": kernel, "recorded": int(recorded.get(dev, 0))}
+            rec = int(recorded.get(dev, 0))
+            name = self.disk_names.get(dev) or names.name(dev)
+            if dev not in after or after[dev] < before.get(dev, 0):  # gone, or gone and another disk took the number
+                out[f"{ma},{mi}"] = {"name": name, "kernel": None, "recorded": rec, "removed": True}
+                continue
+            kernel = after[dev] - before.get(dev, after[dev])
+            if kernel <= 0 and not rec:
+                continue
+            c: dict[str, Any] = {"name": name, "kernel": kernel, "recorded": rec}
+            a, d = self.completions_attached.get(dev), self.completions_detaching.get(dev)
+            if attached is not None and a is not None and d is not None:
+                inside = int(attached.get(dev, 0))
+                c["attached"] = {"kernel": d - a, "recorded": inside}
+                c["edges"] = {"kernel": kernel - (d - a), "recorded": rec - inside}
+            out[f"{ma},{mi}"] = c
         return out
 
     def drain(self) -> np.ndarray:
@@ -268,11 +355,33 @@ def count_completions(ev: np.ndarray, into: dict[int, int], flush_machines: dict
 
 
 def completions_warnings(tool: str, check: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per disk whose completions (/proc/diskstats) outnumber the C events seen."""
-    return [f"ioscope {tool}: warning: {c['name']} ({dev}) completed {c['kernel']:,} I/Os while tracing "
-            f"(/proc/diskstats) but {c['recorded']:,} completions were seen: {c['kernel'] - c['recorded']:,} "
-            f"{'was' if c['kernel'] - c['recorded'] == 1 else 'were'} not (see 'Completions check' in docs/record.md)"
-            for dev, c in check.items() if c["recorded"] < c["kernel"]]
+    """One line per disk whose completions (/proc/diskstats) outnumber the C events seen while every
+    program ran (a warning: they were not seen), whose only difference is at the edges (a note: I/Os
+    completed while the programs were being attached or detached), or that was removed."""
+    out = []
+    see = "(see 'Completions check' in docs/record.md)"
+    for dev, c in check.items():
+        if c.get("removed"):
+            out.append(f"ioscope {tool}: warning: {c['name']} ({dev}) was removed while tracing (it left "
+                       f"/proc/diskstats): its completions cannot be checked; {c['recorded']:,} were seen {see}")
+            continue
+        whole, att = c["kernel"] - c["recorded"], c.get("attached")
+        if att is not None:
+            miss = att["kernel"] - att["recorded"]
+            if miss > 0:
+                out.append(f"ioscope {tool}: warning: {c['name']} ({dev}) completed {att['kernel']:,} I/Os while "
+                           f"every program ran (/proc/diskstats) but {att['recorded']:,} completions were seen: "
+                           f"{miss:,} {'was' if miss == 1 else 'were'} not {see}")
+            elif whole != 0:
+                edges = c["edges"]
+                out.append(f"ioscope {tool}: note: {c['name']} ({dev}): {edges['kernel']:,} I/Os completed while the "
+                           f"programs were being attached or detached ({edges['recorded']:,} of their completions "
+                           f"seen): I/O at the edges of the recording, not a loss {see}")
+        elif whole > 0:
+            out.append(f"ioscope {tool}: warning: {c['name']} ({dev}) completed {c['kernel']:,} I/Os while tracing "
+                       f"(/proc/diskstats) but {c['recorded']:,} completions were seen: {whole:,} "
+                       f"{'was' if whole == 1 else 'were'} not {see}")
+    return out
 
 
 def _completions(disks: list[devices.BlockDevice]) -> dict[int, int]:
@@ -303,6 +412,9 @@ def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, 
         "attach": rec.bpf.variant_summary(),
         "unavailable": list(rec.unavailable),
         "filters": {"disks": [d.name for d in o.disks], "pid": o.pid},
+        # blktrace -a: the action categories recorded (an event of another category is not in the capture)
+        "action_mask": {"mask": f"0x{o.act_mask & ALL_ACTIONS:04x}", "names": mask_names(o.act_mask),
+                        "all": o.act_mask & ALL_ACTIONS == ALL_ACTIONS},
         "attached_mono_ns": rec.attached_ns,
         "ring_buffer_bytes": rec.ring_bytes,
         "rings": {"count": rec.nrings, "cpus": rec.ring_cpus, "per_cpu": LEVELS, "slots": rec.ring_slots,
@@ -311,5 +423,6 @@ def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, 
     }
 
 
-__all__ = ["HOOKS", "LOSS_EXPLAIN", "POLL_MS", "Recorder", "RecorderOptions", "capture_lost", "capture_meta",
-           "completions_warnings", "count_completions", "flush_machines", "record_losses", "ring_slots"]
+__all__ = ["ALL_ACTIONS", "HOOKS", "HOOK_CLASS", "LOSS_EXPLAIN", "POLL_MS", "Recorder", "RecorderOptions",
+           "capture_lost", "capture_meta", "completions_warnings", "count_completions", "flush_machines",
+           "mask_hooks", "mask_names", "record_losses", "ring_slots"]

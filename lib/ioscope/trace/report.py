@@ -392,7 +392,8 @@ def to_json(m: ReportModel, src_meta: dict[str, Any], name: Callable[[int], str]
         "summary": summary_json(m),
         "heat_map": heat_json(m.heat),
         "stacks": stacks_json(m),
-        "capture": {k: src_meta.get(k) for k in ("host", "kernel", "truncated", "lost") if k in src_meta},
+        "capture": {k: src_meta.get(k) for k in ("host", "kernel", "truncated", "lost", "action_mask")
+                    if k in src_meta},
     }
 
 
@@ -478,6 +479,31 @@ def batched(chunks: Iterable[npt.NDArray[np.void]], rows: int = 1 << 15) -> Iter
         yield join_events(held)
 
 
+# the letters each action category of `record -a` records; the phases and the letters they need (report
+# follows an I/O from its Q: every phase needs it)
+MASK_LETTERS = {"queue": "QGIMFPUA", "requeue": "R", "issue": "D", "complete": "C"}
+PHASE_LETTERS = {"Q2G": "QG", "G2I": "QGI", "Q2M": "QM", "I2D": "QID", "D2C": "QDC", "Q2D": "QD", "Q2C": "QC"}
+
+
+def action_mask_note(path: str, mask: Any) -> str | None:
+    """One line for a capture recorded with `record -a` (meta["action_mask"]): what it holds and which
+    phases it cannot have (they are empty, not zero). None for a capture of every event."""
+    if not isinstance(mask, dict) or mask.get("all", True):
+        return None
+    names = [str(n) for n in mask.get("names", [])]
+    head = f"{path} was recorded with -a {','.join(names)}"
+    directional = [n for n in names if n not in MASK_LETTERS and n != "notify"]
+    if directional:
+        also = "".join(MASK_LETTERS.get(n, "") for n in names)
+        return (f"{head}: it holds only the events of {', '.join(directional)} I/O"
+                f"{' and every ' + ' '.join(also) + ' event' if also else ''}; the numbers are about those alone")
+    letters = "".join(MASK_LETTERS.get(n, "") for n in names)
+    missing = [ph for ph, need in PHASE_LETTERS.items() if not all(c in letters for c in need)]
+    return (f"{head}: it holds only {' '.join(letters) or 'process notes'} events; "
+            f"{', '.join(missing) or 'no phase'} need{'s' if len(missing) == 1 else ''} others: "
+            "their tables are empty, not zero")
+
+
 def analyse_source(path: str, interval_ns: int = 1_000_000_000,
                    csv_paths: dict[str, str] | None = None) -> tuple[BttResult, Any]:
     from ioscope.trace.offline import open_source
@@ -516,6 +542,9 @@ def run(args: argparse.Namespace) -> int:
 
     if src.truncation:   # one line on stderr, whatever the output (and in the JSON document)
         sys.stderr.write(f"ioscope report: note: {src.truncation}\n")
+    masked = action_mask_note(args.capture, src.meta.get("action_mask"))
+    if masked:   # recorded with -a: the phases it cannot have are empty, not zero (and in the JSON)
+        sys.stderr.write(f"ioscope report: note: {masked}\n")
     empty = (f"{args.capture} holds no block events: nothing was queued on the traced disks while it was "
              "recorded" + (" (up to the point where it was cut short)" if src.truncation else ""))
     model = report_model.build(r, src.meta)
@@ -523,6 +552,8 @@ def run(args: argparse.Namespace) -> int:
         doc = to_json(model, src.meta, name)
         if src.truncation:
             doc["capture"]["truncation"] = src.truncation
+        if masked:
+            doc["capture"]["action_mask_note"] = masked
         if r.n_events == 0:
             doc["capture"]["note"] = empty
         json.dump(doc, sys.stdout, indent=1)
