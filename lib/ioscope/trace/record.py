@@ -60,22 +60,9 @@ class RecordSession:
         self._stop.set()
 
     def _take(self, ev: np.ndarray, horizon: int) -> None:
-        from ioscope.trace.recorder import count_completions
-
         self.writer.write(ev, horizon)
         self.status.events += len(ev)  # records, process notes included
-        if len(ev):
-            counted: dict[int, int] = {}
-            count_completions(ev, counted, self.rec.flush_machines)
-            lo, hi = self.rec.attached_window()
-            ts = ev["ts"]
-            inside = counted
-            if int(ts.min()) < lo or int(ts.max()) > hi:  # at the edges only: C events outside the window
-                inside = {}
-                count_completions(ev[(ts >= lo) & (ts <= hi)], inside, self.rec.flush_machines)
-            for into, add in ((self.completed, counted), (self.completed_attached, inside)):
-                for dev, n in add.items():
-                    into[dev] = into.get(dev, 0) + n
+        self.rec.count_completions(ev, self.completed, self.completed_attached)
         self.status.bytes = self.writer.bytes_written()
         if self.writer.full:
             self.stop(f"file system full ({self.writer.full})")

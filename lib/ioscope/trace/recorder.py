@@ -256,6 +256,23 @@ class Recorder:
         window closes after the diskstats read before detaching (a C counted by then is inside)."""
         return self.attached_ns - ATTACH_SLACK_NS, self.detached_ns or (1 << 64) - 1
 
+    def count_completions(self, ev: np.ndarray, recorded: dict[int, int], attached: dict[int, int]) -> None:
+        """Add a batch's C events per disk to recorded (all of them) and to attached (those inside
+        attached_window()): the two counts completions_check compares with the kernel's."""
+        if not len(ev):
+            return
+        counted: dict[int, int] = {}
+        count_completions(ev, counted, self.flush_machines)
+        lo, hi = self.attached_window()
+        ts = ev["ts"]
+        inside = counted
+        if int(ts.min()) < lo or int(ts.max()) > hi:  # at the edges only: C events outside the window
+            inside = {}
+            count_completions(ev[(ts >= lo) & (ts <= hi)], inside, self.flush_machines)
+        for into, add in ((recorded, counted), (attached, inside)):
+            for dev, n in add.items():
+                into[dev] = into.get(dev, 0) + n
+
     def completions_check(self, recorded: dict[int, int],
                           attached: dict[int, int] | None = None) -> dict[str, dict[str, Any]]:
         """Per disk: I/Os the kernel completed (/proc/diskstats) while recording vs. C events recorded

@@ -34,7 +34,7 @@ from ioscope.trace.events import (
     note_comm,
     rwbs,
 )
-from ioscope.trace.recorder import POLL_MS, Recorder, RecorderOptions, completions_warnings, count_completions
+from ioscope.trace.recorder import POLL_MS, Recorder, RecorderOptions, completions_warnings
 
 SNOOP_HOOKS = ["bio_queue", "split", "rq_issue", "rq_complete", "bio_complete", "task_rename"]
 PENDING_MAX_AGE_NS = 30 * 1_000_000_000  # a Q or D unmatched for this long is dropped (merged bios, lost C)
@@ -198,6 +198,7 @@ class Snooper:
         self.rec = Recorder(opts)
         self.pairer = Pairer()
         self.completed: dict[int, int] = {}  # kernel dev_t -> C events seen (the completions check)
+        self.completed_attached: dict[int, int] = {}  # ... of them while every program ran
         self.names = devices.DevNames()
         self.comms: dict[int, list[tuple[int, str]]] = {}   # pid -> its last names, from when (exec, prctl)
         self.clock = clock_pair()
@@ -238,7 +239,7 @@ class Snooper:
         return self._take(ev, horizon)
 
     def _take(self, ev: np.ndarray, horizon_ns: int | None) -> list[SnoopLine]:
-        count_completions(ev, self.completed, self.rec.flush_machines)
+        self.rec.count_completions(ev, self.completed, self.completed_attached)
         if len(ev) and (ev["action"] == 0).any():
             self.note_comms(ev[(ev["action"] == 0) & ((ev["flags"] & EV_NOTE_PROCESS) != 0)])
         return list(self.lines(self.pairer.feed(ev, horizon_ns)))
@@ -291,7 +292,7 @@ def _loop(sn: Snooper, args: argparse.Namespace) -> int:
     losses = sn.rec.losses()
     if losses.lost:
         print(f"ioscope snoop: lost {losses.lost} events ({losses.describe()})", file=sys.stderr)
-    for line in completions_warnings("snoop", sn.rec.completions_check(sn.completed)):
+    for line in completions_warnings("snoop", sn.rec.completions_check(sn.completed, sn.completed_attached)):
         print(line, file=sys.stderr)
     return 0
 
