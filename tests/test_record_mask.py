@@ -123,6 +123,12 @@ def test_readers_on_a_capture_with_completions_only(loopdev: Callable[..., Any],
     assert round(sum(r["r/s"] + r["w/s"] for r in doc["iostat"] if r["device"] == key)) == c
     assert doc["capture"]["action_mask"]["names"] == ["complete"]
     assert k["reads"] + k["writes"] == NIOS
+    # agg follows an I/O from its queue event: no rows, and the one note says why
+    p = run_ioscope("agg", "-r", out, "-j", "-e", "count() by op")
+    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().splitlines() == [f"ioscope agg: note: {out} was recorded with -a complete: it holds "
+                                             "only C events; Q2G, G2I, Q2M, I2D, D2C, Q2D, Q2C need others: their "
+                                             "tables are empty, not zero"], p.stderr
 
 
 def test_bad_mask_name_is_one_line(live: None, workdir: str) -> None:

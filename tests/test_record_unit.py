@@ -218,7 +218,7 @@ def test_mask_hooks(names: list[str], pid: bool, hooks: set[str] | None, filtere
 
 
 def test_report_says_what_a_masked_capture_lacks() -> None:
-    from ioscope.trace.report import action_mask_note
+    from ioscope.trace.events import action_mask_note
     assert action_mask_note("c", None) is None and action_mask_note("c", {"all": True, "names": []}) is None
     assert action_mask_note("c", {"all": False, "names": ["queue"]}) == (
         "c was recorded with -a queue: it holds only Q G I M F P U A events; I2D, D2C, Q2D, Q2C need others: "

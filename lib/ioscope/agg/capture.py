@@ -29,7 +29,7 @@ same I/O gets the same answer:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,7 @@ from ioscope.trace.events import (
     TC_FLUSH,
     TC_FUA,
     TC_WRITE,
+    action_mask_note,
 )
 
 TC_SHOWN = 0x1 | 0x2 | 0x4 | 0x8 | 0x800 | 0x1000 | 0x2000 | 0x8000  # bpf/agg.bpf.c TC_SHOWN
@@ -324,14 +325,18 @@ def _capture_resolver(namer: CaptureNamer) -> Resolver:
 
 def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None = None,
                          disks: Sequence[str] | None = None, pid: int | None = None,
-                         limit: int | None = None) -> Iterator[AggResult]:
-    """One AggResult per --every window of the capture's time (or one for all of it)."""
+                         limit: int | None = None, note: Callable[[str], None] | None = None) -> Iterator[AggResult]:
+    """One AggResult per --every window of the capture's time (or one for all of it); note() gets a
+    line for a capture recorded with `record -a` (what it holds; what it cannot answer)."""
     for e in exprs:
         for f in e.fields():
             if f in MISSING_IN_CAPTURES:
                 raise UsageError(f"'{e.text}' needs {f}, which a capture does not hold: "
                                  f"{MISSING_IN_CAPTURES[f]}", "ask it live instead")
     with open_capture(path) as cap:
+        masked = action_mask_note(path, cap.meta.get("action_mask"))
+        if masked and note is not None:  # agg pairs each I/O from its queue event on
+            note(masked)
         namer = CaptureNamer(cap.meta, {})
         resolve = _capture_resolver(namer)
         progs: list[list[Insn]] = [compile_cond(w, resolve) if (w := e.kernel_where) is not None else []

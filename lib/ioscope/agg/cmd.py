@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 
@@ -155,8 +156,11 @@ def run_bpftrace(args: argparse.Namespace) -> int:
 def run_capture(args: argparse.Namespace, exprs: list) -> int:  # type: ignore[type-arg]
     from ioscope.agg.capture import results_from_capture
 
+    def note(line: str) -> None:
+        sys.stderr.write(f"ioscope agg: note: {line}\n")
+
     for result in results_from_capture(args.read, exprs, every=args.every, disks=args.disk, pid=args.pid,
-                                       limit=args.rows):
+                                       limit=args.rows, note=note):
         _print(result, args.json)
     return 0
 

@@ -95,3 +95,28 @@ def note_comm(ev: np.void) -> str:
     """The command name carried by a process note (sector and aux hold its 16 bytes)."""
     raw = np.array([ev["sector"], ev["aux"]], dtype="<u8").tobytes()
     return comm_str(raw)
+
+
+# the letters each action category of `record -a` records; the phases and the letters they need (report
+# follows an I/O from its Q: every phase needs it)
+MASK_LETTERS = {"queue": "QGIMFPUA", "requeue": "R", "issue": "D", "complete": "C"}
+PHASE_LETTERS = {"Q2G": "QG", "G2I": "QGI", "Q2M": "QM", "I2D": "QID", "D2C": "QDC", "Q2D": "QD", "Q2C": "QC"}
+
+
+def action_mask_note(path: str, mask: Any) -> str | None:
+    """One line for a capture recorded with `record -a` (meta["action_mask"]): what it holds and which
+    phases it cannot have (they are empty, not zero). None for a capture of every event."""
+    if not isinstance(mask, dict) or mask.get("all", True):
+        return None
+    names = [str(n) for n in mask.get("names", [])]
+    head = f"{path} was recorded with -a {','.join(names)}"
+    directional = [n for n in names if n not in MASK_LETTERS and n != "notify"]
+    if directional:
+        also = "".join(MASK_LETTERS.get(n, "") for n in names)
+        return (f"{head}: it holds only the events of {', '.join(directional)} I/O"
+                f"{' and every ' + ' '.join(also) + ' event' if also else ''}; the numbers are about those alone")
+    letters = "".join(MASK_LETTERS.get(n, "") for n in names)
+    missing = [ph for ph, need in PHASE_LETTERS.items() if not all(c in letters for c in need)]
+    return (f"{head}: it holds only {' '.join(letters) or 'process notes'} events; "
+            f"{', '.join(missing) or 'no phase'} need{'s' if len(missing) == 1 else ''} others: "
+            "their tables are empty, not zero")
