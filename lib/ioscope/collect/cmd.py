@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from ioscope import cli_common, outfile
 
@@ -40,22 +41,52 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _list(path: str) -> int:
-    from ioscope.collect.bundle import read_json_members
+    from ioscope.collect.bundle import read_bundle
+    from ioscope.errors import IoscopeError
     from ioscope.fmt import fmt_bytes
 
-    docs, listing = read_json_members(path)
-    man = docs.get("manifest.json") or {}
-    print(f"{path}: {man.get('format', '?')} version {man.get('version', '?')}, written by ioscope "
-          f"{man.get('ioscope_version', '?')}: {man.get('command', '?')}")
-    red = man.get("redacted") or {}
-    print("redacted: " + (", ".join(f"{k} ({v} names)" for k, v in red.items()) if red else "nothing"))
-    for name, size in listing:
-        print(f"  {name:<22} {fmt_bytes(size):>10}")
-    missing = [m for m in man.get("members", []) if m not in {n for n, _ in listing}]
-    if missing:
-        print(f"missing: {', '.join(missing)} (the bundle was cut short)")
+    if not os.path.isfile(path):
+        raise IoscopeError(f"cannot open bundle {path}: " + ("no such file" if not os.path.exists(path)
+                                                            else "not a regular file"))
+    res = read_bundle(path)
+    man = res.docs.get("manifest.json")
+    if isinstance(man, dict):
+        print(f"{path}: {man.get('format', '?')} version {man.get('version', '?')}, written by ioscope "
+              f"{man.get('ioscope_version', '?')} on {man.get('host', '?')} at {man.get('started', '?')}: "
+              f"{man.get('command', '?')}")
+        red = man.get("redacted") or {}
+        print("redacted: " + (", ".join(f"{k} ({v} names)" for k, v in red.items()) if red else "nothing"))
+    else:
+        print(f"{path}: no readable manifest (what the bundle should hold and who wrote it are not known)")
+    for m in res.members:
+        state = m.problem or ("intact" if m.intact else "read (no checksum to check it against)")
+        print(f"  {m.name:<22} {fmt_bytes(m.size):>10}  {state}")
+    names = {m.name for m in res.members}
+    for n in res.expected:
+        if n not in names:
+            print(f"  {n:<22} {'':>10}  missing")
+    end = res.docs.get("context-end.json")
+    col = end.get("collect") if isinstance(end, dict) else None
+    if isinstance(col, dict) and col.get("capture_lost_bytes"):
+        print(f"capture: {fmt_bytes(int(col.get('capture_bytes') or 0))} kept, "
+              f"{fmt_bytes(int(col['capture_lost_bytes']))} lost when it was written ({col.get('capture_lost')})")
+    note = res.note()
+    if note:
+        print(f"ioscope collect: {note}", file=sys.stderr)
         return 1
     return 0
+
+
+def _iso(t: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _dump(doc: object) -> bytes:
+    import json
+
+    return json.dumps(doc, indent=1).encode()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -65,49 +96,174 @@ def run(args: argparse.Namespace) -> int:
         return _list(args.list)
     if not args.output:
         raise UsageError("collect needs -o CASE (the bundle to write), or --list CASE")
-    from ioscope import __version__, system
-    from ioscope.cli import build_parser
-    from ioscope.collect import bundle, context
-    from ioscope.collect.redact import Redactor, parse_classes
+    from ioscope import system
+    from ioscope.collect import context
+    from ioscope.collect.redact import parse_classes
 
     classes = parse_classes(args.redact) if args.redact else ()
     out = os.path.abspath(args.output)
     outfile.check_output(out, args.force)
     system.require_bpf_privileges("collect")
     command = " ".join(["ioscope", *sys.argv[1:]]) if sys.argv[1:2] == ["collect"] else "ioscope collect"
+    rec_argv = [*(["-w", str(args.duration)] if args.duration else []),
+                *[a for d in (args.disk or []) for a in ("-d", d)], *(["-p", str(args.pid)] if args.pid else [])]
+    now = time.time()
+    start = context.snapshot(command)
+    if classes:
+        return _collect_redacted(args, out, command, classes, rec_argv, now, start)
+    return _collect_streamed(args, out, command, rec_argv, now, start)
+
+
+def _record(rec_argv: list[str]) -> tuple[int, BaseException | None]:
+    from ioscope.cli import build_parser
+
+    rargs = build_parser(["record"]).parse_args(["record", *rec_argv])
+    try:
+        return int(rargs.func(rargs)), None
+    except Exception as exc:   # the bundle is finished with what it has, then the error is raised
+        return 1, exc
+
+
+def _manifest(command: str, host: str, now: float, redacted: dict[str, int] | None) -> dict[str, object]:
+    from ioscope import __version__
+    from ioscope.collect.bundle import FORMAT, MEMBERS, VERSION
+
+    doc: dict[str, object] = {"format": FORMAT, "version": VERSION, "members": list(MEMBERS),
+                              "ioscope_version": __version__, "command": command, "host": host,
+                              "started": _iso(now)}
+    if redacted is not None:
+        doc["redacted"] = redacted
+    return doc
+
+
+def _begin(out: str, force: bool, now: float, manifest: dict[str, object], start: dict[str, object]) -> object:
+    """The bundle with its manifest and start context (always written first: they are what a full file
+    system must not cost), and the space held back for the end context."""
+    from ioscope.collect.bundle import CAPTURE, BundleWriter, DiskFull
+    from ioscope.errors import IoscopeError
+
+    w = BundleWriter(out, force, int(now))
+    try:
+        w.member("manifest.json", _dump(manifest))
+        w.member("context-start.json", _dump(start))
+        w.hold_reserve()
+        w.begin_stream(CAPTURE)
+    except DiskFull as exc:
+        w.close()
+        raise IoscopeError(f"{out}: no room for even the host's context ({exc})",
+                           "free some space or write the bundle on another file system") from None
+    return w
+
+
+def _finish(w: object, out: str, command: str, end: dict[str, object], rc: int, classes: tuple[str, ...],
+            error: BaseException | None) -> int:
+    from ioscope.collect.bundle import BundleWriter, DiskFull
+    from ioscope.fmt import fmt_bytes
+
+    assert isinstance(w, BundleWriter)
+    w.end_stream()
+    w.release_reserve()
+    end["collect"] = {"ended": _iso(time.time()), "recorder_exit": rc, "recorder_error": str(error) if error else None,
+                      "capture_bytes": w.kept, "capture_lost_bytes": w.lost, "capture_lost": w.full}
+    try:
+        w.member("context-end.json", _dump(end))
+    except DiskFull as exc:
+        w.close()
+        print(f"ioscope collect: {out}: no room for the end context ({exc}); the bundle holds the start context "
+              f"and {fmt_bytes(w.kept)} of the capture; free some space and collect again", file=sys.stderr)
+        return 1
+    w.close()
+    if error is not None:
+        raise error
+    if w.full is not None:
+        print(f"ioscope collect: {out}: the file system filled up ({w.full}): the bundle keeps "
+              f"{fmt_bytes(w.kept)} of the capture and lost the last {fmt_bytes(w.lost)} (readers read its complete "
+              "chunks); the host's context at the start and the end is whole", file=sys.stderr)
+        rc = rc or 1
+    print(f"Collected {out} ({fmt_bytes(os.path.getsize(out))}): the capture and the host's context at "
+          f"its start and end" + (f"; redacted: {', '.join(classes)}" if classes else ""), file=sys.stderr)
+    return rc
+
+
+def _collect_streamed(args: argparse.Namespace, out: str, command: str, rec_argv: list[str], now: float,
+                      start: dict[str, object]) -> int:
+    """The capture streams from the recorder through a named pipe into the bundle, compressed as it
+    comes: the bundle's file system needs room for the compressed capture only."""
+    import shutil
+    import tempfile
+    import threading
+
+    from ioscope.collect import context
+    from ioscope.collect.bundle import BundleWriter
+
+    kern = start.get("kernel")
+    host = str(kern.get("hostname", "?")) if isinstance(kern, dict) else "?"
+    w = _begin(out, args.force, now, _manifest(command, host, now, None), start)
+    assert isinstance(w, BundleWriter)
+    tmpd = tempfile.mkdtemp(prefix="ioscope-collect-")
+    fifo = os.path.join(tmpd, "capture.ioscope")
+    os.mkfifo(fifo, 0o600)
+    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    hold = os.open(fifo, os.O_WRONLY)   # the pipe has a writer until the recorder is done, opened or not
+    os.set_blocking(rfd, True)
+
+    def pump() -> None:
+        while True:
+            data = os.read(rfd, 1 << 20)
+            if not data:
+                return
+            w.stream_write(data)
+
+    t = threading.Thread(target=pump, name="ioscope-collect-pump", daemon=True)
+    t.start()
+    try:
+        rc, error = _record(["-f", "-o", fifo, *rec_argv])
+    finally:
+        os.close(hold)
+        t.join()
+        os.close(rfd)
+        shutil.rmtree(tmpd, ignore_errors=True)
+    end = context.snapshot(command)
+    return _finish(w, out, command, end, rc, (), error)
+
+
+def _collect_redacted(args: argparse.Namespace, out: str, command: str, classes: tuple[str, ...],
+                      rec_argv: list[str], now: float, start: dict[str, object]) -> int:
+    """Recorded to a file beside the bundle (the process names in it are rewritten once every name is
+    known), then redacted into the bundle: this needs room for the uncompressed capture."""
+    from ioscope.collect import context
+    from ioscope.collect.bundle import BundleWriter
+    from ioscope.collect.redact import Redactor
+
     work = f"{out}.part-{os.getpid()}"
     raw, clean = f"{work}.capture", f"{work}.redacted"
-    rec_argv = ["record", "-o", raw, *(["-w", str(args.duration)] if args.duration else []),
-                *[a for d in (args.disk or []) for a in ("-d", d)], *(["-p", str(args.pid)] if args.pid else [])]
     try:
-        start = context.snapshot(command)
-        rargs = build_parser(["record"]).parse_args(rec_argv)
-        rc = int(rargs.func(rargs))
+        rc, error = _record(["-o", raw, *rec_argv])
         end = context.snapshot(command)
-        manifest = {"ioscope_version": __version__, "command": command, "recorder_exit": rc}
-        capture = raw
-        if classes:
-            red = Redactor(classes)
-            red.learn_context(start)
-            red.learn_context(end)
-            red.learn_paths([out, os.path.dirname(out), raw, args.output])
-            from ioscope.trace.capture import open_capture
+        red = Redactor(classes)
+        red.learn_context(start)
+        red.learn_context(end)
+        red.learn_paths([out, os.path.dirname(out), raw, args.output])
+        from ioscope.trace.capture import open_capture
+        if os.path.exists(raw):
             with open_capture(raw) as cap:
                 red.learn_comms(cap.comms.values())
             rewrite_capture(raw, clean, red)
-            capture = clean
-            start, end = red.context(start), red.context(end)
-            manifest["command"] = red.text(command)
-            manifest["redacted"] = red.summary()
-        bundle.write(out, capture, start, end, manifest, args.force)
+            os.unlink(raw)
+        rstart, rend = red.context(start), red.context(end)
+        kern = rstart.get("kernel")
+        host = str(kern.get("hostname", "?")) if isinstance(kern, dict) else "?"
+        w = _begin(out, args.force, now, _manifest(red.text(command), host, now, red.summary()), rstart)
+        assert isinstance(w, BundleWriter)
+        if os.path.exists(clean):
+            with open(clean, "rb") as src:
+                while data := src.read(1 << 20):
+                    w.stream_write(data)
+        return _finish(w, out, command, rend, rc, classes, error)
     finally:
         for f in (raw, clean):
             if os.path.exists(f):
                 os.unlink(f)
-    from ioscope.fmt import fmt_bytes
-    print(f"Collected {args.output} ({fmt_bytes(os.path.getsize(out))}): the capture and the host's context at "
-          f"its start and end" + (f"; redacted: {', '.join(classes)}" if classes else ""), file=sys.stderr)
-    return rc
 
 
 def rewrite_capture(src: str, dst: str, red: object) -> None:
