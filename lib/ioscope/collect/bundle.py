@@ -45,7 +45,6 @@ MEMBERS = ("manifest.json", "context-start.json", CAPTURE, "context-end.json")
 SHA_KEY = "SCHILY.xattr.user.ioscope.sha256"   # a PAX record tar knows (an extended attribute)
 FRAME_RAW = 256 << 10      # decompressed bytes per data frame: the most a cut costs of a member
 MAX_FRAME_RAW = 16 << 20   # a frame claiming more is damaged (ours never do)
-RESERVE = 1 << 20          # space held back for the end context while the capture streams in
 MAX_JSON = 256 << 20       # a JSON member larger than this is not one of ours
 
 
@@ -135,8 +134,10 @@ class BundleWriter:
             os.lseek(self.fd, pos, os.SEEK_SET)
             raise
 
-    def hold_reserve(self, nbytes: int = RESERVE) -> None:
-        """Hold nbytes of the file system back (a file beside the bundle) until release_reserve()."""
+    def hold_reserve(self) -> None:
+        """Hold space back (a file beside the bundle) until release_reserve(): for the end context and the
+        bundle's end, four times what the manifest and start context took, and at least 64 KiB."""
+        nbytes = max(64 << 10, 4 * os.lseek(self.fd, 0, os.SEEK_CUR))
         path = f"{self.path}.reserve-{os.getpid()}"
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -235,6 +236,7 @@ class _Frames(io.RawIOBase):
         self.damage: str | None = None
         self.stream: Any = None   # version 1: one frame without its size, read as a stream
         self.frames = 0
+        self.ended = False   # the last frame read is the tar stream's end (zero blocks)
 
     def readable(self) -> bool:
         return True
@@ -289,6 +291,7 @@ class _Frames(io.RawIOBase):
             return False
         self.frames += 1
         self.off = end
+        self.ended = len(data) >= 1024 and not any(data)
         self.buf, self.pos = data, 0
         return True
 
@@ -424,10 +427,14 @@ def read_bundle(path: str, capture_to: IO[bytes] | None = None) -> BundleRead:
     finally:
         raw.close()
     res.damage = raw.damage
+    man = res.docs.get("manifest.json")
+    if res.damage is None and not raw.ended and isinstance(man, dict) and man.get("version", 1) >= 2:
+        res.damage = f"no tar end after zstd frame {raw.frames} (the file is {raw.size:,} bytes)"
     if res.damage is None and [n for n in res.expected if n not in {m.name for m in res.members}]:
         # tar ends its listing silently at a header that does not check
         after = f"after {res.members[-1].name}" if res.members else "at its start"
-        res.damage = f"the tar stream ends or has a damaged header {after}"
+        res.damage = (f"its tar stream ends {after}" if raw.ended
+                      else f"its tar stream ends, or has a damaged header, {after}")
     return res
 
 
@@ -476,8 +483,8 @@ def extract_capture(path: str) -> str:
             res = read_bundle(path, capture_to=out)
         cap = res.member(CAPTURE)
         if cap is None or cap.got == 0:
-            why = res.damage or "was it written by ioscope collect?"
-            raise IoscopeError(f"{path}: the bundle has no readable {CAPTURE} ({why})",
+            what = f"has no {CAPTURE}" if cap is None else f"has its {CAPTURE} cut before its first byte"
+            raise IoscopeError(f"{path}: the bundle {what}" + (f" ({res.damage})" if res.damage else ""),
                                "ioscope collect --list shows what it holds; get the bundle again")
         if cap.intact is False:
             raise IoscopeError(f"{path}: its {CAPTURE} is damaged: its SHA-256 differs from the one written with it",
