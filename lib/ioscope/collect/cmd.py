@@ -35,7 +35,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("-w", "--duration", type=cli_common.positive_float, metavar="SECONDS",
                    help="stop after SECONDS (default: at Ctrl-C)")
     p.add_argument("--redact", metavar="WHAT,...", default="",
-                   help="replace these in every file of the bundle: hostnames, addresses, comms, paths, users")
+                   help="replace these in every file of the bundle: hostnames, addresses, comms (process and "
+                        "cgroup names; kernel threads' are kept), paths, users, serials (device serials, WWNs, "
+                        "UUIDs)")
     outfile.add_force(p)
     p.set_defaults(func=run, tool="collect")
 
@@ -233,8 +235,9 @@ def _collect_redacted(args: argparse.Namespace, out: str, command: str, classes:
     known), then redacted into the bundle: this needs room for the uncompressed capture."""
     from ioscope.collect import context
     from ioscope.collect.bundle import BundleWriter
-    from ioscope.collect.redact import Redactor
+    from ioscope.collect.redact import Redactor, kernel_threads
 
+    kept: set[str] = set()
     work = f"{out}.part-{os.getpid()}"
     raw, clean = f"{work}.capture", f"{work}.redacted"
     try:
@@ -247,13 +250,17 @@ def _collect_redacted(args: argparse.Namespace, out: str, command: str, classes:
         from ioscope.trace.capture import open_capture
         if os.path.exists(raw):
             with open_capture(raw) as cap:
-                red.learn_comms(cap.comms.values())
+                kept = kernel_threads(cap.comms)
+                red.learn_comms(cap.comms.values(), keep=kept)
             rewrite_capture(raw, clean, red)
             os.unlink(raw)
         rstart, rend = red.context(start), red.context(end)
         kern = rstart.get("kernel")
         host = str(kern.get("hostname", "?")) if isinstance(kern, dict) else "?"
-        w = _begin(out, args.force, now, _manifest(red.text(command), host, now, red.summary()), rstart)
+        man = _manifest(red.text(command), host, now, red.summary())
+        if "comms" in classes:
+            man["kernel_threads_kept"] = sorted(kept)
+        w = _begin(out, args.force, now, man, rstart)
         assert isinstance(w, BundleWriter)
         if os.path.exists(clean):
             with open(clean, "rb") as src:
