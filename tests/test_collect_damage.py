@@ -36,9 +36,9 @@ def _members(data: bytes) -> dict[str, bytes]:
         return {m.name: t.extractfile(m).read() for m in t if m.isfile()}  # type: ignore[union-attr]
 
 
-def _collect(out: str, disk: str, dev: str, nreads: int, seconds: int) -> subprocess.CompletedProcess[str]:
-    p = subprocess.Popen(ioscope_cmd("collect", "-o", out, "-d", disk, "-w", str(seconds)), stderr=subprocess.PIPE,
-                         text=True)
+def _collect(out: str, disk: str, dev: str, nreads: int, seconds: int, *extra: str) -> subprocess.CompletedProcess[str]:
+    p = subprocess.Popen(ioscope_cmd("collect", "-o", out, "-d", disk, "-w", str(seconds), *extra),
+                         stderr=subprocess.PIPE, text=True)
     assert p.stderr is not None
     first = p.stderr.readline()
     assert first.startswith("Recording block I/O events"), first + p.stderr.read()
@@ -166,14 +166,16 @@ def test_flipped_bytes_are_found_or_harmless(bundle: tuple[str, bytes, dict[str,
             assert "Traceback" not in p.stderr and len(lines) == 1, (off, cmd, p.stderr)
 
 
-def test_collect_on_a_full_tmpfs_keeps_the_context_and_what_fits(live: None, tmp_path: Path) -> None:
+@pytest.mark.parametrize("extra", [(), ("--redact", "comms")], ids=["plain", "redacted"])
+def test_collect_on_a_full_tmpfs_keeps_the_context_and_what_fits(live: None, extra: tuple[str, ...]) -> None:
+    """(Redacted, the recording goes to $TMPDIR first: its process names are rewritten once all are known.)"""
     from ioscope.testbed import LoopDevice
     mnt = tempfile.mkdtemp(prefix="ioscope-small-")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", mnt], check=True)
     try:
         out = os.path.join(mnt, "case.ioscope")
         with LoopDevice(size_mb=256) as ld:
-            r = _collect(out, ld.name, ld.path, 200_000, 5)
+            r = _collect(out, ld.name, ld.path, 200_000, 5, *extra)
         assert "Traceback" not in r.stderr, r.stderr
         assert r.returncode == 1, r.stderr
         lost = [ln for ln in r.stderr.splitlines() if "filled up" in ln]

@@ -7,6 +7,8 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from ioscope import cli_common, outfile
 
@@ -105,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
     classes = parse_classes(args.redact) if args.redact else ()
     out = os.path.abspath(args.output)
     outfile.check_output(out, args.force)
+    from ioscope.devices import resolve_disk
+    for d in args.disk or []:
+        resolve_disk(d)   # a disk that is not there is refused before anything is written
     system.require_bpf_privileges("collect")
     command = " ".join(["ioscope", *sys.argv[1:]]) if sys.argv[1:2] == ["collect"] else "ioscope collect"
     rec_argv = [*(["-w", str(args.duration)] if args.duration else []),
@@ -176,6 +181,8 @@ def _finish(w: object, out: str, command: str, end: dict[str, object], rc: int, 
         return 1
     w.close()
     if error is not None:
+        if w.kept == 0 and w.lost == 0:   # the recorder never started: a bundle of contexts only is not kept
+            os.unlink(out)
         raise error
     if w.full is not None:
         print(f"ioscope collect: {out}: the file system filled up ({w.full}): the bundle keeps "
@@ -187,90 +194,100 @@ def _finish(w: object, out: str, command: str, end: dict[str, object], rc: int, 
     return rc
 
 
-def _collect_streamed(args: argparse.Namespace, out: str, command: str, rec_argv: list[str], now: float,
-                      start: dict[str, object]) -> int:
-    """The capture streams from the recorder through a named pipe into the bundle, compressed as it
-    comes: the bundle's file system needs room for the compressed capture only."""
+@contextmanager
+def _piped_into(w: object) -> Iterator[str]:
+    """A named pipe whose bytes stream into the bundle's open member as they come (compressed): whoever
+    writes the capture (the recorder, the redaction) writes it there, so no file system needs room
+    for the uncompressed capture."""
     import shutil
     import tempfile
     import threading
 
-    from ioscope.collect import context
     from ioscope.collect.bundle import BundleWriter
 
-    kern = start.get("kernel")
-    host = str(kern.get("hostname", "?")) if isinstance(kern, dict) else "?"
-    w = _begin(out, args.force, now, _manifest(command, host, now, None), start)
     assert isinstance(w, BundleWriter)
     tmpd = tempfile.mkdtemp(prefix="ioscope-collect-")
     fifo = os.path.join(tmpd, "capture.ioscope")
     os.mkfifo(fifo, 0o600)
     rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    hold = os.open(fifo, os.O_WRONLY)   # the pipe has a writer until the recorder is done, opened or not
+    hold = os.open(fifo, os.O_WRONLY)   # the pipe has a writer until the writer is done, opened or not
     os.set_blocking(rfd, True)
 
     def pump() -> None:
-        while True:
-            data = os.read(rfd, 1 << 20)
-            if not data:
-                return
+        while data := os.read(rfd, 1 << 20):
             w.stream_write(data)
 
     t = threading.Thread(target=pump, name="ioscope-collect-pump", daemon=True)
     t.start()
     try:
-        rc, error = _record(["-f", "-o", fifo, *rec_argv])
+        yield fifo
     finally:
         os.close(hold)
         t.join()
         os.close(rfd)
         shutil.rmtree(tmpd, ignore_errors=True)
-    end = context.snapshot(command)
-    return _finish(w, out, command, end, rc, (), error)
+
+
+def _host(ctx: dict[str, object]) -> str:
+    kern = ctx.get("kernel")
+    return str(kern.get("hostname", "?")) if isinstance(kern, dict) else "?"
+
+
+def _collect_streamed(args: argparse.Namespace, out: str, command: str, rec_argv: list[str], now: float,
+                      start: dict[str, object]) -> int:
+    """The capture streams from the recorder through a named pipe into the bundle, compressed as it
+    comes: the bundle's file system needs room for the compressed capture only."""
+    from ioscope.collect import context
+
+    w = _begin(out, args.force, now, _manifest(command, _host(start), now, None), start)
+    with _piped_into(w) as fifo:
+        rc, error = _record(["-f", "-o", fifo, *rec_argv])
+    return _finish(w, out, command, context.snapshot(command), rc, (), error)
 
 
 def _collect_redacted(args: argparse.Namespace, out: str, command: str, classes: tuple[str, ...],
                       rec_argv: list[str], now: float, start: dict[str, object]) -> int:
-    """Recorded to a file beside the bundle (the process names in it are rewritten once every name is
-    known), then redacted into the bundle: this needs room for the uncompressed capture."""
+    """Recorded to a private file in the temporary directory ($TMPDIR, else /tmp: the process names in
+    it are rewritten once every name is known, which needs the whole capture), then redacted through
+    a pipe into the bundle (compressed as it comes)."""
+    import shutil
+    import tempfile
+
     from ioscope.collect import context
-    from ioscope.collect.bundle import BundleWriter
     from ioscope.collect.redact import Redactor, kernel_threads
+    from ioscope.errors import IoscopeError
 
     kept: set[str] = set()
-    work = f"{out}.part-{os.getpid()}"
-    raw, clean = f"{work}.capture", f"{work}.redacted"
+    tmpd = tempfile.mkdtemp(prefix="ioscope-collect-")
+    raw = os.path.join(tmpd, "capture.ioscope")
     try:
         rc, error = _record(["-o", raw, *rec_argv])
         end = context.snapshot(command)
         red = Redactor(classes)
         red.learn_context(start)
         red.learn_context(end)
-        red.learn_paths([out, os.path.dirname(out), raw, args.output])
+        red.learn_paths([out, os.path.dirname(out), tmpd, raw, args.output])
         from ioscope.trace.capture import open_capture
-        if os.path.exists(raw):
+        comms: dict[int, str] = {}
+        if os.path.exists(raw) and os.path.getsize(raw) > 0:
             with open_capture(raw) as cap:
-                kept = kernel_threads(cap.comms)
-                red.learn_comms(cap.comms.values(), keep=kept)
-            rewrite_capture(raw, clean, red)
-            os.unlink(raw)
+                comms = dict(cap.comms)
+        kept = kernel_threads(comms)
+        red.learn_comms(comms.values(), keep=kept)
         rstart, rend = red.context(start), red.context(end)
-        kern = rstart.get("kernel")
-        host = str(kern.get("hostname", "?")) if isinstance(kern, dict) else "?"
-        man = _manifest(red.text(command), host, now, red.summary())
+        man = _manifest(red.text(command), _host(rstart), now, red.summary())
         if "comms" in classes:
             man["kernel_threads_kept"] = sorted(kept)
         w = _begin(out, args.force, now, man, rstart)
-        assert isinstance(w, BundleWriter)
-        if os.path.exists(clean):
-            with open(clean, "rb") as src:
-                while data := src.read(1 << 20):
-                    w.stream_write(data)
+        if comms or (os.path.exists(raw) and os.path.getsize(raw) > 0):
+            try:
+                with _piped_into(w) as fifo:
+                    rewrite_capture(raw, fifo, red)
+            except IoscopeError as exc:   # the bundle is finished with what it has, then this is said
+                error = error or exc
         return _finish(w, out, command, rend, rc, classes, error)
     finally:
-        for f in (raw, clean):
-            if os.path.exists(f):
-                os.unlink(f)
+        shutil.rmtree(tmpd, ignore_errors=True)
 
 
 def rewrite_capture(src: str, dst: str, red: object) -> None:
