@@ -139,7 +139,9 @@ def test_storage_picture_matches_the_host(host: dict[str, Any], tmp_path: Path) 
 
 def test_redaction_hides_cgroups_and_serials_and_keeps_kernel_threads(host: dict[str, Any], tmp_path: Path) -> None:
     h, case = host, str(tmp_path / "red.ioscope")
+    before = _kthreads()
     r = _collect(h, case, "--redact", "comms,serials")
+    after = _kthreads()
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     m = _members(case)
     cgname = h["cgroup"].name
@@ -157,16 +159,30 @@ def test_redaction_hides_cgroups_and_serials_and_keeps_kernel_threads(host: dict
     assert p.returncode == 0, p.stderr
     rows = [json.loads(ln) for ln in p.stdout.splitlines()] if not p.stdout.startswith("[") else json.loads(p.stdout)
     rows = rows if isinstance(rows, list) else [rows]
-    names = {str(x["comm"]): int(x["pid"]) for x in rows}
-    kept = {n for n in names if not re.fullmatch(r"comm-\d+", n)}
-    assert any(n.startswith("jbd2/") for n in kept), names
-    assert any(re.fullmatch(r"comm-\d+", n) for n in names), names   # acme-writer (and sync)
-    for n in kept:   # every name kept is a running kernel thread's (or ioscope's own)
-        if n == "ioscope":
+    names = {int(x["pid"]): str(x["comm"]) for x in rows}
+    kept = {pid: n for pid, n in names.items() if not re.fullmatch(r"comm-\d+", n)}
+    assert any(n.startswith("jbd2/") for n in kept.values()), names
+    assert any(re.fullmatch(r"comm-\d+", n) for n in names.values()), names   # acme-writer (and sync)
+    for pid, n in kept.items():   # every name kept is a kernel thread's (or ioscope's own)
+        assert n == "ioscope" or pid in before or pid in after, (pid, n, names)
+    for pid, n in names.items():   # every kernel thread alive before and after: its name kept
+        if pid in before and pid in after:
+            assert pid in kept, (pid, n, before[pid])
+    assert set(man["kernel_threads_kept"]) >= set(kept.values()) - {"ioscope"}
+
+
+def _kthreads() -> dict[int, str]:
+    """pid -> name of the kernel threads running now: PF_KTHREAD in /proc/PID/stat's flags (field 9)."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
             continue
-        fields = Path(f"/proc/{names[n]}/stat").read_text().rsplit(")", 1)[1].split()
-        assert int(fields[6]) & PF_KTHREAD, (n, fields)
-    assert set(man["kernel_threads_kept"]) >= kept - {"ioscope"}
+        fields = stat.rsplit(")", 1)[1].split()
+        if d.name.isdigit() and int(fields[6]) & PF_KTHREAD:
+            out[int(d.name)] = stat[stat.index("(") + 1:stat.rindex(")")]
+    return out
 
 
 def test_redactor_learns_the_command_line() -> None:

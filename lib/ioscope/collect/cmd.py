@@ -15,7 +15,7 @@ from ioscope import cli_common, outfile
 EXAMPLES = """\
 examples:
   ioscope collect -o case.ioscope -w 60                     # a minute of every disk, and the host's context
-  ioscope collect -o case.ioscope -d sda -w 30 --redact hostnames,addresses,comms,paths,users
+  ioscope collect -o case.ioscope -d sda -w 30 --redact hostnames,addresses,comms,paths,users,serials
   ioscope collect --list case.ioscope                       # what the bundle holds
   ioscope report case.ioscope                               # every reader opens a bundle directly
 """
@@ -25,11 +25,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("collect", help="record plus the host's context (devices, settings, mounts, cgroups, "
                                        "network) in one bundle for a support case",
                        description="Record like `ioscope record` and snapshot the host at the start and the end "
-                                   "(kernel, CPUs and memory, the block device tree with queue settings, "
-                                   "/proc/diskstats, mounts, vm.dirty_*, I/O pressure, cgroup I/O limits, "
-                                   "network interfaces and their counters) into one file, created 0600. "
-                                   "--redact replaces host names, addresses, process names, paths or user names "
-                                   "everywhere in it by stable pseudonyms. docs/collect.md lists every item.",
+                                   "(kernel, CPUs and memory, the block device tree with queue settings and each "
+                                   "device's model, firmware, serial and timeouts, lsblk, blkid, fstab, dm, md, "
+                                   "LVM and NVMe health where installed, the kernel log, /proc/diskstats, mounts, "
+                                   "vm.dirty_*, I/O pressure, cgroup I/O limits, network interfaces and their "
+                                   "counters) into one file, created 0600; the capture is compressed as it is "
+                                   "recorded. --redact replaces host names, addresses, process and cgroup names, "
+                                   "paths, user names or serials everywhere in it by stable pseudonyms. "
+                                   "docs/collect.md lists every item.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", metavar="CASE", help="the bundle to write")
     p.add_argument("--list", metavar="CASE", help="list what a bundle holds, and stop")
@@ -189,8 +192,9 @@ def _finish(w: object, out: str, command: str, end: dict[str, object], rc: int, 
               f"{fmt_bytes(w.kept)} of the capture and lost the last {fmt_bytes(w.lost)} (readers read its complete "
               "chunks); the host's context at the start and the end is whole", file=sys.stderr)
         rc = rc or 1
-    print(f"Collected {out} ({fmt_bytes(os.path.getsize(out))}): the capture and the host's context at "
-          f"its start and end" + (f"; redacted: {', '.join(classes)}" if classes else ""), file=sys.stderr)
+    print(f"Collected {out} ({fmt_bytes(os.path.getsize(out))}): the capture ({fmt_bytes(w.kept)} uncompressed) "
+          f"and the host's context at its start and end" + (f"; redacted: {', '.join(classes)}" if classes else ""),
+          file=sys.stderr)
     return rc
 
 
@@ -254,13 +258,14 @@ def _collect_redacted(args: argparse.Namespace, out: str, command: str, classes:
     import tempfile
 
     from ioscope.collect import context
-    from ioscope.collect.redact import Redactor, kernel_threads
+    from ioscope.collect.redact import Redactor, kernel_thread_table, kernel_threads
     from ioscope.errors import IoscopeError
 
     kept: set[str] = set()
     tmpd = tempfile.mkdtemp(prefix="ioscope-collect-")
     raw = os.path.join(tmpd, "capture.ioscope")
     try:
+        kthreads = kernel_thread_table()
         rc, error = _record(["-o", raw, *rec_argv])
         end = context.snapshot(command)
         red = Redactor(classes)
@@ -272,7 +277,7 @@ def _collect_redacted(args: argparse.Namespace, out: str, command: str, classes:
         if os.path.exists(raw) and os.path.getsize(raw) > 0:
             with open_capture(raw) as cap:
                 comms = dict(cap.comms)
-        kept = kernel_threads(comms)
+        kept = kernel_threads(comms, kthreads, kernel_thread_table())
         red.learn_comms(comms.values(), keep=kept)
         rstart, rend = red.context(start), red.context(end)
         man = _manifest(red.text(command), _host(rstart), now, red.summary())

@@ -8,6 +8,7 @@ applied to JSON (redact_json) and to process-note names (comm)."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from collections.abc import Iterable
@@ -181,22 +182,36 @@ class Redactor:
         return {c: len(self.names.get(c, {})) for c in self.classes}
 
 
-def kernel_threads(comms: dict[int, str], proc: str = "/proc") -> set[str]:
-    """The names in a capture's {pid: name} that are kernel threads' (jbd2/..., kworker/..., kswapd0): the
-    pid still runs, its task flags have PF_KTHREAD and its name is the one recorded. A kernel thread that
-    has exited since (an idle kworker the kernel reaped) is not known as one, and its name is hidden."""
-    out: set[str] = set()
-    for pid, name in comms.items():
+def kernel_thread_table(proc: str = "/proc") -> dict[int, str]:
+    """{pid: name} of every kernel thread running now (task flags with PF_KTHREAD). A kworker's name in
+    /proc carries its current work queue after the name the kernel records ("kworker/u8:6-events_unbound"):
+    kept as /proc shows it."""
+    out: dict[int, str] = {}
+    for d in os.listdir(proc):
+        if not d.isdigit():
+            continue
         try:
-            with open(f"{proc}/{pid}/stat") as f:
+            with open(f"{proc}/{d}/stat") as f:
                 stat = f.read()
         except OSError:
             continue
         lp, rp = stat.find("("), stat.rfind(")")
         fields = stat[rp + 2:].split()
         # after "pid (comm)": state ppid pgrp session tty_nr tpgid flags
-        if lp < 0 or rp < 0 or len(fields) < 7 or stat[lp + 1:rp] != name:
-            continue
-        if int(fields[6]) & PF_KTHREAD:
-            out.add(name)
+        if 0 <= lp < rp and len(fields) >= 7 and int(fields[6]) & PF_KTHREAD:
+            out[int(d)] = stat[lp + 1:rp]
+    return out
+
+
+def kernel_threads(comms: dict[int, str], *tables: dict[int, str]) -> set[str]:
+    """The names in a capture's {pid: name} that are kernel threads' (jbd2/..., kworker/..., kswapd0): the
+    pid was a kernel thread of that name in one of the tables (kernel_thread_table() at the start and
+    at the end of the recording). A kernel thread born and gone during the recording is in neither: its
+    name is hidden."""
+    out: set[str] = set()
+    for pid, name in comms.items():
+        for t in tables:
+            now = t.get(pid)
+            if now is not None and (now == name or (now.startswith(name) and now[len(name):len(name) + 1] in "+-")):
+                out.add(name)
     return out
