@@ -200,3 +200,32 @@ def test_collect_on_a_full_tmpfs_keeps_the_context_and_what_fits(live: None, ext
     finally:
         subprocess.run(["umount", mnt], check=False)
         os.rmdir(mnt)
+
+
+def test_version_1_bundles_are_still_read(bundle: tuple[str, bytes, dict[str, bytes]], tmp_path: Path) -> None:
+    """A bundle as version 1 wrote it (one zstd frame streamed by pyarrow, no checksums): read whole,
+    and cut, read up to the cut with the one line."""
+    import pyarrow as pa
+
+    from ioscope.collect.bundle import read_bundle
+    _path, _data, orig = bundle
+    v1 = tmp_path / "v1.ioscope"
+    orig = {**orig, "manifest.json": json.dumps({**json.loads(orig["manifest.json"]), "version": 1}).encode()}
+    with open(v1, "wb") as raw:
+        z = pa.CompressedOutputStream(pa.PythonFile(raw, mode="w"), "zstd")
+        with tarfile.open(fileobj=z, mode="w|", format=tarfile.PAX_FORMAT) as t:
+            for name, body in orig.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(body)
+                t.addfile(info, io.BytesIO(body))
+        z.close()
+    buf = io.BytesIO()
+    res = read_bundle(str(v1), capture_to=buf)
+    assert res.note() is None and buf.getvalue() == orig["capture.ioscope"]
+    assert [m.name for m in res.members] == list(orig) and all(m.intact is None for m in res.members)
+    data = v1.read_bytes()
+    v1.write_bytes(data[: len(data) - 100])
+    note, _ncap = _check_read(str(v1), orig)
+    assert note is not None and "does not decode" in note, note
+    p = run_ioscope("report", str(v1), timeout=120)
+    assert "Traceback" not in p.stderr and len([ln for ln in p.stderr.splitlines() if str(v1) in ln]) >= 1, p.stderr

@@ -316,6 +316,8 @@ class _Frames(io.RawIOBase):
             fcs = int.from_bytes(h[pos:pos + fcs_size], "little") + (256 if fcs_size == 2 else 0)
             if fcs > MAX_FRAME_RAW:
                 raise ValueError(f"a zstd frame claiming {fcs} bytes")
+        if fcs is None:   # version 1: one frame streamed without its size; read as a stream
+            return start, None
         pos += fcs_size
         off = start + pos
         while True:
