@@ -224,18 +224,20 @@ class _Frames(io.RawIOBase):
     """The decompressed stream of a bundle, frame by frame; at the first frame that is cut or does not
     decode it ends, and .damage says where and why."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, start: int = 0, frames: int = 0) -> None:
         import pyarrow as pa
 
+        self.path = path
         self.f = open(path, "rb")
         self.size = os.fstat(self.f.fileno()).st_size
         self.codec = pa.Codec("zstd")
-        self.off = 0
+        self.off = start
         self.buf = b""
         self.pos = 0
         self.damage: str | None = None
+        self.bad_at: int | None = None   # where the frame that is cut or does not decode starts
         self.stream: Any = None   # version 1: one frame without its size, read as a stream
-        self.frames = 0
+        self.frames = frames
         self.ended = False   # the last frame read is the tar stream's end (zero blocks)
 
     def readable(self) -> bool:
@@ -278,6 +280,7 @@ class _Frames(io.RawIOBase):
             end, fcs = self._frame_end(start)
         except ValueError as exc:
             self.damage = f"zstd frame {self.frames + 1} at byte {start:,} of {self.size:,}: {exc}"
+            self.bad_at = start
             return False
         if fcs is None:   # a version 1 bundle: one frame, its size unknown
             self.f.seek(start)
@@ -288,12 +291,39 @@ class _Frames(io.RawIOBase):
         except (OSError, ValueError, pa.ArrowException) as exc:
             self.damage = (f"zstd frame {self.frames + 1} at byte {start:,} of {self.size:,} does not decode: "
                            f"{str(exc).splitlines()[0]}")
+            self.bad_at = start
             return False
         self.frames += 1
         self.off = end
         self.ended = len(data) >= 1024 and not any(data)
         self.buf, self.pos = data, 0
         return True
+
+    def next_header_frame(self, after: int) -> int | None:
+        """Where the first zstd frame after byte `after` starts that decodes to a member's tar header (a
+        version 2 bundle has each header in a frame of its own): reading resumes there after damage."""
+        import mmap
+
+        import pyarrow as pa
+
+        if self.size == 0:
+            return None
+        if self.f.closed:   # (the buffered reader tar read through closed it)
+            self.f = open(self.path, "rb")
+        with mmap.mmap(self.f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            at = mm.find(ZSTD_MAGIC, after)
+            while at >= 0:
+                try:
+                    end, fcs = self._frame_end(at)
+                    if fcs is not None and fcs >= 512:
+                        data = self.codec.decompress(mm[at:end], decompressed_size=fcs, asbytes=True)
+                        info = tarfile.TarInfo.frombuf(data[:512], "utf-8", "surrogateescape")
+                        if info.type in (tarfile.XHDTYPE, tarfile.REGTYPE):
+                            return at
+                except (ValueError, OSError, pa.ArrowException, tarfile.TarError):
+                    pass
+                at = mm.find(ZSTD_MAGIC, at + 1)
+        return None
 
     def _frame_end(self, start: int) -> tuple[int, int | None]:
         """(offset after the frame, its decompressed size or None), from its header and block headers
@@ -388,14 +418,46 @@ class BundleRead:
 
 def read_bundle(path: str, capture_to: IO[bytes] | None = None) -> BundleRead:
     """Every member that can be read, each checked; the capture member's bytes (up to any damage)
-    written to capture_to. Never raises for damage: what is wrong is in .problems()/.note()."""
+    written to capture_to. After a zstd frame that is cut or does not decode, reading resumes at the
+    next member's header frame (what follows the damage is read too). Never raises for damage: what
+    is wrong is in .problems()/.note()."""
+    res = BundleRead(path)
+    damages: list[str] = []
+    start = frames = 0
+    while True:
+        try:
+            raw = _Frames(path, start, frames)
+        except OSError as exc:
+            raise IoscopeError(f"cannot open bundle {path}: {exc.strerror}") from None
+        try:
+            _read_members(res, raw, capture_to)
+            if raw.damage is None or raw.bad_at is None:
+                break
+            nxt = raw.next_header_frame(raw.bad_at + 1)
+        finally:
+            raw.close()
+        if nxt is None:
+            break
+        damages.append(raw.damage)
+        raw.damage = None
+        start, frames = nxt, raw.frames + 1
+    if raw.damage is not None:
+        damages.append(raw.damage)
+    man = res.docs.get("manifest.json")
+    if not damages and not raw.ended and isinstance(man, dict) and man.get("version", 1) >= 2:
+        damages.append(f"no tar end after zstd frame {raw.frames} (the file is {raw.size:,} bytes)")
+    if not damages and [n for n in res.expected if n not in {m.name for m in res.members}]:
+        # tar ends its listing silently at a header that does not check
+        after = f"after {res.members[-1].name}" if res.members else "at its start"
+        damages.append(f"its tar stream ends {after}" if raw.ended
+                       else f"its tar stream ends, or has a damaged header, {after}")
+    res.damage = "; ".join(damages) or None
+    return res
+
+
+def _read_members(res: BundleRead, raw: _Frames, capture_to: IO[bytes] | None) -> None:
     import pyarrow as pa
 
-    res = BundleRead(path)
-    try:
-        raw = _Frames(path)
-    except OSError as exc:
-        raise IoscopeError(f"cannot open bundle {path}: {exc.strerror}") from None
     cur: MemberState | None = None
     try:
         with tarfile.open(fileobj=io.BufferedReader(raw, 1 << 16), mode="r|") as t:
@@ -426,18 +488,6 @@ def read_bundle(path: str, capture_to: IO[bytes] | None = None) -> BundleRead:
             cur.problem = f"cut short ({cur.got:,} of {cur.size:,} bytes read)"
         if raw.damage is None:
             raw.damage = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    finally:
-        raw.close()
-    res.damage = raw.damage
-    man = res.docs.get("manifest.json")
-    if res.damage is None and not raw.ended and isinstance(man, dict) and man.get("version", 1) >= 2:
-        res.damage = f"no tar end after zstd frame {raw.frames} (the file is {raw.size:,} bytes)"
-    if res.damage is None and [n for n in res.expected if n not in {m.name for m in res.members}]:
-        # tar ends its listing silently at a header that does not check
-        after = f"after {res.members[-1].name}" if res.members else "at its start"
-        res.damage = (f"its tar stream ends {after}" if raw.ended
-                      else f"its tar stream ends, or has a damaged header, {after}")
-    return res
 
 
 def _check(res: BundleRead, m: MemberState, digest: str, data: bytes | None) -> None:
