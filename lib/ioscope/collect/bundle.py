@@ -236,6 +236,9 @@ class _Frames(io.RawIOBase):
         self.pos = 0
         self.damage: str | None = None
         self.bad_at: int | None = None   # where the frame that is cut or does not decode starts
+        self.dec = 0                     # decompressed bytes so far
+        self.last_header_at: int | None = None   # where the frame of the last member header read starts
+        self.table: list[tuple[int, int, int, bool]] = []
         self.stream: Any = None   # version 1: one frame without its size, read as a stream
         self.frames = frames
         self.ended = False   # the last frame read is the tar stream's end (zero blocks)
@@ -296,8 +299,14 @@ class _Frames(io.RawIOBase):
         self.frames += 1
         self.off = end
         self.ended = len(data) >= 1024 and not any(data)
+        # (decompressed offset, file offset, length, all zero) of each frame: where a header tar refused is
+        self.table.append((self.dec, start, len(data), self.ended))
+        self.dec += len(data)
         self.buf, self.pos = data, 0
         return True
+
+    def frame_at(self, dec_off: int) -> tuple[int, int, int, bool] | None:
+        return next((t for t in self.table if t[0] <= dec_off < t[0] + t[2]), None)
 
     def next_header_frame(self, after: int) -> int | None:
         """Where the first zstd frame after byte `after` starts that decodes to a member's tar header (a
@@ -433,7 +442,11 @@ def read_bundle(path: str, capture_to: IO[bytes] | None = None) -> BundleRead:
             _read_members(res, raw, capture_to)
             if raw.damage is None or raw.bad_at is None:
                 break
-            nxt = raw.next_header_frame(raw.bad_at + 1)
+            # the next member's header: after the last header read (a member whose size was damaged
+            # leads tar past the next header), else after the damage
+            cands = [raw.next_header_frame(raw.last_header_at + 1)] if raw.last_header_at is not None else []
+            cands.append(raw.next_header_frame(raw.bad_at + 1))
+            nxt = next((c for c in cands if c is not None and c > start), None)
         finally:
             raw.close()
         if nxt is None:
@@ -459,35 +472,56 @@ def _read_members(res: BundleRead, raw: _Frames, capture_to: IO[bytes] | None) -
     import pyarrow as pa
 
     cur: MemberState | None = None
+    t: tarfile.TarFile | None = None
     try:
-        with tarfile.open(fileobj=io.BufferedReader(raw, 1 << 16), mode="r|") as t:
-            for m in t:
-                if not m.isfile():
-                    continue
-                cur = MemberState(m.name, m.size, sha256=m.pax_headers.get(SHA_KEY))
-                res.members.append(cur)
-                f = t.extractfile(m)
-                assert f is not None
-                h = hashlib.sha256()
-                keep = m.name.endswith(".json") and m.size <= MAX_JSON
-                parts: list[bytes] = []
-                while True:
-                    chunk = f.read(16 << 10)
-                    if not chunk:
-                        break
-                    cur.got += len(chunk)
-                    h.update(chunk)
-                    if keep:
-                        parts.append(chunk)
-                    elif m.name == CAPTURE and capture_to is not None:
-                        capture_to.write(chunk)
-                _check(res, cur, h.hexdigest(), b"".join(parts) if keep else None)
-                cur = None
+        t = tarfile.open(fileobj=io.BufferedReader(raw, 1 << 16), mode="r|")
+        for m in t:
+            if not m.isfile():
+                continue
+            cur = MemberState(m.name, m.size, sha256=m.pax_headers.get(SHA_KEY))
+            res.members.append(cur)
+            hf = raw.frame_at(m.offset)
+            raw.last_header_at = hf[1] if hf is not None else None
+            f = t.extractfile(m)
+            assert f is not None
+            h = hashlib.sha256()
+            keep = m.name.endswith(".json") and m.size <= MAX_JSON
+            parts: list[bytes] = []
+            while True:
+                chunk = f.read(16 << 10)
+                if not chunk:
+                    break
+                cur.got += len(chunk)
+                h.update(chunk)
+                if keep:
+                    parts.append(chunk)
+                elif m.name == CAPTURE and capture_to is not None:
+                    capture_to.write(chunk)
+            _check(res, cur, h.hexdigest(), b"".join(parts) if keep else None)
+            cur = None
+        _bad_header(raw, t.offset, None)   # tar ends its listing silently at a header that does not check
     except (tarfile.TarError, OSError, EOFError, ValueError, UnicodeError, pa.ArrowException) as exc:
         if cur is not None:
             cur.problem = f"cut short ({cur.got:,} of {cur.size:,} bytes read)"
         if raw.damage is None:
-            raw.damage = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if cur is None:   # a header refused (the first one: while tar opens the stream)
+                _bad_header(raw, t.offset if t is not None else 0, why)
+            if raw.damage is None:
+                raw.damage = why
+    finally:
+        if t is not None:
+            t.close()
+
+
+def _bad_header(raw: _Frames, offset: int, why: str | None) -> None:
+    """Where tar stopped (offset in the decompressed stream), if not at its end (a frame of zeros): the
+    frame of the header it refused, from which reading resumes at the next header frame."""
+    fr = raw.frame_at(offset)
+    if raw.damage is None and fr is not None and not fr[3] and raw.stream is None:
+        raw.damage = (f"a damaged tar header in zstd frame {raw.table.index(fr) + 1} at byte {fr[1]:,}"
+                      + (f" ({why})" if why else ""))
+        raw.bad_at = fr[1]
 
 
 def _check(res: BundleRead, m: MemberState, digest: str, data: bytes | None) -> None:
