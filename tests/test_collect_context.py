@@ -130,6 +130,9 @@ def test_storage_picture_matches_the_host(host: dict[str, Any], tmp_path: Path) 
         if not Path("/proc/mdstat").exists():
             assert "absent" in st["mdstat"]
         assert ctx["kernel"]["cmdline"] == Path("/proc/cmdline").read_text().strip()
+        # each disk's serial, as sysfs has it (virtio: the disk's own file; SCSI, NVMe: device/)
+        for disk, serial in _serials().items():
+            assert ctx["block_devices"][disk]["device"]["serial"] == serial, disk
     # the kernel log: our mount, as the kernel said it (after the start context was taken, it is in the end's)
     end = json.loads(m["context-end.json"])
     part = Path(h["part"]).name
@@ -145,8 +148,9 @@ def test_redaction_hides_cgroups_and_serials_and_keeps_kernel_threads(host: dict
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     m = _members(case)
     cgname = h["cgroup"].name
+    secrets = [b"acme-writer", cgname.encode(), h["fs_uuid"].encode(), *(x.encode() for x in _serials().values())]
     for name, data in m.items():
-        for secret in (b"acme-writer", cgname.encode(), h["fs_uuid"].encode()):
+        for secret in secrets:
             assert secret not in data, (name, secret)
     man = json.loads(m["manifest.json"])
     assert man["redacted"]["serials"] >= 1 and man["redacted"]["comms"] >= 2, man
@@ -169,6 +173,21 @@ def test_redaction_hides_cgroups_and_serials_and_keeps_kernel_threads(host: dict
         if pid in before and pid in after:
             assert pid in kept, (pid, n, before[pid])
     assert set(man["kernel_threads_kept"]) >= set(kept.values()) - {"ioscope"}
+
+
+def _serials() -> dict[str, str]:
+    """disk -> serial number, read from sysfs (those of two characters or more)."""
+    out = {}
+    for d in Path("/sys/block").iterdir():
+        for f in (d / "serial", d / "device" / "serial"):
+            try:
+                v = f.read_text().strip()
+            except OSError:
+                continue
+            if len(v) >= 2:
+                out[d.name] = v
+                break
+    return out
 
 
 def _kthreads() -> dict[int, str]:
