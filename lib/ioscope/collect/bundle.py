@@ -193,11 +193,15 @@ class BundleWriter:
         if self._buf:
             self._flush(bytes(self._buf))
             self._buf.clear()
-        if self.full is not None:
-            self.release_reserve()   # the padding and the end context must get in
+        self.release_reserve()   # the padding and the end context must get in
         pad = _pad(self.kept)
         if pad:
-            self._write(self.codec.compress(pad, asbytes=True))
+            try:
+                self._write(self.codec.compress(pad, asbytes=True))
+            except DiskFull as exc:
+                raise IoscopeError(f"{self.path}: no room left to end the capture's member ({exc})",
+                                   "free some space; the bundle holds the start context and the capture "
+                                   "before it") from None
         # in place, over the frame of the same length written by begin_stream: no new space needed
         head = _stored_frame(_tar_header(self.stream_name, self.kept, self._sha.hexdigest(), self.mtime))
         try:
@@ -212,6 +216,8 @@ class BundleWriter:
         try:
             self._write(self.codec.compress(b"\0" * 1024, asbytes=True))
             os.fsync(self.fd)
+        except DiskFull:
+            pass   # without its end: readers say so, and read every member
         finally:
             os.close(self.fd)
             self.release_reserve()
@@ -568,6 +574,12 @@ def extract_capture(path: str) -> str:
         with os.fdopen(fd, "wb") as out:
             res = read_bundle(path, capture_to=out)
         cap = res.member(CAPTURE)
+        if cap is not None and cap.size == 0 and cap.problem is None:
+            end = res.docs.get("context-end.json")
+            col = end.get("collect") if isinstance(end, dict) else None
+            why = f" ({col.get('capture_lost')})" if isinstance(col, dict) and col.get("capture_lost") else ""
+            raise IoscopeError(f"{path}: its {CAPTURE} is empty: none of it was written into the bundle{why}",
+                               "ioscope collect --list shows what it holds (the host's context)")
         if cap is None or cap.got == 0:
             what = f"has no {CAPTURE}" if cap is None else f"has its {CAPTURE} cut before its first byte"
             raise IoscopeError(f"{path}: the bundle {what}" + (f" ({res.damage})" if res.damage else ""),

@@ -160,6 +160,7 @@ def _begin(out: str, force: bool, now: float, manifest: dict[str, object], start
         w.begin_stream(CAPTURE)
     except DiskFull as exc:
         w.close()
+        os.unlink(out)
         raise IoscopeError(f"{out}: no room for even the host's context ({exc})",
                            "free some space or write the bundle on another file system") from None
     return w
