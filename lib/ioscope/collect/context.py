@@ -6,6 +6,7 @@ statistics still gets a bundle. proc_root and sys_root let tests read a prepared
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import shutil
@@ -16,7 +17,15 @@ from typing import Any
 
 QUEUE_FILES = ("scheduler", "nr_requests", "read_ahead_kb", "max_sectors_kb", "max_hw_sectors_kb", "rotational",
                "logical_block_size", "physical_block_size", "write_cache", "fua", "wbt_lat_usec", "nomerges",
-               "rq_affinity", "add_random", "io_poll", "discard_max_bytes")
+               "rq_affinity", "add_random", "io_poll", "discard_max_bytes", "io_timeout")
+# the device under a disk (sysfs device/): identity (model, firmware, serial: redactable as serials) and, for
+# SCSI, the command timeout, error-handler timeout, queue depth and state; NVMe controllers' too
+DEVICE_FILES = ("vendor", "model", "rev", "firmware_rev", "serial", "wwid", "state", "timeout", "eh_timeout",
+                "queue_depth", "queue_type", "transport", "cntlid")
+LSBLK_COLUMNS = ("NAME,KNAME,MAJ:MIN,TYPE,SIZE,RO,RM,ROTA,SCHED,RQ-SIZE,LOG-SEC,PHY-SEC,MIN-IO,OPT-IO,DISC-GRAN,"
+                 "DISC-MAX,FSTYPE,FSVER,LABEL,UUID,PARTUUID,PARTLABEL,PTTYPE,PTUUID,MOUNTPOINT,MODEL,SERIAL,REV,"
+                 "VENDOR,WWN,TRAN,HCTL,STATE,PKNAME")
+KERNEL_LOG_LINES = 1000   # the kernel log's last lines, per snapshot
 VM_FILES = ("dirty_ratio", "dirty_background_ratio", "dirty_bytes", "dirty_background_bytes",
             "dirty_expire_centisecs", "dirty_writeback_centisecs", "swappiness", "vfs_cache_pressure")
 V1_LIMITS = ("blkio.throttle.read_bps_device", "blkio.throttle.write_bps_device", "blkio.throttle.read_iops_device",
@@ -111,8 +120,115 @@ def block_devices(sys: Path) -> dict[str, Any]:
             dev["md"] = {"level": _try(_read, d / "md" / "level"), "raid_disks": _try(_int, d / "md" / "raid_disks")}
         if (d / "loop" / "backing_file").exists():
             dev["loop_backing_file"] = _try(_read, d / "loop" / "backing_file")
+        ident = _device(d)
+        if ident:
+            dev["device"] = ident
         out[d.name] = dev
     return out
+
+
+def _device(d: Path) -> dict[str, Any]:
+    """What sysfs says of the device below a disk: the disk's own serial and wwid (virtio, NVMe
+    namespaces), then device/ (SCSI: vendor, model, rev, timeouts, queue depth; NVMe: the controller's
+    model, serial, firmware_rev)."""
+    out: dict[str, Any] = {}
+    for where in (d, d / "device"):
+        for name in DEVICE_FILES:
+            if name in out or (where == d and name not in ("serial", "wwid")):
+                continue
+            try:
+                v = _read(where / name)
+            except OSError:
+                continue
+            out[name] = int(v) if v.isdigit() and name in ("timeout", "eh_timeout", "queue_depth", "cntlid") else v
+    return out
+
+
+def _tool(argv: list[str], timeout: float = 20) -> Any:
+    """A tool's standard output, or {"absent": why}: not installed, failed, timed out."""
+    exe = shutil.which(argv[0], path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+    if exe is None:
+        return absent(f"{argv[0]} is not installed")
+    try:
+        p = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=timeout,
+                           env={**os.environ, "LC_ALL": "C"})
+    except subprocess.TimeoutExpired:
+        return absent(f"{' '.join(argv)} did not finish in {timeout:g} s")
+    except OSError as exc:
+        return absent(f"{' '.join(argv)}: {exc.strerror}")
+    if p.returncode != 0:
+        err = (p.stderr.strip() or p.stdout.strip()).splitlines()
+        return absent(f"{' '.join(argv)} exited {p.returncode}" + (f": {err[0]}" if err else ""))
+    return p.stdout
+
+
+def _json_tool(argv: list[str]) -> Any:
+    out = _tool(argv)
+    if not isinstance(out, str):
+        return out
+    try:
+        return json.loads(out) if out.strip() else {}
+    except ValueError as exc:
+        return absent(f"{' '.join(argv)} printed what is not JSON: {exc}")
+
+
+def _lines(out: Any) -> Any:
+    return out.splitlines() if isinstance(out, str) else out
+
+
+def blkid() -> Any:
+    """Every block device's signatures (UUID, TYPE, LABEL, PARTUUID, ...), probed afresh (no cache)."""
+    out = _tool(["blkid", "-c", "/dev/null", "-o", "export"])
+    if not isinstance(out, str):
+        return out
+    devs: dict[str, dict[str, str]] = {}
+    cur: dict[str, str] = {}
+    for ln in [*out.splitlines(), ""]:
+        if not ln.strip():
+            if "DEVNAME" in cur:
+                devs[cur.pop("DEVNAME")] = cur
+            cur = {}
+            continue
+        k, _, v = ln.partition("=")
+        cur[k] = v
+    return devs
+
+
+def storage(proc: Path) -> dict[str, Any]:
+    """The storage stack as the system's own tools show it, each only where it is installed."""
+    nvme: Any = absent("nvme (nvme-cli) is not installed")
+    if shutil.which("nvme", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
+        nvme = {"list": _json_tool(["nvme", "list", "-o", "json"])}
+        for c in sorted(Path("/dev").glob("nvme[0-9]*")):
+            if c.name[4:].isdigit():   # controllers, not namespaces
+                nvme[f"smart-log {c.name}"] = _json_tool(["nvme", "smart-log", str(c), "-o", "json"])
+    lvm: Any = absent("lvm (lvm2) is not installed")
+    if shutil.which("lvm", path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"):
+        lvm = {w: _json_tool(["lvm", w, "--reportformat", "json", "-a", *(["-o", "+devices"] if w == "lvs" else [])])
+               for w in ("pvs", "vgs", "lvs")}
+    dm_table = _tool(["dmsetup", "table"])
+    return {
+        "lsblk": _json_tool(["lsblk", "-J", "-b", "-o", LSBLK_COLUMNS]),
+        "blkid": blkid(),
+        "fstab": _try(lambda: [ln for ln in _read(Path("/etc/fstab")).splitlines()
+                               if ln.strip() and not ln.lstrip().startswith("#")]),
+        "dm_tables": [] if dm_table == "No devices found\n" else _lines(dm_table),
+        "dm_status": _lines(_tool(["dmsetup", "status"])) if isinstance(dm_table, str) else dm_table,
+        "mdstat": _try(lambda: _read(proc / "mdstat").splitlines()),
+        "lvm": lvm,
+        "nvme": nvme,
+    }
+
+
+def kernel_log() -> Any:
+    """The kernel log's last lines (I/O errors, timeouts, resets), ISO times: dmesg, else journalctl -k."""
+    out = _tool(["dmesg", "--time-format", "iso"])
+    if isinstance(out, str):
+        return {"source": "dmesg", "lines": out.splitlines()[-KERNEL_LOG_LINES:]}
+    j = _tool(["journalctl", "-k", "-o", "short-iso", "--no-pager", "-n", str(KERNEL_LOG_LINES)])
+    if isinstance(j, str):
+        return {"source": "journalctl -k", "lines": j.splitlines()}
+    return absent(f"dmesg: {out['absent']}; journalctl: {j['absent']}")
 
 
 def multipath() -> dict[str, Any]:
@@ -228,6 +344,8 @@ def snapshot(command: str, proc_root: str = "/proc", sys_root: str = "/sys") -> 
         "cpus_memory": cpus_memory(proc),
         "block_devices": _try(block_devices, sys),
         "multipath": _try(multipath),
+        "storage": storage(proc),
+        "kernel_log": kernel_log(),
         "diskstats": _try(diskstats, proc),
         "mounts": _try(mounts, proc),
         "vm": vm(proc),

@@ -1,20 +1,32 @@
-"""Redaction of a bundle: every hostname, address, process name, path or user name of the classes asked
-for is replaced, in every file of the bundle (the capture included), by a stable pseudonym: the same
-name gets the same token everywhere (`host-1`, `comm-3`, `path-2`, ...). The mapping is never written.
+"""Redaction of a bundle: every hostname, address, process name (and cgroup name), path, user name or
+serial of the classes asked for is replaced, in every file of the bundle (the capture included), by a
+stable pseudonym: the same name gets the same token everywhere (`host-1`, `comm-3`, `path-2`, ...).
+The mapping is never written.
 
 Pure: the names to hide are learned from the context and the capture's process names (learn_*), then
 applied to JSON (redact_json) and to process-note names (comm)."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-CLASSES = ("hostnames", "addresses", "comms", "paths", "users")
-PREFIX = {"hostnames": "host", "addresses": "addr", "comms": "comm", "paths": "path", "users": "user"}
+CLASSES = ("hostnames", "addresses", "comms", "paths", "users", "serials")
+PREFIX = {"hostnames": "host", "addresses": "addr", "comms": "comm", "paths": "path", "users": "user",
+          "serials": "serial"}
+# cgroup names every systemd host has: they name no service
+COMMON_CGROUPS = frozenset({"system.slice", "user.slice", "init.scope", "machine.slice", "-.slice", "blkio", "io"})
+IPV4_RE = re.compile(r"(?<![\w.])(?:\d{1,3}\.){3}\d{1,3}(?![\w.])")
+# where serials live in the context: sysfs device identity, lsblk's columns, blkid's tags
+# (not labels: "root" or "boot" would be replaced wherever they stand as a word)
+SERIAL_KEYS = frozenset({"serial", "wwid", "wwn", "uuid", "partuuid", "ptuuid", "UUID", "UUID_SUB", "PARTUUID",
+                         "PTUUID"})
+UUID_RE = re.compile(r"\b(?:PART)?UUID=([\w-]+)")
+PF_KTHREAD = 0x00200000
 # paths every Linux host has: hiding them hides nothing and makes the context unreadable
 COMMON_PATHS = frozenset({"/", "/proc", "/sys", "/dev", "/run", "/tmp", "/boot", "/home", "/var", "/usr", "/etc",
                           "/dev/shm", "/dev/pts", "/dev/mqueue", "/sys/fs/cgroup", "/sys/kernel/tracing",
@@ -74,6 +86,31 @@ class Redactor:
             bf = dev.get("loop_backing_file")
             if isinstance(bf, str) and bf.startswith("/"):
                 self.add("paths", bf)
+        self._learn_serials(ctx.get("block_devices"))
+        self._learn_serials(ctx.get("storage"))
+        # the kernel command line: its IPv4 addresses (ip=, nfsroot=) and UUIDs (root=UUID=...)
+        cmdline = k.get("cmdline")
+        if isinstance(cmdline, str):
+            for ip in IPV4_RE.findall(cmdline):
+                if not ip.startswith(("127.", "0.")):
+                    self.add("addresses", ip)
+            for u in UUID_RE.findall(cmdline):
+                self.add("serials", u)
+        log = ctx.get("kernel_log")
+        if isinstance(log, dict):
+            for ln in log.get("lines") or []:
+                for ip in IPV4_RE.findall(ln):
+                    if not ip.startswith(("127.", "0.")):
+                        self.add("addresses", ip)
+        # cgroup names (systemd unit and slice names name the services, as process names do)
+        cg = ctx.get("cgroups")
+        if isinstance(cg, dict):
+            for h in cg.values():
+                limits = h.get("limits") if isinstance(h, dict) else None
+                for path in limits if isinstance(limits, dict) else []:
+                    for part in path.strip("/").split("/"):
+                        if part and part not in COMMON_CGROUPS and part != "...":
+                            self.add("comms", part)
         try:
             import pwd
             for u in pwd.getpwall():
@@ -84,13 +121,27 @@ class Redactor:
         except (ImportError, KeyError):
             pass
 
+    def _learn_serials(self, v: Any) -> None:
+        """Every value under a serial-like key (serial, wwid, wwn, UUIDs, labels) anywhere in v."""
+        if isinstance(v, dict):
+            for key, x in v.items():
+                if key in SERIAL_KEYS and isinstance(x, str) and x.strip():
+                    self.add("serials", x.strip())
+                else:
+                    self._learn_serials(x)
+        elif isinstance(v, list):
+            for x in v:
+                self._learn_serials(x)
+
     def learn_paths(self, paths: Iterable[str]) -> None:
         for p in paths:
             self.add("paths", p)
 
-    def learn_comms(self, comms: Iterable[str]) -> None:
+    def learn_comms(self, comms: Iterable[str], keep: Iterable[str] = ()) -> None:
+        """Process names to hide, but those in keep (kernel threads: kernel_threads()) and ioscope."""
+        kept = set(keep)
         for c in comms:
-            if c != "ioscope":   # the recorder itself (its own writes, when it records every disk)
+            if c != "ioscope" and c not in kept:   # the recorder itself (its own writes, when it records every disk)
                 self.add("comms", c)
 
     def _compiled(self) -> re.Pattern[str] | None:
@@ -129,3 +180,38 @@ class Redactor:
     def summary(self) -> dict[str, int]:
         """How many names of each class were replaced (the names themselves are not kept)."""
         return {c: len(self.names.get(c, {})) for c in self.classes}
+
+
+def kernel_thread_table(proc: str = "/proc") -> dict[int, str]:
+    """{pid: name} of every kernel thread running now (task flags with PF_KTHREAD). A kworker's name in
+    /proc carries its current work queue after the name the kernel records ("kworker/u8:6-events_unbound"):
+    kept as /proc shows it."""
+    out: dict[int, str] = {}
+    for d in os.listdir(proc):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        lp, rp = stat.find("("), stat.rfind(")")
+        fields = stat[rp + 2:].split()
+        # after "pid (comm)": state ppid pgrp session tty_nr tpgid flags
+        if 0 <= lp < rp and len(fields) >= 7 and int(fields[6]) & PF_KTHREAD:
+            out[int(d)] = stat[lp + 1:rp]
+    return out
+
+
+def kernel_threads(comms: dict[int, str], *tables: dict[int, str]) -> set[str]:
+    """The names in a capture's {pid: name} that are kernel threads' (jbd2/..., kworker/..., kswapd0): the
+    pid was a kernel thread of that name in one of the tables (kernel_thread_table() at the start and
+    at the end of the recording). A kernel thread born and gone during the recording is in neither: its
+    name is hidden."""
+    out: set[str] = set()
+    for pid, name in comms.items():
+        for t in tables:
+            now = t.get(pid)
+            if now is not None and (now == name or (now.startswith(name) and now[len(name):len(name) + 1] in "+-")):
+                out.add(name)
+    return out

@@ -50,7 +50,8 @@ def renderables(r: DiffResult) -> Iterator[Any]:
         for col in ("disk", "setting", "before", "after", "change"):
             t.add_column(col, justify="left" if col in ("disk", "setting") else "right")
         for c in r.changes:
-            t.add_row(c.disk, c.setting, Text(str(c.before)), Text(str(c.after)), fmt_change(c))
+            t.add_row(c.disk, c.setting, *(Text("-" if v is None else str(v)) for v in (c.before, c.after)),
+                      fmt_change(c))
         yield t
     else:
         yield Text("settings: none of the recorded queue settings changed")
