@@ -81,7 +81,7 @@ def text_lines(r: FairReport) -> list[str]:
                    f"max_sectors_kb={s.get('max_sectors_kb')}")
         limited = iolimits.describe(s.get("io_limits"))
         if limited:   # a cgroup throttle on this disk: its processes' share is set by the limit
-            out.append(f"{d.name}: {limited}")
+            out.append(limited)
     if not r.rows:
         out.append("no file I/O or block I/O in this interval")
         return out
