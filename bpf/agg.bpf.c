@@ -50,7 +50,7 @@
 #define RQPATH_COMPLETE agg_rq_complete
 
 const volatile __u32 targ_tgid = 0;
-const volatile __u64 targ_cgroup = 0;   /* -c: only I/O queued from this cgroup (v2 id) */
+const volatile __u64 targ_cgroup = 0;   /* -c: only I/O charged to this cgroup (bio_cgroup_id) */
 const volatile __u32 targ_need = 0;     /* bit per enum agg_field some expression reads */
 const volatile bool targ_issue = false; /* the issue program is attached (q2d, d2c, inflight are read) */
 const volatile bool targ_at_queue = false; /* records made at queue, by the queue program alone (agg_at_queue) */
@@ -414,12 +414,43 @@ static __always_inline struct agg_extra *extra_of(__u64 bio)
 
 static __always_inline struct agg_rec *rec_start(__u32 dev, __u8 op, __u32 flags);
 
+/*
+ * The cgroup the block layer charges a bio to, in the hierarchy the io controller is on (v1 blkio or
+ * v2): its blkg's (bio_associate_blkg: the submitter's, also when a kworker queues the bio, as
+ * blk-throttle's does once a throttled bio may go). Without a blkg, the queueing task's cgroup of the
+ * io controller (task->cgroups->subsys[io_cgrp_id]): an id of the same hierarchy. The id is the
+ * cgroup directory's inode number (kernfs_node.id, a u64 since 5.5).
+ */
+static __always_inline __u64 bio_cgroup_id(struct bio *bio)
+{
+	struct cgroup *cg = NULL;
+
+	if (bpf_core_field_exists(bio->bi_blkg)) {
+		struct blkcg_gq *blkg = BPF_CORE_READ(bio, bi_blkg);
+
+		if (blkg)
+			cg = BPF_CORE_READ(blkg, blkcg, css.cgroup);
+	}
+	if (!cg) {
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+		struct css_set *cset = BPF_CORE_READ(task, cgroups);
+		struct cgroup_subsys_state *css = NULL;
+		__u32 io = bpf_core_enum_value(enum cgroup_subsys_id, io_cgrp_id);
+
+		if (cset)
+			bpf_core_read(&css, sizeof(css), &cset->subsys[io]);
+		if (css)
+			cg = BPF_CORE_READ(css, cgroup);
+	}
+	return cg ? BPF_CORE_READ(cg, kn, id) : 0;
+}
+
 /* The queueing task's details of a bio: thread, CPU, cgroup, stacks, file, seek (what NEED asks). */
 static __always_inline void fill_extra(void *ctx, struct bio *bio, struct agg_extra *x, __u32 dev, const bool btf)
 {
 	x->pid = (__u32)bpf_get_current_pid_tgid();
 	x->cpu = bpf_get_smp_processor_id();
-	x->cgroup = (NEED(AGG_F_CGROUP) || targ_cgroup) ? bpf_get_current_cgroup_id() : 0;
+	x->cgroup = (NEED(AGG_F_CGROUP) || targ_cgroup) ? bio_cgroup_id(bio) : 0;
 	x->have = 0;
 	x->inflight = 0;
 	if (NEED(AGG_F_KSTACK)) {

@@ -287,14 +287,36 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
         assert len(p.stderr.strip().splitlines()) == 1 and "a capture does not hold" in p.stderr, p.stderr
 
 
-@pytest.fixture
-def cgroup2(live: None) -> Iterator[tuple[Path, str]]:
-    """A cgroup v2 directory made for the test: (its directory, its path relative to the mount)."""
-    from ioscope.agg.names import cgroup2_root
+def io_cgroup_of(pid: int | str = "self") -> str:
+    """The cgroup a process's I/O is charged to, as a path of the io controller's hierarchy: its v1
+    blkio cgroup, or in v2 its nearest cgroup whose parent enables io for its children (or the root)."""
+    from ioscope.agg.names import io_cgroup_root
 
-    root = cgroup2_root()
-    assert root is not None, "no cgroup v2 hierarchy mounted"
-    d = root / f"ioscope-agg-{os.getpid()}"
+    io = io_cgroup_root()
+    assert io is not None
+    root, kind = io
+    for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = ln.split(":", 2)
+        if kind == "v1 blkio" and "blkio" in ctrls.split(","):
+            return path
+        if kind == "v2" and ctrls == "":
+            p = Path(path)
+            while p != Path("/") and "io" not in (root / str(p.parent).lstrip("/") / "cgroup.subtree_control"
+                                                   ).read_text().split():
+                p = p.parent
+            return str(p)
+    raise AssertionError(f"no {kind} cgroup in /proc/{pid}/cgroup")
+
+
+@pytest.fixture
+def io_cgroup(live: None) -> Iterator[tuple[Path, str]]:
+    """A cgroup made for the test in the io controller's hierarchy (v1 blkio here, v2 on a pure-v2
+    host): (its directory, its path relative to the mount)."""
+    from ioscope.agg.names import io_cgroup_root
+
+    io = io_cgroup_root()
+    assert io is not None, "no cgroup hierarchy with the io controller mounted"
+    d = io[0] / f"ioscope-agg-{os.getpid()}"
     d.mkdir()
     try:
         yield d, "/" + d.name
@@ -307,9 +329,9 @@ def cgroup2(live: None) -> Iterator[tuple[Path, str]]:
                 time.sleep(0.1)
 
 
-def test_cgroup_key_and_filter(loopdev: Any, cgroup2: tuple[Path, str]) -> None:
+def test_cgroup_key_and_filter(loopdev: Any, io_cgroup: tuple[Path, str]) -> None:
     """I/O queued from a cgroup is keyed by its path and, with -c, is the only I/O counted."""
-    cgdir, cgpath = cgroup2
+    cgdir, cgpath = io_cgroup
     dev = loopdev(size_mb=64)
     inside = ["sh", "-c", f"echo $$ > {cgdir}/cgroup.procs && exec dd if={dev.path} of=/dev/null bs=4k "
               f"count={READS} iflag=direct 2>/dev/null"]
@@ -322,8 +344,8 @@ def test_cgroup_key_and_filter(loopdev: Any, cgroup2: tuple[Path, str]) -> None:
             time.sleep(0.2)
         assert run.returncode == 0, run.stderr
         rows = {(r["keys"]["cgroup"], r["keys"]["op"]): r["count"] for r in run.rows("count() by cgroup,op")}
-        # this process's own cgroup v2 path (dd outside inherits it)
-        mine = next(ln[3:] for ln in Path("/proc/self/cgroup").read_text().splitlines() if ln.startswith("0::"))
+        # the cgroup this process's I/O is charged to (dd outside inherits it)
+        mine = io_cgroup_of()
         want = {(cgpath, "read"): READS} if filtered else {(cgpath, "read"): READS, (mine, "read"): WRITES}
         assert rows == want, (rows, want)
 

@@ -38,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="an aggregation, e.g. 'count() by comm,disk'; repeatable")
     cli_common.add_disk_pid(p)
     p.add_argument("-c", "--cgroup", metavar="CGROUP",
-                   help="trace only I/O queued from this cgroup v2 path (live only)")
+                   help="trace only I/O charged to this cgroup: its path in the io controller's hierarchy "
+                        "(cgroup v2, or v1 blkio where mounted; live only)")
     cli_common.add_rows(p, letter=False)  # -r reads a capture here
     cli_common.add_json(p)
     p.add_argument("--cumulative", action="store_true", help="do not clear the aggregations every interval")

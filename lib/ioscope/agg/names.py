@@ -68,26 +68,45 @@ def cgroup2_root(mounts: str = "/proc/self/mounts") -> Path | None:
     return None
 
 
+def io_cgroup_root(mounts: str = "/proc/self/mounts") -> tuple[Path, str] | None:
+    """The hierarchy the io controller is on, where agg's cgroup ids come from (the bio's blkg):
+    (its mount, "v1 blkio") when a cgroup v1 hierarchy carries blkio, else (the v2 mount, "v2")."""
+    try:
+        lines = Path(mounts).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split()
+        if len(parts) > 3 and parts[2] == "cgroup" and "blkio" in parts[3].split(","):
+            return Path(parts[1]), "v1 blkio"
+    root = cgroup2_root(mounts)
+    return (root, "v2") if root is not None else None
+
+
 def cgroup_id(path: str) -> int:
-    """A cgroup v2 path ('/system.slice/x.service', or a full path under the mount) -> its id (the
-    inode number of its directory: what bpf_get_current_cgroup_id() returns)."""
-    root = cgroup2_root()
-    if root is None:
-        raise ExprError("no cgroup v2 hierarchy is mounted", 1)
+    """A cgroup path ('/system.slice/x.service', or a full path under the mount) of the io controller's
+    hierarchy (io_cgroup_root) -> its id (the inode number of its directory: the kernel's kernfs id,
+    what agg's BPF program reads from the bio's blkg)."""
+    io = io_cgroup_root()
+    if io is None:
+        raise ExprError("no cgroup hierarchy with the io (blkio) controller is mounted", 1)
+    root = io[0]
     p = Path(path)
     full = p if p.is_absolute() and str(p).startswith(str(root)) else root / str(p).lstrip("/")
     try:
         return os.stat(full).st_ino
     except OSError:
         from ioscope.errors import UsageError
-        raise UsageError(f"cgroup '{path}' does not exist (looked for {full})") from None
+        raise UsageError(f"cgroup '{path}' does not exist (looked for {full}: the {io[1]} hierarchy, "
+                         "where the io controller is)") from None
 
 
 class CgroupNames:
-    """cgroup v2 id -> path relative to the mount ('/' for the root), by walking the hierarchy."""
+    """cgroup id -> path relative to the io controller's hierarchy ('/' for the root), by walking it."""
 
     def __init__(self) -> None:
-        self.root = cgroup2_root()
+        io = io_cgroup_root()
+        self.root = io[0] if io else None
         self._names: dict[int, str] = {}
 
     def refresh(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ioscope import _libbpf, devices, system
+from ioscope import _libbpf, devices, iolimits, system
 from ioscope.loader import BPFObject
 from ioscope.losses import RECURSION_MISSES, Losses
 from ioscope.trace.events import EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_WRITE, select_events
@@ -429,6 +429,8 @@ def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, 
         "attach": rec.bpf.variant_summary(),
         "unavailable": list(rec.unavailable),
         "filters": {"disks": [d.name for d in o.disks], "pid": o.pid},
+        # cgroup throttle limits on the traced disks: their bios wait before the queue event (iolimits)
+        "io_limits": iolimits.in_force(o.disks or devices.list_disks()),
         # blktrace -a: the action categories recorded (an event of another category is not in the capture)
         "action_mask": {"mask": f"0x{o.act_mask & ALL_ACTIONS:04x}", "names": mask_names(o.act_mask),
                         "all": o.act_mask & ALL_ACTIONS == ALL_ACTIONS},

@@ -12,7 +12,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from ioscope import heat, outfile
+from ioscope import heat, iolimits, outfile
 from ioscope.devices import kdev_split, kdev_str
 from ioscope.errors import IoscopeError, UsageError
 from ioscope.fmt import fmt_ns
@@ -520,6 +520,10 @@ def run(args: argparse.Namespace) -> int:
     masked = action_mask_note(args.capture, src.meta.get("action_mask"))
     if masked:   # recorded with -a: the phases it cannot have are empty, not zero (and in the JSON)
         sys.stderr.write(f"ioscope report: note: {masked}\n")
+    # a cgroup throttle limit on a traced disk (record's capture_meta): its wait is before Q, in no Q2C
+    limited = iolimits.describe(src.meta.get("io_limits"))
+    if limited:
+        sys.stderr.write(f"ioscope report: note: {limited}\n")
     empty = (f"{args.capture} holds no block events: nothing was queued on the traced disks while it was "
              "recorded" + (" (up to the point where it was cut short)" if src.truncation else ""))
     model = report_model.build(r, src.meta)
@@ -529,6 +533,10 @@ def run(args: argparse.Namespace) -> int:
             doc["capture"]["truncation"] = src.truncation
         if masked:
             doc["capture"]["action_mask_note"] = masked
+        # the limits as recorded ([] none, absent from a capture made before record read them)
+        doc["capture"]["io_limits"] = src.meta.get("io_limits")
+        if limited:
+            doc["capture"]["io_limits_note"] = limited
         if r.n_events == 0:
             doc["capture"]["note"] = empty
         json.dump(doc, sys.stdout, indent=1)

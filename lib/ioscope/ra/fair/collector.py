@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ioscope import devices
+from ioscope import devices, iolimits
 from ioscope.ra.fair.model import FairSample, active_disks
 from ioscope.ra.readsize.collector import ReadsizeCollector, ReadsizeOptions
 from ioscope.ra.readsize.model import DiskIO, ProcIO, merge_procs
@@ -96,11 +96,14 @@ class FairCollector:
         whole = [d.name for d in devices.list_disks()]
         # settings only for the disks the report will show (the model picks the same ones)
         shown = sorted(set(names or active_disks(before, stats, whole)) | {d.disk for d in per_disk if d.disk in whole})
+        lim = iolimits.in_force(d for d in devices.list_disks() if d.name in shown)
+        lims = lim if isinstance(lim, list) else []
         return FairSample(
             wall=wall, seconds=seconds, procs=procs, cumulative=cumulative, losses=losses,
             per_disk=per_disk if self.opts.per_disk else None, cum_per_disk=cum_disks if self.opts.per_disk else None,
             diskstats_before=before, diskstats_after=stats, disks=names, whole_disks=whole,
-            settings={n: devices.queue_settings(n) for n in shown},
+            settings={n: {**devices.queue_settings(n), "io_limits": [e for e in lims if e["disk"] == n]}
+                      for n in shown},
             limits={pid: blkio_limits(pid) for pid in sorted({p.pid for p in procs})},
         )
 

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
-from ioscope import cli_common
+from ioscope import cli_common, iolimits
 from ioscope.fmt import fmt_bytes
 from ioscope.ra.fair.model import DiskState, FairReport, Group, ProcRow
 from ioscope.ra.fairness import POOR_JAIN, Verdict
@@ -79,6 +79,9 @@ def text_lines(r: FairReport) -> list[str]:
         out.append(f"{d.name}: busy {d.util:.0%}  read_ahead_kb={s.get('read_ahead_kb')} "
                    f"scheduler={s.get('scheduler')} nr_requests={s.get('nr_requests')} "
                    f"max_sectors_kb={s.get('max_sectors_kb')}")
+        limited = iolimits.describe(s.get("io_limits"))
+        if limited:   # a cgroup throttle on this disk: its processes' share is set by the limit
+            out.append(limited)
     if not r.rows:
         out.append("no file I/O or block I/O in this interval")
         return out

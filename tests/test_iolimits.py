@@ -1,0 +1,38 @@
+"""iolimits: the throttle limits on given disks, from cgroup trees laid out as the kernel shows them
+(a v1 blkio and a v2 hierarchy in a temporary directory, named by a mounts file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ioscope import iolimits
+from ioscope.devices import BlockDevice
+
+
+def test_limits_on_the_given_disks_only(tmp_path: Path) -> None:
+    v1, v2 = tmp_path / "blkio", tmp_path / "unified"
+    (v1 / "a" / "b").mkdir(parents=True)
+    (v2 / "web").mkdir(parents=True)
+    (v2 / "idle").mkdir()
+    (tmp_path / "self").mkdir()
+    (tmp_path / "self" / "mounts").write_text(f"cgroup {v1} cgroup rw,nosuid,blkio 0 0\n"
+                                              f"cgroup2 {v2} cgroup2 rw 0 0\n")
+    (v1 / "blkio.throttle.write_iops_device").write_text("")                       # root: none
+    (v1 / "a" / "blkio.throttle.write_iops_device").write_text("7:1 2000\n8:0 50\n")
+    (v1 / "a" / "blkio.throttle.read_bps_device").write_text("7:1 4194304\n")
+    (v1 / "a" / "b" / "blkio.weight").write_text("300\n")                          # a weight, not a limit
+    (v2 / "web" / "io.max").write_text("7:1 rbps=max wbps=1048576 riops=max wiops=max\n")
+    (v2 / "idle" / "io.max").write_text("7:1 rbps=max wbps=max riops=max wiops=max\n")  # all max: none
+    got = iolimits.in_force([BlockDevice("loop1", 7, 1)], proc_root=str(tmp_path))
+    assert got == [
+        {"cgroup": "/a", "hierarchy": "v1 blkio", "dev": "7:1", "disk": "loop1",
+         "limits": {"write_iops": 2000, "read_bps": 4194304}},
+        {"cgroup": "/web", "hierarchy": "v2 io", "dev": "7:1", "disk": "loop1", "limits": {"write_bps": 1048576}},
+    ]
+    assert iolimits.in_force([BlockDevice("loop2", 7, 2)], proc_root=str(tmp_path)) == []
+    line = iolimits.describe(got)
+    assert line is not None and line.startswith(
+        "I/O throttling limit in force: loop1 (7:1): cgroup /a (v1 blkio) read_bps=4194304 write_iops=2000; "
+        "loop1 (7:1): cgroup /web (v2 io) write_bps=1048576 -- ")
+    assert iolimits.describe([]) is None and iolimits.describe(None) is None
+    assert iolimits.describe({"absent": "x"}) is None

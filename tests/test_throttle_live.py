@@ -1,0 +1,127 @@
+"""Live tests of I/O under a cgroup throttle limit (issue 21 item 4): fio writes in a cgroup limited to
+2000 write IOPS on a loop device. The throttle holds bios before the block layer's queue event and a
+kworker queues many of them: record, report and fair say a limit was in force; agg charges the
+writes to the cgroup the block layer charges (the bio's blkg), not to the kworker's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import assert_counted, assert_lost_only_unseen, ioscope_cmd, run_ioscope
+from test_agg_live import agg_running
+
+IOPS = 2000
+WRITES = 2003   # 4 KiB direct random writes by fio in the limited cgroup: a prime, about a second at 2000/s
+
+
+class Throttled:
+    """A cgroup with a write IOPS limit on one disk: v1 blkio.throttle where the io controller is on the
+    v1 hierarchy (this host), else v2 io.max."""
+
+    def __init__(self, majmin: str) -> None:
+        self.majmin = majmin
+        name = f"ioscope-thr-{os.getpid()}"
+        v1 = Path("/sys/fs/cgroup/blkio")
+        if (v1 / "blkio.throttle.write_iops_device").exists():
+            self.path, self.hierarchy = v1 / name, "v1 blkio"
+            self.path.mkdir()
+            (self.path / "blkio.throttle.write_iops_device").write_text(f"{majmin} {IOPS}\n")
+        else:
+            root = Path("/sys/fs/cgroup")
+            if "io" not in (root / "cgroup.subtree_control").read_text().split():
+                pytest.fail("no blkio v1 hierarchy and no io controller enabled in cgroup v2: cannot throttle")
+            self.path, self.hierarchy = root / name, "v2 io"
+            self.path.mkdir()
+            (self.path / "io.max").write_text(f"{majmin} wiops={IOPS}\n")
+        self.cgroup = "/" + name
+
+    def fio(self, filename: str, nios: int) -> dict[str, Any]:
+        """fio's random direct writes inside the cgroup; its JSON report's first job."""
+        fio = ["fio", "--name=thr", f"--filename={filename}", "--rw=randwrite", "--bs=4k", "--direct=1",
+               "--ioengine=libaio", "--iodepth=16", f"--number_ios={nios}", "--size=48M", "--randrepeat=0",
+               "--norandommap", "--output-format=json"]
+        out = subprocess.run(["sh", "-c", f'echo $$ > {self.path}/cgroup.procs && exec "$@"', "sh", *fio],
+                             capture_output=True, text=True, check=True).stdout
+        job: dict[str, Any] = json.loads(out[out.index("{"):])["jobs"][0]
+        return job
+
+    def remove(self) -> None:
+        self.path.rmdir()
+
+
+@pytest.fixture
+def throttled(loopdev: Callable[..., Any]) -> Iterator[tuple[Any, Throttled]]:
+    ld = loopdev(size_mb=64)
+    t = Throttled(ld.device.majmin)
+    try:
+        yield ld, t
+    finally:
+        t.remove()
+
+
+def test_record_report_fair_say_a_limit_is_in_force(throttled: tuple[Any, Throttled], tmp_path: Path) -> None:
+    ld, t = throttled
+    cap = tmp_path / "thr.ioscope"
+    rec = subprocess.Popen(ioscope_cmd("record", "-o", str(cap), "-d", ld.name, "-q"), stderr=subprocess.PIPE,
+                           text=True)
+    assert rec.stderr is not None
+    line = rec.stderr.readline()
+    assert line.startswith("Recording block I/O events"), line + rec.stderr.read()
+    try:
+        job = t.fio(ld.path, WRITES)
+    finally:
+        rec.send_signal(signal.SIGINT)
+        _out, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    assert job["write"]["total_ios"] == WRITES
+    # the limit held fio back: WRITES at no more than IOPS a second (the first ones pass at once)
+    assert job["job_runtime"] >= 1000 * (WRITES - 2 * IOPS // 10) / IOPS / 1.05
+    want = [{"cgroup": t.cgroup, "hierarchy": t.hierarchy, "dev": t.majmin, "disk": ld.name,
+             "limits": {"write_iops": IOPS}}]
+    p = run_ioscope("report", "--json", str(cap), check=True)
+    doc = json.loads(p.stdout)
+    assert doc["capture"]["io_limits"] == want
+    note = f"I/O throttling limit in force: {ld.name} ({t.majmin}): cgroup {t.cgroup} ({t.hierarchy}) write_iops={IOPS}"
+    assert note in doc["capture"]["io_limits_note"]
+    said = [ln for ln in p.stderr.splitlines() if "throttling" in ln]
+    assert said == [f"ioscope report: note: {doc['capture']['io_limits_note']}"]
+    text = run_ioscope("report", str(cap), check=True)
+    assert note in text.stderr
+
+    # fair: the disk's line, in JSON and text; another disk's limits are not this one's
+    f = run_ioscope("fair", "-d", ld.name, "-j", "0.5", "1", check=True)
+    disk = next(json.loads(ln) for ln in f.stdout.splitlines() if ln.startswith("{"))["devices"][0]
+    assert disk["disk"] == ld.name and disk["io_limits"] == want
+    ft = run_ioscope("fair", "-d", ld.name, "0.5", "1", check=True)
+    assert note in ft.stdout
+
+
+def test_agg_charges_throttled_writes_to_their_cgroup(throttled: tuple[Any, Throttled]) -> None:
+    """Every write fio made in the limited cgroup is keyed by that cgroup (the bio's blkg), also those
+    the throttle's kworker queued; `comm` stays the queueing task, so the kworkers keep their share;
+    -c on the cgroup counts them all."""
+    ld, t = throttled
+    for filtered in (False, True):
+        extra = ["-c", t.cgroup] if filtered else []
+        with agg_running("-d", ld.name, "-e", "count() by cgroup", "-e", "count() by comm", *extra) as run:
+            job = t.fio(ld.path, WRITES)
+        assert run.returncode == 0, run.stderr
+        assert job["write"]["total_ios"] == WRITES
+        doc = run.doc
+        unseen = assert_lost_only_unseen(doc["lost"], doc["lost_detail"], WRITES)
+        by_cg = {r["keys"]["cgroup"]: r["count"] for r in run.rows("count() by cgroup")}
+        assert set(by_cg) == {t.cgroup}, by_cg   # none on the root cgroup, none on another
+        assert_counted(by_cg[t.cgroup], WRITES, unseen)
+        by_comm = {r["keys"]["comm"]: r["count"] for r in run.rows("count() by comm")}
+        kworkers = sum(n for c, n in by_comm.items() if c.startswith("kworker"))
+        assert set(by_comm) - {"fio"} == {c for c in by_comm if c.startswith("kworker")}, by_comm
+        # fio queued iodepth-deep bursts beyond the limit: the throttle's kworker queued some of them
+        assert 0 < kworkers < WRITES and by_comm.get("fio", 0) + kworkers == by_cg[t.cgroup], by_comm
