@@ -80,6 +80,7 @@ class _Bio:
     d_ns: int = 0
     g_ns: int = 0        # an empty PREFLUSH write: when it became a request
     inflight: int | None = None
+    write: bool = False  # its direction (TC_WRITE): a completion ends a bio of its own direction
 
 
 def op_of(category: int, nbytes: int) -> int:
@@ -127,11 +128,12 @@ class Pairing:
         rec["comm0"] = int.from_bytes(raw[:8], "little")
         rec["comm1"] = int.from_bytes(raw[8:], "little")
 
-    def _get(self, dev: int, sector: int, issued: bool | None = None, newest: bool = False) -> _Bio | None:
-        """The oldest (or newest) bio in flight at sector (issued or not, when asked)."""
+    def _get(self, dev: int, sector: int, issued: bool | None = None, newest: bool = False,
+             write: bool | None = None) -> _Bio | None:
+        """The oldest (or newest) bio in flight at sector (issued or not, of one direction, when asked)."""
         bios = self.bios.get((dev, sector), ())
         for b in (reversed(bios) if newest else bios):
-            if issued is None or bool(b.d_ns) == issued:
+            if (issued is None or bool(b.d_ns) == issued) and (write is None or b.write == write):
                 return b
         return None
 
@@ -182,7 +184,8 @@ class Pairing:
                 return  # a split's remainder queued again: its first queue time stays
         seek = abs(sector - self.last_end[dev]) if dev in self.last_end else None
         self.last_end[dev] = sector + (nbytes >> 9)
-        self._put(dev, _Bio(sector, nbytes, ts, pid, tgid, cpu, seek, seq=not nbytes or self._in_sequence(dev, cat)))
+        self._put(dev, _Bio(sector, nbytes, ts, pid, tgid, cpu, seek, seq=not nbytes or self._in_sequence(dev, cat),
+                            write=bool(cat & TC_WRITE)))
 
     def _split(self, dev: int, sector: int, new_sector: int) -> None:
         b = self._get(dev, sector, issued=False)
@@ -190,8 +193,9 @@ class Pairing:
             return
         front = (new_sector - sector) << 9
         self._drop(dev, b)
-        self._put(dev, _Bio(sector, front, b.q_ns, b.pid, b.tgid, b.cpu, b.seek, b.seq))
-        self._put(dev, _Bio(new_sector, b.nbytes - front, b.q_ns, b.pid, b.tgid, b.cpu, None, b.seq, split=True))
+        self._put(dev, _Bio(sector, front, b.q_ns, b.pid, b.tgid, b.cpu, b.seek, b.seq, write=b.write))
+        self._put(dev, _Bio(new_sector, b.nbytes - front, b.q_ns, b.pid, b.tgid, b.cpu, None, b.seq, split=True,
+                            write=b.write))
 
     def _issue(self, ts: int, dev: int, sector: int, nbytes: int, cat: int) -> None:
         if not nbytes:
@@ -200,7 +204,7 @@ class Pairing:
                 self.inflight[dev] = before + 1
                 self.flushes.setdefault(dev, []).append((ts, before))
             return
-        chain = self._chain(dev, sector, nbytes, issued=False)
+        chain = self._chain(dev, sector, nbytes, False, bool(cat & TC_WRITE))
         if not chain:
             return
         first = chain[0]
@@ -221,12 +225,12 @@ class Pairing:
                            "cgroup": 0, "cpu": 0, "size": 0, "bytes": 0, "d2c": ts - d_ns, "inflight": before}
             return
         if not nbytes:  # the end of a flush-sequence write, or of an empty PREFLUSH write
-            b = next((x for x in self.bios.get((dev, sector), ()) if x.seq), None)
+            b = next((x for x in self.bios.get((dev, sector), ()) if x.seq and x.write == bool(cat & TC_WRITE)), None)
             if b is None:
                 return
             chain = [b]
         else:
-            chain = self._chain(dev, sector, nbytes, issued=True)
+            chain = self._chain(dev, sector, nbytes, True, bool(cat & TC_WRITE))
             if not chain:
                 self.unpaired += 1
                 return
@@ -253,9 +257,10 @@ class Pairing:
             self._comm(rec, b.tgid)
             yield ts, rec
 
-    def _chain(self, dev: int, sector: int, nbytes: int, issued: bool) -> list[_Bio]:
-        """The bios in flight that make up the request [sector, sector + nbytes): a chain from sector
-        (at issue, of bios not issued yet; at completion, of issued ones, or any when none is)."""
+    def _chain(self, dev: int, sector: int, nbytes: int, issued: bool, write: bool) -> list[_Bio]:
+        """The bios in flight that make up the request [sector, sector + nbytes) of one direction: a chain
+        from sector (at issue, of bios not issued yet; at completion, of issued ones, or any when none is).
+        A read and a write of one sector in flight at once (fio's randrw) are told apart by direction."""
         out = []
         end = sector + (nbytes >> 9)
         s = sector
@@ -264,9 +269,9 @@ class Pairing:
             # missed (completion_unseen, docs/lat.md) stays behind as an orphan, and the oldest would pair
             # every later I/O at that sector with the queue time of the one before (q2c of 220-450 ms
             # among fio's 30-70 us reads, in diff's p99.9 and not in report's or fleet's)
-            b = self._get(dev, s, issued, newest=issued)
+            b = self._get(dev, s, issued, newest=issued, write=write)
             if b is None and issued:
-                b = self._get(dev, s)  # completed without its issue in view
+                b = self._get(dev, s, write=write)  # completed without its issue in view
             if b is None or not b.nbytes:
                 break
             out.append(b)
