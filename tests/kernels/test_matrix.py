@@ -136,8 +136,9 @@ def test_top(disk: Any, tmp_path: Path, attach: str) -> None:
 
 @pytest.mark.parametrize("attach", VARIANTS)
 def test_agg(disk: Any, tmp_path: Path, attach: str) -> None:
+    # by cgroup: the cgroup the block layer charges, read from the bio (bi_blkg) on every kernel
     t = Tool(tmp_path, "agg", "-d", disk.name, "-j", "-e", "count() by pid,op", "-e", "sum(bytes) by op",
-             attach=attach)
+             "-e", "count() by cgroup", attach=attach)
     rpid, wpid = workload(disk.path)
     settle()
     out, _ = t.stop(signal.SIGHUP)
@@ -145,11 +146,14 @@ def test_agg(disk: Any, tmp_path: Path, attach: str) -> None:
     unseen = sum(lost_unseen(d) for d in docs)
     counts: dict[tuple[int, str], int] = {}
     sums: dict[str, int] = {}
+    cgroups: dict[str, int] = {}
     for d in docs:
         for a in d["aggs"]:
             for row in a["rows"]:
                 k = row["keys"]
-                if a["expr"].startswith("count"):
+                if a["expr"] == "count() by cgroup":
+                    cgroups[k["cgroup"]] = cgroups.get(k["cgroup"], 0) + int(row["count"])
+                elif a["expr"].startswith("count"):
                     key = (int(k["pid"]), k["op"])
                     counts[key] = counts.get(key, 0) + int(row["count"])
                 else:
@@ -158,6 +162,8 @@ def test_agg(disk: Any, tmp_path: Path, attach: str) -> None:
     assert_counted(counts.get((wpid, "write"), 0), WRITES, unseen)
     if not unseen:
         assert sums == {"read": READS * 4096, "write": WRITES * 4096}
+    # the workload runs in the guest's root cgroup: every I/O there, the same records as by pid,op
+    assert cgroups == {"/": sum(counts.values())}, (cgroups, counts)
 
 
 @pytest.mark.parametrize("attach", VARIANTS)
