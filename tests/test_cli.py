@@ -174,6 +174,9 @@ def test_n_and_a_different_count_is_one_line() -> None:
     _one_line_error(run_ioscope("top", "-b", "-n", "2", "1", "5"), 2, "-n 2 and COUNT 5 disagree",
                     "see ioscope top --help")
     _one_line_error(run_ioscope("lat", "-n", "0"), 2, "count must be at least 1")
+    # a capture is read once: a count there is refused, and the error says what does cut it in windows
+    _one_line_error(run_ioscope("agg", "-r", "x.ioscope", "-e", "count()", "--count", "2"), 2,
+                    "with -r the capture is read once: no interval, count (-n)", "--every SECONDS")
 
 
 @pytest.mark.parametrize("tool", [None, *cli.TOOLS])

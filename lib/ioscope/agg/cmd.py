@@ -86,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     exprs = parse_exprs(args.expr)  # a bad expression: one line, exit 2, nothing attached
     if args.read:
         if args.interval is not None or args.cgroup or args.cumulative:
-            raise UsageError("with -r, use --every SECONDS (not an interval), and no -c or --cumulative")
+            raise UsageError("with -r the capture is read once: no interval, count (-n), -c or --cumulative",
+                             "--every SECONDS gives one result per window of the capture's time")
         return run_capture(args, exprs)
     if args.every is not None:
         raise UsageError("--every goes with -r CAPTURE; live, give an interval: ioscope agg -e ... 1")
