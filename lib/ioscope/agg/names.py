@@ -55,30 +55,25 @@ def flags_bits(text: str, col: int) -> int:
     return cat
 
 
+def _mount_fields(mounts: str) -> list[list[str]]:
+    """The mount table's lines, split (device, mount point, type, options, ...); [] when unreadable."""
+    try:
+        return [line.split() for line in Path(mounts).read_text().splitlines()]
+    except OSError:
+        return []
+
+
 def cgroup2_root(mounts: str = "/proc/self/mounts") -> Path | None:
     """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified beside v1)."""
-    try:
-        lines = Path(mounts).read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split()
-        if len(parts) > 2 and parts[2] == "cgroup2":
-            return Path(parts[1])
-    return None
+    return next((Path(f[1]) for f in _mount_fields(mounts) if len(f) > 2 and f[2] == "cgroup2"), None)
 
 
 def io_cgroup_root(mounts: str = "/proc/self/mounts") -> tuple[Path, str] | None:
     """The hierarchy the io controller is on, where agg's cgroup ids come from (the bio's blkg):
     (its mount, "v1 blkio") when a cgroup v1 hierarchy carries blkio, else (the v2 mount, "v2")."""
-    try:
-        lines = Path(mounts).read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        parts = line.split()
-        if len(parts) > 3 and parts[2] == "cgroup" and "blkio" in parts[3].split(","):
-            return Path(parts[1]), "v1 blkio"
+    for f in _mount_fields(mounts):
+        if len(f) > 3 and f[2] == "cgroup" and "blkio" in f[3].split(","):
+            return Path(f[1]), "v1 blkio"
     root = cgroup2_root(mounts)
     return (root, "v2") if root is not None else None
 
