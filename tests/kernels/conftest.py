@@ -22,7 +22,7 @@ def fs(loopdev: Any, tmp_path: Path) -> Iterator[tuple[Any, Path]]:
     dev = loopdev(size_mb=64)
     mnt = tmp_path / "mnt"
     mnt.mkdir()
-    subprocess.run(["mkfs.ext4", "-q", "-F", dev.path], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev.path], check=True)
     subprocess.run(["mount", dev.path, str(mnt)], check=True)
     try:
         for name in ("a", "b"):
