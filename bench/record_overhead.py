@@ -14,6 +14,9 @@ stopping early; see targ_stop_at in bpf/record.bpf.c):
   discard  complete programs; the consumer empties the rings and throws the events away
 and record-a:NAME[+NAME...], ioscope record -a NAME [-a NAME...] (blktrace's action mask), e.g.
   --modes base,record,record-a:complete,record-a:issue+complete,record-a:queue,record-a:write
+and ring:DURATION|SIZE[:NAME+NAME...][:trigger], the flight recorder (record --ring, with that action
+mask, and with a --trigger condition evaluated in the kernel that never matches: its cost), e.g.
+  --modes base,record,ring:30s,ring:256M,ring:30s:complete,ring:30s::trigger
 Prints IOPS per run, ratios to the baseline of the same round, and records lost.
 
     sudo .venv/bin/python bench/record_overhead.py [--rounds 3] [--runtime 5] [--profile]
@@ -119,6 +122,33 @@ def run_masked(spec: str) -> Any:
     return run
 
 
+def run_ring(spec: str) -> Any:
+    """ring:DURATION|SIZE[:NAME+NAME...][:trigger]: ioscope record --ring (the flight recorder)."""
+    parts = spec.split(":")
+    ring = parts[1]
+    masks = tuple(a for a in (parts[2].split("+") if len(parts) > 2 else []) if a)
+    trigger = len(parts) > 3 and parts[3] == "trigger"
+
+    def run(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
+        cmd = [sys.executable, "-m", "ioscope.cli", "record", "--ring", ring, "-o", f"{tmp}/flight", "-d", ld.name,
+               "-q", *(a for m in masks for a in ("-a", m)), *(["--trigger", "q2c > 10s"] if trigger else [])]
+        p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        assert p.stderr is not None
+        first = p.stderr.readline()
+        if not first.startswith("Flight recorder"):
+            raise SystemExit(f"ioscope record --ring failed: {first}{p.stderr.read()}")
+        try:
+            iops = fio_iops(ld.path, runtime)
+        finally:
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate()
+        m = re.search(r"([\d,]+) events seen, the ring held the last ([\d.]+) s \(([^)]*)\).*lost (\d+)", err)
+        if not m:
+            raise SystemExit(f"unexpected record --ring output: {err}")
+        return iops, f"{m.group(1)} events seen, ring {m.group(2)} s ({m.group(3)}), lost {m.group(4)}"
+    return run
+
+
 MODES = {"base": run_base, "record": run_record, "blk": run_blk, "attach": run_partial(1),
          "clock": run_partial(2), "fields": run_partial(3), "discard": run_partial(0)}
 
@@ -172,6 +202,8 @@ def main() -> int:
     for m in modes:
         if m.startswith("record-a:"):
             MODES[m] = run_masked(m)
+        elif m.startswith("ring:"):
+            MODES[m] = run_ring(m)
         elif m not in MODES:
             raise SystemExit(f"unknown mode {m}: choose from {', '.join(MODES)} or record-a:NAME[+NAME...]")
     results: dict[str, list[float]] = {m: [] for m in modes}

@@ -531,6 +531,26 @@ def parse(text: str) -> Expr:
     return _Parser(text).parse()
 
 
+def parse_condition(text: str) -> Cond:
+    """A condition alone (record --trigger): COND, or COND where COND, read as COND and COND (the
+    words of an aggregation's WHERE); ExprError pointing at the column otherwise."""
+    if not text.strip():
+        raise ExprError("empty condition", 1, "e.g. 'q2c > 500ms' or 'd2c > 100ms where disk == \"sda\"'")
+    p = _Parser(text)
+    c = p.cond()
+    if p.tok.kind == "name" and p.tok.text.lower() == "where":
+        p.next()
+        c = BoolOp("and", (c, p.cond()))
+    if p.tok.kind != "end":
+        if p.tok.text == ")":
+            raise ExprError("unbalanced ')'", p.tok.col)
+        raise ExprError(f"expected 'and', 'or', 'where' or the end, found {_found(p.tok)}", p.tok.col)
+    kernel, _globs = split_globs(c)
+    if kernel is not None:
+        check_program_size(kernel, text)
+    return c
+
+
 def parse_all(texts: list[str]) -> list[Expr]:
     if len(texts) > MAX_EXPRS:
         raise UsageError(f"at most {MAX_EXPRS} expressions (-e) at once, got {len(texts)}")

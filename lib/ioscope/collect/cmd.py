@@ -134,7 +134,7 @@ def _record(rec_argv: list[str]) -> tuple[int, BaseException | None]:
         return 1, exc
 
 
-def _manifest(command: str, host: str, now: float, redacted: dict[str, int] | None) -> dict[str, object]:
+def manifest(command: str, host: str, now: float, redacted: dict[str, int] | None) -> dict[str, object]:
     from ioscope import __version__
     from ioscope.collect.bundle import FORMAT, MEMBERS, VERSION
 
@@ -146,7 +146,7 @@ def _manifest(command: str, host: str, now: float, redacted: dict[str, int] | No
     return doc
 
 
-def _begin(out: str, force: bool, now: float, manifest: dict[str, object], start: dict[str, object]) -> object:
+def begin_bundle(out: str, force: bool, now: float, man: dict[str, object], start: dict[str, object]) -> object:
     """The bundle with its manifest and start context (always written first: they are what a full file
     system must not cost), and the space held back for the end context."""
     from ioscope.collect.bundle import CAPTURE, BundleWriter, DiskFull
@@ -154,7 +154,7 @@ def _begin(out: str, force: bool, now: float, manifest: dict[str, object], start
 
     w = BundleWriter(out, force, int(now))
     try:
-        w.member("manifest.json", _dump(manifest))
+        w.member("manifest.json", _dump(man))
         w.member("context-start.json", _dump(start))
         w.hold_reserve()
         w.begin_stream(CAPTURE)
@@ -166,8 +166,10 @@ def _begin(out: str, force: bool, now: float, manifest: dict[str, object], start
     return w
 
 
-def _finish(w: object, out: str, command: str, end: dict[str, object], rc: int, classes: tuple[str, ...],
-            error: BaseException | None) -> int:
+def finish_bundle(w: object, out: str, command: str, end: dict[str, object], rc: int, classes: tuple[str, ...],
+            error: BaseException | None, quiet: bool = False) -> int:
+    """The bundle ended: the capture's member closed, the end context written; says what it holds (unless
+    quiet: the flight recorder says it its own way) and raises the recorder's error, if any."""
     from ioscope.collect.bundle import BundleWriter, DiskFull
     from ioscope.fmt import fmt_bytes
 
@@ -193,6 +195,8 @@ def _finish(w: object, out: str, command: str, end: dict[str, object], rc: int, 
               f"{fmt_bytes(w.kept)} of the capture and lost the last {fmt_bytes(w.lost)} (readers read its complete "
               "chunks); the host's context at the start and the end is whole", file=sys.stderr)
         rc = rc or 1
+    if quiet:
+        return rc
     print(f"Collected {out} ({fmt_bytes(os.path.getsize(out))}): the capture ({fmt_bytes(w.kept)} uncompressed) "
           f"and the host's context at its start and end" + (f"; redacted: {', '.join(classes)}" if classes else ""),
           file=sys.stderr)
@@ -200,7 +204,7 @@ def _finish(w: object, out: str, command: str, end: dict[str, object], rc: int, 
 
 
 @contextmanager
-def _piped_into(w: object) -> Iterator[str]:
+def piped_into(w: object) -> Iterator[str]:
     """A named pipe whose bytes stream into the bundle's open member as they come (compressed): whoever
     writes the capture (the recorder, the redaction) writes it there, so no file system needs room
     for the uncompressed capture."""
@@ -233,7 +237,7 @@ def _piped_into(w: object) -> Iterator[str]:
         shutil.rmtree(tmpd, ignore_errors=True)
 
 
-def _host(ctx: dict[str, object]) -> str:
+def host_name(ctx: dict[str, object]) -> str:
     kern = ctx.get("kernel")
     return str(kern.get("hostname", "?")) if isinstance(kern, dict) else "?"
 
@@ -244,10 +248,10 @@ def _collect_streamed(args: argparse.Namespace, out: str, command: str, rec_argv
     comes: the bundle's file system needs room for the compressed capture only."""
     from ioscope.collect import context
 
-    w = _begin(out, args.force, now, _manifest(command, _host(start), now, None), start)
-    with _piped_into(w) as fifo:
+    w = begin_bundle(out, args.force, now, manifest(command, host_name(start), now, None), start)
+    with piped_into(w) as fifo:
         rc, error = _record(["-f", "-o", fifo, *rec_argv])
-    return _finish(w, out, command, context.snapshot(command), rc, (), error)
+    return finish_bundle(w, out, command, context.snapshot(command), rc, (), error)
 
 
 def _collect_redacted(args: argparse.Namespace, out: str, command: str, classes: tuple[str, ...],
@@ -281,17 +285,17 @@ def _collect_redacted(args: argparse.Namespace, out: str, command: str, classes:
         kept = kernel_threads(comms, kthreads, kernel_thread_table())
         red.learn_comms(comms.values(), keep=kept)
         rstart, rend = red.context(start), red.context(end)
-        man = _manifest(red.text(command), _host(rstart), now, red.summary())
+        man = manifest(red.text(command), host_name(rstart), now, red.summary())
         if "comms" in classes:
             man["kernel_threads_kept"] = sorted(kept)
-        w = _begin(out, args.force, now, man, rstart)
+        w = begin_bundle(out, args.force, now, man, rstart)
         if comms or (os.path.exists(raw) and os.path.getsize(raw) > 0):
             try:
-                with _piped_into(w) as fifo:
+                with piped_into(w) as fifo:
                     rewrite_capture(raw, fifo, red)
             except IoscopeError as exc:   # the bundle is finished with what it has, then this is said
                 error = error or exc
-        return _finish(w, out, command, rend, rc, classes, error)
+        return finish_bundle(w, out, command, rend, rc, classes, error)
     finally:
         shutil.rmtree(tmpd, ignore_errors=True)
 

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ioscope import cli_common, outfile
-from ioscope.errors import IoscopeError
+from ioscope.errors import IoscopeError, UsageError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -123,6 +123,8 @@ examples:
   ioscope record -o trace.ioscope -p 1234         # only I/O queued by process 1234
   ioscope record -o trace.ioscope -a issue -a complete   # only D and C events (cheaper, smaller)
   ioscope parse trace.ioscope | less              # then read it (blkparse format)
+  ioscope record --ring 60s --trigger 'q2c > 500ms' -o /var/tmp/slow   # flight recorder: save the
+                                                  # minute before (and 5 s after) any I/O over 500 ms
 """
 
 
@@ -150,7 +152,42 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "8192 records per ring")
     outfile.add_force(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no status line, only the summary")
+    fl = p.add_argument_group("flight recorder (docs/record.md): keep the last window in memory, save it when "
+                                "something goes wrong; -o is then a PREFIX")
+    fl.add_argument("--ring", type=_ring_type, metavar="DURATION|SIZE",
+                    help="record continuously, keeping only the last DURATION (30s, 10m, 2h; at most 512M of "
+                         "events) or SIZE (256M, 1G) of events, or both (10m,1G); each save writes "
+                         "PREFIX-YYYYmmddTHHMMSSZ-N.ioscope")
+    fl.add_argument("--trigger", action="append", metavar="COND",
+                    help="save when an I/O matches COND, in agg's language, evaluated in the kernel: "
+                         "'q2c > 500ms', 'd2c > 100ms where disk == \"sda\" and op == \"write\"' (repeatable); "
+                         "SIGUSR1 always saves")
+    fl.add_argument("--trigger-cmd", metavar="CMD",
+                    help="run CMD (with sh) every --trigger-every seconds; save when it exits non-zero or hangs")
+    fl.add_argument("--trigger-every", type=_duration("--trigger-every"), default=10.0, metavar="DURATION",
+                    help="how often --trigger-cmd runs (default 10s)")
+    fl.add_argument("--after", type=_duration("--after"), default=5.0, metavar="DURATION",
+                    help="keep recording this long after a trigger before saving (default 5s)")
+    fl.add_argument("--max-saves", type=cli_common.positive_int, default=20, metavar="N",
+                    help="save at most N windows in this run (default 20); later triggers are counted")
+    fl.add_argument("--context", action="store_true",
+                    help="save each window as an `ioscope collect` bundle: the capture and the host's context "
+                         "(taken at the trigger and after the save)")
+    fl.add_argument("--save-on-exit", action="store_true",
+                    help="also save the window when stopped (Ctrl-C, SIGTERM, SIGHUP, -w)")
     p.set_defaults(func=run, tool="record")
+
+
+def _ring_type(text: str) -> object:
+    from ioscope.trace.flight import parse_ring
+    return parse_ring(text)
+
+
+def _duration(what: str) -> Any:
+    def conv(text: str) -> float:
+        from ioscope.trace.flight import parse_duration
+        return parse_duration(text, what)
+    return conv
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,6 +197,14 @@ def run(args: argparse.Namespace) -> int:
     from ioscope.trace.recorder import Recorder, RecorderOptions, capture_meta
 
     mask = parse_mask(args.act_mask, None)  # blkparse's -a names (parse_cmd.MASKS); none: every event
+    if args.ring is not None:
+        from ioscope.trace.flight_cmd import run_ring
+        return run_ring(args, mask)
+    for opt, given in (("--trigger", args.trigger), ("--trigger-cmd", args.trigger_cmd),
+                       ("--context", args.context), ("--save-on-exit", args.save_on_exit)):
+        if given:
+            raise UsageError(f"{opt} goes with --ring (the flight recorder)",
+                             "e.g. ioscope record --ring 60s --trigger 'q2c > 500ms' -o /var/tmp/io")
     out = args.output
     outfile.check_output(out, args.force)
     parent = os.path.dirname(os.path.abspath(out))

@@ -1,0 +1,291 @@
+"""Live tests of the flight recorder (`ioscope record --ring`, issue 20), with the problem planted: a
+disk whose requests take half a second (tests/slowdisk.py: a loop device over a throttled loop device),
+and plain loop disks for the window's bounds. Ground truth: /proc/diskstats of the traced disk and the
+workload's own counts; what is checked is in the saved captures, read back with ioscope's reader."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from conftest import bpf_prog_ids, ioscope_cmd, programs_left, run_ioscope
+from ioscope import devices
+from ioscope.trace.capture import open_capture
+from ioscope.trace.events import TA_COMPLETE, TA_QUEUE
+from slowdisk import SlowDisk
+
+SAVED = re.compile(r"^ioscope record: saved (\S+): (.*); window (\S+) to (\S+) UTC \((\S+) s\); ([\d,]+) events, .*; "
+                   r"lost (\d+)")
+
+
+class Flight:
+    """`ioscope record --ring ...` in the background; its lines as they come."""
+
+    def __init__(self, prefix: Path, *args: str) -> None:
+        self.p = subprocess.Popen(ioscope_cmd("record", "--ring", *args, "-o", str(prefix), "-q"),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._threads = [threading.Thread(target=self._read, args=(self.p.stdout, self.out), daemon=True),
+                         threading.Thread(target=self._read, args=(self.p.stderr, self.err), daemon=True)]
+        for t in self._threads:
+            t.start()
+        self.wait_for(self.err, "Flight recorder: keeping", 60)
+        self.prog_ids = bpf_prog_ids(self.p.pid)
+
+    @staticmethod
+    def _read(stream: Any, into: list[str]) -> None:
+        for line in stream:
+            into.append(line.rstrip("\n"))
+
+    def wait_for(self, lines: list[str], text: str, timeout: float, count: int = 1) -> list[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = [ln for ln in lines if text in ln]
+            if len(got) >= count:
+                return got
+            if self.p.poll() is not None:
+                time.sleep(0.2)   # the last lines
+                got = [ln for ln in lines if text in ln]
+                if len(got) >= count:
+                    return got
+                raise AssertionError(f"the recorder exited {self.p.returncode} before '{text}':\n"
+                                     + "\n".join(self.out + self.err))
+            time.sleep(0.05)
+        raise AssertionError(f"no '{text}' within {timeout} s:\n" + "\n".join(self.out + self.err))
+
+    def saves(self, count: int, timeout: float = 30) -> list[re.Match[str]]:
+        lines = self.wait_for(self.out, "ioscope record: saved ", timeout, count)
+        matches = [SAVED.match(ln) for ln in lines]
+        assert all(matches), lines
+        return [m for m in matches if m is not None]
+
+    def send(self, sig: int) -> None:
+        self.p.send_signal(sig)
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 30) -> int:
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        rc = self.p.wait(timeout)
+        for t in self._threads:
+            t.join(5)
+        assert programs_left(self.prog_ids) == set(), "BPF programs left loaded"
+        return rc
+
+    def kill(self) -> None:
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+
+@pytest.fixture
+def flight(live: None) -> Iterator[Callable[..., Flight]]:
+    started: list[Flight] = []
+
+    def start(prefix: Path, *args: str) -> Flight:
+        f = Flight(prefix, *args)
+        started.append(f)
+        return f
+    yield start
+    for f in started:
+        f.kill()
+
+
+def dd_reads(path: str, n: int, skip: int = 0, runner: Callable[..., Any] = subprocess.run) -> None:
+    runner(["dd", f"if={path}", "of=/dev/null", "bs=4k", f"count={n}", f"skip={skip}", "iflag=direct",
+            "status=none"], check=True)
+
+
+def events_of(path: str, dev: int) -> np.ndarray:
+    with open_capture(path) as cap:
+        ev = cap.read_all()
+    return ev[ev["dev"] == dev]
+
+
+def queued_by(path: str, dev: int) -> dict[str, int]:
+    """Q events on dev by process name."""
+    with open_capture(path) as cap:
+        ev = cap.read_all()
+        comms = dict(cap.comms)
+    q = ev[(ev["dev"] == dev) & (ev["action"] == TA_QUEUE)]
+    out: dict[str, int] = {}
+    for tgid in q["tgid"].tolist():
+        name = comms.get(tgid, "?")
+        out[name] = out.get(name, 0) + 1
+    return out
+
+
+def count(ev: np.ndarray, action: int) -> int:
+    return int(np.count_nonzero(ev["action"] == action))
+
+
+def assert_private(path: str) -> None:
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, oct(os.stat(path).st_mode)
+
+
+def agg_r(path: str, expr: str) -> list[dict[str, Any]]:
+    import json
+    run = run_ioscope("agg", "-r", path, "-e", expr, "--json", check=True)
+    doc = json.loads(run.stdout.splitlines()[-1])
+    rows: list[dict[str, Any]] = doc["aggs"][0]["rows"]
+    return rows
+
+
+def test_a_slow_io_is_saved_with_the_events_before_it(flight: Callable[..., Flight], tmp_path: Path) -> None:
+    """Fast reads, then two reads that wait half a second each in the lower disk's throttle: the condition,
+    evaluated in the kernel, saves a window that holds every read of the slow disk since the recorder
+    started (diskstats' count), the two slow ones with their d2c, and the fast ones before them."""
+    fast, slow = 151, 2
+    with SlowDisk(iops=2) as sd:
+        name = sd.upper
+        dev = devices.resolve_disk(name)
+        f = flight(tmp_path / "slow", "30s", "--after", "1s", "-d", sd.upper,
+                   "--trigger", f'd2c > 300ms where disk == "{sd.upper}"')
+        before = devices.read_diskstats()[sd.upper]
+        dd_reads(sd.upper_path, fast)                          # outside the throttled cgroup: fast
+        dd_reads(sd.upper_path, slow, skip=1000, runner=sd.run)   # inside it: ~500 ms each
+        (m,) = f.saves(1)
+        after = devices.read_diskstats()[sd.upper]
+        assert f.stop() == 0
+    path = m[1]
+    assert re.fullmatch(re.escape(str(tmp_path / "slow")) + r"-\d{8}T\d{6}Z-1\.ioscope", path), path
+    assert_private(path)
+    # the first slow read triggers; the second, half a second later, joins the save waiting for --after
+    assert re.fullmatch(f"'d2c > 300ms where disk == \"{name}\"': 1 I/O \\({name} reads\\), d2c up to "
+                        r"(\d+)ms \(and 1 more trigger while waiting\)", m[2]), m[2]
+    ev = events_of(path, dev.dev)
+    reads = after.reads - before.reads
+    assert reads == fast + slow
+    assert count(ev, TA_QUEUE) == reads and count(ev, TA_COMPLETE) == reads
+    assert int(m[6].replace(",", "")) >= 4 * reads and m[7] == "0"   # Q, G, D and C at least
+    assert agg_r(path, "count() where d2c > 300ms")[0]["count"] == slow
+    assert agg_r(path, "min(d2c) where d2c > 300ms")[0]["min"] >= 400e6
+    assert agg_r(path, "count() where d2c < 100ms")[0]["count"] == fast
+    # the slow reads are the last I/Os of the window; the fast ones came before them
+    ts_c = ev["ts"][ev["action"] == TA_COMPLETE]
+    big = ev[(ev["action"] == TA_COMPLETE)]["sector"] == 1000 * 8
+    assert big.any() and ts_c[big].min() > np.sort(ts_c)[fast - 1] - 1
+
+
+def test_the_window_keeps_nothing_older_and_saves_do_not_overlap(flight: Callable[..., Flight],
+                                                                 loopdev: Callable[..., Any], tmp_path: Path) -> None:
+    """--ring 3s: reads made 5 s before the trigger are not in the save; a second trigger (SIGUSR1) makes a
+    second file that starts where the first ended; the two hold every read made in their windows."""
+    ld = loopdev(size_mb=64)
+    f = flight(tmp_path / "w", "3s", "--after", "500ms", "-d", ld.name)
+    dd_reads(ld.path, 53)            # old: more than 3 s + --after before the trigger
+    time.sleep(5)
+    d0 = ld.diskstats()
+    dd_reads(ld.path, 71, skip=100)
+    f.send(signal.SIGUSR1)
+    (m1,) = f.saves(1)
+    d1 = ld.diskstats()
+    dd_reads(ld.path, 29, skip=300)
+    f.send(signal.SIGUSR1)
+    m2 = f.saves(2)[1]
+    d2 = ld.diskstats()
+    assert f.stop() == 0
+    assert m1[1] != m2[1] and m1[1].endswith("-1.ioscope") and m2[1].endswith("-2.ioscope")
+    e1, e2 = events_of(m1[1], ld.device.dev), events_of(m2[1], ld.device.dev)
+    assert count(e1, TA_QUEUE) == d1.reads - d0.reads == 71   # the 53 old reads are not there
+    assert count(e2, TA_QUEUE) == d2.reads - d1.reads == 29
+    with open_capture(m1[1]) as c1, open_capture(m2[1]) as c2:
+        w1, w2 = c1.meta["flight"]["window_mono_ns"], c2.meta["flight"]["window_mono_ns"]
+        assert w1[1] == w2[0]                                  # the second starts where the first ended
+        assert w1[1] - w1[0] <= 3.5e9 + 0.2e9                  # 3 s before the trigger, 0.5 s after
+        assert c1.meta["flight"]["trigger"]["why"] == "SIGUSR1"
+    assert "2 windows saved" in f.err[-1] and "stopped: interrupted" in f.err[-1], f.err
+
+
+def test_the_size_bound_is_kept(flight: Callable[..., Flight], loopdev: Callable[..., Any], tmp_path: Path) -> None:
+    """--ring 2M under fio's 20,000 random reads (about 9 MiB of events): the save holds at most 2 MiB of
+    events, the newest: the marker reads made last are all there, fio's first reads are not."""
+    ld = loopdev(size_mb=128)
+    f = flight(tmp_path / "s", "2M", "--after", "200ms", "-d", ld.name)
+    subprocess.run(["fio", "--name=s", f"--filename={ld.path}", "--rw=randread", "--bs=4k", "--direct=1",
+                    "--ioengine=libaio", "--iodepth=8", "--number_ios=20000", "--size=100M", "--time_based=0",
+                    "--output=/dev/null"], check=True)
+    dd_reads(ld.path, 17, skip=30000)   # the markers: sectors 240000, 240008, ...
+    f.send(signal.SIGUSR1)
+    (m,) = f.saves(1)
+    assert f.stop() == 0
+    with open_capture(m[1]) as cap:
+        ev = cap.read_all()
+    assert len(ev) * ev.itemsize <= 2 << 20
+    assert len(ev) * ev.itemsize >= (2 << 20) * 3 // 4        # the ring was full up to about one block
+    mine = ev[ev["dev"] == ld.device.dev]
+    markers = mine[(mine["action"] == TA_COMPLETE) & (mine["sector"] >= 240000) & (mine["sector"] < 240000 + 17 * 8)]
+    assert len(markers) == 17
+    assert count(mine, TA_COMPLETE) < 20000 // 2               # most of fio's reads had to go
+
+
+def test_trigger_cmd_saves_when_the_health_check_fails(flight: Callable[..., Flight], loopdev: Callable[..., Any],
+                                                       tmp_path: Path) -> None:
+    ld = loopdev(size_mb=64)
+    mark = tmp_path / "unhealthy"
+    check = f"test ! -e {mark} || {{ echo 'app: 3 requests timed out'; rm -f {mark}; exit 3; }}"
+    f = flight(tmp_path / "c", "30s", "--after", "300ms", "-d", ld.name, "--trigger-cmd", check,
+               "--trigger-every", "200ms")
+    d0 = ld.diskstats()
+    dd_reads(ld.path, 23)
+    d1 = ld.diskstats()
+    mark.touch()
+    (m,) = f.saves(1)
+    time.sleep(1)                     # the check passes again: no second save
+    assert f.stop(signal.SIGTERM) == 0
+    assert m[2] == "--trigger-cmd exited 3: app: 3 requests timed out", m[2]
+    assert count(events_of(m[1], ld.device.dev), TA_QUEUE) == d1.reads - d0.reads == 23
+    assert len([ln for ln in f.out if "saved" in ln]) == 1
+    assert re.search(r"--trigger-cmd ran \d+ times, failed 1", f.err[-1]), f.err
+
+
+def test_context_bundle_and_stopping_inside_after(flight: Callable[..., Flight], loopdev: Callable[..., Any],
+                                                  tmp_path: Path) -> None:
+    """--context saves a collect bundle (every reader opens it; the host's context in it); a stop while the
+    save waits for --after saves at once, and says so; SIGHUP stops it like SIGINT."""
+    ld = loopdev(size_mb=64)
+    f = flight(tmp_path / "b", "30s", "--after", "60s", "-d", ld.name, "--context")
+    dd_reads(ld.path, 19)
+    f.send(signal.SIGUSR1)
+    time.sleep(1)
+    t0 = time.monotonic()
+    assert f.stop(signal.SIGHUP) == 0
+    assert time.monotonic() - t0 < 20
+    (m,) = f.saves(1, timeout=1)
+    assert m.string.endswith("before its --after 60 s"), m.string
+    assert_private(m[1])
+    listing = run_ioscope("collect", "--list", m[1], check=True).stdout
+    for member in ("context-start.json", "capture.ioscope", "context-end.json"):
+        assert member in listing, listing
+    # the context taken at the trigger runs blkid and lsblk, whose probes of the disk are in the window too,
+    # under their own names: dd's reads are the 19
+    assert queued_by(m[1], ld.device.dev) == {"dd": 19} | {c: n for c, n in queued_by(m[1], ld.device.dev).items()
+                                                          if c in ("blkid", "lsblk", "udisksd", "systemd-udevd")}
+    rep = run_ioscope("report", m[1], check=True)
+    assert "Q2C" in rep.stdout
+
+
+def test_stopped_without_a_trigger_saves_nothing_unless_asked(flight: Callable[..., Flight],
+                                                              loopdev: Callable[..., Any], tmp_path: Path) -> None:
+    ld = loopdev(size_mb=64)
+    f = flight(tmp_path / "n", "30s", "-d", ld.name)
+    dd_reads(ld.path, 7)
+    assert f.stop(signal.SIGTERM) == 0
+    assert not list(tmp_path.glob("n-*")) and not [ln for ln in f.out if "saved" in ln]
+    g = flight(tmp_path / "e", "30s", "-d", ld.name, "--save-on-exit")
+    dd_reads(ld.path, 13)
+    assert g.stop(signal.SIGINT) == 0
+    (m,) = g.saves(1, timeout=1)
+    assert m[2] == "stopped (interrupted), --save-on-exit"
+    assert count(events_of(m[1], ld.device.dev), TA_QUEUE) == 13

@@ -1,0 +1,185 @@
+"""The flight recorder's pure parts (no root): --ring and durations, the ring's time and memory bounds,
+the saved window's events, names and losses, the save names, the trigger conditions, and the options'
+one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import ioscope_cmd
+from ioscope.agg.expr import ExprError
+from ioscope.errors import UsageError
+from ioscope.trace.events import EVENT
+from ioscope.trace.flight import (
+    DEFAULT_RING_MEMORY,
+    EventRing,
+    lost_delta,
+    parse_duration,
+    parse_ring,
+    parse_triggers,
+    save_path,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def events(ts: list[int] | np.ndarray, pid: int = 100, action: int = 1) -> np.ndarray:
+    ev = np.zeros(len(ts), dtype=EVENT)
+    ev["ts"] = ts
+    ev["pid"] = pid
+    ev["tgid"] = pid
+    ev["action"] = action
+    ev["bytes"] = 4096
+    return ev
+
+
+def note(ts: int, pid: int, comm: str) -> np.ndarray:
+    """A process note (action 0): the name in sector and aux, as record.bpf.c writes it."""
+    ev = events([ts], pid, action=0)
+    raw = comm.encode().ljust(16, b"\0")
+    ev["sector"] = int.from_bytes(raw[:8], "little")
+    ev["aux"] = int.from_bytes(raw[8:], "little")
+    ev["flags"] = 1
+    return ev
+
+
+@pytest.mark.parametrize("text, seconds", [("30s", 30), ("500ms", 0.5), ("10m", 600), ("10min", 600), ("2h", 7200),
+                                           ("1d", 86400), ("45", 45), ("1.5s", 1.5)])
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text, "--after") == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "soon", "-5s", "0s", "inf", "5x"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="--after"):
+        parse_duration(text, "--after")
+
+
+@pytest.mark.parametrize("text, window, size", [
+    ("60s", 60.0, None), ("10m", 600.0, None), ("256M", None, 256 << 20), ("1G", None, 1 << 30),
+    ("10m,1G", 600.0, 1 << 30), ("512MiB,30s", 30.0, 512 << 20), ("2g", None, 2 << 30),
+])
+def test_parse_ring(text: str, window: float | None, size: int | None) -> None:
+    spec = parse_ring(text)
+    assert (spec.window_s, spec.max_bytes) == (window, size)
+    assert spec.memory == (size or DEFAULT_RING_MEMORY)
+
+
+@pytest.mark.parametrize("text, why", [("", "DURATION"), ("60s,", "DURATION"), ("1G,2G", "two sizes"),
+                                       ("10s,20s", "two durations"), ("100K", "at least 1M"), ("a,b,c", "DURATION")])
+def test_parse_ring_rejects(text: str, why: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=why):
+        parse_ring(text)
+
+
+def test_lost_delta_subtracts_counters_and_per_cpu_lists() -> None:
+    before = {"total": 3, "ringbuf_full_events": 3, "per_cpu": {"ringbuf_full_events": [1, 2]}}
+    now = {"total": 10, "ringbuf_full_events": 9, "recursion_misses": 1,
+           "per_cpu": {"ringbuf_full_events": [4, 5]}}
+    assert lost_delta(now, before) == {"total": 7, "ringbuf_full_events": 6, "recursion_misses": 1,
+                                       "per_cpu": {"ringbuf_full_events": [3, 3]}}
+
+
+def test_ring_keeps_the_window_by_time() -> None:
+    s = 1_000_000_000
+    ring = EventRing(keep_ns=5 * s, max_bytes=64 << 20)
+    for sec in range(20):   # one block per second: 100 events each
+        ring.add(events(np.arange(100) * 1000 + sec * s))
+        ring.seal()
+        ring.trim(sec * s + 999 * 1000)
+    # blocks wholly older than now - 5 s (14.000999 s) are gone: seconds 15..19 stay
+    assert [b.first_ts // s for b in ring.blocks] == [15, 16, 17, 18, 19]
+    assert ring.aged_out == 15 * 100
+    assert ring.events_seen == 2000
+    assert ring.bytes == 500 * EVENT.itemsize
+    assert ring.squeezed_out == 0
+
+
+def test_ring_keeps_the_memory_bound() -> None:
+    ring = EventRing(keep_ns=None, max_bytes=1 << 20)
+    per = ring.block_rows
+    total = 0
+    for i in range(50):
+        ring.add(events(np.arange(per) + i * per))
+        total += per
+        assert ring.bytes <= 1 << 20
+    assert ring.bytes > (1 << 20) - per * EVENT.itemsize   # full up to one block
+    assert ring.squeezed_out + ring.nevents == total
+    # the newest events are the ones kept
+    assert int(ring.blocks[-1].last_ts) == total - 1
+
+
+def test_window_cuts_blocks_names_processes_and_counts_its_own_losses() -> None:
+    s = 1_000_000_000
+    ring = EventRing(keep_ns=None, max_bytes=64 << 20, zero_lost={"total": 0})
+    ring.add(note(1, 7, "old"))
+    ring.add(note(2, 8, "fio"))
+    ring.set_lost({"total": 2})     # lost before the window's block
+    ring.seal()
+    ring.add(events(np.arange(10) * s // 10 + s, pid=8))   # 1.0 .. 1.9 s
+    ring.seal()
+    ring.set_lost({"total": 5})
+    ring.add(events(np.arange(10) * s // 10 + 2 * s, pid=8))
+    ring.seal()
+    parts, lost, comms = ring.window(int(1.5 * s), int(2.5 * s))
+    ts = np.concatenate([p["ts"] for p in parts])
+    assert len(ts) == 10 and ts.min() >= 1.5 * s and ts.max() < 2.5 * s
+    assert comms == {8: "fio"}           # only the processes in the window
+    assert lost == {"total": 3}          # the losses since the first block it takes from
+
+
+def test_save_names_do_not_collide(tmp_path: Path) -> None:
+    wall = time.mktime((2026, 11, 27, 14, 15, 2, 0, 0, 0)) - time.timezone
+    assert save_path(str(tmp_path / "io"), wall, 1, False) == str(tmp_path / "io-20261127T141502Z-1.ioscope")
+    assert save_path(str(tmp_path / "io"), wall, 2, False) != save_path(str(tmp_path / "io"), wall, 1, False)
+    assert save_path(str(tmp_path), wall, 3, False) == str(tmp_path / "ioscope-20261127T141502Z-3.ioscope")
+
+
+def test_trigger_conditions_become_aggregations() -> None:
+    q, d, c = parse_triggers(['q2c > 500ms', 'd2c > 100ms where disk == "sda" and op == "write"', 'bytes >= 1M'])
+    assert (q.func, q.value, q.keys) == ("max", "q2c", ("disk", "op"))
+    assert (d.func, d.value) == ("max", "d2c")
+    assert d.where is not None and {"d2c", "disk", "op"} <= {f for f in d.fields()}
+    assert (c.func, c.value) == ("count", None)
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("q2c >", "expected a key, a value or a literal"),
+    ("q2c > 5 parsecs", "expected 'and', 'or', 'where' or the end, found 'parsecs'"),
+    ("", "empty condition"),
+    ("latency > 5ms", "unknown key or value 'latency'"),
+    ("q2c > 5ms where", "expected a key, a value or a literal"),
+    ("kstack == 1", "'kstack' is a key only: it cannot be compared"),
+])
+def test_bad_trigger_is_one_line(text: str, msg: str) -> None:
+    with pytest.raises((ExprError, UsageError), match=msg) as exc:
+        parse_triggers([text])
+    assert "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("argv, msg, rc", [
+    (["--trigger", "q2c > 1s", "-o", "x"], "--trigger goes with --ring", 2),
+    (["--ring", "lots", "-o", "x"], "--ring takes DURATION, SIZE or DURATION,SIZE", 2),
+    (["--ring", "60s", "--after", "never", "-o", "x"], "--after must be a duration", 2),
+    (["--ring", "60s", "--max-size", "1G", "-o", "x"], "--max-size goes with a plain recording", 2),
+    (["--ring", "60s", "-o", "/nonexistent/dir/io"], "directory /nonexistent/dir does not exist", 1),
+    (["--ring", "60s", "--trigger", "q2c >> 1", "-o", "x"], "--trigger 'q2c >> 1'", 2),
+    (["--ring", "100T", "-o", "x"], "more than half of this host's available memory", 2),
+])
+def test_option_errors_are_one_line(argv: list[str], msg: str, rc: int, tmp_path: Path) -> None:
+    """Wrong options: one line that says what is wrong, a non-zero exit (2 for usage), no traceback, nothing
+    attached (these fail before the privilege check, so they run unprivileged too)."""
+    argv = [a if a != "x" else str(tmp_path / "io") for a in argv]
+    run = subprocess.run(ioscope_cmd("record", *argv), capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert run.returncode == rc, run.stderr
+    assert msg in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+    lines = [ln for ln in run.stderr.splitlines() if ln.strip() and not ln.startswith("usage:")
+             and not ln.startswith(" ")]
+    assert len(lines) <= 2, run.stderr   # the error and, at most, the hint
