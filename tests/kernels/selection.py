@@ -25,7 +25,7 @@ SELECTION: dict[str, dict[str, list[str]]] = {
         "snoop": ["test_snoop[tp_btf]"], "record": ["test_record_report_parse_and_blkparse[tp_btf]"],
         "readsize": ["test_readsize[tp_btf]"], "fair": ["test_fair[tp_btf]"], "demo": ["test_demo_main_job"],
         "signals": ["test_stopped_from_a_script[lat]", "test_stopped_from_a_script[readahead]"],
-        "programs": ["test_every_program_loads"]},
+        "programs": ["test_every_program_loads"], "flight": ["test_flight_recorder"]},
     "test_readahead.py": {"readahead": ["*"]},
     "acceptance/test_acc_exporter.py": {"exporter": ["*"]},
     "acceptance/test_acc_nic.py": {"nic": ["test_nic_stopped_by_a_script[INT]"]},

@@ -219,6 +219,32 @@ def test_record_report_parse_and_blkparse(disk: Any, tmp_path: Path, attach: str
     assert json.loads(p.stdout)
 
 
+def test_flight_recorder(disk: Any, tmp_path: Path) -> None:
+    """record --ring: the recorder's and agg's BPF objects at once; the trigger condition evaluated in the
+    kernel (agg's request-level program on the kernel's stamps) saves a window holding the workload."""
+    prefix = tmp_path / "flight"
+    t = Tool(tmp_path, "record", "--ring", "10m", "--after", "1s", "-d", disk.name, "-o", str(prefix),
+             "--trigger", f'bytes >= 8k where disk == "{disk.name}"', ready="Flight recorder")
+    workload(disk.path)
+    dd("if=/dev/zero", f"of={disk.path}", "bs=8k", "count=1", "seek=4000", "oflag=direct")   # the trigger
+    deadline = time.monotonic() + START_TIMEOUT
+    while "ioscope record: saved" not in t.out.read_text():
+        assert time.monotonic() < deadline and t.proc.poll() is None, t.err.read_text()
+        time.sleep(0.2)
+    out, err = t.stop()
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("ioscope record: saved ")]
+    assert f"1 I/O ({disk.name} writes)" in line, line
+    path = line.split()[3].rstrip(":")
+    from ioscope.trace.capture import open_capture
+
+    with open_capture(path) as c:
+        ev = c.read_all()
+    q = ev[ev["action"] == 1]
+    assert len(q) == READS + WRITES + 1, len(q)   # every bio since the recorder started
+    assert int(q["bytes"].max()) == 8192
+    assert "1 window saved" in err
+
+
 @pytest.mark.parametrize("attach", VARIANTS)
 def test_readsize(fs: tuple[Any, Path], tmp_path: Path, attach: str) -> None:
     dev, mnt = fs

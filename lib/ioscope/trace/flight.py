@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ioscope.errors import UsageError
+from ioscope.errors import IoscopeError, UsageError
 from ioscope.trace.events import EVENT, join_events, select_events
 
 if TYPE_CHECKING:
@@ -641,7 +641,16 @@ class FlightSession:
             job.events = int(w.events_written)
 
         if not self.context:
-            write(job.path, False)
+            base = job.path.removesuffix(".ioscope")
+            for k in range(1, 100):   # another run with the same prefix saved in the same second: -N.2, -N.3
+                path = job.path if k == 1 else f"{base}.{k}.ioscope"
+                try:
+                    write(path, False)
+                    job.path = path
+                    return
+                except IoscopeError as exc:
+                    if "exists" not in str(exc):
+                        raise
             return
         from ioscope.collect import context
         from ioscope.collect.cmd import begin_bundle, finish_bundle, host_name, manifest, piped_into
