@@ -119,11 +119,9 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> 
     ring = session.ring
     try:
         while not session.done.is_set():
-            timeout = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            session.done.wait(timeout)
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
+            if cli_common.wait_or_deadline(session.done, deadline):
                 session.stop(f"-w {args.duration:g}s elapsed")
+            now = time.monotonic()
             if not args.quiet and now - last_line >= (1.0 if tty else 60.0) and not session.done.is_set():
                 oldest = ring.oldest_ts()
                 held = (time.monotonic_ns() - oldest) / 1e9 if oldest else 0.0
@@ -136,18 +134,10 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> 
     except KeyboardInterrupt:
         session.stop("interrupted")
     finally:
-        while True:   # a second Ctrl-C must not cost a save being written
-            try:
-                session.join()
-                break
-            except KeyboardInterrupt:
-                continue
+        cli_common.join_uninterrupted(session.join)   # a save being written is finished
         if tty:
             sys.stderr.write("\n")
-    if session.error is not None:
-        if isinstance(session.error, IoscopeError):
-            raise session.error
-        raise IoscopeError(f"flight recorder failed: {session.error}") from session.error
+    cli_common.raise_thread_error(session.error, "flight recorder")
     elapsed = time.monotonic() - started
     oldest = ring.oldest_ts()
     held = (time.monotonic_ns() - oldest) / 1e9 if oldest else 0.0
