@@ -45,6 +45,10 @@ def check_args(args: argparse.Namespace) -> None:
                          "give a smaller size (--ring 10m,256M)")
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def run_ring(args: argparse.Namespace, mask: int) -> int:
     # a SIGUSR1 before the session exists (while the programs load) is kept, not fatal (its default action)
     early: list[str] = []
@@ -154,7 +158,7 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> 
     saves = len(session.saves)
     print(f"Flight recorder ran {elapsed:.1f}s: {ring.events_seen:,} events seen, the ring held the last {held:.1f} s "
           f"({fmt_bytes(ring.bytes, prose=True)}) at the end; {saves} window{'s' if saves != 1 else ''} saved; lost "
-          f"{lost}; stopped: {session.stop_reason or 'end'}." + (" " + "; ".join(extra) + "." if extra else ""),
+          f"{lost}; stopped: {session.stop_reason or 'end'}." + (f" {_sentence('; '.join(extra))}." if extra else ""),
           file=sys.stderr)
     if lost:
         print("ioscope record: records were lost; a larger --buffer (e.g. --buffer 256M) or fewer disks (-d) helps",
