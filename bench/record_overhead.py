@@ -55,20 +55,26 @@ def run_base(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
     return fio_iops(ld.path, runtime), ""
 
 
-def run_record(ld: LoopDevice, runtime: float, tmp: str, masks: tuple[str, ...] = ()) -> tuple[float, str]:
-    out = f"{tmp}/bench.ioscope"
-    cmd = [sys.executable, "-m", "ioscope.cli", "record", "-o", out, "-f", "-d", ld.name, "-q",
-           *(a for m in masks for a in ("-a", m))]
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+def traced(ld: LoopDevice, runtime: float, args: list[str], ready: str) -> tuple[float, str]:
+    """fio's IOPS while `ioscope ARGS` runs (started, then stopped with SIGTERM); its stderr."""
+    p = subprocess.Popen([sys.executable, "-m", "ioscope.cli", *args], stderr=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, text=True)
     assert p.stderr is not None
     first = p.stderr.readline()
-    if not first.startswith("Recording"):
-        raise SystemExit(f"ioscope record failed: {first}{p.stderr.read()}")
+    if not first.startswith(ready):
+        raise SystemExit(f"ioscope {' '.join(args)} failed: {first}{p.stderr.read()}")
     try:
         iops = fio_iops(ld.path, runtime)
     finally:
         p.send_signal(signal.SIGTERM)
         _, err = p.communicate()
+    return iops, err
+
+
+def run_record(ld: LoopDevice, runtime: float, tmp: str, masks: tuple[str, ...] = ()) -> tuple[float, str]:
+    out = f"{tmp}/bench.ioscope"
+    iops, err = traced(ld, runtime, ["record", "-o", out, "-f", "-d", ld.name, "-q",
+                                     *(a for m in masks for a in ("-a", m))], "Recording")
     size = os.path.getsize(out)
     os.unlink(out)
     m = re.search(r"Recorded ([\d,]+) events.*lost (\d+)", err)
@@ -130,18 +136,9 @@ def run_ring(spec: str) -> Any:
     trigger = len(parts) > 3 and parts[3] == "trigger"
 
     def run(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
-        cmd = [sys.executable, "-m", "ioscope.cli", "record", "--ring", ring, "-o", f"{tmp}/flight", "-d", ld.name,
-               "-q", *(a for m in masks for a in ("-a", m)), *(["--trigger", "q2c > 10s"] if trigger else [])]
-        p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-        assert p.stderr is not None
-        first = p.stderr.readline()
-        if not first.startswith("Flight recorder"):
-            raise SystemExit(f"ioscope record --ring failed: {first}{p.stderr.read()}")
-        try:
-            iops = fio_iops(ld.path, runtime)
-        finally:
-            p.send_signal(signal.SIGTERM)
-            _, err = p.communicate()
+        iops, err = traced(ld, runtime, ["record", "--ring", ring, "-o", f"{tmp}/flight", "-d", ld.name, "-q",
+                                         *(a for m in masks for a in ("-a", m)),
+                                         *(["--trigger", "q2c > 10s"] if trigger else [])], "Flight recorder")
         m = re.search(r"([\d,]+) events seen, the ring held the last ([\d.]+) s \(([^)]*)\).*lost (\d+)", err)
         if not m:
             raise SystemExit(f"unexpected record --ring output: {err}")

@@ -183,3 +183,36 @@ def test_option_errors_are_one_line(argv: list[str], msg: str, rc: int, tmp_path
     lines = [ln for ln in run.stderr.splitlines() if ln.strip() and not ln.startswith("usage:")
              and not ln.startswith(" ")]
     assert len(lines) <= 2, run.stderr   # the error and, at most, the hint
+
+
+class _Attached:
+    """What FlightSession reads of its recorder before any save: when the programs were attached, and the
+    loss counters (the window bookkeeping below runs without a kernel; the live tests run it with one)."""
+    attached_ns = 0
+
+    def capture_lost(self) -> dict[str, int]:
+        return {"total": 0}
+
+
+def test_a_window_the_memory_bound_cut_says_so(tmp_path: Path) -> None:
+    """--ring 20s,1M under more than 1 MiB of events in 20 s: the save starts at the oldest event kept (not
+    20 s before the trigger), and its line says how much of the window the memory bound kept."""
+    from ioscope.trace.flight import FlightSession, Pending, RingSpec, Trigger
+    s = 1_000_000_000
+    sess = FlightSession(_Attached(), RingSpec(20.0, 1 << 20, "20s,1M"), prefix=str(tmp_path / "m"),  # type: ignore[arg-type]
+                         meta={}, after_s=0.0, say=lambda _line: None)
+    per = sess.ring.block_rows
+    for i in range(40):   # 40 blocks over 20 s: about 2.5 MiB, twice the bound
+        sess.ring.add(events(np.linspace(i * s // 2, (i + 1) * s // 2 - 1, per).astype(np.uint64)))
+        sess.ring.seal()
+    assert sess.ring.squeezed_out > 0
+    trig = 20 * s
+    sess.pending = Pending(Trigger("SIGUSR1", trig, time.time(), "signal"), trig)
+    sess._hand_over(trig + 50_000_000)
+    (job,) = sess.saves
+    assert job.start_ns == sess.ring.oldest_ts() > 0
+    assert job.asked_start_ns == 0   # 20 s before the trigger: the recorder's start (attached at 0)
+    assert sum(len(p) for p in job.parts) * EVENT.itemsize <= 1 << 20
+    job.events = sum(len(p) for p in job.parts)
+    line = sess.save_line(job)
+    assert "the 1.0 MiB memory bound kept" in line and "of the 20.0 s asked (--ring 20s,SIZE keeps more)" in line, line

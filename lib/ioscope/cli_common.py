@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from ioscope.errors import IoscopeError
 from ioscope.phases import PHASES
 
 if TYPE_CHECKING:  # rich and numpy are imported when used, so that --help starts fast
@@ -234,6 +235,34 @@ def signals_deferred() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def wait_or_deadline(done: Any, deadline: float | None) -> bool:
+    """Wait up to a second for done (a threading.Event) or the deadline (time.monotonic()); True once the
+    deadline has passed (the long-running loops of record and its flight recorder)."""
+    done.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic())))
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def join_uninterrupted(join: Callable[[], None]) -> None:
+    """join() to the end whatever Ctrl-C comes meanwhile: a second Ctrl-C must not cut short what the first
+    one began (a capture's end record, a flight recorder's save)."""
+    while True:
+        try:
+            join()
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def raise_thread_error(error: BaseException | None, what: str) -> None:
+    """A worker thread's error, raised in the main thread: an IoscopeError as it is, anything else as one
+    line saying what failed."""
+    if error is None:
+        return
+    if isinstance(error, IoscopeError):
+        raise error
+    raise IoscopeError(f"{what} failed: {error}") from error
 
 
 def console() -> Console:

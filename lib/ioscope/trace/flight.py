@@ -411,6 +411,7 @@ class SaveJob:
     lost: dict[str, Any]
     comms: dict[int, str]
     cut_short: str = ""             # why the --after time was not waited for in full
+    asked_start_ns: int | None = None   # where the window would have started, when the memory bound cut it
     context_start: Any = None       # a thread's result: collect.context.snapshot() at the trigger
     events: int = 0
     error: str = ""
@@ -578,10 +579,15 @@ class FlightSession:
         else:
             start = ring.oldest_ts() or end
         start = max(start, self.last_end_ns, self.rec.attached_ns)   # nothing was recorded before the attach
+        asked = start
+        oldest = ring.oldest_ts()
+        if oldest is not None and ring.squeezed_ts >= start:
+            start = max(start, oldest)   # the memory bound dropped the window's beginning: it starts where it can
         parts, lost, comms = ring.window(start, end)
         seq = len(self.saves) + 1
         job = SaveJob(seq, save_path(self.prefix, p.trigger.wall, seq, self.context), p.trigger, p.more, start, end,
                       parts, lost, comms, cut_short)
+        job.asked_start_ns = asked if start > asked else None
         job.context_start = p
         self.last_end_ns = end
         self.saves.append(job)
@@ -614,6 +620,8 @@ class FlightSession:
                         "more": job.more},
             "window_mono_ns": [job.start_ns, job.end_ns],
             "cut_short": job.cut_short or None,
+            # the memory bound dropped the window's beginning: where it would have started
+            "memory_cut_from_mono_ns": job.asked_start_ns,
         }
         return meta
 
@@ -683,6 +691,10 @@ class FlightSession:
         size = fmt_bytes(os.path.getsize(job.path), prose=True) if os.path.exists(job.path) else "no file"
         line = (f"ioscope record: saved {job.path}: {job.trigger.why}{more}; window {at(job.start_ns)} to "
                 f"{at(job.end_ns)} UTC ({span:.1f} s); {job.events:,} events, {size}; lost {lost}")
+        if job.asked_start_ns is not None:
+            asked = (job.end_ns - job.asked_start_ns) / 1e9
+            line += (f"; the {fmt_bytes(self.spec.memory, prose=True)} memory bound kept {span:.1f} s of the "
+                     f"{asked:.1f} s asked (--ring {self.spec.window_s or 0:g}s,SIZE keeps more)")
         if job.cut_short:
             line += f"; {job.cut_short}"
         if job.error:

@@ -45,6 +45,10 @@ def check_args(args: argparse.Namespace) -> None:
                          "give a smaller size (--ring 10m,256M)")
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def run_ring(args: argparse.Namespace, mask: int) -> int:
     # a SIGUSR1 before the session exists (while the programs load) is kept, not fatal (its default action)
     early: list[str] = []
@@ -119,11 +123,9 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> 
     ring = session.ring
     try:
         while not session.done.is_set():
-            timeout = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            session.done.wait(timeout)
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
+            if cli_common.wait_or_deadline(session.done, deadline):
                 session.stop(f"-w {args.duration:g}s elapsed")
+            now = time.monotonic()
             if not args.quiet and now - last_line >= (1.0 if tty else 60.0) and not session.done.is_set():
                 oldest = ring.oldest_ts()
                 held = (time.monotonic_ns() - oldest) / 1e9 if oldest else 0.0
@@ -136,18 +138,10 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> 
     except KeyboardInterrupt:
         session.stop("interrupted")
     finally:
-        while True:   # a second Ctrl-C must not cost a save being written
-            try:
-                session.join()
-                break
-            except KeyboardInterrupt:
-                continue
+        cli_common.join_uninterrupted(session.join)   # a save being written is finished
         if tty:
             sys.stderr.write("\n")
-    if session.error is not None:
-        if isinstance(session.error, IoscopeError):
-            raise session.error
-        raise IoscopeError(f"flight recorder failed: {session.error}") from session.error
+    cli_common.raise_thread_error(session.error, "flight recorder")
     elapsed = time.monotonic() - started
     oldest = ring.oldest_ts()
     held = (time.monotonic_ns() - oldest) / 1e9 if oldest else 0.0
@@ -164,7 +158,7 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> 
     saves = len(session.saves)
     print(f"Flight recorder ran {elapsed:.1f}s: {ring.events_seen:,} events seen, the ring held the last {held:.1f} s "
           f"({fmt_bytes(ring.bytes, prose=True)}) at the end; {saves} window{'s' if saves != 1 else ''} saved; lost "
-          f"{lost}; stopped: {session.stop_reason or 'end'}." + (" " + "; ".join(extra) + "." if extra else ""),
+          f"{lost}; stopped: {session.stop_reason or 'end'}." + (f" {_sentence('; '.join(extra))}." if extra else ""),
           file=sys.stderr)
     if lost:
         print("ioscope record: records were lost; a larger --buffer (e.g. --buffer 256M) or fewer disks (-d) helps",

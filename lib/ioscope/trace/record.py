@@ -264,11 +264,9 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
     session.start()
     try:
         while not session.done.is_set():
-            timeout = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
-            session.done.wait(timeout)
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
+            if cli_common.wait_or_deadline(session.done, deadline):
                 session.stop(f"-w {args.duration:g}s elapsed")
+            now = time.monotonic()
             if not args.quiet and now - last_line >= (1.0 if tty else 10.0) and not session.done.is_set():
                 rate = (st.events - last_events) / (now - last_line)
                 line = (f"{now - started:7.1f}s  {st.events:>12,} events  {_fmt_count(rate):>7}/s  "
@@ -279,19 +277,10 @@ def _record(session: RecordSession, args: argparse.Namespace, disks: list[device
     except KeyboardInterrupt:
         session.stop("interrupted")
     finally:
-        # a second Ctrl-C must not leave the capture without its end record
-        while True:
-            try:
-                session.thread.join()
-                break
-            except KeyboardInterrupt:
-                continue
+        cli_common.join_uninterrupted(session.thread.join)   # the capture gets its end record
         if tty:
             sys.stderr.write("\n")
-    if st.error is not None:
-        if isinstance(st.error, IoscopeError):
-            raise st.error
-        raise IoscopeError(f"recording failed: {st.error}") from st.error
+    cli_common.raise_thread_error(st.error, "recording")
     elapsed = time.monotonic() - started
     losses = session.rec.losses()
     counts = session.writer.action_counts
