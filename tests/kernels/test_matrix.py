@@ -227,8 +227,9 @@ def test_agg_throttle(disk: Any, tmp_path: Path) -> None:
     assert_counted(writes, THROTTLED_WRITES + 7, unseen)
     held = rows["count() by op where throttle > 0"]["v"]
     waited_s = rows["sum(throttle) by op"]["v"] / 1e9
-    # v1 throttling lets a first slice through (iops/10 a 100 ms slice): the rest of dd's writes wait
-    assert THROTTLED_WRITES - THROTTLE_IOPS // 10 - 2 <= held <= THROTTLED_WRITES, (held, rows)
+    # the throttle dispatches iops/10 bios per 100 ms slice: of dd's writes, one at a time, one in two
+    # waits (about 2/iops s) and the next goes at once (seen on 5.10, 6.1 and 6.1-rt: 20 of 41 held)
+    assert THROTTLED_WRITES // 2 - 2 <= held <= THROTTLED_WRITES, (held, rows)
     # each held write waited in turn while dd waited for it: the waits add up to most of dd's time
     assert 0.5 * dd_s <= waited_s <= dd_s, (waited_s, dd_s, rows)
     assert rows["max(throttle) by op"]["v"] >= 0.5e9 / THROTTLE_IOPS, rows
