@@ -54,6 +54,7 @@ const volatile __u64 targ_cgroup = 0;   /* -c: only I/O charged to this cgroup (
 const volatile __u32 targ_need = 0;     /* bit per enum agg_field some expression reads */
 const volatile bool targ_issue = false; /* the issue program is attached (q2d, d2c, inflight are read) */
 const volatile bool targ_at_queue = false; /* records made at queue, by the queue program alone (agg_at_queue) */
+const volatile bool targ_throttle = false; /* fn_throtl_add is attached: bios blk-throttle holds are noted */
 const volatile __u32 targ_nexprs = 0;
 const volatile struct agg_expr targ_exprs[AGG_MAX_EXPRS] = {};
 const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
@@ -62,7 +63,7 @@ const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
 /* the queue-time details beside each slot (struct agg_extra): wanted by these fields, -c and in-flight counts */
 #define NEED_EXTRAS (NEED(AGG_F_PID) || NEED(AGG_F_CPU) || NEED(AGG_F_CGROUP) || NEED(AGG_F_SEEK) || \
 		     NEED(AGG_F_INFLIGHT) || NEED(AGG_F_KSTACK) || NEED(AGG_F_USTACK) || NEED(AGG_F_FILE) || \
-		     targ_cgroup)
+		     NEED(AGG_F_THROTTLE) || targ_cgroup)
 #define TC_SHOWN (IOS_TC_READ | IOS_TC_WRITE | IOS_TC_FLUSH | IOS_TC_SYNC | IOS_TC_AHEAD | IOS_TC_META | \
 		  IOS_TC_DISCARD | IOS_TC_FUA)
 
@@ -103,6 +104,15 @@ struct {
 	__type(key, __u32);
 	__type(value, struct agg_file);
 } file_scratch SEC(".maps");
+
+/* Bios blk-throttle holds back (fn_throtl_add), until their queue event: LRU, so that a bio that never
+ * reaches it (an error, a device going away) ages out. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64); /* struct bio * */
+	__type(value, struct agg_throttled);
+} throttled SEC(".maps");
 
 /* Beside inflight.bpf.h's slots: extras[i] belongs to the bio in inflight[i]. */
 struct {
@@ -445,6 +455,20 @@ static __always_inline __u64 bio_cgroup_id(struct bio *bio)
 	return cg ? BPF_CORE_READ(cg, kn, id) : 0;
 }
 
+/* How long blk-throttle held the bio before this, its queue event (0: it did not hold it). */
+static __always_inline __u64 throttle_wait(struct bio *bio, const bool btf)
+{
+	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
+	struct agg_throttled *t = bpf_map_lookup_elem(&throttled, &key);
+	__u64 wait;
+
+	if (!t)
+		return 0;
+	wait = bpf_ktime_get_ns() - t->ts;
+	bpf_map_delete_elem(&throttled, &key);
+	return wait;
+}
+
 /* The queueing task's details of a bio: thread, CPU, cgroup, stacks, file, seek (what NEED asks). */
 static __always_inline void fill_extra(void *ctx, struct bio *bio, struct agg_extra *x, __u32 dev, const bool btf)
 {
@@ -453,6 +477,11 @@ static __always_inline void fill_extra(void *ctx, struct bio *bio, struct agg_ex
 	x->cgroup = (NEED(AGG_F_CGROUP) || targ_cgroup) ? bio_cgroup_id(bio) : 0;
 	x->have = 0;
 	x->inflight = 0;
+	x->throttle = 0;
+	if (NEED(AGG_F_THROTTLE) && targ_throttle) {
+		x->throttle = throttle_wait(bio, btf);
+		x->have |= 1u << AGG_F_THROTTLE;
+	}
 	if (NEED(AGG_F_KSTACK)) {
 		long id = bpf_get_stackid(ctx, &stacks, 0);
 
@@ -505,6 +534,10 @@ static __always_inline void rec_extras(struct agg_rec *r, const struct agg_extra
 	if (x->have & (1u << AGG_F_SEEK)) {
 		r->f[AGG_F_SEEK] = x->seek;
 		r->have |= 1u << AGG_F_SEEK;
+	}
+	if (x->have & (1u << AGG_F_THROTTLE)) {
+		r->f[AGG_F_THROTTLE] = x->throttle;
+		r->have |= 1u << AGG_F_THROTTLE;
 	}
 	if (x->have & (1u << AGG_F_KSTACK))
 		r->f[AGG_F_KSTACK] = (__u64)x->kstack + 1;
@@ -891,6 +924,23 @@ int BPF_PROG(raw_rq_complete, struct request *rq, int error, unsigned int nr_byt
 	return agg_rq_complete(rq, nr_bytes, false);
 }
 
-char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 COMMS_RENAME_PROGRAMS
+
+/*
+ * blk-throttle holding a bio back (block/blk-throttle.c: throtl_add_bio_tg, the same three arguments
+ * in 5.10 to 6.18): its first hold is noted (a bio moved up a hierarchy is added again, BPF_NOEXIST
+ * keeps the first), with the submitting task; the queue program reads and drops it when the throttle
+ * lets the bio go. A static function: fentry only, where the kernel allows it (not under lockdown).
+ */
+SEC("fentry/throtl_add_bio_tg")
+int BPF_PROG(fn_throtl_add, struct bio *bio)
+{
+	__u64 key = ptr_value(bio), id = bpf_get_current_pid_tgid();
+	struct agg_throttled t = {.ts = bpf_ktime_get_ns(), .pid = (__u32)id, .tgid = id >> 32};
+
+	bpf_map_update_elem(&throttled, &key, &t, BPF_NOEXIST);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

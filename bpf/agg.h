@@ -38,9 +38,10 @@ enum agg_field {
 	AGG_F_D2C = 14,     /* once per request: its first bio */
 	AGG_F_SEEK = 15,    /* sectors between the bio's start and the previous bio's end on the disk */
 	AGG_F_INFLIGHT = 16, /* requests in flight on the disk when its request was issued */
-	AGG_F_COMM0 = 17,   /* the process name, bytes 0-7 (WHERE comm == "...") */
-	AGG_F_COMM1 = 18,   /* bytes 8-15 */
-	AGG_NR_FIELDS = 19, /* as an expression's value: count() */
+	AGG_F_THROTTLE = 17, /* ns the bio waited in blk-throttle before its queue event (0: not held) */
+	AGG_F_COMM0 = 18,   /* the process name, bytes 0-7 (WHERE comm == "...") */
+	AGG_F_COMM1 = 19,   /* bytes 8-15 */
+	AGG_NR_FIELDS = 20, /* as an expression's value: count() */
 };
 
 enum agg_kind {
@@ -116,9 +117,10 @@ struct agg_extra {
 	__u64 seek;
 	__u64 inflight;
 	__u64 file;     /* the inode of the bio's first page (0: none, e.g. direct I/O) */
+	__u64 throttle; /* ns it waited in blk-throttle before it was queued */
 	__u32 pid;
 	__u32 cpu;
-	__u32 have;     /* bits of enum agg_field: AGG_F_SEEK, AGG_F_INFLIGHT, AGG_F_KSTACK, AGG_F_USTACK */
+	__u32 have;     /* bits of enum agg_field: AGG_F_SEEK, AGG_F_INFLIGHT, AGG_F_KSTACK, AGG_F_USTACK, AGG_F_THROTTLE */
 	__s32 kstack;   /* the queueing task's kernel stack (stacks map id) */
 	__s32 ustack;   /* and its user stack */
 	__u32 pad;
@@ -137,6 +139,13 @@ struct agg_file {
 struct agg_disk {
 	__s64 inflight;
 	__u64 last_end;  /* sector after the last bio queued */
+};
+
+/* A bio blk-throttle held back: when it was first held, and by whom (the task that submitted it). */
+struct agg_throttled {
+	__u64 ts;
+	__u32 pid;
+	__u32 tgid;
 };
 
 /* A bio-less flush request between issue and completion. */

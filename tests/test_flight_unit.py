@@ -115,6 +115,19 @@ def test_ring_keeps_the_memory_bound() -> None:
     assert int(ring.blocks[-1].last_ts) == total - 1
 
 
+def test_one_large_poll_is_cut_into_blocks() -> None:
+    """A poll at full rate brings more than a block: it is cut, so that the memory bound drops a block's
+    worth at a time and the ring stays full up to one block (a 1 MiB poll left a 2 MiB ring half full)."""
+    ring = EventRing(keep_ns=None, max_bytes=2 << 20)
+    per = ring.block_rows
+    ring.add(events(np.arange(40 * per + 7)))
+    ring.seal()
+    assert max(len(b.ev) for b in ring.blocks) <= per
+    assert (2 << 20) - per * EVENT.itemsize <= ring.bytes <= 2 << 20
+    assert int(ring.blocks[-1].last_ts) == 40 * per + 6
+    assert ring.events_seen == 40 * per + 7
+
+
 def test_window_cuts_blocks_names_processes_and_counts_its_own_losses() -> None:
     s = 1_000_000_000
     ring = EventRing(keep_ns=None, max_bytes=64 << 20, zero_lost={"total": 0})

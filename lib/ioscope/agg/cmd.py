@@ -24,7 +24,8 @@ DESCRIPTION = """\
 DTrace-style aggregations of block I/O, aggregated in the kernel (or over a capture with -r).
 An expression is FUNC(VALUE) [by KEY[,KEY]...] [where COND]:
   FUNC   count() sum avg min max stddev quantize lquantize(VALUE,LOW,HIGH,STEP) llquantize
-  VALUE  bytes q2c q2d d2c (ns) seek (sectors) inflight (requests on the disk at issue)
+  VALUE  bytes q2c q2d d2c (ns) seek (sectors) inflight (requests on the disk at issue) throttle (ns held
+         by blk-throttle before the queue event; fentry, not under lockdown)
   KEY    disk op flags comm pid tgid cgroup cpu size kstack ustack file
   COND   comparisons (== != < <= > >=) of keys and values with literals (10ms, 250us, 64k, 1M,
          "text", write), joined with and, or, not and parentheses; comm == "kworker*" is a glob.

@@ -15,6 +15,7 @@ from ioscope import devices
 from ioscope.agg import abi, names
 from ioscope.agg.expr import CMP_CODES, Expr, Insn, compile_cond
 from ioscope.agg.model import AggSample, Linear, RawRow, Scalar, Stat, hist_from_counts, key_mask
+from ioscope.errors import IoscopeError
 from ioscope.inflight import EXPLAIN, SETTLE_S, SlotTable
 from ioscope.loader import BPFObject
 from ioscope.losses import PENDING, Losses, StatsDelta
@@ -175,9 +176,15 @@ class AggCollector:
         stamps = o.timing in ("auto", "stamps") and request_level(o.exprs) and not o.pid and not self.cgroup_id
         # else, with nothing read at issue or completion: every record made at queue, one program
         self.at_queue = not stamps and o.timing in ("auto", "queue") and queue_level(o.exprs)
+        throttle = bool(need & (1 << abi.FIELDS["throttle"]))
         b.choose(required=["bio_queue", *([] if self.at_queue else ["rq_complete"]),
                            *(["rq_issue"] if issue else [])],
-                 optional=[*([] if self.at_queue else ["split"]), "task_rename"])
+                 optional=[*([] if self.at_queue else ["split"]), "task_rename", *(["throtl_add"] if throttle else [])])
+        if throttle and not b.hooks["throtl_add"].chosen:
+            raise IoscopeError(f"throttle needs {b.absent(b.hooks['throtl_add'])}",
+                               "the cgroup key still says which cgroup throttled I/O was charged to; "
+                               "docs/agg.md, 'throttle'")
+        b.set_global("targ_throttle", throttle, "?")
         b.set_global("targ_stamps", stamps, "?")
         b.set_global("targ_at_queue", self.at_queue, "?")
         b.filter_disks(d.dev for d in o.disks)

@@ -30,7 +30,7 @@ HIST_FUNCS = ("quantize", "lquantize", "llquantize")
 
 # VALUE -> unit: "ns" (durations), "bytes", "sectors", "count"
 VALUES: dict[str, str] = {
-    "bytes": "bytes", "q2c": "ns", "q2d": "ns", "d2c": "ns", "seek": "sectors", "inflight": "count",
+    "bytes": "bytes", "q2c": "ns", "q2d": "ns", "d2c": "ns", "seek": "sectors", "inflight": "count", "throttle": "ns",
 }
 # KEY -> kind: "str" (compared with strings) or the unit of a number
 KEYS: dict[str, str] = {

@@ -186,9 +186,18 @@ class EventRing:
         from ioscope.trace.capture import notes_to_comms
         if (ev["action"] == 0).any():
             self.comms.update(notes_to_comms(ev))
-        self._pending.append(ev)
-        self._pending_rows += len(ev)
         self.events_seen += len(ev)
+        # no block larger than block_rows: one poll at full rate can bring a megabyte, and the memory bound
+        # drops whole blocks (a poll cut across blocks is copied, so that each block owns its memory)
+        while self._pending_rows + len(ev) > self.block_rows:
+            room = self.block_rows - self._pending_rows
+            self._pending.append(select_events(ev, slice(0, room)))
+            self._pending_rows += room
+            ev = select_events(ev, slice(room, None))
+            self.seal()
+        if len(ev):
+            self._pending.append(ev)
+            self._pending_rows += len(ev)
         if self._pending_rows >= self.block_rows or time.monotonic() - self._sealed_at >= BLOCK_S:
             self.seal()
 
