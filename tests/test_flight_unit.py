@@ -111,6 +111,7 @@ def test_ring_keeps_the_memory_bound() -> None:
         assert ring.bytes <= 1 << 20
     assert ring.bytes > (1 << 20) - per * EVENT.itemsize   # full up to one block
     assert ring.squeezed_out + ring.nevents == total
+    assert ring.nevents == sum(len(b.ev) for b in ring.blocks)
     # the newest events are the ones kept
     assert int(ring.blocks[-1].last_ts) == total - 1
 
@@ -149,9 +150,9 @@ def test_window_cuts_blocks_names_processes_and_counts_its_own_losses() -> None:
 
 def test_save_names_do_not_collide(tmp_path: Path) -> None:
     wall = time.mktime((2026, 11, 27, 14, 15, 2, 0, 0, 0)) - time.timezone
-    assert save_path(str(tmp_path / "io"), wall, 1, False) == str(tmp_path / "io-20261127T141502Z-1.ioscope")
-    assert save_path(str(tmp_path / "io"), wall, 2, False) != save_path(str(tmp_path / "io"), wall, 1, False)
-    assert save_path(str(tmp_path), wall, 3, False) == str(tmp_path / "ioscope-20261127T141502Z-3.ioscope")
+    assert save_path(str(tmp_path / "io"), wall, 1) == str(tmp_path / "io-20261127T141502Z-1.ioscope")
+    assert save_path(str(tmp_path / "io"), wall, 2) != save_path(str(tmp_path / "io"), wall, 1)
+    assert save_path(str(tmp_path), wall, 3) == str(tmp_path / "ioscope-20261127T141502Z-3.ioscope")
 
 
 def test_trigger_conditions_become_aggregations() -> None:

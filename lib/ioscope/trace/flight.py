@@ -69,12 +69,6 @@ def parse_duration(text: str, what: str) -> float:
     return v
 
 
-def duration_type(what: str) -> Callable[[str], float]:
-    def conv(text: str) -> float:
-        return parse_duration(text, what)
-    return conv
-
-
 @dataclass(frozen=True)
 class RingSpec:
     """What --ring keeps: the last window_s seconds and/or at most max_bytes of events."""
@@ -169,6 +163,7 @@ class EventRing:
         self.block_rows = max(1024, min(BLOCK_BYTES, max_bytes // 16) // EVENT.itemsize)
         self.blocks: deque[Block] = deque()
         self.bytes = 0                 # in blocks
+        self.rows = 0                  # events in blocks
         self._pending: list[np.ndarray] = []
         self._pending_rows = 0
         self._sealed_at = time.monotonic()
@@ -214,6 +209,7 @@ class EventRing:
         ts = ev["ts"]
         self.blocks.append(Block(ev, int(ts.min()), int(ts.max()), self._lost_at_pending))
         self.bytes += ev.nbytes
+        self.rows += len(ev)
         self._pending = []
         self._pending_rows = 0
         self._lost_at_pending = dict(self.lost)
@@ -223,6 +219,7 @@ class EventRing:
         while self.bytes > self.max_bytes and len(self.blocks) > 1:
             b = self.blocks.popleft()
             self.bytes -= b.ev.nbytes
+            self.rows -= len(b.ev)
             self.squeezed_out += len(b.ev)
             self.squeezed_ts = max(self.squeezed_ts, b.last_ts)
 
@@ -234,13 +231,14 @@ class EventRing:
         while self.blocks and self.blocks[0].last_ts < cut:
             b = self.blocks.popleft()
             self.bytes -= b.ev.nbytes
+            self.rows -= len(b.ev)
             self.aged_out += len(b.ev)
         if len(self.comms) > 4 * max(1024, self.nevents // 64):
             self._prune_comms()
 
     @property
     def nevents(self) -> int:
-        return sum(len(b.ev) for b in self.blocks) + self._pending_rows
+        return self.rows + self._pending_rows
 
     def oldest_ts(self) -> int | None:
         return self.blocks[0].first_ts if self.blocks else None
@@ -319,7 +317,6 @@ class KernelTriggers:
                                                                programs=progs))
         self._tick_every = TICK_S
         self._ticked = time.monotonic()
-        self.matched = 0
 
     def check(self) -> list[str]:
         from ioscope.fmt import fmt_ns
@@ -333,7 +330,6 @@ class KernelTriggers:
             if not rows:
                 continue
             n = sum(r.stat.count for r in rows)
-            self.matched += n
             where = ", ".join(sorted({f"{r.keys.get('disk')} {r.keys.get('op')}s" for r in rows}))
             if e.value:
                 worst = max(rows, key=lambda r: r.stat.max)
@@ -421,10 +417,9 @@ class SaveJob:
     comms: dict[int, str]
     cut_short: str = ""             # why the --after time was not waited for in full
     asked_start_ns: int | None = None   # where the window would have started, when the memory bound cut it
-    context_start: Any = None       # a thread's result: collect.context.snapshot() at the trigger
+    pending: Pending | None = None  # what asked for it (with --context: the snapshot taken at the trigger)
     events: int = 0
     error: str = ""
-    done: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -436,7 +431,7 @@ class Pending:
     context_thread: threading.Thread | None = None
 
 
-def save_path(prefix: str, wall: float, seq: int, bundle: bool) -> str:
+def save_path(prefix: str, wall: float, seq: int) -> str:
     """PREFIX-YYYYmmddTHHMMSSZ-N.ioscope (the trigger's UTC time; N counts the saves of this run). A
     directory as PREFIX: files named ioscope-... inside it."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(wall))
@@ -594,10 +589,8 @@ class FlightSession:
             start = max(start, oldest)   # the memory bound dropped the window's beginning: it starts where it can
         parts, lost, comms = ring.window(start, end)
         seq = len(self.saves) + 1
-        job = SaveJob(seq, save_path(self.prefix, p.trigger.wall, seq, self.context), p.trigger, p.more, start, end,
-                      parts, lost, comms, cut_short)
-        job.asked_start_ns = asked if start > asked else None
-        job.context_start = p
+        job = SaveJob(seq, save_path(self.prefix, p.trigger.wall, seq), p.trigger, p.more, start, end,
+                      parts, lost, comms, cut_short, asked_start_ns=asked if start > asked else None, pending=p)
         self.last_end_ns = end
         self.saves.append(job)
         self._jobs.put(job)
@@ -615,7 +608,6 @@ class FlightSession:
                 job.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             finally:
                 job.parts = []   # the ring's memory is the ring's again
-                job.done.set()
             self.say(self.save_line(job))
 
     def _header(self, job: SaveJob) -> dict[str, Any]:
@@ -668,13 +660,13 @@ class FlightSession:
                 except IoscopeError as exc:
                     if "exists" not in str(exc):
                         raise
-            return
+            raise IoscopeError(f"{base}.ioscope and {base}.2 to .99.ioscope all exist")
         from ioscope.collect import context
         from ioscope.collect.cmd import begin_bundle, finish_bundle, host_name, manifest, piped_into
-        p = job.context_start
-        if isinstance(p, Pending) and p.context_thread is not None:
+        p = job.pending
+        if p is not None and p.context_thread is not None:
             p.context_thread.join()
-        start_ctx = p.context.get("start") if isinstance(p, Pending) else None
+        start_ctx = p.context.get("start") if p is not None else None
         start_ctx = start_ctx or context.snapshot(self.command)
         now = time.time()
         w = begin_bundle(job.path, False, now, manifest(self.command, host_name(start_ctx), now, None), start_ctx)
