@@ -289,3 +289,20 @@ def test_stopped_without_a_trigger_saves_nothing_unless_asked(flight: Callable[.
     (m,) = g.saves(1, timeout=1)
     assert m[2] == "stopped (interrupted), --save-on-exit"
     assert count(events_of(m[1], ld.device.dev), TA_QUEUE) == 13
+
+
+def test_a_save_asked_while_it_starts_is_kept(loopdev: Callable[..., Any], tmp_path: Path) -> None:
+    """SIGUSR1 150 ms after the command starts (Python's imports, before the programs load; its default
+    action would end the process, as it did before cli.main held it): the recorder lives, saves once it runs,
+    exits 0."""
+    ld = loopdev(size_mb=64)
+    p = subprocess.Popen(ioscope_cmd("record", "--ring", "30s", "--after", "500ms", "-d", ld.name, "-q", "-w", "3",
+                                     "-o", str(tmp_path / "early")), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    time.sleep(0.15)
+    p.send_signal(signal.SIGUSR1)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, (p.returncode, err)
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("ioscope record: saved ")]
+    assert SAVED.match(line) and ": SIGUSR1; window " in line, line
+    assert "1 window saved" in err, err

@@ -163,6 +163,9 @@ def install_stop_signals() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "record" in argv and any(a == "--ring" or a.startswith("--ring=") for a in argv):
+        from ioscope.trace.flight_cmd import hold_early_usr1
+        hold_early_usr1()   # the flight recorder: a save asked while it starts is kept, not fatal
     try:
         parser = build_parser(_wanted_tools(argv))
     except IoscopeError as exc:  # a broken install: say so in one line

@@ -49,12 +49,19 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+EARLY_USR1: list[str] = []   # SIGUSR1s that came before the session existed
+
+
+def hold_early_usr1() -> Any:
+    """From now on a SIGUSR1 is kept for the session (its default action would kill the recorder): called by
+    cli.main as soon as it sees --ring, before the tool's modules are imported and its programs loaded."""
+    return signal.signal(signal.SIGUSR1, lambda _s, _f: EARLY_USR1.append("SIGUSR1"))
+
+
 def run_ring(args: argparse.Namespace, mask: int) -> int:
-    # a SIGUSR1 before the session exists (while the programs load) is kept, not fatal (its default action)
-    early: list[str] = []
-    old_usr1: Any = signal.signal(signal.SIGUSR1, lambda _s, _f: early.append("SIGUSR1"))
+    old_usr1 = hold_early_usr1()
     try:
-        return _run_ring(args, mask, early)
+        return _run_ring(args, mask, EARLY_USR1)
     finally:
         signal.signal(signal.SIGUSR1, old_usr1)
 
