@@ -9,6 +9,7 @@ Two things are built here, both at build time and never on the target host:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -48,7 +49,9 @@ def compile_bpf() -> None:
     newest_header = max(h.stat().st_mtime for h in headers)
     for src in sorted(BPF_DIR.glob("*.bpf.c")):
         obj = OBJ_DIR / (src.name[: -len(".c")] + ".o")
-        if obj.exists() and obj.stat().st_mtime > max(src.stat().st_mtime, newest_header):
+        # a .bpf.c may include another (readahead_noloop.bpf.c: readahead.bpf.c without bpf_loop)
+        deps = [src, *(BPF_DIR / n for n in re.findall(r'#include "(\w+\.bpf\.c)"', src.read_text()))]
+        if obj.exists() and obj.stat().st_mtime > max(*(d.stat().st_mtime for d in deps), newest_header):
             continue
         cmd = [
             clang, "-g", "-O2", "-Wall", "-Werror", "-target", "bpf", f"-D__TARGET_ARCH_{arch}",

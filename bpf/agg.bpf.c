@@ -29,25 +29,20 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "twins.bpf.h"
 #include "core_fixes.bpf.h"
+#include "block.bpf.h"
+#include "blktrace.bpf.h"
 #include "hist.bpf.h"
 #include "common.bpf.h"
 #include "comms.bpf.h"
 #include "inflight.bpf.h"
+#include "rqpath.bpf.h"
 #include "stamps.bpf.h"
 #include "agg.h"
 #include "fname.bpf.h"
 
-#ifndef EEXIST
-#define EEXIST 17 /* errno.h's: a stack map bucket held by another stack */
-#endif
-
-#define RQPATH_MAX_CHAIN 32
-#define RQPATH_TGID targ_tgid
-#define RQPATH_ISSUE
-#define RQPATH_COMPLETE_NOW bpf_ktime_get_ns()
-#define RQPATH_PROBED(dev) stamps_probed(dev)
-#define RQPATH_COMPLETE agg_rq_complete
+#define AGG_MAX_CHAIN 32 /* bios of a request walked */
 
 const volatile __u32 targ_tgid = 0;
 const volatile __u64 targ_cgroup = 0;   /* -c: only I/O charged to this cgroup (bio_cgroup_id) */
@@ -383,11 +378,6 @@ static __always_inline void file_note(__u64 ip)
 	map_update(&files, &ip, f, BPF_ANY);
 }
 
-static __always_inline int agg_rq_complete(struct request *rq, unsigned int nr_bytes, const bool btf);
-
-/* the shared path; its hooks are defined below */
-#include "rqpath.bpf.h"
-
 /* ---- queue-time details beside the slot table ---- */
 
 /* The index of bio's slot in inflight.bpf.h's table, or -1. */
@@ -458,7 +448,7 @@ static __always_inline __u64 bio_cgroup_id(struct bio *bio)
 /* How long blk-throttle held the bio before this, its queue event (0: it did not hold it). */
 static __always_inline __u64 throttle_wait(struct bio *bio, const bool btf)
 {
-	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
+	__u64 key = ptr_value(bio, btf);
 	struct agg_throttled *t = bpf_map_lookup_elem(&throttled, &key);
 	__u64 wait;
 
@@ -499,7 +489,7 @@ static __always_inline void fill_extra(void *ctx, struct bio *bio, struct agg_ex
 		if (id >= 0) {
 			x->ustack = id;
 			x->have |= 1u << AGG_F_USTACK;
-		} else if (id == -EEXIST) {
+		} else if (id == -EEXIST) { /* a stack map bucket held by another stack */
 			stat_inc(AGG_LOST_STACK);
 		}
 	}
@@ -510,8 +500,8 @@ static __always_inline void fill_extra(void *ctx, struct bio *bio, struct agg_ex
 			file_note(x->file);
 	}
 	if (NEED(AGG_F_SEEK)) {
-		__u64 sector = btf ? bio->bi_iter.bi_sector : BPF_CORE_READ(bio, bi_iter.bi_sector);
-		__u32 size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
+		__u64 sector = IOS_READ(btf, bio, bi_iter.bi_sector);
+		__u32 size = IOS_READ(btf, bio, bi_iter.bi_size);
 		struct agg_disk *d = lookup_or_init(&disk_state, &dev, &zero_disk);
 
 		if (d) {
@@ -552,18 +542,18 @@ static __always_inline void rec_extras(struct agg_rec *r, const struct agg_extra
  */
 static __always_inline int agg_at_queue(void *ctx, struct bio *bio, const bool btf)
 {
-	struct gendisk *disk = btf ? bio_disk_direct(bio) : bio_disk(bio);
+	struct gendisk *disk = bio_disk(bio, btf);
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u32 zero = 0, dev, opf, size;
 	struct agg_extra *x;
 	struct last_q *last;
 	struct agg_rec *r;
 
-	if (!disk || !(btf ? disk_is_mq_direct(disk) : disk_is_mq(disk)))
+	if (!disk || !disk_is_mq(disk, btf))
 		return 0;
 	if (targ_tgid && tgid != targ_tgid)
 		return 0;
-	dev = btf ? disk_dev_direct(disk) : disk_dev(disk);
+	dev = disk_dev(disk, btf);
 	if (!dev_wanted(dev))
 		return 0;
 	x = bpf_map_lookup_elem(&last_extra, &zero);
@@ -577,8 +567,8 @@ static __always_inline int agg_at_queue(void *ctx, struct bio *bio, const bool b
 		note_comm(last, tgid);
 		last->tgid = tgid;
 	}
-	opf = btf ? bio->bi_opf : BPF_CORE_READ(bio, bi_opf);
-	size = btf ? bio->bi_iter.bi_size : BPF_CORE_READ(bio, bi_iter.bi_size);
+	opf = IOS_READ(btf, bio, bi_opf);
+	size = IOS_READ(btf, bio, bi_iter.bi_size);
 	r = rec_start(dev, opf_to_op(opf, size), opf_to_tc(opf));
 	if (!r)
 		return 0;
@@ -592,7 +582,7 @@ static __always_inline int agg_at_queue(void *ctx, struct bio *bio, const bool b
 
 static __always_inline int agg_bio_queue(void *ctx, struct bio *bio, const bool btf)
 {
-	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
+	__u64 key = ptr_value(bio, btf);
 	struct agg_extra *x, *last;
 	struct bio_slot *sl;
 	__u32 zero = 0, i;
@@ -600,7 +590,7 @@ static __always_inline int agg_bio_queue(void *ctx, struct bio *bio, const bool 
 
 	if (targ_at_queue)
 		return agg_at_queue(ctx, bio, btf);
-	rqpath_bio_queue(bio, btf);
+	rqpath_bio_queue(bio, true, btf);
 	if (!NEED_EXTRAS)
 		return 0; /* no expression reads the thread, CPU, cgroup or seek */
 	idx = slot_index(key);
@@ -625,14 +615,14 @@ static __always_inline int agg_bio_queue(void *ctx, struct bio *bio, const bool 
 /* A bio split off one in flight takes its parent's details (or those of the last bio this CPU queued). */
 static __always_inline int agg_split(struct bio *bio, const bool btf)
 {
-	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
-	__u64 priv = btf ? ptr_value(bio->bi_private) : (__u64)BPF_CORE_READ(bio, bi_private);
+	__u64 key = ptr_value(bio, btf);
+	__u64 priv = ptr_value(IOS_READ(btf, bio, bi_private), btf);
 	struct agg_extra *x, *from = NULL;
 	struct bio_slot *sl;
 	__u32 zero = 0, i;
 	int idx;
 
-	slot_split(bio, btf);
+	slot_split(bio, true, btf);
 	if (!NEED_EXTRAS)
 		return 0;
 	idx = slot_index(key);
@@ -685,17 +675,17 @@ static __always_inline void inflight_lower(__u32 dev)
 
 static __always_inline int agg_rq_issue(struct request *rq, const bool btf)
 {
-	struct bio *bio = btf ? rq->bio : BPF_CORE_READ(rq, bio);
+	struct bio *bio = IOS_READ(btf, rq, bio);
 	struct agg_extra *x;
 	__u32 dev;
 
-	rqpath_rq_issue(rq, btf);
+	rqpath_rq_issue(rq, AGG_MAX_CHAIN, btf);
 	if (!NEED(AGG_F_INFLIGHT) || !bio)
 		return 0; /* bio-less flush requests: flush_rq_issued() */
-	dev = btf ? disk_dev_direct(rq_disk_direct(rq)) : disk_dev(rq_disk(rq));
+	dev = rq_dev(rq, btf);
 	if (!dev_wanted(dev))
 		return 0;
-	x = extra_of(btf ? ptr_value(bio) : (__u64)bio);
+	x = extra_of(ptr_value(bio, btf));
 	if (!x || (x->have & (1u << AGG_F_INFLIGHT)))
 		return 0; /* not in view, or a requeued request issued again */
 	x->inflight = inflight_raise(dev);
@@ -704,6 +694,16 @@ static __always_inline int agg_rq_issue(struct request *rq, const bool btf)
 }
 
 /* ---- the hooks of the shared path (rqpath.bpf.h) ---- */
+
+static __always_inline __u32 tgid_filter(void)
+{
+	return targ_tgid;
+}
+
+static __always_inline bool dev_probed(__u32 dev)
+{
+	return stamps_probed(dev);
+}
 
 static __always_inline void note_comm(struct last_q *last, __u32 tgid)
 {
@@ -718,7 +718,7 @@ static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64
 
 	if (targ_tgid || targ_cgroup)
 		return; /* no submitter to match the filter against */
-	key = btf ? ptr_value(rq) : (__u64)rq;
+	key = ptr_value(rq, btf);
 	rs.d_ns = now;
 	rs.inflight = NEED(AGG_F_INFLIGHT) ? inflight_raise(dev) : 0;
 	if (map_update(&rq_starts, &key, &rs, BPF_ANY))
@@ -744,9 +744,9 @@ static __always_inline struct agg_rec *rec_start(__u32 dev, __u8 op, __u32 flags
 
 static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op, __u64 now, const bool btf)
 {
-	__u64 key = btf ? ptr_value(rq) : (__u64)rq;
+	__u64 key = ptr_value(rq, btf);
 	struct agg_rq *rs = bpf_map_lookup_elem(&rq_starts, &key);
-	__u32 opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
+	__u32 opf = IOS_READ(btf, rq, cmd_flags);
 	struct agg_rec *r;
 
 	/* issued before tracing, or issued with a -p/-c filter set: not counted; without the issue
@@ -831,12 +831,12 @@ static __always_inline void bio_rec(struct bio_slot *sl, __u32 dev, __u8 op, __u
 static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
 				     int i, bool whole, __u64 now, const bool btf)
 {
-	__u32 opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
+	__u32 opf = IOS_READ(btf, rq, cmd_flags);
 	__u64 d_ns = sl ? sl->d_ns : 0;
 
 	/* the empty PREFLUSH write, never issued itself: timed from when it became a request (as lat) */
 	if (sl && i == 0 && whole && !d_ns && sl->q_ns) {
-		__u64 start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
+		__u64 start = rq_start_ns(rq, btf);
 
 		d_ns = start > sl->q_ns ? start : sl->q_ns;
 	}
@@ -895,34 +895,22 @@ static __always_inline int agg_stamps_done(struct request *rq, unsigned int nr_b
 static __always_inline int agg_rq_complete(struct request *rq, unsigned int nr_bytes, const bool btf)
 {
 	if (targ_stamps) {
-		__u32 dev = btf ? disk_dev_direct(rq_disk_direct(rq)) : disk_dev(rq_disk(rq));
+		__u32 dev = rq_dev(rq, btf);
 
 		if (!dev_wanted(dev))
 			return 0;
 		if (!stamps_probed(dev))
 			return agg_stamps_done(rq, nr_bytes, dev, btf);
 	}
-	return rqpath_rq_complete(rq, nr_bytes, btf);
+	return rqpath_rq_complete(rq, nr_bytes, AGG_MAX_CHAIN, bpf_ktime_get_ns(), btf);
 }
 
-#define AGG_CALL_QUEUE(btf) agg_bio_queue(ctx, bio, btf)
-#define AGG_CALL_SPLIT(btf) agg_split(bio, btf)
-#define AGG_CALL_ISSUE(btf) agg_rq_issue(rq, btf)
-IOS_BLOCK_TP(bio_queue, block_bio_queue, AGG_CALL_QUEUE, struct bio *bio)
-IOS_BLOCK_TP(split, block_split, AGG_CALL_SPLIT, struct bio *bio)
-IOS_BLOCK_TP(rq_issue, block_rq_issue, AGG_CALL_ISSUE, struct request *rq)
-
-SEC("tp_btf/block_rq_complete")
-int BPF_PROG(btf_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
-{
-	return agg_rq_complete(rq, nr_bytes, true);
-}
-
-SEC("raw_tp/block_rq_complete")
-int BPF_PROG(raw_rq_complete, struct request *rq, int error, unsigned int nr_bytes)
-{
-	return agg_rq_complete(rq, nr_bytes, false);
-}
+/* The programs: the shared path (rqpath.bpf.h) and this object's additions, with an issue program. */
+IOS_BLOCK_TP(bio_queue, block_bio_queue, agg_bio_queue(ctx, bio, btf), struct bio *bio)
+IOS_BLOCK_TP(split, block_split, agg_split(bio, btf), struct bio *bio)
+IOS_BLOCK_TP(rq_issue, block_rq_issue, agg_rq_issue(rq, btf), struct request *rq)
+IOS_TP(rq_complete, block_rq_complete, agg_rq_complete(rq, nr_bytes, btf), struct request *rq, int error,
+       unsigned int nr_bytes)
 
 
 COMMS_RENAME_PROGRAMS
@@ -936,7 +924,7 @@ COMMS_RENAME_PROGRAMS
 SEC("fentry/throtl_add_bio_tg")
 int BPF_PROG(fn_throtl_add, struct bio *bio)
 {
-	__u64 key = ptr_value(bio), id = bpf_get_current_pid_tgid();
+	__u64 key = ptr_value(bio, true), id = bpf_get_current_pid_tgid();
 	struct agg_throttled t = {.ts = bpf_ktime_get_ns(), .pid = (__u32)id, .tgid = id >> 32};
 
 	bpf_map_update_elem(&throttled, &key, &t, BPF_NOEXIST);

@@ -3,12 +3,14 @@
  * What every collector object has: its per-CPU counters of losses and
  * explanations (stats, indexed by an enum of the object: IOS_STATS_SIZE
  * entries, IOS_NR_STATS unless the object defines its own before including),
- * and the in-kernel disk filter (-d, devfilter.bpf.h).
- * Include once per .bpf.c, after vmlinux.h and the libbpf headers.
+ * the one lookup-or-create of a map value (lookup_or_init), the counted map
+ * operations (maperr.bpf.h) and the in-kernel disk filter (-d, devfilter.bpf.h).
  */
 #ifndef COMMON_BPF_H
 #define COMMON_BPF_H
 
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
 #include "ioscope.h"
 
 #ifndef IOS_STATS_SIZE
@@ -32,18 +34,29 @@ static __always_inline void stat_inc(__u32 idx)
 		__sync_fetch_and_add(v, 1);
 }
 
-/* The value of key in a hash map, created from *zero if absent (NULL: the map is full). */
-static __always_inline void *lookup_or_init(void *map, void *key, void *zero)
+/*
+ * The value of key in a hash map, created from *zero if absent; NULL when it cannot be created (the
+ * map is full: the caller counts the loss) or was deleted at once. Every lookup-or-create of a
+ * zeroed value goes through here. map_init is its second half, for a caller that does something
+ * more when the key is new (readahead.bpf.c: file_stats): a create that finds the key (another
+ * CPU's) is not a failure.
+ */
+static __always_inline void *map_init(void *map, const void *key, const void *zero)
+{
+	int err = map_update(map, key, zero, BPF_NOEXIST);
+
+	if (err && err != -EEXIST)
+		return NULL;
+	return bpf_map_lookup_elem(map, key);
+}
+
+static __always_inline void *lookup_or_init(void *map, const void *key, const void *zero)
 {
 	void *v = bpf_map_lookup_elem(map, key);
-	int err;
 
 	if (v)
 		return v;
-	err = map_update(map, key, zero, BPF_NOEXIST);
-	if (err && err != -17 /* EEXIST: another CPU won the race */)
-		return NULL;
-	return bpf_map_lookup_elem(map, key);
+	return map_init(map, key, zero);
 }
 
 #include "devfilter.bpf.h"

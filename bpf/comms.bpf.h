@@ -23,6 +23,8 @@
 #ifndef COMMS_BPF_H
 #define COMMS_BPF_H
 
+#include "twins.bpf.h"
+
 #ifndef COMMS_MAP
 #define COMMS_MAP 1
 #endif
@@ -49,17 +51,8 @@ static __always_inline __u32 renamed_tgid(struct task_struct *task)
  * tracepoint leaves names taken at the first I/O), calling the object's
  * handler(struct task_struct *task, const char *newcomm).
  */
-#define TASK_RENAME_PROGRAMS(handler)                                                  \
-	SEC("tp_btf/task_rename")                                                      \
-	int BPF_PROG(btf_task_rename, struct task_struct *task, const char *comm)      \
-	{                                                                              \
-		return handler(task, comm);                                            \
-	}                                                                              \
-	SEC("raw_tp/task_rename")                                                      \
-	int BPF_PROG(raw_task_rename, struct task_struct *task, const char *comm)      \
-	{                                                                              \
-		return handler(task, comm);                                            \
-	}
+#define TASK_RENAME_PROGRAMS(handler) \
+	IOS_TP(task_rename, task_rename, handler(task, comm), struct task_struct *task, const char *comm)
 
 #if COMMS_MAP
 /* Command names of the processes that submit I/O, by tgid (LRU: old ones age out). */

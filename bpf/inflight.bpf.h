@@ -5,30 +5,34 @@
  * Array lookups need no lock and no allocation, which is what keeps the
  * per-I/O cost low (a BPF hash map takes a bucket lock on every update and
  * delete). Two-way: a bio goes to its slot or the neighbour (idx ^ 1).
- * Used by lat and top. Include after common.bpf.h.
+ * Used by lat, top and agg (rqpath.bpf.h).
  */
 #ifndef INFLIGHT_BPF_H
 #define INFLIGHT_BPF_H
 
+#include "common.bpf.h"
+#include "block.bpf.h"
+
 #define INFLIGHT_BITS 17
 #define INFLIGHT_SLOTS (1 << INFLIGHT_BITS)
-#ifndef INFLIGHT_STALE_NS
 #define INFLIGHT_STALE_NS (120ULL * 1000000000ULL)
-#endif
 
 /*
- * A tool without an issue program (top) cannot see a bio issued, but it can
- * see at queue whether the bio can end in any other way than through its
- * request (REQ_NOWAIT: core_fixes.bpf.h). Such a tool defines
- * SLOT_QUEUED_D_NS(opf) as SLOT_ENDS_IN_RQ for a bio that cannot, and the slot
- * then counts as issued from its queue: a completion that never comes for it
- * is a lost one (the queue program's address check, inflight.py's pending
- * gauge). Never a time: an issue program's stamps are larger.
+ * A slot's d_ns when its bio is queued. 0 (not issued yet) in a tool with an issue program. A tool
+ * without one (top) cannot see a bio issued, but it can see at queue whether the bio can end in any
+ * other way than through its request (REQ_NOWAIT: block.bpf.h): for a bio that cannot, the slot
+ * counts as issued from its queue (SLOT_ENDS_IN_RQ), so that a completion that never comes for it
+ * is a lost one (the queue program's address check, inflight.py's pending gauge). Never a time: an
+ * issue program's stamps are larger.
  */
 #define SLOT_ENDS_IN_RQ 1ULL
-#ifndef SLOT_QUEUED_D_NS
-#define SLOT_QUEUED_D_NS(opf) 0ULL
-#endif
+
+static __always_inline __u64 slot_queued_d_ns(struct bio *bio, bool issue_prog, const bool btf)
+{
+	if (issue_prog)
+		return 0;
+	return bio_is_nowait(IOS_READ(btf, bio, bi_opf)) ? 0ULL : SLOT_ENDS_IN_RQ;
+}
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -44,14 +48,17 @@ struct {
 	__type(value, __u64);
 } scratch SEC(".maps");
 
-/* A pointer's value as a plain number: tp_btf arguments are typed pointers,
- * on which the verifier forbids arithmetic such as hashing. Stored to and
- * read back from map memory, it is a number. */
-static __always_inline __u64 ptr_value(const void *p)
+/* A pointer's value as a plain number, the key of what it points to. tp_btf (and fentry) arguments
+ * are typed pointers, on which the verifier forbids arithmetic such as hashing: stored to and read
+ * back from map memory, such a pointer is a number. A raw_tp argument is one already. */
+static __always_inline __u64 ptr_value(const void *p, const bool btf)
 {
 	__u32 zero = 0;
-	__u64 *s = bpf_map_lookup_elem(&scratch, &zero);
+	__u64 *s;
 
+	if (!btf)
+		return (__u64)p;
+	s = bpf_map_lookup_elem(&scratch, &zero);
 	if (!s)
 		return 0;
 	*(volatile __u64 *)s = (__u64)p;
@@ -137,15 +144,15 @@ struct {
  * parent its bi_private before the tracepoint), or else those of the last
  * bio this CPU queued for the same process.
  */
-static __always_inline int slot_split(struct bio *bio, const bool btf)
+static __always_inline int slot_split(struct bio *bio, bool issue_prog, const bool btf)
 {
 	struct bio_slot *parent;
 	struct last_q *last;
 	__u32 zero = 0;
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	__u64 key = btf ? ptr_value(bio) : (__u64)bio;
-	__u64 priv = btf ? ptr_value(bio->bi_private) : (__u64)BPF_CORE_READ(bio, bi_private);
-	__u64 d_ns = SLOT_QUEUED_D_NS(btf ? bio->bi_opf : BPF_CORE_READ(bio, bi_opf));
+	__u64 key = ptr_value(bio, btf);
+	__u64 priv = ptr_value(IOS_READ(btf, bio, bi_private), btf);
+	__u64 d_ns = slot_queued_d_ns(bio, issue_prog, btf);
 
 	parent = priv ? slot_get(priv) : NULL;
 	if (parent) {
@@ -157,8 +164,7 @@ static __always_inline int slot_split(struct bio *bio, const bool btf)
 		return 0;
 	}
 	last = bpf_map_lookup_elem(&last_queued, &zero);
-	if (!last || !last->bio || last->tgid != tgid ||
-	    last->dev != (btf ? disk_dev_direct(bio_disk_direct(bio)) : disk_dev(bio_disk(bio))))
+	if (!last || !last->bio || last->tgid != tgid || last->dev != disk_dev(bio_disk(bio, btf), btf))
 		return 0;
 	slot_put(key, last->q_ns, d_ns, tgid, last->dev);
 	stat_inc(IOS_STAT_SPLIT);

@@ -17,26 +17,24 @@
  * per I/O, no per-I/O map but the histogram. The disks whose requests carry
  * no stamps are followed by the queue and issue programs as above.
  *
- * Each handler exists twice, as tp_btf and raw_tp; user space autoloads one
- * set, chosen from what the kernel's BTF offers.
+ * Each handler exists twice, as tp_btf and raw_tp (twins.bpf.h); user space
+ * autoloads one set, chosen from what the kernel's BTF offers.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "twins.bpf.h"
 #include "core_fixes.bpf.h"
+#include "block.bpf.h"
 #include "hist.bpf.h"
 #include "common.bpf.h"
 #include "comms.bpf.h"
 #include "inflight.bpf.h"
+#include "rqpath.bpf.h"
 #include "stamps.bpf.h"
 
-#define RQPATH_MAX_CHAIN 32
-#define RQPATH_TGID targ_tgid
-#define RQPATH_ISSUE
-#define RQPATH_COMPLETE_NOW 0 /* record() reads the clock */
-#define RQPATH_PROBED(dev) stamps_probed(dev)
-#define RQPATH_COMPLETE lat_rq_complete
+#define LAT_MAX_CHAIN 32 /* bios of a request walked */
 
 const volatile bool targ_per_disk = false;
 const volatile bool targ_per_op = false;
@@ -77,25 +75,16 @@ __noinline int record(__u32 dev, __u32 tgid, __u32 op_have, __u64 q_ns, __u64 d_
 	__u32 op = op_have & 0xff, have = (op_have >> 8) & targ_phases;
 	struct lat_key key = {};
 	struct lat_val *v;
-	int err;
 
 	if (!have)
 		return 0;
 	key.dev = targ_per_disk ? dev : 0;
 	key.pid = targ_per_pid ? tgid : 0;
 	key.op = targ_per_op ? op : IOS_OP_ALL;
-	v = bpf_map_lookup_elem(&hists, &key);
+	v = lookup_or_init(&hists, &key, &zero_val);
 	if (!v) {
-		err = map_update(&hists, &key, &zero_val, BPF_NOEXIST);
-		if (err && err != -17 /* EEXIST: another CPU won the race */) {
-			stat_inc(IOS_LOST_HIST_FULL);
-			return 0;
-		}
-		v = bpf_map_lookup_elem(&hists, &key);
-		if (!v) {
-			stat_inc(IOS_LOST_HIST_FULL);
-			return 0;
-		}
+		stat_inc(IOS_LOST_HIST_FULL);
+		return 0;
 	}
 	/* only record() writes hists, from the completion program: per-CPU values
 	 * have one writer per CPU; a shared map needs atomic adds */
@@ -119,6 +108,16 @@ __noinline int record(__u32 dev, __u32 tgid, __u32 op_have, __u64 q_ns, __u64 d_
 
 /* The hooks of the shared path (rqpath.bpf.h). */
 
+static __always_inline __u32 tgid_filter(void)
+{
+	return targ_tgid;
+}
+
+static __always_inline bool dev_probed(__u32 dev)
+{
+	return stamps_probed(dev);
+}
+
 static __always_inline void note_comm(struct last_q *last, __u32 tgid)
 {
 	if (targ_per_pid && last->tgid != tgid)
@@ -133,7 +132,7 @@ static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64
 
 	if (targ_tgid)
 		return; /* no submitter to match the filter against */
-	key = btf ? ptr_value(rq) : (__u64)rq;
+	key = ptr_value(rq, btf);
 	rs.d_ns = now;
 	rs.dev = dev;
 	if (map_update(&rq_starts, &key, &rs, BPF_ANY))
@@ -142,7 +141,7 @@ static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64
 
 static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op, __u64 now, const bool btf)
 {
-	__u64 key = btf ? ptr_value(rq) : (__u64)rq;
+	__u64 key = ptr_value(rq, btf);
 	struct bio_start *rs = bpf_map_lookup_elem(&rq_starts, &key);
 
 	if (rs) {
@@ -184,7 +183,7 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 	 * counts has one d2c. Read only on this rare path.
 	 */
 	if (i == 0 && whole && !d_ns && sl->q_ns) {
-		__u64 start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
+		__u64 start = rq_start_ns(rq, btf);
 
 		d_ns = start > sl->q_ns ? start : sl->q_ns;
 	}
@@ -205,10 +204,6 @@ static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u6
 				    const bool btf)
 {
 }
-
-static __always_inline int lat_rq_complete(struct request *rq, unsigned int nr_bytes, const bool btf);
-
-#include "rqpath.bpf.h"
 
 /* A request ended on a disk the kernel stamps: one histogram update (stamps.bpf.h). */
 static __always_inline int stamps_complete(struct request *rq, unsigned int nr_bytes, __u32 dev, const bool btf)
@@ -233,20 +228,22 @@ static __always_inline int stamps_complete(struct request *rq, unsigned int nr_b
 static __always_inline int lat_rq_complete(struct request *rq, unsigned int nr_bytes, const bool btf)
 {
 	if (targ_stamps) {
-		__u32 dev = btf ? disk_dev_direct(rq_disk_direct(rq)) : disk_dev(rq_disk(rq));
+		__u32 dev = rq_dev(rq, btf);
 
 		if (!dev_wanted(dev))
 			return 0;
 		if (!stamps_probed(dev))
 			return stamps_complete(rq, nr_bytes, dev, btf);
 	}
-	return rqpath_rq_complete(rq, nr_bytes, btf);
+	return rqpath_rq_complete(rq, nr_bytes, LAT_MAX_CHAIN, 0 /* record() reads the clock */, btf);
 }
 
-#define LAT_CALL_ISSUE(btf) rqpath_rq_issue(rq, btf)
-IOS_BLOCK_TP(rq_issue, block_rq_issue, LAT_CALL_ISSUE, struct request *rq)
-
-RQPATH_PROGRAMS
+/* The programs: the shared path (rqpath.bpf.h), with an issue program (issue_prog true). */
+IOS_BLOCK_TP(rq_issue, block_rq_issue, rqpath_rq_issue(rq, LAT_MAX_CHAIN, btf), struct request *rq)
+IOS_BLOCK_TP(bio_queue, block_bio_queue, rqpath_bio_queue(bio, true, btf), struct bio *bio)
+IOS_BLOCK_TP(split, block_split, slot_split(bio, true, btf), struct bio *bio)
+IOS_TP(rq_complete, block_rq_complete, lat_rq_complete(rq, nr_bytes, btf), struct request *rq, int error,
+       unsigned int nr_bytes)
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

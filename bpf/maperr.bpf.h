@@ -15,6 +15,7 @@
 #ifndef MAPERR_BPF_H
 #define MAPERR_BPF_H
 
+#include <asm-generic/errno.h>
 #include "ioscope.h"
 
 struct {
@@ -27,11 +28,11 @@ struct {
 static __always_inline __u32 maperr_class(int err)
 {
 	switch (err) {
-	case -7: return IOS_MAPERR_E2BIG;
-	case -12: return IOS_MAPERR_ENOMEM;
-	case -16: return IOS_MAPERR_EBUSY;
-	case -2: return IOS_MAPERR_ENOENT;
-	case -17: return IOS_MAPERR_EEXIST;
+	case -E2BIG: return IOS_MAPERR_E2BIG;
+	case -ENOMEM: return IOS_MAPERR_ENOMEM;
+	case -EBUSY: return IOS_MAPERR_EBUSY;
+	case -ENOENT: return IOS_MAPERR_ENOENT;
+	case -EEXIST: return IOS_MAPERR_EEXIST;
 	default: return IOS_MAPERR_OTHER;
 	}
 }
@@ -65,7 +66,7 @@ static __always_inline int map_update(void *map, const void *key, const void *va
 {
 	int err = MAP_ERR(bpf_map_update_elem(map, key, value, flags));
 
-	if (err && !(err == -17 && flags == BPF_NOEXIST) && !(err == -2 && flags == BPF_EXIST))
+	if (err && !(err == -EEXIST && flags == BPF_NOEXIST) && !(err == -ENOENT && flags == BPF_EXIST))
 		maperr_count(IOS_MAPERR_UPDATE, err);
 	return err;
 }
@@ -75,7 +76,7 @@ static __always_inline int map_delete(void *map, const void *key, bool absent_ok
 {
 	int err = MAP_ERR(bpf_map_delete_elem(map, key));
 
-	if (err && !(err == -2 && absent_ok))
+	if (err && !(err == -ENOENT && absent_ok))
 		maperr_count(IOS_MAPERR_DELETE, err);
 	return err;
 }

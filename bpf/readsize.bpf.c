@@ -19,7 +19,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "twins.bpf.h"
 #include "core_fixes.bpf.h"
+#include "block.bpf.h"
 #include "hist.bpf.h"
 #include "ra.h"
 #define IOS_STATS_SIZE RS_NR_STATS
@@ -95,21 +97,11 @@ static struct rs_disk_val zero_disk_val;
 static __always_inline void per_disk_add(__u32 tgid, __u32 op, __u32 dev, __u64 bytes, bool app, bool ra)
 {
 	struct rs_disk_key key = { .tgid = tgid, .op = op, .dev = dev };
-	struct rs_disk_val *v;
-	int err;
+	struct rs_disk_val *v = lookup_or_init(&proc_disks, &key, &zero_disk_val);
 
-	v = bpf_map_lookup_elem(&proc_disks, &key);
 	if (!v) {
-		err = map_update(&proc_disks, &key, &zero_disk_val, BPF_NOEXIST);
-		if (err && err != -17 /* EEXIST: another CPU created it */) {
-			stat_inc(RS_LOST_PROC_FULL);
-			return;
-		}
-		v = bpf_map_lookup_elem(&proc_disks, &key);
-		if (!v) {
-			stat_inc(RS_LOST_PROC_FULL);
-			return;
-		}
+		stat_inc(RS_LOST_PROC_FULL);
+		return;
 	}
 	if (app) {
 		__sync_fetch_and_add(&v->app_bytes, bytes);
@@ -144,18 +136,8 @@ static __always_inline bool comm_matches(const char *other)
 static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char *comm)
 {
 	struct rs_key key = { .tgid = tgid, .op = op };
-	struct rs_val *v;
-	int err;
+	struct rs_val *v = lookup_or_init(&procs, &key, &zero_val);
 
-	v = bpf_map_lookup_elem(&procs, &key);
-	if (v)
-		return v;
-	err = map_update(&procs, &key, &zero_val, BPF_NOEXIST);
-	if (err && err != -17 /* EEXIST: another CPU created it */) {
-		stat_inc(RS_LOST_PROC_FULL);
-		return NULL;
-	}
-	v = bpf_map_lookup_elem(&procs, &key);
 	if (!v) {
 		stat_inc(RS_LOST_PROC_FULL);
 		return NULL;
@@ -181,32 +163,20 @@ extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
  * bpf_probe_read_kernel per pointer; user space falls back to the raw_tp
  * variant when the kernel lacks bpf_rdonly_cast or refuses the void * cast
  * (btf_id 0), which older kernels do. */
-static __always_inline __u32 fd_dev(int fd, bool btf)
+static __always_inline __u32 fd_dev(int fd, const bool btf)
 {
-	struct fdtable *fdt;
+	struct task_struct *task = btf ? bpf_get_current_task_btf() : (void *)bpf_get_current_task();
+	struct fdtable *fdt = IOS_READ(btf, task, files, fdt);
 	struct file **arr;
 	struct file *file = NULL;
 	struct inode *inode;
 	unsigned int max;
 	__u32 mode;
 
-	if (btf) {
-		struct task_struct *task = bpf_get_current_task_btf();
-
-		fdt = task->files->fdt;
-		if (!fdt)
-			return 0;
-		max = fdt->max_fds;
-		arr = fdt->fd;
-	} else {
-		struct task_struct *task = (void *)bpf_get_current_task();
-
-		fdt = BPF_CORE_READ(task, files, fdt);
-		if (!fdt)
-			return 0;
-		max = BPF_CORE_READ(fdt, max_fds);
-		arr = BPF_CORE_READ(fdt, fd);
-	}
+	if (!fdt)
+		return 0;
+	max = IOS_READ(btf, fdt, max_fds);
+	arr = IOS_READ(btf, fdt, fd);
 	if (fd < 0 || (unsigned int)fd >= max)
 		return 0;
 	if (btf) {
@@ -214,29 +184,21 @@ static __always_inline __u32 fd_dev(int fd, bool btf)
 		struct file **fds = bpf_rdonly_cast(arr, 0);
 
 		file = fds[fd & 0xfffff];
-		if (!file)
-			return 0;
-		file = bpf_rdonly_cast(file, bpf_core_type_id_kernel(struct file));
-		inode = file->f_inode;
-		if (!inode)
-			return 0;
-		mode = inode->i_mode & S_IFMT;
-		if (mode == S_IFREG)
-			return inode->i_sb->s_dev;
-		if (mode == S_IFBLK)
-			return inode->i_rdev;
+		if (file)
+			file = bpf_rdonly_cast(file, bpf_core_type_id_kernel(struct file));
+	} else if (bpf_probe_read_kernel(&file, sizeof(file), &arr[fd])) {
 		return 0;
 	}
-	if (bpf_probe_read_kernel(&file, sizeof(file), &arr[fd]) || !file)
+	if (!file)
 		return 0;
-	inode = BPF_CORE_READ(file, f_inode);
+	inode = IOS_READ(btf, file, f_inode);
 	if (!inode)
 		return 0;
-	mode = BPF_CORE_READ(inode, i_mode) & S_IFMT;
+	mode = IOS_READ(btf, inode, i_mode) & S_IFMT;
 	if (mode == S_IFREG)
-		return BPF_CORE_READ(inode, i_sb, s_dev);
+		return IOS_READ(btf, inode, i_sb, s_dev);
 	if (mode == S_IFBLK)
-		return BPF_CORE_READ(inode, i_rdev);
+		return IOS_READ(btf, inode, i_rdev);
 	return 0;
 }
 
@@ -306,7 +268,7 @@ static __always_inline void record_syscall(__u32 tgid, __u32 op, __u64 req, long
  */
 #define RS_EXIT_ONLY 1
 
-static __always_inline int on_sys_exit_regs(struct pt_regs *regs, long ret, bool btf)
+static __always_inline int on_sys_exit_regs(struct pt_regs *regs, long ret, const bool btf)
 {
 	__u64 a1, a2, a3, req;
 	long id;
@@ -314,7 +276,7 @@ static __always_inline int on_sys_exit_regs(struct pt_regs *regs, long ret, bool
 	bool vec;
 	int op;
 
-	id = btf ? (long)regs->orig_ax : (long)BPF_CORE_READ(regs, orig_ax);
+	id = (long)IOS_READ(btf, regs, orig_ax);
 	op = classify(id, &vec);
 	if (!op)
 		return 0;
@@ -323,15 +285,9 @@ static __always_inline int on_sys_exit_regs(struct pt_regs *regs, long ret, bool
 		return 0;
 	if (!comm_matches(NULL))
 		return 0;
-	if (btf) {
-		a1 = regs->di;
-		a2 = regs->si;
-		a3 = regs->dx;
-	} else {
-		a1 = BPF_CORE_READ(regs, di);
-		a2 = BPF_CORE_READ(regs, si);
-		a3 = BPF_CORE_READ(regs, dx);
-	}
+	a1 = IOS_READ(btf, regs, di);
+	a2 = IOS_READ(btf, regs, si);
+	a3 = IOS_READ(btf, regs, dx);
 	dev = fd_dev((int)a1, btf);
 	if (!dev || !dev_wanted(dev))
 		return 0;
@@ -340,21 +296,11 @@ static __always_inline int on_sys_exit_regs(struct pt_regs *regs, long ret, bool
 	return 0;
 }
 
-SEC("tp_btf/sys_exit")
-int BPF_PROG(btf_sys_exit, struct pt_regs *regs, long ret)
-{
-	return on_sys_exit_regs(regs, ret, true);
-}
-
-SEC("raw_tp/sys_exit")
-int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret)
-{
-	return on_sys_exit_regs(regs, ret, false);
-}
+IOS_TP(sys_exit, sys_exit, on_sys_exit_regs(regs, ret, btf), struct pt_regs *regs, long ret)
 
 #else
 
-static __always_inline int on_sys_enter(struct pt_regs *regs, long id, bool btf)
+static __always_inline int on_sys_enter(struct pt_regs *regs, long id, const bool btf)
 {
 	struct rs_inflight in = {};
 	__u64 pid_tgid, a3;
@@ -406,29 +352,8 @@ static __always_inline int on_sys_exit(long ret)
 	return 0;
 }
 
-SEC("tp_btf/sys_enter")
-int BPF_PROG(btf_sys_enter, struct pt_regs *regs, long id)
-{
-	return on_sys_enter(regs, id, true);
-}
-
-SEC("raw_tp/sys_enter")
-int BPF_PROG(raw_sys_enter, struct pt_regs *regs, long id)
-{
-	return on_sys_enter(regs, id, false);
-}
-
-SEC("tp_btf/sys_exit")
-int BPF_PROG(btf_sys_exit, struct pt_regs *regs, long ret)
-{
-	return on_sys_exit(ret);
-}
-
-SEC("raw_tp/sys_exit")
-int BPF_PROG(raw_sys_exit, struct pt_regs *regs, long ret)
-{
-	return on_sys_exit(ret);
-}
+IOS_TP(sys_enter, sys_enter, on_sys_enter(regs, id, btf), struct pt_regs *regs, long id)
+IOS_TP(sys_exit, sys_exit, on_sys_exit(ret), struct pt_regs *regs, long ret)
 
 #endif /* __TARGET_ARCH_x86 */
 
@@ -455,13 +380,13 @@ static __always_inline struct rs_owner *bio_owner(struct bio *bio)
 
 static __always_inline int on_bio_queue(struct bio *bio)
 {
-	struct gendisk *disk = bio_disk(bio);
+	struct gendisk *disk = bio_disk(bio, false);
 	struct rs_owner *owner = NULL;
 	__u32 opf, bytes, op, tgid;
 	struct rs_val *v;
 	__u8 kop;
 
-	if (!disk || !dev_wanted(disk_dev(disk)))
+	if (!disk || !dev_wanted(disk_dev(disk, false)))
 		return 0;
 	opf = BPF_CORE_READ(bio, bi_opf);
 	bytes = BPF_CORE_READ(bio, bi_iter.bi_size);
@@ -485,7 +410,7 @@ static __always_inline int on_bio_queue(struct bio *bio)
 	if (targ_filter_comm && !comm_matches(owner ? owner->comm : NULL))
 		return 0;
 	if (targ_per_disk)
-		per_disk_add(tgid, op, disk_dev(disk), bytes, false, bio_is_readahead(opf));
+		per_disk_add(tgid, op, disk_dev(disk, false), bytes, false, bio_is_readahead(opf));
 	v = proc_val(tgid, op, owner ? owner->comm : NULL);
 	if (!v)
 		return 0;
@@ -513,24 +438,19 @@ static __always_inline int on_rq_issue(struct request *rq)
 		key.op = RS_OP_WRITE;
 	else
 		return 0;
-	key.dev = disk_dev(rq_disk(rq));
+	key.dev = rq_dev(rq, false);
 	if (!dev_wanted(key.dev))
 		return 0;
-	h = bpf_map_lookup_elem(&rq_sizes, &key);
+	h = lookup_or_init(&rq_sizes, &key, &zero_hist);
 	if (!h) {
-		map_update(&rq_sizes, &key, &zero_hist, BPF_NOEXIST);
-		h = bpf_map_lookup_elem(&rq_sizes, &key);
-		if (!h) {
-			stat_inc(RS_LOST_PROC_FULL);
-			return 0;
-		}
+		stat_inc(RS_LOST_PROC_FULL);
+		return 0;
 	}
 	hist_add(h, bytes);
 	return 0;
 }
 
-#define RS_CALL_ISSUE(btf) on_rq_issue(rq)
-IOS_BLOCK_TP(rq_issue, block_rq_issue, RS_CALL_ISSUE, struct request *rq)
+IOS_BLOCK_TP(rq_issue, block_rq_issue, on_rq_issue(rq), struct request *rq)
 
 /* A readahead decision: remember who reads this file ahead. */
 static __always_inline int on_readahead(struct inode *inode)
@@ -548,32 +468,10 @@ static __always_inline int on_readahead(struct inode *inode)
 	return 0;
 }
 
-SEC("tp_btf/page_cache_sync_ra")
-int BPF_PROG(btf_sync_ra, struct inode *inode)
-{
-	return on_readahead(inode);
-}
+IOS_TP(sync_ra, page_cache_sync_ra, on_readahead(inode), struct inode *inode)
+IOS_TP(async_ra, page_cache_async_ra, on_readahead(inode), struct inode *inode)
 
-SEC("tp_btf/page_cache_async_ra")
-int BPF_PROG(btf_async_ra, struct inode *inode)
-{
-	return on_readahead(inode);
-}
-
-SEC("raw_tp/page_cache_sync_ra")
-int BPF_PROG(raw_sync_ra, struct inode *inode)
-{
-	return on_readahead(inode);
-}
-
-SEC("raw_tp/page_cache_async_ra")
-int BPF_PROG(raw_async_ra, struct inode *inode)
-{
-	return on_readahead(inode);
-}
-
-#define RS_CALL_QUEUE(btf) on_bio_queue(bio)
-IOS_BLOCK_TP(bio_queue, block_bio_queue, RS_CALL_QUEUE, struct bio *bio)
+IOS_BLOCK_TP(bio_queue, block_bio_queue, on_bio_queue(bio), struct bio *bio)
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

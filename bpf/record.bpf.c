@@ -40,8 +40,8 @@
  * wake-ups are sent: the consumer polls.
  *
  * Each handler exists as tp_btf (direct BTF pointer reads) and raw_tp
- * (BPF_CORE_READ) programs sharing one __always_inline body; user space
- * autoloads one set.
+ * (BPF_CORE_READ) programs sharing one __always_inline body (twins.bpf.h);
+ * user space autoloads one set.
  */
 /* vmlinux.h has the kernel's own struct trace_event (ftrace output); ours,
  * from trace_event.h, keeps the name, so the kernel's is renamed here. */
@@ -51,27 +51,16 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "twins.bpf.h"
 #include "core_fixes.bpf.h"
+#include "block.bpf.h"
+#include "blktrace.bpf.h"
 #include "trace_event.h"
 #include "record.h"
 #include "maperr.bpf.h"
 #define COMMS_MAP 0
 #include "comms.bpf.h"
 #include "devfilter.bpf.h"
-
-#define TA_QUEUE 1
-#define TA_BACKMERGE 2
-#define TA_FRONTMERGE 3
-#define TA_GETRQ 4
-#define TA_REQUEUE 6
-#define TA_ISSUE 7
-#define TA_COMPLETE 8
-#define TA_PLUG 9
-#define TA_UNPLUG_IO 10
-#define TA_UNPLUG_TIMER 11
-#define TA_INSERT 12
-#define TA_SPLIT 13
-#define TA_REMAP 15
 
 #define MAX_CHAIN 8 /* bios of a request checked against the -p filter */
 
@@ -374,44 +363,42 @@ static __always_inline bool bench_stop(__u64 *ts)
 
 /* ---- bio events --------------------------------------------------------- */
 
-#define RD(direct, p, f) ((direct) ? (p)->f : BPF_CORE_READ(p, f))
-
 static __always_inline int on_bio(struct bio *bio, __u16 action, __u16 actbits, __u64 aux, __u32 aux_dev,
-				  bool direct)
+				  const bool btf)
 {
 	__u64 ts;
 
 	if (bench_stop(&ts))
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct gendisk *disk = direct ? bio_disk_direct(bio) : bio_disk(bio);
-	__u32 dev = direct ? disk_dev_direct(disk) : disk_dev(disk);
+	struct gendisk *disk = bio_disk(bio, btf);
+	__u32 dev = disk_dev(disk, btf);
 	__u32 opf;
 
 	if (!dev_wanted(dev))
 		return 0;
 	if (targ_tgid) {
 		if ((pid_tgid >> 32) == targ_tgid) {
-			if (action == TA_QUEUE || action == TA_SPLIT)
+			if (action == IOS_TA_QUEUE || action == IOS_TA_SPLIT)
 				track_bio(bio);
 		} else if (!bio_tracked(bio)) {
 			return 0;
 		}
 	}
-	opf = RD(direct, bio, bi_opf);
-	return emit(ts, pid_tgid, dev, action, opf_to_tc(opf) | actbits, RD(direct, bio, bi_iter.bi_sector),
-		    RD(direct, bio, bi_iter.bi_size), aux, aux_dev, 0);
+	opf = IOS_READ(btf, bio, bi_opf);
+	return emit(ts, pid_tgid, dev, action, opf_to_tc(opf) | actbits, IOS_READ(btf, bio, bi_iter.bi_sector),
+		    IOS_READ(btf, bio, bi_iter.bi_size), aux, aux_dev, 0);
 }
 
-static __always_inline int on_bio_complete(struct bio *bio, bool direct)
+static __always_inline int on_bio_complete(struct bio *bio, const bool btf)
 {
 	__u64 ts;
 
 	if (bench_stop(&ts))
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct gendisk *disk = direct ? bio_disk_direct(bio) : bio_disk(bio);
-	__u32 dev = direct ? disk_dev_direct(disk) : disk_dev(disk);
+	struct gendisk *disk = bio_disk(bio, btf);
+	__u32 dev = disk_dev(disk, btf);
 	__u32 opf;
 
 	if (!dev_wanted(dev))
@@ -423,57 +410,57 @@ static __always_inline int on_bio_complete(struct bio *bio, bool direct)
 			return 0;
 		map_delete(&tracked, &key, true);
 	}
-	opf = RD(direct, bio, bi_opf);
-	return emit(ts, pid_tgid, dev, TA_COMPLETE, opf_to_tc(opf) | IOS_TC_COMPLETE,
-		    RD(direct, bio, bi_iter.bi_sector), RD(direct, bio, bi_iter.bi_size), 0, 0,
-		    blk_status_errno(RD(direct, bio, bi_status)));
+	opf = IOS_READ(btf, bio, bi_opf);
+	return emit(ts, pid_tgid, dev, IOS_TA_COMPLETE, opf_to_tc(opf) | IOS_TC_COMPLETE,
+		    IOS_READ(btf, bio, bi_iter.bi_sector), IOS_READ(btf, bio, bi_iter.bi_size), 0, 0,
+		    blk_status_errno(IOS_READ(btf, bio, bi_status)));
 }
 
 /* ---- request events ----------------------------------------------------- */
 
 static __always_inline int on_rq(struct request *rq, __u16 action, __u16 actbits, int has_bytes, __u32 nr_bytes,
-				 int error, __u64 aux, __u32 aux_dev, bool direct)
+				 int error, __u64 aux, __u32 aux_dev, const bool btf)
 {
 	__u64 ts;
 
 	if (bench_stop(&ts))
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	struct gendisk *disk = direct ? rq_disk_direct(rq) : rq_disk(rq);
-	__u32 dev = direct ? disk_dev_direct(disk) : disk_dev(disk);
+	struct gendisk *disk = rq_disk(rq, btf);
+	__u32 dev = disk_dev(disk, btf);
 	__u32 opf, bytes;
 	__u64 sector;
 	__u16 tc;
 
 	if (!dev_wanted(dev))
 		return 0;
-	if (targ_tgid && !rq_tracked(rq, action == TA_COMPLETE && nr_bytes >= RD(direct, rq, __data_len)))
+	if (targ_tgid && !rq_tracked(rq, action == IOS_TA_COMPLETE && nr_bytes >= IOS_READ(btf, rq, __data_len)))
 		return 0;
-	opf = RD(direct, rq, cmd_flags);
+	opf = IOS_READ(btf, rq, cmd_flags);
 	tc = opf_to_tc(opf) | actbits;
 	if (opf_is_passthrough(opf)) {
 		tc |= IOS_TC_PC;
 		sector = 0;
 	} else {
 		tc |= IOS_TC_FS;
-		sector = RD(direct, rq, __sector);
+		sector = IOS_READ(btf, rq, __sector);
 		if (sector == (__u64)-1) /* never set (flush requests): 0, as blk_rq_trace_sector() */
 			sector = 0;
 	}
-	bytes = has_bytes ? nr_bytes : RD(direct, rq, __data_len);
+	bytes = has_bytes ? nr_bytes : IOS_READ(btf, rq, __data_len);
 	return emit(ts, pid_tgid, dev, action, tc, sector, bytes, aux, aux_dev, error);
 }
 
 /* ---- plug and unplug ---------------------------------------------------- */
 
-static __always_inline int on_plug(struct request_queue *q, __u16 action, __u64 depth, bool direct)
+static __always_inline int on_plug(struct request_queue *q, __u16 action, __u64 depth, const bool btf)
 {
 	__u64 ts;
 
 	if (bench_stop(&ts))
 		return 0;
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 dev = direct ? disk_dev_direct(queue_disk_direct(q)) : disk_dev(queue_disk(q));
+	__u32 dev = disk_dev(queue_disk(q, btf), btf);
 
 	if (!dev_wanted(dev))
 		return 0;
@@ -482,64 +469,24 @@ static __always_inline int on_plug(struct request_queue *q, __u16 action, __u64 
 	return emit(ts, pid_tgid, dev, action, IOS_TC_QUEUE, 0, 0, depth, 0, 0);
 }
 
-/* ---- the programs: tp_btf, then raw_tp ---------------------------------- */
+/* ---- the programs ------------------------------------------------------- */
 
-#define BIO_HOOK(hook, tp, action, actbits)                                    \
-	static __always_inline int on_##hook(struct bio *bio, bool direct)     \
-	{                                                                      \
-		return on_bio(bio, action, actbits, 0, 0, direct);             \
-	}                                                                      \
-	IOS_BLOCK_TP(hook, tp, CALL_##hook, struct bio *bio)
+IOS_BLOCK_TP(bio_queue, block_bio_queue, on_bio(bio, IOS_TA_QUEUE, IOS_TC_QUEUE, 0, 0, btf), struct bio *bio)
+IOS_BLOCK_TP(getrq, block_getrq, on_bio(bio, IOS_TA_GETRQ, IOS_TC_QUEUE, 0, 0, btf), struct bio *bio)
+IOS_BLOCK_TP(rq_insert, block_rq_insert, on_rq(rq, IOS_TA_INSERT, IOS_TC_QUEUE, 0, 0, 0, 0, 0, btf), struct request *rq)
+IOS_BLOCK_TP(rq_issue, block_rq_issue, on_rq(rq, IOS_TA_ISSUE, IOS_TC_ISSUE, 0, 0, 0, 0, 0, btf), struct request *rq)
+IOS_BLOCK_TP(rq_requeue, block_rq_requeue, on_rq(rq, IOS_TA_REQUEUE, IOS_TC_REQUEUE, 0, 0, 0, 0, 0, btf),
+	     struct request *rq)
+IOS_BLOCK_TP(rq_merge, block_rq_merge, on_rq(rq, IOS_TA_BACKMERGE, IOS_TC_QUEUE, 0, 0, 0, 0, 0, btf), struct request *rq)
 
-#define RQ_HOOK(hook, tp, action, actbits)                                     \
-	static __always_inline int on_##hook(struct request *rq, bool direct)  \
-	{                                                                      \
-		return on_rq(rq, action, actbits, 0, 0, 0, 0, 0, direct);      \
-	}                                                                      \
-	IOS_BLOCK_TP(hook, tp, CALL_##hook, struct request *rq)
-
-#define CALL_bio_queue(btf) on_bio_queue(bio, btf)
-#define CALL_getrq(btf) on_getrq(bio, btf)
-#define CALL_bio_backmerge(btf) on_bio_backmerge(bio, btf)
-#define CALL_bio_frontmerge(btf) on_bio_frontmerge(bio, btf)
-#define CALL_rq_insert(btf) on_rq_insert(rq, btf)
-#define CALL_rq_issue(btf) on_rq_issue(rq, btf)
-#define CALL_rq_requeue(btf) on_rq_requeue(rq, btf)
-#define CALL_rq_merge(btf) on_rq_merge(rq, btf)
-
-/* 5.10's merge events pass the request too: (q, rq, bio); IOS_BLOCK_TP's __q form
- * covers only a leading q, so these two have their own __q programs below. */
-BIO_HOOK(bio_queue, block_bio_queue, TA_QUEUE, IOS_TC_QUEUE)
-BIO_HOOK(getrq, block_getrq, TA_GETRQ, IOS_TC_QUEUE)
-RQ_HOOK(rq_insert, block_rq_insert, TA_INSERT, IOS_TC_QUEUE)
-RQ_HOOK(rq_issue, block_rq_issue, TA_ISSUE, IOS_TC_ISSUE)
-RQ_HOOK(rq_requeue, block_rq_requeue, TA_REQUEUE, IOS_TC_REQUEUE)
-RQ_HOOK(rq_merge, block_rq_merge, TA_BACKMERGE, IOS_TC_QUEUE)
-
-#define MERGE_HOOK(hook, tp, action)                                                        \
-	SEC("tp_btf/" #tp)                                                                  \
-	int BPF_PROG(btf_##hook, struct bio *bio)                                           \
-	{                                                                                   \
-		return on_bio(bio, action, IOS_TC_QUEUE, 0, 0, true);                        \
-	}                                                                                   \
-	SEC("tp_btf/" #tp)                                                                  \
-	int BPF_PROG(btf_##hook##__q, struct request_queue *q, struct request *rq, struct bio *bio) \
-	{                                                                                   \
-		return on_bio(bio, action, IOS_TC_QUEUE, 0, 0, true);                        \
-	}                                                                                   \
-	SEC("raw_tp/" #tp)                                                                  \
-	int BPF_PROG(raw_##hook, struct bio *bio)                                           \
-	{                                                                                   \
-		return on_bio(bio, action, IOS_TC_QUEUE, 0, 0, false);                       \
-	}                                                                                   \
-	SEC("raw_tp/" #tp)                                                                  \
-	int BPF_PROG(raw_##hook##__q, struct request_queue *q, struct request *rq, struct bio *bio) \
-	{                                                                                   \
-		return on_bio(bio, action, IOS_TC_QUEUE, 0, 0, false);                       \
-	}
-
-MERGE_HOOK(bio_backmerge, block_bio_backmerge, TA_BACKMERGE)
-MERGE_HOOK(bio_frontmerge, block_bio_frontmerge, TA_FRONTMERGE)
+/* 5.10's bio merge events pass the request too, (q, rq, bio): their __q programs are their own. */
+IOS_TP(bio_backmerge, block_bio_backmerge, on_bio(bio, IOS_TA_BACKMERGE, IOS_TC_QUEUE, 0, 0, btf), struct bio *bio)
+IOS_TP(bio_backmerge__q, block_bio_backmerge, on_bio(bio, IOS_TA_BACKMERGE, IOS_TC_QUEUE, 0, 0, btf),
+       struct request_queue *q, struct request *rq, struct bio *bio)
+IOS_TP(bio_frontmerge, block_bio_frontmerge, on_bio(bio, IOS_TA_FRONTMERGE, IOS_TC_QUEUE, 0, 0, btf),
+       struct bio *bio)
+IOS_TP(bio_frontmerge__q, block_bio_frontmerge, on_bio(bio, IOS_TA_FRONTMERGE, IOS_TC_QUEUE, 0, 0, btf),
+       struct request_queue *q, struct request *rq, struct bio *bio)
 
 /*
  * block_rq_complete's error: a blk_status_t in 6.1 and later, the errno (an
@@ -554,60 +501,21 @@ static __always_inline int complete_errno(__u64 error)
 	return targ_complete_errno ? (int)(__s32)error : blk_status_errno((__u8)error);
 }
 
-SEC("tp_btf/block_rq_complete")
-int BPF_PROG(btf_rq_complete, struct request *rq, __u64 error, unsigned int nr_bytes)
-{
-	return on_rq(rq, TA_COMPLETE, IOS_TC_COMPLETE, 1, nr_bytes, complete_errno(error), 0, 0, true);
-}
+IOS_TP(rq_complete, block_rq_complete,
+       on_rq(rq, IOS_TA_COMPLETE, IOS_TC_COMPLETE, 1, nr_bytes, complete_errno(error), 0, 0, btf),
+       struct request *rq, __u64 error, unsigned int nr_bytes)
+IOS_TP(bio_complete, block_bio_complete, on_bio_complete(bio, btf), struct request_queue *q, struct bio *bio)
 
-SEC("raw_tp/block_rq_complete")
-int BPF_PROG(raw_rq_complete, struct request *rq, __u64 error, unsigned int nr_bytes)
-{
-	return on_rq(rq, TA_COMPLETE, IOS_TC_COMPLETE, 1, nr_bytes, complete_errno(error), 0, 0, false);
-}
+IOS_BLOCK_TP(split, block_split, on_bio(bio, IOS_TA_SPLIT, 0, new_sector, 0, btf), struct bio *bio,
+	     unsigned int new_sector)
+IOS_BLOCK_TP(bio_remap, block_bio_remap, on_bio(bio, IOS_TA_REMAP, IOS_TC_QUEUE, from, dev, btf), struct bio *bio,
+	     dev_t dev, sector_t from)
+IOS_BLOCK_TP(rq_remap, block_rq_remap, on_rq(rq, IOS_TA_REMAP, IOS_TC_QUEUE, 0, 0, 0, from, dev, btf),
+	     struct request *rq, dev_t dev, sector_t from)
 
-SEC("tp_btf/block_bio_complete")
-int BPF_PROG(btf_bio_complete, struct request_queue *q, struct bio *bio)
-{
-	return on_bio_complete(bio, true);
-}
-
-SEC("raw_tp/block_bio_complete")
-int BPF_PROG(raw_bio_complete, struct request_queue *q, struct bio *bio)
-{
-	return on_bio_complete(bio, false);
-}
-
-#define CALL_split(btf) on_bio(bio, TA_SPLIT, 0, new_sector, 0, btf)
-#define CALL_bio_remap(btf) on_bio(bio, TA_REMAP, IOS_TC_QUEUE, from, dev, btf)
-#define CALL_rq_remap(btf) on_rq(rq, TA_REMAP, IOS_TC_QUEUE, 0, 0, 0, from, dev, btf)
-IOS_BLOCK_TP(split, block_split, CALL_split, struct bio *bio, unsigned int new_sector)
-IOS_BLOCK_TP(bio_remap, block_bio_remap, CALL_bio_remap, struct bio *bio, dev_t dev, sector_t from)
-IOS_BLOCK_TP(rq_remap, block_rq_remap, CALL_rq_remap, struct request *rq, dev_t dev, sector_t from)
-
-SEC("tp_btf/block_plug")
-int BPF_PROG(btf_plug, struct request_queue *q)
-{
-	return on_plug(q, TA_PLUG, 0, true);
-}
-
-SEC("raw_tp/block_plug")
-int BPF_PROG(raw_plug, struct request_queue *q)
-{
-	return on_plug(q, TA_PLUG, 0, false);
-}
-
-SEC("tp_btf/block_unplug")
-int BPF_PROG(btf_unplug, struct request_queue *q, unsigned int depth, bool explicit)
-{
-	return on_plug(q, explicit ? TA_UNPLUG_IO : TA_UNPLUG_TIMER, depth, true);
-}
-
-SEC("raw_tp/block_unplug")
-int BPF_PROG(raw_unplug, struct request_queue *q, unsigned int depth, bool explicit)
-{
-	return on_plug(q, explicit ? TA_UNPLUG_IO : TA_UNPLUG_TIMER, depth, false);
-}
+IOS_TP(plug, block_plug, on_plug(q, IOS_TA_PLUG, 0, btf), struct request_queue *q)
+IOS_TP(unplug, block_unplug, on_plug(q, explicit ? IOS_TA_UNPLUG_IO : IOS_TA_UNPLUG_TIMER, depth, btf),
+       struct request_queue *q, unsigned int depth, bool explicit)
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

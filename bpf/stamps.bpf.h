@@ -11,14 +11,16 @@
  * targ_stamps on: the completion program times every request of a disk not
  * listed in probe_devs from its stamps, per request (as /proc/diskstats
  * counts); the listed disks (their requests carry no stamps) are followed by
- * the queue and issue programs of rqpath.bpf.h (RQPATH_PROBED). A request
+ * the queue and issue programs of rqpath.bpf.h (its dev_probed hook). A request
  * without stamps on an unlisted disk is counted (IOS_LOST_UNSTAMPED, and per
  * disk in unstamped_devs, from which user space moves the disk to the
  * probes: lib/ioscope/stamps.py), never timed from stale fields.
- * Include after common.bpf.h.
  */
 #ifndef STAMPS_BPF_H
 #define STAMPS_BPF_H
+
+#include "common.bpf.h"
+#include "block.bpf.h"
 
 const volatile bool targ_stamps = false;
 
@@ -93,11 +95,11 @@ struct stamps {
  */
 static __always_inline int stamps_read(struct request *rq, unsigned int nr_bytes, const bool btf, struct stamps *s)
 {
-	struct bio *bio = btf ? rq->bio : BPF_CORE_READ(rq, bio);
-	__u32 rq_bytes = btf ? rq->__data_len : BPF_CORE_READ(rq, __data_len);
-	__u32 rq_flags = btf ? rq->rq_flags : BPF_CORE_READ(rq, rq_flags);
+	struct bio *bio = IOS_READ(btf, rq, bio);
+	__u32 rq_bytes = IOS_READ(btf, rq, __data_len);
+	__u32 rq_flags = IOS_READ(btf, rq, rq_flags);
 
-	s->opf = btf ? rq->cmd_flags : BPF_CORE_READ(rq, cmd_flags);
+	s->opf = IOS_READ(btf, rq, cmd_flags);
 	s->op = opf_to_op(s->opf, rq_bytes);
 	s->bytes = rq_bytes;
 	s->start = 0;
@@ -105,16 +107,16 @@ static __always_inline int stamps_read(struct request *rq, unsigned int nr_bytes
 	if (nr_bytes < rq_bytes)
 		return STAMPS_SKIP;
 	if (rq_start_stamped(rq_flags))
-		s->start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
+		s->start = rq_start_ns(rq, btf);
 	if (rq_issue_stamped(rq_flags))
-		s->io = btf ? rq_io_start_ns_direct(rq) : rq_io_start_ns(rq);
+		s->io = rq_io_start_ns(rq, btf);
 	if (!bio)
 		return s->io ? STAMPS_FLUSH_RQ : STAMPS_NONE;
 	if (rq_flush_seq(rq_flags))
 		return STAMPS_SKIP;
 	/* the end of a flush sequence: its size was consumed at the data step (rqpath.bpf.h) */
-	if (!rq_bytes && s->io && bpf_core_field_exists(rq->stats_sectors))
-		s->bytes = (__u32)(btf ? rq->stats_sectors : BPF_CORE_READ(rq, stats_sectors)) << 9;
+	if (!rq_bytes && s->io)
+		s->bytes = rq_stats_bytes(rq, btf);
 	if (!s->io && !rq_bytes)
 		s->io = s->start; /* never issued: an empty PREFLUSH write */
 	if (!s->start || !s->io)

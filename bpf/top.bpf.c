@@ -18,23 +18,24 @@
  *    map; when the kernel did not stamp the request, the first bio's queue
  *    time is used.
  *
- * Each handler exists as tp_btf and raw_tp; the loader picks one per hook.
+ * Each handler exists as tp_btf and raw_tp (twins.bpf.h); the loader picks one
+ * per hook. There is no issue program: a bio that can end only by completing
+ * is marked at queue (inflight.bpf.h: slot_queued_d_ns).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include "twins.bpf.h"
 #include "core_fixes.bpf.h"
+#include "block.bpf.h"
 #include "hist.bpf.h"
 #include "common.bpf.h"
 #include "comms.bpf.h"
-/* no issue program: a bio that can end only by completing is marked at queue (inflight.bpf.h) */
-#define SLOT_QUEUED_D_NS(opf) (bio_is_nowait(opf) ? 0ULL : SLOT_ENDS_IN_RQ)
 #include "inflight.bpf.h"
+#include "rqpath.bpf.h"
 
-#define RQPATH_MAX_CHAIN 64
-#define RQPATH_TGID 0
-#define RQPATH_COMPLETE_NOW bpf_ktime_get_ns()
+#define TOP_MAX_CHAIN 64 /* bios of a request walked */
 
 
 /* Per-CPU: no cache line is shared between CPUs on the I/O path. User space
@@ -95,6 +96,16 @@ static __always_inline void disk_add(__u32 dev, __u8 op, __u64 lat)
 
 /* The hooks of the shared path (rqpath.bpf.h). */
 
+static __always_inline __u32 tgid_filter(void)
+{
+	return 0; /* every process */
+}
+
+static __always_inline bool dev_probed(__u32 dev)
+{
+	return true; /* every disk: the queue program follows every bio */
+}
+
 static __always_inline void note_comm(struct last_q *last, __u32 tgid)
 {
 	/* the name at queue time, looked at when this CPU sees another process */
@@ -102,12 +113,17 @@ static __always_inline void note_comm(struct last_q *last, __u32 tgid)
 		comms_note(tgid);
 }
 
+static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64 now, const bool btf)
+{
+	/* no issue program */
+}
+
 /* A flush request of the flush machinery: the disk's, no process's. */
 static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op, __u64 now, const bool btf)
 {
 	/* the flush machinery stamps its flush requests' start and accounts their time in
 	 * /proc/diskstats whatever the disk's iostats (RQF_IO_STAT is not set on them) */
-	__u64 rq_start = btf ? rq_start_ns_direct(rq) : rq_start_ns(rq);
+	__u64 rq_start = rq_start_ns(rq, btf);
 
 	if (rq_start && rq_start <= now)
 		disk_add(dev, op, now - rq_start);
@@ -140,9 +156,11 @@ static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u6
 		disk_add(dev, op, now - first_q);
 }
 
-#include "rqpath.bpf.h"
-
-RQPATH_PROGRAMS
+/* The programs: the shared path (rqpath.bpf.h), without an issue program (issue_prog false). */
+IOS_BLOCK_TP(bio_queue, block_bio_queue, rqpath_bio_queue(bio, false, btf), struct bio *bio)
+IOS_BLOCK_TP(split, block_split, slot_split(bio, false, btf), struct bio *bio)
+IOS_TP(rq_complete, block_rq_complete, rqpath_rq_complete(rq, nr_bytes, TOP_MAX_CHAIN, bpf_ktime_get_ns(), btf),
+       struct request *rq, int error, unsigned int nr_bytes)
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

@@ -5,7 +5,7 @@
  * Fixed size so that a batch of ring-buffer bytes is a numpy array as is.
  *
  * action and category use blktrace's codes (BLK_TA_* low 16 bits and the
- * BLK_TC_* bits), so export to blktrace version 7 is a field copy.
+ * BLK_TC_* bits: blktrace.bpf.h), so export to blktrace version 7 is a field copy.
  *
  * Process notes: action 0 with category IOS_TC_NOTIFY carries the 16-byte
  * command name of pid/tgid in sector+aux (sent when a pid is first seen or
@@ -30,7 +30,6 @@ struct trace_event {
 	__u32 flags;    /* IOS_EV_* */
 };
 
-#define IOS_TC_NOTIFY (1 << 10)
 #define IOS_EV_NOTE_PROCESS 1 /* a process note, see above */
 
 #endif /* TRACE_EVENT_H */

@@ -75,7 +75,7 @@ def test_one_disk_filter_for_every_object() -> None:
     for src in sorted(bpf.glob("*.bpf.c")):
         code = src.read_text()
         # an object built from a shared body (readahead and readahead_noloop): check the body
-        for inc in re.findall(r'#include "(\w+\.bpf\.h)"', code):
+        for inc in re.findall(r'#include "(\w+\.bpf\.[ch])"', code):
             if "char LICENSE[]" in (bpf / inc).read_text():
                 code += (bpf / inc).read_text()
         assert '#include "common.bpf.h"' in code or '#include "devfilter.bpf.h"' in code, src.name
