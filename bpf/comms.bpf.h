@@ -17,13 +17,14 @@
  * nobody holds a name for is left alone, so exec storms elsewhere on the host do not fill maps;
  * its name is read at its first I/O, so a rename before that is seen too.
  *
- * Include after vmlinux.h and the libbpf headers. Define COMMS_MAP 0 to get only the helpers
- * (a tool keeping names elsewhere: readsize's per-process values, the recorder's notes).
+ * Define COMMS_MAP 0 before including to get only the helpers (a tool keeping names elsewhere:
+ * readsize's per-process values, the recorder's notes).
  */
 #ifndef COMMS_BPF_H
 #define COMMS_BPF_H
 
 #include "twins.bpf.h"
+#include "maperr.bpf.h"
 
 #ifndef COMMS_MAP
 #define COMMS_MAP 1
