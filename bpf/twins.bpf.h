@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * Every hook as two programs from one body: a tp_btf program and a raw_tp program. The loader
- * (lib/ioscope/loader.py) autoloads one of them per hook, from what the kernel's BTF and tracefs
+ * (lib/ioscope/kernel/loader.py) autoloads one of them per hook, from what the kernel's BTF and tracefs
  * offer. A body is an __always_inline function taking `const bool btf` (true in the tp_btf
  * program) that reads kernel memory with IOS_READ; its programs are made by IOS_TP, or by
  * IOS_BLOCK_TP for a block tracepoint. Nothing else differs between the two.
