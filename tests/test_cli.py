@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, json_lines, run_ioscope
-from ioscope import __version__, cli, cli_common
+from ioscope import __version__, cli
+from ioscope.tools import common as cli_common
 
 
 def _one_line_error(p: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
@@ -184,7 +185,7 @@ def test_help_and_version_import_no_numpy(tool: str | None) -> None:
     """`ioscope --version` and `ioscope TOOL --help` import only the command line (issue 14's start-up
     goal): numpy, pyarrow, rich's tables and the BPF loader come when a tool runs, not to print its help."""
     argv = ["--version"] if tool is None else [tool, "--help"]
-    heavy = ("numpy", "pyarrow", "ioscope._libbpf", "prometheus_client")
+    heavy = ("numpy", "pyarrow", "ioscope.kernel._libbpf", "prometheus_client")
     code = (f"import sys\nfrom ioscope.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
             f"print(','.join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
