@@ -168,17 +168,3 @@ def test_heat_grid_conserves_counts_and_orders_bands() -> None:
     hh.push(12.0, {"vdb": hist.Hist.from_values([1000])})
     assert len(hh.cols["vdb"]) == 10 and int(hh.cols["vdb"][-1].sum()) == 1
     assert int(hh.cols["loop2"][-1].sum()) == 0
-
-
-def test_top_structs_match_the_bpf_object() -> None:
-    from ioscope.kernel.loader import object_path
-    try:
-        from ioscope.kernel import _libbpf  # type: ignore[attr-defined]
-    except ImportError:
-        pytest.skip("ioscope.kernel._libbpf is not built")
-    path = object_path("top")
-    for name in ("top_proc_key", "top_proc_val", "top_disk_key", "bio_slot", "hist"):
-        size, members = _libbpf.struct_layout(str(path), name)
-        dt = abi.STRUCTS[name]
-        assert size == dt.itemsize, name
-        assert [(m, off) for m, off, _ in members] == [(f, dt.fields[f][1]) for f in dt.names], name

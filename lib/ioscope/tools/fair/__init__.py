@@ -9,9 +9,4 @@ view.py       FairReport -> JSON, rich/plain text (one render path)
 cmd.py        the command line: options -> collector -> model -> view, once per interval
 (the balance math itself is ioscope.base.fairness)
 
-cmd's add_parser and run are re-exported for cli.TOOLS ("ioscope.tools.fair").
 """
-
-from ioscope.tools.fair.cmd import add_parser, run
-
-__all__ = ["add_parser", "run"]

@@ -8,9 +8,4 @@ model.py      pure: RaSample -> RaReport (decisions, windows, page fates, effici
 view.py       RaReport -> JSON, rich/plain text (one render path)
 cmd.py        the command line: options -> collector -> model -> view, once per interval
 
-cmd's add_parser and run are re-exported for cli.TOOLS ("ioscope.tools.readahead").
 """
-
-from ioscope.tools.readahead.cmd import add_parser, run
-
-__all__ = ["add_parser", "run"]

@@ -7,10 +7,4 @@ model.py      pure: ReadsizeSample -> ReadsizeReport (per process and direction,
 view.py       ReadsizeReport -> JSON, rich/plain text (one render path)
 cmd.py        the command line: options -> collector -> model -> view, once per interval
 
-cmd's add_parser and run are re-exported for cli.TOOLS ("ioscope.tools.readsize"); cmd imports
-neither numpy nor the BPF loader until it runs.
 """
-
-from ioscope.tools.readsize.cmd import add_parser, run
-
-__all__ = ["add_parser", "run"]
