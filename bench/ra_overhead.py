@@ -24,8 +24,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ioscope.base.loopfs import LoopFS
-from ioscope.base.testbed import run_fio
+from ioscope.base.testbed import LoopFS, run_fio
 from ioscope.engines.procio.collector import ReadsizeCollector, ReadsizeOptions
 from ioscope.tools.readahead.collector import ReadaheadCollector, ReadaheadOptions
 

@@ -439,7 +439,7 @@ def test_where_comm_matches_every_io_of_the_process(live: None, tmp_path: Path) 
     through the page cache on ext4 by a process with a short name (the kernel's comms map holds the
     bytes after a name's NUL as they were on the stack: the match must stop at the NUL; it once
     failed on this path and not on direct I/O)."""
-    from ioscope.base.loopfs import LoopFS, drop_caches
+    from ioscope.base.testbed import LoopFS, drop_caches
 
     with LoopFS(size_mb=64) as fs:
         data = Path(fs.mnt, "data")
@@ -465,7 +465,7 @@ def test_kstack_tells_the_code_paths_apart(live: None, tmp_path: Path, attach: s
     """`by comm,kstack`: a file read through the page cache on ext4 is queued from readahead
     (ext4_mpage_readpages), direct reads of the raw disk from the block device's direct I/O; every
     I/O has its stack, the frames are kernel symbols, and agg's own frames are not shown."""
-    from ioscope.base.loopfs import LoopFS, drop_caches
+    from ioscope.base.testbed import LoopFS, drop_caches
 
     direct_n = 37
     with LoopFS(size_mb=64) as fs:
@@ -500,7 +500,7 @@ def test_kstack_tells_the_code_paths_apart(live: None, tmp_path: Path, attach: s
 def test_file_key_names_the_files_read(live: None, tmp_path: Path, attach: str) -> None:
     """`sum(bytes) by file`: two files read through the page cache on ext4, at two depths, appear
     under their paths with exactly their sizes; direct I/O of the raw disk has no file."""
-    from ioscope.base.loopfs import LoopFS, drop_caches
+    from ioscope.base.testbed import LoopFS, drop_caches
 
     with LoopFS(size_mb=64) as fs:
         sub = Path(fs.mnt, "dir", "sub")
@@ -672,7 +672,7 @@ def test_where_comm_glob_matches_processes_by_pattern(live: None, tmp_path: Path
     processes it names and no other; `!=` the rest; the writeback of a file's buffered writes on ext4,
     queued by the kernel's flusher threads at sync, is matched by `comm == "kworker*"` as `by comm`
     names it."""
-    from ioscope.base.loopfs import LoopFS
+    from ioscope.base.testbed import LoopFS
 
     exprs = ["count() by comm", 'count() where comm == "globrd*"',
              'count() by comm where comm == "glob?d?" and op == read',

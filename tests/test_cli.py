@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, json_lines, run_ioscope
 from ioscope import __version__, cli, registry
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 
 def _one_line_error(p: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
@@ -150,9 +150,9 @@ def test_one_option_vocabulary() -> None:
         pos = {a.dest: a for a in p._actions if not a.option_strings}
         n = p._option_string_actions.get("-n")
         if "interval" in pos:
-            assert pos["interval"].type is cli_common.positive_float, tool
-            assert pos["count"].type is cli_common.positive_int, tool
-            assert n is not None and n.dest == "count_n" and n.type is cli_common.positive_int, tool
+            assert pos["interval"].type is common.positive_float, tool
+            assert pos["count"].type is common.positive_int, tool
+            assert n is not None and n.dest == "count_n" and n.type is common.positive_int, tool
         elif n is not None:
             assert n.help == argparse.SUPPRESS and n.dest == "rows", (tool, "-n is the count or an old spelling")
 

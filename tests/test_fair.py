@@ -95,7 +95,7 @@ def test_groups_per_disk_model() -> None:
 
 @pytest.fixture
 def fs2(live: None) -> Iterator[Any]:
-    from ioscope.base.loopfs import LoopFS
+    from ioscope.base.testbed import LoopFS
 
     with LoopFS(size_mb=160) as fs:
         yield fs
@@ -116,7 +116,7 @@ def _reader(path: str, cgroup: str | None = None) -> subprocess.Popen[bytes]:
 
 
 def _run_pair(fs: Any, files: list[str], cgroup: str | None, seconds: float) -> tuple[dict[str, Any], list[int]]:
-    from ioscope.base.loopfs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     drop_caches()
     t = Traced("fair", "-d", fs.name, "-j")
@@ -202,7 +202,7 @@ def test_throttled_reader_is_flagged(fs2: Any, blkio_cgroup: str) -> None:
 
 @pytest.fixture
 def fs_small(live: None) -> Iterator[Any]:
-    from ioscope.base.loopfs import LoopFS
+    from ioscope.base.testbed import LoopFS
 
     with LoopFS(size_mb=32) as fs:
         yield fs
@@ -210,7 +210,7 @@ def fs_small(live: None) -> Iterator[Any]:
 
 def _run_two_disks(fs_a: Any, fs_b: Any, files: list[str], *opts: str) -> tuple[dict[str, Any], list[int]]:
     """Three readers to the end of their files (two on fs_a, one on fs_b); one report for the whole run."""
-    from ioscope.base.loopfs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     drop_caches()
     t = Traced("fair", "-d", fs_a.name, "-d", fs_b.name, "-j", *opts)

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import ioscope_cmd, unreported_bound
 from ioscope.base.devices import DiskStats
-from ioscope.base.loopfs import LoopFS
+from ioscope.base.testbed import LoopFS
 from livelat import lat_running
 
 BUF_ROUNDS, BUF_BLOCKS = 3, 5   # dd bs=4k count=5; sync, three times

@@ -45,7 +45,7 @@ class Workload:
 
 @pytest.fixture(scope="module")
 def fs(live: None) -> Iterator[Any]:
-    from ioscope.base.loopfs import LoopFS
+    from ioscope.base.testbed import LoopFS
 
     with LoopFS(size_mb=64) as f:
         path = Path(f.mnt, "data")
@@ -205,7 +205,7 @@ def _wait_for(path: Path, text: str, timeout: float) -> bool:
 @pytest.mark.parametrize("sig", list(SIGNALS))
 @pytest.mark.parametrize("tool", TOOLS, ids=[t.name for t in TOOLS])
 def test_background_tool_stops_on_signal(fs: Any, tool: Tool, sig: str) -> None:
-    from ioscope.base.loopfs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     with tempfile.TemporaryDirectory(prefix="ioscope-acc-") as tmp:
         d = Path(tmp)

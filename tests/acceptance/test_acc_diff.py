@@ -51,7 +51,7 @@ def _record(disk: Any, path: str, workload: Any) -> dict[str, int]:
 
 
 def test_diff_shows_the_readahead_change(live: None, tmp_path: Path) -> None:
-    from ioscope.base.loopfs import LoopFS, drop_caches
+    from ioscope.base.testbed import LoopFS, drop_caches
 
     with LoopFS(size_mb=128, read_ahead_kb=128) as fs:
         # requests as large as the readahead window: a loop disk may cap them at 64 KiB (max_sectors_kb; it

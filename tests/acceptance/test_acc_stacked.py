@@ -50,7 +50,7 @@ def _unreported(cap: str, dev: LoopDevice) -> int:
 
 
 def test_btrfs_raid1_members_and_their_shares(live: None, tmp_path: Path) -> None:
-    from ioscope.base.loopfs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     mnt = tempfile.mkdtemp(prefix="ioscope-btrfs-")
     mounted = False

@@ -1,4 +1,4 @@
-"""numpy mirrors of bpf/ra.h (tests/test_ra_abi.py checks them against the objects' BTF)."""
+"""numpy mirrors of bpf/ra.h (tests/test_abi.py checks them against the objects' BTF)."""
 
 from __future__ import annotations
 

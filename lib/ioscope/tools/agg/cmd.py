@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 
 from ioscope.base import live
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 EXAMPLES = """\
 examples:
@@ -38,15 +38,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        description=DESCRIPTION, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-e", "--expr", action="append", metavar="EXPR",
                    help="an aggregation, e.g. 'count() by comm,disk'; repeatable")
-    cli_common.add_disk_pid(p)
+    common.add_disk_pid(p)
     p.add_argument("-c", "--cgroup", metavar="CGROUP",
                    help="trace only I/O charged to this cgroup: its path in the io controller's hierarchy "
                         "(cgroup v2, or v1 blkio where mounted; live only)")
-    cli_common.add_rows(p, letter=False)  # -r reads a capture here
-    cli_common.add_json(p)
+    common.add_rows(p, letter=False)  # -r reads a capture here
+    common.add_json(p)
     p.add_argument("--cumulative", action="store_true", help="do not clear the aggregations every interval")
     p.add_argument("-r", "--read", metavar="CAPTURE", help="aggregate a capture made by ioscope record")
-    p.add_argument("--every", type=cli_common.positive_float, metavar="SECONDS",
+    p.add_argument("--every", type=common.positive_float, metavar="SECONDS",
                    help="with -r: one result per SECONDS of the capture (default: one for the whole capture)")
     bt = p.add_mutually_exclusive_group()
     bt.add_argument("--bpftrace", metavar="PROGRAM",
@@ -59,7 +59,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "one program per I/O; queue: one record per bio when it is queued, one program per I/O; "
                         "probes: one record per bio at its completion, each followed from its queue event (btt's "
                         "way)")
-    cli_common.add_interval_count(p)
+    common.add_interval_count(p)
     p.set_defaults(func=run, tool="agg")
 
 
@@ -70,7 +70,7 @@ def parse_exprs(texts: Sequence[str]) -> list:  # type: ignore[type-arg]
 
 def _print(result: object, as_json: bool) -> None:
     from ioscope.tools.agg.view import renderables, to_json
-    cli_common.print_result("agg", result, as_json, to_json, renderables)
+    common.print_result("agg", result, as_json, to_json, renderables)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
 
         what = (f"{len(exprs)} aggregation{'s' if len(exprs) > 1 else ''} of block I/O on {where} ({attach}; "
                 f"timing {timing_summary(collector.timing)})")
-        rc = cli_common.run_intervals("agg", what, args.interval, args.count, emit, collector.unavailable,
+        rc = common.run_intervals("agg", what, args.interval, args.count, emit, collector.unavailable,
                                       tick=collector.tick, tick_every=TICK_S)
         if args.interval is not None and (args.count is None or state["emitted"] < args.count):
             # stopped (Ctrl-C, SIGTERM) inside an interval: print what it measured, as DTrace does
@@ -152,7 +152,7 @@ def run_bpftrace(args: argparse.Namespace) -> int:
 
     def emit(result: AggResult) -> None:
         with live.signals_deferred():
-            cli_common.print_result("agg", result, args.json, to_json, renderables, result.losses)
+            common.print_result("agg", result, args.json, to_json, renderables, result.losses)
 
     return bpftrace.run(args, emit)
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ioscope.base import outfile
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 if TYPE_CHECKING:
     from ioscope.engines.recording.session import RecordRequest
@@ -40,8 +40,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", metavar="CASE", help="the bundle to write")
     p.add_argument("--list", metavar="CASE", help="list what a bundle holds, and stop")
-    cli_common.add_disk_pid(p)
-    p.add_argument("-w", "--duration", type=cli_common.positive_float, metavar="SECONDS",
+    common.add_disk_pid(p)
+    p.add_argument("-w", "--duration", type=common.positive_float, metavar="SECONDS",
                    help="stop after SECONDS (default: at Ctrl-C)")
     p.add_argument("--redact", metavar="WHAT,...", default="",
                    help="replace these in every file of the bundle: hostnames, addresses, comms (process and "

@@ -12,7 +12,7 @@ import argparse
 import os
 import time
 
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 EXAMPLES = """\
 examples:
@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        description="Create a tmpfs-backed loop device, run a mixed read/write workload on it "
                                    "with ioscope lat attached, print the latency report and clean up.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seconds", type=cli_common.positive_float, default=3.0, help="workload duration (default 3)")
+    p.add_argument("--seconds", type=common.positive_float, default=3.0, help="workload duration (default 3)")
     p.add_argument("--scheduler", default="mq-deadline", help="I/O scheduler of the loop device (default mq-deadline)")
     # ioscope demo readahead: the readahead/readsize/fair scenario (lib/ioscope/tools/demo/readahead.py)
     p.add_argument("scenario", nargs="?", choices=("readahead",),
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         return scenario.run(args)
     system.require_bpf_privileges("demo")
     btf = system.btf_path(args.btf)
-    out = cli_common.console()
+    out = common.console()
     with LoopDevice(size_mb=256, scheduler=args.scheduler) as loop:
         out.print(f"ioscope demo: {loop.path} over {loop.backing} ({loop.size_mb} MiB on tmpfs, "
                   f"scheduler {args.scheduler})")

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ioscope.base.errors import IoscopeError
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 if TYPE_CHECKING:  # the collectors (numpy, the BPF loader) are imported when the demo runs, not for --help
     from ioscope.base.fairness import Balance
-    from ioscope.base.loopfs import LoopFS
+    from ioscope.base.testbed import LoopFS
     from ioscope.engines.procio.model import ReadsizeReport, ReadsizeSample
     from ioscope.tools.fair.model import DiskState
     from ioscope.tools.readahead.model import RaReport
@@ -75,18 +75,18 @@ class SettingResult:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("readahead scenario")
-    g.add_argument("--readers", type=cli_common.positive_int, default=16,
+    g.add_argument("--readers", type=common.positive_int, default=16,
                    help="concurrent readers, one file each (default 16)")
-    g.add_argument("--file-mb", type=cli_common.positive_int, default=32, help="size of each file (default 32)")
-    g.add_argument("--small-kb", type=cli_common.positive_int, default=512,
+    g.add_argument("--file-mb", type=common.positive_int, default=32, help="size of each file (default 32)")
+    g.add_argument("--small-kb", type=common.positive_int, default=512,
                    help="the small read_ahead_kb (default 512, the study's good setting)")
-    g.add_argument("--large-kb", type=cli_common.positive_int, default=12288,
+    g.add_argument("--large-kb", type=common.positive_int, default=12288,
                    help="the very large read_ahead_kb (default 12288, the study's 12 MiB)")
     g.add_argument("--limit-mbs", type=float, default=400.0,
                    help="make the device the bottleneck, as the study's HBA was: all readers share one blkio "
                         "cgroup limited to this many MiB/s on the loop device (default 400; 0 = no limit, the "
                         "tmpfs-backed loop device is then CPU-bound)")
-    g.add_argument("--max-kb", type=cli_common.positive_int, default=512,
+    g.add_argument("--max-kb", type=common.positive_int, default=512,
                    help="max_sectors_kb of the loop device, the largest request (default 512, the study's "
                         "maximum I/O size)")
     g.add_argument("--memory-mb", type=int, default=0,
@@ -161,7 +161,7 @@ def run_setting(fs: LoopFS, files: list[str], ra_kb: int, seconds: float, btf: s
                 limit: SharedLimit | None = None) -> SettingResult:
     """Collect: the readers run with readsize and readahead attached to the loop device."""
     from ioscope.base import devices
-    from ioscope.base.loopfs import drop_caches
+    from ioscope.base.testbed import drop_caches
     from ioscope.engines.procio.collector import ReadsizeCollector, ReadsizeOptions
     from ioscope.tools.readahead.collector import ReadaheadCollector, ReadaheadOptions
     from ioscope.tools.readahead.model import build_report as ra_report
@@ -299,12 +299,12 @@ def to_json(r: SettingResult) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     from ioscope.base import system
-    from ioscope.base.loopfs import LoopFS
+    from ioscope.base.testbed import LoopFS
 
     system.require_bpf_privileges("demo")
     btf = system.btf_path(args.btf)
     n, file_mb = args.readers, args.file_mb
-    out = cli_common.console()
+    out = common.console()
     size_mb = n * file_mb + 64 + n
     with LoopFS(size_mb=size_mb, scheduler=args.scheduler) as fs:
         if not args.json:

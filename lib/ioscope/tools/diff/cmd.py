@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 EXAMPLES = """\
 examples:
@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("before", metavar="BEFORE", help="the capture taken before the change")
     p.add_argument("after", metavar="AFTER", help="the capture taken after it")
-    cli_common.add_json(p)
+    common.add_json(p)
     p.set_defaults(func=run, tool="diff")
 
 
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from ioscope.tools.diff.view import renderables, to_json
 
     result = diff(summarise(args.before), summarise(args.after))
-    cli_common.print_result("diff", result, args.json, to_json, renderables)
+    common.print_result("diff", result, args.json, to_json, renderables)
     return 0
 
 

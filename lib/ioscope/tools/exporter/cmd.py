@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 from ioscope.tools.exporter.server import DEFAULT_LISTEN
 
 DEFAULT_SERIES_IDLE_S = 600  # model.DEFAULT_SERIES_IDLE_S (not imported here: --help stays light)
@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "processes beyond N is summed as other")
     p.add_argument("--per-cgroup", type=int, default=0, metavar="N",
                    help="the same per cgroup")
-    p.add_argument("--series-idle", type=cli_common.positive_float, default=DEFAULT_SERIES_IDLE_S,
+    p.add_argument("--series-idle", type=common.positive_float, default=DEFAULT_SERIES_IDLE_S,
                    metavar="SECONDS",
                    help=f"drop a process or cgroup series after SECONDS without I/O (default {DEFAULT_SERIES_IDLE_S}: "
                         "10 minutes), freeing its place")

@@ -6,7 +6,7 @@ import argparse
 
 from ioscope.base.errors import UsageError
 from ioscope.base.fairness import MIN_VERDICT_BYTES
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 EXAMPLES = """\
 examples:
@@ -25,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "mean, coefficient of variation, max/min and Jain's fairness index, flagged when "
                                    "poor, with the device settings and the likely causes ioscope can see.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli_common.add_proc_filters(p)
+    common.add_proc_filters(p)
     p.add_argument("--by", choices=("app", "dev"), default="app",
                    help="bytes the balance is computed on: app = returned by the syscalls (default), "
                         "dev = block I/O queued by the process")
@@ -34,11 +34,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "processes on the same disk, one group per disk)")
     p.add_argument("--min-share", type=float, default=0.01,
                    help="ignore processes below this fraction of the busiest one (default 0.01)")
-    p.add_argument("--min-bytes", type=cli_common.size_type("--min-bytes"), default=MIN_VERDICT_BYTES, metavar="SIZE",
+    p.add_argument("--min-bytes", type=common.size_type("--min-bytes"), default=MIN_VERDICT_BYTES, metavar="SIZE",
                    help="judge the balance of an operation only when the processes compared moved at least "
                         "SIZE bytes of it in the interval (default 1M; k, M, G suffixes)")
-    cli_common.add_json(p)
-    cli_common.add_interval_count(p)
+    common.add_json(p)
+    common.add_interval_count(p)
     p.set_defaults(func=run, tool="fair")
 
 
@@ -61,10 +61,10 @@ def run(args: argparse.Namespace) -> int:
         def emit(started: float, reset: bool, final: bool) -> None:
             report = build_report(collector.sample(reset=reset), by=args.by, min_share=args.min_share,
                                   min_bytes=args.min_bytes, attach=attach)
-            cli_common.print_result("fair", report, args.json, to_json, renderables, report.losses)
+            common.print_result("fair", report, args.json, to_json, renderables, report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
-        return cli_common.run_intervals("fair", f"per-process throughput on {where} ({attach})", args.interval,
+        return common.run_intervals("fair", f"per-process throughput on {where} ({attach})", args.interval,
                                         args.count, emit, collector.unavailable)
     finally:
         collector.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 EXAMPLES = """\
 examples:
@@ -27,8 +27,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--engine", choices=("duckdb", "spark"), default="duckdb", help="the engine (default duckdb)")
     p.add_argument("--master", default="local[*]", metavar="URL",
                    help="Spark's master with --engine spark (default local[*]; spark://HOST:7077, yarn, ...)")
-    cli_common.add_rows(p, what="processes per host", default=5)
-    cli_common.add_json(p)
+    common.add_rows(p, what="processes per host", default=5)
+    common.add_json(p)
     p.set_defaults(func=run, tool="fleet")
 
 
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             rows = engines.run_spark(args.inputs, tmp, qs, args.master)
         else:
             rows = engines.run_duckdb(args.inputs, tmp, qs)
-    cli_common.print_result("fleet", build(args.engine, rows), args.json, to_json, renderables)
+    common.print_result("fleet", build(args.engine, rows), args.json, to_json, renderables)
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ioscope.base.errors import UsageError
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 EXAMPLES = """\
 examples:
@@ -24,17 +24,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "completion), q2d (queued to issue: scheduler and queueing) and d2c "
                                    "(issue to completion: the device).",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli_common.add_disk_pid(p)
+    common.add_disk_pid(p)
     p.add_argument("-D", "--per-disk", "--disks", dest="per_disk", action="store_true",
                    help="one histogram per disk")
     p.add_argument("-O", "--per-op", dest="per_op", action="store_true",
                    help="one histogram per operation (read, write, ...)")
-    cli_common.add_deprecated_flag(p, "-F", "--flags", dest="per_op", instead="-O/--per-op")
+    common.add_deprecated_flag(p, "-F", "--flags", dest="per_op", instead="-O/--per-op")
     p.add_argument("-P", "--per-pid", "--pids", dest="per_pid", action="store_true",
                    help="one histogram per submitting process")
     p.add_argument("-m", "--milliseconds", action="store_true", help="print values in milliseconds")
-    cli_common.add_json(p)
-    p.add_argument("--phase", default="q2c,q2d,d2c", type=cli_common.phases_type,
+    common.add_json(p)
+    p.add_argument("--phase", default="q2c,q2d,d2c", type=common.phases_type,
                    help="phases to measure, comma separated (default: q2c,q2d,d2c)")
     p.add_argument("--fine", action="store_true", help="show every log-linear bucket, not powers of two")
     p.add_argument("--timing", choices=("auto", "stamps", "probes"), default="auto",
@@ -42,7 +42,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "program per I/O, on every disk whose requests carry them, probes elsewhere; stamps: "
                         "only the stamps; probes: follow each bio from its queue event (btt's per-bio phases; "
                         "what -P and -p use)")
-    cli_common.add_interval_count(p)
+    common.add_interval_count(p)
     p.set_defaults(func=run, tool="lat")
 
 
@@ -74,10 +74,10 @@ def run(args: argparse.Namespace) -> int:
         def emit(started: float, reset: bool, final: bool) -> None:
             report = build_report(collector.sample(started, reset=reset, final=final),
                                   attach=attach, phases=opts.phases)
-            cli_common.print_result("lat", report, args.json, to_json,
+            common.print_result("lat", report, args.json, to_json,
                                     lambda rep: renderables(rep, view), report.losses)
 
-        return cli_common.run_intervals("lat", f"block I/O latency on {where} ({attach}; timing {timed})",
+        return common.run_intervals("lat", f"block I/O latency on {where} ({attach}; timing {timed})",
                                         args.interval, args.count, emit, collector.unavailable,
                                         tick=collector.tick, tick_every=TICK_S)
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ioscope.base import live
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 EXAMPLES = """\
 examples:
@@ -35,8 +35,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="only this interface (or a comma-separated list); repeatable")
     p.add_argument("-x", "--extended", action="store_true",
                    help="the error, drop, overrun and collision columns instead of the average packet sizes")
-    cli_common.add_json(p)
-    cli_common.add_interval_count(p)
+    common.add_json(p)
+    common.add_interval_count(p)
     p.set_defaults(func=run, tool="nic")
 
 
@@ -57,10 +57,10 @@ def run(args: argparse.Namespace) -> int:
             report = build_report(prev[0], cur, names)
             prev[0] = cur
             with live.signals_deferred():
-                cli_common.print_result("nic", report, args.json, to_json, lambda rep: renderables(rep, view))
+                common.print_result("nic", report, args.json, to_json, lambda rep: renderables(rep, view))
 
         where = ", ".join(names) or "every interface"
-        return cli_common.run_intervals("nic", f"network interface counters of {where} (netlink)",
+        return common.run_intervals("nic", f"network interface counters of {where} (netlink)",
                                         args.interval, args.count, emit, [])
     finally:
         collector.close()

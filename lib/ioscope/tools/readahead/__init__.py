@@ -7,5 +7,4 @@ collector.py  bpf/readahead.bpf.o, the readers' fd tables and mountinfo (paths),
 model.py      pure: RaSample -> RaReport (decisions, windows, page fates, efficiency, per device)
 view.py       RaReport -> JSON, rich/plain text (one render path)
 cmd.py        the command line: options -> collector -> model -> view, once per interval
-
 """

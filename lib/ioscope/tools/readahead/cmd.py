@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ioscope.base.errors import UsageError
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 MAX_PAGES_LIMIT = 1 << 26
 
@@ -26,16 +26,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "(wasted) or are still cached; the age of pages at first use; per process and "
                                    "file, beside the device's read_ahead_kb. Totals are since the start.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli_common.add_disk_pid(p)
-    cli_common.add_json(p)
-    cli_common.add_rows(p, "files, the most pages read ahead first (JSON has all)", default=20)
-    cli_common.add_deprecated_flag(p, "--top", dest="rows", instead="-r/--rows", takes_value=True,
-                                   type=cli_common.positive_int)
-    p.add_argument("--max-pages", type=cli_common.positive_int, default=262144,
+    common.add_disk_pid(p)
+    common.add_json(p)
+    common.add_rows(p, "files, the most pages read ahead first (JSON has all)", default=20)
+    common.add_deprecated_flag(p, "--top", dest="rows", instead="-r/--rows", takes_value=True,
+                                   type=common.positive_int)
+    p.add_argument("--max-pages", type=common.positive_int, default=262144,
                    help="pages tracked at once (default 262144 = 1 GiB of 4 KiB pages); "
                         "pages beyond are counted as untracked")
     p.add_argument("--fine", action="store_true", help="show every log-linear bucket, not powers of two")
-    cli_common.add_interval_count(p)
+    common.add_interval_count(p)
     p.set_defaults(func=run, tool="readahead")
 
 
@@ -59,11 +59,11 @@ def run(args: argparse.Namespace) -> int:
         def emit(started: float, reset: bool, final: bool) -> None:
             # readahead's numbers are totals since the start (a page's fate is known later than its read)
             report = build_report(collector.read(), attach=attach)
-            cli_common.print_result("readahead", report, args.json, to_json,
+            common.print_result("readahead", report, args.json, to_json,
                                     lambda rep: renderables(rep, view), report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
-        return cli_common.run_intervals("readahead", f"readahead on {where} ({attach})", args.interval, args.count,
+        return common.run_intervals("readahead", f"readahead on {where} ({attach})", args.interval, args.count,
                                         emit, collector.unavailable)
     finally:
         collector.close()

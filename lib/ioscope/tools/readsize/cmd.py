@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 EXAMPLES = """\
 examples:
@@ -22,13 +22,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "block I/O the process queued (bio sizes, readahead or not), and the "
                                    "amplification between the two. Aggregated in the kernel.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli_common.add_proc_filters(p)
+    common.add_proc_filters(p)
     p.add_argument("--writes", action="store_true", help="also writes (write, pwrite64, writev, pwritev, pwritev2)")
-    cli_common.add_json(p)
-    cli_common.add_rows(p, "processes, the busiest first (JSON has all)", default=20)
-    cli_common.add_deprecated_flag(p, "--top", dest="rows", instead="-r/--rows", takes_value=True,
-                                   type=cli_common.positive_int)
-    cli_common.add_interval_count(p)
+    common.add_json(p)
+    common.add_rows(p, "processes, the busiest first (JSON has all)", default=20)
+    common.add_deprecated_flag(p, "--top", dest="rows", instead="-r/--rows", takes_value=True,
+                                   type=common.positive_int)
+    common.add_interval_count(p)
     p.set_defaults(func=run, tool="readsize")
 
 
@@ -49,11 +49,11 @@ def run(args: argparse.Namespace) -> int:
 
         def emit(started: float, reset: bool, final: bool) -> None:
             report = build_report(collector.sample(started, reset=reset), attach=attach)
-            cli_common.print_result("readsize", report, args.json, to_json,
+            common.print_result("readsize", report, args.json, to_json,
                                     lambda rep: renderables(rep, view), report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
-        return cli_common.run_intervals("readsize", f"read sizes and block I/O per process on {where} ({attach})",
+        return common.run_intervals("readsize", f"read sizes and block I/O per process on {where} ({attach})",
                                         args.interval, args.count, emit, collector.unavailable)
     finally:
         collector.close()

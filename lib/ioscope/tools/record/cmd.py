@@ -14,7 +14,7 @@ from typing import Any
 
 from ioscope.base import outfile
 from ioscope.base.errors import UsageError
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 EXAMPLES = """\
 examples:
@@ -37,17 +37,17 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "file.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="capture file to write")
-    cli_common.add_disk_pid(p)
+    common.add_disk_pid(p)
     p.add_argument("-a", "--act-mask", action="append", metavar="NAME",
                    help="record only events of this category, as blktrace -a (repeatable, or NAME,NAME): "
                         "queue, requeue, issue, complete (the others' programs are not attached: cheaper), "
                         "notify, or read, write, flush, sync, fs, pc, ahead, meta, discard, drv_data, fua "
                         "(kept by the events' category); default: every event")
-    p.add_argument("-w", "--duration", type=cli_common.positive_float, metavar="SECONDS",
+    p.add_argument("-w", "--duration", type=common.positive_float, metavar="SECONDS",
                    help="stop after SECONDS")
-    p.add_argument("--max-size", type=cli_common.size_type("--max-size"), metavar="SIZE",
+    p.add_argument("--max-size", type=common.size_type("--max-size"), metavar="SIZE",
                    help="stop when the file reaches SIZE (e.g. 500M, 2G)")
-    p.add_argument("--buffer", type=cli_common.size_type("--buffer"), metavar="SIZE",
+    p.add_argument("--buffer", type=common.size_type("--buffer"), metavar="SIZE",
                    help="kernel buffer memory, shared by one ring per CPU and context level (task, softirq, "
                         "hardirq), each rounded up to a power of two records; default 32M, and at least "
                         "8192 records per ring")
@@ -69,7 +69,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="how often --trigger-cmd runs (default 10s)")
     fl.add_argument("--after", type=_duration("--after"), default=5.0, metavar="DURATION",
                     help="keep recording this long after a trigger before saving (default 5s)")
-    fl.add_argument("--max-saves", type=cli_common.positive_int, default=20, metavar="N",
+    fl.add_argument("--max-saves", type=common.positive_int, default=20, metavar="N",
                     help="save at most N windows in this run (default 20); later triggers are counted")
     fl.add_argument("--context", action="store_true",
                     help="save each window as an `ioscope collect` bundle: the capture and the host's context "

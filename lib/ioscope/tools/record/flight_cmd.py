@@ -1,4 +1,4 @@
-"""`ioscope record --ring`: the flight recorder's command (trace/flight.py does the work): checks, the
+"""`ioscope record --ring`: the flight recorder's command (flight.py does the work): checks, the
 start line, the status line, SIGUSR1, and the summary."""
 
 from __future__ import annotations

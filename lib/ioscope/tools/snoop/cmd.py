@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 
 EXAMPLES = """\
 examples:
@@ -22,9 +22,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "operation (RWBS), sector, size, queue time (queued to issued) and service "
                                    "time (issued to completed).",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    cli_common.add_disk_pid(p)
+    common.add_disk_pid(p)
     p.add_argument("-j", "--json", action="store_true", help="one JSON object per I/O")
-    p.add_argument("-w", "--duration", type=cli_common.positive_float, metavar="SECONDS",
+    p.add_argument("-w", "--duration", type=common.positive_float, metavar="SECONDS",
                    help="stop after SECONDS")
     p.set_defaults(func=run, tool="snoop")
 

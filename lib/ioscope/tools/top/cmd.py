@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ioscope.base import live
 from ioscope.base.errors import UsageError
-from ioscope.tools import common as cli_common
+from ioscope.tools import common
 from ioscope.tools.top import PROC_SORT_KEYS
 
 if TYPE_CHECKING:  # the collector, model and views (numpy, the BPF loader) are imported when top runs
@@ -40,18 +40,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-d", "--disk", action="append", metavar="DISK",
                    help="trace only this disk (name, /dev/name or major:minor; filtered in the kernel); repeatable")
-    p.add_argument("-p", "--pid", type=cli_common.pid_type, help="show only I/O queued by this process")
+    p.add_argument("-p", "--pid", type=common.pid_type, help="show only I/O queued by this process")
     p.add_argument("-b", "--batch", action="store_true",
                    help="plain-text snapshots, one per interval (the default when stdout is not a terminal)")
-    cli_common.add_json(p)
-    cli_common.add_rows(p, "processes per snapshot (batch and JSON)")
-    cli_common.add_deprecated_flag(p, "-l", "--limit", dest="rows", instead="-r/--rows", takes_value=True,
-                                   type=cli_common.positive_int)
+    common.add_json(p)
+    common.add_rows(p, "processes per snapshot (batch and JSON)")
+    common.add_deprecated_flag(p, "-l", "--limit", dest="rows", instead="-r/--rows", takes_value=True,
+                                   type=common.positive_int)
     # procps top's long name for -n (help shows -n, --count)
-    p.add_argument("--iterations", dest="count_n", type=cli_common.positive_int, help=argparse.SUPPRESS)
+    p.add_argument("--iterations", dest="count_n", type=common.positive_int, help=argparse.SUPPRESS)
     p.add_argument("-s", "--sort", default="total", choices=("total", *PROC_SORT_KEYS),
                    help="process sort column (default total: rkB/s + wkB/s)")
-    cli_common.add_interval_count(p)
+    common.add_interval_count(p)
     p.set_defaults(func=run, tool="top")
 
 

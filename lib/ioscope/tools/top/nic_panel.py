@@ -1,6 +1,6 @@
 """ioscope nic as a panel of ioscope top: the network interfaces under the disks, toggled by the key n.
 
-top imports this module when it starts (top/cmd.py, OPTIONAL_SOURCES): it registers the panel drawing and
+top imports this module when it starts (tools/top/cmd.py, OPTIONAL_SOURCES): it registers the panel drawing and
 gives top a source that samples the interfaces once per refresh. The numbers are nic's (the same model and
 the same JSON rows, in top's JSON under extras.nic); the panel is off until n is pressed.
 """
