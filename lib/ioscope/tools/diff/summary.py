@@ -1,8 +1,8 @@
 """The collector of `ioscope diff`: a capture -> a CaptureSummary (per disk and op: I/Os, bytes,
 q2c and d2c percentiles; per disk: the processes' bytes and the queue settings recorded with it).
 
-The numbers come from the aggregation engine over a capture (engines/aggregate/capture.py: every I/O paired from Q to C, as
-report pairs them), asked the questions below; nothing is computed twice."""
+The numbers come from the aggregation engine over a capture (engines/aggregate/capture.py: every I/O
+paired from Q to C, as report pairs them), asked the questions below; nothing is computed twice."""
 
 from __future__ import annotations
 
