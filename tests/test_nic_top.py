@@ -44,7 +44,7 @@ def test_key_n_toggles_the_panel() -> None:
     assert "network interfaces" not in _plain(st, snap)
     # batch text leaves toggled panels out; JSON carries the data
     assert "network interfaces" not in view.batch_text(snap)
-    assert snap.to_json()["extras"]["nic"]["interfaces"][0]["iface"] == "eth7"
+    assert view.snapshot_json(snap)["extras"]["nic"]["interfaces"][0]["iface"] == "eth7"
 
 
 def test_help_lists_the_key_and_small_screens_fit() -> None:

@@ -11,6 +11,7 @@ from ioscope.base import hist
 from ioscope.base.devices import read_diskstats
 from ioscope.kernel import abi
 from ioscope.tools.top import model
+from ioscope.tools.top.view import snapshot_json
 
 # Two /proc/diskstats samples 2 s apart. Fields after the name: reads, reads merged, sectors read, ms reading,
 # writes, writes merged, sectors written, ms writing, in flight, io ms, weighted ms, discards (4), flushes (2).
@@ -136,7 +137,7 @@ def test_snapshot_filters_and_json(samples: tuple[dict, dict]) -> None:  # type:
     loop2 = snap.devices[0]
     assert loop2.lat_ios == 100 and loop2.p99_ms is not None
     assert 0.03 <= loop2.p99_ms <= 9.0
-    doc = snap.to_json()
+    doc = snapshot_json(snap)
     assert doc["lost"] == 3 and doc["interval_s"] == 2.0
     assert {"disk", "r_s", "w_s", "rkB_s", "wkB_s", "rrqm_s", "wrqm_s", "r_await", "w_await", "aqu_sz", "rareq_sz",
             "wareq_sz", "util", "p99_ms"} <= set(doc["devices"][0])

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ioscope.base.collector import Tick
 from ioscope.base.live import sleep_until, warn_lost, warn_unavailable
 from ioscope.base.phases import PHASES
 
@@ -215,8 +216,8 @@ def console() -> Console:
                    soft_wrap=True)
 
 
-# emit(interval_start_wall_time, reset, final) prints one report
-Emit = Callable[[float, bool, bool], None]
+# emit(tick) prints one report (base/collector.py: Tick says since when, and whether to reset or settle)
+Emit = Callable[[Tick], None]
 
 
 def run_intervals(tool: str, what: str, interval: float | None, count: int | None, emit: Emit,
@@ -241,7 +242,7 @@ def run_intervals(tool: str, what: str, interval: float | None, count: int | Non
                     tick()
     except KeyboardInterrupt:
         if interval is None:
-            emit(started, False, True)
+            emit(Tick(started, reset=False, final=True))
         return 0
     done = 0
     try:
@@ -252,7 +253,7 @@ def run_intervals(tool: str, what: str, interval: float | None, count: int | Non
                 tick()
             sleep_until(deadline)
             done += 1
-            emit(started + interval * (done - 1), True, count is not None and done >= count)
+            emit(Tick(started + interval * (done - 1), reset=True, final=count is not None and done >= count))
             if tick:
                 tick()
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ioscope.base import devices
+from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError
 from ioscope.base.fmt import comm_str
 from ioscope.base.losses import Losses, StatsDelta
@@ -181,10 +182,10 @@ class ReadsizeCollector:
         """Values the programs could not record, since the last call (or since the start)."""
         return self.stats.read(since_last)
 
-    def sample(self, started: float, reset: bool) -> ReadsizeSample:
+    def sample(self, tick: Tick) -> ReadsizeSample:
         wall = time.time()
-        procs = self.read(reset=reset)
-        return ReadsizeSample(wall=wall, started=started, procs=procs, requests=self.requests(reset=reset),
+        procs = self.read(reset=tick.reset)
+        return ReadsizeSample(wall=wall, started=tick.started, procs=procs, requests=self.requests(reset=tick.reset),
                               losses=self.losses())
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ioscope.base.collector import Tick
 from ioscope.base.errors import UsageError
 from ioscope.base.fairness import MIN_VERDICT_BYTES
 from ioscope.tools import common
@@ -58,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         attach = collector.bpf.variant_summary()
 
-        def emit(started: float, reset: bool, final: bool) -> None:
-            report = build_report(collector.sample(reset=reset), by=args.by, min_share=args.min_share,
+        def emit(tick: Tick) -> None:
+            report = build_report(collector.sample(tick), by=args.by, min_share=args.min_share,
                                   min_bytes=args.min_bytes, attach=attach)
             common.print_result("fair", report, args.json, to_json, renderables, report.losses)
 

@@ -3,13 +3,14 @@ console without colour). Formatting only: every number comes from the report."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
 from rich.console import RenderableType
 from rich.text import Text
 
-from ioscope.base.fairness import POOR_JAIN, Verdict
+from ioscope.base.fairness import POOR_JAIN, Balance, Verdict
 from ioscope.base.fmt import fmt_bytes, iso_time
 from ioscope.engines.context import iolimits
 from ioscope.tools.fair.model import DiskState, FairReport, Group, ProcRow
@@ -37,8 +38,8 @@ def group_json(g: Group) -> dict[str, Any]:
     return {
         "disk": g.disk,
         "procs": [row_json(row) for row in g.rows],
-        "balance": {op: v.to_json() for op, v in g.balance.items()},
-        "cumulative_balance": {op: v.to_json() for op, v in g.cumulative.items()},
+        "balance": {op: verdict_json(v) for op, v in g.balance.items()},
+        "cumulative_balance": {op: verdict_json(v) for op, v in g.cumulative.items()},
         "poor": {op: {"busy": bool(p.busy), "busy_disks": p.busy, "causes": p.causes} for op, p in g.poor.items()},
     }
 
@@ -129,3 +130,14 @@ def renderables(r: FairReport) -> Iterator[RenderableType]:
 
 __all__ = ["balance_line", "disk_json", "group_json", "group_lines", "renderables", "row_json", "text_lines",
            "to_json"]
+
+
+def balance_json(b: Balance) -> dict[str, object]:
+    return {"n": b.n, "total": b.total, "min": b.min, "max": b.max, "mean": round(b.mean, 3),
+            "cv": round(b.cv, 6), "max_min": None if math.isinf(b.max_min) else round(b.max_min, 6),
+            "jain": round(b.jain, 6), "poor": b.poor}
+
+
+def verdict_json(v: Verdict) -> dict[str, object]:
+    return {**balance_json(v.balance), "poor": v.poor, "enough_activity": v.enough, "min_bytes": v.min_bytes,
+            "pids": v.pids}

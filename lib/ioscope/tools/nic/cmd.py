@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ioscope.base import live
+from ioscope.base.collector import Tick
 from ioscope.tools import common
 
 EXAMPLES = """\
@@ -52,8 +53,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         prev: list[NicSample] = [collector.sample()]
 
-        def emit(started: float, reset: bool, final: bool) -> None:
-            cur = collector.sample()
+        def emit(tick: Tick) -> None:
+            cur = collector.sample(tick)
             report = build_report(prev[0], cur, names)
             prev[0] = cur
             with live.signals_deferred():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ioscope.base.collector import Tick
 from ioscope.tools import common
 
 EXAMPLES = """\
@@ -47,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         attach = collector.bpf.variant_summary()
 
-        def emit(started: float, reset: bool, final: bool) -> None:
-            report = build_report(collector.sample(started, reset=reset), attach=attach)
+        def emit(tick: Tick) -> None:
+            report = build_report(collector.sample(tick), attach=attach)
             common.print_result("readsize", report, args.json, to_json,
                                     lambda rep: renderables(rep, view), report.losses)
 

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.capture.events import EVENT, join_events, select_events
 
@@ -324,7 +325,7 @@ class KernelTriggers:
         if now - self._ticked >= self._tick_every:
             self.collector.tick()
             self._ticked = now
-        sample = self.collector.sample(time.time(), reset=True, final=False)
+        sample = self.collector.sample(Tick(time.time(), reset=True))
         out = []
         for e, rows in zip(self.exprs, sample.rows):
             if not rows:
