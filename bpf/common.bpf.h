@@ -35,18 +35,17 @@ static __always_inline void stat_inc(__u32 idx)
 }
 
 /*
- * The value of key in a hash map, created from *zero if absent; NULL when it cannot be created (the
- * map is full: the caller counts the loss) or was deleted at once. Every lookup-or-create of a
- * zeroed value goes through here. map_init is its second half, for a caller that does something
- * more when the key is new (readahead.bpf.c: file_stats): a create that finds the key (another
- * CPU's) is not a failure.
+ * The value of key in a hash map, created from *zero if absent; NULL when it could not be created
+ * (the map is full: the caller counts the loss). Every lookup-or-create of a zeroed value goes
+ * through here. The update's error needs no test of its own: a failed create leaves the key absent
+ * and the lookup after it says so, while a create that finds the key (another CPU's, EEXIST) is not
+ * a failure (map_update counts the others). A branch less also keeps the verifier's states few
+ * where this runs before a loop (readahead's on_add). map_init is the second half, for a caller
+ * that does something more when the key is new (readahead.bpf.c: file_stats).
  */
 static __always_inline void *map_init(void *map, const void *key, const void *zero)
 {
-	int err = map_update(map, key, zero, BPF_NOEXIST);
-
-	if (err && err != -EEXIST)
-		return NULL;
+	map_update(map, key, zero, BPF_NOEXIST);
 	return bpf_map_lookup_elem(map, key);
 }
 
