@@ -41,6 +41,7 @@
 #include "stamps.bpf.h"
 #include "agg.h"
 #include "fname.bpf.h"
+#include "cgroup.bpf.h"
 
 #define AGG_MAX_CHAIN 32 /* bios of a request walked */
 
@@ -413,37 +414,6 @@ static __always_inline struct agg_extra *extra_of(__u64 bio)
 }
 
 static __always_inline struct agg_rec *rec_start(__u32 dev, __u8 op, __u32 flags);
-
-/*
- * The cgroup the block layer charges a bio to, in the hierarchy the io controller is on (v1 blkio or
- * v2): its blkg's (bio_associate_blkg: the submitter's, also when a kworker queues the bio, as
- * blk-throttle's does once a throttled bio may go). Without a blkg, the queueing task's cgroup of the
- * io controller (task->cgroups->subsys[io_cgrp_id]): an id of the same hierarchy. The id is the
- * cgroup directory's inode number (kernfs_node.id, a u64 since 5.5).
- */
-static __always_inline __u64 bio_cgroup_id(struct bio *bio)
-{
-	struct cgroup *cg = NULL;
-
-	if (bpf_core_field_exists(bio->bi_blkg)) {
-		struct blkcg_gq *blkg = BPF_CORE_READ(bio, bi_blkg);
-
-		if (blkg)
-			cg = BPF_CORE_READ(blkg, blkcg, css.cgroup);
-	}
-	if (!cg) {
-		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-		struct css_set *cset = BPF_CORE_READ(task, cgroups);
-		struct cgroup_subsys_state *css = NULL;
-		__u32 io = bpf_core_enum_value(enum cgroup_subsys_id, io_cgrp_id);
-
-		if (cset)
-			bpf_core_read(&css, sizeof(css), &cset->subsys[io]);
-		if (css)
-			cg = BPF_CORE_READ(css, cgroup);
-	}
-	return cg ? BPF_CORE_READ(cg, kn, id) : 0;
-}
 
 /* How long blk-throttle held the bio before this, its queue event (0: it did not hold it). */
 static __always_inline __u64 throttle_wait(struct bio *bio, const bool btf)
