@@ -89,7 +89,9 @@ setup(
         ),
         # the sequential loops of the offline tools (btt's pairing, blktrace record scanning, blkparse
         # lines), plain C, no libraries
-        Extension("ioscope.trace._tracecore", sources=["lib/ioscope/trace/_tracecore.c"],
+        Extension("ioscope.trace._tracecore",
+                  sources=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "lib/ioscope/trace/tracecore").glob("*.c")),
+                  depends=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "lib/ioscope/trace/tracecore").glob("*.h")),
                   extra_compile_args=["-Wall", "-O2"]),
     ],
     cmdclass={"build_ext": BuildExt, "build_py": BuildPy},

@@ -63,6 +63,13 @@ class Source:
             if len(d.events):
                 yield d.events, d.seq
 
+    def decoded(self) -> Iterator[blktrace.Decoded]:
+        """A blktrace source's decoded pieces, in time order (names and wall-clock notes gathered)."""
+        for d in blktrace.read_merged(self.files):
+            self.comms.update(d.comms)
+            self.wall_stamps.extend(d.timestamps)
+            yield d
+
     def close(self) -> None:
         if self._capture is not None:
             self._capture.close()
