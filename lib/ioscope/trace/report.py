@@ -252,9 +252,12 @@ def btt_differences(r: BttResult, dev: int, name: Callable[[int], str]) -> str |
     rn = r.stat("q2c", dev).n + r.stat("q2c_dm", dev).n
     why: list[str] = []
     if b is not None and b.split_events:
-        why.append(f"{b.split_events:,} split pieces (X) btt ignores: their {b.split_bios:,} bios' Qs take each "
-                   "piece's G (a second G overwriting the first's time) and I, and no piece's D or C covers them, "
-                   f"so btt never issues nor completes them ({b.split_never_completed:,} still held at the end)")
+        pieces = b.split_events + b.split_bios
+        held = f"; {b.split_never_completed:,} of those Qs still held at the end" if b.split_never_completed else ""
+        why.append(f"{b.split_bios:,} bio{'s' if b.split_bios != 1 else ''} split (X) into {pieces:,} pieces: btt "
+                   "ignores X, so each piece's G and I go to the bio's Q (a second G overwriting the first's "
+                   f"time) and no piece's D or C covers it: btt issues and completes none of the {pieces:,} "
+                   f"pieces, which this report times one by one{held}")
     if d is not None and d.btt_diff_range:
         why.append(f"{d.btt_diff_range:,} I/Os inside a split bio's range that btt pairs with that bio instead")
     if d is not None and d.btt_diff_other:
