@@ -363,20 +363,11 @@ int bs_end(bttsim_t *s)
 
 int bs_ensure_dev(bttsim_t *s, size_t idx)
 {
+	size_t no = s->ndevs;
 	if (idx < s->ndevs)
 		return 0;
-	size_t n = idx + 8;
-	bdev_t *d = realloc(s->devs, n * sizeof(*d));
-	if (!d)
-		return -1;
-	s->devs = d;
-	int32_t *o = realloc(s->order, n * sizeof(*o));
-	if (!o)
-		return -1;
-	s->order = o;
-	memset(d + s->ndevs, 0, (n - s->ndevs) * sizeof(*d));
-	s->ndevs = n;
-	return 0;
+	return tc_grow(&s->order, &no, idx + 8, sizeof(*s->order)) < 0 ||
+	       tc_grow(&s->devs, &s->ndevs, idx + 8, sizeof(*s->devs)) < 0 ? -1 : 0;
 }
 
 /* btt's dip_alloc() for a record set up on device idx: NULL while the device culls */

@@ -151,20 +151,11 @@ static int ensure_dev(Core *c, size_t idx)
 {
 	if (c->btt_on && bs_ensure_dev(&c->sim, idx) < 0)
 		return -1;
+	size_t no = c->ndevs;
 	if (idx < c->ndevs)
 		return 0;
-	size_t n = idx + 8;
-	dev_t_ *d = realloc(c->devs, n * sizeof(*d));
-	if (!d)
-		return -1;
-	c->devs = d;
-	int32_t *o = realloc(c->order, n * sizeof(*o));
-	if (!o)
-		return -1;
-	c->order = o;
-	memset(d + c->ndevs, 0, (n - c->ndevs) * sizeof(*d));
-	c->ndevs = n;
-	return 0;
+	return tc_grow(&c->order, &no, idx + 8, sizeof(*c->order)) < 0 ||
+	       tc_grow(&c->devs, &c->ndevs, idx + 8, sizeof(*c->devs)) < 0 ? -1 : 0;
 }
 
 static int ensure_proc(Core *c, size_t idx)

@@ -63,6 +63,21 @@ static inline uint64_t tdelta(uint64_t from, uint64_t to)
 	return from < to ? to - from : 1;
 }
 
+/* grow *arr (of *n items of size bytes) to at least want items, the new ones zeroed; -1 when out of memory */
+static inline int tc_grow(void *arr, size_t *n, size_t want, size_t size)
+{
+	void **p = (void **)arr;
+	if (want <= *n)
+		return 0;
+	char *q = realloc(*p, want * size);
+	if (!q)
+		return -1;
+	memset(q + *n * size, 0, (want - *n) * size);
+	*p = q;
+	*n = want;
+	return 0;
+}
+
 /* a C-contiguous buffer of exactly n items of itemsize bytes (what says which argument is wrong) */
 int tc_get_buf(PyObject *obj, Py_buffer *b, Py_ssize_t itemsize, Py_ssize_t n, const char *what);
 /* the same for an EVENT array: n events */
