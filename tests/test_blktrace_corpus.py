@@ -27,9 +27,9 @@ import blk_scenarios as bs
 TRACES = Path(__file__).resolve().parent / "traces"
 # per-CPU sets: name -> the other sets blkparse is given with it (-i NAME -i OTHER)
 SETS = {"splits": [], "nostamp": [], "unnamed": [], "renamed": [], "bigend": [], "missing": [], "partition": [],
-        "parttraced": [], "dm-0": ["sda"]}
+        "parttraced": [], "dm-0": ["sda"], "messages": []}
 DUMPS = ["splits.dump", "nostamp.dump", "bigend.dump", "partition.dump", "parttraced.dump", "dm.dump",
-         "misnamed.blktrace.0"]
+         "messages.dump", "misnamed.blktrace.0"]
 CUT = "==================== Latency percentiles (ioscope)"
 
 

@@ -45,7 +45,7 @@ TC = {"READ": 1 << 0, "WRITE": 1 << 1, "FLUSH": 1 << 2, "SYNC": 1 << 3, "QUEUE":
 ACTIONS = {"Q": (1, "QUEUE"), "M": (2, "QUEUE"), "F": (3, "QUEUE"), "G": (4, "QUEUE"), "S": (5, "QUEUE"),
            "R": (6, "REQUEUE"), "D": (7, "ISSUE"), "C": (8, "COMPLETE"), "P": (9, "QUEUE"), "U": (10, "QUEUE"),
            "UT": (11, "QUEUE"), "I": (12, "QUEUE"), "X": (13, None), "B": (14, None), "A": (15, "QUEUE")}
-TN_PROCESS, TN_TIMESTAMP = 0, 1
+TN_PROCESS, TN_TIMESTAMP, TN_MESSAGE = 0, 1, 2
 
 
 def kdev(major: int, minor: int) -> int:
@@ -188,6 +188,24 @@ def with_notes(recs: list[Rec], traced: int, stamp: tuple[int, int, int, int] | 
     return per
 
 
+def with_messages(per: dict[int, list[Rec]]) -> dict[int, list[Rec]]:
+    """The I/O scheduler's messages, as CFQ writes them (blk_add_trace_msg: a BLK_TN_MESSAGE record of the
+    text, no sequence number, on the CPU and in the name of the task at hand) after each insert, dispatch
+    and completion: what a CentOS 7 host's traces are full of."""
+    out: dict[int, list[Rec]] = {}
+    for cpu, recs in per.items():
+        lst = out.setdefault(cpu, [])
+        for r in recs:
+            lst.append(r)
+            if r.note is not None or r.code not in (12, 7, 8) or not r.nbytes:
+                continue
+            rw = ("W" if r.cat & TC["WRITE"] else "R") + ("S" if r.cat & TC["SYNC"] else "")
+            text = {12: f"cfq{r.pid}{rw} insert_request", 7: f"cfq{r.pid}{rw} dispatched a request",
+                    8: f"cfq{r.pid}{rw} complete rqnoidle 0"}[r.code]
+            lst.append(Rec(r.time + 1, r.cpu, r.pid, r.dev, note=TN_MESSAGE, pdu=text.encode()))
+    return out
+
+
 def write_set(out: Path, name: str, per: dict[int, list[Rec]], order: str = "<", skip: tuple[int, ...] = (),
               ncpus: int | None = None) -> list[Path]:
     """NAME.blktrace.CPU files (every CPU up to the highest; skip: CPUs whose file is left out)."""
@@ -269,6 +287,9 @@ def build(out: Path) -> None:
     first_dd, last_dd = sorted(p for p in pids if splits.comms.get(p) == "dd")[:2]
     reused = [replace(r, pid=first_dd, comm="reused") if r.pid == last_dd else r for r in splits.recs]
     write_set(out, "renamed", with_notes(reused, disk, stamp, per_cpu={first_dd}))
+    # the I/O scheduler's messages (CFQ's), in the files and in their dump
+    write_set(out, "messages", with_messages(with_notes(splits.recs, disk, stamp)))
+    blkparse_dump(out, "messages", "messages.dump")
     # big-endian (a POWER or s390 host's files)
     write_set(out, "bigend", with_notes(splits.recs, disk, stamp), order=">")
     blkparse_dump(out, "bigend", "bigend.dump")

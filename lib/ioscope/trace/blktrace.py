@@ -287,6 +287,8 @@ class Decoded:
     # whose bio went to another device is an event of the device it went to (its payload's device_to, as
     # blkparse prints it and ioscope records it); btt counts it on the record's device
     own_dev: npt.NDArray[np.uint32] | None = None
+    # decode(messages=True): the text of each message (BLK_TN_MESSAGE) row, by its index in events
+    texts: dict[int, str] | None = None
 
 
 def _order(buf: bytes | memoryview, path: str, offset: int) -> str:
@@ -335,8 +337,10 @@ def record_offsets(buf: bytes | memoryview, path: str = "<data>", start: int = 0
 
 
 def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, path: str = "<data>",
-           start: int = 0) -> Decoded:
-    """EVENT records for the blk_io_trace records at offs (from record_offsets)."""
+           start: int = 0, messages: bool = False) -> Decoded:
+    """EVENT records for the blk_io_trace records at offs (from record_offsets). messages: the messages
+    (BLK_TN_MESSAGE, the I/O scheduler's) as rows too, flagged EV_MESSAGE, their texts in Decoded.texts
+    (blkparse prints them, and btt sets their device up)."""
     n = len(offs)
     dt = bit_dtype(order)
     if n == 0:
@@ -401,13 +405,22 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
         words = pay[ts_note][:, :8].copy().view(order + "u4").reshape(-1, 2)
         for t, (sec, ns) in zip(hdr["time"][ts_note].tolist(), words.tolist()):
             stamps.append((int(t), int(sec) * 1_000_000_000 + int(ns)))
-    messages = int((notify & (code == TN_MESSAGE)).sum())
-    return Decoded(select_events(ev, keep), comms, stamps, messages, offs[keep] + start,
-                   hdr["sequence"][keep].astype(np.uint32), None if own is None else own[keep])
+    is_msg = notify & (code == TN_MESSAGE) & ((action & np.uint32(0xFFFF)) == TN_MESSAGE)
+    texts: dict[int, str] | None = None
+    if messages and is_msg.any():
+        from ioscope.trace.events import EV_MESSAGE
+        ev["flags"][is_msg] = EV_MESSAGE
+        keep = keep | is_msg
+        pos = np.cumsum(keep) - 1
+        texts = {int(pos[i]): bytes(buf[int(offs[i]) + 48:int(offs[i]) + 48 + int(hdr["pdu_len"][i])])
+                 .split(b"\0", 1)[0].decode(errors="replace") for i in np.flatnonzero(is_msg).tolist()}
+    n_msg = int((notify & (code == TN_MESSAGE)).sum())
+    return Decoded(select_events(ev, keep), comms, stamps, n_msg, offs[keep] + start,
+                   hdr["sequence"][keep].astype(np.uint32), None if own is None else own[keep], texts)
 
 
-def read_stream(path: str, block: int = 1 << 20) -> Iterator[Decoded]:
-    """Decode one blktrace stream file block by block (bounded memory)."""
+def read_stream(path: str, block: int = 1 << 20, messages: bool = False) -> Iterator[Decoded]:
+    """Decode one blktrace stream file block by block (bounded memory); messages: decode()'s."""
     try:
         size = os.path.getsize(path)
         f = open(path, "rb")
@@ -426,7 +439,7 @@ def read_stream(path: str, block: int = 1 << 20) -> Iterator[Decoded]:
             if not buf:
                 break
             offs, used, order = record_offsets(buf, path, pos, order, final=final)
-            yield decode(buf, offs, order, path, pos)
+            yield decode(buf, offs, order, path, pos, messages)
             pos += used
             carry = buf[used:]
             if final:

@@ -171,8 +171,8 @@ def export_blkparse_dump(src: Source, fs: FileSets, f: BinaryIO) -> tuple[int, i
         records += len(out)
         nbytes += len(data)
         g += n
-    for _p, k in order.rest(g):
-        data = note(k, False)
+    for kind, k in [(0, k) for _p, k in order.rest(g)] + [(1, k) for _p, k in msgs[mi:]]:
+        data = note(k, kind == 1)
         f.write(data)
         records += 1
         nbytes += len(data)

@@ -247,6 +247,16 @@ class FileSets:
         sec, nsec = np.frombuffer(rec[48:56], dtype=order + "u4").tolist()
         return t, int(sec) * 1_000_000_000 + int(nsec)
 
+    def note_text(self, k: int) -> str:
+        """A message's text."""
+        si, cpu, _fp, _mp, rec = self.notes[k]
+        plen = int.from_bytes(rec[46:48], "little" if self.order(si, cpu) == "<" else "big")
+        return rec[48:48 + plen].split(b"\0", 1)[0].decode(errors="replace")
+
+    def note_seq(self, k: int) -> int:
+        si, cpu, _fp, _mp, rec = self.notes[k]
+        return int.from_bytes(rec[4:8], "little" if self.order(si, cpu) == "<" else "big")
+
     def note_pid_name(self, k: int) -> tuple[int, str]:
         si, cpu, _fp, _mp, rec = self.notes[k]
         pid = int.from_bytes(rec[32:36], "little" if self.order(si, cpu) == "<" else "big")
@@ -748,11 +758,12 @@ def note_rows(fs: FileSets, ks: list[int], ts: int) -> npt.NDArray[np.void]:
     return blktrace.join_events(rows) if rows else np.zeros(0, dtype=EVENT)
 
 
-def btt_stream(fs: FileSets, chunks: Any) -> Iterator[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32]]]:
+def btt_stream(fs: FileSets, chunks: Any, texts: bool = False) -> Iterator[Any]:
     """An imported file set as btt reads it: what `blkparse -d` writes from blktrace's per-CPU files (every
     record in the order blkparse prints them, each process note where blkparse reads it, the messages
     where it prints them), or a dump's records in its own order. Yields (events with notes and messages,
-    each record's own device). chunks: the capture's (or read_file_sets') EVENT chunks."""
+    each record's own device), and with texts {row: note index} of the message rows. chunks: the
+    capture's (or read_file_sets') EVENT chunks."""
     own = fs.own_devices()
     keys = np.array(sorted(own), dtype=np.int64)
     if fs.rank is not None:   # files not in time order: the capture's events, put back in blkparse's order
@@ -781,30 +792,39 @@ def btt_stream(fs: FileSets, chunks: Any) -> Iterator[tuple[npt.NDArray[np.void]
             ins.append((msgs[mi][0], 1, msgs[mi][1]))
             mi += 1
         if not ins:
-            yield blk, dev
+            yield (blk, dev, {}) if texts else (blk, dev)
             g += n
             continue
         ins.sort(key=lambda x: (x[0], x[1]))
         parts: list[npt.NDArray[np.void]] = []
         owns: list[npt.NDArray[np.uint32]] = []
+        rows_of: dict[int, int] = {}
         at = 0
+        size = 0
         for p, kind, k in ins:
             cut = min(max(p - g, 0), n)
             if cut > at:
                 parts.append(blk[at:cut])
                 owns.append(dev[at:cut])
+                size += cut - at
                 at = cut
             row = note_rows(fs, [k], int(blk["ts"][min(cut, n - 1)])) if kind == 0 else message_rows(fs, [k])
+            if kind == 1:
+                rows_of[size] = k
             parts.append(row)
             owns.append(row["dev"].astype(np.uint32))
+            size += len(row)
         parts.append(blk[at:])
         owns.append(dev[at:])
-        yield blktrace.join_events(parts), np.concatenate(owns)
+        out = (blktrace.join_events(parts), np.concatenate(owns))
+        yield (*out, rows_of) if texts else out
         g += n
-    rest = [k for _p, k in order.rest(g)] + [k for _p, k in msgs[mi:]]
-    if rest:
-        tail = note_rows(fs, rest, 0)
-        yield tail, tail["dev"].astype(np.uint32)
+    notes_left = [k for _p, k in order.rest(g)]
+    msgs_left = [k for _p, k in msgs[mi:]]
+    if notes_left or msgs_left:
+        tail = blktrace.join_events([note_rows(fs, notes_left, 0), message_rows(fs, msgs_left)])
+        rows = {len(notes_left) + j: k for j, k in enumerate(msgs_left)}
+        yield (tail, tail["dev"].astype(np.uint32), rows) if texts else (tail, tail["dev"].astype(np.uint32))
 
 
 def time_zero(fs: FileSets, first_ts: int | None) -> int:

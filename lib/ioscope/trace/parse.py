@@ -314,19 +314,23 @@ class Parser:
             self.devstats = g
 
     def feed(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = None,
-             own_dev: npt.NDArray[Any] | None = None) -> None:
-        """A chunk of a stream (a dump, or a capture), in read order: block events and process notes where
-        they were read. seq: the block events' sequence numbers (None: numbered as blktrace numbers them);
-        own_dev: each record's own device (None: its device), where blkparse counts it."""
+             own_dev: npt.NDArray[Any] | None = None, texts: dict[int, str] | None = None) -> None:
+        """A chunk of a stream (a dump, or a capture), in read order: block events, and process notes and
+        messages (EV_MESSAGE rows, their texts in texts by row) where they were read. seq: the records'
+        sequence numbers (None: numbered as blktrace numbers them); own_dev: each record's own device
+        (None: its device), where blkparse counts it."""
         if self.stopped or not len(ev):
             return
         from ioscope.trace.events import EV_MESSAGE, EV_NOTE_PROCESS, note_comm
         flags = ev["flags"]
         notes = (flags & EV_NOTE_PROCESS) != 0
-        blk = (flags & (EV_NOTE_PROCESS | EV_MESSAGE)) == 0
+        msg = (flags & EV_MESSAGE) != 0
+        if texts is None:
+            msg[:] = False
+        keep = ~notes & ((flags & EV_MESSAGE) == 0) | msg   # block events and the messages blkparse prints
         if seq is None:
             seq = self.seq.number(ev)
-        ridx = self.nfed + np.cumsum(blk) - blk    # each event's read index among block events
+        ridx = self.nfed + np.cumsum(keep) - keep    # each trace's read index (messages count, as blkparse's)
         renames: list[tuple[int, int, str]] = []
         if self.naming == "ioscope":
             # a process note names its pid from its time on (exec, prctl): events before it keep
@@ -339,13 +343,19 @@ class Parser:
         else:   # blkparse reads 512 events at a time: a note names its pid for the whole batch it is in
             for k in np.flatnonzero(notes).tolist():
                 self.note(int(ev["pid"][k]), note_comm(ev[k]), int(ridx[k]) // BATCH * BATCH)
-        self.nfed += int(blk.sum())
-        if not blk.all():
-            ev, seq, ridx = ev[blk], seq[blk], ridx[blk]
+        self.nfed += int(keep.sum())
+        if msg.any():
+            assert texts is not None
+            at = np.cumsum(keep) - 1
+            texts = {int(at[i]): texts.get(int(i), "") for i in np.flatnonzero(msg).tolist()}
+        else:
+            texts = None
+        if not keep.all():
+            ev, seq, ridx = ev[keep], seq[keep], ridx[keep]
             if own_dev is not None:
-                own_dev = own_dev[blk]
+                own_dev = own_dev[keep]
         try:
-            self._feed_events(ev, seq, renames, own_dev=own_dev, ridx=ridx)
+            self._feed_events(ev, seq, renames, own_dev=own_dev, ridx=ridx, texts=texts)
         finally:
             for _ts, pid, comm in renames:
                 self.comms[pid] = comm
@@ -391,7 +401,7 @@ class Parser:
     def _feed_events(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32],
                      renames: list[tuple[int, int, str]] | None = None,
                      sets: npt.NDArray[Any] | None = None, own_dev: npt.NDArray[Any] | None = None,
-                     ridx: npt.NDArray[np.int64] | None = None) -> None:
+                     ridx: npt.NDArray[np.int64] | None = None, texts: dict[int, str] | None = None) -> None:
         """Render block events (no process notes), named by the naming in use (_names).
 
         sets: each event's file set (use_file_sets), for events already in blkparse's order. own_dev:
@@ -434,6 +444,7 @@ class Parser:
         # record's own (a remap's traced disk's).
         o = np.lexsort((np.arange(len(ev))[::-1], seq, own, ev["ts"], batch))
         ev, seq, own = ev[o], seq[o], own[o]
+        row = o   # each one's row as fed (a message's text)
         if ridx is not None:
             ridx = ridx[o]
         rel = ev["ts"].astype(np.int64) - self.genesis
@@ -442,14 +453,30 @@ class Parser:
             inside = (rel >= lo) & (rel < hi)
             if (rel >= hi).any():
                 self.stopped = True
-            ev, seq, rel, own = ev[inside], seq[inside], rel[inside], own[inside]
+            ev, seq, rel, own, row = ev[inside], seq[inside], rel[inside], own[inside], row[inside]
             if ridx is not None:
                 ridx = ridx[inside]
             if not len(ev):
                 return
         udev, dinv = np.unique(own, return_inverse=True)
         lut = np.array([self.dev_idx[int(d)] for d in udev.tolist()], dtype=np.int32)
-        self._render(ev, seq, rel, lut[dinv.reshape(-1)], renames, own, ridx)
+        devidx = lut[dinv.reshape(-1)]
+        if not texts:
+            self._render(ev, seq, rel, devidx, renames, own, ridx)
+            return
+        # the messages, sorted in with the events: blkparse prints each where it sorted it
+        from ioscope.trace.events import EV_MESSAGE
+        cut = np.flatnonzero((ev["flags"] & EV_MESSAGE) != 0).tolist()
+        at = 0
+        for m in [*cut, len(ev)]:
+            if m > at:
+                self._render(ev[at:m], seq[at:m], rel[at:m], devidx[at:m], renames, own[at:m],
+                             None if ridx is None else ridx[at:m])
+            if m < len(ev):
+                e = ev[m]
+                self._message_line(int(devidx[m]), int(e["cpu"]), int(rel[m]), int(e["dev"]), int(e["category"]),
+                                   texts.get(int(row[m]), ""))
+            at = m + 1
 
     def _render(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32], rel: npt.NDArray[np.int64],
                 devidx: npt.NDArray[np.int32], renames: list[tuple[int, int, str]] | None,
@@ -500,6 +527,21 @@ class Parser:
         if act == TA_SPLIT:
             return f"{head}{sec} / {aux & 0xFFFFFFFF} [{name}]\n"
         return f"{head}{sec} + {nsec} [{name}]\n" if nsec else f"{head}[{name}]\n"
+
+    def _message_line(self, block: int, cpu: int, rel: int, dev: int, category: int, text: str) -> None:
+        """A message read from a stream: counted under its device's block, printed as blkparse prints it."""
+        self._grow(cpu + 1)
+        self.cpustats[block, cpu, -1] += 1
+        ds = self.devstats[block]
+        ds[D_LAST] = rel
+        if not category & self.mask:
+            return
+        if not ds[D_EVENTS]:
+            ds[D_FIRST] = rel
+        ds[D_EVENTS] += 1
+        ma, mi = kdev_split(dev)
+        self.out.write(f"{ma:3d},{mi:<3d} {cpu:2d} {'0':>8s} {rel // 1_000_000_000:5d}."
+                       f"{rel % 1_000_000_000:09d} {0:5d} {'m':>2s} {'N':>3s} {text}\n")
 
     def message(self, rec: bytes, order: str, set_idx: int, cpu: int) -> None:
         """A BLK_TN_MESSAGE record: blkparse prints it as an 'm N' line and counts it as an event."""
@@ -685,12 +727,14 @@ def run(args: argparse.Namespace) -> int:
                 if stamps:
                     parser.wall_of = lambda genesis: stamps[0][1] - stamps[0][0] + genesis
                 g = 0
-                for ev, own in importer.btt_stream(fs, src.chunks()):
+                for ev, own, texts in importer.btt_stream(fs, src.chunks(), texts=True):
                     blk = (ev["flags"] & (EV_NOTE_PROCESS | EV_MESSAGE)) == 0
                     seq = np.zeros(len(ev), dtype=np.uint32)
                     seq[blk] = fs.seq[g:g + int(blk.sum())]
+                    for i, k in (texts or {}).items():
+                        seq[i] = fs.note_seq(k)
                     g += int(blk.sum())
-                    parser.feed(ev, seq, own)
+                    parser.feed(ev, seq, own, {i: fs.note_text(k) for i, k in (texts or {}).items()})
                     if parser.stopped:
                         break
             else:
@@ -698,7 +742,7 @@ def run(args: argparse.Namespace) -> int:
                           (blktrace_decoded(c) for c in src.chunks())):
                     for pid, comm in src.comms.items():  # ioscope's naming: pids not seen yet; then the notes
                         parser.comms.setdefault(pid, comm)
-                    parser.feed(d.events, d.seq, d.own_dev)
+                    parser.feed(d.events, d.seq, d.own_dev, d.texts)
                     if parser.stopped:
                         break
             if not args.quiet:
