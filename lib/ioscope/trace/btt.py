@@ -523,7 +523,7 @@ class Btt:
     def _absorb(self, per_kind: list[npt.NDArray[np.void]]) -> None:
         dev_of = np.array(self.dev_of, dtype=np.int64)
         for k, r in enumerate(per_kind):
-            if not len(r) or k >= NPH:
+            if not len(r):
                 continue
             name = PHASES[k]
             v = np.ascontiguousarray(r["v"])

@@ -18,8 +18,7 @@
 
 enum {
 	K_Q2Q, K_Q2A, K_Q2G, K_S2G, K_G2I, K_Q2M, K_I2D, K_M2D, K_D2C, K_Q2C, K_Q2D,
-	K_Q2Q_DM, K_Q2A_DM, K_Q2C_DM,
-	K_UNUSED1, K_UNUSED2, K_LIVE, K_NKINDS
+	K_Q2Q_DM, K_Q2A_DM, K_Q2C_DM, K_NKINDS
 };
 
 #define EV_MESSAGE 2   /* btt.py: a message record, fed to btt's view only (never in a capture) */
@@ -532,10 +531,8 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 				if (q->e > e)
 					continue;
 				emit(c, d->dm ? K_Q2C_DM : K_Q2C, di, q->proc, q->t, tdelta(q->t, t), q->s, q->rd);
-				if (q->d != NONE) {
+				if (q->d != NONE)
 					emit(c, K_D2C, di, q->proc, t, tdelta(q->d, t), q->s, q->rd);
-					emit(c, K_LIVE, di, q->proc, q->d, t, q->s, q->rd);
-				}
 				if (c->io_on)
 					emit_io(c, q, di, c->nfed + (uint64_t)k, t, 0);
 				if (nh == caphits) {
@@ -684,23 +681,6 @@ static PyObject *Core_btt(Core *c, PyObject *unused)
 	return bs_result(&c->sim);
 }
 
-static PyObject *Core_min_issued(Core *c, PyObject *args)
-{
-	int idx;
-	if (!PyArg_ParseTuple(args, "i", &idx))
-		return NULL;
-	uint64_t best = NONE;
-	if (idx >= 0 && (size_t)idx < c->ndevs) {
-		dev_t_ *d = &c->devs[idx];
-		for (size_t i = 0; i < d->nq; i++)
-			if (d->q[i].d != NONE && d->q[i].d < best)
-				best = d->q[i].d;
-	}
-	if (best == NONE)
-		return PyLong_FromLong(-1);
-	return PyLong_FromUnsignedLongLong(best);
-}
-
 static PyObject *Core_set_seeks(Core *c, PyObject *args)
 {
 	int on;
@@ -813,8 +793,6 @@ static PyMethodDef Core_methods[] = {
 	{"feed", (PyCFunction)(void (*)(void))Core_feed, METH_VARARGS | METH_KEYWORDS,
 	 "feed(events, *, dev, auxdev, proc, bdev=None, name=None) -> tuple: bytes of records per kind"},
 	{"set_remapper", (PyCFunction)Core_set_remapper, METH_VARARGS, "set_remapper(dev_idx, flag)"},
-	{"min_issued", (PyCFunction)Core_min_issued, METH_VARARGS,
-	 "min_issued(dev_idx): earliest issue time of a Q still in flight on the device, or -1"},
 	{"devices", (PyCFunction)Core_devices, METH_NOARGS, "ioscope's per-device counters, in allocation order"},
 	{"btt", (PyCFunction)Core_btt, METH_NOARGS, "btt's view: what btt -A prints (devices, processes, all)"},
 	{"set_io_records", (PyCFunction)Core_set_io_records, METH_VARARGS,
