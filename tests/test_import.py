@@ -256,3 +256,59 @@ def test_import_file_not_in_time_order(tmp_path: Path) -> None:
     out = tmp_path / "out"
     run_ioscope("export", "--per-cpu", str(cap), "-o", str(out), check=True)
     assert [(out / Path(f).name).read_bytes() for f in files] == [Path(f).read_bytes() for f in files]
+
+
+TRACES = Path(__file__).resolve().parent / "traces"
+
+
+def test_import_keeps_the_files_clock_and_time_base(tmp_path: Path) -> None:
+    """Nothing in an import comes from the importing host: per-CPU files keep the kernel's absolute times and
+    their timestamp note's clock; a dump without a note has no clock; intervals are the trace's own."""
+    from ioscope.trace.capture import open_capture
+    raw = {}
+    for name in ("splits", "nostamp.dump"):
+        cap = tmp_path / f"{name}.ioscope"
+        run_ioscope("import", str(TRACES / name), "-o", str(cap), check=True)
+        with open_capture(str(cap)) as c:
+            meta, ev = dict(c.meta), c.read_all()
+        blk = ev[(ev["flags"] & 1) == 0]
+        raw[name] = (meta, int(blk["ts"].min()), int(blk["ts"].max()))
+    meta, first, last = raw["splits"]
+    # the timestamp note the files hold (make_corpus.py: the recording's own clock pair) and their kernel times
+    head = json.loads((TRACES / "src" / "splits.blk.txt").read_text().splitlines()[0].lstrip("# "))
+    assert meta["clock"] == meta["start"] == {"mono_ns": head["mono_ns"], "wall_ns": head["wall_ns"],
+                                             "uncertainty_ns": 0}
+    assert first > 10**12 and meta["end"]["mono_ns"] == last   # absolute kernel times, kept
+    assert meta["end"]["wall_ns"] == head["wall_ns"] + last - head["mono_ns"]
+    assert meta["byte_order"] == "little" and meta["host"] is None and meta["time_base"] == "blktrace"
+    meta, first, last = raw["nostamp.dump"]
+    assert meta["clock"] is None and meta["start"] is None and meta["end"]["wall_ns"] is None
+    assert first < 10**9 and meta["end"]["mono_ns"] == last      # a dump counts from its first record
+    for name, (_meta, first, last) in raw.items():
+        # every reader takes the interval from the trace: agg -r, report
+        agg = json.loads(run_ioscope("agg", "-r", str(tmp_path / f"{name}.ioscope"), "-j", "-e", "count()",
+                                     check=True).stdout.splitlines()[-1])
+        assert agg["interval_s"] == pytest.approx((last - first) / 1e9, abs=2e-6), name
+        doc = json.loads(run_ioscope("report", "--json", str(tmp_path / f"{name}.ioscope"), check=True).stdout)
+        assert doc["duration"] == pytest.approx((last - first) / 1e9), name
+
+
+def test_misnamed_and_incomplete_inputs(tmp_path: Path) -> None:
+    """A dump under a per-CPU name is read as the stream it is; a set missing a CPU file is read whole, and
+    each is said on stderr, by import, parse and report alike."""
+    for tool in (("import",), ("parse", "-q"), ("report", "--btt")):
+        out = ("-o", str(tmp_path / f"{tool[0]}.ioscope")) if tool[0] == "import" else ()
+        p = run_ioscope(*tool, str(TRACES / "missing"), *out, check=True)
+        assert f"{TRACES / 'missing'}.blktrace.2 is missing" in p.stderr or "missing.blktrace.2 is missing" in p.stderr
+        assert "read the 3 other files" in p.stderr, p.stderr
+        out = ("-o", str(tmp_path / f"{tool[0]}2.ioscope")) if tool[0] == "import" else ()
+        p = run_ioscope(*tool, str(TRACES / "misnamed.blktrace.0"), *out, check=True)
+        assert "holds records of other CPUs than 0" in p.stderr and "read as a stream" in p.stderr, p.stderr
+    # every record of every file was read (the reference: the set with CPU 2's file made empty)
+    from ioscope.trace.capture import open_capture
+    with open_capture(str(tmp_path / "import.ioscope")) as c:
+        ev = c.read_all()
+    assert sorted(set(ev["cpu"][(ev["flags"] & 1) == 0].tolist())) == [0, 3]
+    with open_capture(str(tmp_path / "import2.ioscope")) as c:
+        ev = c.read_all()
+    assert sorted(set(ev["cpu"][(ev["flags"] & 1) == 0].tolist())) == [0, 1]
