@@ -54,7 +54,6 @@ def _avg_head(label: str) -> str:
     return f"{label:>15s} {'MIN':>13s} {'AVG':>13s} {'MAX':>13s} {'N':>11s}"
 
 
-
 AVG_DASH = "--------------- ------------- ------------- ------------- -----------"
 
 
@@ -93,19 +92,17 @@ def render_btt(m: ReportModel, all_data: bool = True) -> list[str]:
     _hdr(out, "Device Overhead")
     head = f"{'DEV':>10s} | {'Q2G':>9s} {'G2I':>9s} {'Q2M':>9s} {'I2D':>9s} {'D2C':>9s}"
     dash = "---------- | --------- --------- --------- --------- ---------"
-    cells = [(o.dev, " ".join(f"{o.pct[k]:8.4f}%" for k in OVERHEAD_PHASES)) for o in m.overhead]
-    _block(out, head, dash, [f"{_label(d, '')} | {c}" for d, c in cells if d is not None],
-           _summary(dash, None, *(f"{'Overall':>10s} | {c}" for d, c in cells if d is None)))
+    _by_dev(out, head, dash, [o.dev for o in m.overhead],
+            [f"{_label(o.dev, 'Overall')} | " + " ".join(f"{o.pct[k]:8.4f}%" for k in OVERHEAD_PHASES)
+             for o in m.overhead], "")
 
     _hdr(out, "Device Merge Information")
     head = (f"{'DEV':>10s} | {'#Q':>8s} {'#D':>8s} {'Ratio':>7s} | "
             f"{'BLKmin':>8s} {'BLKavg':>8s} {'BLKmax':>8s} {'Total':>8s}")
     dash = "---------- | -------- -------- ------- | -------- -------- -------- --------"
-    merge = [f"{_label(g.dev, 'TOTAL'):>10s} | {g.q:8d} {g.d:8d} {g.ratio:7.1f} | {g.blk_min:8d} {g.blk_avg:8d} "
-             f"{g.blk_max:8d} {g.blk_total:8d}" for g in m.merge]
-    total = [x for g, x in zip(m.merge, merge) if g.dev is None]
-    _block(out, head, dash, [x for g, x in zip(m.merge, merge) if g.dev is not None],
-           _summary(dash, head, *total) if total else ())
+    _by_dev(out, head, dash, [g.dev for g in m.merge],
+            [f"{_label(g.dev, 'TOTAL')} | {g.q:8d} {g.d:8d} {g.ratio:7.1f} | {g.blk_min:8d} {g.blk_avg:8d} "
+             f"{g.blk_max:8d} {g.blk_total:8d}" for g in m.merge], head)
 
     more = f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({{}} more)"
     for title, key in (("Device Q2Q Seek Information", "q2q"), ("Device D2D Seek Information", "d2d")):
@@ -114,7 +111,7 @@ def render_btt(m: ReportModel, all_data: bool = True) -> list[str]:
         dash = "---------- | --------------- --------------- --------------- | ---------------"
         rows: list[str] = []
         for sk in m.seeks[key].rows:
-            line = (f"{_label(sk.dev, ''):>10s} | {sk.n:15d} {sk.mean:15.1f} {sk.median:15d} | "
+            line = (f"{_label(sk.dev, '')} | {sk.n:15d} {sk.mean:15.1f} {sk.median:15d} | "
                     f"{sk.modes[0] if sk.modes else 0}({sk.mode_count})")
             rows += [line, more.format(sk.more)] if sk.more > 1 else [line + "".join(f" {x}" for x in sk.modes[1:])]
         avg = m.seeks[key].average
@@ -129,31 +126,31 @@ def render_btt(m: ReportModel, all_data: bool = True) -> list[str]:
     _hdr(out, "Plug Information")
     head = f"{'DEV':>10s} | {'# Plugs':>10s} {'# Timer Us':>10s}  | % Time Q Plugged"
     dash = "---------- | ---------- ----------  | ----------------"
-    plugs = [f"{_label(p.dev, 'Average'):>10s} | {p.plugs:10d}({p.timer_unplugs:10d}) | {p.pct_time_plugged:13.9f}%"
+    plugs = [f"{_label(p.dev, 'Average')} | {p.plugs:10d}({p.timer_unplugs:10d}) | {p.pct_time_plugged:13.9f}%"
              for p in m.plug]
     _by_dev(out, head, dash, [p.dev for p in m.plug], plugs)
     head = f"{'DEV':>10s} | {'IOs/Unp':>10s}   {'IOs/Unp(to)':>10s}"
     dash = "---------- | ----------   ----------"
     _by_dev(out, head, dash, [u.dev for u in m.unplug],
-            [f"{_label(u.dev, 'Average'):>10s} | {u.ios_per_unplug:10.1f}   {u.ios_per_timer_unplug:10.1f}"
+            [f"{_label(u.dev, 'Average')} | {u.ios_per_unplug:10.1f}   {u.ios_per_timer_unplug:10.1f}"
              for u in m.unplug])
 
     _hdr(out, "Active Requests At Q Information")
     _by_dev(out, f"{'DEV':>10s} | {'Avg Reqs @ Q':>13s}", "---------- | -------------", [a.dev for a in m.active],
-            [f"{_label(a.dev, 'Average'):>10s} | {a.avg_reqs_at_q:13.1f}" for a in m.active],
+            [f"{_label(a.dev, 'Average')} | {a.avg_reqs_at_q:13.1f}" for a in m.active],
             f"{'Overall':>10s} | {'Avgs Reqs @ Q':>13s}")
 
     _hdr(out, "I/O Active Period Information")
     head = f"{'DEV':>10s} | {'# Live':>10s} {'Avg. Act':>13s} {'Avg. !Act':>13s} {'% Live':>6s}"
     dash = "---------- | ---------- ------------- ------------- ------"
-    live = [f"{_label(lv.dev, 'Total Sys'):>10s} | {lv.n:10d} {lv.avg_active:13.9f} {lv.avg_inactive:13.9f} "
-            f"{lv.pct_live:6.2f}" for lv in m.live]
-    _block(out, head, dash, live[:-1], _summary(dash, None, live[-1]))
+    _by_dev(out, head, dash, [lv.dev for lv in m.live],
+            [f"{_label(lv.dev, 'Total Sys')} | {lv.n:10d} {lv.avg_active:13.9f} {lv.avg_inactive:13.9f} "
+             f"{lv.pct_live:6.2f}" for lv in m.live], "")
 
     if all_data:
         _hdr(out, "Q2D Histogram")
         bars = "===== " * 10
-        rows = [f"{_label(qd.dev, 'AVG'):>10s} | " + "".join(f"{x:5.1f} " for x in qd.pct) for qd in m.q2d]
+        rows = [f"{_label(qd.dev, 'AVG')} | " + "".join(f"{x:5.1f} " for x in qd.pct) for qd in m.q2d]
         # btt's header ends its line early: the space of its last column lands on the dashes
         out += [f"{'DEV':>10s} | " + " ".join(f"{h:>5s}" for h in Q2D_HEADS), f" --------- | {bars}", *rows[:-1]]
         if m.q2d:
@@ -163,11 +160,11 @@ def render_btt(m: ReportModel, all_data: bool = True) -> list[str]:
 
 def _by_dev(out: list[str], head: str, dash: str, devs: list[int | None], rows: list[str],
             overall: str | None = None) -> None:
-    """A per-device table whose summary row (dev None) comes after a dash and the header again, 'Overall'
-    in place of 'DEV' (or the overall header given)."""
+    """One of btt's per-device tables (_block): the rows of devices, then the summary row (dev None) after a
+    dash and a header: the table's with 'Overall' for 'DEV' (None), the one given, or none ('')."""
     total = [r for d, r in zip(devs, rows) if d is None]
-    _block(out, head, dash, [r for d, r in zip(devs, rows) if d is not None],
-           _summary(dash, overall or head.replace("       DEV", "   Overall"), *total) if total else ())
+    again = head.replace("       DEV", "   Overall") if overall is None else overall or None
+    _block(out, head, dash, [r for d, r in zip(devs, rows) if d is not None], _summary(dash, again, *total))
 
 
 def _label(dev: int | None, summary: str) -> str:
