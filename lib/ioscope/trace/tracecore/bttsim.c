@@ -100,14 +100,8 @@ static int pid_insert(bttsim_t *s, uint32_t pid, int32_t proc)
 
 static int32_t proc_new(bttsim_t *s, int64_t name)
 {
-	if (s->nprocs == s->capprocs) {
-		size_t cap = s->capprocs ? s->capprocs * 2 : 64;
-		bproc_t *p = realloc(s->procs, cap * sizeof(*p));
-		if (!p)
-			return -1;
-		s->procs = p;
-		s->capprocs = cap;
-	}
+	if (tc_room(&s->procs, &s->capprocs, s->nprocs, sizeof(*s->procs), 64) < 0)
+		return -1;
 	bproc_t *p = &s->procs[s->nprocs];
 	memset(p, 0, sizeof(*p));
 	p->name = name;
@@ -174,14 +168,8 @@ static int live_add(live_t *l, uint64_t a, uint64_t b)
 		j++;
 	}
 	if (j == lo) {   /* nothing merged: make room */
-		if (l->n == l->cap) {
-			size_t cap = l->cap ? l->cap * 2 : 64;
-			uint64_t *iv = realloc(l->iv, cap * 2 * sizeof(*iv));
-			if (!iv)
-				return -1;
-			l->iv = iv;
-			l->cap = cap;
-		}
+		if (tc_room(&l->iv, &l->cap, l->n, 2 * sizeof(*l->iv), 64) < 0)
+			return -1;
 		memmove(&l->iv[2 * (lo + 1)], &l->iv[2 * lo], (l->n - lo) * 2 * sizeof(uint64_t));
 		l->n++;
 	} else if (j > lo + 1) {
@@ -240,14 +228,8 @@ void bs_fold_live(bttsim_t *s, uint64_t now)
 
 static int queue_seek(bttsim_t *s, int32_t tree, int64_t dist)
 {
-	if (s->njobs == s->capjobs) {
-		size_t cap = s->capjobs ? s->capjobs * 2 : 4096;
-		seekjob_t *n = realloc(s->jobs, cap * sizeof(*n));
-		if (!n)
-			return -1;
-		s->jobs = n;
-		s->capjobs = cap;
-	}
+	if (tc_room(&s->jobs, &s->capjobs, s->njobs, sizeof(*s->jobs), 4096) < 0)
+		return -1;
 	s->jobs[s->njobs].dist = dist;
 	s->jobs[s->njobs].tree = tree;
 	s->njobs++;

@@ -90,15 +90,9 @@ typedef struct {
 
 static void emit(Core *c, int kind, int32_t dev, int32_t proc, uint64_t t, uint64_t v, uint64_t sector, int rd)
 {
-	if (c->nout[kind] == c->capout[kind]) {
-		size_t cap = c->capout[kind] ? c->capout[kind] * 2 : 4096;
-		rec_t *n = realloc(c->out[kind], cap * sizeof(*n));
-		if (!n) {
-			c->oom = 1;
-			return;
-		}
-		c->out[kind] = n;
-		c->capout[kind] = cap;
+	if (tc_room(&c->out[kind], &c->capout[kind], c->nout[kind], sizeof(rec_t), 4096) < 0) {
+		c->oom = 1;
+		return;
 	}
 	rec_t *r = &c->out[kind][c->nout[kind]++];
 	r->kind = kind;
@@ -112,15 +106,9 @@ static void emit(Core *c, int kind, int32_t dev, int32_t proc, uint64_t t, uint6
 
 static void emit_io(Core *c, const qrec_t *q, int32_t dev, uint64_t ord_c, uint64_t tc, uint32_t flags)
 {
-	if (c->nio == c->capio) {
-		size_t cap = c->capio ? c->capio * 2 : 4096;
-		iorec_t *n = realloc(c->io, cap * sizeof(*n));
-		if (!n) {
-			c->oom = 1;
-			return;
-		}
-		c->io = n;
-		c->capio = cap;
+	if (tc_room(&c->io, &c->capio, c->nio, sizeof(*c->io), 4096) < 0) {
+		c->oom = 1;
+		return;
 	}
 	iorec_t *r = &c->io[c->nio++];
 	r->ord_q = q->ord;
@@ -203,15 +191,7 @@ static size_t lower(const dev_t_ *d, uint64_t s)
 /* room for one more in-flight Q; -1 when out of memory */
 static int grow_q(dev_t_ *d)
 {
-	if (d->nq < d->capq)
-		return 0;
-	size_t cap = d->capq ? d->capq * 2 : 64;
-	qrec_t *nq = realloc(d->q, cap * sizeof(*nq));
-	if (!nq)
-		return -1;
-	d->q = nq;
-	d->capq = cap;
-	return 0;
+	return tc_room(&d->q, &d->capq, d->nq, sizeof(*d->q), 64);
 }
 
 /* Does [s, e) overlap a range btt still holds for a split bio? */
@@ -231,14 +211,8 @@ static int in_stale(const dev_t_ *d, uint64_t s, uint64_t e)
 
 static int add_stale(dev_t_ *d, uint64_t s, uint64_t e)
 {
-	if (d->nstale == d->capstale) {
-		size_t cap = d->capstale ? d->capstale * 2 : 16;
-		uint64_t *ns = realloc(d->stale, cap * 2 * sizeof(*ns));
-		if (!ns)
-			return -1;
-		d->stale = ns;
-		d->capstale = cap;
-	}
+	if (tc_room(&d->stale, &d->capstale, d->nstale, 2 * sizeof(*d->stale), 16) < 0)
+		return -1;
 	size_t i = d->nstale;
 	while (i > 0 && d->stale[2 * (i - 1)] > s) {
 		d->stale[2 * i] = d->stale[2 * (i - 1)];
@@ -535,15 +509,9 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 					emit(c, K_D2C, di, q->proc, t, tdelta(q->d, t), q->s, q->rd);
 				if (c->io_on)
 					emit_io(c, q, di, c->nfed + (uint64_t)k, t, 0);
-				if (nh == caphits) {
-					size_t cap = caphits ? caphits * 2 : 64;
-					size_t *nhp = realloc(hits, cap * sizeof(*nhp));
-					if (!nhp) {
-						c->oom = 1;
-						break;
-					}
-					hits = nhp;
-					caphits = cap;
+				if (tc_room(&hits, &caphits, nh, sizeof(*hits), 64) < 0) {
+					c->oom = 1;
+					break;
 				}
 				hits[nh++] = i;
 			}

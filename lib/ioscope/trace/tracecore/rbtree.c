@@ -185,14 +185,8 @@ static int walk(qtree_t *c, int32_t x, uint64_t s, uint64_t e)
 	while (x >= 0) {
 		qnode_t *n = &c->n[x];
 		if (s <= n->s && n->e <= e) {
-			if (c->nhits == c->caphits) {
-				size_t cap = c->caphits ? c->caphits * 2 : 64;
-				int32_t *h = realloc(c->hits, cap * sizeof(*h));
-				if (!h)
-					return -1;
-				c->hits = h;
-				c->caphits = cap;
-			}
+			if (tc_room(&c->hits, &c->caphits, c->nhits, sizeof(*c->hits), 64) < 0)
+				return -1;
 			c->hits[c->nhits++] = x;
 		}
 		int goleft = s < n->s, goright = n->e < e;

@@ -78,6 +78,21 @@ static inline int tc_grow(void *arr, size_t *n, size_t want, size_t size)
 	return 0;
 }
 
+/* room for item n in *arr (capacity *cap items of size bytes, doubled from first); -1 when out of memory */
+static inline int tc_room(void *arr, size_t *cap, size_t n, size_t size, size_t first)
+{
+	void **p = (void **)arr;
+	if (n < *cap)
+		return 0;
+	size_t c = *cap ? *cap * 2 : first;
+	void *q = realloc(*p, c * size);
+	if (!q)
+		return -1;
+	*p = q;
+	*cap = c;
+	return 0;
+}
+
 /* a C-contiguous buffer of exactly n items of itemsize bytes (what says which argument is wrong) */
 int tc_get_buf(PyObject *obj, Py_buffer *b, Py_ssize_t itemsize, Py_ssize_t n, const char *what);
 /* the same for an EVENT array: n events */
