@@ -484,8 +484,9 @@ class Btt:
             return
         blk = (ev["flags"] & (EV_NOTE_PROCESS | EV_MESSAGE)) == 0
         nblk = int(blk.sum())
+        only_blk = nblk == n   # the common case: no selection (a copy of the events) needed
         if nblk:
-            bts = ev["ts"][blk]
+            bts = ev["ts"] if only_blk else ev["ts"][blk]
             if self.first_ts is None:
                 self.first_ts = int(bts[0])
                 if self.time_zero is None:
@@ -518,7 +519,10 @@ class Btt:
         self.n_fed += n
         if self.want_stats and nblk:
             self._absorb(per_kind)
-            self._iostat(ev[blk], dev[blk], per_kind[PHASES.index("q2c")])
+            if only_blk:
+                self._iostat(ev, dev, per_kind[PHASES.index("q2c")])
+            else:
+                self._iostat(select_events(ev, blk), dev[blk], per_kind[PHASES.index("q2c")])
 
     def _absorb(self, per_kind: list[npt.NDArray[np.void]]) -> None:
         dev_of = np.array(self.dev_of, dtype=np.int64)

@@ -134,24 +134,31 @@ class FirstNames:
     def __init__(self, comms: dict[int, str]) -> None:
         self.known = dict(comms)                  # the latest name of each pid so far
         self.fixed: dict[int, str | None] = {}    # each pid's name for good, from its first block event
+        self._seen = np.zeros(1 << 16, dtype=bool)   # pids in fixed (most chunks bring no new one)
 
     def chunk(self, ev: npt.NDArray[np.void]) -> list[tuple[int, int, str | None]]:
         """(index of the pid's first block event in ev, pid, its name) for the pids first seen in ev, in
         order of those events; the chunk's process notes are then known."""
         flags = ev["flags"]
         pids = ev["pid"]
+        special = (flags & (EV_NOTE_PROCESS | EV_MESSAGE)) != 0
         notes = np.flatnonzero((flags & EV_NOTE_PROCESS) != 0)
-        blk = np.flatnonzero((flags & (EV_NOTE_PROCESS | EV_MESSAGE)) == 0)
-        upid, first = np.unique(pids[blk], return_index=True)
+        top = int(pids.max()) if len(pids) else 0
+        if top >= len(self._seen):
+            grown = np.zeros(max(top + 1, 2 * len(self._seen)), dtype=bool)
+            grown[:len(self._seen)] = self._seen
+            self._seen = grown
+        fresh = np.flatnonzero(~special & ~self._seen[pids])   # block events of pids not named for good yet
         out: list[tuple[int, int, str | None]] = []
-        for pid, i in zip(upid.tolist(), first.tolist()):
-            if pid in self.fixed:
-                continue
-            k = int(blk[i])
-            before = notes[(notes < k) & (pids[notes] == pid)]
-            name = note_comm(ev[int(before[-1])]) if len(before) else self.known.get(pid)
-            self.fixed[pid] = name
-            out.append((k, int(pid), name))
+        if len(fresh):
+            upid, first = np.unique(pids[fresh], return_index=True)
+            for pid, i in zip(upid.tolist(), first.tolist()):
+                k = int(fresh[i])
+                before = notes[(notes < k) & (pids[notes] == pid)]
+                name = note_comm(ev[int(before[-1])]) if len(before) else self.known.get(pid)
+                self.fixed[pid] = name
+                self._seen[pid] = True
+                out.append((k, int(pid), name))
         for k in notes.tolist():
             self.known[int(pids[k])] = note_comm(ev[k])
         out.sort()
