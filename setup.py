@@ -1,7 +1,7 @@
 """Build and install ioscope.
 
 Two things are built here, both at build time and never on the target host:
-- ioscope._libbpf, a CPython extension over the system libbpf (pkg-config libbpf);
+- ioscope.kernel._libbpf, a CPython extension over the system libbpf (pkg-config libbpf);
 - the BPF objects, bpf/*.bpf.c compiled with clang against the committed
   bpf/vmlinux.h (CO-RE), shipped as package data in ioscope/bpfobj/.
 """
@@ -82,8 +82,8 @@ setup(
     package_data={"ioscope": ["bpfobj/*.bpf.o", "py.typed", "_libbpf.pyi"]},
     ext_modules=[
         Extension(
-            "ioscope._libbpf",
-            sources=["lib/ioscope/_libbpf.c"],
+            "ioscope.kernel._libbpf",
+            sources=["lib/ioscope/kernel/_libbpf.c"],
             extra_compile_args=["-Wall", "-Wno-missing-field-initializers", *_pkg_config("--cflags")],
             extra_link_args=_pkg_config("--libs"),
         ),

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ioscope import _libbpf, abi, hist
-from ioscope.agg import abi as agg_abi
-from ioscope.loader import OBJ_DIR
+from ioscope.base import hist
+from ioscope.engines.aggregate import abi as agg_abi
+from ioscope.kernel import _libbpf, abi
+from ioscope.kernel.loader import OBJ_DIR
 
 HEADER = Path(__file__).resolve().parent.parent / "bpf" / "ioscope.h"
 
@@ -67,7 +68,7 @@ def test_constants_match_header() -> None:
 def test_one_disk_filter_for_every_object() -> None:
     """-d means the same in every tool: every BPF object filters with bpf/devfilter.bpf.h (through
     common.bpf.h or directly), with the limit the loader checks, and no object has a filter of its own."""
-    from ioscope import loader
+    from ioscope.kernel import loader
 
     bpf = HEADER.parent
     text = (bpf / "devfilter.bpf.h").read_text()

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, json_lines, run_ioscope
-from ioscope import __version__, cli, cli_common
+from ioscope import __version__, cli
+from ioscope.tools import common
 
 
 def _one_line_error(p: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
@@ -126,9 +127,9 @@ def test_one_option_vocabulary() -> None:
         pos = {a.dest: a for a in p._actions if not a.option_strings}
         n = p._option_string_actions.get("-n")
         if "interval" in pos:
-            assert pos["interval"].type is cli_common.positive_float, tool
-            assert pos["count"].type is cli_common.positive_int, tool
-            assert n is not None and n.dest == "count_n" and n.type is cli_common.positive_int, tool
+            assert pos["interval"].type is common.positive_float, tool
+            assert pos["count"].type is common.positive_int, tool
+            assert n is not None and n.dest == "count_n" and n.type is common.positive_int, tool
         elif n is not None:
             assert n.help == argparse.SUPPRESS and n.dest == "rows", (tool, "-n is the count or an old spelling")
 
@@ -184,7 +185,7 @@ def test_help_and_version_import_no_numpy(tool: str | None) -> None:
     """`ioscope --version` and `ioscope TOOL --help` import only the command line (issue 14's start-up
     goal): numpy, pyarrow, rich's tables and the BPF loader come when a tool runs, not to print its help."""
     argv = ["--version"] if tool is None else [tool, "--help"]
-    heavy = ("numpy", "pyarrow", "ioscope._libbpf", "prometheus_client")
+    heavy = ("numpy", "pyarrow", "ioscope.kernel._libbpf", "prometheus_client")
     code = (f"import sys\nfrom ioscope.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"
             f"print(','.join(m for m in {heavy!r} if m in sys.modules), file=sys.stderr)")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 import blk_scenarios as bs
 from conftest import ioscope_cmd, run_ioscope
-from ioscope.trace import blktrace
-from ioscope.trace.capture import open_capture
-from ioscope.trace.events import TA_QUEUE
+from ioscope.capture import blktrace
+from ioscope.capture.events import TA_QUEUE
+from ioscope.capture.store import open_capture
 
 
 def per_cpu_set(d: Path, order: str = "<") -> None:
@@ -205,10 +205,10 @@ def test_damaged_per_cpu_files_import_parse_export(tmp_path: Path, flips: list[t
     import io
     import tempfile
 
-    from ioscope.errors import IoscopeError
-    from ioscope.trace.export import export_blktrace
-    from ioscope.trace.importer import import_blktrace, read_file_sets
-    from ioscope.trace.parse import Parser, feed_file_sets
+    from ioscope.base.errors import IoscopeError
+    from ioscope.capture.importer import import_blktrace, read_file_sets
+    from ioscope.tools.export.blktrace import export_blktrace
+    from ioscope.tools.parse.blkparse import Parser, feed_file_sets
     d = Path(tempfile.mkdtemp(dir=tmp_path))
     _LVM.write(str(d))
     f = d / "sda.blktrace.0"
@@ -264,7 +264,7 @@ TRACES = Path(__file__).resolve().parent / "traces"
 def test_import_keeps_the_files_clock_and_time_base(tmp_path: Path) -> None:
     """Nothing in an import comes from the importing host: per-CPU files keep the kernel's absolute times and
     their timestamp note's clock; a dump without a note has no clock; intervals are the trace's own."""
-    from ioscope.trace.capture import open_capture
+    from ioscope.capture.store import open_capture
     raw = {}
     for name in ("splits", "nostamp.dump"):
         cap = tmp_path / f"{name}.ioscope"
@@ -305,7 +305,7 @@ def test_misnamed_and_incomplete_inputs(tmp_path: Path) -> None:
         p = run_ioscope(*tool, str(TRACES / "misnamed.blktrace.0"), *out, check=True)
         assert "holds records of other CPUs than 0" in p.stderr and "read as a stream" in p.stderr, p.stderr
     # every record of every file was read (the reference: the set with CPU 2's file made empty)
-    from ioscope.trace.capture import open_capture
+    from ioscope.capture.store import open_capture
     with open_capture(str(tmp_path / "import.ioscope")) as c:
         ev = c.read_all()
     assert sorted(set(ev["cpu"][(ev["flags"] & 1) == 0].tolist())) == [0, 3]

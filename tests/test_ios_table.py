@@ -18,9 +18,9 @@ import pytest
 
 import blk_scenarios as bs
 from conftest import run_ioscope
-from ioscope.trace import btt, ios
-from ioscope.trace.events import TA_COMPLETE, TA_QUEUE
-from ioscope.trace.offline import open_source
+from ioscope.capture.events import TA_COMPLETE, TA_QUEUE
+from ioscope.capture.offline import open_source
+from ioscope.engines.pairing import btt, ios
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import report_speed

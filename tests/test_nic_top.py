@@ -4,11 +4,11 @@ and the golden screens do not change. No root: netlink's link dump needs none.""
 from __future__ import annotations
 
 import top_fixture
-from ioscope.nic import top_panel
-from ioscope.nic.model import COUNTERS, LinkSample, NicSample, build_report
-from ioscope.nic.view import row_json
-from ioscope.top import cmd as top_cmd
-from ioscope.top import view
+from ioscope.engines.netlink.model import COUNTERS, LinkSample, NicSample, build_report
+from ioscope.tools.nic.view import row_json
+from ioscope.tools.top import cmd as top_cmd
+from ioscope.tools.top import nic_panel as top_panel
+from ioscope.tools.top import view
 
 
 def _extras() -> dict[str, object]:

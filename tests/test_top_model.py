@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ioscope import abi, hist
-from ioscope.devices import read_diskstats
-from ioscope.top import model
+from ioscope.base import hist
+from ioscope.base.devices import read_diskstats
+from ioscope.kernel import abi
+from ioscope.tools.top import model
 
 # Two /proc/diskstats samples 2 s apart. Fields after the name: reads, reads merged, sectors read, ms reading,
 # writes, writes merged, sectors written, ms writing, in flight, io ms, weighted ms, discards (4), flushes (2).
@@ -170,11 +171,11 @@ def test_heat_grid_conserves_counts_and_orders_bands() -> None:
 
 
 def test_top_structs_match_the_bpf_object() -> None:
-    from ioscope.loader import object_path
+    from ioscope.kernel.loader import object_path
     try:
-        from ioscope import _libbpf  # type: ignore[attr-defined]
+        from ioscope.kernel import _libbpf  # type: ignore[attr-defined]
     except ImportError:
-        pytest.skip("ioscope._libbpf is not built")
+        pytest.skip("ioscope.kernel._libbpf is not built")
     path = object_path("top")
     for name in ("top_proc_key", "top_proc_val", "top_disk_key", "bio_slot", "hist"):
         size, members = _libbpf.struct_layout(str(path), name)

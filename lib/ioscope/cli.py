@@ -17,7 +17,7 @@ from types import FrameType, ModuleType
 from typing import NoReturn
 
 from ioscope import __version__
-from ioscope.errors import EXIT_ERROR, EXIT_USAGE, IoscopeError
+from ioscope.base.errors import EXIT_ERROR, EXIT_USAGE, IoscopeError
 
 EXAMPLES = """\
 examples:
@@ -62,7 +62,7 @@ class Parser(argparse.ArgumentParser):
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         # a tool's parser is called through this too (by the subparsers action): -n and COUNT folded there
         ns, rest = super().parse_known_args(args, namespace)
-        from ioscope.cli_common import finish_args
+        from ioscope.tools.common import finish_args
         finish_args(self, ns)
         return ns, rest
 
@@ -72,25 +72,25 @@ class Parser(argparse.ArgumentParser):
 # build is left out of the command (checked by find_spec, so a real import error in a module that
 # exists is never hidden). `ioscope TOOL ...` imports only TOOL's module, `ioscope --version` none.
 TOOLS = {
-    "lat": "ioscope.lat.cmd",
-    "record": "ioscope.trace.record",
-    "snoop": "ioscope.trace.snoop_cmd",
-    "parse": "ioscope.trace.parse_cmd",
-    "report": "ioscope.trace.report_cmd",
-    "export": "ioscope.trace.export_cmd",
-    "sql": "ioscope.trace.sql_cmd",
-    "fleet": "ioscope.fleet.cmd",
-    "import": "ioscope.trace.import_cmd",
-    "readsize": "ioscope.ra.readsize",
-    "readahead": "ioscope.ra.readahead",
-    "fair": "ioscope.ra.fair",
-    "top": "ioscope.top.cmd",
-    "agg": "ioscope.agg.cmd",
-    "exporter": "ioscope.exporter.cmd",
-    "diff": "ioscope.diff.cmd",
-    "collect": "ioscope.collect.cmd",
-    "nic": "ioscope.nic.cmd",
-    "demo": "ioscope.demo",
+    "lat": "ioscope.tools.lat.cmd",
+    "record": "ioscope.tools.record.cmd",
+    "snoop": "ioscope.tools.snoop.cmd",
+    "parse": "ioscope.tools.parse.cmd",
+    "report": "ioscope.tools.report.cmd",
+    "export": "ioscope.tools.export.cmd",
+    "sql": "ioscope.tools.sql.cmd",
+    "fleet": "ioscope.tools.fleet.cmd",
+    "import": "ioscope.tools.importer.cmd",
+    "readsize": "ioscope.tools.readsize",
+    "readahead": "ioscope.tools.readahead",
+    "fair": "ioscope.tools.fair",
+    "top": "ioscope.tools.top.cmd",
+    "agg": "ioscope.tools.agg.cmd",
+    "exporter": "ioscope.tools.exporter.cmd",
+    "diff": "ioscope.tools.diff.cmd",
+    "collect": "ioscope.tools.collect.cmd",
+    "nic": "ioscope.tools.nic.cmd",
+    "demo": "ioscope.tools.demo.cmd",
 }
 
 
@@ -129,7 +129,7 @@ def build_parser(only: Sequence[str] | None = None) -> Parser:
     sub = p.add_subparsers(title="tools", metavar="TOOL", parser_class=Parser)
     for mod in _tool_modules(only):
         mod.add_parser(sub)
-    from ioscope.cli_common import finish_parser
+    from ioscope.tools.common import finish_parser
     for tool in sub.choices.values():
         finish_parser(tool)
         tool.add_argument("--btf", metavar="FILE", default=argparse.SUPPRESS,
@@ -164,7 +164,7 @@ def install_stop_signals() -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "record" in argv and any(a == "--ring" or a.startswith("--ring=") for a in argv):
-        from ioscope.trace.flight_cmd import hold_early_usr1
+        from ioscope.tools.record.flight_cmd import hold_early_usr1
         hold_early_usr1()   # the flight recorder: a save asked while it starts is kept, not fatal
     try:
         parser = build_parser(_wanted_tools(argv))

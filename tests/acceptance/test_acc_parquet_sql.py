@@ -38,7 +38,7 @@ def _ok(p: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_record_export_parquet_sql(loopdev: Callable[..., Any], work: Path) -> None:
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
     disk = loopdev(size_mb=64, scheduler="mq-deadline")
     cap = work / "case.ioscope"
     rec = subprocess.Popen(ioscope_cmd("record", "-d", disk.name, "-o", str(cap)), stderr=subprocess.PIPE, text=True)

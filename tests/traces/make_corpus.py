@@ -323,7 +323,7 @@ def record(out: Path) -> None:
     import mmap
 
     from blk_tracer import BlkTracer
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice
 
     def direct(path: str, ops: list[tuple[str, int, int]], cpu: int) -> None:
         pid = os.fork()

@@ -1,0 +1,1 @@
+"""SQL over captures and Parquet exports (DuckDB): the views ios, events, procs, devices."""
