@@ -1,0 +1,34 @@
+"""Each picture of a page as a static file (SVG or PNG) for tickets and docs: the same Vega-Lite
+specification as in the page, with the data inside, rendered by vl-convert (no browser needed)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ioscope import outfile
+from ioscope.errors import IoscopeError
+from ioscope.pages.html import inline
+
+
+def write_pictures(pics: dict[str, dict[str, Any]], data: dict[str, str], directory: str, fmt: str) -> list[str]:
+    """Write every picture as DIR/NAME.svg or .png (created 0600; DIR made 0700 if missing); the paths."""
+    import vl_convert as vlc
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise IoscopeError(f"{directory} is not a directory", "give a directory for the pictures")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    paths = []
+    for name, spec in pics.items():
+        full = inline(spec, data)
+        path = os.path.join(directory, f"{name}.{fmt}")
+        if fmt == "svg":
+            body = vlc.vegalite_to_svg(full).encode()
+        else:
+            body = vlc.vegalite_to_png(full, scale=2)
+        with outfile.open_private(path, "wb", force=True) as f:
+            f.write(body)
+        paths.append(path)
+    return paths
+
+
+__all__ = ["write_pictures"]
