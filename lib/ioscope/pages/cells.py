@@ -30,7 +30,7 @@ OVERHEAD = ("q2g", "g2i", "q2m", "i2d", "m2d", "d2c")   # btt's Device Overhead 
 CURVE_COLS = ("req", "ios", "bytes", "q2c_sum", "seeks")
 KEY_BITS = 16
 MAX_KEYS = 1 << KEY_BITS
-SECTOR_BINS = 128
+SECTOR_BINS = 96
 UNKNOWN = "?"
 BATCH_ROWS = 1 << 18
 
@@ -189,7 +189,7 @@ class Marks:
 class Aggregator:
     """Feed per-I/O batches (and each chunk's events, for the time zero and the gaps); finish() -> Cells."""
 
-    def __init__(self, heat_budget: int = 80_000, access_budget: int = 30_000, curve_budget: int = 20_000,
+    def __init__(self, heat_budget: int = 80_000, access_budget: int = 20_000, curve_budget: int = 20_000,
                  points: int = 10_000, gap_ns: int = 1_000_000_000, t0_ns: int | None = None,
                  disk_sectors: dict[str, int] | None = None) -> None:
         self.keys = Keys()

@@ -116,7 +116,7 @@ def diff_page(a: Cells, b: Cells) -> tuple[str, dict[str, dict[str, Any]], dict[
     from ioscope.pages import html as pagehtml
     pagehtml.PARSE.setdefault("change", {"s": "number"})
     values = {"split": "capdiskop", "t_lo": span[0], "t_hi": span[1],
-              "step": figures.nice_step(span[1], res), "astep": figures.nice_step(span[1], res, figures.COLUMNS // 2)}
+              "step": figures.nice_step(span[1], res), "astep": figures.nice_step(span[1], res, figures.COLUMNS // 3)}
     pics: dict[str, dict[str, Any]] = {"overview": figures.overview_spec(a, span, multi=True)}
     for p in PHASES:
         pics[f"heat-{p}"] = figures.heat_spec(a, lo_b, hi_b, span, p, f"{figures.PHASE_LABEL[p]}: before and after")

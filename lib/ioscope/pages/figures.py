@@ -162,7 +162,7 @@ def base_params(c: Cells, span: tuple[float, float], phase: str = "q2c", split: 
     step = nice_step(span[1] - span[0], res)
     return [
         {"name": "t_lo", "value": span[0]}, {"name": "t_hi", "value": span[1]}, {"name": "step", "value": step},
-        {"name": "astep", "value": nice_step(span[1] - span[0], res, COLUMNS // 2)},
+        {"name": "astep", "value": nice_step(span[1] - span[0], res, COLUMNS // 3)},
         {"name": "phase", "value": PHASES.index(phase)},
         {"name": "f_disk", "value": "*"}, {"name": "f_op", "value": "*"}, {"name": "f_comm", "value": "*"},
         {"name": "f_cgroup", "value": "*"}, {"name": "split", "value": split},
