@@ -90,6 +90,7 @@ TOOLS = {
     "diff": "ioscope.diff.cmd",
     "collect": "ioscope.collect.cmd",
     "nic": "ioscope.nic.cmd",
+    "web": "ioscope.web.cmd",
     "demo": "ioscope.demo",
 }
 

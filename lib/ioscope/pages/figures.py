@@ -252,7 +252,8 @@ def heat_spec(c: Cells, lo_b: int, hi_b: int, span: tuple[float, float], phase: 
             "y": {"field": "b", "type": "quantitative", "title": None, "axis": _lat_axis(lo_b, hi_b),
                   "scale": {"domain": {"expr": f"[{lo_b}, {y_hi['expr']}]"}, "nice": False, "zero": False}},
             "y2": {"field": "b2"},
-            "x": {"field": "n", "type": "quantitative", "title": "I/Os in the column under the pointer"},
+            "x": {"field": "n", "type": "quantitative", "title": "I/Os in the column under the pointer",
+                  "scale": {"domain": {"unionWith": [0, 1]}}},
             "tooltip": [{"field": "label", "title": "latency"}, {"field": "n", "title": "I/Os"}],
         },
     }
