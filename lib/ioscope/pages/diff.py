@@ -74,7 +74,7 @@ def _change_table(rows: list[dict[str, Any]]) -> str:
                 cells.append(f"<td>{fmt_ns(va) if va else '-'}</td><td>{fmt_ns(vb) if vb else '-'}</td>"
                              f"<td>{ratio}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table id=change>{head}{''.join(body)}</table>"
+    return f"<table id=changes>{head}{''.join(body)}</table>"
 
 
 def change_csv(rows: list[dict[str, Any]]) -> str:
