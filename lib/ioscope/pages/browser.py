@@ -33,12 +33,29 @@ MARKS_JS = """([view, mark]) => {
 }"""
 
 
+# the share of the canvas pixels of an element that are not white: a picture was drawn
+INKED_JS = """(sel) => {
+  let ink = 0, all = 0;
+  for (const c of document.querySelectorAll(sel + ' canvas')) {
+    const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+    for (let i = 0; i < d.length; i += 4) {
+      all++;
+      if (d[i + 3] && (d[i] < 250 || d[i + 1] < 250 || d[i + 2] < 250)) ink++;
+    }
+  }
+  return all ? ink / all : 0;
+}"""
+
+
 @dataclass
 class Opened:
     page: Any
     errors: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
     seconds: float = 0.0
+
+    def inked(self, selector: str) -> float:
+        return float(self.page.evaluate(INKED_JS, selector))
 
     def marks(self, view: str, mark: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = self.page.evaluate(MARKS_JS, [view, mark])

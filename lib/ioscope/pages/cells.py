@@ -294,7 +294,8 @@ class Aggregator:
             bk[ok] = hist.bucket_indexes(v[ok])
             buckets[p] = bk
             t_end = (c_ns if p != "q2d" else d_ns)[ok] - t0
-            self.heat[p].add(np.maximum(t_end, 0), (bk[ok] << KEY_BITS) | key[ok], {"n": np.ones(int(ok.sum()), np.int64)})
+            self.heat[p].add(np.maximum(t_end, 0), (bk[ok] << KEY_BITS) | key[ok],
+                             {"n": np.ones(int(ok.sum()), np.int64)})
             self.totals[p].add(key[ok], v[ok], bk[ok])
             self.min_lat_bucket = min(self.min_lat_bucket, int(bk[ok].min()))
             self.max_lat_bucket = max(self.max_lat_bucket, int(bk[ok].max()))
@@ -374,7 +375,8 @@ class Aggregator:
                 dk_mask = np.isin(a.other & (MAX_KEYS - 1), [i for i, k in enumerate(self.keys.keys) if k[0] == disk])
                 sb = a.other >> KEY_BITS
                 sb = np.where(dk_mask, sb >> f, sb)
-                a._reduce(a.tb.copy(), (sb << KEY_BITS) | (a.other & (MAX_KEYS - 1)), {x: v.copy() for x, v in a.vals.items()})
+                a._reduce(a.tb.copy(), (sb << KEY_BITS) | (a.other & (MAX_KEYS - 1)),
+                          {x: v.copy() for x, v in a.vals.items()})
             self.sector_shift[disk] = need
             return need
         return cur

@@ -71,8 +71,9 @@ def datasets(c: Cells, offset_s: float = 0.0, tag: str = "", key_offset: int = 0
     # heat, per phase: column start (s), column width (s), bucket, key, I/Os
     for p in PHASES:
         s = c.heat[p]
-        out[f"heat_{p}"] = _csv(["t", "w", "b", "k", "n"], [s.tb * s.res / 1e9 + offset_s, np.full(len(s.tb), s.res / 1e9),
-                                                            s.other >> KEY_BITS, (s.other & (MAX_KEYS - 1)) + key_offset,
+        out[f"heat_{p}"] = _csv(["t", "w", "b", "k", "n"],
+                                [s.tb * s.res / 1e9 + offset_s, np.full(len(s.tb), s.res / 1e9),
+                                 s.other >> KEY_BITS, (s.other & (MAX_KEYS - 1)) + key_offset,
                                                             s.vals["n"]])
     a = c.access
     shift = np.array([c.sector_shift.get(ks.dims["disk"][k[0]], 0) for k in ks.keys] or [0], np.int64)
@@ -96,7 +97,8 @@ def datasets(c: Cells, offset_s: float = 0.0, tag: str = "", key_offset: int = 0
     pt = c.points
     out["points"] = _csv(["t", "q2c", "d2c", "q2d", "k", "sector", "bytes", "pid"],
                          [pt["t"] / 1e9 + offset_s, pt["q2c"] / 1e9, np.where(pt["d2c"] >= 0, pt["d2c"] / 1e9, -1),
-                          np.where(pt["q2d"] >= 0, pt["q2d"] / 1e9, -1), pt["key"] + key_offset, pt["sector"], pt["bytes"],
+                          np.where(pt["q2d"] >= 0, pt["q2d"] / 1e9, -1), pt["key"] + key_offset, pt["sector"],
+                          pt["bytes"],
                           pt["pid"]])
     ov = sorted(c.overhead.items())
     out["overhead"] = _csv(["k", *OVERHEAD, "q2c"],
@@ -149,7 +151,8 @@ def marks_csv(c: Cells, offset_s: float = 0.0, tag: str = "") -> str:
     if isinstance(fl, dict):
         trig = fl.get("trigger") or {}
         if isinstance(trig.get("mono_ns"), int):
-            add("trigger", int(trig["mono_ns"]), int(trig["mono_ns"]), f"flight recorder trigger: {trig.get('why', '')}")
+            t = int(trig["mono_ns"])
+            add("trigger", t, t, f"flight recorder trigger: {trig.get('why', '')}")
     if meta.get("_truncation"):
         add("cut", m.last_ts, m.last_ts, str(meta["_truncation"]))
     return "\n".join(rows) + "\n"
@@ -225,7 +228,7 @@ def heat_spec(c: Cells, lo_b: int, hi_b: int, span: tuple[float, float], phase: 
                {"field": "label", "type": "nominal", "title": "latency"},
                {"field": "n", "type": "quantitative", "title": "I/Os"},
                {"field": "part", "type": "nominal", "title": "of"}]
-    heat = {
+    heat: dict[str, Any] = {
         "name": "heat", "width": WIDTH - 180, "height": 260,
         "params": [{"name": "hover", "select": {"type": "point", "on": "pointerover", "fields": ["col", "part"],
                                                 "nearest": False, "clear": "pointerout"}}],
@@ -235,14 +238,13 @@ def heat_spec(c: Cells, lo_b: int, hi_b: int, span: tuple[float, float], phase: 
             "y": {"field": "b", "type": "quantitative", "title": "latency",
                   "scale": {"domain": {"expr": f"[{lo_b}, {y_hi['expr']}]"}, "nice": False, "zero": False},
                   "axis": _lat_axis(lo_b, hi_b)},
-            "y2": {"datum": {"expr": "datum.b + 1"}},
+            "y2": {"field": "b2"},
             "color": colour,
             "row": {"field": "part", "type": "nominal", "title": None, "header": {"labelAngle": 0,
                                                                                    "labelAlign": "left"}},
             "tooltip": tooltip,
         },
     }
-    heat["encoding"]["y2"] = {"field": "b2"}
     tr.append({"calculate": "datum.b + 1", "as": "b2"})
     side = {
         "name": "column", "width": 140, "height": 260,
@@ -284,7 +286,7 @@ def overview_spec(c: Cells, span: tuple[float, float], multi: bool = False) -> d
                                     "legend": {"orient": "top-left"} if multi else None}},
              "width": WIDTH, "height": 70},
             {"data": {"name": "marks"},
-             "mark": {"type": "rect", "opacity": 0.35, "tooltip": True},
+             "mark": {"type": "rect", "opacity": 0.35, "tooltip": True, "clip": True},
              "encoding": {"x": {"field": "t", "type": "quantitative"}, "x2": {"field": "t2"},
                           "color": {"field": "kind", "type": "nominal", "title": "marks",
                                     "scale": {"domain": ["edge", "gap", "inflight", "loss", "trigger", "cut"],
@@ -292,7 +294,7 @@ def overview_spec(c: Cells, span: tuple[float, float], multi: bool = False) -> d
                                                         "#000000"]}},
                           "tooltip": [{"field": "kind"}, {"field": "text"}]}},
             {"data": {"name": "marks"}, "transform": [{"filter": "datum.t2 - datum.t < 1e-4"}],
-             "mark": {"type": "rule", "strokeWidth": 2, "tooltip": True},
+             "mark": {"type": "rule", "strokeWidth": 2, "tooltip": True, "clip": True},
              "encoding": {"x": {"field": "t", "type": "quantitative"}, "color": {"field": "kind", "type": "nominal"},
                           "tooltip": [{"field": "kind"}, {"field": "text"}]}},
         ],
@@ -379,10 +381,12 @@ def curves_spec(c: Cells, span: tuple[float, float]) -> dict[str, Any]:
            "transform": [*_lookup(), *_window(),
                          {"calculate": "split == 'cgroup' ? datum.cgroup : datum.comm", "as": "who"},
                          {"joinaggregate": [{"op": "sum", "field": "bytes", "as": "who_bytes"}], "groupby": ["who"]},
-                         {"aggregate": [{"op": "sum", "field": "bytes", "as": "bytes"}, {"op": "max", "field": "who_bytes",
+                         {"aggregate": [{"op": "sum", "field": "bytes", "as": "bytes"},
+                                        {"op": "max", "field": "who_bytes",
                                                                                           "as": "wb"}],
                           "groupby": ["col", "who"]},
-                         {"window": [{"op": "dense_rank", "as": "rank"}], "sort": [{"field": "wb", "order": "descending"}]},
+                         {"window": [{"op": "dense_rank", "as": "rank"}],
+                          "sort": [{"field": "wb", "order": "descending"}]},
                          {"filter": "datum.rank <= 8"},
                          {"calculate": "datum.bytes / step / 1e6", "as": "v"}],
            "mark": {"type": "line", "interpolate": "step-after", "tooltip": True},

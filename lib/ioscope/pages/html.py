@@ -153,7 +153,8 @@ def _table(rows: list[dict[str, Any]]) -> str:
     body = []
     for r in rows:
         cells = "".join(f"<td class=n data-phase={p} data-f=n>{r[p]['n']:,}</td>"
-                        + "".join(f"<td data-phase={p} data-f={f} data-ns={r[p][f]:.0f}>{fmt_ns(r[p][f]) if r[p]['n'] else '-'}</td>"
+                        + "".join(f"<td data-phase={p} data-f={f} data-ns={r[p][f]:.0f}>"
+                                  f"{fmt_ns(r[p][f]) if r[p]['n'] else '-'}</td>"
                                   for f in ("p50", "p99", "p99.9", "max")) for p in PHASES)
         body.append(f"<tr data-disk='{html.escape(r['disk'])}' data-op='{html.escape(r['op'])}'>"
                     f"<td>{html.escape(r['disk'])}</td><td>{html.escape(r['op'])}</td>{cells}</tr>")
@@ -254,7 +255,9 @@ async function setAll(values) {
     `${state.t_lo.toFixed(6)} s to ${state.t_hi.toFixed(6)} s, ${fmtS(stepOf())} per column`;
   document.body.dataset.ready = String(Number(document.body.dataset.ready || 0) + 1);
 }
-function fmtS(s) { return s >= 1 ? s.toFixed(3) + ' s' : s >= 1e-3 ? (s * 1e3).toFixed(3) + ' ms' : (s * 1e6).toFixed(1) + ' us'; }
+function fmtS(s) {
+  return s >= 1 ? s.toFixed(3) + ' s' : s >= 1e-3 ? (s * 1e3).toFixed(3) + ' ms' : (s * 1e6).toFixed(1) + ' us';
+}
 function stepOf() { return niceStep(state.t_hi - state.t_lo, RES, COLUMNS); }
 function zoom(lo, hi) {
   lo = Math.max(FULL[0], lo); hi = Math.min(FULL[1], Math.max(hi, lo + RES));
@@ -366,7 +369,8 @@ def report_page(c: Cells) -> tuple[str, dict[str, dict[str, Any]], dict[str, str
         ("overview", "I/Os over the whole capture, and where it is not whole", "Grey: before the first and after the "
          "last event, and idle gaps; orange: I/Os in flight at the capture's start or end (not in the latencies); "
          "red: events lost; green: a flight-recorder trigger. " + _marks_list(c)),
-        ("heat", "Latency heat map", "Time across (the phase's end: completion, or issue for Q2D), latency up (ioscope's "
+        ("heat", "Latency heat map", "Time across (the phase's end: completion, or issue for Q2D), latency up "
+         "(ioscope's "
          "log-linear buckets, 8 per power of two), colour: I/Os in the cell. Beside it: the I/Os of the column "
          "under the pointer, per latency band. The false-colour palette gives a single I/O a clear colour; the "
          "linear one is proportional to the count. "

@@ -42,7 +42,7 @@ class LiveHeat:
     def add(self, t: float, width: float, rows: Iterable[tuple[str, tuple[str, str, str, str],
                                                                 npt.NDArray[np.uint64]]], lost: int = 0) -> Column:
         """One interval: rows of (phase, key, bucket counts)."""
-        cells = []
+        cells: list[tuple[int, int, int, int]] = []
         for phase, k, counts in rows:
             p = PHASES.index(phase)
             ki = self.key(k)

@@ -52,7 +52,8 @@ def live_spec(window_s: int) -> dict[str, Any]:
                           "row": {"field": "part", "type": "nominal", "title": None},
                           "tooltip": [{"field": "x", "title": "seconds ago"}, {"field": "n", "title": "I/Os"},
                                       {"field": "part", "title": "of"}]}},
-            {"name": "column", "width": 140, "height": 240, "transform": [{"filter": {"param": "hover", "empty": False}}],
+            {"name": "column", "width": 140, "height": 240,
+             "transform": [{"filter": {"param": "hover", "empty": False}}],
              "mark": {"type": "bar", "tooltip": True},
              "encoding": {"y": {"field": "b", "type": "quantitative", "title": None, "scale": {"zero": False},
                                 "axis": figures._lat_axis(LO, HI)},
@@ -71,7 +72,10 @@ function options(name, values) {
   const sel = document.querySelector(`select[name=${name}]`);
   if (!sel) return;
   const have = new Set(Array.from(sel.options).map(o => o.value));
-  for (const v of values) if (!have.has(v)) { const o = document.createElement('option'); o.value = v; o.text = v; sel.add(o); }
+  for (const v of values) {
+    if (have.has(v)) continue;
+    const o = document.createElement('option'); o.value = v; o.text = v; sel.add(o);
+  }
 }
 async function poll() {
   try {
@@ -87,7 +91,8 @@ async function poll() {
     if (d.keys.length !== keysSeen) {
       keysSeen = d.keys.length;
       view.change('keys', vega.changeset().remove(() => true).insert(d.keys.map(x => Object.assign({}, x))));
-      for (const dim of ['disk', 'op', 'comm', 'cgroup']) options('f_' + dim, [...new Set(d.keys.map(x => x[dim]))].sort());
+      for (const dim of ['disk', 'op', 'comm', 'cgroup'])
+        options('f_' + dim, [...new Set(d.keys.map(x => x[dim]))].sort());
     }
     if (now) {
       const win = Number(view.signal('window'));
@@ -107,7 +112,10 @@ async function main() {
   view = r.view;
   window.ioscopeLive.view = view;
   for (const el of document.querySelectorAll('#controls select')) {
-    el.addEventListener('change', () => { view.signal(el.name, el.dataset.num ? Number(el.value) : el.value); view.runAsync(); });
+    el.addEventListener('change', () => {
+      view.signal(el.name, el.dataset.num ? Number(el.value) : el.value);
+      view.runAsync();
+    });
   }
   poll();
 }

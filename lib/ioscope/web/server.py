@@ -33,7 +33,7 @@ class WebServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 url = urlsplit(self.path)
                 if url.path == "/":
                     self._send(200, page(), "text/html; charset=utf-8")
@@ -47,10 +47,10 @@ class WebServer:
                 else:
                     self._send(404, b"not found\n", "text/plain")
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 self._send(405, b"read only\n", "text/plain")
 
-            do_PUT = do_DELETE = do_PATCH = do_POST  # noqa: N815
+            do_PUT = do_DELETE = do_PATCH = do_POST
 
         self.requests = 0
         self.httpd = ThreadingHTTPServer((host, port), Handler)
