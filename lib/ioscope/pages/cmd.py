@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from ioscope import outfile
+
+if TYPE_CHECKING:   # report --help imports this module: no numpy here
+    from ioscope.pages.figures import Table
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,7 +24,7 @@ def wanted(args: argparse.Namespace) -> bool:
 
 
 def _write(args: argparse.Namespace, tool: str, doc: str, pics: dict[str, dict[str, object]],
-           data: dict[str, str]) -> None:
+           data: dict[str, Table]) -> None:
     from ioscope.pages.static import write_pictures
     if args.html:
         body = doc.encode()

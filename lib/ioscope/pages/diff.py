@@ -7,9 +7,12 @@ import html as htmlmod
 import os
 from typing import Any
 
+import numpy as np
+
 from ioscope.fmt import fmt_ns
 from ioscope.pages import figures
 from ioscope.pages.cells import PHASES, Cells
+from ioscope.pages.figures import Table
 from ioscope.pages.html import controls, lat_range, page, sampled_text, summary_rows
 
 SIDES = ("before", "after")
@@ -27,13 +30,10 @@ def set_params(spec: Any, values: dict[str, Any]) -> Any:
     return spec
 
 
-def merged_data(a: Cells, b: Cells, lo_b: int, hi_b: int) -> dict[str, str]:
+def merged_data(a: Cells, b: Cells, lo_b: int, hi_b: int) -> dict[str, Table]:
     da = figures.datasets(a, tag=SIDES[0])
     db = figures.datasets(b, tag=SIDES[1], key_offset=len(a.keys.keys))
-    out = {}
-    for name, text in da.items():
-        other = db[name].split("\n", 1)[1] if "\n" in db[name] else ""
-        out[name] = text + other
+    out = {name: figures.concat(t, db[name]) for name, t in da.items()}
     out["bands"] = figures.bands_csv(lo_b, hi_b)
     return out
 
@@ -77,8 +77,8 @@ def _change_table(rows: list[dict[str, Any]]) -> str:
     return f"<table id=changes>{head}{''.join(body)}</table>"
 
 
-def change_csv(rows: list[dict[str, Any]]) -> str:
-    out = ["part,side,pct,s"]
+def change_csv(rows: list[dict[str, Any]]) -> Table:
+    out: list[tuple[str, str, str, float]] = []
     for r in rows:
         for side in SIDES:
             v = r[side]
@@ -86,8 +86,9 @@ def change_csv(rows: list[dict[str, Any]]) -> str:
                 continue
             for f in ("p50", "p99", "p99.9"):
                 if v["q2c"]["n"]:
-                    out.append(f"\"{r['disk']} {r['op']}\",{side},{f},{v['q2c'][f] / 1e9:.9g}")
-    return "\n".join(out) + "\n"
+                    out.append((f"{r['disk']} {r['op']}", side, f, v["q2c"][f] / 1e9))
+    return {"part": [x[0] for x in out], "side": [x[1] for x in out], "pct": [x[2] for x in out],
+            "s": np.array([x[3] for x in out], np.float64)}
 
 
 def change_spec() -> dict[str, Any]:
@@ -106,7 +107,7 @@ def change_spec() -> dict[str, Any]:
             "width": 200}
 
 
-def diff_page(a: Cells, b: Cells) -> tuple[str, dict[str, dict[str, Any]], dict[str, str]]:
+def diff_page(a: Cells, b: Cells) -> tuple[str, dict[str, dict[str, Any]], dict[str, Table]]:
     lo_b, hi_b = lat_range([a, b])
     span = (0.0, max(a.duration_ns, b.duration_ns, 1000) / 1e9)
     res = min(c.heat[p].res for c in (a, b) for p in PHASES) / 1e9

@@ -9,7 +9,6 @@ picture is the same specification rendered with their defaults (the whole captur
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Any
 
@@ -46,28 +45,35 @@ def nice_step(span_s: float, res_s: float, cols: int = COLUMNS) -> float:
     return raw
 
 
-def _csv(header: list[str], cols: list[Any]) -> str:
-    buf = io.StringIO()
-    buf.write(",".join(header) + "\n")
-    if len(cols) and len(cols[0]):
-        arr = np.column_stack([np.asarray(c) for c in cols])
-        fmt = ",".join("%d" if np.issubdtype(np.asarray(c).dtype, np.integer) else "%.9g" for c in cols)
-        np.savetxt(buf, arr, fmt=fmt, delimiter=",")
-    return buf.getvalue()
+Table = dict[str, Any]   # a data set: column name -> numpy array (numbers) or list (strings)
 
 
-def _q(s: str) -> str:
-    return '"' + s.replace('"', '""') + '"'
+def _csv(header: list[str], cols: list[Any]) -> Table:
+    return {h: np.asarray(c) for h, c in zip(header, cols)}
 
 
-def datasets(c: Cells, offset_s: float = 0.0, tag: str = "", key_offset: int = 0) -> dict[str, str]:
-    """The page's data sets as csv text: keys, bands, heat, access, curves, points, overhead, marks.
-    offset_s moves times (a second capture of a diff starts at its own 0); tag names the capture."""
+def rows_of(t: Table) -> int:
+    return len(next(iter(t.values()))) if t else 0
+
+
+def concat(a: Table, b: Table) -> Table:
+    """Two data sets of the same columns, one after the other."""
+    out: Table = {}
+    for k, v in a.items():
+        w = b[k]
+        out[k] = v + w if isinstance(v, list) else np.concatenate([v, w])
+    return out
+
+
+def datasets(c: Cells, offset_s: float = 0.0, tag: str = "", key_offset: int = 0) -> dict[str, Table]:
+    """The page's data sets (column tables): keys, heat per phase, access, overview, curves, points, overhead,
+    marks. offset_s moves times (a second capture of a diff starts at its own 0); tag names the capture."""
     ks = c.keys
-    rows = ["k,disk,op,comm,cgroup,cap"]
-    for i, k in enumerate(ks.keys):
-        rows.append(",".join([str(i + key_offset)] + [_q(ks.dims[d][k[j]]) for j, d in enumerate(DIMS)] + [_q(tag)]))
-    out: dict[str, str] = {"keys": "\n".join(rows) + "\n"}
+    keys: Table = {"k": np.arange(len(ks.keys), dtype=np.int64) + key_offset}
+    for j, d in enumerate(DIMS):
+        keys[d] = [ks.dims[d][k[j]] for k in ks.keys]
+    keys["cap"] = [tag] * len(ks.keys)
+    out: dict[str, Table] = {"keys": keys}
     # heat, per phase: column start (s), column width (s), bucket, key, I/Os
     for p in PHASES:
         s = c.heat[p]
@@ -88,8 +94,8 @@ def datasets(c: Cells, offset_s: float = 0.0, tag: str = "", key_offset: int = 0
     ocol = np.floor(cv.tb * cv.res / 1e9 / ostep).astype(np.int64)
     oios = np.bincount(ocol, weights=cv.vals["ios"]) if len(ocol) else np.zeros(0)
     out["overview"] = _csv(["t", "w", "ios"], [np.arange(len(oios)) * ostep + offset_s, np.full(len(oios), ostep),
-                                                oios.astype(np.int64)]).replace("\n", f",{_q(tag)}\n")
-    out["overview"] = out["overview"].replace(f"t,w,ios,{_q(tag)}\n", "t,w,ios,cap\n", 1)
+                                                oios.astype(np.int64)])
+    out["overview"]["cap"] = [tag] * len(oios)
     out["curves"] = _csv(["t", "w", "k", "req", "ios", "bytes", "q2c", "seeks"],
                          [cv.tb * cv.res / 1e9 + offset_s, np.full(len(cv.tb), cv.res / 1e9), cv.other + key_offset,
                           *(cv.vals[x] for x in ("req", "ios", "bytes")), cv.vals["q2c_sum"] / 1e9,
@@ -108,22 +114,22 @@ def datasets(c: Cells, offset_s: float = 0.0, tag: str = "", key_offset: int = 0
     return out
 
 
-def bands_csv(lo_b: int, hi_b: int) -> str:
-    rows = ["b,lo,hi,label"]
-    for b in range(lo_b, hi_b + 1):
-        lo, hi = hist.bucket_low(b), hist.bucket_high(b)
-        rows.append(f"{b},{lo / 1e9:.9g},{hi / 1e9:.9g},{_q(fmt_ns(lo) + '-' + fmt_ns(hi))}")
-    return "\n".join(rows) + "\n"
+def bands_csv(lo_b: int, hi_b: int) -> Table:
+    bs = list(range(lo_b, hi_b + 1))
+    lo = [hist.bucket_low(b) for b in bs]
+    hi = [hist.bucket_high(b) for b in bs]
+    return {"b": np.array(bs, np.int64), "lo": np.array(lo) / 1e9, "hi": np.array(hi) / 1e9,
+            "label": [fmt_ns(x) + "-" + fmt_ns(y) for x, y in zip(lo, hi)]}
 
 
-def marks_csv(c: Cells, offset_s: float = 0.0, tag: str = "") -> str:
+def marks_csv(c: Cells, offset_s: float = 0.0, tag: str = "") -> Table:
     """Where the capture is not whole, as time spans: kind, start, end (s), text."""
     m = c.marks
     t0 = c.t0
-    rows = ["kind,t,t2,text,cap"]
+    rows: list[tuple[str, float, float, str, str]] = []
 
     def add(kind: str, a: int, b: int, text: str) -> None:
-        rows.append(f"{kind},{(a - t0) / 1e9 + offset_s:.9f},{(b - t0) / 1e9 + offset_s:.9f},{_q(text)},{_q(tag)}")
+        rows.append((kind, (a - t0) / 1e9 + offset_s, (b - t0) / 1e9 + offset_s, text, tag))
 
     meta = c.meta
     att, det = meta.get("attached_mono_ns"), (meta.get("end") or {}) if isinstance(meta.get("end"), dict) else {}
@@ -155,7 +161,8 @@ def marks_csv(c: Cells, offset_s: float = 0.0, tag: str = "") -> str:
             add("trigger", t, t, f"flight recorder trigger: {trig.get('why', '')}")
     if meta.get("_truncation"):
         add("cut", m.last_ts, m.last_ts, str(meta["_truncation"]))
-    return "\n".join(rows) + "\n"
+    return {"kind": [r[0] for r in rows], "t": np.array([r[1] for r in rows], np.float64),
+            "t2": np.array([r[2] for r in rows], np.float64), "text": [r[3] for r in rows], "cap": [r[4] for r in rows]}
 
 
 # ----------------------------------------------------------------------------- parameters and transforms

@@ -16,6 +16,7 @@ import numpy as np
 from ioscope.fmt import fmt_ns
 from ioscope.pages import figures
 from ioscope.pages.cells import PHASES, Cells
+from ioscope.pages.figures import Table
 
 PARSE = {
     "keys": {"k": "number"},
@@ -34,10 +35,13 @@ PARSE = {
 def vega_bundle() -> str:
     """vega, vega-lite and vega-embed as one script (vl-convert makes it; cached per vl-convert version,
     since making it takes seconds)."""
-    import vl_convert as vlc
-    version = getattr(vlc, "__version__", None) or vlc.get_vega_version()
+    from importlib.metadata import PackageNotFoundError, version
+    try:   # the cache's key without importing vl_convert (its library is 88 MB)
+        ver = version("vl-convert-python")
+    except PackageNotFoundError:
+        ver = "unknown"
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ioscope")
-    path = os.path.join(cache, f"vega-bundle-{version}-{vlc.get_vega_version()}.js")
+    path = os.path.join(cache, f"vega-bundle-{ver}.js")
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
@@ -45,6 +49,7 @@ def vega_bundle() -> str:
             return text
     except OSError:
         pass
+    import vl_convert as vlc
     text = vlc.javascript_bundle(
         "window.vegaEmbed = vegaEmbed; window.vega = vega; window.vegaLite = vegaLite;")
     try:
@@ -58,40 +63,43 @@ def vega_bundle() -> str:
     return text
 
 
-def columns_json(data: dict[str, str]) -> str:
-    """The data sets (csv text) as JSON columns, {name: {column: [values]}}: the page builds its rows from
-    them (JSON.parse is native; vega's csv parsing of 100,000 rows took a second)."""
+def _column_json(v: Any) -> str:
+    if isinstance(v, list):
+        return json.dumps(v)
+    a = np.asarray(v)
+    if np.issubdtype(a.dtype, np.integer):
+        return json.dumps(a.astype(np.int64).tolist())
+    # seconds to the ns
+    return json.dumps(np.round(a.astype(np.float64), 9).tolist())
+
+
+def columns_json(data: dict[str, Table]) -> str:
+    """The data sets as JSON columns, {name: {column: [values]}}: the page builds its rows from them
+    (JSON.parse is native; vega's csv parsing of 100,000 rows took a second)."""
+    return "{" + ",".join(f"{json.dumps(name)}:{{" + ",".join(f"{json.dumps(col)}:{_column_json(v)}"
+                                                              for col, v in t.items()) + "}"
+                          for name, t in data.items()) + "}"
+
+
+def csv_text(t: Table) -> str:
+    """A data set as csv text (pyarrow's writer), for a static picture's specification."""
+    import io
+
     import pyarrow as pa
     import pyarrow.csv as pacsv
-    parts = []
-    for name, text in data.items():
-        types = {c: (pa.float64() if t == "number" else pa.string()) for c, t in PARSE.get(name, {}).items()}
-        header = text.split("\n", 1)[0].split(",")
-        for col in header:
-            types.setdefault(col, pa.string())
-        t = pacsv.read_csv(pa.py_buffer(text.encode()), convert_options=pacsv.ConvertOptions(column_types=types,
-                                                                                             strings_can_be_null=False))
-        cols = []
-        for col in t.column_names:
-            arr = t.column(col)
-            if pa.types.is_floating(arr.type):
-                vals = arr.to_numpy()
-                ints = np.all(vals == np.round(vals)) and np.all(np.abs(vals) < 2**53)
-                body = json.dumps(vals.astype(np.int64).tolist() if ints else vals.tolist())
-            else:
-                body = json.dumps(arr.to_pylist())
-            cols.append(f"{json.dumps(col)}:{body}")
-        parts.append(f"{json.dumps(name)}:{{{','.join(cols)}}}")
-    return "{" + ",".join(parts) + "}"
+    buf = io.BytesIO()
+    pacsv.write_csv(pa.table({k: (v if isinstance(v, list) else np.asarray(v)) for k, v in t.items()}), buf)
+    return buf.getvalue().decode()
 
 
-def inline(spec: Any, data: dict[str, str]) -> Any:
-    """The specification with each named data set replaced by its csv text (what the page's script does)."""
+def inline(spec: Any, data: dict[str, Table]) -> Any:
+    """The specification with each named data set put inside it, as csv text (the page's script puts rows)."""
     if isinstance(spec, dict):
         out = {}
         for k, v in spec.items():
             if k == "data" and isinstance(v, dict) and set(v) == {"name"} and v["name"] in data:
-                out[k] = {"values": data[v["name"]], "format": {"type": "csv", "parse": PARSE[v["name"]]}}
+                out[k] = {"values": csv_text(data[v["name"]]),
+                          "format": {"type": "csv", "parse": PARSE[v["name"]]}}
             else:
                 out[k] = inline(v, data)
         return out
@@ -163,9 +171,9 @@ def _table(rows: list[dict[str, Any]]) -> str:
 
 def _marks_list(c: Cells) -> str:
     lines = []
-    for line in figures.marks_csv(c).splitlines()[1:]:
-        kind = line.split(",", 1)[0]
-        lines.append(f"<li class='mark {kind}'>{html.escape(line)}</li>")
+    mk = figures.marks_csv(c)
+    for kind, t, t2, text in zip(mk["kind"], mk["t"], mk["t2"], mk["text"]):
+        lines.append(f"<li class='mark {kind}'>{kind}: {t:.6f} s to {t2:.6f} s: {html.escape(text)}</li>")
     return "<ul id=marks>" + "".join(lines) + "</ul>" if lines else "<p>none: the capture is whole.</p>"
 
 
@@ -330,7 +338,7 @@ def controls(c: Cells, lo_b: int, hi_b: int, extra_split: list[tuple[str, str]] 
 
 
 def page(title: str, header_html: str, sections: list[tuple[str, str, str]], specs: dict[str, Any],
-         data: dict[str, str], full: tuple[float, float], res_s: float, controls_html: str,
+         data: dict[str, Table], full: tuple[float, float], res_s: float, controls_html: str,
          heats: dict[int, Any] | None = None) -> str:
     """sections: (element id, heading, note) in order; specs: element id -> specification."""
     body = [f"<h1>{html.escape(title)}</h1>", header_html, controls_html]
@@ -351,7 +359,7 @@ def page(title: str, header_html: str, sections: list[tuple[str, str, str]], spe
             + f"<script>{safe}</script><script>{JS}</script></body></html>")
 
 
-def report_page(c: Cells) -> tuple[str, dict[str, dict[str, Any]], dict[str, str]]:
+def report_page(c: Cells) -> tuple[str, dict[str, dict[str, Any]], dict[str, Table]]:
     """The page of one capture, its pictures' specifications (for static files) and data."""
     lo_b, hi_b = lat_range([c])
     span = (0.0, max(c.duration_ns / 1e9, 1e-6))

@@ -8,10 +8,11 @@ from typing import Any
 
 from ioscope import outfile
 from ioscope.errors import IoscopeError
+from ioscope.pages.figures import Table, rows_of
 from ioscope.pages.html import inline
 
 
-def write_pictures(pics: dict[str, dict[str, Any]], data: dict[str, str], directory: str, fmt: str) -> list[str]:
+def write_pictures(pics: dict[str, dict[str, Any]], data: dict[str, Table], directory: str, fmt: str) -> list[str]:
     """Write every picture as DIR/NAME.svg or .png (created 0600; DIR made 0700 if missing); the paths."""
     import vl_convert as vlc
     if os.path.exists(directory) and not os.path.isdir(directory):
@@ -19,7 +20,7 @@ def write_pictures(pics: dict[str, dict[str, Any]], data: dict[str, str], direct
     os.makedirs(directory, mode=0o700, exist_ok=True)
     paths = []
     for name, spec in pics.items():
-        if "layer" in spec and data.get("marks", "").count("\n") <= 1:
+        if "layer" in spec and not rows_of(data.get("marks", {})):
             # no marks: their empty layers left out (resvg took 40 s over a PNG of the empty rules)
             spec = dict(spec, layer=[x for x in spec["layer"] if x.get("data") != {"name": "marks"}])
         full = inline(spec, data)
