@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import socket
 import statistics
 import sys
 import threading
@@ -30,6 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
 from ioscope.testbed import LoopDevice, run_fio
 from lat_overhead import Tracer, profile
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 class WebTracer(Tracer):
@@ -76,10 +83,11 @@ def main() -> int:
             configs: list[tuple[str, Callable[[], AbstractContextManager[Any]]]] = [
                 ("baseline", nullcontext),
                 ("ioscope lat -D -O", lambda: Tracer("lat", [*ioscope, "lat", "-D", "-O"], "Tracing", "stderr")),
-                ("ioscope web", lambda: WebTracer("web", [*ioscope, "web", "-d", dev.name, "--port", "0"], "Serving",
-                                                  "stderr")),
+                ("ioscope web", lambda: WebTracer("web", [*ioscope, "web", "-d", dev.name, "--listen",
+                                                          f"127.0.0.1:{free_port()}"], "Serving", "stderr")),
                 ("ioscope web --by comm", lambda: WebTracer("web", [*ioscope, "web", "-d", dev.name, "--by", "comm",
-                                                                    "--port", "0"], "Serving", "stderr")),
+                                                                    "--listen", f"127.0.0.1:{free_port()}"],
+                                                            "Serving", "stderr")),
             ]
             results: dict[str, list[float]] = {name: [] for name, _ in configs}
             run_fio(dev.path, rw="randread", bs="4k", iodepth=32, runtime=1)  # warm-up

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -20,6 +21,12 @@ from ioscope.testbed import run_fio
 NIOS = 1013
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def _get(url: str) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -30,8 +37,8 @@ def _get(url: str) -> tuple[int, bytes]:
 
 def test_web_counts_fio_and_stops_clean(loopdev: Any) -> None:
     dev = loopdev(size_mb=128)
-    p = subprocess.Popen(ioscope_cmd("web", "-d", dev.name, "--port", "0"), stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(ioscope_cmd("web", "-d", dev.name, "--listen", f"127.0.0.1:{free_port()}"),
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert p.stderr is not None
         line = p.stderr.readline()

@@ -1,4 +1,4 @@
-"""Acceptance: `ioscope web -d DISK --by comm --port 0` as a user types it, the page opened in a browser.
+"""Acceptance: `ioscope web -d DISK --by comm --listen 127.0.0.1:PORT` as a user types it, the page opened in a browser.
 
 fio makes 1013 direct 4 KiB reads on a loop disk and dd 31 direct writes; the page (headless Chromium,
 nothing reachable but the tool's own address) draws, within a few seconds, heat-map cells adding up to
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 from typing import Any
@@ -19,10 +20,16 @@ from conftest import bpf_prog_ids, ioscope_cmd, programs_left
 from ioscope.testbed import run_fio
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def test_web_as_typed(loopdev: Any) -> None:
     disk = loopdev(size_mb=128)
-    p = subprocess.Popen(ioscope_cmd("web", "-d", disk.name, "--by", "comm", "--port", "0"), stderr=subprocess.PIPE,
-                         text=True, start_new_session=True)
+    cmd = ioscope_cmd("web", "-d", disk.name, "--by", "comm", "--listen", f"127.0.0.1:{free_port()}")
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert p.stderr is not None
         line = p.stderr.readline()

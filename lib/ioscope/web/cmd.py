@@ -13,8 +13,9 @@ EXAMPLES = """\
 examples:
   ioscope web                       # every disk, by disk and op: open http://127.0.0.1:8079/
   ioscope web -d loop0 --by comm    # one disk, drill-down by process too (costs more: docs/web.md)
-  ioscope web --port 0 -w 60        # any free port (printed), stop after a minute
+  ioscope web --listen 127.0.0.1:9000 -w 60   # another port; stop after a minute
 """
+DEFAULT_LISTEN = "127.0.0.1:8079"
 BY = ("comm", "cgroup")
 
 
@@ -29,9 +30,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--by", metavar="KEYS", default="",
                    help="more keys to drill down by: comm (process), cgroup, or comm,cgroup (every I/O is then "
                         "followed from its queue event: more overhead than disk and op alone)")
-    p.add_argument("--listen", metavar="ADDR", default="127.0.0.1",
-                   help="address to listen on (default 127.0.0.1: this host only)")
-    p.add_argument("--port", type=int, default=8079, metavar="PORT", help="TCP port (default 8079; 0: any free one)")
+    p.add_argument("--listen", metavar="HOST:PORT", default=DEFAULT_LISTEN,
+                   help=f"where to serve the page: HOST:PORT, :PORT (every address), [IPV6]:PORT or PORT (default "
+                        f"{DEFAULT_LISTEN}: this host only; the page has no authentication)")
     p.add_argument("--minutes", type=cli_common.positive_float, default=5.0, metavar="M",
                    help="how much history the page holds (default 5)")
     p.add_argument("-w", "--wait", type=cli_common.positive_float, metavar="SECONDS",
@@ -43,18 +44,18 @@ def run(args: argparse.Namespace) -> int:
     from ioscope import devices, system
     from ioscope.agg.collector import AggCollector, AggOptions, programs
     from ioscope.agg.expr import parse_all
-    from ioscope.errors import IoscopeError, UsageError
+    from ioscope.errors import UsageError
+    from ioscope.exporter.server import parse_listen, serve
     from ioscope.stamps import TICK_S
     from ioscope.web.model import PHASES, LiveHeat
     from ioscope.web.page import render
-    from ioscope.web.server import WebServer
+    from ioscope.web.server import app
 
     by = [x for x in args.by.split(",") if x]
     bad = [x for x in by if x not in BY]
     if bad:
         raise UsageError(f"--by {','.join(bad)}: not a key the page drills down by", "use comm, cgroup or comm,cgroup")
-    if not 0 <= args.port < 65536:
-        raise UsageError(f"--port {args.port}: not a TCP port", "give 1-65535, or 0 for any free port")
+    host, port = parse_listen(args.listen if ":" in args.listen else f"{DEFAULT_LISTEN.split(':')[0]}:{args.listen}")
     keys = ["disk", "op", *by]
     exprs = parse_all([f"llquantize({p}) by {','.join(keys)}" for p in PHASES])
     system.require_bpf_privileges("web")
@@ -63,19 +64,15 @@ def run(args: argparse.Namespace) -> int:
     where = ", ".join(d.name for d in disks) or "every disk"
     what = f"{where}; keys {', '.join(keys)}; one column per second, the last {args.minutes:g} minutes"
     page = render(heat.columns, what)
-    try:
-        server = WebServer(args.listen, args.port, lambda: page, heat.to_json)
-    except OSError as exc:
-        raise IoscopeError(f"cannot listen on {args.listen}:{args.port}: {exc.strerror}",
-                           "choose another --port (0: any free one)") from None
+    requests = [0]
+    server, _thread = serve(host, port, app(lambda: page, heat.to_json, requests))   # a taken port: said first
     collector = None
     try:
         collector = AggCollector(AggOptions(exprs=exprs, disks=disks, btf=system.btf_path(args.btf),
                                             programs=programs(exprs)))
-        server.start()
-        host, port = server.address
+        shown = "[::]" if not host else f"[{host}]" if ":" in host else host
         cli_common.warn_unavailable("web", collector.unavailable)
-        print(f"Serving the live heat map of {what} at http://{host}:{port}/ ; Ctrl-C to end.", file=sys.stderr,
+        print(f"Serving the live heat map of {what} at http://{shown}:{port}/ ; Ctrl-C to end.", file=sys.stderr,
               flush=True)
         start = last = time.time()
         last_tick = start
@@ -99,10 +96,11 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        server.close()
+        server.shutdown()
+        server.server_close()
         if collector is not None:
             collector.close()
-    print(f"ioscope web: stopped; served {server.requests} requests", file=sys.stderr)
+    print(f"ioscope web: stopped; served {requests[0]} requests", file=sys.stderr)
     return 0
 
 
