@@ -120,7 +120,8 @@ def diff_page(a: Cells, b: Cells) -> tuple[str, dict[str, dict[str, Any]], dict[
               "step": figures.nice_step(span[1], res), "astep": figures.nice_step(span[1], res, figures.COLUMNS // 3)}
     pics: dict[str, dict[str, Any]] = {"overview": figures.overview_spec(a, span, multi=True)}
     for p in PHASES:
-        pics[f"heat-{p}"] = figures.heat_spec(a, lo_b, hi_b, span, p, f"{figures.PHASE_LABEL[p]}: before and after")
+        pics[f"heat-{p}"] = figures.heat_spec(a, *lat_range([a, b], (p,)), span, p,
+                                              f"{figures.PHASE_LABEL[p]}: before and after")
     pics["access"] = figures.access_spec(a, span)
     pics["scatter"] = figures.scatter_spec(a, span, f"before: {sampled_text(a)}; after: {sampled_text(b)}")
     pics["curves"] = figures.curves_spec(a, span)

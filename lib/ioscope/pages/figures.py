@@ -202,15 +202,12 @@ def _time_x(title: str = "seconds from the first event") -> dict[str, Any]:
 
 
 def _lat_axis(lo_b: int, hi_b: int) -> dict[str, Any]:
-    """The latency axis on bucket numbers (log-linear: about log latency), labelled at 1, 10, 100 ... us."""
-    ticks = []
-    v = 1000
-    while v <= 10**11:
-        b = hist.bucket_index(v)
-        if lo_b <= b <= hi_b + 1:
-            ticks.append(b)
-        v *= 10
-    labels = {hist.bucket_index(10**k): fmt_ns(10**k) for k in range(3, 12)}
+    """The latency axis on bucket numbers (log-linear: about log latency), labelled at 1, 2, 5, 10 ... us (at
+    1, 10, 100 ... when the range spans more than three powers of ten)."""
+    steps = (1, 2, 5) if hi_b - lo_b <= 3 * 27 else (1,)
+    values = [m * 10**k for k in range(3, 12) for m in steps]
+    ticks = [b for b in (hist.bucket_index(v) for v in values) if lo_b <= b <= hi_b + 1]
+    labels = {hist.bucket_index(v): fmt_ns(v) for v in values}
     expr = " : ".join(f"datum.value == {b} ? '{lab}'" for b, lab in labels.items()) + " : ''"
     return {"values": ticks or [lo_b], "labelExpr": expr, "grid": True}
 
@@ -237,8 +234,8 @@ def heat_spec(c: Cells, lo_b: int, hi_b: int, span: tuple[float, float], phase: 
                {"field": "part", "type": "nominal", "title": "of"}]
     heat: dict[str, Any] = {
         "name": "heat", "width": WIDTH - 180, "height": 260,
-        "params": [{"name": "hover", "select": {"type": "point", "on": "pointerover", "fields": ["col", "part"],
-                                                "nearest": False, "clear": "pointerout"}}],
+        "params": [{"name": "hover", "select": {"type": "point", "on": "mouseover", "fields": ["col", "part"],
+                                                "nearest": False, "clear": "mouseout"}}],
         "mark": {"type": "rect", "tooltip": True},
         "encoding": {
             "x": _time_x(), "x2": {"field": "col2"},
@@ -256,13 +253,14 @@ def heat_spec(c: Cells, lo_b: int, hi_b: int, span: tuple[float, float], phase: 
     side = {
         "name": "column", "width": 140, "height": 260,
         "transform": [{"filter": {"param": "hover", "empty": False}}],
-        "mark": {"type": "bar", "tooltip": True},
+        "mark": {"type": "rect", "tooltip": True, "color": "#b12a90"},
         "encoding": {
             "y": {"field": "b", "type": "quantitative", "title": None, "axis": _lat_axis(lo_b, hi_b),
                   "scale": {"domain": {"expr": f"[{lo_b}, {y_hi['expr']}]"}, "nice": False, "zero": False}},
             "y2": {"field": "b2"},
             "x": {"field": "n", "type": "quantitative", "title": "I/Os in the column under the pointer",
                   "scale": {"domain": {"unionWith": [0, 1]}}},
+            "x2": {"datum": 0},
             "tooltip": [{"field": "label", "title": "latency"}, {"field": "n", "title": "I/Os"}],
         },
     }

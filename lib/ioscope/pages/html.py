@@ -108,13 +108,14 @@ def inline(spec: Any, data: dict[str, Table]) -> Any:
     return spec
 
 
-def lat_range(cells: list[Cells]) -> tuple[int, int]:
+def lat_range(cells: list[Cells], phases: tuple[str, ...] = PHASES) -> tuple[int, int]:
+    """The latency buckets holding I/O of these phases (lowest, highest)."""
     from ioscope import hist
-    lo = min((min(c.totals[p].counts[k].nonzero()[0].min() for p in PHASES for k in c.totals[p].n
-                  if c.totals[p].n[k]) for c in cells if c.n_ios), default=hist.bucket_index(10_000))
-    hi = max((max(c.totals[p].counts[k].nonzero()[0].max() for p in PHASES for k in c.totals[p].n
-                  if c.totals[p].n[k]) for c in cells if c.n_ios), default=hist.bucket_index(10_000_000))
-    return int(lo), int(hi)
+    used = [int(b) for c in cells for p in phases for k in c.totals[p].n if c.totals[p].n[k]
+            for b in (c.totals[p].counts[k].nonzero()[0][[0, -1]])]
+    if not used:
+        return hist.bucket_index(10_000), hist.bucket_index(10_000_000)
+    return min(used), max(used)
 
 
 def sampled_text(c: Cells) -> str:
@@ -129,7 +130,7 @@ def pictures(c: Cells, span: tuple[float, float], lo_b: int, hi_b: int) -> dict[
     """Every picture's specification, by file name."""
     out = {"overview": figures.overview_spec(c, span)}
     for p in PHASES:
-        out[f"heat-{p}"] = figures.heat_spec(c, lo_b, hi_b, span, p, f"{figures.PHASE_LABEL[p]} heat map")
+        out[f"heat-{p}"] = figures.heat_spec(c, *lat_range([c], (p,)), span, p, f"{figures.PHASE_LABEL[p]} heat map")
     out["access"] = figures.access_spec(c, span)
     out["scatter"] = figures.scatter_spec(c, span, "completion time x latency: " + sampled_text(c))
     out["curves"] = figures.curves_spec(c, span)

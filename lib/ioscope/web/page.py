@@ -54,12 +54,13 @@ def live_spec(window_s: int) -> dict[str, Any]:
                                       {"field": "part", "title": "of"}]}},
             {"name": "column", "width": 140, "height": 240,
              "transform": [{"filter": {"param": "hover", "empty": False}}],
-             "mark": {"type": "bar", "tooltip": True},
+             "mark": {"type": "rect", "tooltip": True, "color": "#b12a90"},
              "encoding": {"y": {"field": "b", "type": "quantitative", "title": None, "scale": {"zero": False},
                                 "axis": figures._lat_axis(LO, HI)},
                           "y2": {"field": "b2"},
                           "x": {"field": "n", "type": "quantitative", "title": "I/Os in the column under the pointer",
-                                "scale": {"domain": {"unionWith": [0, 1]}}}}},
+                                "scale": {"domain": {"unionWith": [0, 1]}}},
+                          "x2": {"datum": 0}}},
         ],
     }
 
