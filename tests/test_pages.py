@@ -208,8 +208,7 @@ def test_diff_page_in_chromium(tmp_path: Path, made: dict[str, Any]) -> None:
         cells = o.marks("heat", "heat")
         parts: dict[str, int] = {}
         for x in cells:
-            side = x["part"].split(":")[0]
-            parts[side] = parts.get(side, 0) + int(x["n"])
+            parts[x["cap"]] = parts.get(x["cap"], 0) + int(x["n"])
         assert parts == {"before": a, "after": b}
         assert o.page.locator("#change").screenshot()
         assert "x0." in o.page.locator("table#changes").inner_text()   # after is faster: ratios below 1

@@ -120,6 +120,5 @@ def test_pages_of_every_capture_kind(loopdev: Any, tmp_path: Path) -> None:
         sides: dict[str, int] = {}
         for x in o.marks("heat", "heat"):
             if x["part"].endswith(" read"):
-                side = x["part"].split(":")[0]
-                sides[side] = sides.get(side, 0) + int(x["n"])
+                sides[x["cap"]] = sides.get(x["cap"], 0) + int(x["n"])
         assert sides == {"before": 1009, "after": c1[0] - c0[0]}, sides

@@ -94,7 +94,7 @@ def change_csv(rows: list[dict[str, Any]]) -> Table:
 def change_spec() -> dict[str, Any]:
     return {"$schema": figures.SCHEMA, "config": figures.CONFIG, "data": {"name": "change"}, "name": "change",
             "transform": [{"filter": "datum.s > 0"}, {"calculate": "datum.s * 1000", "as": "ms"}],
-            "mark": {"type": "bar", "tooltip": True},
+            "mark": {"type": "point", "filled": True, "size": 90, "tooltip": True},
             "encoding": {"y": {"field": "side", "type": "nominal", "title": None, "sort": list(SIDES)},
                          "x": {"field": "ms", "type": "quantitative", "title": "Q2C (ms)", "scale": {"type": "log"}},
                          "color": {"field": "side", "type": "nominal", "sort": list(SIDES)},
@@ -116,12 +116,12 @@ def diff_page(a: Cells, b: Cells) -> tuple[str, dict[str, dict[str, Any]], dict[
     data["change"] = change_csv(rows)
     from ioscope.pages import html as pagehtml
     pagehtml.PARSE.setdefault("change", {"s": "number"})
-    values = {"split": "capdiskop", "t_lo": span[0], "t_hi": span[1],
+    values = {"split": "diskop", "t_lo": span[0], "t_hi": span[1],
               "step": figures.nice_step(span[1], res), "astep": figures.nice_step(span[1], res, figures.COLUMNS // 3)}
     pics: dict[str, dict[str, Any]] = {"overview": figures.overview_spec(a, span, multi=True)}
     for p in PHASES:
         pics[f"heat-{p}"] = figures.heat_spec(a, *lat_range([a, b], (p,)), span, p,
-                                              f"{figures.PHASE_LABEL[p]}: before and after")
+                                              f"{figures.PHASE_LABEL[p]}: before and after", by_capture=True)
     pics["access"] = figures.access_spec(a, span)
     pics["scatter"] = figures.scatter_spec(a, span, f"before: {sampled_text(a)}; after: {sampled_text(b)}")
     pics["curves"] = figures.curves_spec(a, span)
@@ -146,7 +146,7 @@ def diff_page(a: Cells, b: Cells) -> tuple[str, dict[str, dict[str, Any]], dict[
         ("scatter", "Completion time x latency", ""),
         ("access", "Access pattern", ""),
     ]
-    split = [("capdiskop", "capture, disk and op"), ("cap", "capture")]
+    split = [("capdiskop", "capture, disk and op"), ("cap", "capture")]   # offered after disk and op
     doc = page(f"ioscope diff: {names[0]} -> {names[1]}", header, sections, specs, data, span, res,
                controls(a, lo_b, hi_b, split), {i: pics[f"heat-{p}"] for i, p in enumerate(PHASES)})
     return doc, pics, data

@@ -213,12 +213,12 @@ def _lat_axis(lo_b: int, hi_b: int) -> dict[str, Any]:
 
 
 def heat_spec(c: Cells, lo_b: int, hi_b: int, span: tuple[float, float], phase: str = "q2c",
-              title: str = "") -> dict[str, Any]:
+              title: str = "", by_capture: bool = False) -> dict[str, Any]:
     """Latency heat map (time x latency bucket, colour = I/Os) and, beside it, the counts per latency band of
-    the column under the pointer."""
+    the column under the pointer. by_capture: the captures of a diff side by side (a column each)."""
     tr = [*_lookup(), *_window(),
           {"filter": "lat_max == 0 || datum.b <= lat_max"},
-          {"aggregate": [{"op": "sum", "field": "n", "as": "n"}], "groupby": ["col", "col2", "b", "part"]},
+          {"aggregate": [{"op": "sum", "field": "n", "as": "n"}], "groupby": ["col", "col2", "b", "part", "cap"]},
           {"lookup": "b", "from": {"data": {"name": "bands"}, "key": "b", "fields": ["lo", "hi", "label"]}},
           {"joinaggregate": [{"op": "max", "field": "n", "as": "peak"}]},
           {"calculate": "log(1 + datum.n) / log(1 + datum.peak)", "as": "vfalse"},
@@ -250,6 +250,10 @@ def heat_spec(c: Cells, lo_b: int, hi_b: int, span: tuple[float, float], phase: 
         },
     }
     tr.append({"calculate": "datum.b + 1", "as": "b2"})
+    if by_capture:
+        heat["encoding"]["column"] = {"field": "cap", "type": "nominal", "title": None, "sort": ["before", "after"]}
+        heat["width"] = (WIDTH - 200) // 2
+        heat["params"][0]["select"]["fields"] = ["col", "part", "cap"]
     side = {
         "name": "column", "width": 140, "height": 260,
         "transform": [{"filter": {"param": "hover", "empty": False}}],

@@ -329,7 +329,7 @@ def controls(c: Cells, lo_b: int, hi_b: int, extra_split: list[tuple[str, str]] 
     split = [("diskop", "disk and op"), ("disk", "disk"), ("op", "op"), ("comm", "process"), ("none", "nothing")]
     if any(x != "?" for x in d["cgroup"]):
         split.append(("cgroup", "cgroup"))
-    parts.append(_select("split", "split by", (extra_split or []) + split))
+    parts.append(_select("split", "split by", split + (extra_split or [])))
     parts.append(_select("palette", "palette", [("false", "false colour (single I/Os visible)"), ("linear", "linear")]))
     parts.append(_select("lat_max", "range", ranges, num=True))
     parts.append(_select("colour_by", "access colour", [("latency", "latency"), ("op", "op")]))
