@@ -128,6 +128,27 @@ def test_cells_hold_every_io_and_the_planted_ones_where_they_are(made: dict[str,
     assert sorted(c.points["q2c"])[-3:] == sorted(lat for _, lat in SLOW)
 
 
+def test_curves_equal_report_iostat(made: dict[str, Any]) -> None:
+    """The throughput curves' requests, bytes and queue depth per disk equal report's iostat table summed."""
+    from ioscope.pages.cells import aggregate
+    c = aggregate(str(made["cap"]))
+    rep = made["json"]
+    names = {k: d["name"].split()[0] for k, d in rep["devices"].items()}
+    for dev, name in names.items():
+        rows = [r for r in rep["iostat"] if r["device"] == dev]
+        keys = set(c.keys_where(disk=name))
+        m = np.isin(c.curves.other, list(keys))
+        assert int(c.curves.vals["req"][m].sum()) == round(sum(r["r/s"] + r["w/s"] for r in rows))
+        kb = sum(r["rkB/s"] + r["wkB/s"] for r in rows)
+        assert int(c.curves.vals["bytes"][m].sum()) == round(kb * 1024)
+        assert c.curves.vals["q2c_sum"][m].sum() / 1e9 == pytest.approx(sum(r["avgqu-sz"] for r in rows), rel=1e-9)
+        # the phases picture: btt's Device Overhead of the disk
+        tot = {x: sum(c.overhead[k][x] for k in keys if k in c.overhead) for x in ("q2g", "g2i", "q2m", "i2d",
+                                                                                  "d2c", "q2c")}
+        for x, pct in rep["devices"][dev]["overhead_pct"].items():
+            assert 100 * tot[x] / tot["q2c"] == pytest.approx(pct, rel=1e-9, abs=1e-12), (name, x)
+
+
 def test_files_are_private_and_pictures_written(made: dict[str, Any]) -> None:
     assert stat.S_IMODE(os.stat(made["page"]).st_mode) == 0o600
     for fmt in ("svg", "png"):
