@@ -80,7 +80,7 @@ class Sparse:
     def _reduce(self, tb: npt.NDArray[np.int64], other: npt.NDArray[np.int64],
                 v: dict[str, npt.NDArray[np.int64]]) -> None:
         comp = (tb << 32) | other
-        order = np.argsort(comp, kind="stable")
+        order = np.argsort(comp)
         comp = comp[order]
         starts = np.flatnonzero(np.r_[True, comp[1:] != comp[:-1]]) if len(comp) else np.zeros(0, np.int64)
         self.tb = comp[starts] >> 32
@@ -143,6 +143,14 @@ class Keys:
         return np.asarray(lut[inv.reshape(-1)], dtype=np.int64)
 
 
+def key_sums(key: npt.NDArray[np.int64], v: npt.NDArray[np.int64], nk: int) -> list[int]:
+    """Exact integer sums of v per key (0..nk-1): bincount's float64 weights, split in two halves of 26 bits so
+    that no partial sum loses a bit."""
+    lo = np.bincount(key, weights=(v & ((1 << 26) - 1)).astype(np.float64), minlength=nk)
+    hi = np.bincount(key, weights=(v >> 26).astype(np.float64), minlength=nk)
+    return [int(h) * (1 << 26) + int(low) for h, low in zip(hi.tolist(), lo.tolist())]
+
+
 @dataclass
 class PhaseTotals:
     """Per key: histogram, count, sum, min and max of a phase (ns)."""
@@ -154,16 +162,21 @@ class PhaseTotals:
     mx: dict[int, int] = field(default_factory=dict)
 
     def add(self, key: npt.NDArray[np.int64], v: npt.NDArray[np.int64], b: npt.NDArray[np.int64]) -> None:
-        for k in np.unique(key).tolist():
-            m = key == k
-            vk = v[m]
+        nk = int(key.max()) + 1
+        counts = np.bincount(key * hist.NBUCKETS + b, minlength=nk * hist.NBUCKETS).reshape(nk, hist.NBUCKETS)
+        n = np.bincount(key, minlength=nk)
+        total = key_sums(key, v, nk)
+        mn = np.full(nk, np.iinfo(np.int64).max, np.int64)
+        mx = np.full(nk, -1, np.int64)
+        np.minimum.at(mn, key, v)
+        np.maximum.at(mx, key, v)
+        for k in np.flatnonzero(n).tolist():
             c = self.counts.get(k)
-            add = np.bincount(b[m], minlength=hist.NBUCKETS).astype(np.int64)
-            self.counts[k] = add if c is None else c + add
-            self.total[k] = self.total.get(k, 0) + int(vk.sum())
-            self.mn[k] = min(self.mn.get(k, int(vk.min())), int(vk.min()))
-            self.mx[k] = max(self.mx.get(k, int(vk.max())), int(vk.max()))
-            self.n[k] = self.n.get(k, 0) + int(m.sum())
+            self.counts[k] = counts[k].astype(np.int64) if c is None else c + counts[k]
+            self.total[k] = self.total.get(k, 0) + total[k]
+            self.mn[k] = min(self.mn.get(k, int(mn[k])), int(mn[k]))
+            self.mx[k] = max(self.mx.get(k, int(mx[k])), int(mx[k]))
+            self.n[k] = self.n.get(k, 0) + int(n[k])
 
     def hist(self, keys: list[int]) -> hist.Hist:
         h = hist.Hist()
@@ -313,12 +326,12 @@ class Aggregator:
         q2c_ok = ph["q2c"] >= 0
         self.n_ios += int(q2c_ok.sum())
         # btt's Device Overhead: each phase's total against Q2C's, per key
-        for k in np.unique(key[q2c_ok]).tolist():
-            m = key == k
+        nk = int(key.max()) + 1
+        sums = {x: key_sums(key, np.maximum(ph[x], 0), nk) for x in (*OVERHEAD, "q2c")}
+        for k in np.flatnonzero(np.bincount(key[q2c_ok], minlength=nk)).tolist():
             acc = self.overhead.setdefault(k, {x: 0 for x in (*OVERHEAD, "q2c")})
             for x in (*OVERHEAD, "q2c"):
-                v = ph[x][m]
-                acc[x] += int(v[v >= 0].sum())
+                acc[x] += sums[x][k]
         # curves: completions (every C, as iostat counts them), requests (not merged bios), bytes, Q2C
         done = c_ns >= 0
         if done.any():
@@ -330,11 +343,11 @@ class Aggregator:
         iss = (d_ns >= 0) & ~merged
         if iss.any():
             idx = np.flatnonzero(iss)
-            idx = idx[np.argsort(d_ns[idx], kind="stable")]
+            idx = idx[np.argsort(d_ns[idx])]
             dd = disk[idx]
             nsec = np.maximum(nbytes[idx] // 512, 1)
             seek = np.zeros(len(idx), np.int64)
-            for dk in np.unique(dd).tolist():
+            for dk in np.flatnonzero(np.bincount(dd)).tolist():
                 m = np.flatnonzero(dd == dk)
                 s, e = sector[idx[m]], sector[idx[m]] + nsec[m]
                 prev_end = np.r_[self.last_d[dk][1] if dk in self.last_d else -1, e[:-1]]
@@ -346,7 +359,7 @@ class Aggregator:
                 self.curves.add(np.maximum(d_ns[idx] - t0, 0), key[idx],
                                 {"req": zero, "ios": zero, "bytes": zero, "q2c_sum": zero, "seeks": seek})
             sb = np.zeros(len(idx), np.int64)
-            for dk in np.unique(dd).tolist():
+            for dk in np.flatnonzero(np.bincount(dd)).tolist():
                 m = dd == dk
                 sb[m] = sector[idx[m]] >> self._shift(dk, int(sector[idx[m]].max()))
             d2b = buckets["d2c"][idx]
@@ -363,7 +376,7 @@ class Aggregator:
             pt["pid"] = ints("pid", 0)[q2c_ok] if pid is not None else 0
             self.n_points_seen += len(pt)
             dks = disk[q2c_ok]
-            for dk in np.unique(dks).tolist():
+            for dk in np.flatnonzero(np.bincount(dks)).tolist():
                 cur = self.points.get(dk)
                 new = pt[dks == dk]
                 allp = new if cur is None else np.concatenate([cur, new])

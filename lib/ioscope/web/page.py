@@ -91,13 +91,13 @@ async function poll() {
     seq = d.seq;
     if (d.keys.length !== keysSeen) {
       keysSeen = d.keys.length;
-      view.change('keys', vega.changeset().remove(() => true).insert(d.keys.map(x => Object.assign({}, x))));
+      view.change('keys', view.changeset().remove(() => true).insert(d.keys.map(x => Object.assign({}, x))));
       for (const dim of ['disk', 'op', 'comm', 'cgroup'])
         options('f_' + dim, [...new Set(d.keys.map(x => x[dim]))].sort());
     }
     if (now) {
       const win = Number(view.signal('window'));
-      view.change('live', vega.changeset().insert(rows).remove(x => x.t < now - win - 1));
+      view.change('live', view.changeset().insert(rows).remove(x => x.t < now - win - 1));
       view.signal('now', now);
       window.ioscopeLive.rows += rows.length;
       document.getElementById('status').textContent =
