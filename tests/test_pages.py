@@ -192,6 +192,10 @@ def test_page_in_chromium_offline(made: dict[str, Any]) -> None:
             assert o.inked(f"#{view}") > 0.01, view
         cells = o.marks("heat", "heat")
         assert sum(int(x["n"]) for x in cells) == rep["phases"]["q2c"]["n"]
+        # the IOPS curve as drawn: rate x column width, summed, is every request completed (iostat's)
+        iops = o.marks("curves", "iops")
+        done = sum(r["r/s"] + r["w/s"] for r in rep["iostat"])
+        assert round(sum(x["v"] * (x["col2"] - x["col"]) for x in iops)) == done
         slow_b = hist.bucket_index(39_000_000)
         planted = sorted((x["col"], x["col2"], x["b"], x["n"]) for x in cells if x["b"] >= slow_b)
         assert sum(p[3] for p in planted) == len(SLOW)

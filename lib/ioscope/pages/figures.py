@@ -191,9 +191,12 @@ def _lookup() -> list[dict[str, Any]]:
 
 
 def _window(field: str = "t", step: str = "step") -> list[dict[str, Any]]:
+    """Cells inside the window shown, in columns of `step` seconds, or of whole cells where the cells are wider
+    (columns aligned on the cells' own grid, so a cell is never split or drawn with gaps)."""
     return [{"filter": f"datum.{field} + datum.w > t_lo && datum.{field} < t_hi"},
-            {"calculate": f"t_lo + floor((max(datum.{field}, t_lo) - t_lo) / {step}) * {step}", "as": "col"},
-            {"calculate": f"datum.col + {step}", "as": "col2"}]
+            {"calculate": f"max(1, ceil({step} / datum.w - 1e-6)) * datum.w", "as": "colw"},
+            {"calculate": f"floor(datum.{field} / datum.colw + 1e-6) * datum.colw", "as": "col"},
+            {"calculate": "datum.col + datum.colw", "as": "col2"}]
 
 
 def _time_x(title: str = "seconds from the first event") -> dict[str, Any]:
@@ -336,8 +339,8 @@ def access_spec(c: Cells, span: tuple[float, float]) -> dict[str, Any]:
     seeks = {
         "name": "seeks", "width": WIDTH, "height": 90, "data": {"name": "curves"},
         "transform": [*_lookup(), *_window(),
-                      {"aggregate": [{"op": "sum", "field": "seeks", "as": "seeks"}], "groupby": ["col", "disk"]},
-                      {"calculate": "datum.seeks / step", "as": "rate"}],
+                      {"aggregate": [{"op": "sum", "field": "seeks", "as": "seeks"}], "groupby": ["col", "col2", "disk"]},
+                      {"calculate": "datum.seeks / (datum.col2 - datum.col)", "as": "rate"}],
         "mark": {"type": "line", "interpolate": "step-after", "tooltip": True},
         "encoding": {"x": _time_x(), "y": {"field": "rate", "type": "quantitative", "title": "seeks/s"},
                      "color": {"field": "disk", "type": "nominal"}},
@@ -385,7 +388,7 @@ def curves_spec(c: Cells, span: tuple[float, float]) -> dict[str, Any]:
     tr = [*_lookup(), *_window(),
           {"calculate": "split == 'none' ? datum.disk : datum.part", "as": "cpart"},
           {"aggregate": [{"op": "sum", "field": x, "as": x} for x in ("req", "ios", "bytes", "q2c")],
-           "groupby": ["col", "cpart"]}]
+           "groupby": ["col", "col2", "cpart"]}]
     top = {"name": "top", "width": WIDTH, "height": 110, "data": {"name": "curves"},
            "transform": [*_lookup(), *_window(),
                          {"calculate": "split == 'cgroup' ? datum.cgroup : datum.comm", "as": "who"},
@@ -393,11 +396,11 @@ def curves_spec(c: Cells, span: tuple[float, float]) -> dict[str, Any]:
                          {"aggregate": [{"op": "sum", "field": "bytes", "as": "bytes"},
                                         {"op": "max", "field": "who_bytes",
                                                                                           "as": "wb"}],
-                          "groupby": ["col", "who"]},
+                          "groupby": ["col", "col2", "who"]},
                          {"window": [{"op": "dense_rank", "as": "rank"}],
                           "sort": [{"field": "wb", "order": "descending"}]},
                          {"filter": "datum.rank <= 8"},
-                         {"calculate": "datum.bytes / step / 1e6", "as": "v"}],
+                         {"calculate": "datum.bytes / (datum.col2 - datum.col) / 1e6", "as": "v"}],
            "mark": {"type": "line", "interpolate": "step-after", "tooltip": True},
            "encoding": {"x": _time_x(), "y": {"field": "v", "type": "quantitative",
                                               "title": "MB/s, top processes"},
@@ -406,10 +409,10 @@ def curves_spec(c: Cells, span: tuple[float, float]) -> dict[str, Any]:
                                                                             "format": ".3f"}]}}
     return {"$schema": SCHEMA, "config": CONFIG, "params": base_params(c, span),
             "vconcat": [{"data": {"name": "curves"}, "transform": tr,
-                         "vconcat": [line("iops", "datum.req / step", "IOPS"),
-                                     line("mbs", "datum.bytes / step / 1e6", "MB/s"),
+                         "vconcat": [line("iops", "datum.req / (datum.col2 - datum.col)", "IOPS"),
+                                     line("mbs", "datum.bytes / (datum.col2 - datum.col) / 1e6", "MB/s"),
                                      line("size", "datum.req ? datum.bytes / datum.req / 1024 : 0", "avg size (KiB)"),
-                                     line("qd", "datum.q2c / step", "queue depth")]},
+                                     line("qd", "datum.q2c / (datum.col2 - datum.col)", "queue depth")]},
                         top],
             "resolve": {"scale": {"color": "independent"}}}
 
