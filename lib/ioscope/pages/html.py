@@ -193,6 +193,8 @@ def _capture_line(c: Cells) -> str:
         parts.append(f"lost {lost.get('total', 0)}")
     if m.get("_truncation"):
         parts.append("cut short")
+    if c.marks.first_ts is None:
+        parts.append("<b>no block events: nothing was queued on the traced disks while it was recorded</b>")
     if isinstance(m.get("flight"), dict):
         parts.append("flight-recorder window")
     return " &middot; ".join(parts)
