@@ -339,7 +339,8 @@ def access_spec(c: Cells, span: tuple[float, float]) -> dict[str, Any]:
     seeks = {
         "name": "seeks", "width": WIDTH, "height": 90, "data": {"name": "curves"},
         "transform": [*_lookup(), *_window(),
-                      {"aggregate": [{"op": "sum", "field": "seeks", "as": "seeks"}], "groupby": ["col", "col2", "disk"]},
+                      {"aggregate": [{"op": "sum", "field": "seeks", "as": "seeks"}],
+                       "groupby": ["col", "col2", "disk"]},
                       {"calculate": "datum.seeks / (datum.col2 - datum.col)", "as": "rate"}],
         "mark": {"type": "line", "interpolate": "step-after", "tooltip": True},
         "encoding": {"x": _time_x(), "y": {"field": "rate", "type": "quantitative", "title": "seeks/s"},
