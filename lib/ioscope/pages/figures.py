@@ -13,10 +13,11 @@ import math
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ioscope import hist
 from ioscope.fmt import fmt_ns
-from ioscope.pages.cells import KEY_BITS, MAX_KEYS, OVERHEAD, PHASES, Cells
+from ioscope.pages.cells import CURVE_COLS, KEY_BITS, MAX_KEYS, OVERHEAD, PHASES, Cells
 
 SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
 DIMS = ("disk", "op", "comm", "cgroup")
@@ -65,6 +66,30 @@ def concat(a: Table, b: Table) -> Table:
     return out
 
 
+def _with_zeros(tb: npt.NDArray[np.int64], key: npt.NDArray[np.int64], vals: dict[str, npt.NDArray[np.int64]]
+                ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], dict[str, npt.NDArray[np.int64]]]:
+    """The cells of a curve and a zero cell just before and after each run of them (per key), so that a line
+    drops to zero where a stretch had no I/O instead of joining its neighbours across it."""
+    if not len(tb):
+        return tb, key, vals
+    o = np.lexsort((tb, key))
+    tb, key = tb[o], key[o]
+    vals = {x: v[o] for x, v in vals.items()}
+    same_next = np.r_[(key[1:] == key[:-1]) & (tb[1:] == tb[:-1] + 1), False]
+    same_prev = np.r_[False, (key[1:] == key[:-1]) & (tb[1:] == tb[:-1] + 1)]
+    after = ~same_next
+    before = ~same_prev & (tb > 0)
+    ztb = np.concatenate([tb[after] + 1, tb[before] - 1])
+    zkey = np.concatenate([key[after], key[before]])
+    # a zero cell where a cell of the same key already is (two runs one cell apart) is left out
+    have = set(zip(tb.tolist(), key.tolist()))
+    keep = np.array([(t, k) not in have for t, k in zip(ztb.tolist(), zkey.tolist())], bool)
+    ztb, zkey = ztb[keep], zkey[keep]
+    zero = np.zeros(len(ztb), np.int64)
+    return (np.concatenate([tb, ztb]), np.concatenate([key, zkey]),
+            {x: np.concatenate([v, zero]) for x, v in vals.items()})
+
+
 def datasets(c: Cells, offset_s: float = 0.0, tag: str = "", key_offset: int = 0) -> dict[str, Table]:
     """The page's data sets (column tables): keys, heat per phase, access, overview, curves, points, overhead,
     marks. offset_s moves times (a second capture of a diff starts at its own 0); tag names the capture."""
@@ -96,10 +121,10 @@ def datasets(c: Cells, offset_s: float = 0.0, tag: str = "", key_offset: int = 0
     out["overview"] = _csv(["t", "w", "ios"], [np.arange(len(oios)) * ostep + offset_s, np.full(len(oios), ostep),
                                                 oios.astype(np.int64)])
     out["overview"]["cap"] = [tag] * len(oios)
+    tb, kk, vals = _with_zeros(cv.tb, cv.other, {x: cv.vals[x] for x in CURVE_COLS})
     out["curves"] = _csv(["t", "w", "k", "req", "ios", "bytes", "q2c", "seeks"],
-                         [cv.tb * cv.res / 1e9 + offset_s, np.full(len(cv.tb), cv.res / 1e9), cv.other + key_offset,
-                          *(cv.vals[x] for x in ("req", "ios", "bytes")), cv.vals["q2c_sum"] / 1e9,
-                          cv.vals["seeks"]])
+                         [tb * cv.res / 1e9 + offset_s, np.full(len(tb), cv.res / 1e9), kk + key_offset,
+                          *(vals[x] for x in ("req", "ios", "bytes")), vals["q2c_sum"] / 1e9, vals["seeks"]])
     pt = c.points
     out["points"] = _csv(["t", "q2c", "d2c", "q2d", "k", "sector", "bytes", "pid"],
                          [pt["t"] / 1e9 + offset_s, pt["q2c"] / 1e9, np.where(pt["d2c"] >= 0, pt["d2c"] / 1e9, -1),
@@ -342,8 +367,9 @@ def access_spec(c: Cells, span: tuple[float, float]) -> dict[str, Any]:
                       {"aggregate": [{"op": "sum", "field": "seeks", "as": "seeks"}],
                        "groupby": ["col", "col2", "disk"]},
                       {"calculate": "datum.seeks / (datum.col2 - datum.col)", "as": "rate"}],
-        "mark": {"type": "line", "interpolate": "step-after", "tooltip": True},
-        "encoding": {"x": _time_x(), "y": {"field": "rate", "type": "quantitative", "title": "seeks/s"},
+        "mark": {"type": "rule", "strokeWidth": 2, "tooltip": True},
+        "encoding": {"x": _time_x(), "x2": {"field": "col2"},
+                     "y": {"field": "rate", "type": "quantitative", "title": "seeks/s"},
                      "color": {"field": "disk", "type": "nominal"}},
     }
     return {"$schema": SCHEMA, "config": CONFIG, "params": base_params(c, span),
@@ -378,9 +404,10 @@ def curves_spec(c: Cells, span: tuple[float, float]) -> dict[str, Any]:
     throughput of the top processes (and cgroups)."""
     def line(name: str, expr: str, title: str, colour: str = "cpart", height: int = 90) -> dict[str, Any]:
         return {"name": name, "width": WIDTH, "height": height,
-                "transform": [{"calculate": expr, "as": "v"}],
-                "mark": {"type": "line", "interpolate": "step-after", "tooltip": True},
-                "encoding": {"x": _time_x(), "y": {"field": "v", "type": "quantitative", "title": title},
+                "transform": [{"calculate": expr, "as": "v"}, {"filter": "isValid(datum.v)"}],
+                "mark": {"type": "rule", "strokeWidth": 2, "tooltip": True},
+                "encoding": {"x": _time_x(), "x2": {"field": "col2"},
+                             "y": {"field": "v", "type": "quantitative", "title": title},
                              "color": {"field": colour, "type": "nominal", "title": None},
                              "tooltip": [{"field": "col", "title": "from (s)", "format": ".6f"},
                                          {"field": colour, "title": "of"}, {"field": "v", "title": title,
@@ -395,16 +422,15 @@ def curves_spec(c: Cells, span: tuple[float, float]) -> dict[str, Any]:
                          {"calculate": "split == 'cgroup' ? datum.cgroup : datum.comm", "as": "who"},
                          {"joinaggregate": [{"op": "sum", "field": "bytes", "as": "who_bytes"}], "groupby": ["who"]},
                          {"aggregate": [{"op": "sum", "field": "bytes", "as": "bytes"},
-                                        {"op": "max", "field": "who_bytes",
-                                                                                          "as": "wb"}],
+                                        {"op": "max", "field": "who_bytes", "as": "wb"}],
                           "groupby": ["col", "col2", "who"]},
                          {"window": [{"op": "dense_rank", "as": "rank"}],
                           "sort": [{"field": "wb", "order": "descending"}]},
                          {"filter": "datum.rank <= 8"},
                          {"calculate": "datum.bytes / (datum.col2 - datum.col) / 1e6", "as": "v"}],
-           "mark": {"type": "line", "interpolate": "step-after", "tooltip": True},
-           "encoding": {"x": _time_x(), "y": {"field": "v", "type": "quantitative",
-                                              "title": "MB/s, top processes"},
+           "mark": {"type": "rule", "strokeWidth": 2, "tooltip": True},
+           "encoding": {"x": _time_x(), "x2": {"field": "col2"},
+                        "y": {"field": "v", "type": "quantitative", "title": "MB/s, top processes"},
                         "color": {"field": "who", "type": "nominal", "title": None},
                         "tooltip": [{"field": "who", "title": "process"}, {"field": "v", "title": "MB/s",
                                                                             "format": ".3f"}]}}
@@ -412,7 +438,8 @@ def curves_spec(c: Cells, span: tuple[float, float]) -> dict[str, Any]:
             "vconcat": [{"data": {"name": "curves"}, "transform": tr,
                          "vconcat": [line("iops", "datum.req / (datum.col2 - datum.col)", "IOPS"),
                                      line("mbs", "datum.bytes / (datum.col2 - datum.col) / 1e6", "MB/s"),
-                                     line("size", "datum.req ? datum.bytes / datum.req / 1024 : 0", "avg size (KiB)"),
+                                     line("size", "datum.req ? datum.bytes / datum.req / 1024 : null",
+                                          "avg size (KiB)"),
                                      line("qd", "datum.q2c / (datum.col2 - datum.col)", "queue depth")]},
                         top],
             "resolve": {"scale": {"color": "independent"}}}

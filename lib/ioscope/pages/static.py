@@ -23,6 +23,8 @@ def write_pictures(pics: dict[str, dict[str, Any]], data: dict[str, Table], dire
         if "layer" in spec and not rows_of(data.get("marks", {})):
             # no marks: their empty layers left out (resvg took 40 s over a PNG of the empty rules)
             spec = dict(spec, layer=[x for x in spec["layer"] if x.get("data") != {"name": "marks"}])
+        if "hconcat" in spec:   # the column-under-the-pointer panel is for a pointer: not in a picture
+            spec = dict(spec, hconcat=[x for x in spec["hconcat"] if x.get("name") != "column"])
         full = inline(spec, data)
         path = os.path.join(directory, f"{name}.{fmt}")
         svg = vlc.vegalite_to_svg(full)
