@@ -32,7 +32,7 @@ def live_spec(window_s: int) -> dict[str, Any]:
             {"calculate": "split == 'none' ? 'all' : split == 'diskop' ? datum.disk + ' ' + datum.op : datum[split]",
              "as": "part"},
             {"calculate": "datum.t - now", "as": "x2"}, {"calculate": "datum.x2 - datum.w", "as": "x"},
-            {"filter": "datum.x >= -window && (lat_max == 0 || datum.b <= lat_max)"},
+            {"filter": "datum.x >= -window && datum.x2 <= 1 && (lat_max == 0 || datum.b <= lat_max)"},
             {"aggregate": [{"op": "sum", "field": "n", "as": "n"}], "groupby": ["x", "x2", "b", "part"]},
             {"calculate": "datum.b + 1", "as": "b2"},
             {"joinaggregate": [{"op": "max", "field": "n", "as": "peak"}]},
@@ -42,7 +42,7 @@ def live_spec(window_s: int) -> dict[str, Any]:
             {"name": "live", "width": 640, "height": 240,
              "params": [{"name": "hover", "select": {"type": "point", "on": "pointerover", "fields": ["x", "part"],
                                                      "clear": "pointerout"}}],
-             "mark": {"type": "rect", "tooltip": True},
+             "mark": {"type": "rect", "tooltip": True, "clip": True},
              "encoding": {"x": {"field": "x", "type": "quantitative", "title": "seconds ago",
                                 "scale": {"domain": {"expr": "[-window, 0]"}, "nice": False, "zero": False}},
                           "x2": {"field": "x2"},
@@ -66,9 +66,11 @@ def live_spec(window_s: int) -> dict[str, Any]:
 
 
 JS = r"""
-let view = null, seq = 0, keysSeen = 0;
+// the rows of the heat map's last minutes, kept here too: a view is embedded again with them when new keys
+// (disks, processes, cgroups) appear, since a faceted view lays its rows out when it is made
+let view = null, seq = 0, keys = [], rowsAll = [];
 const state = {};
-window.ioscopeLive = {rows: 0, ios: [0, 0, 0], polls: 0, error: null};
+window.ioscopeLive = {rows: 0, ios: [0, 0, 0], polls: 0, embeds: 0, error: null};
 function options(name, values) {
   const sel = document.querySelector(`select[name=${name}]`);
   if (!sel) return;
@@ -77,6 +79,18 @@ function options(name, values) {
     if (have.has(v)) continue;
     const o = document.createElement('option'); o.value = v; o.text = v; sel.add(o);
   }
+}
+async function embed(now) {
+  const last = now || (view ? Number(view.signal('now')) : 0) || Date.now() / 1000;
+  const params = SPEC.params.map(p => p.name === 'now' ? Object.assign({}, p, {value: last})
+                                 : p.name in state ? Object.assign({}, p, {value: state[p.name]}) : p);
+  const spec = Object.assign({}, SPEC, {params, datasets: {live: rowsAll.map(x => Object.assign({}, x)),
+                                                           keys: keys.map(x => Object.assign({}, x))}});
+  if (view) view.finalize();
+  const r = await vegaEmbed('#live', spec, {renderer: 'canvas', actions: false});
+  view = r.view;
+  window.ioscopeLive.view = view;
+  window.ioscopeLive.embeds += 1;
 }
 async function poll() {
   try {
@@ -89,16 +103,19 @@ async function poll() {
       now = Math.max(now, c.t); lost += c.lost;
     }
     seq = d.seq;
-    if (d.keys.length !== keysSeen) {
-      keysSeen = d.keys.length;
-      view.change('keys', view.changeset().remove(() => true).insert(d.keys.map(x => Object.assign({}, x))));
+    const win = Number(view.signal('window'));
+    const last = now || Number(view.signal('now'));
+    rowsAll = rowsAll.concat(rows).filter(x => x.t >= last - win - 1);
+    if (d.keys.length !== keys.length) {
+      keys = d.keys;
       for (const dim of ['disk', 'op', 'comm', 'cgroup'])
-        options('f_' + dim, [...new Set(d.keys.map(x => x[dim]))].sort());
-    }
-    if (now) {
-      const win = Number(view.signal('window'));
+        options('f_' + dim, [...new Set(keys.map(x => x[dim]))].sort());
+      await embed(now);
+    } else if (now) {
       view.change('live', view.changeset().insert(rows).remove(x => x.t < now - win - 1));
       view.signal('now', now);
+    }
+    if (now) {
       window.ioscopeLive.rows += rows.length;
       document.getElementById('status').textContent =
         `${new Date(now * 1000).toLocaleTimeString()}: ${rows.length} cells this poll; events lost: ${lost}`;
@@ -109,12 +126,11 @@ async function poll() {
   setTimeout(poll, 1000);
 }
 async function main() {
-  const r = await vegaEmbed('#live', SPEC, {renderer: 'canvas', actions: false});
-  view = r.view;
-  window.ioscopeLive.view = view;
+  await embed(0);
   for (const el of document.querySelectorAll('#controls select')) {
     el.addEventListener('change', () => {
-      view.signal(el.name, el.dataset.num ? Number(el.value) : el.value);
+      state[el.name] = el.dataset.num ? Number(el.value) : el.value;
+      view.signal(el.name, state[el.name]);
       view.runAsync();
     });
   }
@@ -126,7 +142,6 @@ main().catch(e => { console.error(e); window.ioscopeLive.error = String(e); });
 
 def render(window_s: int, what: str) -> bytes:
     spec = live_spec(window_s)
-    spec["datasets"] = {"live": [], "keys": []}
 
     def sel(name: str, label: str, opts: list[tuple[str, str]], num: bool = False) -> str:
         o = "".join(f"<option value='{html.escape(v)}'>{html.escape(t)}</option>" for v, t in opts)
