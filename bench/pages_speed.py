@@ -162,6 +162,7 @@ def lib_pages(cap: str, work: str) -> list[dict[str, Any]]:
     # one point per I/O instead of cells: what the data alone would weigh, as each library embeds it
     per_io_json = len(json.dumps([{"t": 0.123456, "q2c": 0.000123456}])) - 2
     rows.append({"lib": f"(one point per I/O, {nios:,} I/Os)", "make_s": None, "bytes": None, "open_s": None,
+                 "static_s": None,
                  "note": f"JSON rows (vega-lite, bokeh's plain lists): ~{per_io_json * nios / 1e6:.0f} MB; "
                          f"two float64 arrays in base64 (plotly 6+, bokeh binary): {16 * nios * 4 / 3 / 1e6:.0f} MB"})
     return rows

@@ -38,7 +38,8 @@ def test_web_as_typed(loopdev: Any) -> None:
         url = m[1]
         ids = bpf_prog_ids(p.pid)
         listening = subprocess.run(["ss", "-ltnH", f"sport = :{m[2]}"], capture_output=True, text=True).stdout
-        assert "127.0.0.1:" + m[2] in listening and "0.0.0.0" not in listening, listening
+        local = [ln.split()[3] for ln in listening.splitlines() if ln.strip()]
+        assert local == ["127.0.0.1:" + m[2]], listening   # the local address column: this host only
         s0 = disk.diskstats()
         run_fio(disk.path, number_ios=1013, iodepth=4, size="64m")
         subprocess.run(["dd", "if=/dev/zero", f"of={disk.path}", "bs=16k", "count=31", "oflag=direct",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Any
 
 from ioscope import cli_common
 
@@ -40,14 +41,52 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run, tool="web")
 
 
+Row = tuple[str, tuple[str, str, str, str], Any]   # (phase, (disk, op, comm, cgroup), bucket counts)
+
+
+class LiveSource:
+    """One second's histograms: lat's collector for disk and op (timed from the kernel's request stamps where
+    it can: lat's cost), agg's with llquantize by disk, op and the --by keys (each bio followed from its queue
+    event, to know the process and cgroup that queued it)."""
+
+    def __init__(self, by: list[str], disks: list[Any], btf: str | None) -> None:
+        self.by = by
+        self.collector: Any
+        if not by:
+            from ioscope.lat.collector import LatCollector, LatOptions
+            self.collector = LatCollector(LatOptions(disks=disks, per_disk=True, per_op=True, btf=btf))
+        else:
+            from ioscope.agg.collector import AggCollector, AggOptions, programs
+            from ioscope.agg.expr import parse_all
+            from ioscope.web.model import PHASES
+            exprs = parse_all([f"llquantize({p}) by {','.join(['disk', 'op', *by])}" for p in PHASES])
+            self.collector = AggCollector(AggOptions(exprs=exprs, disks=disks, btf=btf, programs=programs(exprs)))
+
+    def read(self, started: float) -> tuple[list[Row], int]:
+        """The histograms since the last read (cleared), and the events lost meanwhile."""
+        from ioscope.web.model import PHASES
+        sample = self.collector.sample(started, reset=True, final=False)
+        rows: list[Row] = []
+        if not self.by:
+            for h in sample.hists:
+                if h.dev and h.phase in PHASES:
+                    rows.append((h.phase, (h.disk, h.op, "?", "?"), h.hist.counts))
+            return rows, sample.losses.lost
+        for p, prow in zip(PHASES, sample.rows):
+            for r in prow:
+                counts = getattr(r.stat, "counts", None)
+                if counts is not None:
+                    k = [str(r.keys.get(d, "?")) for d in ("disk", "op", "comm", "cgroup")]
+                    rows.append((p, (k[0], k[1], k[2], k[3]), counts))
+        return rows, sample.losses.lost
+
+
 def run(args: argparse.Namespace) -> int:
     from ioscope import devices, system
-    from ioscope.agg.collector import AggCollector, AggOptions, programs
-    from ioscope.agg.expr import parse_all
     from ioscope.errors import UsageError
     from ioscope.exporter.server import parse_listen, serve
     from ioscope.stamps import TICK_S
-    from ioscope.web.model import PHASES, LiveHeat
+    from ioscope.web.model import LiveHeat
     from ioscope.web.page import render
     from ioscope.web.server import app
 
@@ -56,22 +95,19 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         raise UsageError(f"--by {','.join(bad)}: not a key the page drills down by", "use comm, cgroup or comm,cgroup")
     host, port = parse_listen(args.listen if ":" in args.listen else f"{DEFAULT_LISTEN.split(':')[0]}:{args.listen}")
-    keys = ["disk", "op", *by]
-    exprs = parse_all([f"llquantize({p}) by {','.join(keys)}" for p in PHASES])
     system.require_bpf_privileges("web")
     heat = LiveHeat(columns=max(10, int(args.minutes * 60)))
     disks = [devices.resolve_disk(d) for d in args.disk or []]
     where = ", ".join(d.name for d in disks) or "every disk"
-    what = f"{where}; keys {', '.join(keys)}; one column per second, the last {args.minutes:g} minutes"
+    what = f"{where}; keys {', '.join(['disk', 'op', *by])}; one column per second, the last {args.minutes:g} minutes"
     page = render(heat.columns, what)
     requests = [0]
     server, _thread = serve(host, port, app(lambda: page, heat.to_json, requests))   # a taken port: said first
-    collector = None
+    source = None
     try:
-        collector = AggCollector(AggOptions(exprs=exprs, disks=disks, btf=system.btf_path(args.btf),
-                                            programs=programs(exprs)))
+        source = LiveSource(by, disks, system.btf_path(args.btf))
         shown = "[::]" if not host else f"[{host}]" if ":" in host else host
-        cli_common.warn_unavailable("web", collector.unavailable)
+        cli_common.warn_unavailable("web", source.collector.unavailable)
         print(f"Serving the live heat map of {what} at http://{shown}:{port}/ ; Ctrl-C to end.", file=sys.stderr,
               flush=True)
         start = last = time.time()
@@ -79,27 +115,19 @@ def run(args: argparse.Namespace) -> int:
         while args.wait is None or time.time() - start < args.wait:
             cli_common.sleep_until(last + 1.0)
             now = time.time()
-            sample = collector.sample(last, reset=True, final=False)
-            rows = []
-            for p, prow in zip(PHASES, sample.rows):
-                for r in prow:
-                    counts = getattr(r.stat, "counts", None)
-                    if counts is None:
-                        continue
-                    k = tuple(str(r.keys.get(d, "?")) for d in ("disk", "op", "comm", "cgroup"))
-                    rows.append((p, (k[0], k[1], k[2], k[3]), counts))
-            heat.add(now, now - last, rows, sample.losses.lost)
+            rows, lost = source.read(last)
+            heat.add(now, now - last, rows, lost)
             last = now
             if now - last_tick >= TICK_S:
-                collector.tick()
+                source.collector.tick()
                 last_tick = now
     except KeyboardInterrupt:
         pass
     finally:
         server.shutdown()
         server.server_close()
-        if collector is not None:
-            collector.close()
+        if source is not None:
+            source.collector.close()
     print(f"ioscope web: stopped; served {requests[0]} requests", file=sys.stderr)
     return 0
 
