@@ -261,7 +261,8 @@ async function setAll(values) {
   for (const v of Object.values(views)) {
     for (const [k, x] of Object.entries(values)) v.signal(k, x);
   }
-  await Promise.all(Object.values(views).map(v => v.runAsync()));
+  // resize: a filter or split changes how many rows a picture has; its canvas follows
+  await Promise.all(Object.values(views).map(v => v.resize().runAsync()));
   document.getElementById('window').textContent =
     `${state.t_lo.toFixed(6)} s to ${state.t_hi.toFixed(6)} s, ${fmtS(stepOf())} per column`;
   document.body.dataset.ready = String(Number(document.body.dataset.ready || 0) + 1);
