@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ioscope import hist
+from ioscope.errors import IoscopeError
 
 PHASES = ("q2c", "d2c", "q2d")
 OVERHEAD = ("q2g", "g2i", "q2m", "i2d", "m2d", "d2c")   # btt's Device Overhead phases (and M2D)
@@ -32,6 +33,8 @@ KEY_BITS = 16
 MAX_KEYS = 1 << KEY_BITS
 SECTOR_BINS = 96
 UNKNOWN = "?"
+OTHERS = "(others)"
+DIM_CAP = {"comm": 2000, "cgroup": 1000}   # names kept per dimension; the rest are OTHERS
 BATCH_ROWS = 1 << 18
 USED = frozenset(("disk", "op", "comm", "cgroup", "c_ns", "d_ns", "q_ns", "sector", "bytes", "q2c", "d2c", "q2d",
                   "q2g", "g2i", "q2m", "i2d", "m2d", "in_flight_start", "in_flight_end", "replaced", "merged", "pid"))
@@ -121,6 +124,9 @@ class Keys:
     def _id(self, dim: str, word: str) -> int:
         d = self.ids[dim]
         i = d.get(word)
+        if i is None and len(self.dims[dim]) >= DIM_CAP.get(dim, 1 << 20):
+            word = OTHERS   # past the cap, the rest of the processes (cgroups) together
+            i = d.get(word)
         if i is None:
             i = d[word] = len(self.dims[dim])
             self.dims[dim].append(word)
@@ -136,7 +142,8 @@ class Keys:
             k = self.key_ids.get(t)
             if k is None:
                 if len(self.keys) >= MAX_KEYS - 1:
-                    raise ValueError("too many (disk, op, process, cgroup) combinations")
+                    raise IoscopeError(f"more than {MAX_KEYS - 1} (disk, op, process, cgroup) combinations",
+                                       "report the capture per disk (ioscope export, then one capture per disk)")
                 k = self.key_ids[t] = len(self.keys)
                 self.keys.append(t)
             lut[j] = k
