@@ -128,6 +128,20 @@ def test_cells_hold_every_io_and_the_planted_ones_where_they_are(made: dict[str,
     assert sorted(c.points["q2c"])[-3:] == sorted(lat for _, lat in SLOW)
 
 
+def test_cells_stay_within_their_budgets(made: dict[str, Any]) -> None:
+    """Small budgets: columns widen, every I/O is still counted, the points are the slowest of each disk."""
+    from ioscope.pages.cells import aggregate
+    c = aggregate(str(made["cap"]), heat_budget=300, access_budget=200, curve_budget=100, points=20)
+    rep = made["json"]
+    for ph in ("q2c", "d2c", "q2d"):
+        assert len(c.heat[ph].tb) <= 300 and c.heat[ph].res > 1000
+        assert int(c.heat[ph].vals["n"].sum()) == rep["phases"][ph]["n"]
+    assert len(c.access.tb) <= 200 and len(c.curves.tb) <= 100
+    assert int(c.curves.vals["ios"].sum()) == rep["phases"]["q2c"]["n"]
+    assert c.points_sampled and len(c.points) <= 40
+    assert sorted(c.points["q2c"])[-3:] == sorted(lat for _, lat in SLOW)   # the outliers are kept
+
+
 def test_curves_equal_report_iostat(made: dict[str, Any]) -> None:
     """The throughput curves' requests, bytes and queue depth per disk equal report's iostat table summed."""
     from ioscope.pages.cells import aggregate
