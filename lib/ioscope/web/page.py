@@ -131,7 +131,7 @@ async function main() {
     el.addEventListener('change', () => {
       state[el.name] = el.dataset.num ? Number(el.value) : el.value;
       view.signal(el.name, state[el.name]);
-      view.runAsync();
+      view.resize().runAsync();   // a split or filter changes the rows: the canvas follows
     });
   }
   poll();
