@@ -1,5 +1,5 @@
 """ioscope web: a local page with the live latency heat map (Q2C, D2C, Q2D) of the last minutes, per disk,
-op (and process, cgroup with --by), scrolling every second, fed by agg's in-kernel histograms."""
+op (and process, cgroup with --by), scrolling every second, fed by lat's in-kernel histograms (agg's with --by)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("web", help="a local page with the live latency heat map, per disk/op/process/cgroup",
                        description="Serve a page, on 127.0.0.1 by default, with the latency heat map (Q2C, D2C, "
                                    "Q2D) of the last minutes scrolling every second, per disk and op, with "
-                                   "drill-down; fed by in-kernel histograms (agg). It serves only the page and "
-                                   "its data (docs/web.md says what they reveal).",
+                                   "drill-down; fed by in-kernel histograms (lat's; agg's with --by). It serves "
+                                   "only the page and its data (docs/web.md says what they reveal).",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-d", "--disk", action="append", metavar="DISK", help="trace only this disk; repeatable")
     p.add_argument("--by", metavar="KEYS", default="",
