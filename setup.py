@@ -1,7 +1,7 @@
 """Build and install ioscope.
 
 Two things are built here, both at build time and never on the target host:
-- ioscope._libbpf, a CPython extension over the system libbpf (pkg-config libbpf);
+- ioscope.kernel._libbpf, a CPython extension over the system libbpf (pkg-config libbpf);
 - the BPF objects, bpf/*.bpf.c compiled with clang against the committed
   bpf/vmlinux.h (CO-RE), shipped as package data in ioscope/bpfobj/.
 """
@@ -27,6 +27,16 @@ def _version() -> str:
     ns: dict[str, str] = {}
     exec((ROOT / "lib" / "ioscope" / "_version.py").read_text(), ns)
     return ns["__version__"]
+
+
+def _executables() -> list[str]:
+    """`ioscope` and one `ioscope-TOOL` per tool of the registry (lib/ioscope/registry.py imports nothing, so
+    it is read here before the package is built); each runs cli.main, which takes the tool from its name."""
+    src = ROOT / "lib" / "ioscope" / "registry.py"
+    mod = type(sys)("ioscope_registry")
+    sys.modules["ioscope_registry"] = mod   # dataclasses look the module up while the class is made
+    exec(compile(src.read_text(), str(src), "exec"), mod.__dict__)
+    return ["ioscope=ioscope.cli:main", *(f"ioscope-{t.name}=ioscope.cli:main" for t in mod.TOOLS)]
 
 
 def _pkg_config(*args: str) -> list[str]:
@@ -79,11 +89,12 @@ setup(
     python_requires=">=3.9",
     package_dir={"": "lib"},
     packages=find_packages("lib"),
-    package_data={"ioscope": ["bpfobj/*.bpf.o", "py.typed", "_libbpf.pyi"]},
+    package_data={"ioscope": ["bpfobj/*.bpf.o", "py.typed"], "ioscope.kernel": ["_libbpf.pyi"],
+                  "ioscope.trace": ["_tracecore.pyi"]},
     ext_modules=[
         Extension(
-            "ioscope._libbpf",
-            sources=["lib/ioscope/_libbpf.c"],
+            "ioscope.kernel._libbpf",
+            sources=["lib/ioscope/kernel/_libbpf.c"],
             extra_compile_args=["-Wall", "-Wno-missing-field-initializers", *_pkg_config("--cflags")],
             extra_link_args=_pkg_config("--libs"),
         ),
@@ -96,5 +107,5 @@ setup(
     install_requires=["numpy>=1.22", "rich>=12", "pyarrow>=14", "prometheus-client>=0.16",
                       "pyelftools>=0.29", "pyroute2>=0.7", "duckdb>=1.1",
                       "vl-convert-python>=1.6"],
-    entry_points={"console_scripts": ["ioscope=ioscope.cli:main"]},
+    entry_points={"console_scripts": _executables()},
 )

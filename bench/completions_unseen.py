@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "lib"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import bpf_prog_ids  # noqa: E402
-from ioscope.testbed import LoopDevice, run_fio  # noqa: E402
+from ioscope.base.testbed import LoopDevice, run_fio  # noqa: E402
 
 
 def prog_runs(ids: set[int]) -> dict[str, int]:

@@ -40,7 +40,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ioscope.testbed import LoopDevice, run_fio
+from ioscope.base.testbed import LoopDevice, run_fio
 from lat_overhead import Tracer, profile
 
 

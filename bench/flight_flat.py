@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
-from ioscope.testbed import LoopDevice
+from ioscope.base.testbed import LoopDevice
 from rss_flat import rss_kib
 
 SAVED = re.compile(r"saved (\S+): .*\(([\d.]+) s\); ([\d,]+) events, (.*?); lost (\d+)")

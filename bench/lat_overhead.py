@@ -35,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
-from ioscope.testbed import LoopDevice, run_fio
+from ioscope.base.testbed import LoopDevice, run_fio
 
 BPFTRACE_ONE_LINER = (
     "tracepoint:block:block_rq_issue { @start[args->dev, args->sector] = nsecs; }"

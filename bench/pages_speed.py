@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ioscope import hist
-from ioscope.pages.browser import chromium, open_page
+from ioscope.base import hist
+from ioscope.engines.pages.browser import chromium, open_page
 from report_speed import run_child, write_capture
 
 IOSCOPE = [sys.executable, "-m", "ioscope.cli"]
@@ -70,7 +70,7 @@ def open_times(page: str, repeat: int, ready: str = "document.body.dataset.ready
 def heat_grid(cap: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Q2C counts [band, column] of the capture (600 columns, ioscope's buckets), the columns' start (s),
     the bands' lower bounds (ns), and the I/Os."""
-    from ioscope.pages.cells import aggregate
+    from ioscope.engines.pages.cells import aggregate
     c = aggregate(cap)
     s = c.heat["q2c"]
     t = s.tb * s.res / 1e9
@@ -96,7 +96,7 @@ def lib_pages(cap: str, work: str) -> list[dict[str, Any]]:
     # Vega-Lite: the spec as a dict, the bundle from vl-convert
     import vl_convert as vlc
 
-    from ioscope.pages.html import vega_bundle
+    from ioscope.engines.pages.html import vega_bundle
     t = time.perf_counter()
     bi, ci = np.nonzero(grid)
     spec = {"$schema": "https://vega.github.io/schema/vega-lite/v6.json", "width": 700, "height": 300,

@@ -24,10 +24,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ioscope.ra.fs import LoopFS
-from ioscope.ra.readahead.collector import ReadaheadCollector, ReadaheadOptions
-from ioscope.ra.readsize.collector import ReadsizeCollector, ReadsizeOptions
-from ioscope.testbed import run_fio
+from ioscope.base.testbed import LoopFS, run_fio
+from ioscope.engines.procio.collector import ReadsizeCollector, ReadsizeOptions
+from ioscope.tools.readahead.collector import ReadaheadCollector, ReadaheadOptions
 
 FILE_MB = 256
 BPF_STATS = "/proc/sys/kernel/bpf_stats_enabled"

@@ -40,7 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ioscope.testbed import LoopDevice, run_fio
+from ioscope.base.testbed import LoopDevice, run_fio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from blk_tracer import BlkTracer
@@ -98,7 +98,7 @@ def run_blk(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
 def run_partial(stop_at: int) -> Any:
     """The recorder's programs attached, stopping at stage stop_at (0: whole), rings emptied and discarded."""
     def run(ld: LoopDevice, runtime: float, tmp: str) -> tuple[float, str]:
-        from ioscope.trace.recorder import POLL_MS, Recorder, RecorderOptions
+        from ioscope.engines.recording.recorder import POLL_MS, Recorder, RecorderOptions
         rec = Recorder(RecorderOptions(disks=[ld.device], stop_at=stop_at))
         stop = threading.Event()
         taken = [0]
@@ -152,9 +152,9 @@ MODES = {"base": run_base, "record": run_record, "blk": run_blk, "attach": run_p
 
 def profile(ld: LoopDevice, runtime: float) -> None:
     """The recorder's BPF programs: ns per run, measured by the kernel."""
-    from ioscope.trace.capture import CaptureWriter
-    from ioscope.trace.record import RecordSession
-    from ioscope.trace.recorder import Recorder, RecorderOptions, capture_meta
+    from ioscope.capture.store import CaptureWriter
+    from ioscope.engines.recording.recorder import Recorder, RecorderOptions, capture_meta
+    from ioscope.engines.recording.session import RecordSession
     stats = Path("/proc/sys/kernel/bpf_stats_enabled")
     old = stats.read_text().strip()
     stats.write_text("1")

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ioscope.devices import kdev
-from ioscope.trace.events import (
+from ioscope.base.devices import kdev
+from ioscope.capture.events import (
     EVENT,
     TA_BACKMERGE,
     TA_COMPLETE,
@@ -147,7 +147,7 @@ def _events(cols: dict[str, npt.NDArray[Any]], ts: npt.NDArray[np.int64], act: i
 
 
 def write_capture(path: str, n_events: int) -> int:
-    from ioscope.trace.capture import CaptureWriter
+    from ioscope.capture.store import CaptureWriter
     meta = {"devices": {"7,0": {"name": "loop0", "major": 7, "minor": 0}}, "synthetic": True}
     w = CaptureWriter(path, meta, flush_interval=1e9, force=True)
     w.add_comms(COMMS)
@@ -187,7 +187,7 @@ def btt_all(text: str) -> dict[str, tuple[float, int]]:
 
 def record_real(path: str, seconds: float) -> None:
     """A real whole-host recording: every disk, while fio reads and writes a tmpfs loop device."""
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice
 
     with LoopDevice(size_mb=512, scheduler="mq-deadline") as dev:
         rec = subprocess.Popen([sys.executable, "-m", "ioscope.cli", "record", "-q", "-f", "-o", path,
@@ -207,7 +207,7 @@ def compare(name: str, cap: str, work: str, repeat: int) -> tuple[str, int, tupl
     """Export cap, run report (on both inputs) and btt alternately; print and return the fastest of each."""
     bin_ = cap + ".blktrace"
     ioscope = [sys.executable, "-m", "ioscope.cli"]
-    info = subprocess.run([sys.executable, "-m", "ioscope.trace.capture", cap], capture_output=True,
+    info = subprocess.run([sys.executable, "-m", "ioscope.capture.store", cap], capture_output=True,
                           text=True, check=True).stdout
     n = int(json.loads(info)["events"])
     print(f"== {name}: {n:,} events, {os.path.getsize(cap) / 1e6:.1f} MB")

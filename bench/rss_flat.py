@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
-from ioscope.testbed import LoopDevice
+from ioscope.base.testbed import LoopDevice
 
 
 def rss_kib(pid: int) -> int:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
-from ioscope.testbed import LoopDevice
+from ioscope.base.testbed import LoopDevice
 
 
 def first_link(pid: int) -> bool:

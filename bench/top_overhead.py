@@ -26,7 +26,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "lib"))
 
-from ioscope.testbed import LoopDevice, run_fio  # noqa: E402
+from ioscope.base.testbed import LoopDevice, run_fio  # noqa: E402
 
 QUIET_IOPS = 270_000  # this workload on the quiet 2-CPU test VM (docs/environment.md)
 

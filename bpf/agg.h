@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * ioscope agg (bpf/agg.bpf.c): the structs and constants shared with user space
- * (lib/ioscope/agg/abi.py mirrors them; tests/test_abi.py compares the two).
+ * (lib/ioscope/engines/aggregate/abi.py mirrors them; tests/test_abi.py compares the two).
  *
  * At each completion the object builds one record (struct agg_rec: every key
  * and value of the I/O, a bit per field it has), runs each expression's WHERE
- * program (struct agg_insn, postfix, compiled by lib/ioscope/agg/expr.py) and
+ * program (struct agg_insn, postfix, compiled by lib/ioscope/engines/aggregate/expr.py) and
  * adds the record's value to the expression's row, keyed by the fields the
  * expression selects (struct agg_key; the others are zero).
  */

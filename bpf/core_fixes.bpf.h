@@ -361,7 +361,7 @@ static __always_inline int blk_status_errno(__u8 sts)
  * IOS_BLOCK_TP(hook, tp, CALL, args...) defines btf_<hook>(args) and
  * raw_<hook>(args), and btf_<hook>__q(q, args) and raw_<hook>__q(q, args);
  * CALL(btf) is the body, an expression over the names in args. The loader
- * (lib/ioscope/loader.py) autoloads the __q ones where the kernel's BTF says
+ * (lib/ioscope/kernel/loader.py) autoloads the __q ones where the kernel's BTF says
  * the tracepoint's first argument is a struct request_queue *.
  */
 #define IOS_BLOCK_TP(hook, tp, CALL, args...)						\

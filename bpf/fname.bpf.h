@@ -2,7 +2,7 @@
 /*
  * A file's name from the kernel's dentry cache, as struct agg_file (bpf/agg.h) holds it: the
  * path components from the file up to its file system's root, AGG_FILE_DEPTH of them at most.
- * User space joins them under the mount point with ioscope.agg.names.file_path, the one
+ * User space joins them under the mount point with ioscope.engines.aggregate.names.file_path, the one
  * definition of a file key's path. Used by agg (its file key, file_note) and readahead (its
  * FILE column).
  */

@@ -18,7 +18,7 @@ static __always_inline __u32 log2_u64(__u64 v)
 	return r;
 }
 
-/* Bucket index of v; lib/ioscope/hist.py:bucket_index is the same function. 64 bits wide: a
+/* Bucket index of v; lib/ioscope/base/hist.py:bucket_index is the same function. 64 bits wide: a
  * 32-bit index is zero-extended into a second register after its bound check, where 6.1's
  * verifier no longer knows the bound ("R1 unbounded memory access"). */
 static __always_inline __u64 hist_bucket(__u64 v)

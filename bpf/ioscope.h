@@ -3,7 +3,7 @@
  * Structs and constants shared by the BPF programs and the Python side.
  *
  * This is the single definition of the histogram bucket scheme and of every
- * record/key struct that crosses the kernel/user boundary. lib/ioscope/abi.py
+ * record/key struct that crosses the kernel/user boundary. lib/ioscope/kernel/abi.py
  * mirrors these as numpy dtypes; tests/test_abi.py reads the compiled
  * objects' BTF and fails if a size or an offset differs.
  *
@@ -128,7 +128,7 @@ struct top_disk_key {
 	__u8 pad[3];
 };
 
-/* maperr.bpf.h: failed map operations, per op and error class (lib/ioscope/loader.py: MAPERR_*) */
+/* maperr.bpf.h: failed map operations, per op and error class (lib/ioscope/kernel/loader.py: MAPERR_*) */
 enum ios_maperr {
 	IOS_MAPERR_UPDATE = 0,
 	IOS_MAPERR_DELETE = 1,

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Structs shared by readsize.bpf.c / readahead.bpf.c and lib/ioscope/ra/abi.py
+ * Structs shared by readsize.bpf.c / readahead.bpf.c and lib/ioscope/engines/procio/abi.py
  * (ioscope readsize, readahead and fair). Fixed width, largest first, no
  * hidden padding; tests/test_ra_abi.py compares them with the numpy dtypes.
  */

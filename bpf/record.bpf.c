@@ -34,7 +34,7 @@
  * publishes it by advancing the head: on x86, whose stores become visible in
  * program order (TSO), a plain store after a compiler barrier; elsewhere an
  * atomic add (a full barrier).
- * User space (lib/ioscope/_libbpf.c: SlotRings) maps both arrays, copies the
+ * User space (lib/ioscope/kernel/_libbpf.c: SlotRings) maps both arrays, copies the
  * slots between each ring's tail and head on a timer, and advances the tail.
  * A full ring drops the record and counts it per CPU in rec_stats. No
  * wake-ups are sent: the consumer polls.

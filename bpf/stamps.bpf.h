@@ -14,7 +14,7 @@
  * the queue and issue programs of rqpath.bpf.h (RQPATH_PROBED). A request
  * without stamps on an unlisted disk is counted (IOS_LOST_UNSTAMPED, and per
  * disk in unstamped_devs, from which user space moves the disk to the
- * probes: lib/ioscope/stamps.py), never timed from stale fields.
+ * probes: lib/ioscope/kernel/stamps.py), never timed from stale fields.
  * Include after common.bpf.h.
  */
 #ifndef STAMPS_BPF_H

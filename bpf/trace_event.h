@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
  * One block-layer event as the recorder sends it through the ring buffer
- * and as captures store it (lib/ioscope/trace/events.py:EVENT mirrors it).
+ * and as captures store it (lib/ioscope/capture/events.py:EVENT mirrors it).
  * Fixed size so that a batch of ring-buffer bytes is a numpy array as is.
  *
  * action and category use blktrace's codes (BLK_TA_* low 16 bits and the

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from ioscope.devices import kdev
-from ioscope.trace.events import (
+from ioscope.base.devices import kdev
+from ioscope.capture.events import (
     EVENT,
     TA_BACKMERGE,
     TA_COMPLETE,
@@ -169,7 +169,7 @@ def split_bios(n: int = 5, pieces: int = 3) -> Scenario:
 
 def write_capture(path: str, s: Scenario, meta: dict[str, object] | None = None) -> None:
     """The scenario as an ioscope capture (CaptureWriter, as ioscope record writes them)."""
-    from ioscope.trace.capture import CaptureWriter
+    from ioscope.capture.store import CaptureWriter
     m: dict[str, object] = {"devices": {"7,0": {"name": "loop0", "major": 7, "minor": 0},
                                         "7,1": {"name": "loop1", "major": 7, "minor": 1}}}
     m.update(meta or {})

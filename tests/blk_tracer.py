@@ -11,7 +11,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ioscope.errors import IoscopeError
+from ioscope.base.errors import IoscopeError
 
 
 class BlkTracer:
@@ -48,7 +48,7 @@ class BlkTracer:
     def __enter__(self) -> BlkTracer:
         import fcntl
 
-        from ioscope import system
+        from ioscope.base import system
         self.tracefs = system.ensure_tracefs()
         self._lock_fd = os.open(self.LOCK, os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)

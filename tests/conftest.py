@@ -27,9 +27,9 @@ def _bpf_problem() -> str | None:
     if not os.path.exists("/sys/kernel/btf/vmlinux"):
         return "live tests need kernel BTF (/sys/kernel/btf/vmlinux)"
     try:
-        from ioscope import _libbpf  # noqa: F401
+        from ioscope.kernel import _libbpf  # noqa: F401
     except ImportError as exc:
-        return f"ioscope._libbpf is not built: {exc}"
+        return f"ioscope.kernel._libbpf is not built: {exc}"
     if not Path("/dev/loop-control").exists():
         return "live tests need loop devices (/dev/loop-control)"
     return None
@@ -61,7 +61,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture
 def loopdev(live: None) -> Iterator[Callable[..., Any]]:
     """Factory: loopdev(size_mb=..., scheduler=...) -> an entered LoopDevice, removed after the test."""
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice
 
     made: list[LoopDevice] = []
 
@@ -179,9 +179,9 @@ def unreported_completions(capture_path: str, major: int, minor: int) -> int:
     is within unreported_bound().
     """
 
-    from ioscope.trace.capture import open_capture
-    from ioscope.trace.events import EVENT
-    from ioscope.trace.recorder import count_completions, flush_machines
+    from ioscope.capture.events import EVENT
+    from ioscope.capture.store import open_capture
+    from ioscope.engines.recording.recorder import count_completions, flush_machines
 
     with open_capture(capture_path) as cap:
         assert cap.end is not None

@@ -1,6 +1,6 @@
 """A slow disk without device-mapper, for the flight recorder's tests: its requests take ~1/iops s each.
 
-How it works: a "lower" loop device over a tmpfs file (ioscope.testbed.LoopDevice), an "upper" loop
+How it works: a "lower" loop device over a tmpfs file (ioscope.base.testbed.LoopDevice), an "upper" loop
 device whose backing file is the lower block device itself (`losetup --direct-io=on /dev/loopL`), and a
 cgroup throttle of `iops` read and `iops` write IOPS on the LOWER device, set in a test cgroup that the
 workload runs in (run/popen). A request on the upper is handed to a loop worker, which submits it to the
@@ -62,8 +62,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ioscope.errors import IoscopeError
-from ioscope.testbed import LoopDevice
+from ioscope.base.errors import IoscopeError
+from ioscope.base.testbed import LoopDevice
 
 V1 = Path("/sys/fs/cgroup/blkio")
 V2 = Path("/sys/fs/cgroup")

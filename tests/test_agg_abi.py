@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ioscope.agg import abi, expr
+from ioscope.engines.aggregate import abi, expr
 
 HEADER = (Path(__file__).resolve().parent.parent / "bpf" / "agg.h").read_text()
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from conftest import ioscope_cmd, run_ioscope
-from ioscope.agg.bpftrace import BOUND, STARTED, map_names, with_bounds, wrap
-from ioscope.agg.model import PCT_NAMES as PCTS
+from ioscope.engines.aggregate.model import PCT_NAMES as PCTS
+from ioscope.tools.agg.bpftrace import BOUND, STARTED, map_names, with_bounds, wrap
 
 READS = 211  # direct 4 KiB reads by dd: a prime
 

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from conftest import ioscope_cmd
-from ioscope.agg import expr as E
-from ioscope.errors import UsageError
+from ioscope.base.errors import UsageError
+from ioscope.engines.aggregate import expr as E
 
 
 def test_examples_of_the_issue_parse() -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from conftest import assert_counted, assert_lost_only_unseen, ioscope_cmd
-from ioscope.hist import bucket_index
+from ioscope.base.hist import bucket_index
 
 READS = 1009    # 4 KiB direct reads by one process: a prime
 WRITES = 211    # 64 KiB direct writes by another
@@ -184,7 +184,7 @@ DSYNC = 53
 def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
     """The same expressions asked live and of a capture of the same I/O (ioscope record running beside
     agg): counts by op exactly, sums exactly, quantiles within one bucket."""
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
 
     dev = loopdev(size_mb=128, scheduler="mq-deadline")
     exprs = ["count() by disk,op", "sum(bytes) by op", "llquantize(q2c) by op", "quantize(d2c) by op",
@@ -290,7 +290,7 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
 def io_cgroup_of(pid: int | str = "self") -> str:
     """The cgroup a process's I/O is charged to, as a path of the io controller's hierarchy: its v1
     blkio cgroup, or in v2 its nearest cgroup whose parent enables io for its children (or the root)."""
-    from ioscope.agg.names import io_cgroup_root
+    from ioscope.engines.aggregate.names import io_cgroup_root
 
     io = io_cgroup_root()
     assert io is not None
@@ -312,7 +312,7 @@ def io_cgroup_of(pid: int | str = "self") -> str:
 def io_cgroup(live: None) -> Iterator[tuple[Path, str]]:
     """A cgroup made for the test in the io controller's hierarchy (v1 blkio here, v2 on a pure-v2
     host): (its directory, its path relative to the mount)."""
-    from ioscope.agg.names import io_cgroup_root
+    from ioscope.engines.aggregate.names import io_cgroup_root
 
     io = io_cgroup_root()
     assert io is not None, "no cgroup hierarchy with the io controller mounted"
@@ -358,7 +358,7 @@ tracepoint:block:block_bio_queue /args->dev == %d/ { @n[comm] = count(); @h = hi
 def test_side_by_side_with_bpftrace(loopdev: Any, tmp_path: Path) -> None:
     """The same questions asked of bpftrace (counted at queue, by hand) and of agg, on the same I/O:
     the same counts per process and the same power-of-two size distribution."""
-    from ioscope.devices import kdev_split
+    from ioscope.base.devices import kdev_split
 
     a = loopdev(size_mb=64)
     ma, mi = kdev_split(a.device.dev)
@@ -397,7 +397,7 @@ def test_seek_inflight_and_pid_filter(loopdev: Any) -> None:
     """seek: a sequential reader's bios start where the previous ended (0 sectors), a random one's
     do not; inflight: a reader at queue depth 1 never has another request in flight at issue, one at
     depth 8 at most 7; -p counts only the process asked for."""
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
 
     dev = loopdev(size_mb=128)
     seq = subprocess.Popen(["sh", "-c", f"read _ && exec dd if={dev.path} of=/dev/null bs=4k count={READS} "
@@ -439,7 +439,7 @@ def test_where_comm_matches_every_io_of_the_process(live: None, tmp_path: Path) 
     through the page cache on ext4 by a process with a short name (the kernel's comms map holds the
     bytes after a name's NUL as they were on the stack: the match must stop at the NUL; it once
     failed on this path and not on direct I/O)."""
-    from ioscope.ra.fs import LoopFS, drop_caches
+    from ioscope.base.testbed import LoopFS, drop_caches
 
     with LoopFS(size_mb=64) as fs:
         data = Path(fs.mnt, "data")
@@ -465,7 +465,7 @@ def test_kstack_tells_the_code_paths_apart(live: None, tmp_path: Path, attach: s
     """`by comm,kstack`: a file read through the page cache on ext4 is queued from readahead
     (ext4_mpage_readpages), direct reads of the raw disk from the block device's direct I/O; every
     I/O has its stack, the frames are kernel symbols, and agg's own frames are not shown."""
-    from ioscope.ra.fs import LoopFS, drop_caches
+    from ioscope.base.testbed import LoopFS, drop_caches
 
     direct_n = 37
     with LoopFS(size_mb=64) as fs:
@@ -500,7 +500,7 @@ def test_kstack_tells_the_code_paths_apart(live: None, tmp_path: Path, attach: s
 def test_file_key_names_the_files_read(live: None, tmp_path: Path, attach: str) -> None:
     """`sum(bytes) by file`: two files read through the page cache on ext4, at two depths, appear
     under their paths with exactly their sizes; direct I/O of the raw disk has no file."""
-    from ioscope.ra.fs import LoopFS, drop_caches
+    from ioscope.base.testbed import LoopFS, drop_caches
 
     with LoopFS(size_mb=64) as fs:
         sub = Path(fs.mnt, "dir", "sub")
@@ -584,7 +584,7 @@ def test_request_level_expressions_run_on_the_kernels_stamps(loopdev: Any) -> No
     I/O statistics (iostats 0) in the same run is followed by the probes. Rows count requests: equal to
     /proc/diskstats on the stamped disk (and to the workload's on both), bytes to its sectors, and the
     q2c sum to the kernel's own read time (read_ms), within the end the kernel reads a little later."""
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
 
     a, b = loopdev(size_mb=64), loopdev(size_mb=64)
     b.set_queue("iostats", "0")
@@ -672,7 +672,7 @@ def test_where_comm_glob_matches_processes_by_pattern(live: None, tmp_path: Path
     processes it names and no other; `!=` the rest; the writeback of a file's buffered writes on ext4,
     queued by the kernel's flusher threads at sync, is matched by `comm == "kworker*"` as `by comm`
     names it."""
-    from ioscope.ra.fs import LoopFS
+    from ioscope.base.testbed import LoopFS
 
     exprs = ["count() by comm", 'count() where comm == "globrd*"',
              'count() by comm where comm == "glob?d?" and op == read',

@@ -11,17 +11,25 @@ from pathlib import Path
 
 import numpy as np
 
-from ioscope import abi as core_abi
-from ioscope.agg import abi
-from ioscope.agg.capture import Pairing
-from ioscope.agg.expr import compile_cond, parse_all
-from ioscope.agg.model import AggResult, AggSample, Scalar, aggregate, build_result, key_mask, quantize_buckets
-from ioscope.agg.names import flags_bits, flags_name, name_rows
-from ioscope.agg.view import renderables, to_json
-from ioscope.hist import Hist
-from ioscope.losses import Losses
-from ioscope.render import render_plain
-from ioscope.trace import events as ev
+from ioscope.base.hist import Hist
+from ioscope.base.losses import Losses
+from ioscope.base.render import render_plain
+from ioscope.capture import events as ev
+from ioscope.engines.aggregate import abi
+from ioscope.engines.aggregate.capture import Pairing
+from ioscope.engines.aggregate.expr import compile_cond, parse_all
+from ioscope.engines.aggregate.model import (
+    AggResult,
+    AggSample,
+    Scalar,
+    aggregate,
+    build_result,
+    key_mask,
+    quantize_buckets,
+)
+from ioscope.engines.aggregate.names import flags_bits, flags_name, name_rows
+from ioscope.kernel import abi as core_abi
+from ioscope.tools.agg.view import renderables, to_json
 
 
 class FakeNamer:
@@ -277,7 +285,7 @@ def test_capture_pairing_leaves_an_orphan_behind() -> None:
 
 
 def test_kernel_symbols_and_stack_text(tmp_path: Path) -> None:
-    from ioscope.agg.names import KernelSymbols, stack_text
+    from ioscope.engines.aggregate.names import KernelSymbols, stack_text
 
     ks = tmp_path / "kallsyms"
     ks.write_text("ffffffff81000000 T _stext\nffffffff81000100 t submit_bio_noacct\nffffffff81000200 d some_data\n"
@@ -292,9 +300,9 @@ def test_kernel_symbols_and_stack_text(tmp_path: Path) -> None:
 
 
 def test_file_paths_from_the_files_map(tmp_path: Path) -> None:
-    from ioscope.agg.abi import FILE
-    from ioscope.agg.names import file_path, mount_points
-    from ioscope.devices import kdev
+    from ioscope.base.devices import kdev
+    from ioscope.engines.aggregate.abi import FILE
+    from ioscope.engines.aggregate.names import file_path, mount_points
 
     mi = tmp_path / "mountinfo"
     mi.write_text("36 25 7:0 / /mnt/data rw,relatime - ext4 /dev/loop0 rw\n"
@@ -326,7 +334,7 @@ def test_user_symbols_of_a_running_process() -> None:
     import ctypes
     import ctypes.util
 
-    from ioscope.agg.names import UserSymbols, ustack_text
+    from ioscope.engines.aggregate.names import UserSymbols, ustack_text
 
     libc = ctypes.CDLL(ctypes.util.find_library("c"))
     addr = ctypes.cast(libc.getpid, ctypes.c_void_p).value
@@ -361,7 +369,7 @@ def test_issued_bios_never_completed_become_losses_at_the_end() -> None:
 def test_ustack_cycle_is_cut_at_the_first_repeat() -> None:
     """A frame-pointer walk that loops: 3 real frames, then a 7-address cycle repeated to the kernel's
     127-frame limit (as fio's stacks were) keeps the 3 and the cycle once, and says how much it cut."""
-    from ioscope.agg.model import cut_cycle
+    from ioscope.engines.aggregate.model import cut_cycle
 
     cycle = [0x7F00 + 16 * i for i in range(7)]
     frames = [0x401000, 0x401100, 0x401200, *(cycle * 20)[:124]]

@@ -10,8 +10,8 @@ import pytest
 
 import blk_scenarios as bs
 from conftest import run_ioscope
-from ioscope.trace import blktrace
-from ioscope.trace.events import EV_NOTE_PROCESS, EVENT
+from ioscope.capture import blktrace
+from ioscope.capture.events import EV_NOTE_PROCESS, EVENT
 
 
 def write(path: Path, order: str = "<", scenario: bs.Scenario | None = None) -> tuple[np.ndarray, bs.Scenario]:
@@ -85,7 +85,7 @@ def test_per_cpu_files_merge_by_time(tmp_path: Path) -> None:
 def test_cgroup_payloads(tmp_path: Path) -> None:
     """Records flagged with a cgroup id carry it first in the payload; the rest is read after it."""
     s = bs.Scenario()
-    from ioscope.trace.events import TA_UNPLUG_IO
+    from ioscope.capture.events import TA_UNPLUG_IO
     s.add(100, TA_UNPLUG_IO, 0, 0, aux=7)
     ev = s.events()
     raw = bytearray(blktrace.encode(ev))
@@ -130,7 +130,7 @@ def test_corrupt_files_name_the_offset(tmp_path: Path) -> None:
     bad = bytearray(good)
     bad[int(offs[3])] = 0x06
     assert f"version 6 at byte offset {int(offs[3])}" in errors_for(bytes(bad), tmp_path)
-    from ioscope.trace.blktrace import read_stream
+    from ioscope.capture.blktrace import read_stream
     empty = tmp_path / "empty.blktrace.0"
     empty.write_bytes(b"")
     assert list(read_stream(str(empty))) == []   # an idle CPU's file: valid, and empty

@@ -9,8 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import blk_scenarios as bs
-from ioscope.errors import IoscopeError
-from ioscope.trace import blktrace
+from ioscope.base.errors import IoscopeError
+from ioscope.capture import blktrace
 
 _ev = bs.mixed().events()
 GOOD = blktrace.encode(_ev, np.arange(1, len(_ev) + 1, dtype=np.uint32), int(_ev["ts"][0]) - 1)
@@ -48,7 +48,7 @@ def test_mutated_streams(flips: list[tuple[int, int]], cut: int) -> None:
 @given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=6), st.integers(1, 10_000))
 def test_mutated_files_through_the_offline_tools(tmp_path: Path, flips: list[tuple[int, int]], cut: int) -> None:
     """The whole path parse/report use (file reading in blocks, merging, btt) on damaged files."""
-    from ioscope.trace.report import analyse_source
+    from ioscope.tools.report.view import analyse_source
     data = bytearray(GOOD[:cut])
     for pos, val in flips:
         if pos < len(data):
@@ -65,7 +65,7 @@ def test_mutated_files_through_the_offline_tools(tmp_path: Path, flips: list[tup
 @given(st.integers(0, 4000), st.lists(st.tuples(st.integers(0, 4000), st.integers(0, 255)), max_size=4))
 def test_damaged_captures(tmp_path: Path, cut: int, flips: list[tuple[int, int]]) -> None:
     """Captures cut or with flipped bytes: report reads them or says where they are broken."""
-    from ioscope.trace.report import analyse_source
+    from ioscope.tools.report.view import analyse_source
     cap = tmp_path / "c.ioscope"
     if not cap.exists():
         bs.write_capture(str(cap), bs.mixed())

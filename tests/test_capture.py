@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ioscope.errors import IoscopeError
-from ioscope.trace.capture import CaptureWriter, notes_to_comms, open_capture
-from ioscope.trace.events import EV_NOTE_PROCESS, EVENT, TA_COMPLETE, TA_QUEUE, TC_NOTIFY
+from ioscope.base.errors import IoscopeError
+from ioscope.capture.events import EV_NOTE_PROCESS, EVENT, TA_COMPLETE, TA_QUEUE, TC_NOTIFY
+from ioscope.capture.store import CaptureWriter, notes_to_comms, open_capture
 
 
 def events(n: int, seed: int = 1, t0: int = 10**9, step: int = 50_000) -> np.ndarray:
@@ -217,7 +217,7 @@ def test_compressed_chunks_are_refused_in_one_line(good: tuple[str, np.ndarray],
 def test_checker_cli_one_line_errors(tmp_path: Path) -> None:
     bad = tmp_path / "zero.ioscope"
     bad.write_bytes(b"")
-    p = subprocess.run([sys.executable, "-m", "ioscope.trace.capture", str(bad), str(tmp_path / "missing")],
+    p = subprocess.run([sys.executable, "-m", "ioscope.capture.store", str(bad), str(tmp_path / "missing")],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 1
     lines = p.stderr.strip().splitlines()
@@ -280,7 +280,7 @@ def test_reading_does_not_load_pyarrow(good: tuple[str, np.ndarray]) -> None:
     code = ("import sys\n"
             "from ioscope import cli\n"
             "cli.build_parser()\n"
-            "from ioscope.trace.offline import open_source\n"
+            "from ioscope.capture.offline import open_source\n"
             f"with open_source({path!r}) as src:\n"
             "    n = sum(len(c) for c in src.chunks())\n"
             "print(n, 'pyarrow' in sys.modules)\n")
@@ -291,8 +291,8 @@ def test_reading_does_not_load_pyarrow(good: tuple[str, np.ndarray]) -> None:
 FULL_WRITER = r"""
 import json, resource, signal, sys
 import numpy as np
-from ioscope.trace.capture import CaptureFull, CaptureWriter
-from ioscope.trace.events import EVENT
+from ioscope.capture.store import CaptureFull, CaptureWriter
+from ioscope.capture.events import EVENT
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)      # a write past the limit fails with EFBIG instead
 resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
 n = int(sys.argv[3])

@@ -51,7 +51,7 @@ def _ext4_uuid(dev: str) -> str:
 
 @pytest.fixture
 def host(live: None) -> Iterator[dict[str, Any]]:
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice
     mnt = tempfile.mkdtemp(prefix="ioscope-ctx-")
     cg = Path(f"/sys/fs/cgroup/blkio/acme-billing-{os.getpid()}.service")
     mounted = False
@@ -207,7 +207,7 @@ def _kthreads() -> dict[int, str]:
 def test_redactor_learns_the_command_line() -> None:
     """The kernel command line's addresses and UUIDs (a netboot host's: ip=, nfsroot=, root=UUID=) are
     replaced; the rest of it is kept."""
-    from ioscope.collect.redact import Redactor
+    from ioscope.engines.context.redact import Redactor
     u = str(uuid.uuid4())
     ctx = {"kernel": {"hostname": "h", "cmdline": f"root=UUID={u} ro ip=10.20.30.40::10.20.30.1:255.255.255.0 "
                                                   "nfsroot=192.0.2.7:/srv/root quiet"}}

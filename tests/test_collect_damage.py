@@ -51,7 +51,7 @@ def _collect(out: str, disk: str, dev: str, nreads: int, seconds: int, *extra: s
 
 @pytest.fixture(scope="module")
 def bundle(live: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, bytes, dict[str, bytes]]]:
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice
     d = tmp_path_factory.mktemp("damage")
     out = str(d / "case.ioscope")
     with LoopDevice(size_mb=64) as ld:
@@ -64,7 +64,7 @@ def bundle(live: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tup
 def test_whole_bundle_is_frames_with_checksums(bundle: tuple[str, bytes, dict[str, bytes]]) -> None:
     import hashlib
 
-    from ioscope.collect.bundle import read_bundle
+    from ioscope.capture.bundle import read_bundle
     path, _data, orig = bundle
     assert list(orig) == ["manifest.json", "context-start.json", "capture.ioscope", "context-end.json"]
     assert len(orig["capture.ioscope"]) > 3 * (256 << 10)   # several data frames
@@ -82,7 +82,7 @@ def test_whole_bundle_is_frames_with_checksums(bundle: tuple[str, bytes, dict[st
 
 def _check_read(path: str, orig: dict[str, bytes], cut: bool = True) -> tuple[str | None, int]:
     """read_bundle on a damaged copy: what it calls intact is the original; returns (note, capture bytes)."""
-    from ioscope.collect.bundle import read_bundle
+    from ioscope.capture.bundle import read_bundle
     buf = io.BytesIO()
     res = read_bundle(path, capture_to=buf)
     cap = buf.getvalue()
@@ -144,7 +144,7 @@ def test_every_cut_is_read_up_to_the_cut_and_named(bundle: tuple[str, bytes, dic
 def test_flipped_bytes_are_found_or_harmless(bundle: tuple[str, bytes, dict[str, bytes]], tmp_path: Path) -> None:
     _path, data, orig = bundle
     bad = tmp_path / "flip.ioscope"
-    from ioscope.collect.bundle import read_bundle
+    from ioscope.capture.bundle import read_bundle
     harmless = found = resumed = 0
     # every 211th byte, and each of the first 700 (the manifest's header and data frames, the start
     # context's header)
@@ -178,7 +178,7 @@ def test_flipped_bytes_are_found_or_harmless(bundle: tuple[str, bytes, dict[str,
 @pytest.mark.parametrize("extra", [(), ("--redact", "comms")], ids=["plain", "redacted"])
 def test_collect_on_a_full_tmpfs_keeps_the_context_and_what_fits(live: None, extra: tuple[str, ...]) -> None:
     """(Redacted, the recording goes to $TMPDIR first: its process names are rewritten once all are known.)"""
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice
     mnt = tempfile.mkdtemp(prefix="ioscope-small-")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", mnt], check=True)
     try:
@@ -216,7 +216,7 @@ def test_version_1_bundles_are_still_read(bundle: tuple[str, bytes, dict[str, by
     and cut, read up to the cut with the one line."""
     import pyarrow as pa
 
-    from ioscope.collect.bundle import read_bundle
+    from ioscope.capture.bundle import read_bundle
     _path, _data, orig = bundle
     v1 = tmp_path / "v1.ioscope"
     orig = {**orig, "manifest.json": json.dumps({**json.loads(orig["manifest.json"]), "version": 1}).encode()}

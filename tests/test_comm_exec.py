@@ -115,7 +115,7 @@ def _wait_started(errs: dict[str, Path], procs: dict[str, subprocess.Popen[str]]
 
 @pytest.fixture(scope="module", params=["tp_btf", "raw_tp"])
 def run(request: pytest.FixtureRequest, live: None) -> Iterator[Run]:
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice
 
     attach = request.param
     env = {**os.environ, "IOSCOPE_ATTACH": attach} if attach == "raw_tp" else dict(os.environ)
@@ -322,7 +322,7 @@ def test_record_parse(run: Run) -> None:
 def _record_missing(run: Run) -> int:
     """Completions the kernel made on the disk while recording that never reached the recorder, as the
     capture's completions check reports them (checked against its C events by conftest)."""
-    from ioscope.trace.capture import open_capture
+    from ioscope.capture.store import open_capture
 
     with open_capture(run.capture) as cap:
         assert cap.end is not None

@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 import blk_scenarios as bs
-from ioscope.trace import btt
-from ioscope.trace.blktrace import process_notes
-from ioscope.trace.events import join_events
-from ioscope.trace.snoop import Snooper
+from ioscope.capture.blktrace import process_notes
+from ioscope.capture.events import join_events
+from ioscope.engines.pairing import btt
+from ioscope.tools.snoop.snooper import Snooper
 
 PID = 4242
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ioscope.diff.model import diff, pair_disks
-from ioscope.diff.summary import CaptureSummary, DiskStats, OpStats
-from ioscope.diff.view import renderables, to_json
-from ioscope.rate import BASIS
+from ioscope.base.rate import BASIS
+from ioscope.tools.diff.model import diff, pair_disks
+from ioscope.tools.diff.summary import CaptureSummary, DiskStats, OpStats
+from ioscope.tools.diff.view import renderables, to_json
 
 
 def _cap(path: str, dur: float, **disks: DiskStats) -> CaptureSummary:
@@ -57,7 +57,7 @@ def test_disks_pair_by_name_or_alone() -> None:
 
 
 def test_bundle_context_settings_are_compared() -> None:
-    from ioscope.diff.summary import context_settings
+    from ioscope.tools.diff.summary import context_settings
 
     ctx = {"vm": {"dirty_ratio": 20, "swappiness": {"absent": "x: no such file"}},
            "cgroups": {"v1_blkio": {"mount": "/sys/fs/cgroup/blkio",

@@ -11,7 +11,7 @@ import pytest
 
 import blk_scenarios as bs
 from conftest import run_ioscope
-from ioscope.trace import blktrace
+from ioscope.capture import blktrace
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def test_export_per_cpu_files_are_read_by_blkparse(mixed_capture: Path, tmp_path
 
 
 def test_export_timestamp_note_and_time_base(mixed_capture: Path, tmp_path: Path) -> None:
-    from ioscope.trace.capture import open_capture
+    from ioscope.capture.store import open_capture
     out = tmp_path / "m.bin"
     run_ioscope("export", str(mixed_capture), "-o", str(out), check=True)
     dec = list(blktrace.read_stream(str(out)))

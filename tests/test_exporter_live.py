@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from conftest import unreported_bound
-from ioscope import devices
-from ioscope.testbed import LoopDevice, run_fio
+from ioscope.base import devices
+from ioscope.base.testbed import LoopDevice, run_fio
 
 pytestmark = pytest.mark.usefixtures("live")  # skips locally, fails in CI, when BPF cannot run
 
@@ -106,7 +106,7 @@ def completed(name: str) -> int:
 def stamped(disk: str) -> str:
     """How the exporter should time this disk by default: from the kernel's stamps where its requests
     carry them and their flags can be read (6.18 here; not Debian's 5.10 and 6.1), else the probes."""
-    from ioscope.stamps import flags_readable, kernel_stamps
+    from ioscope.kernel.stamps import flags_readable, kernel_stamps
     return "stamps" if flags_readable(None) and kernel_stamps(disk) else "probes"
 
 
@@ -304,7 +304,7 @@ def test_every_completion_counted_or_reported(timing: str) -> None:
 def _hists_map(pid: int) -> int:
     """The id of lat's histogram map held by the exporter (pid), from its fds: the map whose keys and
     values are abi.LAT_KEY and abi.LAT_VAL."""
-    from ioscope.abi import LAT_KEY, LAT_VAL
+    from ioscope.kernel.abi import LAT_KEY, LAT_VAL
 
     ids = []
     for fd in Path(f"/proc/{pid}/fdinfo").iterdir():
@@ -323,7 +323,7 @@ def test_counts_lost_from_the_map_are_reported_unseen(loop: LoopDevice) -> None:
     """A fault put in on purpose: the exporter's histogram entries are deleted (bpftool) after it read
     17 writes and before it reads 13 more. Those 13 are lost to it; it says so (completion_unseen 13),
     and its counters never go down (the 17 stay)."""
-    from ioscope.abi import LAT_KEY
+    from ioscope.kernel.abi import LAT_KEY
 
     port = free_port()
     p = start(port, "-d", loop.name)

@@ -13,11 +13,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ioscope import hist
-from ioscope.devices import DiskStats
-from ioscope.errors import UsageError
-from ioscope.exporter import server
-from ioscope.exporter.model import (
+from ioscope.base import hist
+from ioscope.base.devices import DiskStats
+from ioscope.base.errors import UsageError
+from ioscope.tools.exporter import server
+from ioscope.tools.exporter.model import (
     LE_NS,
     CompletionCheck,
     Counter,
@@ -29,7 +29,7 @@ from ioscope.exporter.model import (
     hist_series,
     le_counts,
 )
-from ioscope.exporter.view import LE_LABELS, RegistryCollector
+from ioscope.tools.exporter.view import LE_LABELS, RegistryCollector
 
 
 def test_bounds_are_round_1_2_5_from_1us_to_10s() -> None:

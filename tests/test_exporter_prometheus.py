@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import unreported_bound
-from ioscope.testbed import LoopDevice, run_fio
+from ioscope.base.testbed import LoopDevice, run_fio
 from test_exporter_live import NIOS, free_port, scrape, settle_udev, start, stop
 
 pytestmark = pytest.mark.usefixtures("live")  # skips locally, fails in CI, when BPF cannot run

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from conftest import json_lines
-from ioscope.ra.fairness import balance, jain_index, select_active
+from ioscope.base.fairness import balance, jain_index, select_active
+from ioscope.tools.fair.view import balance_json
 from test_readsize import Traced
 
 MB = 1 << 20
@@ -49,7 +50,7 @@ def test_balance_poor_and_edges() -> None:
     assert not balance([10.0]).poor and balance([10.0]).jain == 1.0
     assert balance([]).n == 0
     assert balance([0.0, 3.0]).max_min == math.inf
-    assert balance([0.0, 3.0]).to_json()["max_min"] is None
+    assert balance_json(balance([0.0, 3.0]))["max_min"] is None
 
 
 def test_select_active() -> None:
@@ -60,11 +61,11 @@ def test_select_active() -> None:
 def test_groups_per_disk_model() -> None:
     """Pure model: per-disk bytes make one group per disk; a process on two disks is in both with its
     bytes on each; with no per-disk bytes (--across-disks) every process is one group."""
-    from ioscope.devices import DiskStats
-    from ioscope.hist import Hist
-    from ioscope.losses import Losses
-    from ioscope.ra.fair.model import FairSample, build_report
-    from ioscope.ra.readsize.model import DiskIO, ProcIO
+    from ioscope.base.devices import DiskStats
+    from ioscope.base.hist import Hist
+    from ioscope.base.losses import Losses
+    from ioscope.engines.procio.model import DiskIO, ProcIO
+    from ioscope.tools.fair.model import FairSample, build_report
 
     def proc(pid: int, comm: str, app: int, dev: int) -> ProcIO:
         return ProcIO(pid, comm, "read", Hist.from_values([app]), Hist.from_values([app]), Hist.from_values([dev]))
@@ -95,7 +96,7 @@ def test_groups_per_disk_model() -> None:
 
 @pytest.fixture
 def fs2(live: None) -> Iterator[Any]:
-    from ioscope.ra.fs import LoopFS
+    from ioscope.base.testbed import LoopFS
 
     with LoopFS(size_mb=160) as fs:
         yield fs
@@ -116,7 +117,7 @@ def _reader(path: str, cgroup: str | None = None) -> subprocess.Popen[bytes]:
 
 
 def _run_pair(fs: Any, files: list[str], cgroup: str | None, seconds: float) -> tuple[dict[str, Any], list[int]]:
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     drop_caches()
     t = Traced("fair", "-d", fs.name, "-j")
@@ -202,7 +203,7 @@ def test_throttled_reader_is_flagged(fs2: Any, blkio_cgroup: str) -> None:
 
 @pytest.fixture
 def fs_small(live: None) -> Iterator[Any]:
-    from ioscope.ra.fs import LoopFS
+    from ioscope.base.testbed import LoopFS
 
     with LoopFS(size_mb=32) as fs:
         yield fs
@@ -210,7 +211,7 @@ def fs_small(live: None) -> Iterator[Any]:
 
 def _run_two_disks(fs_a: Any, fs_b: Any, files: list[str], *opts: str) -> tuple[dict[str, Any], list[int]]:
     """Three readers to the end of their files (two on fs_a, one on fs_b); one report for the whole run."""
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     drop_caches()
     t = Traced("fair", "-d", fs_a.name, "-d", fs_b.name, "-j", *opts)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from conftest import assert_counted, ioscope_cmd, run_ioscope, unreported_completions
-from ioscope.testbed import run_fio
+from ioscope.base.testbed import run_fio
 
 READS = {"alpha": 1009, "beta": 1013}    # fio's 4 KiB random reads on disk A, per host: primes
 WRITES = {"alpha": 211, "beta": 223}     # dd's 64 KiB direct writes on disk B

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 
 from conftest import bpf_prog_ids, ioscope_cmd, programs_left, run_ioscope
-from ioscope import devices
-from ioscope.trace.capture import open_capture
-from ioscope.trace.events import TA_COMPLETE, TA_QUEUE
+from ioscope.base import devices
+from ioscope.capture.events import TA_COMPLETE, TA_QUEUE
+from ioscope.capture.store import open_capture
 from slowdisk import SlowDisk
 
 SAVED = re.compile(r"^ioscope record: saved (\S+): (.*); window (\S+) to (\S+) UTC \((\S+) s\); ([\d,]+) events, .*; "

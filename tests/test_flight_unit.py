@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from conftest import ioscope_cmd
-from ioscope.agg.expr import ExprError
-from ioscope.errors import UsageError
-from ioscope.trace.events import EVENT
-from ioscope.trace.flight import (
+from ioscope.base.errors import UsageError
+from ioscope.capture.events import EVENT
+from ioscope.engines.aggregate.expr import ExprError
+from ioscope.tools.record.flight import (
     DEFAULT_RING_MEMORY,
     EventRing,
     lost_delta,
@@ -211,7 +211,7 @@ class _Attached:
 def test_a_window_the_memory_bound_cut_says_so(tmp_path: Path) -> None:
     """--ring 20s,1M under more than 1 MiB of events in 20 s: the save starts at the oldest event kept (not
     20 s before the trigger), and its line says how much of the window the memory bound kept."""
-    from ioscope.trace.flight import FlightSession, Pending, RingSpec, Trigger
+    from ioscope.tools.record.flight import FlightSession, Pending, RingSpec, Trigger
     s = 1_000_000_000
     sess = FlightSession(_Attached(), RingSpec(20.0, 1 << 20, "20s,1M"), prefix=str(tmp_path / "m"),  # type: ignore[arg-type]
                          meta={}, after_s=0.0, say=lambda _line: None)

@@ -6,8 +6,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ioscope import hist
-from ioscope.hist import NBUCKETS, RELATIVE_ERROR, SUB, Hist, bucket_high, bucket_index, bucket_indexes, bucket_low
+from ioscope.base import hist
+from ioscope.base.hist import (
+    NBUCKETS,
+    RELATIVE_ERROR,
+    SUB,
+    Hist,
+    bucket_high,
+    bucket_index,
+    bucket_indexes,
+    bucket_low,
+)
 
 
 def test_buckets_tile_the_range_without_gaps() -> None:

@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 import blk_scenarios as bs
 from conftest import run_ioscope
-from ioscope.trace import blktrace
-from ioscope.trace.capture import open_capture
-from ioscope.trace.events import TA_QUEUE
+from ioscope.capture import blktrace
+from ioscope.capture.events import TA_QUEUE
+from ioscope.capture.store import open_capture
 
 
 def per_cpu_set(d: Path, order: str = "<") -> None:
@@ -204,10 +204,10 @@ def test_damaged_per_cpu_files_import_parse_export(tmp_path: Path, flips: list[t
     import io
     import tempfile
 
-    from ioscope.errors import IoscopeError
-    from ioscope.trace.export import export_blktrace
-    from ioscope.trace.importer import import_blktrace, read_file_sets
-    from ioscope.trace.parse import Parser, feed_file_sets
+    from ioscope.base.errors import IoscopeError
+    from ioscope.capture.importer import import_blktrace, read_file_sets
+    from ioscope.tools.export.blktrace import export_blktrace
+    from ioscope.tools.parse.blkparse import Parser, feed_file_sets
     d = Path(tempfile.mkdtemp(dir=tmp_path))
     _LVM.write(str(d))
     f = d / "sda.blktrace.0"

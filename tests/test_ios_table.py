@@ -1,4 +1,4 @@
-"""The per-I/O table (trace/ios.py), export --format parquet and ioscope sql, without root: synthetic captures
+"""The per-I/O table (engines/pairing/ios.py), export --format parquet and ioscope sql, without root: synthetic captures
 whose phases report computes are the reference (every phase column summed and counted per row equals report's
 statistic), edge cases (in flight at start and end, requeue, split, merges), chunking, bounded memory, and the
 command lines' errors."""
@@ -18,9 +18,9 @@ import pytest
 
 import blk_scenarios as bs
 from conftest import run_ioscope
-from ioscope.trace import btt, ios
-from ioscope.trace.events import TA_COMPLETE, TA_QUEUE
-from ioscope.trace.offline import open_source
+from ioscope.capture.events import TA_COMPLETE, TA_QUEUE
+from ioscope.capture.offline import open_source
+from ioscope.engines.pairing import btt, ios
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import report_speed

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from conftest import ioscope_cmd, unreported_bound
-from ioscope.devices import DiskStats
-from ioscope.ra.fs import LoopFS
+from ioscope.base.devices import DiskStats
+from ioscope.base.testbed import LoopFS
 from livelat import lat_running
 
 BUF_ROUNDS, BUF_BLOCKS = 3, 5   # dd bs=4k count=5; sync, three times

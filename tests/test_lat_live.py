@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from conftest import assert_counted, bpf_prog_ids, programs_left, run_ioscope, unreported_bound
-from ioscope.hist import RELATIVE_ERROR
-from ioscope.testbed import run_fio
+from ioscope.base.hist import RELATIVE_ERROR
+from ioscope.base.testbed import run_fio
 from livelat import lat_running
 
 PRIME_IOS = 20011  # per fio job; a prime so nothing lines up by accident

@@ -7,12 +7,12 @@ import json
 
 from rich.console import Group
 
-from ioscope import abi
-from ioscope.hist import Hist
-from ioscope.lat.model import LatHist, LatSample, build_report, stamps_shortfall
-from ioscope.lat.view import LatViewOptions, renderables, to_json
-from ioscope.losses import Losses
-from ioscope.render import render_plain
+from ioscope.base.hist import Hist
+from ioscope.base.losses import Losses
+from ioscope.base.render import render_plain
+from ioscope.engines.latency.model import LatHist, LatSample, build_report, stamps_shortfall
+from ioscope.kernel import abi
+from ioscope.tools.lat.view import LatViewOptions, renderables, to_json
 
 LOSS_NAMES = frozenset(abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)) | {"recursion_misses"}
 

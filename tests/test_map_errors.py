@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ioscope.losses import Losses
-from ioscope.trace.recorder import NR_STATS, record_losses
+from ioscope.base.losses import Losses
+from ioscope.engines.recording.recorder import NR_STATS, record_losses
 
 
 def test_map_errors_explain_and_do_not_add_to_lost() -> None:
@@ -30,7 +30,7 @@ def test_a_full_map_is_counted_by_its_error(loopdev: Any, monkeypatch: pytest.Mo
     """lat -P with room for 2 processes' histograms and 5 processes doing I/O: the kernel refuses the
     3rd key onwards (E2BIG, a hash map at max_entries); lat counts the histograms it could not keep
     (hist_map_full) and says why (map_update_E2BIG), one each per refused update."""
-    from ioscope.lat import collector as lc
+    from ioscope.engines.latency import collector as lc
 
     monkeypatch.setattr(lc, "HIST_MAX_ENTRIES_PER_PID", 2)
     dev = loopdev(size_mb=16)

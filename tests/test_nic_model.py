@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from ioscope.nic.collector import link_duplex, link_speed
-from ioscope.nic.model import COUNTERS, KB, LinkSample, NicSample, build_report, util_pct
-from ioscope.nic.view import NicViewOptions, renderables, to_json
+from ioscope.engines.netlink.collector import link_duplex, link_speed
+from ioscope.engines.netlink.model import COUNTERS, KB, LinkSample, NicSample, build_report, util_pct
+from ioscope.tools.nic.view import NicViewOptions, renderables, to_json
 
 
 def _link(name: str = "eth9", index: int = 7, speed: int | None = 1000, duplex: str | None = "full",

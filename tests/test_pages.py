@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from conftest import run_ioscope
-from ioscope import hist
-from ioscope.devices import kdev
-from ioscope.trace.events import (
+from ioscope.base import hist
+from ioscope.base.devices import kdev
+from ioscope.capture.events import (
     EVENT,
     TA_COMPLETE,
     TA_GETRQ,
@@ -38,7 +38,7 @@ N_FAST = 1009
 def _capture(path: Path, seed: int = 1, slow: bool = True, scale: float = 1.0) -> dict[str, Any]:
     """Two disks, reads and writes by two processes, fast I/Os (20-90 us) and, on loop0, 3 reads planted
     slow (~40 ms) completing at known times. Returns what was planted."""
-    from ioscope.trace.capture import CaptureWriter
+    from ioscope.capture.store import CaptureWriter
     rng = np.random.default_rng(seed)
     rows = []
     ios = []
@@ -107,7 +107,7 @@ def test_page_numbers_equal_report_json(made: dict[str, Any]) -> None:
 
 
 def test_cells_hold_every_io_and_the_planted_ones_where_they_are(made: dict[str, Any]) -> None:
-    from ioscope.pages.cells import KEY_BITS, MAX_KEYS, aggregate
+    from ioscope.engines.pages.cells import KEY_BITS, MAX_KEYS, aggregate
     c = aggregate(str(made["cap"]))
     rep = made["json"]
     for ph in ("q2c", "d2c", "q2d"):
@@ -130,7 +130,7 @@ def test_cells_hold_every_io_and_the_planted_ones_where_they_are(made: dict[str,
 
 def test_cells_stay_within_their_budgets(made: dict[str, Any]) -> None:
     """Small budgets: columns widen, every I/O is still counted, the points are the slowest of each disk."""
-    from ioscope.pages.cells import aggregate
+    from ioscope.engines.pages.cells import aggregate
     c = aggregate(str(made["cap"]), heat_budget=300, access_budget=200, curve_budget=100, points=20)
     rep = made["json"]
     for ph in ("q2c", "d2c", "q2d"):
@@ -144,7 +144,7 @@ def test_cells_stay_within_their_budgets(made: dict[str, Any]) -> None:
 
 def test_curves_equal_report_iostat(made: dict[str, Any]) -> None:
     """The throughput curves' requests, bytes and queue depth per disk equal report's iostat table summed."""
-    from ioscope.pages.cells import aggregate
+    from ioscope.engines.pages.cells import aggregate
     c = aggregate(str(made["cap"]))
     rep = made["json"]
     names = {k: d["name"].split()[0] for k, d in rep["devices"].items()}
@@ -195,7 +195,7 @@ browser = pytest.mark.skipif(not os.path.exists("/usr/bin/chromium") and not os.
 
 @browser
 def test_page_in_chromium_offline(made: dict[str, Any]) -> None:
-    from ioscope.pages.browser import chromium, open_page
+    from ioscope.engines.pages.browser import chromium, open_page
     rep = made["json"]
     with chromium() as ctx:
         o = open_page(ctx, made["page"].as_uri())
@@ -234,7 +234,7 @@ def test_page_in_chromium_offline(made: dict[str, Any]) -> None:
 
 @browser
 def test_diff_page_in_chromium(tmp_path: Path, made: dict[str, Any]) -> None:
-    from ioscope.pages.browser import chromium, open_page
+    from ioscope.engines.pages.browser import chromium, open_page
     after = tmp_path / "fast.ioscope"
     _capture(after, seed=2, slow=False, scale=0.5)
     page = tmp_path / "d.html"

@@ -32,7 +32,7 @@ def shm_dir() -> Iterator[Path]:
 
 
 def _record(cap: Path, a: Any, b: Any, nreads: int, nwrites: int) -> None:
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
     rec = subprocess.Popen(ioscope_cmd("record", "-o", str(cap), "-d", a.name, "-d", b.name, "-q"),
                            stderr=subprocess.PIPE, text=True)
     assert rec.stderr is not None
@@ -51,7 +51,7 @@ def _record(cap: Path, a: Any, b: Any, nreads: int, nwrites: int) -> None:
 
 
 def _kernel_completions(cap: Path, dev: Any) -> int:
-    from ioscope.trace.capture import open_capture
+    from ioscope.capture.store import open_capture
     with open_capture(str(cap)) as c:
         assert c.end is not None
         return int(c.end["completions_check"][f"{dev.major},{dev.minor}"]["kernel"])

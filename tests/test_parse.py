@@ -10,8 +10,8 @@ import pytest
 
 import blk_scenarios as bs
 from conftest import ROOT, run_ioscope
-from ioscope.trace.events import EVENT, TA_COMPLETE, TA_GETRQ, TA_INSERT, TA_ISSUE, TA_PLUG, TA_QUEUE
-from ioscope.trace.parse import Formatter, dump_pdu, size_cnv
+from ioscope.capture.events import EVENT, TA_COMPLETE, TA_GETRQ, TA_INSERT, TA_ISSUE, TA_PLUG, TA_QUEUE
+from ioscope.tools.parse.blkparse import Formatter, dump_pdu, size_cnv
 
 sys.path.insert(0, str(ROOT / "bench"))
 import report_speed
@@ -53,7 +53,7 @@ def test_parse_equals_blkparse(mixed: tuple[Path, Path], opts: tuple[str, ...]) 
 def test_parse_generated_workload_equals_blkparse(tmp_path: Path) -> None:
     """Some 40,000 events from the bench's generator: 2 CPUs, 4 processes, merges and unplugs (80 batches
     of blkparse's 512)."""
-    from ioscope.trace.capture import CaptureWriter
+    from ioscope.capture.store import CaptureWriter
     cap = tmp_path / "gen.ioscope"
     w = CaptureWriter(str(cap), {})
     w.add_comms(report_speed.COMMS)
@@ -127,7 +127,7 @@ def test_equal_times_order_as_blkparse_does(tmp_path: Path) -> None:
     s.add(t + 9000, TA_COMPLETE, 8192, 4096, pid=0, cpu=1)
     ev = np.array(s.rows, dtype=EVENT)   # as listed: not sorted by CPU within a time
     cap = tmp_path / "tie.ioscope"
-    from ioscope.trace.capture import CaptureWriter
+    from ioscope.capture.store import CaptureWriter
     with CaptureWriter(str(cap), {"devices": {"7,0": {"name": "loop0", "major": 7, "minor": 0}}}) as w:
         w.add_comms(s.comms)
         w.write(ev)
@@ -150,7 +150,7 @@ def test_tie_across_blkparse_read_batches(tmp_path: Path, straddle: bool) -> Non
     flight at once. That was the round trip's rare failure: parse sorted each chunk as a whole.
     Process notes (the export writes one before each process's first event) are not events to
     blkparse's batches, and the capture is written in two chunks cut elsewhere than the batch."""
-    from ioscope.trace.capture import CaptureWriter
+    from ioscope.capture.store import CaptureWriter
     s = bs.Scenario(comms={100: "fio", 0: "swapper"})
     t = 1_000_000_000
     tie_at = 511 if straddle else 510   # index of the D in the stream blkparse reads

@@ -8,27 +8,27 @@ import re
 
 import pytest
 
-from ioscope.devices import DiskStats, kdev
-from ioscope.fmt import fmt_bytes
-from ioscope.hist import Hist
-from ioscope.losses import Losses
-from ioscope.ra import abi
-from ioscope.ra.fair.model import FairSample
-from ioscope.ra.fair.model import build_report as fair_report
-from ioscope.ra.fair.view import text_lines as fair_text
-from ioscope.ra.fair.view import to_json as fair_json
-from ioscope.ra.readahead.collector import RA_EXPLAIN, RA_LOSSES
-from ioscope.ra.readahead.model import DevInfo, RaFile, RaSample
-from ioscope.ra.readahead.model import build_report as ra_report
-from ioscope.ra.readahead.view import RaViewOptions
-from ioscope.ra.readahead.view import renderables as ra_renderables
-from ioscope.ra.readahead.view import to_json as ra_json
-from ioscope.ra.readsize.model import DevRequests, ProcIO, ReadsizeSample
-from ioscope.ra.readsize.model import build_report as rs_report
-from ioscope.ra.readsize.view import ReadsizeViewOptions
-from ioscope.ra.readsize.view import renderables as rs_renderables
-from ioscope.ra.readsize.view import to_json as rs_json
-from ioscope.render import render_plain
+from ioscope.base.devices import DiskStats, kdev
+from ioscope.base.fmt import fmt_bytes
+from ioscope.base.hist import Hist
+from ioscope.base.losses import Losses
+from ioscope.base.render import render_plain
+from ioscope.engines.procio import abi
+from ioscope.engines.procio.model import DevRequests, ProcIO, ReadsizeSample
+from ioscope.engines.procio.model import build_report as rs_report
+from ioscope.tools.fair.model import FairSample
+from ioscope.tools.fair.model import build_report as fair_report
+from ioscope.tools.fair.view import text_lines as fair_text
+from ioscope.tools.fair.view import to_json as fair_json
+from ioscope.tools.readahead.collector import RA_EXPLAIN, RA_LOSSES
+from ioscope.tools.readahead.model import DevInfo, RaFile, RaSample
+from ioscope.tools.readahead.model import build_report as ra_report
+from ioscope.tools.readahead.view import RaViewOptions
+from ioscope.tools.readahead.view import renderables as ra_renderables
+from ioscope.tools.readahead.view import to_json as ra_json
+from ioscope.tools.readsize.view import ReadsizeViewOptions
+from ioscope.tools.readsize.view import renderables as rs_renderables
+from ioscope.tools.readsize.view import to_json as rs_json
 
 T0 = 1_700_000_000.0
 RS_LOSSES = frozenset(abi.RS_STAT_NAMES[i] for i in range(abi.RS_NR_LOST_STATS)) | {"recursion_misses"}

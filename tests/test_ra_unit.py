@@ -7,30 +7,28 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ioscope.hist import Hist
-from ioscope.losses import Losses
-from ioscope.ra import abi
-from ioscope.ra.fair.collector import blkio_limits
-from ioscope.ra.fair.model import FairReport, Group, Poor, ProcRate, ProcRow, balances, likely_causes, per_process
-from ioscope.ra.fair.view import text_lines
-from ioscope.ra.fairness import Verdict
-from ioscope.ra.readahead.collector import bdev_path, block_device_names, group_cached
-from ioscope.ra.readsize.collector import filter_devs, syscall_numbers
-from ioscope.ra.readsize.model import ProcIO, merge_procs
-from ioscope.ra.readsize.view import proc_json, proc_table, size_rows
+from ioscope.base.fairness import Verdict
+from ioscope.base.hist import Hist
+from ioscope.base.losses import Losses
+from ioscope.engines.procio import abi
+from ioscope.engines.procio.collector import filter_devs, syscall_numbers
+from ioscope.engines.procio.model import ProcIO, merge_procs
+from ioscope.tools.fair.collector import blkio_limits
+from ioscope.tools.fair.model import (
+    FairReport,
+    Group,
+    Poor,
+    ProcRate,
+    ProcRow,
+    balances,
+    likely_causes,
+    per_process,
+)
+from ioscope.tools.fair.view import text_lines, verdict_json
+from ioscope.tools.readahead.collector import bdev_path, block_device_names, group_cached
+from ioscope.tools.readsize.view import proc_json, proc_table, size_rows
 
 OBJ = Path(__file__).resolve().parent.parent / "lib" / "ioscope" / "bpfobj"
-
-
-@pytest.mark.parametrize("name", sorted(abi.STRUCTS))
-def test_struct_matches_btf(name: str) -> None:
-    from ioscope import _libbpf
-
-    obj, dtype = abi.STRUCTS[name]
-    size, members = _libbpf.struct_layout(str(OBJ / f"{obj}.bpf.o"), name)
-    assert size == dtype.itemsize
-    assert [(m, off, sz) for m, off, sz in members] == \
-        [(n, dtype.fields[n][1], dtype.fields[n][0].itemsize) for n in dtype.names]
 
 
 def test_header_constants() -> None:
@@ -140,7 +138,7 @@ def test_blkio_limits_fixture(tmp_path: Path) -> None:
 
 
 def test_filter_devs_includes_partitions(tmp_path: Path) -> None:
-    from ioscope.devices import BlockDevice, kdev
+    from ioscope.base.devices import BlockDevice, kdev
 
     d = tmp_path / "block" / "sdz"
     (d / "sdz1").mkdir(parents=True)
@@ -152,7 +150,7 @@ def test_filter_devs_includes_partitions(tmp_path: Path) -> None:
 
 def test_block_device_paths(tmp_path: Path) -> None:
     """A block device read through its own page cache is named /dev/<disk or partition>."""
-    from ioscope.devices import kdev
+    from ioscope.base.devices import kdev
 
     for name, dev in (("loop3", "7:3"), ("sdz", "8:240")):
         (tmp_path / "block" / name).mkdir(parents=True)
@@ -172,7 +170,7 @@ def test_block_device_paths(tmp_path: Path) -> None:
 def test_syscall_numbers() -> None:
     assert syscall_numbers("x86_64")["preadv2"] == 327
     assert syscall_numbers("aarch64")["read"] == 63
-    from ioscope.errors import IoscopeError
+    from ioscope.base.errors import IoscopeError
 
     with pytest.raises(IoscopeError):
         syscall_numbers("pdp11")
@@ -192,7 +190,7 @@ def test_fair_noise_gets_no_verdict() -> None:
     v = balances(rates, "app", 0.01)["write"]
     assert v.balance.jain == pytest.approx(69 ** 2 / (2 * (5 ** 2 + 64 ** 2)))
     assert v.balance.poor and not v.enough and not v.poor
-    doc = v.to_json()
+    doc = verdict_json(v)
     assert doc["poor"] is False and doc["enough_activity"] is False and doc["min_bytes"] == 1 << 20
     lines = text_lines(_fair_report(rates, {"write": v}, {}))
     line = next(x for x in lines if x.strip().startswith("interval write balance"))
@@ -204,7 +202,7 @@ def test_fair_noise_gets_no_verdict() -> None:
 
 
 def test_fair_throttle_cause_is_about_the_same_operation(tmp_path: Path) -> None:
-    from ioscope.ra.fair.model import limit_applies
+    from ioscope.tools.fair.model import limit_applies
 
     proc, cg = tmp_path / "proc", tmp_path / "cg"
     (proc / "42").mkdir(parents=True)

@@ -20,7 +20,7 @@ PAGE = 4096
 
 @pytest.fixture
 def fs_ra(live: None, request: pytest.FixtureRequest) -> Iterator[Any]:
-    from ioscope.ra.fs import LoopFS
+    from ioscope.base.testbed import LoopFS
 
     with LoopFS(size_mb=160, read_ahead_kb=request.param) as fs:
         yield fs
@@ -43,7 +43,7 @@ def _check_accounting(doc: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("fs_ra", [128], indirect=True)
 def test_sequential_read(fs_ra: Any) -> None:
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     size = 23 * MB + 7 * PAGE  # a prime number of pages: 5895
     path = fs_ra.make_file("seq", size)
@@ -86,8 +86,7 @@ def test_sequential_read(fs_ra: Any) -> None:
 def test_block_device_read(live: None, attach: str | None) -> None:
     """dd of the raw device: its page cache is the device's inode in the kernel's bdev file system, the
     pages are on the device, -d picks them and the file is the device."""
-    from ioscope.ra.fs import drop_caches
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice, drop_caches
 
     count = 1999  # 4 KiB blocks: not a multiple of the 32-page window
     with LoopDevice(size_mb=64, read_ahead_kb=128) as loop:
@@ -120,7 +119,7 @@ def test_block_device_read(live: None, attach: str | None) -> None:
 @pytest.mark.parametrize("fs_ra", [4096], indirect=True)
 def test_random_mmap_reads_waste(fs_ra: Any) -> None:
     """Random access through a mapping: read-around brings in ra_pages around each fault."""
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     size = 128 * MB
     path = fs_ra.make_file("rand", size)
@@ -154,7 +153,7 @@ def test_random_mmap_reads_waste(fs_ra: Any) -> None:
 @pytest.mark.parametrize("fs_ra", [4096], indirect=True)
 def test_random_preads_are_read_exactly(fs_ra: Any) -> None:
     """Random buffered preads: Linux sees they are random and reads only what was asked."""
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     size = 64 * MB
     path = fs_ra.make_file("rand", size)
@@ -184,12 +183,15 @@ def test_random_preads_are_read_exactly(fs_ra: Any) -> None:
 @pytest.mark.parametrize("fs_ra", [128], indirect=True)
 def test_missing_tracepoint_is_reported(fs_ra: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel without mm_filemap_get_pages: the rest still works and the report says what is missing."""
-    from ioscope.loader import BPFObject
-    from ioscope.ra.fs import drop_caches
-    from ioscope.ra.readahead.collector import ReadaheadCollector, ReadaheadOptions
-    from ioscope.ra.readahead.model import build_report
-    from ioscope.ra.readahead.view import RaViewOptions, renderables, to_json
-    from ioscope.render import render_plain
+    import time
+
+    from ioscope.base.collector import Tick
+    from ioscope.base.render import render_plain
+    from ioscope.base.testbed import drop_caches
+    from ioscope.kernel.loader import BPFObject
+    from ioscope.tools.readahead.collector import ReadaheadCollector, ReadaheadOptions
+    from ioscope.tools.readahead.model import build_report
+    from ioscope.tools.readahead.view import RaViewOptions, renderables, to_json
 
     real = BPFObject._kernel_offers
 
@@ -203,7 +205,7 @@ def test_missing_tracepoint_is_reported(fs_ra: Any, monkeypatch: pytest.MonkeyPa
     try:
         assert "btf_get_pages" not in c.bpf.attached and "raw_get_pages" not in c.bpf.attached
         subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=32k", "status=none"], check=True)
-        report = build_report(c.read())
+        report = build_report(c.sample(Tick(time.time())))
     finally:
         c.close()
     assert any(m.startswith("used pages") for m in c.missing) and c.unavailable == c.missing
@@ -216,8 +218,8 @@ def test_missing_tracepoint_is_reported(fs_ra: Any, monkeypatch: pytest.MonkeyPa
 
 def _hooks_with_both() -> list[str]:
     """The readahead hooks this kernel offers both as a tracepoint and through fentry."""
-    from ioscope.loader import BPFObject
-    from ioscope.ra.readahead.collector import RA_HOOKS
+    from ioscope.kernel.loader import BPFObject
+    from ioscope.tools.readahead.collector import RA_HOOKS
 
     with BPFObject("readahead") as b:
         b.choose(required=[], optional=list(RA_HOOKS))
@@ -229,7 +231,7 @@ def _hooks_with_both() -> list[str]:
 def test_fentry_gives_the_tracepoints_numbers(fs_ra: Any) -> None:
     """Where a kernel has a tracepoint and fentry on its function (6.12: the used-page hooks; 6.13 on:
     all), the same workload traced both ways gives the same decisions, windows and page fates."""
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     both = _hooks_with_both()
     if not both:

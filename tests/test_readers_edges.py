@@ -20,8 +20,8 @@ import pytest
 
 import blk_scenarios as bs
 from conftest import run_ioscope
-from ioscope.trace.capture import CaptureWriter
-from ioscope.trace.events import EVENT
+from ioscope.capture.events import EVENT
+from ioscope.capture.store import CaptureWriter
 from test_capture import note
 
 META = {"devices": {"7,0": {"name": "loop0", "major": 7, "minor": 0}}}
@@ -121,7 +121,7 @@ def test_every_reader_on_idle_empty_and_killed_captures(tmp_path: Path, layout: 
 
 
 def test_snoop_pairing_survives_empty_and_note_only_batches() -> None:
-    from ioscope.trace.snoop import Pairer
+    from ioscope.tools.snoop.snooper import Pairer
 
     pr = Pairer()
     ios = _ios(10_000_000)
@@ -186,7 +186,7 @@ def test_output_files_are_private_and_never_overwritten_silently(tmp_path: Path,
 def test_forced_output_to_a_pipe_or_device_keeps_its_mode(tmp_path: Path) -> None:
     """-f -o onto something that is not a regular file (a named pipe here; /dev/null on a user's host)
     writes to it and leaves its mode alone: an earlier version made /dev/null owner-only."""
-    from ioscope.outfile import create_private
+    from ioscope.base.outfile import create_private
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo, 0o644)
@@ -204,7 +204,7 @@ def test_forced_output_to_a_pipe_or_device_keeps_its_mode(tmp_path: Path) -> Non
 def test_capture_writer_never_follows_or_clobbers(tmp_path: Path) -> None:
     """The writer itself refuses an existing file or a symlink planted at its path (O_EXCL), whatever
     its caller checked before; with force it truncates the file and makes it private."""
-    from ioscope.errors import IoscopeError
+    from ioscope.base.errors import IoscopeError
 
     victim = tmp_path / "victim"
     victim.write_text("keep me")

@@ -20,7 +20,7 @@ READ_SIZE = 32768
 
 @pytest.fixture
 def loopfs(live: None) -> Iterator[Any]:
-    from ioscope.ra.fs import LoopFS
+    from ioscope.base.testbed import LoopFS
 
     with LoopFS(size_mb=96) as fs:
         yield fs
@@ -55,7 +55,7 @@ def reader(path: str, reads: int, size: int) -> subprocess.Popen[bytes]:
 
 @pytest.mark.parametrize("attach", [None, "raw_tp"])
 def test_787_reads_and_device_bytes(loopfs: Any, attach: str | None) -> None:
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     path = loopfs.make_file("data", READS * READ_SIZE + (1 << 20))
     drop_caches()
@@ -90,7 +90,7 @@ def test_787_reads_and_device_bytes(loopfs: Any, attach: str | None) -> None:
 
 
 def test_pid_filter_and_comm(loopfs: Any) -> None:
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     path = loopfs.make_file("data", 4 << 20)
     drop_caches()
@@ -146,7 +146,7 @@ def test_writes(loopfs: Any) -> None:
 
 def test_pid_filter(loopfs: Any) -> None:
     """-p: only the chosen process, although another one reads the same way at the same time."""
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     paths = [loopfs.make_file(f"p{i}", 2 << 20) for i in range(2)]
     drop_caches()
@@ -176,7 +176,7 @@ def test_pid_filter(loopfs: Any) -> None:
 def test_text_says_mib_for_mebibytes(loopfs: Any) -> None:
     """Issue 16: the text said MB for 2**20 bytes. 787 reads of 32 KiB are 25,788,416 bytes: 24.6 MiB
     (25.8 MB), with one 1 MiB file read by cat: '1.00MiB'."""
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     path = loopfs.make_file("data", READS * READ_SIZE)
     small = loopfs.make_file("small", 1 << 20)

@@ -19,7 +19,7 @@ import pyarrow.ipc
 import pytest
 
 from conftest import ioscope_cmd, run_ioscope, unreported_bound
-from ioscope.trace.events import ACTION_LETTERS, EVENT, TA_COMPLETE, TA_QUEUE
+from ioscope.capture.events import ACTION_LETTERS, EVENT, TA_COMPLETE, TA_QUEUE
 
 LOOP_CTL_REMOVE = 0x4C81  # linux/loop.h
 
@@ -70,7 +70,7 @@ def _arrow_batches(path: str) -> tuple[list[int], dict[str, Any] | None, np.ndar
 def test_writer_on_a_full_file_system(small_tmpfs: Callable[[str], str]) -> None:
     """A capture writer on a 1 MiB tmpfs: the file holds exactly the first events that fit, in complete
     chunks, ends cleanly, and counts the rest; the space kept for the end record is given back."""
-    from ioscope.trace.capture import END_RESERVE_BYTES, CaptureFull, CaptureWriter, open_capture
+    from ioscope.capture.store import END_RESERVE_BYTES, CaptureFull, CaptureWriter, open_capture
 
     d = small_tmpfs("1m")
     n = 100_003
@@ -110,7 +110,7 @@ def test_writer_on_a_full_file_system(small_tmpfs: Callable[[str], str]) -> None
 def test_record_on_a_full_file_system(loopdev: Callable[..., Any], small_tmpfs: Callable[[str], str]) -> None:
     """record into a 2 MiB tmpfs under a read workload: exit 1 with one line saying what the file holds and
     how many events were lost; the file ends cleanly and every reader reads exactly its complete chunks."""
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
 
     ld = loopdev(size_mb=128, scheduler="none")
     out = f"{small_tmpfs('2m')}/c.ioscope"
@@ -167,8 +167,8 @@ def _fio_background(path: str, rate: int, seconds: int) -> subprocess.Popen[byte
 def test_completions_check_edges_at_a_low_rate(loopdev: Callable[..., Any]) -> None:
     """Two disks at a few hundred IOPS, running before the recorder starts and after it stops: I/O completed
     while the programs were being attached or detached is told apart from completions not seen."""
-    from ioscope.trace.capture import open_capture
-    from ioscope.trace.recorder import ATTACH_SLACK_NS
+    from ioscope.capture.store import open_capture
+    from ioscope.engines.recording.recorder import ATTACH_SLACK_NS
 
     disks = [loopdev(size_mb=64, scheduler="none") for _ in range(2)]
     fios = [_fio_background(d.path, 400, 40) for d in disks]
@@ -216,7 +216,7 @@ def test_completions_check_edges_at_a_low_rate(loopdev: Callable[..., Any]) -> N
 def test_record_says_a_removed_disk(loopdev: Callable[..., Any]) -> None:
     """A traced loop disk detached and removed while recording: one line says so; the other disk's check
     still counts."""
-    from ioscope.trace.capture import open_capture
+    from ioscope.capture.store import open_capture
 
     keep, gone = loopdev(size_mb=64, scheduler="none"), loopdev(size_mb=64, scheduler="none")
     with tempfile.TemporaryDirectory(prefix="ioscope-rm-", dir="/dev/shm") as tmp:
@@ -264,7 +264,7 @@ def stallable(loopdev: Callable[..., Any]) -> Iterator[tuple[str, str]]:
     """(loop device, mount point): a loop device over a file on an ext4 file system of its own; freezing that
     file system (fsfreeze) holds every write to the loop device in flight (its worker waits to write the
     file), thawing it lets them complete."""
-    from ioscope.testbed import _run
+    from ioscope.base.testbed import _run
     lower = loopdev(size_mb=96, scheduler="none")
     subprocess.run(["mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", lower.path], check=True)
     mnt = tempfile.mkdtemp(prefix="ioscope-stall-")
@@ -307,7 +307,7 @@ def test_io_in_flight_at_start_and_stop_is_no_loss(stallable: tuple[str, str]) -
     """Writes held in flight (a frozen backing file system) when the recorder starts, and others when it
     stops: their completions before the start and after the stop are no miss; the check says nothing is
     unseen, and agg -r and report see those I/Os as started before and in flight at the end."""
-    from ioscope.trace.capture import open_capture
+    from ioscope.capture.store import open_capture
 
     dev, mnt = stallable
     name = os.path.basename(dev)

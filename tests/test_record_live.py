@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from conftest import ioscope_cmd, run_ioscope, unreported_completions
-from ioscope import devices
-from ioscope.trace.capture import open_capture
-from ioscope.trace.events import ACTION_LETTERS, EVENT, TA_COMPLETE, TA_QUEUE, TA_REMAP, TA_SPLIT, rwbs
+from ioscope.base import devices
+from ioscope.capture.events import ACTION_LETTERS, TA_COMPLETE, TA_QUEUE, TA_REMAP, TA_SPLIT, rwbs
+from ioscope.capture.store import open_capture
 
 NREADS = 1009  # direct 4 KiB reads: a prime, so that no other count matches it by chance
 NWRITES_4K = 997  # buffered 4 KiB appends: merged by the block layer
@@ -71,7 +71,7 @@ def _quiesce() -> None:
 
 
 def _workload(ld: Any, mnt: str) -> None:
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
     with open(f"{mnt}/f", "wb") as f:
         for _ in range(NWRITES_4K):
             f.write(b"x" * 4096)
@@ -168,7 +168,7 @@ def test_record_matches_kernel_blk_tracer(mounted: tuple[Any, str], tmpdir_shm: 
 
 def test_record_raw_tp_variant_counts(loopdev: Callable[..., Any], tmpdir_shm: str) -> None:
     """The raw_tp programs (kernels without tp_btf) record the same I/O as the disk counts."""
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
     ld = loopdev(size_mb=64, scheduler="none")
     before = ld.diskstats()
     out = f"{tmpdir_shm}/raw.ioscope"
@@ -240,7 +240,7 @@ def test_record_pid_filter(loopdev: Callable[..., Any], tmpdir_shm: str) -> None
 
 
 def test_record_sigkill_leaves_readable_prefix(loopdev: Callable[..., Any], tmpdir_shm: str) -> None:
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
     ld = loopdev(size_mb=128, scheduler="none")
     out = f"{tmpdir_shm}/killed.ioscope"
     rec = _start_record(out, "-d", ld.name, "-q")
@@ -263,12 +263,12 @@ def test_record_sigkill_leaves_readable_prefix(loopdev: Callable[..., Any], tmpd
     job = run_fio(ld.path, rw="randread", bs="4k", number_ios=101, size="64M")
     assert job["read"]["total_ios"] == 101
     # the checker reports the truncation but reads the prefix
-    p = subprocess.run([sys.executable, "-m", "ioscope.trace.capture", out], capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "ioscope.capture.store", out], capture_output=True, text=True)
     assert p.returncode == 0 and "byte offset" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_record_sigterm_duration_and_max_size(loopdev: Callable[..., Any], tmpdir_shm: str) -> None:
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
     ld = loopdev(size_mb=128, scheduler="none")
     # SIGTERM: a clean end (end record, lost counts)
     out = f"{tmpdir_shm}/term.ioscope"
@@ -310,7 +310,7 @@ def test_record_sigterm_duration_and_max_size(loopdev: Callable[..., Any], tmpdi
 
 def test_record_counts_what_a_small_buffer_loses(loopdev: Callable[..., Any], tmpdir_shm: str) -> None:
     """Rings far too small for the rate: events are dropped, and every drop is counted and said."""
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
     ld = loopdev(size_mb=128, scheduler="none")
     out = f"{tmpdir_shm}/small.ioscope"
     before = ld.diskstats()
@@ -333,16 +333,6 @@ def test_record_counts_what_a_small_buffer_loses(loopdev: Callable[..., Any], tm
     # what is in the file happened; what is not was counted (a dropped event may be of any kind)
     assert completed <= kernel and queued <= ios
     assert completed + dropped >= kernel - 2 and queued + dropped >= ios
-
-
-def test_record_abi_matches_btf() -> None:
-    """EVENT (numpy) and struct trace_event (BPF) have the same size and field offsets."""
-    from ioscope import _libbpf
-    from ioscope.loader import object_path
-    size, members = _libbpf.struct_layout(str(object_path("record")), "trace_event")
-    assert size == EVENT.itemsize
-    assert [(m, off, sz) for m, off, sz in members] == \
-        [(n, EVENT.fields[n][1], EVENT[n].itemsize) for n in EVENT.names]  # type: ignore[index,union-attr]
 
 
 @pytest.mark.parametrize("args, msg", [

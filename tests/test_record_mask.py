@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import ioscope_cmd, run_ioscope, unreported_bound
-from ioscope.trace.events import ACTION_LETTERS, TA_COMPLETE, TA_ISSUE, TA_QUEUE, TC_READ, TC_WRITE
+from ioscope.capture.events import ACTION_LETTERS, TA_COMPLETE, TA_ISSUE, TA_QUEUE, TC_READ, TC_WRITE
 
 NIOS = 1009  # fio 4 KiB direct random reads and writes (randrw), a prime
 QUEUE_LETTERS = {"Q", "G", "I", "M", "F", "P", "U", "UT", "A"}  # blktrace's queue category
@@ -29,7 +29,7 @@ def workdir() -> Iterator[str]:
 
 def _record(ld: Any, out: str, masks: list[str]) -> tuple[dict[str, Any], str, dict[str, int]]:
     """record -a ... around the workload: (fio's job, record's stderr, /proc/diskstats deltas)."""
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
 
     args = [a for m in masks for a in ("-a", m)]
     rec = subprocess.Popen(ioscope_cmd("record", "-q", "-f", "-d", ld.name, *args, "-o", out),
@@ -47,12 +47,12 @@ def _record(ld: Any, out: str, masks: list[str]) -> tuple[dict[str, Any], str, d
 
 
 def _order(name: str) -> int:
-    from ioscope.trace.parse_cmd import MASKS
+    from ioscope.tools.parse.cmd import MASKS
     return MASKS[name]
 
 
 def _read(out: str) -> tuple[np.ndarray, dict[str, Any], dict[str, Any]]:
-    from ioscope.trace.capture import open_capture
+    from ioscope.capture.store import open_capture
     with open_capture(out) as cap:
         assert cap.end is not None
         return cap.read_all(), cap.meta, cap.end
@@ -71,7 +71,7 @@ def test_each_mask_records_exactly_its_events(loopdev: Callable[..., Any], workd
     reads, writes = int(job["read"]["total_ios"]), int(job["write"]["total_ios"])
     assert reads + writes == NIOS and (k["reads"], k["writes"]) == (reads, writes)
     got = _letters(ev)
-    from ioscope.trace.parse_cmd import MASKS
+    from ioscope.tools.parse.cmd import MASKS
     mask = sum(MASKS[m] for m in masks)
     assert meta["action_mask"] == {"mask": f"0x{mask:04x}", "names": sorted(masks, key=_order), "all": False}
     tps = set(meta["tracepoints"])

@@ -8,9 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ioscope import devices
-from ioscope.cli_common import parse_size
-from ioscope.trace.recorder import (
+from ioscope.base import devices
+from ioscope.engines.recording.recorder import (
     HOOKS,
     NR_STATS,
     STAT_LOST_EVENT,
@@ -21,6 +20,7 @@ from ioscope.trace.recorder import (
     record_losses,
     ring_slots,
 )
+from ioscope.tools.common import parse_size
 
 
 @pytest.mark.parametrize("text, value", [
@@ -72,8 +72,8 @@ def test_losses_json_and_total() -> None:
 
 def test_every_hook_has_a_program_pair() -> None:
     """Each hook the recorder can choose exists as tp_btf and raw_tp in the compiled object."""
-    from ioscope import _libbpf
-    from ioscope.loader import object_path
+    from ioscope.kernel import _libbpf
+    from ioscope.kernel.loader import object_path
     progs = {name for name, _sec, _auto in _libbpf.Object(str(object_path("record"))).programs()}
     for hook in HOOKS:
         assert {f"btf_{hook}", f"raw_{hook}"} <= progs, hook
@@ -117,7 +117,7 @@ def test_device_and_partition_metadata(tmp_path: Path) -> None:
 
 
 def test_present_cpus_reads_the_highest_id(tmp_path: Path) -> None:
-    from ioscope.system import present_cpus
+    from ioscope.base.system import present_cpus
     d = tmp_path / "devices/system/cpu"
     d.mkdir(parents=True)
     (d / "present").write_text("0-3,8-11\n")
@@ -133,8 +133,17 @@ def test_count_completions_as_the_kernel_counts_them() -> None:
     end are both counted."""
     import numpy as np
 
-    from ioscope.trace.events import EVENT, TA_COMPLETE, TA_QUEUE, TA_SPLIT, TC_FLUSH, TC_FUA, TC_SYNC, TC_WRITE
-    from ioscope.trace.recorder import count_completions
+    from ioscope.capture.events import (
+        EVENT,
+        TA_COMPLETE,
+        TA_QUEUE,
+        TA_SPLIT,
+        TC_FLUSH,
+        TC_FUA,
+        TC_SYNC,
+        TC_WRITE,
+    )
+    from ioscope.engines.recording.recorder import count_completions
 
     wb, wb_fua, wt = (7 << 20) | 0, (7 << 20) | 1, (7 << 20) | 2   # write-back no FUA, write-back FUA, write-through
     rows = []
@@ -175,7 +184,7 @@ def test_count_completions_as_the_kernel_counts_them() -> None:
 
 
 def test_completions_warnings_tell_misses_from_edges_and_removed_disks() -> None:
-    from ioscope.trace.recorder import completions_warnings
+    from ioscope.engines.recording.recorder import completions_warnings
     check = {
         "7,1": {"name": "loop1", "kernel": 320, "recorded": 316, "attached": {"kernel": 316, "recorded": 316},
                 "edges": {"kernel": 4, "recorded": 0}},
@@ -209,8 +218,8 @@ def test_completions_warnings_tell_misses_from_edges_and_removed_disks() -> None
 ])
 def test_mask_hooks(names: list[str], pid: bool, hooks: set[str] | None, filtered: bool) -> None:
     """Action categories attach only their programs; a read/write-type category needs them all."""
-    from ioscope.trace.parse import parse_mask
-    from ioscope.trace.recorder import mask_hooks, mask_names
+    from ioscope.engines.recording.recorder import mask_hooks, mask_names
+    from ioscope.tools.parse.blkparse import parse_mask
     mask = parse_mask(names, None)
     got, filt = mask_hooks(mask, pid)
     assert set(got) == (hooks if hooks is not None else set(HOOKS)) and filt is filtered
@@ -218,7 +227,7 @@ def test_mask_hooks(names: list[str], pid: bool, hooks: set[str] | None, filtere
 
 
 def test_report_says_what_a_masked_capture_lacks() -> None:
-    from ioscope.trace.events import action_mask_note
+    from ioscope.capture.events import action_mask_note
     assert action_mask_note("c", None) is None and action_mask_note("c", {"all": True, "names": []}) is None
     assert action_mask_note("c", {"all": False, "names": ["queue"]}) == (
         "c was recorded with -a queue: it holds only Q G I M F P U A events; I2D, D2C, Q2D, Q2C need others: "

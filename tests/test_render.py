@@ -7,10 +7,10 @@ import json
 
 from rich.console import Console
 
-from ioscope.hist import Hist
-from ioscope.lat.model import LatHist
-from ioscope.lat.view import hist_json
-from ioscope.render import HistView, fmt_ns, percentile_table
+from ioscope.base.hist import Hist
+from ioscope.base.render import HistView, fmt_ns, percentile_table
+from ioscope.engines.latency.model import LatHist
+from ioscope.tools.lat.view import hist_json
 
 
 def test_fmt_ns() -> None:

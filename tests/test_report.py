@@ -13,10 +13,10 @@ import pytest
 
 import blk_scenarios as bs
 from conftest import ROOT, run_ioscope
-from ioscope import hist
-from ioscope.hist import RELATIVE_ERROR
-from ioscope.trace import btt
-from ioscope.trace.events import TA_COMPLETE, TA_GETRQ, TA_INSERT, TA_ISSUE, TA_QUEUE
+from ioscope.base import hist
+from ioscope.base.hist import RELATIVE_ERROR
+from ioscope.capture.events import TA_COMPLETE, TA_GETRQ, TA_INSERT, TA_ISSUE, TA_QUEUE
+from ioscope.engines.pairing import btt
 
 sys.path.insert(0, str(ROOT / "bench"))
 import report_speed
@@ -89,7 +89,7 @@ def test_inflight_at_start_equals_btt(tmp_path: Path) -> None:
 def test_generated_workload_equals_btt(tmp_path: Path) -> None:
     """About 150,000 events of the bench's generator: merges, plugs, four processes, two CPUs."""
     cap = tmp_path / "gen.ioscope"
-    from ioscope.trace.capture import CaptureWriter
+    from ioscope.capture.store import CaptureWriter
     w = CaptureWriter(str(cap), {"devices": {"7,0": {"name": "loop0", "major": 7, "minor": 0}}})
     w.add_comms(report_speed.COMMS)
     for chunk in report_speed.synth_chunks(150_000, seed=11, ios_per_chunk=10_007):
@@ -253,14 +253,14 @@ def test_time_ordered_restores_order() -> None:
 
 def test_remapper_devices_use_dm_rows() -> None:
     s = bs.Scenario()
-    from ioscope.devices import kdev
+    from ioscope.base.devices import kdev
     s.io(1000, 0, 4096, dev=kdev(253, 0))
     r = _run(s)
     assert r.stat("q2c_dm").n == 1 and r.stat("q2c").n == 0
 
 
 def test_sleep_requests() -> None:
-    from ioscope.trace.events import TA_SLEEPRQ
+    from ioscope.capture.events import TA_SLEEPRQ
     s = bs.Scenario()
     s.add(100, TA_QUEUE, 0, 4096)
     s.add(150, TA_SLEEPRQ, 0, 4096)
@@ -411,7 +411,7 @@ def test_plug_percentage_rounds_like_btt(tmp_path: Path) -> None:
     intervals' differences of those; exact nanoseconds round differently now and then, which its
     %13.9f shows (a real recording printed 1.677079960% against btt's 1.677079959%). These times
     (CLOCK_MONOTONIC ns, as a capture has them) are such a case; real btt is the judge."""
-    from ioscope.trace.events import TA_PLUG, TA_UNPLUG_IO
+    from ioscope.capture.events import TA_PLUG, TA_UNPLUG_IO
     first, end = 11_000_773_467_703, 11_002_383_060_634
     plugs = [(11_001_420_407_243, 11_001_478_596_798), (11_001_698_854_872, 11_001_734_734_047),
              (11_001_841_067_364, 11_001_911_574_669)]

@@ -47,7 +47,7 @@ def btt_per_io(workdir: Path, kind: str) -> dict[str, collections.Counter[tuple[
 
 
 def test_whole_host_report_vs_btt(loopdev: Callable[..., Any], shm_dir: Path) -> None:
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
     a = loopdev(size_mb=256, scheduler="mq-deadline")
     # no I/O of the file system's own outside the workload: inode tables and journal initialised now,
     # no block bitmap prefetch after mounting
@@ -86,8 +86,8 @@ def test_whole_host_report_vs_btt(loopdev: Callable[..., Any], shm_dir: Path) ->
     missing = unreported_completions(str(cap), a.device.major, a.device.minor)
     # the kernel also counts each empty PREFLUSH write (sync's cache flush) as a write; it has no data
     # and no D of its own
-    from ioscope.trace.capture import open_capture
-    from ioscope.trace.events import TA_QUEUE, TC_WRITE
+    from ioscope.capture.events import TA_QUEUE, TC_WRITE
+    from ioscope.capture.store import open_capture
     with open_capture(cap) as c:
         ev = c.read_all()
     empty = int(((ev["action"] == TA_QUEUE) & (ev["dev"] == a.device.dev) & (ev["bytes"] == 0)

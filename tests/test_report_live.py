@@ -31,7 +31,7 @@ def shm_dir() -> Iterator[Path]:
 
 
 def test_recording_round_trip(loopdev: Callable[..., Any], shm_dir: Path) -> None:
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
     a = loopdev(size_mb=64, scheduler="mq-deadline")
     b = loopdev(size_mb=64, scheduler="bfq")
     cap = shm_dir / "rec.ioscope"

@@ -13,7 +13,7 @@ import pytest
 
 import blk_scenarios as bs
 from conftest import run_ioscope
-from ioscope import heat, hist
+from ioscope.base import heat, hist
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_iostat_rows(reports: tuple[str, dict[str, Any]]) -> None:
 
 
 def test_heat_map(reports: tuple[str, dict[str, Any]]) -> None:
-    """The text's cells are the JSON's counts, quantised with ioscope.heat (top's scale); every completed I/O
+    """The text's cells are the JSON's counts, quantised with ioscope.base.heat (top's scale); every completed I/O
     is in one cell."""
     text, doc = reports
     hm = doc["heat_map"]
@@ -144,7 +144,7 @@ def test_dm_stack_members_from_remap_events_through_blktrace_files(tmp_path: Pat
     (`ioscope import`): report's stacked-device view shows the dm device with both paths, their bios,
     bytes, shares and each path's own latency. (No device-mapper on these machines: the kernel's event
     sequence is constructed, as docs/report.md says.)"""
-    from ioscope.devices import kdev
+    from ioscope.base.devices import kdev
     dm, sda, sdb = kdev(253, 0), kdev(8, 0), kdev(8, 16)
     s = bs.Scenario()
     t = 1_000_000

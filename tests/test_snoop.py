@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from conftest import ioscope_cmd, json_lines, unreported_bound
-from ioscope.trace.events import (
+from ioscope.capture.events import (
     EVENT,
     TA_COMPLETE,
     TA_ISSUE,
@@ -23,7 +23,8 @@ from ioscope.trace.events import (
     TC_SYNC,
     TC_WRITE,
 )
-from ioscope.trace.snoop import Pairer, SnoopLine, fmt_line
+from ioscope.tools.snoop.snooper import Pairer, SnoopLine
+from ioscope.tools.snoop.view import fmt_line
 
 DEV = (7 << 20) | 5
 
@@ -113,7 +114,7 @@ NIOS = 1009
 
 
 def test_snoop_lines_match_workload(loopdev: Callable[..., Any]) -> None:
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
     ld = loopdev(size_mb=128, scheduler="mq-deadline")
     other = loopdev(size_mb=16)
     p = subprocess.Popen(ioscope_cmd("snoop", "-d", ld.name, "-j"), stdout=subprocess.PIPE,

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, programs_left
-from ioscope.top import view
+from ioscope.tools.top import view
 from top_live_util import bpf_prog_ids, loaded_prog_ids, start_fio, stop_fio
 
 

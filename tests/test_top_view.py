@@ -14,8 +14,8 @@ from rich.console import Console
 from rich.text import Text
 
 import top_fixture
-from ioscope import heat
-from ioscope.top import view
+from ioscope.base import heat
+from ioscope.tools.top import view
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -170,7 +170,7 @@ def test_optional_panel_extension_point() -> None:
         lines = view.screen_lines(view.ViewState(), snap, top_fixture.heat(), 80, 24)
         assert any("Jain index 0.93 over 4" in t.plain for t in lines)
         assert "Jain index 0.93" in view.batch_text(snap)
-        assert snap.to_json()["extras"] == {"balance": {"jain": 0.93, "n": 4}}
+        assert view.snapshot_json(snap)["extras"] == {"balance": {"jain": 0.93, "n": 4}}
     finally:
         del view.PANELS["balance"]
 
@@ -182,7 +182,7 @@ def test_any_terminal_size_fits(width: int, height: int) -> None:
 
 
 def test_empty_and_first_screens() -> None:
-    from ioscope.top.model import HeatHistory, Snapshot
+    from ioscope.tools.top.model import HeatHistory, Snapshot
     empty = Snapshot(top_fixture.WALL, 1.0, "h", "k", [], [])
     text = view.render_text(view.screen_lines(view.ViewState(), empty, HeatHistory(), 80, 24), 80)
     assert "no disk did I/O" in text and "no process I/O" in text and "lost 0" in text
@@ -191,7 +191,7 @@ def test_empty_and_first_screens() -> None:
 
 
 def test_optional_sources_are_loaded_when_present() -> None:
-    from ioscope.top import cmd
+    from ioscope.tools.top import cmd
     table = [("count", "top_fixture", "counting_source"), ("ra", "ioscope.no_such_module", "x")]
     srcs = cmd.optional_sources(None, table)
     assert list(srcs) == ["count"]  # a module that is not part of the build is skipped

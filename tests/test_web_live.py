@@ -16,7 +16,7 @@ import urllib.request
 from typing import Any
 
 from conftest import bpf_prog_ids, ioscope_cmd, programs_left
-from ioscope.testbed import run_fio
+from ioscope.base.testbed import run_fio
 
 NIOS = 1013
 
@@ -62,7 +62,7 @@ def test_web_counts_fio_and_stops_clean(loopdev: Any) -> None:
         assert sums == [NIOS, NIOS, NIOS], sums
         assert {k["disk"] for k in data["keys"]} == {dev.name}
         assert _get(url + "etc/passwd")[0] == 404 and _get(url + "../data")[0] in (200, 404)
-        from ioscope.pages.browser import chromium, open_page
+        from ioscope.engines.pages.browser import chromium, open_page
         with chromium(offline=False, allow=(url,)) as ctx:
             o = open_page(ctx, url, "window.ioscopeLive && window.ioscopeLive.polls >= 1", allow=(url,))
             assert not o.errors and not o.requests, (o.errors, o.requests)

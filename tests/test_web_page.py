@@ -14,10 +14,10 @@ import urllib.request
 import numpy as np
 import pytest
 
-from ioscope import hist
-from ioscope.web.model import LiveHeat
-from ioscope.web.page import render
-from ioscope.web.server import app
+from ioscope.base import hist
+from ioscope.tools.web.model import LiveHeat
+from ioscope.tools.web.page import render
+from ioscope.tools.web.server import app
 
 
 def free_port() -> int:
@@ -44,7 +44,7 @@ def _get(url: str) -> int:
 @pytest.mark.skipif(not os.path.exists("/usr/bin/chromium") and not os.environ.get("CI"),
                     reason="no /usr/bin/chromium (scripts/bootstrap.sh --test installs it)")
 def test_live_page_draws_what_the_server_holds() -> None:
-    from ioscope.exporter.server import serve
+    from ioscope.base.http import serve
     heat = LiveHeat(columns=60)
     now = time.time()
     fio = ("loop0", "read", "fio", "?")
@@ -54,14 +54,14 @@ def test_live_page_draws_what_the_server_holds() -> None:
                                     ("d2c", fio, _counts({40_000: 100 + i})),
                                     ("q2c", dd, _counts({300_000: 7}))])
     page = render(heat.columns, "test")
-    server, _t = serve("127.0.0.1", free_port(), app(lambda: page, heat.to_json, [0]))
+    server, _t = serve("127.0.0.1", free_port(), app(lambda: page, heat.to_json, [0]), "web-test")
     host, port = server.server_address[:2]
     url = f"http://{host}:{port}/"
     try:
         assert _get(url + "nothing") == 404 and _get(url + "data?since=x") == 400
         data = json.loads(urllib.request.urlopen(url + "data?since=3", timeout=5).read())
         assert [c["seq"] for c in data["data"]] == [4, 5]
-        from ioscope.pages.browser import chromium, open_page
+        from ioscope.engines.pages.browser import chromium, open_page
         with chromium(offline=False, allow=(url,)) as ctx:
             o = open_page(ctx, url, "window.ioscopeLive && (window.ioscopeLive.polls >= 1 || window.ioscopeLive.error)",
                           allow=(url,))

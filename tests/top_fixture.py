@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ioscope import hist
-from ioscope.top.model import DeviceRow, HeatHistory, ProcRow, Snapshot
+from ioscope.base import hist
+from ioscope.tools.top.model import DeviceRow, HeatHistory, ProcRow, Snapshot
 
 WALL = 1_790_000_000.0  # a fixed moment; rendered in UTC by the tests
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from types import FrameType, ModuleType
 from typing import NoReturn
 
-from ioscope import __version__
-from ioscope.errors import EXIT_ERROR, EXIT_USAGE, IoscopeError
+from ioscope import __version__, registry
+from ioscope.base.errors import EXIT_ERROR, EXIT_USAGE, IoscopeError
 
 EXAMPLES = """\
 examples:
@@ -62,37 +62,16 @@ class Parser(argparse.ArgumentParser):
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         # a tool's parser is called through this too (by the subparsers action): -n and COUNT folded there
         ns, rest = super().parse_known_args(args, namespace)
-        from ioscope.cli_common import finish_args
+        from ioscope.tools.common import finish_args
         finish_args(self, ns)
         return ns, rest
 
 
-# Subcommand modules, in --help order: tool name -> module. Each module has add_parser(subparsers),
-# whose parser sets defaults func=run and tool=<name>. A module listed here that is not part of this
-# build is left out of the command (checked by find_spec, so a real import error in a module that
-# exists is never hidden). `ioscope TOOL ...` imports only TOOL's module, `ioscope --version` none.
-TOOLS = {
-    "lat": "ioscope.lat.cmd",
-    "record": "ioscope.trace.record",
-    "snoop": "ioscope.trace.snoop_cmd",
-    "parse": "ioscope.trace.parse_cmd",
-    "report": "ioscope.trace.report_cmd",
-    "export": "ioscope.trace.export_cmd",
-    "sql": "ioscope.trace.sql_cmd",
-    "fleet": "ioscope.fleet.cmd",
-    "import": "ioscope.trace.import_cmd",
-    "readsize": "ioscope.ra.readsize",
-    "readahead": "ioscope.ra.readahead",
-    "fair": "ioscope.ra.fair",
-    "top": "ioscope.top.cmd",
-    "agg": "ioscope.agg.cmd",
-    "exporter": "ioscope.exporter.cmd",
-    "diff": "ioscope.diff.cmd",
-    "collect": "ioscope.collect.cmd",
-    "nic": "ioscope.nic.cmd",
-    "web": "ioscope.web.cmd",
-    "demo": "ioscope.demo",
-}
+# Subcommand modules, in --help order, from the registry: tool name -> its command module (add_parser,
+# run). A module that is not part of this build is left out of the command (checked by find_spec, so a
+# real import error in a module that exists is never hidden). `ioscope TOOL ...` imports only TOOL's
+# module, `ioscope --version` none.
+TOOLS = {t.name: t.module for t in registry.TOOLS}
 
 
 def _tool_modules(only: Sequence[str] | None = None) -> list[ModuleType]:
@@ -130,7 +109,7 @@ def build_parser(only: Sequence[str] | None = None) -> Parser:
     sub = p.add_subparsers(title="tools", metavar="TOOL", parser_class=Parser)
     for mod in _tool_modules(only):
         mod.add_parser(sub)
-    from ioscope.cli_common import finish_parser
+    from ioscope.tools.common import finish_parser
     for tool in sub.choices.values():
         finish_parser(tool)
         tool.add_argument("--btf", metavar="FILE", default=argparse.SUPPRESS,
@@ -162,10 +141,17 @@ def install_stop_signals() -> None:
         signal.signal(sig, _on_stop)
 
 
+def _executable_tool() -> list[str]:
+    """`ioscope-lat ARGS` is `ioscope lat ARGS`: the console scripts of every tool call main() (setup.py)."""
+    name = os.path.basename(sys.argv[0])
+    tool = name[len("ioscope-"):] if name.startswith("ioscope-") else ""
+    return [tool] if tool in TOOLS else []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = [*_executable_tool(), *sys.argv[1:]] if argv is None else list(argv)
     if "record" in argv and any(a == "--ring" or a.startswith("--ring=") for a in argv):
-        from ioscope.trace.flight_cmd import hold_early_usr1
+        from ioscope.tools.record.flight_cmd import hold_early_usr1
         hold_early_usr1()   # the flight recorder: a save asked while it starts is kept, not fatal
     try:
         parser = build_parser(_wanted_tools(argv))

@@ -45,7 +45,7 @@ class Workload:
 
 @pytest.fixture(scope="module")
 def fs(live: None) -> Iterator[Any]:
-    from ioscope.ra.fs import LoopFS
+    from ioscope.base.testbed import LoopFS
 
     with LoopFS(size_mb=64) as f:
         path = Path(f.mnt, "data")
@@ -57,7 +57,7 @@ def fs(live: None) -> Iterator[Any]:
 
 
 def _diskstats(name: str) -> tuple[int, int, int, int]:
-    from ioscope.devices import read_diskstats
+    from ioscope.base.devices import read_diskstats
 
     s = read_diskstats()[name]
     return s.reads, s.writes, s.discards, s.flushes
@@ -156,8 +156,8 @@ def _check_agg(out: str, err: str, w: Workload) -> None:
 def _check_record(out: str, err: str, w: Workload, capture: str) -> None:
     import numpy as np
 
-    from ioscope.trace.capture import open_capture
-    from ioscope.trace.events import TA_COMPLETE
+    from ioscope.capture.events import TA_COMPLETE
+    from ioscope.capture.store import open_capture
 
     summary = [line for line in err.splitlines() if line.startswith("Recorded ")]
     assert len(summary) == 1 and "lost 0;" in summary[0], err
@@ -205,7 +205,7 @@ def _wait_for(path: Path, text: str, timeout: float) -> bool:
 @pytest.mark.parametrize("sig", list(SIGNALS))
 @pytest.mark.parametrize("tool", TOOLS, ids=[t.name for t in TOOLS])
 def test_background_tool_stops_on_signal(fs: Any, tool: Tool, sig: str) -> None:
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     with tempfile.TemporaryDirectory(prefix="ioscope-acc-") as tmp:
         d = Path(tmp)

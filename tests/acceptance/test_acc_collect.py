@@ -45,7 +45,7 @@ def _members(path: str) -> dict[str, bytes]:
 def host(live: None, tmp_path: Path) -> Iterator[dict[str, Any]]:
     from pyroute2 import IPRoute, netns  # type: ignore[import-untyped]
 
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice
     ns = f"ioscope-coll-{os.getpid()}"
     veth = f"ioscv{os.getpid() % 100000}"
     mnt = tempfile.mkdtemp(prefix=SECRET + "-")

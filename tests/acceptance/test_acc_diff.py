@@ -23,9 +23,9 @@ from typing import Any
 from acc_util import report_iostat_json
 
 from conftest import assert_counted, ioscope_cmd, run_ioscope, unreported_completions
-from ioscope.hist import RELATIVE_ERROR
-from ioscope.rate import BASIS
-from ioscope.testbed import run_fio
+from ioscope.base.hist import RELATIVE_ERROR
+from ioscope.base.rate import BASIS
+from ioscope.base.testbed import run_fio
 
 FILE_MB = 48
 
@@ -51,7 +51,7 @@ def _record(disk: Any, path: str, workload: Any) -> dict[str, int]:
 
 
 def test_diff_shows_the_readahead_change(live: None, tmp_path: Path) -> None:
-    from ioscope.ra.fs import LoopFS, drop_caches
+    from ioscope.base.testbed import LoopFS, drop_caches
 
     with LoopFS(size_mb=128, read_ahead_kb=128) as fs:
         # requests as large as the readahead window: a loop disk may cap them at 64 KiB (max_sectors_kb; it
@@ -94,7 +94,7 @@ def test_diff_shows_the_readahead_change(live: None, tmp_path: Path) -> None:
         # drop_caches' sync may write an inode or a journal block: those are counted too, as writes
         wr = [o["metrics"]["I/Os"][side] or 0 for o in doc["ops"] if o["disk"] == disk and o["op"] == "write"]
         assert_counted(sum(wr), k["writes"], miss)
-        # MB/s is the capture's read bytes over the active span diff printed for it (ioscope.rate; a
+        # MB/s is the capture's read bytes over the active span diff printed for it (ioscope.base.rate; a
         # missing completion takes a request of any size away: exact only when none is reported)
         dur = doc[side]["active_s"]
         assert 0 < dur < doc[side]["duration_s"]

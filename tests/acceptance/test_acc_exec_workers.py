@@ -69,7 +69,7 @@ TOOLS = {
 
 @pytest.fixture(scope="module")
 def run(live: None) -> Iterator[Run]:
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice
 
     with LoopDevice(size_mb=64) as ld, tempfile.TemporaryDirectory(prefix="ioscope-acc-exec-",
                                                                   dir="/dev/shm") as tmp:

@@ -16,8 +16,8 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import EMULATION_FACTOR, bpf_prog_ids, programs_left
-from ioscope.devices import read_diskstats
-from ioscope.testbed import LoopDevice
+from ioscope.base.devices import read_diskstats
+from ioscope.base.testbed import LoopDevice
 
 WRITES = 23
 

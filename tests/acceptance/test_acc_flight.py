@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from conftest import bpf_prog_ids, programs_left
-from ioscope.trace.capture import open_capture
-from ioscope.trace.events import TA_COMPLETE, TA_QUEUE
+from ioscope.capture.events import TA_COMPLETE, TA_QUEUE
+from ioscope.capture.store import open_capture
 
 BEFORE_SAVE = 41   # direct 4 KiB reads made before the SIGUSR1
 AFTER_SAVE = 13    # ... and after the save

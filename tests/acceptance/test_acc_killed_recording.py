@@ -27,8 +27,8 @@ import numpy as np
 import pytest
 
 from conftest import ioscope_cmd, run_ioscope, unreported_bound, unreported_completions
-from ioscope.trace.capture import DEFAULT_FLUSH_INTERVAL, DEFAULT_REORDER_WINDOW_NS
-from ioscope.trace.recorder import POLL_MS
+from ioscope.capture.store import DEFAULT_FLUSH_INTERVAL, DEFAULT_REORDER_WINDOW_NS
+from ioscope.engines.recording.recorder import POLL_MS
 
 # An event completed at t is polled by t + POLL_MS; it is written at the first flush (due every
 # flush interval, checked at each poll) whose newest time less the reorder window is past t. Add
@@ -70,8 +70,8 @@ def _kill(rec: subprocess.Popen[str]) -> None:
 
 
 def _c_events(cap: Path, dev: int, killed: bool = True) -> int:
-    from ioscope.trace.capture import open_capture
-    from ioscope.trace.events import TA_COMPLETE
+    from ioscope.capture.events import TA_COMPLETE
+    from ioscope.capture.store import open_capture
 
     with open_capture(cap) as c:
         assert c.truncated is killed and (c.end is None) is killed
@@ -154,7 +154,7 @@ def test_killed_while_idle(disk: Any, workdir: Path) -> None:
 def test_killed_while_busy(disk: Any, workdir: Path) -> None:
     """Killed in the middle of fio: what completed more than a flush interval earlier is in the file,
     nothing completed after the kill is, and every reader works on the rest."""
-    from ioscope.testbed import run_fio
+    from ioscope.base.testbed import run_fio
 
     cap = workdir / "case.ioscope"
     before = _completed(disk)
@@ -192,8 +192,8 @@ IDLE_START_IOS = 317     # direct 4 KiB reads, seconds after the recording start
 def test_started_idle_stopped_with_sigint(disk: Any, workdir: Path) -> None:
     """The normal support case: record first, then the workload. The capture's first chunks hold
     no block event; stopped with Ctrl-C it is whole, and every reader counts what the kernel did."""
-    from ioscope.trace.capture import open_capture
-    from ioscope.trace.events import EV_NOTE_PROCESS
+    from ioscope.capture.events import EV_NOTE_PROCESS
+    from ioscope.capture.store import open_capture
 
     cap = workdir / "case.ioscope"
     before = _completed(disk)

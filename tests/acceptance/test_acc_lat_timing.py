@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from conftest import assert_counted, bpf_prog_ids, ioscope_cmd, programs_left, text_losses, unreported_bound
-from ioscope.testbed import run_fio
+from ioscope.base.testbed import run_fio
 
 _TITLE_RE = re.compile(r"^q2c: .*\[disk (\S+)\]$")
 _N_RE = re.compile(r"^n=(\d+) ")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import ioscope_cmd, run_ioscope
-from ioscope.testbed import run_fio
+from ioscope.base.testbed import run_fio
 
 
 def _reads(disk: Any) -> tuple[int, int]:
@@ -32,7 +32,7 @@ def _reads(disk: Any) -> tuple[int, int]:
 
 def _page_sums(page: Path) -> tuple[int, dict[str, int]]:
     """Opened in Chromium offline: (I/Os in the drawn Q2C heat map, per op)."""
-    from ioscope.pages.browser import chromium, open_page
+    from ioscope.engines.pages.browser import chromium, open_page
     with chromium() as ctx:
         o = open_page(ctx, page.as_uri())
         assert not o.errors and not o.requests, (o.errors, o.requests)
@@ -113,7 +113,7 @@ def test_pages_of_every_capture_kind(loopdev: Any, tmp_path: Path) -> None:
     p = run_ioscope("diff", str(d / "before.ioscope"), str(d / "after.ioscope"), "--html", str(d / "diff.html"),
                     timeout=300)
     assert p.returncode == 0 and p.stdout == "", p.stderr
-    from ioscope.pages.browser import chromium, open_page
+    from ioscope.engines.pages.browser import chromium, open_page
     with chromium() as ctx:
         o = open_page(ctx, (d / "diff.html").as_uri())
         assert not o.errors and not o.requests, (o.errors, o.requests)

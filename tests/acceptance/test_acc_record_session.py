@@ -58,7 +58,7 @@ from acc_util import blkparse_totals, btt_part, record_summary, report_iostat_js
 
 import blk_scenarios as bs
 from conftest import ioscope_cmd, run_ioscope, unreported_bound, unreported_completions
-from ioscope import devices
+from ioscope.base import devices
 
 NDIRECT_READS = 1009   # direct 4 KiB random reads (fio): primes, so that no other count matches by chance
 NDIRECT_WRITES = 211   # direct 4 KiB random overwrites (fio)
@@ -157,7 +157,7 @@ def _rmtree(d: Path) -> None:
 
 @pytest.fixture(scope="module")
 def session(live: None) -> Iterator[Session]:
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice
     workdir = Path(tempfile.mkdtemp(prefix="ioscope-acc-rec-", dir="/dev/shm"))
     mnt = tempfile.mkdtemp(prefix="ioscope-acc-mnt-")
     mounted = False
@@ -316,8 +316,7 @@ def counts(s: Session) -> Counts:
     """Counts straight from the capture file, with ioscope's reader (no command line tool)."""
     if s.cap in _counts:
         return _counts[s.cap]
-    from ioscope.trace.capture import open_capture
-    from ioscope.trace.events import (
+    from ioscope.capture.events import (
         ACTION_LETTERS,
         TA_COMPLETE,
         TA_QUEUE,
@@ -328,6 +327,7 @@ def counts(s: Session) -> Counts:
         TC_FUA,
         TC_WRITE,
     )
+    from ioscope.capture.store import open_capture
     with open_capture(s.cap) as cap:
         assert not cap.truncated and cap.end is not None
         ev = cap.read_all()

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from conftest import assert_counted, ioscope_cmd, run_ioscope, unreported_completions
-from ioscope.testbed import LoopDevice
+from ioscope.base.testbed import LoopDevice
 
 FILE_MB = 12
 LABEL = "ioscope-r1"
@@ -41,7 +41,7 @@ def _even_pid_reader(path: str, parity: int = 0) -> subprocess.Popen[str]:
 def _unreported(cap: str, dev: LoopDevice) -> int:
     """The disk's completions that ran no BPF program, as the capture's completions check reports them:
     0 for a disk the check leaves out (it completed nothing while recording: the idle twin)."""
-    from ioscope.trace.capture import open_capture
+    from ioscope.capture.store import open_capture
     with open_capture(cap) as c:
         assert c.end is not None
         check = c.end["completions_check"]
@@ -50,7 +50,7 @@ def _unreported(cap: str, dev: LoopDevice) -> int:
 
 
 def test_btrfs_raid1_members_and_their_shares(live: None, tmp_path: Path) -> None:
-    from ioscope.ra.fs import drop_caches
+    from ioscope.base.testbed import drop_caches
 
     mnt = tempfile.mkdtemp(prefix="ioscope-btrfs-")
     mounted = False

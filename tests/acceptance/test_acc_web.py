@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from conftest import bpf_prog_ids, ioscope_cmd, programs_left
-from ioscope.testbed import run_fio
+from ioscope.base.testbed import run_fio
 
 
 def free_port() -> int:
@@ -47,7 +47,7 @@ def test_web_as_typed(loopdev: Any) -> None:
         s1 = disk.diskstats()
         assert (s1.reads - s0.reads, s1.writes - s0.writes) == (1013, 31)
         time.sleep(2.5)
-        from ioscope.pages.browser import chromium, open_page
+        from ioscope.engines.pages.browser import chromium, open_page
         with chromium(offline=False, allow=(url,)) as ctx:
             o = open_page(ctx, url, "window.ioscopeLive && window.ioscopeLive.polls >= 1", allow=(url,))
             assert not o.errors and not o.requests, (o.errors, o.requests)

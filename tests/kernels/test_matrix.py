@@ -261,7 +261,7 @@ def test_record_report_parse_and_blkparse(disk: Any, tmp_path: Path, attach: str
     settle()
     t.stop()
     assert oct(cap.stat().st_mode & 0o777) == "0o600"
-    from ioscope.trace.capture import open_capture
+    from ioscope.capture.store import open_capture
 
     with open_capture(str(cap)) as c:
         ev = c.read_all()
@@ -304,7 +304,7 @@ def test_flight_recorder(disk: Any, tmp_path: Path) -> None:
     (line,) = [ln for ln in out.splitlines() if ln.startswith("ioscope record: saved ")]
     assert f"1 I/O ({disk.name} writes)" in line, line
     path = line.split()[3].rstrip(":")
-    from ioscope.trace.capture import open_capture
+    from ioscope.capture.store import open_capture
 
     with open_capture(path) as c:
         ev = c.read_all()
@@ -402,9 +402,9 @@ def test_every_program_loads(live: None, attach: str, monkeypatch: pytest.Monkey
     """Every BPF object with every hook in this attach variant (where the kernel has the hook), loaded
     by the kernel's verifier and attached, without a workload: the cheap check of the variants the
     workload tests above run only once (raw_tp is what a kernel without tp_btf would get)."""
-    from ioscope import _libbpf
-    from ioscope.errors import IoscopeError
-    from ioscope.loader import BPFObject
+    from ioscope.base.errors import IoscopeError
+    from ioscope.kernel import _libbpf
+    from ioscope.kernel.loader import BPFObject
 
     monkeypatch.setenv("IOSCOPE_ATTACH", attach)
     readahead = "readahead" if _libbpf.probe_helper("loop") else "readahead_noloop"
@@ -417,7 +417,7 @@ def test_every_program_loads(live: None, attach: str, monkeypatch: pytest.Monkey
             with BPFObject(name) as b:
                 b.choose(required=[], optional=list(b.hooks))
                 if name == "readsize":
-                    from ioscope.ra.readsize.collector import _need_kfunc
+                    from ioscope.engines.procio.collector import _need_kfunc
 
                     _need_kfunc(b, "bpf_rdonly_cast", [h for h in ("sys_enter", "sys_exit") if h in b.hooks],
                                 force_raw)
@@ -441,7 +441,7 @@ def test_completions_seen(live: None, request: pytest.FixtureRequest) -> None:
     (junit properties) for docs/lat.md's table of rates per kernel."""
     import sys
 
-    from ioscope.testbed import LoopDevice
+    from ioscope.base.testbed import LoopDevice
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
     import completions_unseen as cu

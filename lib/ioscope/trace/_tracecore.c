@@ -1705,7 +1705,7 @@ static PyTypeObject CoreType = {
 
 /* ------------------------------------------------------------------ blkparse's default lines */
 
-/* per (device, cpu) counters, in this order (ioscope/trace/parse.py:CPU_FIELDS) */
+/* per (device, cpu) counters, in this order (ioscope/tools/parse/blkparse.py:CPU_FIELDS) */
 enum {
 	S_QREADS, S_QWRITES, S_CREADS, S_CWRITES, S_MREADS, S_MWRITES, S_IREADS, S_IWRITES, S_RRQUEUE, S_WRQUEUE,
 	S_QREAD_KB, S_QWRITE_KB, S_CREAD_KB, S_CWRITE_KB, S_QREAD_B, S_QWRITE_B, S_CREAD_B, S_CWRITE_B,

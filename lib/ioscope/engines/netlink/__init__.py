@@ -1,0 +1,1 @@
+"""Network interfaces from netlink (collector.py) and nicstat's arithmetic (model.py)."""

@@ -1,0 +1,85 @@
+"""numpy mirrors of bpf/ra.h (tests/test_abi.py checks them against the objects' BTF)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ioscope.kernel.abi import HIST
+
+# enum rs_op
+RS_OP_READ, RS_OP_WRITE = 0, 1
+RS_OP_NAMES = {RS_OP_READ: "read", RS_OP_WRITE: "write"}
+
+# enum rs_stat_idx
+RS_STAT_NAMES = {0: "proc_map_full", 1: "inflight_map_full", 2: "iov_truncated", 3: "kthread_bios_to_reader"}
+RS_NR_STATS = 4
+RS_NR_LOST_STATS = 2
+
+RS_KEY = np.dtype([("tgid", np.uint32), ("op", np.uint32)])
+
+RS_VAL = np.dtype([
+    ("app_req", HIST),
+    ("app_ret", HIST),
+    ("dev", HIST),
+    ("app_errors", np.uint64),
+    ("app_short", np.uint64),
+    ("ra_count", np.uint64),
+    ("ra_bytes", np.uint64),
+    ("comm", "S16"),
+])
+
+RS_DISK_KEY = np.dtype([("tgid", np.uint32), ("op", np.uint32), ("dev", np.uint32)])
+RS_DISK_VAL = np.dtype([("app_bytes", np.uint64), ("dev_bytes", np.uint64), ("ra_bytes", np.uint64)])
+
+RS_INFLIGHT = np.dtype([("req", np.uint64), ("op", np.uint32), ("dev", np.uint32)])
+RS_RQ_KEY = np.dtype([("dev", np.uint32), ("op", np.uint32)])
+RS_OWNER = np.dtype([("comm", "S16"), ("tgid", np.uint32), ("pad", np.uint32)])
+
+# enum ra_kind
+RA_KIND_NAMES = {0: "sync", 1: "async", 2: "other"}
+RA_NR_KINDS = 3
+# enum ra_hist_idx
+RA_H_SIZE, RA_H_ASYNC, RA_H_RA_PAGES, RA_H_PER_KIND = 0, 1, 2, 3
+RA_H_AGE, RA_H_REQ, RA_NR_HISTS = 9, 10, 11
+
+RA_STAT_NAMES = {0: "page_map_full", 1: "file_map_full", 2: "task_map_full", 3: "read_range_truncated"}
+RA_NR_STATS = 4
+
+RA_KEY = np.dtype([("ino", np.uint64), ("dev", np.uint32), ("tgid", np.uint32)])
+
+RA_STATS = np.dtype([
+    ("decisions", np.uint64, (RA_NR_KINDS,)),
+    ("window_pages", np.uint64, (RA_NR_KINDS,)),
+    ("max_ra_pages", np.uint64),
+    ("max_window", np.uint64),
+    ("pages", np.uint64),
+    ("used", np.uint64),
+    ("wasted", np.uint64),
+    ("untracked", np.uint64),
+])
+
+RA_FILE = np.dtype([("ino", np.uint64), ("dev", np.uint32), ("pad", np.uint32)])
+RA_PAGE_KEY = np.dtype([("ino", np.uint64), ("index", np.uint64), ("dev", np.uint32), ("pad", np.uint32)])
+RA_PAGE = np.dtype([("added_ns", np.uint64), ("tgid", np.uint32), ("pad", np.uint32)])
+RA_TASK = np.dtype([
+    ("ino", np.uint64), ("win_start", np.uint64), ("win_end", np.uint64), ("dev", np.uint32),
+    ("pending", np.uint8), ("kind", np.uint8), ("has_win", np.uint8), ("pad", np.uint8),
+])
+
+# C struct name -> (object, dtype), for the ABI test
+STRUCTS = {
+    "rs_key": RS_KEY, "rs_val": RS_VAL, "rs_inflight": RS_INFLIGHT, "rs_owner": RS_OWNER, "rs_rq_key": RS_RQ_KEY,
+    "ra_key": RA_KEY, "ra_stats": RA_STATS, "ra_file": RA_FILE, "ra_page_key": RA_PAGE_KEY, "ra_page": RA_PAGE,
+    "ra_task": RA_TASK,
+}   # readahead's names map holds agg's struct agg_file (bpf/fname.bpf.h): mirrored once, in aggregate/abi.py
+
+# Syscall numbers per architecture (uname -m). x86_64: arch/x86/entry/syscalls/syscall_64.tbl;
+# aarch64/riscv64 use the generic table (include/uapi/asm-generic/unistd.h).
+_GENERIC = {"read": 63, "pread64": 67, "readv": 65, "preadv": 69, "preadv2": 286,
+            "write": 64, "pwrite64": 68, "writev": 66, "pwritev": 70, "pwritev2": 287}
+SYSCALL_NRS: dict[str, dict[str, int]] = {
+    "x86_64": {"read": 0, "pread64": 17, "readv": 19, "preadv": 295, "preadv2": 327,
+               "write": 1, "pwrite64": 18, "writev": 20, "pwritev": 296, "pwritev2": 328},
+    "aarch64": _GENERIC,
+    "riscv64": _GENERIC,
+}

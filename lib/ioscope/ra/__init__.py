@@ -1,1 +1,0 @@
-"""Readahead, read sizes and per-process balance: ioscope readsize, readahead and fair."""

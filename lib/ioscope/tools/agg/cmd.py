@@ -1,0 +1,174 @@
+"""ioscope agg's command line: expressions -> AggCollector (or a capture) -> build_result -> a view."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ioscope.base import live
+from ioscope.base.collector import Tick
+from ioscope.tools import common
+
+EXAMPLES = """\
+examples:
+  ioscope agg -e 'count() by comm,disk'                 # I/Os per process and disk until Ctrl-C
+  ioscope agg -e 'sum(bytes) by comm where op == write' 1 5
+  ioscope agg -e 'quantize(q2c) by disk,op' -d loop0    # power-of-two latency distributions
+  ioscope agg -e 'llquantize(d2c) by disk where bytes >= 64k' -j 1
+  ioscope agg -e 'count() by comm' -e 'avg(q2d) by cgroup' --rows 10 5
+  ioscope agg -e 'count() by comm,op' -r CAPTURE --every 1  # the same question over a capture
+  ioscope agg --bpftrace 'tracepoint:block:block_rq_issue { @[comm] = count(); }' 1  # your own bpftrace
+"""
+
+DESCRIPTION = """\
+DTrace-style aggregations of block I/O, aggregated in the kernel (or over a capture with -r).
+An expression is FUNC(VALUE) [by KEY[,KEY]...] [where COND]:
+  FUNC   count() sum avg min max stddev quantize lquantize(VALUE,LOW,HIGH,STEP) llquantize
+  VALUE  bytes q2c q2d d2c (ns) seek (sectors) inflight (requests on the disk at issue) throttle (ns held
+         by blk-throttle before the queue event; fentry, not under lockdown)
+  KEY    disk op flags comm pid tgid cgroup cpu size kstack ustack file
+  COND   comparisons (== != < <= > >=) of keys and values with literals (10ms, 250us, 64k, 1M,
+         "text", write), joined with and, or, not and parentheses; comm == "kworker*" is a glob.
+See docs/agg.md."""
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("agg", help="DTrace-style aggregations of block I/O (count() by comm,disk ...)",
+                       description=DESCRIPTION, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-e", "--expr", action="append", metavar="EXPR",
+                   help="an aggregation, e.g. 'count() by comm,disk'; repeatable")
+    common.add_disk_pid(p)
+    p.add_argument("-c", "--cgroup", metavar="CGROUP",
+                   help="trace only I/O charged to this cgroup: its path in the io controller's hierarchy "
+                        "(cgroup v2, or v1 blkio where mounted; live only)")
+    common.add_rows(p, letter=False)  # -r reads a capture here
+    common.add_json(p)
+    p.add_argument("--cumulative", action="store_true", help="do not clear the aggregations every interval")
+    p.add_argument("-r", "--read", metavar="CAPTURE", help="aggregate a capture made by ioscope record")
+    p.add_argument("--every", type=common.positive_float, metavar="SECONDS",
+                   help="with -r: one result per SECONDS of the capture (default: one for the whole capture)")
+    bt = p.add_mutually_exclusive_group()
+    bt.add_argument("--bpftrace", metavar="PROGRAM",
+                    help="instead of -e: run this bpftrace program and show its maps as agg shows its own")
+    bt.add_argument("--bpftrace-file", metavar="FILE", help="the same, the program read from FILE")
+    p.add_argument("--timing", choices=("auto", "stamps", "queue", "probes"), default="auto",
+                   help="how records are made. auto (default): stamps when every expression reads only disk, op, "
+                        "flags, size, bytes, q2c, q2d, d2c; else queue when none reads q2c, q2d, d2c or inflight; "
+                        "else probes. stamps: one record per request from the kernel's own stamps at its completion, "
+                        "one program per I/O; queue: one record per bio when it is queued, one program per I/O; "
+                        "probes: one record per bio at its completion, each followed from its queue event (btt's "
+                        "way)")
+    common.add_interval_count(p)
+    p.set_defaults(func=run, tool="agg")
+
+
+def parse_exprs(texts: Sequence[str]) -> list:  # type: ignore[type-arg]
+    from ioscope.engines.aggregate.expr import parse_all
+    return parse_all(list(texts))
+
+
+def _print(result: object, as_json: bool) -> None:
+    from ioscope.tools.agg.view import renderables, to_json
+    common.print_result("agg", result, as_json, to_json, renderables)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ioscope.base import devices, system
+    from ioscope.base.errors import UsageError
+
+    if args.bpftrace is not None or args.bpftrace_file is not None:
+        if args.expr or args.read or args.disk or args.pid or args.cgroup or args.every is not None:
+            raise UsageError("--bpftrace runs your program as it is: no -e, -r, -d, -p, -c or --every with it",
+                             "filter inside the bpftrace program")
+        return run_bpftrace(args)
+    if not args.expr:
+        raise UsageError("give an aggregation with -e EXPR (or a bpftrace program with --bpftrace)",
+                         "for example: ioscope agg -e 'count() by comm,disk' 1")
+    exprs = parse_exprs(args.expr)  # a bad expression: one line, exit 2, nothing attached
+    if args.read:
+        if args.interval is not None or args.cgroup or args.cumulative:
+            raise UsageError("with -r the capture is read once: no interval, count (-n), -c or --cumulative",
+                             "--every SECONDS gives one result per window of the capture's time")
+        return run_capture(args, exprs)
+    if args.every is not None:
+        raise UsageError("--every goes with -r CAPTURE; live, give an interval: ioscope agg -e ... 1")
+    from ioscope.engines.aggregate.collector import (
+        COMPLETION_FIELDS,
+        REQUEST_FIELDS,
+        AggCollector,
+        AggOptions,
+        programs,
+        queue_level,
+        request_level,
+    )
+    from ioscope.engines.aggregate.model import build_result
+    from ioscope.kernel.stamps import TICK_S, timing_summary
+
+    if args.timing == "stamps" and (not request_level(exprs) or args.pid or args.cgroup):
+        raise UsageError("--timing stamps: the kernel's stamps tell only " + ", ".join(REQUEST_FIELDS)
+                         + " (no process, cgroup, CPU, stack, file, seek or in-flight count; no -p or -c)",
+                         "leave --timing out, or use --timing probes")
+    if args.timing == "queue" and not queue_level(exprs):
+        raise UsageError("--timing queue: when a bio is queued its " + ", ".join(COMPLETION_FIELDS)
+                         + " are not known yet", "leave --timing out, or use --timing probes")
+    progs = programs(exprs)  # names in conditions (disks, cgroups) resolved before anything is attached
+    system.require_bpf_privileges("agg")
+    opts = AggOptions(exprs=exprs, disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid,
+                      cgroup=args.cgroup, btf=system.btf_path(args.btf), programs=progs, timing=args.timing)
+    collector = AggCollector(opts)
+    started_at = time.time()
+    try:
+        where = ", ".join(d.name for d in opts.disks) or "all disks"
+        attach = collector.bpf.variant_summary()
+
+        state = {"emitted": 0, "next_start": 0.0}
+
+        def emit(tick: Tick) -> None:
+            state["emitted"] += 1
+            state["next_start"] = time.time()
+            sample = collector.sample(replace(tick, reset=tick.reset and not args.cumulative))
+            result = build_result(exprs, sample, args.rows)
+            live.warn_lost("agg", result.losses)
+            with live.signals_deferred():
+                _print(result, args.json)
+
+        what = (f"{len(exprs)} aggregation{'s' if len(exprs) > 1 else ''} of block I/O on {where} ({attach}; "
+                f"timing {timing_summary(collector.timing)})")
+        rc = common.run_intervals("agg", what, args.interval, args.count, emit, collector.unavailable,
+                                      tick=collector.tick, tick_every=TICK_S)
+        if args.interval is not None and (args.count is None or state["emitted"] < args.count):
+            # stopped (Ctrl-C, SIGTERM) inside an interval: print what it measured, as DTrace does
+            emit(Tick(state["next_start"] or started_at, reset=True, final=True))
+        return rc
+    finally:
+        collector.close()
+
+
+def run_bpftrace(args: argparse.Namespace) -> int:
+    from ioscope.engines.aggregate.model import AggResult
+    from ioscope.tools.agg import bpftrace
+    from ioscope.tools.agg.view import renderables, to_json
+
+    def emit(result: AggResult) -> None:
+        with live.signals_deferred():
+            common.print_result("agg", result, args.json, to_json, renderables, result.losses)
+
+    return bpftrace.run(args, emit)
+
+
+def run_capture(args: argparse.Namespace, exprs: list) -> int:  # type: ignore[type-arg]
+    from ioscope.engines.aggregate.capture import results_from_capture
+
+    def note(line: str) -> None:
+        sys.stderr.write(f"ioscope agg: note: {line}\n")
+
+    for result in results_from_capture(args.read, exprs, every=args.every, disks=args.disk, pid=args.pid,
+                                       limit=args.rows, note=note):
+        _print(result, args.json)
+    return 0
+
+
+__all__ = ["add_parser", "run"]

@@ -1,0 +1,333 @@
+"""The exporter's model: what one scrape exports, from what the collector read. Pure: no kernel, no
+files, no clock (the time is given), no prometheus_client.
+
+Everything exported is cumulative and every series is stable (docs/exporter.md, "Series"):
+
+- latency histograms: lat's in-kernel histograms are read without reset (the kernel keeps the totals
+  since the attach), mapped here onto round `le` bounds (LE_NS);
+- per-process and per-cgroup counters (SeriesSet): agg's maps are read with reset and the deltas added
+  to one counter per key; a key gets a series when it first does I/O and there is room (at most
+  `limit` series), keeps it while it does I/O, and loses it only after `idle_s` seconds without any;
+  the I/O of keys without a series is summed in one `other` series;
+- completions no program counted (CompletionCheck): per disk, the requests the kernel completed since
+  the attach (/proc/diskstats, read before the maps) beyond those counted, as a counter that never
+  goes down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Generic, TypeVar
+
+from ioscope.base import hist
+from ioscope.base.devices import DiskStats, completed_requests
+from ioscope.base.losses import UNSEEN
+from ioscope.engines.latency.model import completion_shortfall
+
+DEFAULT_SERIES_IDLE_S = 600.0
+
+# `le` bounds: 1-2-5 per decade from 1 us to 10 s, in ns
+LE_NS = [m * 10 ** d for d in range(3, 10) for m in (1, 2, 5)] + [10 ** 10]
+
+
+def _split(bound: int) -> tuple[int, int, int]:
+    """Where `le` bound falls in ioscope's log-linear scheme: (bucket, part, width). Latencies are
+    integer ns, so le means < bound + 1: that bucket holds width values, of which part are <= bound."""
+    i = hist.bucket_index(bound)
+    low, high = hist.bucket_low(i), hist.bucket_high(i)
+    return i, bound + 1 - low, high - low
+
+
+LE_SPLIT = [_split(b) for b in LE_NS]
+
+
+def le_counts(counts: Iterable[int]) -> list[int]:
+    """Cumulative counts at each LE_NS bound, then +Inf, from one histogram's log-linear bucket counts.
+
+    A bound is not a bucket boundary of the kernel's histogram (those are m * 2^k ns, m = 8..15), so
+    the one bucket that holds it (at most 1/8 of the bound wide) is split linearly, rounded down, the
+    way histogram_quantile() reads a bucket anyway; every other bucket is counted exactly. Each count
+    is non-decreasing across bounds and, as the buckets only grow, across scrapes."""
+    c = [int(x) for x in counts]
+    below = [0] * (len(c) + 1)
+    for i, n in enumerate(c):
+        below[i + 1] = below[i] + n
+    return [below[i] + c[i] * part // width for i, part, width in LE_SPLIT] + [below[-1]]
+
+
+@dataclass(frozen=True)
+class HistSeries:
+    """One exported histogram: cumulative counts per LE_NS bound and +Inf, and the sum (ns)."""
+
+    disk: str
+    op: str
+    phase: str
+    buckets: list[int]
+    sum_ns: int
+
+    @property
+    def count(self) -> int:
+        return self.buckets[-1]
+
+
+def hist_series(disk: str, op: str, phase: str, h: hist.Hist) -> HistSeries:
+    """A histogram as exported; its count is its buckets' (the +Inf bucket), never torn from them."""
+    return HistSeries(disk, op, phase, le_counts(h.counts), int(h.total))
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass
+class Counter:
+    ios: int = 0
+    bytes: int = 0
+    last_io: float = 0.0  # when it last grew (the collector's monotonic clock)
+
+
+@dataclass
+class SeriesSet(Generic[K]):
+    """Named counter series with a bound and an idle expiry, and `other` for the rest.
+
+    add() takes the I/Os and bytes each key did since the previous add() (any reader's: a tick or a
+    scrape; the result does not depend on how often it runs but for ties among new keys at the bound),
+    at time now:
+    - a key with a series adds to it (its counter never goes down);
+    - a series whose key did no I/O for idle_s seconds is dropped (Prometheus marks it stale); if the key
+      comes back it gets a new series from 0 (rate() and increase() read that as a counter reset);
+    - a new key gets a series while there are fewer than limit (the larger new keys first); when the set
+      is full its I/O is added to `other`, which therefore holds exactly the I/O no series shows.
+    So every series is monotonic, and the increases of all series over any window add up to the I/O of
+    that window."""
+
+    limit: int
+    idle_s: float = DEFAULT_SERIES_IDLE_S
+    series: dict[K, Counter] = field(default_factory=dict)
+    other: Counter = field(default_factory=Counter)
+
+    def add(self, deltas: Mapping[K, tuple[int, int]], now: float) -> None:
+        new: list[K] = []
+        for k, (ios, nbytes) in deltas.items():
+            if not ios and not nbytes:
+                continue
+            c = self.series.get(k)
+            if c is None:
+                new.append(k)
+                continue
+            c.ios += ios
+            c.bytes += nbytes
+            c.last_io = now
+        self.expire(now)
+        new.sort(key=lambda k: (-deltas[k][1], -deltas[k][0], repr(k)))
+        for k in new:
+            ios, nbytes = deltas[k]
+            if len(self.series) < self.limit:
+                self.series[k] = Counter(ios, nbytes, now)
+            else:
+                self.other.ios += ios
+                self.other.bytes += nbytes
+                self.other.last_io = now
+
+    def snapshot(self) -> dict[K, Counter]:
+        return {k: replace(c) for k, c in self.series.items()}
+
+    def expire(self, now: float) -> None:
+        for k in [k for k, c in self.series.items() if now - c.last_io >= self.idle_s]:
+            del self.series[k]
+
+
+@dataclass
+class CompletionCheck:
+    """Per traced blk-mq disk: the requests the kernel completed (/proc/diskstats) since the attach,
+    against those the exporter counted (its d2c histograms: one per request) and those ended untimed
+    (reported as losses of their own), on every read. The difference is a lower bound of the
+    completions no program counted (lat.model.completion_shortfall; the kernel is read first, so a
+    request completed between the two reads is counted and not yet in the kernel's number, never the
+    reverse); unseen keeps, per disk, the largest found, so it never goes down.
+
+    A disk first seen after the start is compared from that read on: the kernel's count then, against
+    what was counted at the read before (a request completed in between is then counted, not missed).
+    A disk whose kernel count went back (removed and made again) starts over the same way, keeping
+    what was found before."""
+
+    base: dict[str, tuple[int, int]] = field(default_factory=dict)  # disk -> (kernel, counted) at its start
+    found: dict[str, int] = field(default_factory=dict)    # found since base, the largest so far
+    carried: dict[str, int] = field(default_factory=dict)  # found before a restart
+    _last_counted: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def at_attach(cls, kernel: Mapping[str, int]) -> CompletionCheck:
+        """Right after the programs were attached: nothing counted yet."""
+        return cls(base={d: (n, 0) for d, n in kernel.items()})
+
+    def update(self, kernel: Mapping[str, int], counted: Mapping[str, int], untimed: int) -> None:
+        """kernel: per disk, requests completed (read first); counted: per disk, requests counted since
+        the attach (read after); untimed: requests ended without being timed, on any disk (subtracted
+        from each: a lower bound)."""
+        since_k, since_c = {}, {}
+        for d, k in kernel.items():
+            b = self.base.get(d)
+            if b is None or k < b[0]:
+                if b is not None:
+                    self.carried[d] = self.unseen(d)
+                    self.found[d] = 0
+                self.base[d] = (k, self._last_counted.get(d, 0))
+                continue
+            since_k[d] = k - b[0]
+            since_c[d] = counted.get(d, 0) - b[1]
+        for d, n in completion_shortfall(since_k, since_c, untimed).items():
+            self.found[d] = max(self.found.get(d, 0), n)
+        self._last_counted = dict(counted)
+
+    def unseen(self, disk: str) -> int:
+        return self.carried.get(disk, 0) + self.found.get(disk, 0)
+
+    @property
+    def disks(self) -> list[str]:
+        return sorted(self.base)
+
+    @property
+    def total(self) -> int:
+        return sum(self.unseen(d) for d in self.base)
+
+
+@dataclass
+class ScrapeSample:
+    """What the collector read for one scrape, in this order: /proc/diskstats, then lat's maps."""
+
+    now: float                                  # the collector's monotonic clock
+    diskstats: dict[str, DiskStats]             # every disk the exporter exports (-d, or /sys/block)
+    mq: list[str]                               # those of them that are blk-mq (have requests to count)
+    hists: list[tuple[str, str, str, hist.Hist]]  # (disk, op, phase, histogram since the attach)
+    losses: dict[str, int]                      # lat's counters since the previous sample
+    loss_names: frozenset[str]                  # which of them are losses
+    timing: dict[str, str]
+
+
+@dataclass
+class AggDeltas:
+    """agg's maps, read with reset: I/Os and bytes queued per key since the previous read."""
+
+    now: float
+    processes: dict[tuple[str, str], tuple[int, int]]  # (pid, comm) -> (ios, bytes)
+    cgroups: dict[str, tuple[int, int]]
+    losses: dict[str, int]
+    loss_names: frozenset[str]
+
+
+# the completions of requests the programs did not time, per request, so not missed (CompletionCheck):
+# ended without the kernel's stamps, or (the probes) issued before the attach
+UNTIMED = ("not_stamped", "completed_without_start")
+
+
+HistKey = tuple[str, str, str]  # (disk, op, phase)
+
+
+@dataclass
+class KernelHists:
+    """lat's histograms as the kernel keeps them (cumulative since the attach, read without reset), made
+    safe to export as counters: a key whose count went down was deleted from the map (by someone else:
+    lat never deletes) and made again, so its new counts are added to what it held at the previous
+    read; a key gone from the map keeps that. The I/O counted between that read and the deletion is
+    lost, and the completions check finds it (completion_unseen)."""
+
+    base: dict[HistKey, hist.Hist] = field(default_factory=dict)
+    last: dict[HistKey, hist.Hist] = field(default_factory=dict)
+
+    def update(self, read: Iterable[tuple[str, str, str, hist.Hist]]) -> dict[HistKey, hist.Hist]:
+        now = {(d, o, p): h for d, o, p, h in read}
+        out = {}
+        for key in sorted(set(self.last) | set(now)):
+            h = now.get(key) or hist.Hist()
+            last = self.last.get(key)
+            if last is not None and h.count < last.count:
+                self.base[key] = self.base[key].merge(last) if key in self.base else last
+            self.last[key] = h
+            out[key] = self.base[key].merge(h) if key in self.base else h
+        return out
+
+
+@dataclass
+class ExporterState:
+    """Everything the exporter keeps between scrapes; scrape() and add_agg() are all that change it."""
+
+    check: CompletionCheck
+    processes: SeriesSet[tuple[str, str]] | None = None
+    cgroups: SeriesSet[str] | None = None
+    idle_s: float = DEFAULT_SERIES_IDLE_S
+    losses: dict[str, int] = field(default_factory=dict)   # reason -> count since the start (losses only)
+    lat_counts: dict[str, int] = field(default_factory=dict)  # lat's every counter since the start
+    hists: KernelHists = field(default_factory=KernelHists)
+    _hist_changed: dict[HistKey, tuple[int, float]] = field(default_factory=dict)  # count, when it last changed
+
+    def _add_losses(self, counters: Mapping[str, int], names: frozenset[str]) -> None:
+        for k, v in counters.items():
+            # the probes' own completion_unseen counts bios whose slot came back; the request-level
+            # count is CompletionCheck's, which finds the same losses (and those of the stamps)
+            if k in names and k != UNSEEN:
+                self.losses[k] = self.losses.get(k, 0) + v
+
+    def add_agg(self, d: AggDeltas) -> None:
+        if self.processes is not None:
+            self.processes.add(d.processes, d.now)
+        if self.cgroups is not None:
+            self.cgroups.add(d.cgroups, d.now)
+        self._add_losses(d.losses, d.loss_names)
+
+    def scrape(self, s: ScrapeSample) -> Exposition:
+        self._add_losses(s.losses, s.loss_names)
+        for k, v in s.losses.items():
+            self.lat_counts[k] = self.lat_counts.get(k, 0) + v
+        totals = self.hists.update(s.hists)
+        counted: dict[str, int] = {}
+        for (disk, _op, phase), h in totals.items():
+            if phase == "d2c":
+                counted[disk] = counted.get(disk, 0) + int(h.counts.sum())  # as exported (+Inf)
+        kernel = {d: completed_requests(s.diskstats[d]) for d in s.mq if d in s.diskstats}
+        self.check.update(kernel, counted, sum(self.lat_counts.get(k, 0) for k in UNTIMED))
+        self.losses[UNSEEN] = self.check.total
+        hists = []
+        for key, h in totals.items():
+            n, since = self._hist_changed.get(key, (-1, s.now))
+            if h.count != n:
+                self._hist_changed[key] = (h.count, s.now)
+                since = s.now
+            # a disk that went away keeps its series until they have been idle for idle_s
+            if key[0] in s.diskstats or s.now - since < self.idle_s:
+                hists.append(hist_series(*key, h))
+        if self.processes is not None:
+            self.processes.expire(s.now)
+        if self.cgroups is not None:
+            self.cgroups.expire(s.now)
+        return Exposition(
+            hists=hists,
+            diskstats=dict(s.diskstats),
+            unseen={d: self.check.unseen(d) for d in self.check.disks},
+            losses=dict(sorted(self.losses.items())),
+            timing=dict(s.timing),
+            # copies: the tick adds to the series while the view writes this one out
+            processes=self.processes.snapshot() if self.processes is not None else None,
+            process_other=replace(self.processes.other) if self.processes is not None else Counter(),
+            cgroups=self.cgroups.snapshot() if self.cgroups is not None else None,
+            cgroup_other=replace(self.cgroups.other) if self.cgroups is not None else Counter(),
+        )
+
+
+@dataclass
+class Exposition:
+    """Everything one scrape exports (view.py turns it into metric families)."""
+
+    hists: list[HistSeries]
+    diskstats: dict[str, DiskStats]            # the disks exported, as read at the scrape (first)
+    unseen: dict[str, int]                     # per traced blk-mq disk: completions no program counted
+    losses: dict[str, int]                     # reason -> count since the start
+    timing: dict[str, str]                     # disk -> stamps.STAMPS / PROBES
+    processes: dict[tuple[str, str], Counter] | None = None  # (pid, comm) -> counter; None: not asked for
+    process_other: Counter = field(default_factory=Counter)
+    cgroups: dict[str, Counter] | None = None
+    cgroup_other: Counter = field(default_factory=Counter)
+
+
+__all__ = ["DEFAULT_SERIES_IDLE_S", "LE_NS", "UNTIMED", "AggDeltas", "CompletionCheck", "Counter", "ExporterState",
+           "Exposition", "HistSeries", "KernelHists", "ScrapeSample", "SeriesSet", "hist_series", "le_counts"]

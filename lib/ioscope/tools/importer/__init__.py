@@ -1,0 +1,1 @@
+"""ioscope import: blktrace files as a capture."""

@@ -1,0 +1,1 @@
+"""ioscope parse: a capture as blkparse prints it (blkparse.py)."""

@@ -1,0 +1,691 @@
+"""ioscope parse: a capture as blkparse text (one line per event, then per-CPU and per-device totals).
+
+The output is meant to be identical to `blkparse -i -` reading the blktrace
+export of the same capture (ioscope export), so that scripts written for
+blkparse output keep working: the same event order (time, device, sequence),
+line format, format specifiers (-f, -F), category mask (-a, -A), stopwatch
+window (-w) and summary blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ioscope.base import outfile
+from ioscope.base.devices import kdev_split, kdev_str
+from ioscope.base.errors import IoscopeError, UsageError
+from ioscope.capture.blktrace import Sequencer
+from ioscope.capture.blktrace import bit_dtype as blktrace_dtype
+from ioscope.capture.events import (
+    ACTION_LETTERS,
+    EVENT,
+    TA_BACKMERGE,
+    TA_BOUNCE,
+    TA_COMPLETE,
+    TA_DRV_DATA,
+    TA_FRONTMERGE,
+    TA_GETRQ,
+    TA_INSERT,
+    TA_ISSUE,
+    TA_PLUG,
+    TA_QUEUE,
+    TA_REMAP,
+    TA_REQUEUE,
+    TA_SLEEPRQ,
+    TA_SPLIT,
+    TA_UNPLUG_IO,
+    TA_UNPLUG_TIMER,
+    rwbs,
+)
+from ioscope.capture.masks import parse_mask
+from ioscope.trace import _tracecore
+
+VALID_SPECS = "ABCDFGIMPQRSTUWX"
+FS_ACTIONS = {TA_QUEUE, TA_INSERT, TA_BACKMERGE, TA_FRONTMERGE, TA_GETRQ, TA_SLEEPRQ, TA_REQUEUE, TA_ISSUE,
+              TA_COMPLETE, TA_PLUG, TA_UNPLUG_IO, TA_UNPLUG_TIMER, TA_SPLIT, TA_BOUNCE, TA_REMAP, TA_DRV_DATA}
+U64 = (1 << 64) - 1
+
+
+def size_cnv(num: int, in_kb: bool) -> str:
+    """blkparse's number column: 8 wide, scaled by 1000 with a K/M/G/P suffix past a million."""
+    suff = ["", "K", "M", "G", "P"]
+    i = 1 if in_kb else 0
+    num &= U64
+    while num > 1000 * 1000 and i < len(suff) - 1:
+        i += 1
+        num //= 1000
+    return f"{num:8d}{suff[i]}"
+
+
+@dataclass
+class IoStats:
+    """blkparse's counters for one CPU of one device (unsigned, as in blkparse)."""
+
+    v: dict[str, int] = field(default_factory=lambda: dict.fromkeys((
+        "qreads", "qwrites", "creads", "cwrites", "mreads", "mwrites", "ireads", "iwrites", "rrqueue", "wrqueue",
+        "qread_kb", "qwrite_kb", "cread_kb", "cwrite_kb", "qread_b", "qwrite_b", "cread_b", "cwrite_b",
+        "iread_kb", "iwrite_kb", "mread_kb", "mwrite_kb", "mread_b", "mwrite_b", "iread_b", "iwrite_b",
+        "io_unplugs", "timer_unplugs"), 0))
+
+    def add(self, key: str, n: int) -> None:
+        self.v[key] = (self.v[key] + n) & U64
+
+    def merged(self, other: IoStats) -> IoStats:
+        out = IoStats()
+        for k in out.v:
+            out.v[k] = (self.v[k] + other.v[k]) & U64
+        return out
+
+
+def parse_window(text: str) -> tuple[int, int]:
+    """-w [start:]end in seconds -> (start_ns, end_ns), as blkparse reads it."""
+    try:
+        if ":" in text:
+            a, b = text.split(":", 1)
+            start, end = float(a), float(b)
+        else:
+            start, end = 0.0, float(text)
+    except ValueError:
+        raise UsageError(f"invalid time window '{text}'", "give -w END or -w START:END in seconds") from None
+    s_ns, e_ns = int(start * 1e9), int(end * 1e9)
+    if e_ns <= s_ns or s_ns < 0:
+        raise UsageError(f"invalid time window '{text}': the end must come after the start")
+    return s_ns, e_ns
+
+
+class Formatter:
+    """blkparse's -f/-F format strings: %a %c %C %d %D %e %M %m %n %N %p %P %s %S %t %T %U %z, widths."""
+
+    def __init__(self, fmt: str, wall_base: int | None) -> None:
+        self.fmt = fmt
+        self.wall_base = wall_base
+        self.parts = self._compile(fmt)
+
+    @staticmethod
+    def _compile(fmt: str) -> list[tuple[str, str, bool, int | None]]:
+        """[(literal, field, minus, width)] with field '' for plain text."""
+        out: list[tuple[str, str, bool, int | None]] = []
+        i = 0
+        lit = []
+        while i < len(fmt):
+            ch = fmt[i]
+            if ch == "%":
+                i += 1
+                if i >= len(fmt):
+                    lit.append("%")
+                    break
+                if fmt[i] == "%":
+                    lit.append("%")
+                    i += 1
+                    continue
+                minus = False
+                if fmt[i] == "-":
+                    minus = True
+                    i += 1
+                width = None
+                j = i
+                while j < len(fmt) and fmt[j].isdigit():
+                    j += 1
+                if j > i:
+                    width = int(fmt[i:j])
+                i = j
+                if i < len(fmt):
+                    out.append(("".join(lit), fmt[i], minus, width))
+                    lit = []
+                    i += 1
+                continue
+            if ch == "\\":
+                nxt = fmt[i + 1] if i + 1 < len(fmt) else ""
+                esc = {"b": "\b", "n": "\n", "r": "\r", "t": "\t"}.get(nxt)
+                if esc is None:
+                    raise UsageError(f"invalid escape char in format: \\{nxt}", "use \\b, \\n, \\r or \\t")
+                lit.append(esc)
+                i += 2
+                continue
+            lit.append(ch)
+            i += 1
+        if lit:
+            out.append(("".join(lit), "", False, None))
+        return out
+
+    def render(self, e: dict[str, Any]) -> str:
+        out = []
+        for lit, f, minus, width in self.parts:
+            out.append(lit)
+            if not f:
+                continue
+            if f == "D":
+                out.append(f"{e['major']:3d},{e['minor']:<3d}")
+                continue
+            if f == "P":
+                if e["pdu"]:
+                    out.append(dump_pdu(e["pdu"]))
+                continue
+            if f == "t":
+                out.append(f"{e['nsec']:0{width if width is not None else 9}d}")
+                continue
+            if f == "u":
+                raise IoscopeError("format %u needs per-I/O elapsed times (blkparse -t), which parse does not track",
+                                   "leave %u out of the format")
+            val: Any
+            # %C of a process with no name: blkparse hands printf a NULL string
+            val = {"a": e["act"], "c": e["cpu"], "C": e["comm"] or "(null)", "d": e["rwbs"], "e": e["error"],
+                   "M": e["major"], "m": e["minor"], "n": e["nblocks"], "N": e["bytes"], "p": e["pid"],
+                   "s": e["seq"], "S": e["sector"], "T": e["sec"], "U": e["pdu_int"],
+                   "z": self._clock(e["time"])}.get(f, f)
+            s = str(val)
+            if width is not None:
+                s = s.ljust(width) if minus else s.rjust(width)
+            out.append(s)
+        return "".join(out)
+
+    def _clock(self, t: int) -> str:
+        if self.wall_base is None:
+            return "00:00:00.000000"
+        w = self.wall_base + t
+        sec, ns = divmod(w, 1_000_000_000)
+        return time.strftime("%H:%M:%S", time.localtime(sec)) + f".{ns // 1000:06d}"
+
+
+def dump_pdu(pdu: bytes) -> str:
+    """blkparse's %P: hex bytes, stopping with ' ..' where only zeros remain."""
+    out = []
+    for i, b in enumerate(pdu):
+        out.append(f"{b:02x}")
+        if b == 0 and not any(pdu[i:]):
+            out[-1] += " .."
+            break
+    return " ".join(out)
+
+
+CPU_FIELDS = ("qreads", "qwrites", "creads", "cwrites", "mreads", "mwrites", "ireads", "iwrites", "rrqueue", "wrqueue",
+              "qread_kb", "qwrite_kb", "cread_kb", "cwrite_kb", "qread_b", "qwrite_b", "cread_b", "cwrite_b",
+              "iread_kb", "iwrite_kb", "mread_kb", "mwrite_kb", "mread_b", "mwrite_b", "iread_b", "iwrite_b",
+              "io_unplugs", "timer_unplugs", "nelems")
+D_CUR, D_MAX, D_EVENTS, D_FIRST, D_LAST = 0, 2, 4, 5, 6
+BATCH = 512   # blkparse reads a stream this many events at a time (its -b default) and sorts each batch alone
+
+
+class Parser:
+    """Turns time-ordered EVENT chunks into blkparse lines and totals.
+
+    Counting and the default line format are one C loop (_tracecore.format_blkparse); -f/-F
+    formats are rendered here from the same sorted events.
+    """
+
+    def __init__(self, out: IO[str], comms: dict[int, str], mask: int = 0xFFFF,
+                 window: tuple[int, int] | None = None, fmt_all: str | None = None,
+                 fmt_per: dict[str, str] | None = None, wall_base: int | None = None,
+                 wall_of: Callable[[int], int | None] | None = None) -> None:
+        """wall_base: wall-clock ns at the first event; or wall_of(mono_ns), asked once the first
+        block event is seen (a capture may begin with empty chunks or only process notes)."""
+        self.out = out
+        self.wall_of = wall_of
+        self.comms = comms
+        self.mask = mask
+        self.window = window
+        self.genesis: int | None = None
+        self.dev_idx: dict[int, int] = {}
+        self.cpustats = np.zeros((4, 4, len(CPU_FIELDS)), dtype=np.int64)
+        self.devstats = np.zeros((4, 7), dtype=np.int64)
+        self.seq = Sequencer()
+        self.formats: dict[str, Formatter] = {}
+        for spec, fmt in (fmt_per or {}).items():
+            self.formats[spec] = Formatter(fmt, wall_base)
+        if fmt_all is not None:
+            for spec in VALID_SPECS:
+                self.formats.setdefault(spec, Formatter(fmt_all, wall_base))
+        self.stopped = False
+        self.nread = 0
+        self.nbatched = 0   # block events seen so far, for blkparse's read batches (_batches)
+        # blktrace's per-CPU files (an import of them): blkparse reading `-i NAME` counts every record of
+        # NAME's files under NAME, whatever its own device, and prints them in the order it merged them
+        self.set_names: list[str] | None = None
+
+    def use_file_sets(self, names: list[str]) -> None:
+        """Count and name by file set (blkparse -i NAME ...), in the given order; print in the order fed."""
+        self.set_names = list(names)
+        for i in range(len(names)):
+            self.dev_idx[i] = i
+
+    def _register(self, devs: npt.NDArray[Any]) -> None:
+        """Devices get their totals block in the order blkparse first reads them."""
+        u, first = np.unique(devs, return_index=True)
+        for dev in u[np.argsort(first)].tolist():
+            if dev not in self.dev_idx:
+                self.dev_idx[dev] = len(self.dev_idx)
+
+    def _grow(self, ncpus: int) -> None:
+        nd, nc, nf = self.cpustats.shape
+        want_d, want_c = max(nd, len(self.dev_idx)), max(nc, ncpus)
+        if (want_d, want_c) != (nd, nc):
+            grown = np.zeros((want_d, want_c, nf), dtype=np.int64)
+            grown[:nd, :nc] = self.cpustats
+            self.cpustats = grown
+        if len(self.devstats) < want_d:
+            g = np.zeros((want_d, 7), dtype=np.int64)
+            g[:len(self.devstats)] = self.devstats
+            self.devstats = g
+
+    def feed(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = None) -> None:
+        if self.stopped or not len(ev):
+            return
+        from ioscope.capture.events import EV_NOTE_PROCESS, note_comm
+        notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
+        if seq is None:
+            seq = self.seq.number(ev)
+        renames: list[tuple[int, int, str]] = []
+        if notes.any():
+            # a process note names its pid from its time on (exec, prctl): events before it keep
+            # the name they were done under
+            renames = sorted((int(e["ts"]), int(e["pid"]), note_comm(e)) for e in ev[notes])
+            keep = ~notes
+            ev, seq = ev[keep], seq[keep]
+        try:
+            self._feed_events(ev, seq, renames)
+        finally:
+            for _ts, pid, comm in renames:
+                self.comms[pid] = comm
+
+    def _names(self, ev: npt.NDArray[np.void], renames: list[tuple[int, int, str]]) -> tuple[list[bytes], Any]:
+        """(names, index per event): each event named as its pid was at its time."""
+        upid, pinv = np.unique(ev["pid"], return_inverse=True)
+        pinv = pinv.reshape(-1).astype(np.int32)
+        names = [self.comms.get(int(p), "") for p in upid.tolist()]
+        if renames:
+            ts = ev["ts"]
+            pid_of = ev["pid"]
+            for t, pid, comm in renames:   # in time order: later notes override earlier ones
+                hit = (pid_of == pid) & (ts >= t)
+                if hit.any():
+                    pinv[hit] = len(names)
+                    names.append(comm)
+        return [n.encode(errors="replace") for n in names], pinv
+
+    def start(self, genesis: int) -> None:
+        """Time zero: the first record blkparse reads."""
+        self.genesis = genesis
+        if self.wall_of is not None:
+            base = self.wall_of(self.genesis)
+            for f in self.formats.values():
+                f.wall_base = base
+
+    def _feed_events(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32],
+                     renames: list[tuple[int, int, str]] | None = None,
+                     sets: npt.NDArray[Any] | None = None, own_dev: npt.NDArray[Any] | None = None) -> None:
+        """Render block events (no process notes), named by self.comms and the chunk's renames.
+
+        sets: each event's file set (use_file_sets), for events already in blkparse's order."""
+        if self.stopped or not len(ev):
+            return
+        if self.genesis is None:
+            self.start(int(ev["ts"][0]))
+        assert self.genesis is not None
+        if sets is not None:
+            rel = ev["ts"].astype(np.int64) - self.genesis
+            if self.window is not None:   # blkparse stops at the first record past the end
+                lo, hi = self.window
+                past = np.flatnonzero(rel > hi)
+                if len(past):
+                    self.stopped = True
+                    cut = int(past[0])
+                    ev, seq, rel, sets = ev[:cut], seq[:cut], rel[:cut], sets[:cut]
+                    if own_dev is not None:
+                        own_dev = own_dev[:cut]
+                keep = rel >= lo
+                ev, seq, rel, sets = ev[keep], seq[keep], rel[keep], sets[keep]
+                if own_dev is not None:
+                    own_dev = own_dev[keep]
+                if not len(ev):
+                    return
+            self._render(ev, seq, rel, np.asarray(sets, dtype=np.int32), renames, own_dev)
+            return
+        batch = self._batches(len(ev))
+        if self.window is not None:
+            if not self._register_read(ev):
+                return
+        else:
+            self._register(ev["dev"])
+        # blkparse (reading a stream) reads 512 events, sorts them by time, device and sequence, prints
+        # them all, then reads the next 512: the sort never crosses a batch, so two events of one
+        # nanosecond on two CPUs, one the last of a batch and the other the first of the next, print
+        # in the order read whatever their sequence numbers. Within a batch, sequence numbers being
+        # per CPU, two events can tie on all three keys, and then its sort tree puts the one it read
+        # later first (both checked with blkparse 1.2.0: tests/test_parse.py)
+        o = np.lexsort((np.arange(len(ev))[::-1], seq, ev["dev"], ev["ts"], batch))
+        ev, seq = ev[o], seq[o]
+        rel = ev["ts"].astype(np.int64) - self.genesis
+        if self.window is not None:
+            lo, hi = self.window
+            inside = (rel >= lo) & (rel < hi)
+            if (rel >= hi).any():
+                self.stopped = True
+            ev, seq, rel = ev[inside], seq[inside], rel[inside]
+            if not len(ev):
+                return
+        udev, dinv = np.unique(ev["dev"], return_inverse=True)
+        lut = np.array([self.dev_idx[int(d)] for d in udev.tolist()], dtype=np.int32)
+        self._render(ev, seq, rel, lut[dinv.reshape(-1)], renames)
+
+    def _render(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32], rel: npt.NDArray[np.int64],
+                devidx: npt.NDArray[np.int32], renames: list[tuple[int, int, str]] | None,
+                own_dev: npt.NDArray[Any] | None = None) -> None:
+        """Count and print events in the order given, each under its summary block devidx. own_dev: each
+        record's own device where it is not the event's (a remap recorded on the traced disk): blkparse's
+        -f %D prints it, its default line the device the remap went to."""
+        self._grow(int(ev["cpu"].max()) + 1)
+        names, pinv = self._names(ev, renames or [])
+        c = np.ascontiguousarray
+        text = _tracecore.format_blkparse(
+            len(ev), c(rel), c(seq.astype(np.uint32)), c(ev["dev"]), c(devidx), c(ev["cpu"]), c(ev["pid"]),
+            c(pinv), c(ev["action"]), c(ev["category"]), c(ev["sector"]),
+            c(ev["bytes"]), c(ev["error"]), c(ev["aux"]), c(ev["aux_dev"]), self.mask, names, self.cpustats,
+            self.cpustats.shape[1], self.devstats, not self.formats)
+        if not self.formats:
+            self.out.write(text.decode(errors="replace"))
+            return
+        lines = []
+        for t, s, dev, own, cpu, pid, act, cat, sec, nb, err, aux, auxdev, ni in zip(
+                rel.tolist(), seq.tolist(), ev["dev"].tolist(),
+                (ev["dev"] if own_dev is None else own_dev).tolist(), ev["cpu"].tolist(), ev["pid"].tolist(),
+                ev["action"].tolist(), ev["category"].tolist(), ev["sector"].tolist(), ev["bytes"].tolist(),
+                ev["error"].tolist(), ev["aux"].tolist(), ev["aux_dev"].tolist(), pinv.tolist()):
+            if not cat & self.mask or act not in FS_ACTIONS or act == TA_DRV_DATA:
+                continue
+            letters = ACTION_LETTERS[act]
+            fm = self.formats.get(letters[0])
+            fields = self._fields(t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev, letters)
+            fields["comm"] = names[ni].decode(errors="replace")
+            if fm is not None:
+                fields["major"], fields["minor"] = kdev_split(own)
+            lines.append(fm.render(fields) if fm is not None else self._default(fields, act, aux, auxdev))
+        self.out.write("".join(lines))
+
+    def _default(self, e: dict[str, Any], act: int, aux: int, auxdev: int) -> str:
+        """One default line (for actions without a -F format when others have one)."""
+        head = (f"{e['major']:3d},{e['minor']:<3d} {e['cpu']:2d} {e['seq']:8d} {e['sec']:5d}.{e['nsec']:09d} "
+                f"{e['pid']:5d} {e['act']:>2s} {e['rwbs']:>3s} ")
+        sec, nsec, name = e["sector"], e["nblocks"], e["comm"]
+        if act in (TA_REQUEUE, TA_COMPLETE):
+            return f"{head}{sec} + {nsec} [{e['error']}]\n" if nsec else f"{head}{sec} [{e['error']}]\n"
+        if act == TA_PLUG:
+            return f"{head}[{name}]\n"
+        if act in (TA_UNPLUG_IO, TA_UNPLUG_TIMER):
+            return f"{head}[{name}] {aux & 0xFFFFFFFF}\n"
+        if act == TA_REMAP:
+            return f"{head}{sec} + {nsec} <- ({kdev_str(auxdev)}) {aux}\n"
+        if act == TA_SPLIT:
+            return f"{head}{sec} / {aux & 0xFFFFFFFF} [{name}]\n"
+        return f"{head}{sec} + {nsec} [{name}]\n" if nsec else f"{head}[{name}]\n"
+
+    def message(self, rec: bytes, order: str, set_idx: int, cpu: int) -> None:
+        """A BLK_TN_MESSAGE record: blkparse prints it as an 'm N' line and counts it as an event."""
+        if self.stopped:
+            return
+        h = np.frombuffer(rec[:48], dtype=blktrace_dtype(order))[0]
+        t = int(h["time"])
+        if self.genesis is None:
+            self.start(t)
+        assert self.genesis is not None
+        rel = t - self.genesis
+        if self.window is not None:
+            if rel > self.window[1]:
+                self.stopped = True
+                return
+        self._grow(cpu + 1)
+        self.cpustats[set_idx, cpu, -1] += 1
+        ds = self.devstats[set_idx]
+        ds[D_LAST] = rel
+        action = int(h["action"])
+        if not action & (self.mask << 16) or (self.window is not None and rel < self.window[0]):
+            return
+        if not ds[D_EVENTS]:
+            ds[D_FIRST] = rel
+        ds[D_EVENTS] += 1
+        text = rec[48:48 + int(h["pdu_len"])].split(b"\0", 1)[0].decode(errors="replace")
+        ma, mi = kdev_split(int(h["device"]))
+        # blkparse 1.2.0 prints 0 for the pid (later versions print the record's)
+        self.out.write(f"{ma:3d},{mi:<3d} {int(h['cpu']):2d} {'0':>8s} {rel // 1_000_000_000:5d}."
+                       f"{rel % 1_000_000_000:09d} {0:5d} {'m':>2s} {'N':>3s} {text}\n")
+
+    def _batches(self, n: int) -> npt.NDArray[np.int64]:
+        """The blkparse read batch (BATCH block events at a time, in the source's order) of the next n events."""
+        batch = (self.nbatched + np.arange(n, dtype=np.int64)) // BATCH
+        self.nbatched += n
+        return batch
+
+    def _register_read(self, ev: npt.NDArray[np.void]) -> bool:
+        """With a window, blkparse reads 512 events at a time and stops after the first batch that starts
+        past the window's end; every device in what it read gets a summary block. False: nothing left."""
+        assert self.window is not None and self.genesis is not None
+        n = len(ev)
+        batch = (self.nread + np.arange(n)) // BATCH
+        self.nread += n
+        rel = ev["ts"].astype(np.int64) - self.genesis
+        starts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
+        mins = np.minimum.reduceat(rel, starts)
+        past = np.flatnonzero(mins > self.window[1])
+        read = n if not len(past) else (int(starts[past[0] + 1]) if past[0] + 1 < len(starts) else n)
+        self._register(ev["dev"][:read])
+        if len(past):
+            self.stopped = True
+        return True
+
+    def _fields(self, t: int, s: int, dev: int, cpu: int, pid: int, act: int, cat: int, sec: int, nb: int,
+                err: int, aux: int, auxdev: int, letters: str) -> dict[str, Any]:
+        pdu = b""
+        if act in (TA_UNPLUG_IO, TA_UNPLUG_TIMER, TA_SPLIT):
+            pdu = aux.to_bytes(8, "big")
+        elif act == TA_REMAP:
+            pdu = auxdev.to_bytes(4, "big") + dev.to_bytes(4, "big") + aux.to_bytes(8, "big")
+        major, minor = kdev_split(dev)
+        return {"act": letters, "cpu": cpu, "comm": self.comms.get(pid, ""), "rwbs": rwbs(cat, nb),
+                "major": major, "minor": minor, "error": err, "nblocks": nb >> 9, "bytes": nb,
+                "pid": pid, "seq": s, "sector": sec, "sec": t // 1_000_000_000, "nsec": t % 1_000_000_000,
+                # %P dumps the payload of SCSI pass-through (PC) events only, as blkparse does
+                "time": t, "pdu": b"", "pdu_int": int.from_bytes(pdu[:8], "big") & 0xFFFFFFFF if pdu else 0}
+
+    def summary(self) -> str:
+        out: list[str] = []
+        w = out.append
+        for i, (dev, di) in enumerate(self.dev_idx.items()):
+            name = kdev_str(dev) if self.set_names is None else self.set_names[dev]
+            if i > 0:
+                w("\n")
+            total = IoStats()
+            shown = 0
+            ds = self.devstats[di] if di < len(self.devstats) else np.zeros(7, dtype=np.int64)
+            depth = (int(ds[D_MAX]), int(ds[D_MAX + 1]))
+            rows = self.cpustats[di] if di < len(self.cpustats) else np.zeros((0, len(CPU_FIELDS)), np.int64)
+            for cpu, row in enumerate(rows):
+                if not row[-1]:
+                    continue
+                st = IoStats()
+                for k, v in zip(CPU_FIELDS[:-1], row[:-1].tolist()):
+                    st.v[k] = v & U64
+                total = total.merged(st)
+                w(dump_io_stats(st, f"CPU{cpu} ({name}):", depth))
+                shown += 1
+            if shown > 1:
+                w("\n")
+                w(dump_io_stats(total, f"Total ({name}):", None))
+            msec = (int(ds[D_LAST]) - int(ds[D_FIRST])) // 1_000_000
+            rrate = wrate = 0
+            if msec:
+                rrate = ((1000 * total.v["cread_kb"] + total.v["cread_b"]) & U64) // msec
+                wrate = ((1000 * total.v["cwrite_kb"] + total.v["cwrite_b"]) & U64) // msec
+            w(f"\nThroughput (R/W): {rrate}KiB/s / {wrate}KiB/s\n")
+            w(f"Events ({name}): {int(ds[D_EVENTS])} entries\n")
+            w("Skips: 0 forward (0 -   0.0%)\n")
+        return "".join(out)
+
+
+def dump_io_stats(ios: IoStats, msg: str, depth: tuple[int, int] | None) -> str:
+    v = ios.v
+
+    def kib(prefix: str) -> str:
+        return size_cnv(v[prefix + "_kb"] + (v[prefix + "_b"] >> 10), True)
+
+    lines = [f"{msg}\n",
+             f" Reads Queued:    {size_cnv(v['qreads'], False)}, {kib('qread')}iB\t"
+             f" Writes Queued:    {size_cnv(v['qwrites'], False)}, {kib('qwrite')}iB\n",
+             f" Read Dispatches: {size_cnv(v['ireads'], False)}, {kib('iread')}iB\t"
+             f" Write Dispatches: {size_cnv(v['iwrites'], False)}, {kib('iwrite')}iB\n",
+             f" Reads Requeued:  {size_cnv(v['rrqueue'], False)}\t\t"
+             f" Writes Requeued:  {size_cnv(v['wrqueue'], False)}\n",
+             f" Reads Completed: {size_cnv(v['creads'], False)}, {kib('cread')}iB\t"
+             f" Writes Completed: {size_cnv(v['cwrites'], False)}, {kib('cwrite')}iB\n",
+             f" Read Merges:     {size_cnv(v['mreads'], False)}, {kib('mread')}iB\t"
+             f" Write Merges:     {size_cnv(v['mwrites'], False)}, {kib('mwrite')}iB\n"]
+    if depth is not None:
+        lines.append(f" Read depth:      {depth[0]:8d}{' ':>8s}\t Write depth:      {depth[1]:8d}\n")
+    lines.append(f" IO unplugs:      {v['io_unplugs']:8d}{' ':>8s}\t Timer unplugs:    {v['timer_unplugs']:8d}\n")
+    return "".join(lines)
+
+
+def parse_formats(specs: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for spec in specs or []:
+        if len(spec) < 2 or spec[1] != "," or spec[0] not in VALID_SPECS:
+            raise UsageError(f"bad format specifier '{spec}'",
+                             f"give -F ACTION,FORMAT with ACTION one of {VALID_SPECS}")
+        out[spec[0]] = spec[2:]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from ioscope.capture.offline import open_source, wall_at
+    mask = parse_mask(args.act_mask, args.set_mask)
+    window = parse_window(args.stopwatch) if args.stopwatch else None
+    fmt_per = parse_formats(args.format_spec)
+    fmt_all = None
+    if args.format is not None:
+        fmt_all = args.format
+    out: IO[str]
+    if args.output:
+        out = outfile.open_private(args.output, force=True)   # like blkparse -o: overwritten, but private
+    else:
+        out = sys.stdout
+    try:
+        with open_source(args.capture) as src:
+            def wall_of(mono_ns: int) -> int | None:
+                if src.kind == "capture":
+                    return wall_at(src, mono_ns)
+                if src.wall_stamps:
+                    return src.wall_stamps[0][1] - src.wall_stamps[0][0] + mono_ns
+                return None
+
+            parser = Parser(out, dict(src.comms), mask, window, fmt_all, fmt_per, wall_of=wall_of)
+            from ioscope.capture.importer import file_sets, read_file_sets
+            fs = file_sets(src) if src.kind == "capture" else None
+            if fs is not None:
+                feed_file_sets(parser, src, fs)
+            elif src.kind == "blktrace":   # per-CPU files given directly: read as an import reads them
+                whole = read_file_sets(args.capture)
+                if whole is not None:
+                    fs = whole.fs
+                    parser.comms.update(whole.comms)
+                    feed_file_sets(parser, whole, fs)
+            for ev, seq in ([] if fs is not None else src.chunks_with_seq()):
+                for pid, comm in src.comms.items():  # names of pids not seen yet; renames come from notes
+                    parser.comms.setdefault(pid, comm)
+                parser.feed(ev, seq)
+                if parser.stopped:
+                    break
+            if not args.quiet:
+                out.write(parser.summary())
+            if parser.genesis is None:
+                sys.stderr.write(f"ioscope parse: note: {args.capture} holds no block events\n")
+            if src.truncation:
+                sys.stderr.write(f"ioscope parse: note: {src.truncation}\n")
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0
+
+
+def feed_file_sets(parser: Parser, src: Any, fs: Any) -> None:
+    """An import of blktrace's per-CPU files, as blkparse -i NAME ... prints them: each record under its
+    file set, its own sequence number, the scheduler's messages where blkparse printed them."""
+    from ioscope.capture.events import EV_NOTE_PROCESS, note_comm
+    parser.use_file_sets(fs.names)
+    wall = fs.wall_clock()
+    if wall is not None:   # blkparse 1.2.0 reading files takes a timestamp note's clock for time zero, as is
+        parser.wall_of = lambda _genesis: wall
+    msgs = sorted((mp, k) for k, (_s, _c, _fp, mp, _r) in enumerate(fs.notes) if mp >= 0)
+    mi = 0
+    g = 0
+
+    def message(k: int) -> None:
+        si, cpu, _fp, _mp, rec = fs.notes[k]
+        parser.message(rec, fs.order(si, cpu), si, cpu)
+
+    owners = fs.own_devices()
+    keys = np.array(sorted(owners), dtype=np.int64)
+
+    def own(blk: npt.NDArray[np.void], lo: int, hi: int, first: int) -> npt.NDArray[Any] | None:
+        a, b = np.searchsorted(keys, [lo, hi])
+        if a == b:
+            return None
+        out = blk["dev"][first:first + hi - lo].copy()
+        for gi in keys[a:b].tolist():
+            out[gi - lo] = owners[gi]
+        return out
+
+    chunks = src.chunks()
+    if fs.rank is not None:   # files not in time order: the capture's events, put back in blkparse's order
+        from ioscope.capture.events import join_events
+        whole = list(chunks)
+        allev = join_events(whole) if whole else np.zeros(0, dtype=EVENT)
+        isnote = (allev["flags"] & EV_NOTE_PROCESS) != 0
+        blk_m, fs = fs.in_blkparse_order(allev[~isnote])
+        chunks = iter([join_events([allev[isnote], blk_m])])
+        owners = fs.own_devices()
+        keys = np.array(sorted(owners), dtype=np.int64)
+    for ev in chunks:
+        for pid, comm in src.comms.items():
+            parser.comms.setdefault(pid, comm)
+        notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
+        renames = sorted((int(e["ts"]), int(e["pid"]), note_comm(e)) for e in ev[notes]) if notes.any() else []
+        blk = ev[~notes] if notes.any() else ev
+        k = len(blk)
+        start = 0
+        while mi < len(msgs) and msgs[mi][0] < g + k:
+            p = msgs[mi][0] - g
+            if p > start:
+                parser._feed_events(blk[start:p], fs.seq[g + start:g + p], renames, fs.set_of[g + start:g + p],
+                                    own(blk, g + start, g + p, start))
+                start = p
+            message(msgs[mi][1])
+            mi += 1
+        if start < k:
+            parser._feed_events(blk[start:], fs.seq[g + start:g + k], renames, fs.set_of[g + start:g + k],
+                                own(blk, g + start, g + k, start))
+        g += k
+        for _ts, pid, comm in renames:
+            parser.comms[pid] = comm
+        if parser.stopped:
+            return
+    while mi < len(msgs):
+        message(msgs[mi][1])
+        mi += 1
+
+
+def lines_of(chunks: Iterable[npt.NDArray[np.void]], comms: dict[int, str], **kw: Any) -> str:
+    """The whole parse output for EVENT chunks (for tests and small captures)."""
+    import io
+    buf = io.StringIO()
+    p = Parser(buf, dict(comms), **kw)
+    for c in chunks:
+        p.feed(c)
+    buf.write(p.summary())
+    return buf.getvalue()
+

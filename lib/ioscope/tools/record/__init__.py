@@ -1,0 +1,1 @@
+"""ioscope record: every block event into a capture; --ring: the flight recorder (flight.py)."""

@@ -1,0 +1,708 @@
+"""The flight recorder (`ioscope record --ring`): every block event kept in memory for the last window
+only, and that window saved as a normal capture when something goes wrong (docs/record.md, "Flight
+recorder").
+
+- EventRing: the events in blocks of about a second each (EVENT arrays as the recorder's rings gave them),
+  trimmed to the window by time (plus --after) and to a memory bound; the process names seen, and the
+  loss counters at each block's start, so that a saved window has its names and its own losses.
+- Triggers: conditions in agg's language evaluated in the kernel by the agg BPF object (KernelTriggers:
+  one aggregation per condition, read every TRIGGER_POLL_S), SIGUSR1 (the command), and a health
+  check run every interval (CommandTrigger). Each asks FlightSession.request(); a trigger while a save
+  is waiting for its --after time joins that save.
+- FlightSession: the consumer thread (the recorder's rings -> the ring, the kernel triggers, the saves
+  due) and the Saver thread, which writes each window with CaptureWriter (or into a collect bundle with
+  the host's context), so that writing a large window never stops the rings from being emptied.
+
+Windows never overlap: a save begins where the previous one ended, so consecutive saves of a long
+incident read as one recording cut in pieces, and no event is written twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ioscope.base.collector import Tick
+from ioscope.base.errors import IoscopeError, UsageError
+from ioscope.capture.events import EVENT, join_events, select_events
+
+if TYPE_CHECKING:
+    from ioscope.engines.aggregate.collector import AggCollector
+    from ioscope.engines.aggregate.expr import Expr
+    from ioscope.engines.recording.recorder import Recorder
+
+DEFAULT_RING_MEMORY = 512 << 20   # a window given by time alone is also bounded by this much memory
+BLOCK_S = 1.0                     # the ring's blocks: about a second of events each
+BLOCK_BYTES = 4 << 20             # ... or this much, whichever comes first
+TRIGGER_POLL_S = 0.1              # the kernel triggers' aggregations are read this often
+SETTLE_NS = 50_000_000            # a window ends this long before the poll that closes it: every ring's
+                                  # events up to then have arrived (they are microseconds out of order)
+TIME_FIELDS = ("q2c", "d2c", "q2d")
+DURATION_UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str, what: str) -> float:
+    """'500ms', '30s', '10m', '2h', '1d' or a number of seconds -> seconds (ArgumentTypeError otherwise)."""
+    s = text.strip().lower()
+    for unit in sorted(DURATION_UNITS, key=len, reverse=True):
+        if s.endswith(unit) and s[: -len(unit)].strip():
+            num, mult = s[: -len(unit)], DURATION_UNITS[unit]
+            break
+    else:
+        num, mult = s, 1.0
+    try:
+        v = float(num) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} must be a duration like 30s, 10m or 2h, not '{text}'") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"{what} must be a positive duration, not '{text}'")
+    return v
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """What --ring keeps: the last window_s seconds and/or at most max_bytes of events."""
+
+    window_s: float | None
+    max_bytes: int | None
+    text: str = ""
+
+    @property
+    def memory(self) -> int:
+        return self.max_bytes or DEFAULT_RING_MEMORY
+
+    def describe(self) -> str:
+        from ioscope.base.fmt import fmt_bytes
+        if self.window_s and self.max_bytes:
+            return f"the last {self.window_s:g} s, at most {fmt_bytes(self.max_bytes, prose=True)}"
+        if self.window_s:
+            return f"the last {self.window_s:g} s (at most {fmt_bytes(self.memory, prose=True)})"
+        return f"the last {fmt_bytes(self.memory, prose=True)} of events"
+
+
+def _is_size(text: str) -> bool:
+    """Sizes end in K, M, G or T (and optionally iB or B); a lower-case m alone is minutes."""
+    t = text.removesuffix("iB").removesuffix("ib").removesuffix("B").removesuffix("b")
+    if t != text:
+        return True
+    return t[-1:] in ("K", "k", "M", "G", "g", "T", "t")
+
+
+def parse_ring(text: str) -> RingSpec:
+    """--ring DURATION, SIZE or DURATION,SIZE ('60s', '256M', '10m,1G')."""
+    from ioscope.tools.common import parse_size
+    window: float | None = None
+    size: int | None = None
+    parts = [p.strip() for p in text.split(",")]
+    if not 1 <= len(parts) <= 2 or not all(parts):
+        raise argparse.ArgumentTypeError(f"--ring takes DURATION, SIZE or DURATION,SIZE (60s, 256M, 10m,1G), "
+                                         f"not '{text}'")
+    for p in parts:
+        if _is_size(p):
+            if size is not None:
+                raise argparse.ArgumentTypeError(f"--ring '{text}' gives two sizes")
+            size = parse_size(p, "--ring")
+        else:
+            if window is not None:
+                raise argparse.ArgumentTypeError(f"--ring '{text}' gives two durations")
+            try:
+                window = parse_duration(p, "--ring")
+            except argparse.ArgumentTypeError:
+                raise argparse.ArgumentTypeError(f"--ring takes DURATION, SIZE or DURATION,SIZE (60s, 256M, 10m,1G), "
+                                                 f"not '{text}'") from None
+    if size is not None and size < (1 << 20):
+        raise argparse.ArgumentTypeError(f"--ring {text}: at least 1M of events (a window of {size} bytes holds "
+                                         f"{size // EVENT.itemsize} events)")
+    return RingSpec(window, size, text)
+
+
+# -- the ring -------------------------------------------------------------------------------
+
+@dataclass
+class Block:
+    ev: np.ndarray          # EVENT rows, as the rings gave them (time-ordered per ring only)
+    first_ts: int
+    last_ts: int
+    lost_before: dict[str, Any]  # the loss counters when its first events were taken
+
+
+def lost_delta(now: Mapping[str, Any], before: Mapping[str, Any]) -> dict[str, Any]:
+    """The loss counters of a capture (recorder.capture_lost) between two readings: numbers and lists of
+    numbers subtracted, nested dicts alike."""
+    out: dict[str, Any] = {}
+    for k, v in now.items():
+        b = before.get(k)
+        if isinstance(v, Mapping):
+            out[k] = lost_delta(v, b if isinstance(b, Mapping) else {})
+        elif isinstance(v, list):
+            bl = b if isinstance(b, list) else []
+            out[k] = [int(x) - int(bl[i]) if i < len(bl) else int(x) for i, x in enumerate(v)]
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = v - (b if isinstance(b, (int, float)) else 0)
+        else:
+            out[k] = v
+    return out
+
+
+class EventRing:
+    """The last keep_ns of events (None: no time bound) in at most max_bytes, in blocks."""
+
+    def __init__(self, keep_ns: int | None, max_bytes: int, zero_lost: Mapping[str, Any] | None = None) -> None:
+        self.keep_ns = keep_ns
+        self.max_bytes = max_bytes
+        self.block_rows = max(1024, min(BLOCK_BYTES, max_bytes // 16) // EVENT.itemsize)
+        self.blocks: deque[Block] = deque()
+        self.bytes = 0                 # in blocks
+        self.rows = 0                  # events in blocks
+        self._pending: list[np.ndarray] = []
+        self._pending_rows = 0
+        self._sealed_at = time.monotonic()
+        self.comms: dict[int, str] = {}
+        self.lost: dict[str, Any] = dict(zero_lost or {"total": 0})
+        self._lost_at_pending = dict(self.lost)
+        self.events_seen = 0           # every event put in (process notes included)
+        self.aged_out = 0              # events dropped because they were older than the window
+        self.squeezed_out = 0          # events dropped, younger than the window, for the memory bound
+        self.squeezed_ts = 0           # the newest event dropped for the memory bound
+
+    def add(self, ev: np.ndarray) -> None:
+        if not len(ev):
+            return
+        from ioscope.capture.store import notes_to_comms
+        if (ev["action"] == 0).any():
+            self.comms.update(notes_to_comms(ev))
+        self.events_seen += len(ev)
+        # no block larger than block_rows: one poll at full rate can bring a megabyte, and the memory bound
+        # drops whole blocks (a poll cut across blocks is copied, so that each block owns its memory)
+        while self._pending_rows + len(ev) > self.block_rows:
+            room = self.block_rows - self._pending_rows
+            self._pending.append(select_events(ev, slice(0, room)))
+            self._pending_rows += room
+            ev = select_events(ev, slice(room, None))
+            self.seal()
+        if len(ev):
+            self._pending.append(ev)
+            self._pending_rows += len(ev)
+        if self._pending_rows >= self.block_rows or time.monotonic() - self._sealed_at >= BLOCK_S:
+            self.seal()
+
+    def set_lost(self, lost: Mapping[str, Any]) -> None:
+        self.lost = dict(lost)
+
+    def seal(self) -> None:
+        """The pending events become a block."""
+        self._sealed_at = time.monotonic()
+        if not self._pending:
+            self._lost_at_pending = dict(self.lost)
+            return
+        ev = join_events(self._pending)
+        ts = ev["ts"]
+        self.blocks.append(Block(ev, int(ts.min()), int(ts.max()), self._lost_at_pending))
+        self.bytes += ev.nbytes
+        self.rows += len(ev)
+        self._pending = []
+        self._pending_rows = 0
+        self._lost_at_pending = dict(self.lost)
+        self._squeeze()
+
+    def _squeeze(self) -> None:
+        while self.bytes > self.max_bytes and len(self.blocks) > 1:
+            b = self.blocks.popleft()
+            self.bytes -= b.ev.nbytes
+            self.rows -= len(b.ev)
+            self.squeezed_out += len(b.ev)
+            self.squeezed_ts = max(self.squeezed_ts, b.last_ts)
+
+    def trim(self, now_ns: int) -> None:
+        """Drop the blocks wholly older than the window."""
+        if self.keep_ns is None:
+            return
+        cut = now_ns - self.keep_ns
+        while self.blocks and self.blocks[0].last_ts < cut:
+            b = self.blocks.popleft()
+            self.bytes -= b.ev.nbytes
+            self.rows -= len(b.ev)
+            self.aged_out += len(b.ev)
+        if len(self.comms) > 4 * max(1024, self.nevents // 64):
+            self._prune_comms()
+
+    @property
+    def nevents(self) -> int:
+        return self.rows + self._pending_rows
+
+    def oldest_ts(self) -> int | None:
+        return self.blocks[0].first_ts if self.blocks else None
+
+    def _prune_comms(self) -> None:
+        """Keep the names of the processes the ring still holds events of."""
+        ids: set[int] = set()
+        for b in self.blocks:
+            ids.update(np.unique(b.ev["tgid"]).tolist())
+            ids.update(np.unique(b.ev["pid"]).tolist())
+        self.comms = {k: v for k, v in self.comms.items() if k in ids}
+
+    def window(self, start_ns: int, end_ns: int) -> tuple[list[np.ndarray], dict[str, Any], dict[int, str]]:
+        """The events with start_ns <= ts < end_ns (seal() first), the losses of the blocks they came from,
+        and the names of their processes."""
+        parts: list[np.ndarray] = []
+        lost_before: dict[str, Any] | None = None
+        ids: set[int] = set()
+        for b in self.blocks:
+            if b.last_ts < start_ns or b.first_ts >= end_ns:
+                continue
+            if lost_before is None:
+                lost_before = b.lost_before
+            ts = b.ev["ts"]
+            if b.first_ts >= start_ns and b.last_ts < end_ns:
+                ev = b.ev
+            else:
+                ev = select_events(b.ev, (ts >= start_ns) & (ts < end_ns))
+            if len(ev):
+                parts.append(ev)
+                ids.update(np.unique(ev["tgid"]).tolist())
+                ids.update(np.unique(ev["pid"]).tolist())
+        lost = lost_delta(self.lost, lost_before if lost_before is not None else self._lost_at_pending)
+        return parts, lost, {k: v for k, v in self.comms.items() if k in ids}
+
+
+# -- triggers -------------------------------------------------------------------------------
+
+@dataclass
+class Trigger:
+    """What asked for a save."""
+    why: str                 # one line: "q2c > 500ms: loop7 read, q2c up to 612 ms (3 I/Os)", "SIGUSR1", ...
+    mono_ns: int
+    wall: float
+    kind: str                # "condition", "signal", "command", "exit"
+
+
+def parse_triggers(texts: Sequence[str]) -> list[Expr]:
+    """Each --trigger condition as the aggregation that counts the I/Os matching it, by disk and op; with
+    the largest time it names (max(q2c) for 'q2c > 500ms'), to say how slow they were."""
+    from ioscope.engines.aggregate.expr import MAX_EXPRS, Expr, ExprError, cond_fields, parse_condition
+    if len(texts) > MAX_EXPRS:
+        raise UsageError(f"at most {MAX_EXPRS} --trigger conditions, got {len(texts)}")
+    out = []
+    for t in texts:
+        try:
+            cond = parse_condition(t)
+        except ExprError as exc:
+            raise ExprError(f"--trigger '{t}': {exc.msg}", exc.col, exc.hint) from None
+        fields = cond_fields(cond)
+        value = next((f for f in TIME_FIELDS if f in fields), None)
+        out.append(Expr(t, "max" if value else "count", value, ("disk", "op"), cond))
+    return out
+
+
+class KernelTriggers:
+    """The --trigger conditions, evaluated in the kernel by the agg BPF object; check() reads (and clears)
+    its maps: the triggers that matched an I/O since the last read."""
+
+    def __init__(self, exprs: list[Expr], disks: Sequence[Any], pid: int | None, btf: str | None,
+                 progs: list[list[Any]]) -> None:
+        from ioscope.engines.aggregate.collector import AggCollector, AggOptions
+        from ioscope.kernel.stamps import TICK_S
+        self.exprs = exprs
+        self.collector: AggCollector = AggCollector(AggOptions(exprs=exprs, disks=list(disks), pid=pid, btf=btf,
+                                                               programs=progs))
+        self._tick_every = TICK_S
+        self._ticked = time.monotonic()
+
+    def check(self) -> list[str]:
+        from ioscope.base.fmt import fmt_ns
+        now = time.monotonic()
+        if now - self._ticked >= self._tick_every:
+            self.collector.tick()
+            self._ticked = now
+        sample = self.collector.sample(Tick(time.time(), reset=True))
+        out = []
+        for e, rows in zip(self.exprs, sample.rows):
+            if not rows:
+                continue
+            n = sum(r.stat.count for r in rows)
+            where = ", ".join(sorted({f"{r.keys.get('disk')} {r.keys.get('op')}s" for r in rows}))
+            if e.value:
+                worst = max(rows, key=lambda r: r.stat.max)
+                what = f"{e.value} up to {fmt_ns(worst.stat.max)}"
+            else:
+                what = ""
+            ios = f"{n} I/O{'s' if n != 1 else ''}"
+            out.append(f"'{e.text}': {ios} ({where})" + (f", {what}" if what else ""))
+        return out
+
+    def close(self) -> None:
+        self.collector.close()
+
+
+class CommandTrigger:
+    """--trigger-cmd: CMD run by sh every interval; a save is asked when it exits non-zero or does not end
+    within the interval (it is then killed, with its process group)."""
+
+    def __init__(self, cmd: str, every_s: float, request: Callable[[str, str], None]) -> None:
+        self.cmd = cmd
+        self.every_s = every_s
+        self.request = request
+        self.runs = 0
+        self.failures = 0
+        self._stop = threading.Event()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.thread = threading.Thread(target=self._run, name="ioscope-trigger-cmd", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            why = self._once()
+            if why is not None and not self._stop.is_set():
+                self.failures += 1
+                self.request(why, "command")
+
+    def _once(self) -> str | None:
+        try:
+            self._proc = subprocess.Popen(["sh", "-c", self.cmd], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            return f"--trigger-cmd could not run: {exc.strerror}"
+        self.runs += 1
+        try:
+            out, _ = self._proc.communicate(timeout=self.every_s)
+        except subprocess.TimeoutExpired:
+            self._kill()
+            self._proc.communicate()
+            return f"--trigger-cmd did not finish within {self.every_s:g} s"
+        rc = self._proc.returncode
+        if self._stop.is_set() or rc == 0:
+            return None
+        last = next((ln.strip() for ln in reversed(out.decode(errors="replace").splitlines()) if ln.strip()), "")
+        how = f"killed by signal {-rc}" if rc < 0 else f"exited {rc}"
+        return f"--trigger-cmd {how}" + (f": {last[:160]}" if last else "")
+
+    def _kill(self) -> None:
+        p = self._proc
+        if p is not None and p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._kill()
+        self.thread.join(timeout=5)
+
+
+# -- saving ---------------------------------------------------------------------------------
+
+@dataclass
+class SaveJob:
+    seq: int
+    path: str
+    trigger: Trigger
+    more: int                       # further triggers that joined this save
+    start_ns: int
+    end_ns: int
+    parts: list[np.ndarray]
+    lost: dict[str, Any]
+    comms: dict[int, str]
+    cut_short: str = ""             # why the --after time was not waited for in full
+    asked_start_ns: int | None = None   # where the window would have started, when the memory bound cut it
+    pending: Pending | None = None  # what asked for it (with --context: the snapshot taken at the trigger)
+    events: int = 0
+    error: str = ""
+
+
+@dataclass
+class Pending:
+    trigger: Trigger
+    due_ns: int
+    more: int = 0
+    context: dict[str, Any] = field(default_factory=dict)
+    context_thread: threading.Thread | None = None
+
+
+def save_path(prefix: str, wall: float, seq: int) -> str:
+    """PREFIX-YYYYmmddTHHMMSSZ-N.ioscope (the trigger's UTC time; N counts the saves of this run). A
+    directory as PREFIX: files named ioscope-... inside it."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(wall))
+    if prefix.endswith("/") or os.path.isdir(prefix):
+        prefix = os.path.join(prefix, "ioscope")
+    return f"{prefix}-{stamp}-{seq}.ioscope"
+
+
+class FlightSession:
+    """Recorder -> EventRing in a consumer thread; triggers -> saves; stop() ends it cleanly."""
+
+    def __init__(self, rec: Recorder, spec: RingSpec, *, prefix: str, meta: Mapping[str, Any], after_s: float,
+                 triggers: KernelTriggers | None = None, max_saves: int = 20, context: bool = False,
+                 save_on_exit: bool = False, command: str = "ioscope record",
+                 say: Callable[[str], None] | None = None) -> None:
+        self.rec = rec
+        self.spec = spec
+        self.prefix = prefix
+        self.meta = dict(meta)
+        self.after_ns = int(after_s * 1e9)
+        self.window_ns = int(spec.window_s * 1e9) if spec.window_s else None
+        keep = self.window_ns + self.after_ns if self.window_ns is not None else None
+        self.ring = EventRing(keep, spec.memory, rec.capture_lost())
+        self.kernel_triggers = triggers
+        self.max_saves = max_saves
+        self.context = context
+        self.save_on_exit = save_on_exit
+        self.command = command
+        self.say = say or (lambda line: print(line, flush=True))
+        self.requests: queue.SimpleQueue[tuple[str, str, int]] = queue.SimpleQueue()
+        self.pending: Pending | None = None
+        self.last_end_ns = 0
+        self.saves: list[SaveJob] = []
+        self.not_saved = 0
+        self.stop_reason = ""
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self.done = threading.Event()
+        self._jobs: queue.SimpleQueue[SaveJob | None] = queue.SimpleQueue()
+        self._wall_off = time.time() - time.monotonic_ns() / 1e9   # wall time of CLOCK_MONOTONIC 0
+        self.thread = threading.Thread(target=self._run, name="ioscope-flight", daemon=False)
+        self.saver = threading.Thread(target=self._save_loop, name="ioscope-flight-save", daemon=False)
+
+    # -- control (any thread) --
+
+    def start(self) -> None:
+        self.saver.start()
+        self.thread.start()
+
+    def request(self, why: str, kind: str = "signal") -> None:
+        """Ask for a save (thread- and signal-safe: the consumer thread acts on it)."""
+        self.requests.put((why, kind, time.monotonic_ns()))
+
+    def stop(self, reason: str) -> None:
+        if not self.stop_reason:
+            self.stop_reason = reason
+        self._stop.set()
+
+    def join(self) -> None:
+        self.thread.join()
+        self.saver.join()
+
+    # -- the consumer thread --
+
+    def _run(self) -> None:
+        from ioscope.engines.recording.recorder import FAST_POLL_FILL, FAST_POLL_MS, POLL_MS
+        rec, ring = self.rec, self.ring
+        last_lost = last_trig = 0.0
+        try:
+            wait = POLL_MS
+            while not self._stop.is_set():
+                ring.add(rec.poll(wait))
+                wait = FAST_POLL_MS if rec.ring.fill > FAST_POLL_FILL else POLL_MS
+                now = time.monotonic()
+                if now - last_lost >= 1.0:
+                    ring.set_lost(rec.capture_lost())
+                    last_lost = now
+                if self.kernel_triggers is not None and now - last_trig >= TRIGGER_POLL_S:
+                    last_trig = now
+                    for why in self.kernel_triggers.check():
+                        self.requests.put((why, "condition", time.monotonic_ns()))
+                self._take_requests()
+                now_ns = time.monotonic_ns()
+                if self.pending is not None and now_ns >= self.pending.due_ns:
+                    self._hand_over(now_ns)
+                ring.trim(now_ns)
+            rec.detach()
+            ring.add(rec.drain())
+            ring.set_lost(rec.capture_lost())
+            self._take_requests()
+            now_ns = time.monotonic_ns()
+            if self.pending is not None:
+                waited = (now_ns - self.pending.trigger.mono_ns) / 1e9
+                self._hand_over(now_ns + SETTLE_NS, cut_short=f"stopped {waited:.1f} s after the trigger, "
+                                                              f"before its --after {self.after_ns / 1e9:g} s")
+            elif self.save_on_exit:
+                self.pending = Pending(Trigger(f"stopped ({self.stop_reason or 'end'}), --save-on-exit", now_ns,
+                                               time.time(), "exit"), now_ns)
+                self._start_context(self.pending)
+                self._hand_over(now_ns + SETTLE_NS)
+        except BaseException as exc:  # reported by the main thread
+            self.error = exc
+        finally:
+            self._jobs.put(None)
+            self.done.set()
+
+    def _take_requests(self) -> None:
+        while True:
+            try:
+                why, kind, mono = self.requests.get_nowait()
+            except queue.Empty:
+                return
+            if self.pending is not None:
+                self.pending.more += 1
+                continue
+            if len(self.saves) >= self.max_saves:
+                self.not_saved += 1
+                if self.not_saved == 1:
+                    self.say(f"ioscope record: trigger {why}: not saved, --max-saves {self.max_saves} reached "
+                             "(later triggers are counted, not said)")
+                continue
+            wall = time.time() - (time.monotonic_ns() - mono) / 1e9
+            self.pending = Pending(Trigger(why, mono, wall, kind), mono + self.after_ns)
+            self._start_context(self.pending)
+
+    def _start_context(self, p: Pending) -> None:
+        if not self.context:
+            return
+        from ioscope.engines.context import context
+
+        def snap() -> None:
+            try:
+                p.context["start"] = context.snapshot(self.command)
+            except Exception as exc:   # a context that failed does not cost the window
+                p.context["start"] = {"error": str(exc)}
+        p.context_thread = threading.Thread(target=snap, name="ioscope-flight-context", daemon=True)
+        p.context_thread.start()
+
+    def _hand_over(self, now_ns: int, cut_short: str = "") -> None:
+        """The pending save's window goes to the saver thread."""
+        p = self.pending
+        assert p is not None
+        self.pending = None
+        end = now_ns - SETTLE_NS
+        ring = self.ring
+        ring.seal()
+        if self.window_ns is not None:
+            start = p.trigger.mono_ns - self.window_ns
+        else:
+            start = ring.oldest_ts() or end
+        start = max(start, self.last_end_ns, self.rec.attached_ns)   # nothing was recorded before the attach
+        asked = start
+        oldest = ring.oldest_ts()
+        if oldest is not None and ring.squeezed_ts >= start:
+            start = max(start, oldest)   # the memory bound dropped the window's beginning: it starts where it can
+        parts, lost, comms = ring.window(start, end)
+        seq = len(self.saves) + 1
+        job = SaveJob(seq, save_path(self.prefix, p.trigger.wall, seq), p.trigger, p.more, start, end,
+                      parts, lost, comms, cut_short, asked_start_ns=asked if start > asked else None, pending=p)
+        self.last_end_ns = end
+        self.saves.append(job)
+        self._jobs.put(job)
+
+    # -- the saver thread --
+
+    def _save_loop(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            try:
+                self._save(job)
+            except Exception as exc:
+                job.error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            finally:
+                job.parts = []   # the ring's memory is the ring's again
+            self.say(self.save_line(job))
+
+    def _header(self, job: SaveJob) -> dict[str, Any]:
+        t = job.trigger
+        meta = dict(self.meta)
+        meta["attached_mono_ns"] = job.start_ns   # every event of [start, end) is in the file
+        meta["flight"] = {
+            "ring": self.spec.text, "window_s": self.spec.window_s, "max_bytes": self.spec.memory,
+            "after_s": self.after_ns / 1e9, "save": job.seq,
+            "trigger": {"why": t.why, "kind": t.kind, "mono_ns": t.mono_ns, "wall": t.wall,
+                        "more": job.more},
+            "window_mono_ns": [job.start_ns, job.end_ns],
+            "cut_short": job.cut_short or None,
+            # the memory bound dropped the window's beginning: where it would have started
+            "memory_cut_from_mono_ns": job.asked_start_ns,
+        }
+        return meta
+
+    def _save(self, job: SaveJob) -> None:
+        from ioscope.capture.store import CaptureFull, CaptureWriter
+        header = self._header(job)
+        end = {"stop_reason": f"flight recorder save {job.seq}: {job.trigger.why}",
+               "detached_mono_ns": job.end_ns, "completions_check": {}}
+
+        def write(path: str, force: bool) -> None:
+            w = CaptureWriter(path, header, force=force)
+            try:
+                w.add_comms(job.comms)
+                w.set_lost(job.lost)
+                for ev in job.parts:
+                    w.write(ev, 0)
+                job.events = int(w.events_written)
+            except BaseException:
+                w.close(end)
+                raise
+            try:
+                w.close(end)
+            except CaptureFull as exc:
+                job.error = str(exc)
+            job.events = int(w.events_written)
+
+        if not self.context:
+            base = job.path.removesuffix(".ioscope")
+            for k in range(1, 100):   # another run with the same prefix saved in the same second: -N.2, -N.3
+                path = job.path if k == 1 else f"{base}.{k}.ioscope"
+                try:
+                    write(path, False)
+                    job.path = path
+                    return
+                except IoscopeError as exc:
+                    if "exists" not in str(exc):
+                        raise
+            raise IoscopeError(f"{base}.ioscope and {base}.2 to .99.ioscope all exist")
+        from ioscope.engines.context import context
+        from ioscope.engines.context.bundling import begin_bundle, finish_bundle, host_name, manifest, piped_into
+        p = job.pending
+        if p is not None and p.context_thread is not None:
+            p.context_thread.join()
+        start_ctx = p.context.get("start") if p is not None else None
+        start_ctx = start_ctx or context.snapshot(self.command)
+        now = time.time()
+        w = begin_bundle(job.path, False, now, manifest(self.command, host_name(start_ctx), now, None), start_ctx)
+        error: BaseException | None = None
+        with piped_into(w) as fifo:
+            try:
+                write(fifo, True)
+            except BaseException as exc:
+                error = exc
+        finish_bundle(w, job.path, self.command, context.snapshot(self.command), 0, (), error, quiet=True)
+
+    def save_line(self, job: SaveJob) -> str:
+        from ioscope.base.fmt import fmt_bytes
+        off = self._wall_off
+
+        def at(mono: int) -> str:
+            t = off + mono / 1e9
+            return time.strftime("%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}"
+
+        more = f" (and {job.more} more trigger{'s' if job.more != 1 else ''} while waiting)" if job.more else ""
+        span = (job.end_ns - job.start_ns) / 1e9
+        lost = int(job.lost.get("total", 0))
+        size = fmt_bytes(os.path.getsize(job.path), prose=True) if os.path.exists(job.path) else "no file"
+        line = (f"ioscope record: saved {job.path}: {job.trigger.why}{more}; window {at(job.start_ns)} to "
+                f"{at(job.end_ns)} UTC ({span:.1f} s); {job.events:,} events, {size}; lost {lost}")
+        if job.asked_start_ns is not None:
+            asked = (job.end_ns - job.asked_start_ns) / 1e9
+            line += (f"; the {fmt_bytes(self.spec.memory, prose=True)} memory bound kept {span:.1f} s of the "
+                     f"{asked:.1f} s asked (--ring {self.spec.window_s or 0:g}s,SIZE keeps more)")
+        if job.cut_short:
+            line += f"; {job.cut_short}"
+        if job.error:
+            line += f"; error: {job.error}"
+        return line
+
+
+__all__ = ["CommandTrigger", "EventRing", "FlightSession", "KernelTriggers", "RingSpec", "lost_delta",
+           "parse_duration", "parse_ring", "parse_triggers", "save_path"]

@@ -1,0 +1,1 @@
+"""ioscope report: btt's analysis of a capture and more (model.py, view.py)."""

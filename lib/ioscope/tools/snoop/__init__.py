@@ -1,0 +1,1 @@
+"""ioscope snoop: one line per completed I/O, live or from a capture."""

@@ -1,0 +1,79 @@
+"""ioscope snoop's command line: its options, and the loop collector (snooper.py: the recorder and the pairing
+of its events) -> view (view.py: text or JSON lines). numpy and the recorder are imported when it runs,
+not for --help."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from ioscope.base import live
+from ioscope.tools import common
+
+if TYPE_CHECKING:
+    from ioscope.tools.snoop.snooper import Snooper
+
+EXAMPLES = """\
+examples:
+  ioscope snoop                 # every completed I/O on every disk
+  ioscope snoop -d sda -d sdb   # two disks
+  ioscope snoop -p 1234         # I/O queued by process 1234
+  ioscope snoop -j | jq .       # JSON lines
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("snoop", help="one line per completed block I/O (like biosnoop)",
+                       description="One line per completed block I/O: time, process that queued it, disk, "
+                                   "operation (RWBS), sector, size, queue time (queued to issued) and service "
+                                   "time (issued to completed).",
+                       epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    common.add_disk_pid(p)
+    p.add_argument("-j", "--json", action="store_true", help="one JSON object per I/O")
+    p.add_argument("-w", "--duration", type=common.positive_float, metavar="SECONDS",
+                   help="stop after SECONDS")
+    p.set_defaults(func=run, tool="snoop")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ioscope.base import devices, system
+    from ioscope.engines.recording.recorder import RecorderOptions
+    from ioscope.tools.snoop.snooper import SNOOP_HOOKS, Snooper
+
+    system.require_bpf_privileges("snoop")
+    btf = system.btf_path(getattr(args, "btf", None))
+    disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
+    snooper = Snooper(RecorderOptions(disks=disks, pid=args.pid, btf=btf, hooks=SNOOP_HOOKS, buffer_bytes=8 << 20))
+    try:
+        return _loop(snooper, args)
+    finally:
+        snooper.close()
+
+
+def _loop(sn: Snooper, args: argparse.Namespace) -> int:
+    from ioscope.engines.recording.recorder import POLL_MS, completions_warnings
+    from ioscope.tools.snoop.view import HEADER, emit
+
+    live.warn_unavailable("snoop", sn.rec.unavailable)
+    where = ", ".join(d.name for d in sn.rec.opts.disks) or "all disks"
+    print(f"Tracing block I/O on {where} ({sn.rec.bpf.variant_summary()}); Ctrl-C to end.", file=sys.stderr,
+          flush=True)
+    if not args.json:
+        print(HEADER, flush=True)
+    deadline = time.monotonic() + args.duration if args.duration else None
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            emit(sn.poll(POLL_MS), args.json)
+    except KeyboardInterrupt:
+        pass
+    emit(sn.finish(), args.json)
+    losses = sn.rec.losses()
+    if losses.lost:
+        print(f"ioscope snoop: lost {losses.lost} events ({losses.describe()})", file=sys.stderr)
+    for line in completions_warnings("snoop", sn.rec.completions_check(sn.completed, sn.completed_attached)):
+        print(line, file=sys.stderr)
+    return 0
+
+

@@ -1,0 +1,1 @@
+"""ioscope sql: SQL over captures and Parquet exports."""

@@ -1,0 +1,131 @@
+"""The kernel side of ioscope top: the top BPF object plus /proc/diskstats, read once per refresh.
+
+The BPF maps are read with one batched dump each and emptied in the same
+call (dump(delete=True)), so each read returns exactly what happened since
+the previous one and user space never walks keys one by one.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from ioscope.base import devices
+from ioscope.base.collector import Tick
+from ioscope.base.losses import PENDING, Losses, StatsDelta, settle_unreported, unreported_completions
+from ioscope.kernel import abi
+from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, SlotTable
+from ioscope.kernel.loader import BPFObject
+from ioscope.tools.top.model import Sample
+
+PROC_MEMORY = 32 << 20  # bytes for the per-CPU process table (entries x CPUs x value size)
+PROC_MAX_ENTRIES = 4096
+PROC_MIN_ENTRIES = 256
+
+
+def proc_entries(ncpus: int) -> int:
+    """(process, disk, op) entries the per-CPU procs map gets on a machine with ncpus CPUs."""
+    per = abi.TOP_PROC_VAL.itemsize * max(1, ncpus)
+    return max(PROC_MIN_ENTRIES, min(PROC_MAX_ENTRIES, PROC_MEMORY // per))
+
+
+class TopCollector:
+    """Owns the top BPF object. sample() returns a Sample; close() detaches everything."""
+
+    def __init__(self, btf: str | None = None, proc_root: str = "/proc", sys_root: str = "/sys",
+                 disks: Sequence[int] = ()) -> None:
+        self.proc_root = proc_root
+        self.sys_root = sys_root
+        self.filter = set(disks)
+        self.names = devices.DevNames(sys_root)
+        self._comms: dict[int, str] = {}              # tgid -> name seen by BPF at queue time
+        self._live: dict[int, str] = {0: "[unknown]"}  # tgid -> name for the current refresh
+        self.bpf = BPFObject("top", btf=btf)
+        try:
+            b = self.bpf
+            b.choose(required=["bio_queue", "rq_complete"], optional=["split", "task_rename"])
+            from ioscope.kernel import _libbpf
+            b.set_max_entries("procs", proc_entries(_libbpf.num_possible_cpus()))
+            b.filter_disks(disks)
+            b.load()
+            self.procs = b.map("procs")
+            self.disks = b.map("disks")
+            self.comms = b.map("comms")
+            self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
+                                    [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)], explain=EXPLAIN)
+            self.slots = SlotTable(b.map("inflight"))
+            b.attach()
+        except BaseException:
+            self.bpf.close()
+            raise
+
+    @property
+    def unavailable(self) -> list[str]:
+        return self.bpf.unavailable
+
+    def whole_disks(self) -> list[str]:
+        """The disks top shows: those of -d when given, else every whole disk."""
+        return [d.name for d in devices.list_disks(self.sys_root) if not self.filter or d.dev in self.filter]
+
+    def comm(self, tgid: int) -> str:
+        """The process's name: its current one from /proc while it lives (a process that exec'ed after
+        queueing I/O has a new name), else the name the BPF program saw at queue time."""
+        c = self._live.get(tgid)
+        if c is not None:
+            return c
+        try:
+            with open(os.path.join(self.proc_root, str(tgid), "comm")) as f:
+                c = f.read().strip()
+        except OSError:
+            c = self._comms.get(tgid, "[exited]")
+        self._live[tgid] = c
+        return c
+
+    def _refresh_comms(self) -> None:
+        self._live = {0: "[unknown]"}  # names are looked up again for each refresh
+        kb, vb, n = self.comms.dump()
+        if not n:
+            return
+        self._comms.update(abi.comms_from_dump(kb, vb, n))
+
+    def sample(self, tick: Tick) -> Sample:
+        """Read and empty the maps, read /proc/diskstats: one consistent moment. The last sample of a
+        run (final) also counts the bios issued and never seen completing beyond what the kernel has
+        in flight as completion_unseen (inflight.py: completions no BPF program saw)."""
+        final = tick.final
+        mono, wall = time.monotonic(), time.time()
+        ds = devices.read_diskstats(self.proc_root)
+        pk, pv, pn = self.procs.dump(sum=False, delete=True)
+        dk, dv, dn = self.disks.dump(sum=False, delete=True)
+        proc_keys = np.frombuffer(pk, dtype=abi.TOP_PROC_KEY, count=pn).copy()
+        proc_vals = combine_percpu_procs(pv, pn, self.procs.ncpus)
+        disk_keys = np.frombuffer(dk, dtype=abi.TOP_DISK_KEY, count=dn).copy()
+        disk_hists = abi.combine_percpu_hists(dv, dn, self.disks.ncpus)[:, 0]
+        self._refresh_comms()
+        losses = self.losses()
+        if final:
+            traced = [n for n in self.whole_disks() if devices.is_mq(n, self.sys_root)]
+            losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(traced, settle_s=SETTLE_S)
+            settle_unreported(losses, unreported_completions(losses, in_flight))
+        return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
+                      dict(losses.counters))
+
+    def losses(self) -> Losses:
+        """Losses since the previous call."""
+        return self.stats.read(since_last=True)
+
+    def close(self) -> None:
+        self.bpf.close()
+
+
+def combine_percpu_procs(raw: bytes, n: int, ncpus: int) -> np.ndarray:
+    """Per-CPU TOP_PROC_VAL values of n keys -> n values (counters summed, max/min_inv maxed)."""
+    per = np.frombuffer(raw, dtype=abi.TOP_PROC_VAL, count=n * ncpus).reshape(n, ncpus)
+    out = np.zeros(n, dtype=abi.TOP_PROC_VAL)
+    out["ios"] = per["ios"].sum(axis=1, dtype=np.uint64)
+    out["bytes"] = per["bytes"].sum(axis=1, dtype=np.uint64)
+    out["lat"] = abi.combine_percpu_hists(per["lat"].tobytes(), n, ncpus)[:, 0]
+    return out

@@ -1,0 +1,323 @@
+"""Pure model of ioscope top: begin/end samples -> device rows, process rows, heat-map columns.
+
+Nothing here touches the kernel: the collector hands over plain data (DiskStats
+from /proc/diskstats, numpy arrays dumped from the BPF maps), so every number
+on the screen can be checked on fixtures.
+
+Device rows follow sysstat's iostat -x exactly (rd_stats.c/iostat.c):
+    r/s      = d(reads) / t                  rkB/s    = d(sectors_read) / 2 / t
+    rrqm/s   = d(reads_merged) / t           r_await  = d(read_ms) / d(reads)    (0 without reads)
+    rareq-sz = d(sectors_read) / 2 / d(reads)  (kB)
+    aqu-sz   = d(weighted_ms) / (t * 1000)   %util    = d(io_ms) / (t * 1000) * 100
+and the same for writes; t is the interval in seconds.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ioscope.base import hist
+from ioscope.base.devices import DiskStats
+from ioscope.base.heat import HeatGrid
+from ioscope.base.hist import Hist
+from ioscope.kernel import abi
+
+NS_PER_MS = 1e6
+
+
+@dataclass
+class DeviceRow:
+    """One disk over one interval: iostat -x columns plus latency from the in-kernel histogram."""
+
+    disk: str
+    r_s: float = 0.0
+    w_s: float = 0.0
+    rkB_s: float = 0.0
+    wkB_s: float = 0.0
+    rrqm_s: float = 0.0
+    wrqm_s: float = 0.0
+    r_await: float = 0.0
+    w_await: float = 0.0
+    aqu_sz: float = 0.0
+    rareq_sz: float = 0.0
+    wareq_sz: float = 0.0
+    util: float = 0.0
+    p99_ms: float | None = None  # None: no request was timed in this interval
+    lat_ios: int = 0             # requests timed by the BPF histogram
+    hist: Hist | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class ProcRow:
+    """One process on one disk over one interval (I/O attributed to the process that queued it)."""
+
+    pid: int
+    comm: str
+    disk: str
+    r_s: float = 0.0
+    w_s: float = 0.0
+    rkB_s: float = 0.0
+    wkB_s: float = 0.0
+    avg_kB: float = 0.0          # average I/O size of its reads and writes
+    avg_ms: float | None = None  # mean queue-to-completion latency (None: nothing timed)
+    p99_ms: float | None = None
+    ios: int = 0                 # I/Os completed in the interval (all operations)
+    hist: Hist | None = field(default=None, repr=False, compare=False)
+
+
+def iostat(prev: DiskStats, cur: DiskStats, seconds: float) -> DeviceRow:
+    """sysstat's iostat -x numbers for one disk between two /proc/diskstats samples."""
+    def d(name: str) -> int:
+        v = int(getattr(cur, name)) - int(getattr(prev, name))
+        return v if v >= 0 else 0  # counters went back: the device was re-created
+
+    t = seconds if seconds > 0 else 1e-9
+    reads, writes = d("reads"), d("writes")
+    rsec, wsec = d("sectors_read"), d("sectors_written")
+    return DeviceRow(
+        disk=cur.name,
+        r_s=reads / t,
+        w_s=writes / t,
+        rkB_s=rsec / 2.0 / t,
+        wkB_s=wsec / 2.0 / t,
+        rrqm_s=d("reads_merged") / t,
+        wrqm_s=d("writes_merged") / t,
+        r_await=d("read_ms") / reads if reads else 0.0,
+        w_await=d("write_ms") / writes if writes else 0.0,
+        aqu_sz=d("weighted_ms") / (t * 1000.0),
+        rareq_sz=rsec / 2.0 / reads if reads else 0.0,
+        wareq_sz=wsec / 2.0 / writes if writes else 0.0,
+        util=d("io_ms") / (t * 1000.0) * 100.0,
+    )
+
+
+def active(prev: DiskStats, cur: DiskStats) -> bool:
+    """Did the disk do anything in the interval (iostat -z's test)?"""
+    return (cur.reads, cur.writes, cur.io_ms, cur.discards, cur.flushes) != (
+        prev.reads, prev.writes, prev.io_ms, prev.discards, prev.flushes) or cur.in_flight > 0
+
+
+def merge_hists(arr: npt.NDArray[Any], groups: npt.NDArray[np.int64], ngroups: int) -> npt.NDArray[Any]:
+    """Sum HIST records by group index (counts, sum) and take max/min_inv maxima."""
+    out = np.zeros(ngroups, dtype=abi.HIST)
+    if len(arr) == 0:
+        return out
+    for name in ("slots", "count", "sum"):
+        np.add.at(out[name], groups, arr[name])
+    for name in ("max", "min_inv"):
+        np.maximum.at(out[name], groups, arr[name])
+    return out
+
+
+@dataclass
+class Sample:
+    """What the collector read at one moment. BPF arrays are deltas since the previous sample."""
+
+    mono: float                  # time.monotonic() of the read
+    wall: float                  # time.time() of the read
+    diskstats: dict[str, DiskStats]
+    proc_keys: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, dtype=abi.TOP_PROC_KEY))
+    proc_vals: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, dtype=abi.TOP_PROC_VAL))
+    disk_keys: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, dtype=abi.TOP_DISK_KEY))
+    disk_hists: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, dtype=abi.HIST))
+    lost: int = 0
+    lost_detail: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Snapshot:
+    """Everything one refresh shows."""
+
+    wall: float
+    interval: float
+    host: str
+    kernel: str
+    devices: list[DeviceRow]
+    procs: list[ProcRow]
+    lost: int = 0
+    lost_detail: dict[str, int] = field(default_factory=dict)
+    attach: str = ""
+    disk_hists: dict[str, Hist] = field(default_factory=dict)  # disk -> all-op request latency this interval
+    # Optional panels' data (e.g. per-process balance, readahead), filled by extra sources of the Sampler
+    # (cmd.py) and drawn by the panels registered in view.PANELS; JSON carries them under "extras".
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],
+                 name_of: Callable[[int], str]) -> dict[str, Hist]:
+    """Per-disk request latency histograms (all operations merged)."""
+    if len(keys) == 0:
+        return {}
+    devs, inv = np.unique(keys["dev"], return_inverse=True)
+    merged = merge_hists(hists, inv.astype(np.int64), len(devs))
+    return {name_of(int(dev)): h for dev, h in zip(devs, abi.hists_from_array(merged))}
+
+
+def proc_rows(keys: npt.NDArray[Any], vals: npt.NDArray[Any], seconds: float,
+              name_of: Callable[[int], str], comm_of: Callable[[int], str]) -> list[ProcRow]:
+    """One row per (process, disk) from the procs map dump (one record per tgid, dev, op)."""
+    if len(keys) == 0:
+        return []
+    t = seconds if seconds > 0 else 1e-9
+    combo = (keys["tgid"].astype(np.uint64) << np.uint64(32)) | keys["dev"].astype(np.uint64)
+    uniq, inv = np.unique(combo, return_inverse=True)
+    inv = inv.astype(np.int64)
+    n = len(uniq)
+    ops = keys["op"]
+    ios = vals["ios"].astype(np.float64)
+    nbytes = vals["bytes"].astype(np.float64)
+    rd = ops == abi.OP_READ
+    wr = ops == abi.OP_WRITE
+    r_ios = np.bincount(inv, weights=np.where(rd, ios, 0.0), minlength=n)
+    w_ios = np.bincount(inv, weights=np.where(wr, ios, 0.0), minlength=n)
+    r_b = np.bincount(inv, weights=np.where(rd, nbytes, 0.0), minlength=n)
+    w_b = np.bincount(inv, weights=np.where(wr, nbytes, 0.0), minlength=n)
+    all_ios = np.bincount(inv, weights=ios, minlength=n)
+    lat = merge_hists(vals["lat"], inv, n)
+    hists = abi.hists_from_array(lat)
+    out = []
+    for i, c in enumerate(uniq):
+        tgid, dev = int(c) >> 32, int(c) & 0xFFFFFFFF
+        h = hists[i]
+        rw_ios = r_ios[i] + w_ios[i]
+        out.append(ProcRow(
+            pid=tgid,
+            comm=comm_of(tgid),
+            disk=name_of(dev),
+            r_s=float(r_ios[i] / t),
+            w_s=float(w_ios[i] / t),
+            rkB_s=float(r_b[i] / 1024.0 / t),
+            wkB_s=float(w_b[i] / 1024.0 / t),
+            avg_kB=float((r_b[i] + w_b[i]) / 1024.0 / rw_ios) if rw_ios else 0.0,
+            avg_ms=h.mean / NS_PER_MS if h.count else None,
+            p99_ms=h.percentile(99) / NS_PER_MS if h.count else None,
+            ios=int(all_ios[i]),
+            hist=h,
+        ))
+    return out
+
+
+def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: Iterable[str],
+                   name_of: Callable[[int], str], comm_of: Callable[[int], str], attach: str = "",
+                   show_idle: bool = False) -> Snapshot:
+    """The rows of one refresh. disks: the whole-disk names (partitions are left out). A disk that did
+    nothing in the interval is left out (iostat -z), unless show_idle: the disks asked for by name (-d),
+    which iostat lists whatever they did."""
+    seconds = cur.mono - prev.mono
+    dh = device_hists(cur.disk_keys, cur.disk_hists, name_of)
+    devs = []
+    for name in disks:
+        a, b = prev.diskstats.get(name), cur.diskstats.get(name)
+        if a is None or b is None:
+            continue
+        h = dh.get(name)
+        if not show_idle and not active(a, b) and not (h and h.count):
+            continue
+        row = iostat(a, b, seconds)
+        if h is not None and h.count:
+            row.p99_ms = h.percentile(99) / NS_PER_MS
+            row.lat_ios = h.count
+            row.hist = h
+        devs.append(row)
+    procs = proc_rows(cur.proc_keys, cur.proc_vals, seconds, name_of, comm_of)
+    return Snapshot(wall=cur.wall, interval=seconds, host=host, kernel=kernel, devices=devs, procs=procs,
+                    lost=cur.lost, lost_detail=dict(cur.lost_detail), attach=attach, disk_hists=dh)
+
+
+# -- sorting and filtering ----------------------------------------------------
+
+DEV_SORT_KEYS = ("disk", "r_s", "w_s", "rkB_s", "wkB_s", "rrqm_s", "wrqm_s", "r_await", "w_await", "aqu_sz",
+                 "rareq_sz", "wareq_sz", "util", "p99_ms")
+
+
+def _key(field_name: str) -> Callable[[Any], Any]:
+    def get(row: Any) -> Any:
+        v = getattr(row, field_name)
+        if v is None:
+            return -1.0
+        return v
+    return get
+
+
+def stack_rows(devs: Sequence[DeviceRow], stacks: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each stacked device (dm, md, btrfs: devices.stack_meta()) with its members' IOPS, kB/s, %util
+    and share of the stack's kB/s this interval (snapshot.extras["stacks"], drawn by the stacks panel)."""
+    by = {d.disk: d for d in devs}
+    out = []
+    for name, st in sorted(stacks.items()):
+        rows = []
+        for m in st.get("members", []):
+            d = by.get(m)
+            rows.append({"disk": m, "iops": round(d.r_s + d.w_s, 3) if d else 0.0,
+                         "kB_s": round(d.rkB_s + d.wkB_s, 3) if d else 0.0, "util": round(d.util, 3) if d else 0.0})
+        total = sum(r["kB_s"] for r in rows)
+        for r in rows:
+            r["share"] = round(r["kB_s"] / total, 4) if total else 0.0
+        out.append({"name": name, "kind": st.get("kind"), "label": st.get("label") or "", "members": rows})
+    return out
+
+
+def sort_procs(rows: Sequence[ProcRow], by: str = "total", reverse: bool = True) -> list[ProcRow]:
+    """by: a ProcRow field, or 'total' (read + write bytes/s, then I/Os)."""
+    if by == "total":
+        return sorted(rows, key=lambda r: (r.rkB_s + r.wkB_s, r.ios, -r.pid), reverse=reverse)
+    return sorted(rows, key=_key(by), reverse=reverse)
+
+
+def sort_devices(rows: Sequence[DeviceRow], by: str = "util", reverse: bool = True) -> list[DeviceRow]:
+    return sorted(rows, key=lambda r: (_key(by)(r), r.r_s + r.w_s), reverse=reverse)
+
+
+def filter_snapshot(s: Snapshot, disk: str | None = None, pid: int | None = None) -> Snapshot:
+    """The same snapshot restricted to one disk and/or one process (None: no restriction)."""
+    devs = [d for d in s.devices if disk is None or d.disk == disk]
+    procs = [p for p in s.procs if (disk is None or p.disk == disk) and (pid is None or p.pid == pid)]
+    return Snapshot(s.wall, s.interval, s.host, s.kernel, devs, procs, s.lost, s.lost_detail, s.attach,
+                    s.disk_hists, s.extras)
+
+
+# -- heat map -----------------------------------------------------------------
+
+class HeatHistory:
+    """The last `columns` intervals of each disk's latency histogram (fine buckets)."""
+
+    def __init__(self, columns: int = 240) -> None:
+        self.columns = columns
+        self.times: deque[float] = deque(maxlen=columns)
+        self.cols: dict[str, deque[npt.NDArray[np.uint64]]] = {}
+
+    def push(self, wall: float, hists: dict[str, Hist]) -> None:
+        self.times.append(wall)
+        zero = np.zeros(hist.NBUCKETS, dtype=np.uint64)
+        for name in hists:
+            if name not in self.cols:
+                # a disk seen for the first time: its earlier columns are empty
+                self.cols[name] = deque([zero] * (len(self.times) - 1), maxlen=self.columns)
+        for name, col in self.cols.items():
+            h = hists.get(name)
+            col.append(h.counts.astype(np.uint64) if h is not None else zero)
+
+    def disks(self) -> list[str]:
+        return sorted(self.cols)
+
+    def copy(self) -> HeatHistory:
+        out = HeatHistory(self.columns)
+        out.times = deque(self.times, maxlen=self.columns)
+        out.cols = {k: deque(v, maxlen=self.columns) for k, v in self.cols.items()}
+        return out
+
+    def grid(self, disk: str, ncols: int, max_rows: int) -> HeatGrid | None:
+        """The last ncols intervals of disk as a (rows x ncols) count grid, log latency rows."""
+        col = self.cols.get(disk)
+        if not col or max_rows < 1 or ncols < 1:
+            return None
+        data = np.stack(list(col)[-ncols:])  # (t, NBUCKETS)
+        return HeatGrid.from_counts(data, max_rows, ncols)
+
+
