@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 scripts/bootstrap.sh
-ln -sf "$PWD/.venv/bin/ioscope" /usr/local/bin/ioscope
+for exe in .venv/bin/ioscope .venv/bin/ioscope-*; do   # ioscope, and ioscope-TOOL for every tool
+    ln -sf "$PWD/$exe" "/usr/local/bin/$(basename "$exe")"
+done
 exec .venv/bin/ioscope demo

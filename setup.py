@@ -29,6 +29,16 @@ def _version() -> str:
     return ns["__version__"]
 
 
+def _executables() -> list[str]:
+    """`ioscope` and one `ioscope-TOOL` per tool of the registry (lib/ioscope/registry.py imports nothing, so
+    it is read here before the package is built); each runs cli.main, which takes the tool from its name."""
+    src = ROOT / "lib" / "ioscope" / "registry.py"
+    mod = type(sys)("ioscope_registry")
+    sys.modules["ioscope_registry"] = mod   # dataclasses look the module up while the class is made
+    exec(compile(src.read_text(), str(src), "exec"), mod.__dict__)
+    return ["ioscope=ioscope.cli:main", *(f"ioscope-{t.name}=ioscope.cli:main" for t in mod.TOOLS)]
+
+
 def _pkg_config(*args: str) -> list[str]:
     try:
         out = subprocess.run(["pkg-config", *args, "libbpf"], check=True, capture_output=True, text=True)
@@ -79,7 +89,8 @@ setup(
     python_requires=">=3.9",
     package_dir={"": "lib"},
     packages=find_packages("lib"),
-    package_data={"ioscope": ["bpfobj/*.bpf.o", "py.typed", "_libbpf.pyi"]},
+    package_data={"ioscope": ["bpfobj/*.bpf.o", "py.typed"], "ioscope.kernel": ["_libbpf.pyi"],
+                  "ioscope.capture": ["_tracecore.pyi"]},
     ext_modules=[
         Extension(
             "ioscope.kernel._libbpf",
@@ -89,13 +100,14 @@ setup(
         ),
         # the sequential loops of the offline tools (btt's pairing, blktrace record scanning, blkparse
         # lines), plain C, no libraries
-        Extension("ioscope.trace._tracecore",
-                  sources=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "lib/ioscope/trace/tracecore").glob("*.c")),
-                  depends=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "lib/ioscope/trace/tracecore").glob("*.h")),
+        Extension("ioscope.capture._tracecore",
+                  sources=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "lib/ioscope/capture/tracecore").glob("*.c")),
+                  depends=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "lib/ioscope/capture/tracecore").glob("*.h")),
                   extra_compile_args=["-Wall", "-O2"]),
     ],
     cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
     install_requires=["numpy>=1.22", "rich>=12", "pyarrow>=14", "prometheus-client>=0.16",
-                      "pyelftools>=0.29", "pyroute2>=0.7", "duckdb>=1.1"],
-    entry_points={"console_scripts": ["ioscope=ioscope.cli:main"]},
+                      "pyelftools>=0.29", "pyroute2>=0.7", "duckdb>=1.1",
+                      "vl-convert-python>=1.6"],
+    entry_points={"console_scripts": _executables()},
 )

@@ -154,7 +154,7 @@ def profile(ld: LoopDevice, runtime: float) -> None:
     """The recorder's BPF programs: ns per run, measured by the kernel."""
     from ioscope.capture.store import CaptureWriter
     from ioscope.engines.recording.recorder import Recorder, RecorderOptions, capture_meta
-    from ioscope.tools.record.cmd import RecordSession
+    from ioscope.engines.recording.session import RecordSession
     stats = Path("/proc/sys/kernel/bpf_stats_enabled")
     old = stats.read_text().strip()
     stats.write_text("1")

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ioscope import registry
 from ioscope.base import hist
-from ioscope.engines.aggregate import abi as agg_abi
 from ioscope.kernel import _libbpf, abi
 from ioscope.kernel.loader import OBJ_DIR
 
@@ -19,10 +20,27 @@ HEADER = Path(__file__).resolve().parent.parent / "bpf" / "ioscope.h"
 OBJECTS = sorted(OBJ_DIR.glob("*.bpf.o"))
 
 
-@pytest.mark.parametrize("struct", sorted({**abi.STRUCTS, **agg_abi.STRUCTS}))
-def test_dtype_matches_btf(struct: str) -> None:
-    """Every object that defines the struct agrees with its numpy mirror, and at least one does."""
-    dt: np.dtype = {**abi.STRUCTS, **agg_abi.STRUCTS}[struct]
+def _mirrors() -> list[tuple[str, str, np.dtype]]:
+    out = []
+    for mod in registry.ABI_MIRRORS:
+        for name, dt in importlib.import_module(mod).STRUCTS.items():
+            out.append((mod, name, dt))
+    return out
+
+
+def test_one_mirror_per_struct() -> None:
+    """A struct is mirrored once (one definition per concept)."""
+    seen: dict[str, list[str]] = {}
+    for mod, name, _ in _mirrors():
+        seen.setdefault(name, []).append(mod)
+    assert {n: m for n, m in seen.items() if len(m) > 1} == {}
+
+
+@pytest.mark.parametrize(("mod", "struct", "dt"), _mirrors(),
+                         ids=[f"{m.rsplit('.', 2)[-2]}:{n}" for m, n, _ in _mirrors()])
+def test_dtype_matches_btf(mod: str, struct: str, dt: np.dtype) -> None:
+    """Every object that defines the struct agrees with its numpy mirror (every mirror module of the
+    registry), and at least one does."""
     checked = 0
     for obj in OBJECTS:
         try:

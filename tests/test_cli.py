@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import ROOT, json_lines, run_ioscope
-from ioscope import __version__, cli
+from ioscope import __version__, cli, registry
 from ioscope.tools import common
 
 
@@ -26,8 +28,7 @@ def _one_line_error(p: subprocess.CompletedProcess[str], code: int, *needles: st
         assert n in lines[0], lines[0]
 
 
-TOOLS = ("lat", "readsize", "readahead", "fair", "top", "record", "snoop", "parse", "report", "export", "import",
-         "demo")
+TOOLS = tuple(t.name for t in registry.TOOLS)
 
 
 def test_version_and_help() -> None:
@@ -40,13 +41,35 @@ def test_version_and_help() -> None:
         assert "examples:" in h and f"ioscope {tool}" in h, tool
 
 
-@pytest.mark.parametrize("tool", TOOLS)
-def test_every_tool_has_a_doc_page_and_a_thin_executable(tool: str) -> None:
-    assert (ROOT / "tools" / f"ioscope-{tool}").is_file()
-    page = ROOT / "docs" / f"{tool}.md"
+@pytest.mark.parametrize("tool", registry.TOOLS, ids=TOOLS)
+def test_every_tool_has_a_doc_page_an_executable_and_a_scenario(tool: registry.Tool) -> None:
+    """What the registry says of a tool is there: its command module, its doc page (showing its own command
+    line, linked from the README's table), its installed executable (which runs it), its acceptance
+    scenarios (which play it)."""
+    page = ROOT / "docs" / f"{tool.doc}.md"
     assert page.is_file(), page
-    # the page shows the tool's own command line
-    assert f"ioscope {tool}" in page.read_text()
+    assert f"ioscope {tool.name}" in page.read_text()
+    assert f"](docs/{tool.doc}.md)" in (ROOT / "README.md").read_text(), tool.name
+    assert callable(getattr(importlib.import_module(tool.module), "add_parser", None))
+    exe = Path(sys.executable).parent / tool.executable
+    h = subprocess.run([str(exe), "--help"], capture_output=True, text=True, timeout=60, check=True).stdout
+    assert h.startswith(f"usage: ioscope {tool.name} "), h[:80]
+    assert tool.scenarios, f"{tool.name}: no scenario in tests/acceptance/ plays it"
+    for f in tool.scenarios:
+        text = (ROOT / "tests" / "acceptance" / f).read_text()
+        assert f'"{tool.name}"' in text or f"ioscope {tool.name}" in text, (tool.name, f)
+
+
+def test_every_tool_package_is_in_the_registry() -> None:
+    """A tool package without a registry line (or the reverse) would be a tool no command, doc check or
+    test knows of; the import contracts (pyproject.toml) list the same packages."""
+    pkgs = {d.name for d in (ROOT / "lib" / "ioscope" / "tools").iterdir() if (d / "cmd.py").is_file()}
+    assert pkgs == {t.package for t in registry.TOOLS}
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    tools = next(c for c in contracts if c.get("containers") == ["ioscope.tools"])
+    assert {x.strip() for layer in tools["layers"] for x in layer.split("|")} == pkgs | {"common"}
 
 
 def test_lat_help_examples_match_docs() -> None:
@@ -193,9 +216,7 @@ def test_help_and_version_import_no_numpy(tool: str | None) -> None:
 
 
 # every tool with [interval [count]]: its arguments for one disk (or interface), and -j's one object per report
-COUNTING = {"lat": ["-j", "-d", "{disk}"], "top": ["-j", "-d", "{disk}"], "readsize": ["-j", "-d", "{disk}"],
-            "readahead": ["-j", "-d", "{disk}"], "fair": ["-j", "-d", "{disk}"],
-            "agg": ["-j", "-d", "{disk}", "-e", "count() by disk"], "nic": ["-j", "-i", "lo"]}
+COUNTING = {t.name: list(t.counting) for t in registry.TOOLS if t.counting}
 
 
 def test_counting_tools_are_all_tested() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from conftest import json_lines
 from ioscope.base.fairness import balance, jain_index, select_active
+from ioscope.tools.fair.view import balance_json
 from test_readsize import Traced
 
 MB = 1 << 20
@@ -49,7 +50,7 @@ def test_balance_poor_and_edges() -> None:
     assert not balance([10.0]).poor and balance([10.0]).jain == 1.0
     assert balance([]).n == 0
     assert balance([0.0, 3.0]).max_min == math.inf
-    assert balance([0.0, 3.0]).to_json()["max_min"] is None
+    assert balance_json(balance([0.0, 3.0]))["max_min"] is None
 
 
 def test_select_active() -> None:

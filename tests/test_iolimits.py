@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ioscope.base import iolimits
 from ioscope.base.devices import BlockDevice
+from ioscope.engines.context import iolimits
 
 
 def test_limits_on_the_given_disks_only(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The per-I/O table (trace/ios.py), export --format parquet and ioscope sql, without root: synthetic captures
+"""The per-I/O table (engines/pairing/ios.py), export --format parquet and ioscope sql, without root: synthetic captures
 whose phases report computes are the reference (every phase column summed and counted per row equals report's
 statistic), edge cases (in flight at start and end, requeue, split, merges), chunking, bounded memory, and the
 command lines' errors."""

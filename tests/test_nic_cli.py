@@ -50,7 +50,6 @@ def test_help_examples_are_on_the_doc_page() -> None:
     h = run_ioscope("nic", "--help", check=True).stdout
     for line in h.split("examples:")[1].strip().splitlines():
         assert line.split("#")[0].strip() in doc, line
-    assert (ROOT / "tools" / "ioscope-nic").is_file()
 
 
 def test_help_imports_no_netlink_and_no_rich() -> None:

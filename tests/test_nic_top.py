@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import top_fixture
 from ioscope.engines.netlink.model import COUNTERS, LinkSample, NicSample, build_report
-from ioscope.tools.nic.view import row_json
+from ioscope.engines.netlink.view import row_json
 from ioscope.tools.top import cmd as top_cmd
 from ioscope.tools.top import nic_panel as top_panel
 from ioscope.tools.top import view
@@ -44,7 +44,7 @@ def test_key_n_toggles_the_panel() -> None:
     assert "network interfaces" not in _plain(st, snap)
     # batch text leaves toggled panels out; JSON carries the data
     assert "network interfaces" not in view.batch_text(snap)
-    assert snap.to_json()["extras"]["nic"]["interfaces"][0]["iface"] == "eth7"
+    assert view.snapshot_json(snap)["extras"]["nic"]["interfaces"][0]["iface"] == "eth7"
 
 
 def test_help_lists_the_key_and_small_screens_fit() -> None:

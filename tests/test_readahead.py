@@ -183,6 +183,9 @@ def test_random_preads_are_read_exactly(fs_ra: Any) -> None:
 @pytest.mark.parametrize("fs_ra", [128], indirect=True)
 def test_missing_tracepoint_is_reported(fs_ra: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel without mm_filemap_get_pages: the rest still works and the report says what is missing."""
+    import time
+
+    from ioscope.base.collector import Tick
     from ioscope.base.render import render_plain
     from ioscope.base.testbed import drop_caches
     from ioscope.kernel.loader import BPFObject
@@ -202,7 +205,7 @@ def test_missing_tracepoint_is_reported(fs_ra: Any, monkeypatch: pytest.MonkeyPa
     try:
         assert "btf_get_pages" not in c.bpf.attached and "raw_get_pages" not in c.bpf.attached
         subprocess.run(["dd", f"if={path}", "of=/dev/null", "bs=32k", "status=none"], check=True)
-        report = build_report(c.read())
+        report = build_report(c.sample(Tick(time.time())))
     finally:
         c.close()
     assert any(m.startswith("used pages") for m in c.missing) and c.unavailable == c.missing

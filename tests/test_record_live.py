@@ -18,7 +18,7 @@ import pytest
 
 from conftest import ioscope_cmd, run_ioscope, unreported_completions
 from ioscope.base import devices
-from ioscope.capture.events import ACTION_LETTERS, EVENT, TA_COMPLETE, TA_QUEUE, TA_REMAP, TA_SPLIT, rwbs
+from ioscope.capture.events import ACTION_LETTERS, TA_COMPLETE, TA_QUEUE, TA_REMAP, TA_SPLIT, rwbs
 from ioscope.capture.store import open_capture
 
 NREADS = 1009  # direct 4 KiB reads: a prime, so that no other count matches it by chance
@@ -333,16 +333,6 @@ def test_record_counts_what_a_small_buffer_loses(loopdev: Callable[..., Any], tm
     # what is in the file happened; what is not was counted (a dropped event may be of any kind)
     assert completed <= kernel and queued <= ios
     assert completed + dropped >= kernel - 2 and queued + dropped >= ios
-
-
-def test_record_abi_matches_btf() -> None:
-    """EVENT (numpy) and struct trace_event (BPF) have the same size and field offsets."""
-    from ioscope.kernel import _libbpf
-    from ioscope.kernel.loader import object_path
-    size, members = _libbpf.struct_layout(str(object_path("record")), "trace_event")
-    assert size == EVENT.itemsize
-    assert [(m, off, sz) for m, off, sz in members] == \
-        [(n, EVENT.fields[n][1], EVENT[n].itemsize) for n in EVENT.names]  # type: ignore[index,union-attr]
 
 
 @pytest.mark.parametrize("args, msg", [

@@ -23,7 +23,8 @@ from ioscope.capture.events import (
     TC_SYNC,
     TC_WRITE,
 )
-from ioscope.tools.snoop.snooper import Pairer, SnoopLine, fmt_line
+from ioscope.tools.snoop.snooper import Pairer, SnoopLine
+from ioscope.tools.snoop.view import fmt_line
 
 DEV = (7 << 20) | 5
 

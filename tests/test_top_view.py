@@ -170,7 +170,7 @@ def test_optional_panel_extension_point() -> None:
         lines = view.screen_lines(view.ViewState(), snap, top_fixture.heat(), 80, 24)
         assert any("Jain index 0.93 over 4" in t.plain for t in lines)
         assert "Jain index 0.93" in view.batch_text(snap)
-        assert snap.to_json()["extras"] == {"balance": {"jain": 0.93, "n": 4}}
+        assert view.snapshot_json(snap)["extras"] == {"balance": {"jain": 0.93, "n": 4}}
     finally:
         del view.PANELS["balance"]
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from types import FrameType, ModuleType
 from typing import NoReturn
 
-from ioscope import __version__
+from ioscope import __version__, registry
 from ioscope.base.errors import EXIT_ERROR, EXIT_USAGE, IoscopeError
 
 EXAMPLES = """\
@@ -67,31 +67,11 @@ class Parser(argparse.ArgumentParser):
         return ns, rest
 
 
-# Subcommand modules, in --help order: tool name -> module. Each module has add_parser(subparsers),
-# whose parser sets defaults func=run and tool=<name>. A module listed here that is not part of this
-# build is left out of the command (checked by find_spec, so a real import error in a module that
-# exists is never hidden). `ioscope TOOL ...` imports only TOOL's module, `ioscope --version` none.
-TOOLS = {
-    "lat": "ioscope.tools.lat.cmd",
-    "record": "ioscope.tools.record.cmd",
-    "snoop": "ioscope.tools.snoop.cmd",
-    "parse": "ioscope.tools.parse.cmd",
-    "report": "ioscope.tools.report.cmd",
-    "export": "ioscope.tools.export.cmd",
-    "sql": "ioscope.tools.sql.cmd",
-    "fleet": "ioscope.tools.fleet.cmd",
-    "import": "ioscope.tools.importer.cmd",
-    "readsize": "ioscope.tools.readsize",
-    "readahead": "ioscope.tools.readahead",
-    "fair": "ioscope.tools.fair",
-    "top": "ioscope.tools.top.cmd",
-    "agg": "ioscope.tools.agg.cmd",
-    "exporter": "ioscope.tools.exporter.cmd",
-    "diff": "ioscope.tools.diff.cmd",
-    "collect": "ioscope.tools.collect.cmd",
-    "nic": "ioscope.tools.nic.cmd",
-    "demo": "ioscope.tools.demo.cmd",
-}
+# Subcommand modules, in --help order, from the registry: tool name -> its command module (add_parser,
+# run). A module that is not part of this build is left out of the command (checked by find_spec, so a
+# real import error in a module that exists is never hidden). `ioscope TOOL ...` imports only TOOL's
+# module, `ioscope --version` none.
+TOOLS = {t.name: t.module for t in registry.TOOLS}
 
 
 def _tool_modules(only: Sequence[str] | None = None) -> list[ModuleType]:
@@ -161,8 +141,15 @@ def install_stop_signals() -> None:
         signal.signal(sig, _on_stop)
 
 
+def _executable_tool() -> list[str]:
+    """`ioscope-lat ARGS` is `ioscope lat ARGS`: the console scripts of every tool call main() (setup.py)."""
+    name = os.path.basename(sys.argv[0])
+    tool = name[len("ioscope-"):] if name.startswith("ioscope-") else ""
+    return [tool] if tool in TOOLS else []
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = [*_executable_tool(), *sys.argv[1:]] if argv is None else list(argv)
     if "record" in argv and any(a == "--ring" or a.startswith("--ring=") for a in argv):
         from ioscope.tools.record.flight_cmd import hold_early_usr1
         hold_early_usr1()   # the flight recorder: a save asked while it starts is kept, not fatal

@@ -3,7 +3,7 @@
 On one loop disk: `ioscope record -d DISK -o case.ioscope` (stopped with Ctrl-C), a known workload
 (`dd` reading 4 KiB blocks directly: 1009 reads; fio writing 16 KiB blocks directly: 211 writes), then
 `ioscope export --format parquet -o DIR case.ioscope`, `ioscope sql QUERY DIR` (the rich table, as
-printed), `ioscope sql --csv` and `-j` on the capture itself, and the thin executable tools/ioscope-sql.
+printed), `ioscope sql --csv` and `-j` on the capture itself, and the installed executable ioscope-sql.
 Every command exits 0 with no traceback; the numbers printed are the workload's and report's.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT, ioscope_cmd, run_ioscope, unreported_completions
+from conftest import ioscope_cmd, run_ioscope, unreported_completions
 
 NREADS, NWRITES = 1009, 211
 
@@ -68,8 +68,8 @@ def test_record_export_parquet_sql(loopdev: Callable[..., Any], work: Path) -> N
     csv_out = _ok(run_ioscope("sql", "--csv", "select disk, count(q2c) n from ios group by disk", str(cap)))
     key = f"{disk.device.major},{disk.device.minor}"
     assert csv_out.splitlines() == ["disk,n", f"{disk.name},{doc['devices'][key]['phases']['q2c']['n']}"]
-    # -j, through the thin executable: the raw events' completions are the requests the I/Os made
-    exe = [sys.executable, str(ROOT / "tools" / "ioscope-sql")]
+    # -j, through the executable ioscope-sql: the raw events' completions are the requests the I/Os made
+    exe = [str(Path(sys.executable).parent / "ioscope-sql")]   # the installed executable
     p = subprocess.run([*exe, "-j", "select (select count(*) from events where action = 'C' and bytes > 0) c, "
                         "(select count(c_ns) - count(*) filter (where merged and c_ns is not null) from ios) r",
                         str(cap)], capture_output=True, text=True, timeout=120)

@@ -1,6 +1,6 @@
 """Acceptance: the README's set-up commands, read from README.md and run as written.
 
-The first command installs everything and runs the demo; it runs here in a fresh clone of this
+The first command installs everything and runs `ioscope demo`; it runs here in a fresh clone of this
 commit, so it builds its own .venv from nothing the way a new user's machine does (the machine's
 Debian packages are already there: the suite cannot reinstall the machine, and test_setup.py
 checks that every program the code calls is installed by scripts/bootstrap.sh). The second

@@ -36,11 +36,6 @@ class Balance:
     def poor(self) -> bool:
         return self.n >= 2 and self.jain < POOR_JAIN
 
-    def to_json(self) -> dict[str, object]:
-        return {"n": self.n, "total": self.total, "min": self.min, "max": self.max, "mean": round(self.mean, 3),
-                "cv": round(self.cv, 6), "max_min": None if math.isinf(self.max_min) else round(self.max_min, 6),
-                "jain": round(self.jain, 6), "poor": self.poor}
-
 
 @dataclass(frozen=True)
 class Verdict:
@@ -59,10 +54,6 @@ class Verdict:
     @property
     def poor(self) -> bool:
         return self.enough and self.balance.poor
-
-    def to_json(self) -> dict[str, object]:
-        return {**self.balance.to_json(), "poor": self.poor, "enough_activity": self.enough,
-                "min_bytes": self.min_bytes, "pids": self.pids}
 
 
 def jain_index(xs: Sequence[float]) -> float:

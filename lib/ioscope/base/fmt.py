@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 
 
@@ -38,3 +39,12 @@ def _sig3(x: float) -> str:
 
 
 __all__ = ["fmt_bytes", "fmt_ns"]
+
+
+def comm_str(raw: bytes) -> str:
+    """A task's comm as the kernel stores it (16 bytes, NUL-padded) -> str."""
+    return raw.split(b"\0")[0].decode(errors="replace")
+
+
+def iso_time(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).astimezone().isoformat(timespec="milliseconds")

@@ -28,6 +28,7 @@ import numpy.typing as npt
 
 from ioscope.base.errors import IoscopeError
 from ioscope.base.fmt import comm_str
+from ioscope.capture import _tracecore
 from ioscope.capture.events import (
     EV_NOTE_PROCESS,
     EVENT,
@@ -40,7 +41,6 @@ from ioscope.capture.events import (
     join_events,
     select_events,
 )
-from ioscope.trace import _tracecore
 
 __all__ = ["join_events", "select_events"]
 

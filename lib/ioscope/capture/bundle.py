@@ -18,7 +18,7 @@ header, whose size and checksum are known only at its end, is a frame of stored 
 bytes rewritten in place once the capture is complete. A file system that fills up keeps the part of
 the capture that fits; space held back from the start (a reserve file) lets the end context in.
 
-Every reader of captures opens a bundle directly: trace/capture.py's Capture finds the zstd magic and
+Every reader of captures opens a bundle directly: capture/store.py's Capture finds the zstd magic and
 reads the capture member through extract_capture() below. Bundles of version 1 (one zstd frame
 without sizes) are still read, with less to salvage when cut."""
 

@@ -29,6 +29,9 @@ EVENT = np.dtype([
     ("category", np.uint16),  # BLK_TC_* bits
     ("flags", np.uint32),     # EV_* flags
 ])
+
+# the structs this module mirrors (registry.ABI_MIRRORS: tests/test_abi.py checks them against BTF)
+STRUCTS = {"trace_event": EVENT}
 assert EVENT.itemsize == 56
 
 # An event as 56 opaque bytes: numpy copies a structured dtype field by field, so joining or

@@ -130,3 +130,12 @@ def open_source(path: str) -> Source:
     cap.drop_read_pages()   # opening read every chunk's header: let those pages go too
     return Source(path, "capture", meta=dict(cap.meta), comms=dict(cap.comms), truncation=cap.truncation,
                   _capture=cap)
+
+
+def wall_at(src: Source, mono_ns: int) -> int | None:
+    """Wall-clock ns at a CLOCK_MONOTONIC time, from the capture's clock mapping."""
+    for key in ("start", "clock"):
+        c = src.meta.get(key)
+        if isinstance(c, dict) and isinstance(c.get("mono_ns"), int) and isinstance(c.get("wall_ns"), int):
+            return int(c["wall_ns"]) + (mono_ns - int(c["mono_ns"]))
+    return None

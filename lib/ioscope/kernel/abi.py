@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ioscope.base import hist
+from ioscope.base.fmt import comm_str
 
 # enum ios_lat_phase
 from ioscope.base.phases import NR_PHASES as NR_PHASES
@@ -125,11 +126,6 @@ def hists_from_array(arr: np.ndarray) -> list[hist.Hist]:
             max=int(rec["max"]),
         ))
     return out
-
-
-def comm_str(raw: bytes) -> str:
-    """A task's comm as the kernel stores it (16 bytes, NUL-padded) -> str."""
-    return raw.split(b"\0")[0].decode(errors="replace")
 
 
 def comms_from_dump(keys: bytes, vals: bytes, n: int) -> dict[int, str]:

@@ -46,7 +46,7 @@ except ImportError as _exc:  # pragma: no cover - broken installs only
     raise IoscopeError(f"the ioscope.kernel._libbpf extension is not built ({_exc})",
                        "reinstall ioscope: pip install . (needs libbpf-dev, pkg-config and clang)") from None
 
-OBJ_DIR = Path(__file__).resolve().parent / "bpfobj"
+OBJ_DIR = Path(__file__).resolve().parent.parent / "bpfobj"
 MAX_FILTER_DISKS = 256  # IOS_MAX_FILTER_DISKS, bpf/devfilter.bpf.h: -d in every tool
 VARIANTS = ("tp_btf", "raw_tp", "tracepoint", "fentry")
 PREFIX = {"tp_btf": "btf_", "raw_tp": "raw_", "tracepoint": "tp_", "fentry": "fn_"}

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime as _dt
 import json
-import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from ioscope.base.errors import IoscopeError
+from ioscope.base.collector import Tick
+from ioscope.base.live import sleep_until, warn_lost, warn_unavailable
 from ioscope.base.phases import PHASES
 
 if TYPE_CHECKING:  # rich and numpy are imported when used, so that --help starts fast
@@ -88,6 +86,14 @@ def add_disk_pid(p: argparse.ArgumentParser) -> None:
     p.add_argument("-d", "--disk", action="append", metavar="DISK",
                    help="trace only this disk (name, /dev/name or major:minor); repeatable")
     p.add_argument("-p", "--pid", type=pid_type, help="trace only I/O queued by this process")
+
+
+def add_proc_filters(p: argparse.ArgumentParser) -> None:
+    """-d, -p and --comm, filtered in the kernel (readsize and fair share the BPF object)."""
+    add_disk_pid(p)
+    p.add_argument("--comm", metavar="COMM", help="only processes with this command name (as in /proc/PID/comm)")
+    # -c is the cgroup letter in every tool (docs/cli.md); -c COMM was readsize's and fair's
+    add_deprecated_flag(p, "-c", dest="comm", instead="--comm", takes_value=True)
 
 
 DEFAULT_INTERVAL = 1.0  # seconds, with -n N and no interval (iotop's delay; top's own refresh)
@@ -187,18 +193,6 @@ def add_deprecated_flag(p: argparse.ArgumentParser, *spellings: str, dest: str, 
                        default=argparse.SUPPRESS)
 
 
-def warn_unavailable(tool: str, unavailable: list[str]) -> None:
-    """The one banner for hooks this kernel does not have: one line each, on stderr."""
-    for msg in unavailable:
-        print(f"ioscope {tool}: {msg}; carrying on without it", file=sys.stderr)
-
-
-def warn_lost(tool: str, losses: Losses) -> None:
-    """The one line on stderr when data was lost in an interval."""
-    if losses.lost:
-        print(f"ioscope {tool}: lost {losses.lost} values ({losses.describe()})", file=sys.stderr)
-
-
 def print_result(tool: str, result: Any, as_json: bool, to_json: Callable[[Any], Any],
                  renderables: Callable[[Any], Iterable[Any]], losses: Losses | None = None) -> None:
     """One interval's result, the same way in every tool: the lost line on stderr (warn_lost), then one
@@ -213,58 +207,6 @@ def print_result(tool: str, result: Any, as_json: bool, to_json: Callable[[Any],
             out.print(r)
 
 
-def iso_time(t: float) -> str:
-    return _dt.datetime.fromtimestamp(t, _dt.timezone.utc).astimezone().isoformat(timespec="milliseconds")
-
-
-def sleep_until(deadline: float) -> None:
-    while True:
-        left = deadline - time.time()
-        if left <= 0:
-            return
-        time.sleep(min(left, 0.5))
-
-
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """SIGINT, SIGTERM and SIGHUP wait (blocked) until the block ends, then act as usual: output
-    written inside is never cut by the KeyboardInterrupt they raise (see cli.py)."""
-    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-def wait_or_deadline(done: Any, deadline: float | None) -> bool:
-    """Wait up to a second for done (a threading.Event) or the deadline (time.monotonic()); True once the
-    deadline has passed (the long-running loops of record and its flight recorder)."""
-    done.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic())))
-    return deadline is not None and time.monotonic() >= deadline
-
-
-def join_uninterrupted(join: Callable[[], None]) -> None:
-    """join() to the end whatever Ctrl-C comes meanwhile: a second Ctrl-C must not cut short what the first
-    one began (a capture's end record, a flight recorder's save)."""
-    while True:
-        try:
-            join()
-            return
-        except KeyboardInterrupt:
-            continue
-
-
-def raise_thread_error(error: BaseException | None, what: str) -> None:
-    """A worker thread's error, raised in the main thread: an IoscopeError as it is, anything else as one
-    line saying what failed."""
-    if error is None:
-        return
-    if isinstance(error, IoscopeError):
-        raise error
-    raise IoscopeError(f"{what} failed: {error}") from error
-
-
 def console() -> Console:
     """rich on a terminal; plain text (no colour, no wrapping surprises) otherwise."""
     from rich.console import Console
@@ -274,8 +216,8 @@ def console() -> Console:
                    soft_wrap=True)
 
 
-# emit(interval_start_wall_time, reset, final) prints one report
-Emit = Callable[[float, bool, bool], None]
+# emit(tick) prints one report (base/collector.py: Tick says since when, and whether to reset or settle)
+Emit = Callable[[Tick], None]
 
 
 def run_intervals(tool: str, what: str, interval: float | None, count: int | None, emit: Emit,
@@ -300,7 +242,7 @@ def run_intervals(tool: str, what: str, interval: float | None, count: int | Non
                     tick()
     except KeyboardInterrupt:
         if interval is None:
-            emit(started, False, True)
+            emit(Tick(started, reset=False, final=True))
         return 0
     done = 0
     try:
@@ -311,7 +253,7 @@ def run_intervals(tool: str, what: str, interval: float | None, count: int | Non
                 tick()
             sleep_until(deadline)
             done += 1
-            emit(started + interval * (done - 1), True, count is not None and done >= count)
+            emit(Tick(started + interval * (done - 1), reset=True, final=count is not None and done >= count))
             if tick:
                 tick()
     except KeyboardInterrupt:

@@ -2,7 +2,7 @@
 agg BPF object builds them at completion, then the same evaluation (model.aggregate, which runs the
 kernel's WHERE program) and the same naming, model and views.
 
-Why a pairing of its own and not report's engine (trace/btt.py): btt's core emits one record per
+Why a pairing of its own and not report's engine (engines/pairing/btt.py): btt's core emits one record per
 *phase* (q2c, q2d, d2c separately, keyed by device and process), not one record per I/O carrying
 its size, op, flags, thread, CPU, seek and in-flight count together, which is what a WHERE
 condition such as `d2c > 1ms and bytes >= 64k` needs. The rules here are the kernel object's

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from ioscope.base import devices
+from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError
 from ioscope.base.losses import PENDING, Losses, StatsDelta
 from ioscope.engines.aggregate import abi, names
@@ -280,9 +281,10 @@ class AggCollector:
                           int(rec["max"]))
         return hist_from_counts(rec["slots"], count, int(rec["sum"]), mn, int(rec["max"]))
 
-    def sample(self, started: float, reset: bool, final: bool) -> AggSample:
+    def sample(self, tick: Tick) -> AggSample:
+        started, final = tick.started, tick.final
         wall = time.time()
-        raw = self.read_raw(reset)
+        raw = self.read_raw(tick.reset)
         if any("comm" in e.keys or e.globs for e in self.opts.exprs):
             self._namer.comms = core_abi.comms_from_dump(*self.comms.dump())
         self._namer.new_interval()

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ioscope.base import devices
+from ioscope.base.collector import Tick
 from ioscope.base.losses import PENDING, Losses, StatsDelta
 from ioscope.engines.latency.model import LatHist, LatSample, stamps_shortfall
 from ioscope.kernel import abi
@@ -155,12 +156,13 @@ class LatCollector:
         losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(self.cross_disks, settle_s=settle)
         return losses, in_flight
 
-    def sample(self, started: float, reset: bool, final: bool) -> LatSample:
+    def sample(self, tick: Tick) -> LatSample:
         """Histograms since the last reset (emptied when reset), losses since the last sample."""
         wall = time.time()
         # the kernel's count is read first: a request completed between the two reads is then one the
         # program saw and the kernel's count does not hold (a shortfall is never overstated)
         kernel_now = self._kernel_counts()
+        started, reset, final = tick.started, tick.reset, tick.final
         hists = self.read(reset=reset)
         losses, in_flight = self.losses(since_last=True, final=final)
         shortfall = 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pyroute2 import IPRoute  # type: ignore[import-untyped]  # no stubs, no py.typed
 
+from ioscope.base.collector import Tick
 from ioscope.base.errors import UsageError
 from ioscope.engines.netlink.model import COUNTERS, LinkSample, NicSample
 
@@ -67,7 +68,12 @@ class NicCollector:
                                    speed_mbps=None, duplex=None)
         return out
 
-    def sample(self) -> NicSample:
+    @property
+    def unavailable(self) -> list[str]:
+        return []   # netlink counters: nothing a kernel may lack
+
+    def sample(self, tick: Tick | None = None) -> NicSample:
+        """The counters now (cumulative: the model takes the difference of two samples)."""
         links = self._dump()
         mono, wall = time.monotonic(), time.time()
         if self.names:

@@ -43,6 +43,7 @@ import numpy.typing as npt
 
 from ioscope.base.devices import kdev_split
 from ioscope.base.hist import NBUCKETS, Hist, bucket_indexes
+from ioscope.capture import _tracecore
 from ioscope.capture.blktrace import EXPORT_BASE_OFFSET
 from ioscope.capture.events import (
     EV_MESSAGE,
@@ -56,7 +57,6 @@ from ioscope.capture.events import (
     join_events,
     select_events,
 )
-from ioscope.trace import _tracecore
 
 PHASES = ("q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "m2d", "d2c", "q2c", "q2d",
           "q2q_dm", "q2a_dm", "q2c_dm")

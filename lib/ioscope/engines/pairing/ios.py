@@ -79,8 +79,8 @@ def capture_id(src: Source) -> str:
 
 
 def wall_offset(src: Source) -> int | None:
-    """wall-clock ns minus CLOCK_MONOTONIC ns, from the capture's clock pair (export.wall_at's mapping)."""
-    from ioscope.tools.export.blktrace import wall_at
+    """wall-clock ns minus CLOCK_MONOTONIC ns, from the capture's clock pair (offline.wall_at's mapping)."""
+    from ioscope.capture.offline import wall_at
     w = wall_at(src, 0)
     return None if w is None else w
 

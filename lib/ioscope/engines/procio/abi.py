@@ -1,10 +1,9 @@
-"""numpy mirrors of bpf/ra.h (tests/test_ra_abi.py checks them against the objects' BTF)."""
+"""numpy mirrors of bpf/ra.h (tests/test_abi.py checks them against the objects' BTF)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from ioscope.engines.aggregate.abi import FILE as AGG_FILE
 from ioscope.kernel.abi import HIST
 
 # enum rs_op
@@ -69,13 +68,10 @@ RA_TASK = np.dtype([
 
 # C struct name -> (object, dtype), for the ABI test
 STRUCTS = {
-    "rs_key": ("readsize", RS_KEY), "rs_val": ("readsize", RS_VAL), "rs_inflight": ("readsize", RS_INFLIGHT),
-    "rs_owner": ("readsize", RS_OWNER), "rs_rq_key": ("readsize", RS_RQ_KEY),
-    "ra_key": ("readahead", RA_KEY), "ra_stats": ("readahead", RA_STATS), "ra_file": ("readahead", RA_FILE),
-    "ra_page_key": ("readahead", RA_PAGE_KEY), "ra_page": ("readahead", RA_PAGE), "ra_task": ("readahead", RA_TASK),
-    # readahead's names map holds a file's name as agg's files map does (bpf/fname.bpf.h)
-    "agg_file": ("readahead", AGG_FILE),
-}
+    "rs_key": RS_KEY, "rs_val": RS_VAL, "rs_inflight": RS_INFLIGHT, "rs_owner": RS_OWNER, "rs_rq_key": RS_RQ_KEY,
+    "ra_key": RA_KEY, "ra_stats": RA_STATS, "ra_file": RA_FILE, "ra_page_key": RA_PAGE_KEY, "ra_page": RA_PAGE,
+    "ra_task": RA_TASK,
+}   # readahead's names map holds agg's struct agg_file (bpf/fname.bpf.h): mirrored once, in aggregate/abi.py
 
 # Syscall numbers per architecture (uname -m). x86_64: arch/x86/entry/syscalls/syscall_64.tbl;
 # aarch64/riscv64 use the generic table (include/uapi/asm-generic/unistd.h).

@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 
 from ioscope.base import devices
+from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError
+from ioscope.base.fmt import comm_str
 from ioscope.base.losses import Losses, StatsDelta
 from ioscope.engines.procio import abi
 from ioscope.engines.procio.model import DevRequests, DiskIO, ProcIO, ReadsizeSample
@@ -146,7 +148,7 @@ class ReadsizeCollector:
         for k, v in zip(keys, vals):
             req, ret, dev = (core_abi.hists_from_array(v[name].reshape(1))[0] for name in ("app_req", "app_ret", "dev"))
             out.append(ProcIO(
-                pid=int(k["tgid"]), comm=core_abi.comm_str(bytes(v["comm"])),
+                pid=int(k["tgid"]), comm=comm_str(bytes(v["comm"])),
                 op=abi.RS_OP_NAMES.get(int(k["op"]), "?"), app_req=req, app_ret=ret, dev=dev,
                 app_errors=int(v["app_errors"]), app_short=int(v["app_short"]),
                 ra_count=int(v["ra_count"]), ra_bytes=int(v["ra_bytes"]),
@@ -180,10 +182,10 @@ class ReadsizeCollector:
         """Values the programs could not record, since the last call (or since the start)."""
         return self.stats.read(since_last)
 
-    def sample(self, started: float, reset: bool) -> ReadsizeSample:
+    def sample(self, tick: Tick) -> ReadsizeSample:
         wall = time.time()
-        procs = self.read(reset=reset)
-        return ReadsizeSample(wall=wall, started=started, procs=procs, requests=self.requests(reset=reset),
+        procs = self.read(reset=tick.reset)
+        return ReadsizeSample(wall=wall, started=tick.started, procs=procs, requests=self.requests(reset=tick.reset),
                               losses=self.losses())
 
     def close(self) -> None:

@@ -1,21 +1,14 @@
-"""ioscope sql: one SQL query, run by DuckDB (embedded), over the per-I/O table and the events of captures and
-parquet exports. Captures are exported to a private temporary directory first (the same code as export
---format parquet, streaming), so that every input is read the same way: Parquet files in Hive partitions."""
+"""The SQL engine: DuckDB (embedded) over the per-I/O table and the events of captures and parquet exports
+(the views ios, events, procs, devices), for ioscope sql and ioscope fleet. Captures are exported to a private
+temporary directory first (the same code as export --format parquet, streaming), so that every input is read the
+same way: Parquet files in Hive partitions."""
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
 import os
-import re
-import sys
-import tempfile
-from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ioscope.base.errors import IoscopeError
 from ioscope.engines.pairing import ios
@@ -115,75 +108,5 @@ def view_columns(con: Any) -> str:
     return "; ".join(out)
 
 
-def _jsonable(col: pa.ChunkedArray) -> list[Any]:
-    t = col.type
-    if pa.types.is_decimal(t):
-        try:
-            return list(pc.cast(col, pa.int64()).to_pylist()) if t.scale == 0 else \
-                list(pc.cast(col, pa.float64()).to_pylist())
-        except pa.ArrowInvalid:
-            return list(pc.cast(col, pa.string()).to_pylist())
-    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_string(t):
-        return list(col.to_pylist())
-    return list(_text(col))
-
-
-def _text(col: pa.ChunkedArray) -> list[str | None]:
-    try:
-        return list(pc.cast(col, pa.string()).to_pylist())
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
-        return [None if v is None else str(v) for v in col.to_pylist()]
-
-
-def _rows(tab: pa.Table, conv: Any) -> Iterator[tuple[Any, ...]]:
-    cols = [conv(tab.column(i)) for i in range(tab.num_columns)]
-    yield from zip(*cols) if cols else iter(())
-
-
-def emit(tab: pa.Table, fmt: str) -> None:
-    names = tab.column_names
-    if fmt == "json":
-        for row in _rows(tab, _jsonable):
-            sys.stdout.write(json.dumps(dict(zip(names, row)), allow_nan=False, default=str) + "\n")
-        return
-    if fmt == "csv":
-        w = csv.writer(sys.stdout, lineterminator="\n")
-        w.writerow(names)
-        for row in _rows(tab, _text):
-            w.writerow(["" if v is None else v for v in row])
-        return
-    from rich.table import Table
-
-    from ioscope.tools.common import console
-
-    t = Table(show_edge=False, box=None, pad_edge=False)
-    for n, f in zip(names, tab.schema):
-        numeric = pa.types.is_integer(f.type) or pa.types.is_floating(f.type) or pa.types.is_decimal(f.type)
-        t.add_column(n, justify="right" if numeric else "left", no_wrap=True)
-    for row in _rows(tab, _text):
-        t.add_row(*("NULL" if v is None else v for v in row))
-    console().print(t)
-
-
 def first_line(exc: BaseException) -> str:
     return str(exc).strip().split("\n")[0]
-
-
-def run(args: argparse.Namespace) -> int:
-    import duckdb
-
-    fmt = "json" if args.json else "csv" if args.csv else "table"
-    need_events = re.search(r"\bevents\b", args.query, re.IGNORECASE) is not None
-    with tempfile.TemporaryDirectory(prefix="ioscope-sql-") as tmp:
-        con = connect(args.inputs, tmp, need_events)
-        try:
-            rel = con.sql(args.query)
-            if rel is None:   # a statement with no result (set, create view, ...)
-                return 0
-            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow   # duckdb >= 1.4, before
-            tab = fetch()
-        except duckdb.Error as exc:
-            raise IoscopeError(f"query failed: {first_line(exc)}", f"views: {view_columns(con)}") from None
-        emit(tab, fmt)
-        con.close()
-    return 0

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ioscope.base import devices, iolimits, system
+from ioscope.base import devices, system
 from ioscope.base.losses import RECURSION_MISSES, Losses
 from ioscope.capture.events import (
     EVENT,
@@ -27,6 +27,7 @@ from ioscope.capture.events import (
     TC_WRITE,
     select_events,
 )
+from ioscope.engines.context import iolimits
 from ioscope.kernel import _libbpf
 from ioscope.kernel.loader import BPFObject
 
@@ -50,7 +51,7 @@ HOOKS: dict[str, tuple[str, bool]] = {
     "task_rename": ("", False),   # no event: process notes follow exec and renames at once
 }
 
-# hook -> the blktrace action category of its events (a `-a` name, parse_cmd.MASKS); split (X) has none:
+# hook -> the blktrace action category of its events (a `-a` name, capture.masks.MASKS); split (X) has none:
 # blktrace records it only under a read/write-type category (read, write, sync, ...), as every other event
 HOOK_CLASS: dict[str, str | None] = {
     "bio_queue": "queue", "getrq": "queue", "rq_insert": "queue", "bio_backmerge": "queue",
@@ -64,14 +65,14 @@ PID_TRACKING_HOOKS = ("bio_queue", "split")
 
 
 def mask_hooks(mask: int, pid: bool) -> tuple[list[str], bool]:
-    """The hooks to attach for a blktrace action mask (parse_cmd.MASKS bits), and whether their events
+    """The hooks to attach for a blktrace action mask (capture.masks.MASKS bits), and whether their events
     must be filtered in user space too.
 
     Action categories only (queue, requeue, issue, complete, notify): the other programs are not
     attached, which is what makes a mask cheaper. A read/write-type category (read, write, sync, fs,
     ...) is a property of every event: every program runs and the events are kept by their category.
     Process notes are always kept (blktrace writes them whatever the mask)."""
-    from ioscope.tools.parse.cmd import MASKS
+    from ioscope.capture.masks import MASKS
     if mask & ALL_ACTIONS == ALL_ACTIONS:
         return list(HOOKS), False
     classes = {MASKS[c] for c in ("queue", "requeue", "issue", "complete", "notify", "drv_data")}
@@ -83,7 +84,7 @@ def mask_hooks(mask: int, pid: bool) -> tuple[list[str], bool]:
 
 
 def mask_names(mask: int) -> list[str]:
-    from ioscope.tools.parse.cmd import MASKS
+    from ioscope.capture.masks import MASKS
     return [name for name, bit in MASKS.items() if mask & bit]
 
 
@@ -141,7 +142,7 @@ class RecorderOptions:
     buffer_bytes: int | None = None  # None: DEFAULT_BUFFER, and never fewer than DEFAULT_MIN_RING_SLOTS per ring
     btf: str | None = None
     hooks: list[str] | None = None  # None: the hooks of act_mask (mask_hooks)
-    act_mask: int = ALL_ACTIONS  # blktrace -a categories (parse_cmd.MASKS bits)
+    act_mask: int = ALL_ACTIONS  # blktrace -a categories (capture.masks.MASKS bits)
     stop_at: int = 0  # bench/record_overhead.py only: programs stop early (see targ_stop_at in record.bpf.c)
 
 

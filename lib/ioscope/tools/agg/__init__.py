@@ -1,4 +1,5 @@
 """ioscope agg: DTrace-style ad-hoc aggregations of block I/O, in the kernel or over a capture.
 
-expr (the language) -> collector (the agg BPF object, or a capture) -> model (pure) -> view (JSON, rich).
+The engine is engines/aggregate/ (the language, the agg BPF object's collector, the evaluation over a
+capture, the result); here: cmd.py (the command line), view.py (JSON, rich), bpftrace.py (--bpftrace).
 """

@@ -6,7 +6,10 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 
+from ioscope.base import live
+from ioscope.base.collector import Tick
 from ioscope.tools import common
 
 EXAMPLES = """\
@@ -123,13 +126,13 @@ def run(args: argparse.Namespace) -> int:
 
         state = {"emitted": 0, "next_start": 0.0}
 
-        def emit(started: float, reset: bool, final: bool) -> None:
+        def emit(tick: Tick) -> None:
             state["emitted"] += 1
             state["next_start"] = time.time()
-            sample = collector.sample(started, reset=reset and not args.cumulative, final=final)
+            sample = collector.sample(replace(tick, reset=tick.reset and not args.cumulative))
             result = build_result(exprs, sample, args.rows)
-            common.warn_lost("agg", result.losses)
-            with common.signals_deferred():
+            live.warn_lost("agg", result.losses)
+            with live.signals_deferred():
                 _print(result, args.json)
 
         what = (f"{len(exprs)} aggregation{'s' if len(exprs) > 1 else ''} of block I/O on {where} ({attach}; "
@@ -138,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
                                       tick=collector.tick, tick_every=TICK_S)
         if args.interval is not None and (args.count is None or state["emitted"] < args.count):
             # stopped (Ctrl-C, SIGTERM) inside an interval: print what it measured, as DTrace does
-            emit(state["next_start"] or started_at, True, True)
+            emit(Tick(state["next_start"] or started_at, reset=True, final=True))
         return rc
     finally:
         collector.close()
@@ -150,7 +153,7 @@ def run_bpftrace(args: argparse.Namespace) -> int:
     from ioscope.tools.agg.view import renderables, to_json
 
     def emit(result: AggResult) -> None:
-        with common.signals_deferred():
+        with live.signals_deferred():
             common.print_result("agg", result, args.json, to_json, renderables, result.losses)
 
     return bpftrace.run(args, emit)

@@ -10,11 +10,10 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
-from ioscope.base.fmt import fmt_bytes, fmt_ns
+from ioscope.base.fmt import fmt_bytes, fmt_ns, iso_time
 from ioscope.base.render import HistView
 from ioscope.engines.aggregate.expr import STACK_KEYS
 from ioscope.engines.aggregate.model import AggResult, AggTable, ResultRow
-from ioscope.tools import common
 
 DIST_WIDTH = 40  # DTrace's: 40 '@' are the whole count
 
@@ -36,7 +35,7 @@ def row_json(t: AggTable, r: ResultRow) -> dict[str, Any]:
 
 def to_json(r: AggResult) -> dict[str, Any]:
     return {
-        "time": common.iso_time(r.wall), "interval_s": round(r.interval_s, 6),
+        "time": iso_time(r.wall), "interval_s": round(r.interval_s, 6),
         **r.losses.to_json(),
         "timing": r.timing,
         "aggs": [{"expr": t.expr, "rows": [row_json(t, row) for row in t.rows]} for t in r.tables],
@@ -119,7 +118,7 @@ def table_renderables(t: AggTable) -> Iterator[RenderableType]:
 
 
 def renderables(r: AggResult) -> Iterator[RenderableType]:
-    yield Text(f"{common.iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}", style="dim")
+    yield Text(f"{iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}", style="dim")
     for t in r.tables:
         yield Group(*table_renderables(t), Text(""))
 

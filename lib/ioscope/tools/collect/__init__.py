@@ -1,2 +1,5 @@
-"""ioscope collect: a capture plus the host's context in one bundle (context.py: the collector of the
-host's settings; redact.py: pseudonyms; bundle.py: the file; cmd.py: the command)."""
+"""ioscope collect: a capture plus the host's context in one bundle.
+
+cmd.py: the command (a recording through engines/recording/session.py, the host's context and its
+redaction through engines/context/, the bundle through engines/context/bundling.py and capture/bundle.py).
+"""

@@ -7,11 +7,14 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from ioscope.base import outfile
 from ioscope.tools import common
+
+if TYPE_CHECKING:
+    from ioscope.engines.recording.session import RecordRequest
 
 EXAMPLES = """\
 examples:
@@ -85,18 +88,6 @@ def _list(path: str) -> int:
     return 0
 
 
-def _iso(t: float) -> str:
-    import datetime
-
-    return datetime.datetime.fromtimestamp(t, datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def _dump(doc: object) -> bytes:
-    import json
-
-    return json.dumps(doc, indent=1).encode()
-
-
 def run(args: argparse.Namespace) -> int:
     from ioscope.base.errors import UsageError
 
@@ -116,147 +107,41 @@ def run(args: argparse.Namespace) -> int:
         resolve_disk(d)   # a disk that is not there is refused before anything is written
     system.require_bpf_privileges("collect")
     command = " ".join(["ioscope", *sys.argv[1:]]) if sys.argv[1:2] == ["collect"] else "ioscope collect"
-    rec_argv = [*(["-w", str(args.duration)] if args.duration else []),
-                *[a for d in (args.disk or []) for a in ("-d", d)], *(["-p", str(args.pid)] if args.pid else [])]
+    from ioscope.engines.recording.session import RecordRequest
+
+    rec = RecordRequest(output="", disks=args.disk or [], pid=args.pid, duration=args.duration or None,
+                        btf=getattr(args, "btf", None), argv=sys.argv[1:])
     now = time.time()
     start = context.snapshot(command)
     if classes:
-        return _collect_redacted(args, out, command, classes, rec_argv, now, start)
-    return _collect_streamed(args, out, command, rec_argv, now, start)
+        return _collect_redacted(args, out, command, classes, rec, now, start)
+    return _collect_streamed(args, out, command, rec, now, start)
 
 
-def _record(rec_argv: list[str]) -> tuple[int, BaseException | None]:
-    from ioscope.cli import build_parser
+def _record(req: RecordRequest) -> tuple[int, BaseException | None]:
+    from ioscope.engines.recording.session import record
 
-    rargs = build_parser(["record"]).parse_args(["record", *rec_argv])
     try:
-        return int(rargs.func(rargs)), None
+        return record(req), None
     except Exception as exc:   # the bundle is finished with what it has, then the error is raised
         return 1, exc
 
 
-def manifest(command: str, host: str, now: float, redacted: dict[str, int] | None) -> dict[str, object]:
-    from ioscope import __version__
-    from ioscope.capture.bundle import FORMAT, MEMBERS, VERSION
-
-    doc: dict[str, object] = {"format": FORMAT, "version": VERSION, "members": list(MEMBERS),
-                              "ioscope_version": __version__, "command": command, "host": host,
-                              "started": _iso(now)}
-    if redacted is not None:
-        doc["redacted"] = redacted
-    return doc
-
-
-def begin_bundle(out: str, force: bool, now: float, man: dict[str, object], start: dict[str, object]) -> object:
-    """The bundle with its manifest and start context (always written first: they are what a full file
-    system must not cost), and the space held back for the end context."""
-    from ioscope.base.errors import IoscopeError
-    from ioscope.capture.bundle import CAPTURE, BundleWriter, DiskFull
-
-    w = BundleWriter(out, force, int(now))
-    try:
-        w.member("manifest.json", _dump(man))
-        w.member("context-start.json", _dump(start))
-        w.hold_reserve()
-        w.begin_stream(CAPTURE)
-    except DiskFull as exc:
-        w.close()
-        os.unlink(out)
-        raise IoscopeError(f"{out}: no room for even the host's context ({exc})",
-                           "free some space or write the bundle on another file system") from None
-    return w
-
-
-def finish_bundle(w: object, out: str, command: str, end: dict[str, object], rc: int, classes: tuple[str, ...],
-            error: BaseException | None, quiet: bool = False) -> int:
-    """The bundle ended: the capture's member closed, the end context written; says what it holds (unless
-    quiet: the flight recorder says it its own way) and raises the recorder's error, if any."""
-    from ioscope.base.fmt import fmt_bytes
-    from ioscope.capture.bundle import BundleWriter, DiskFull
-
-    assert isinstance(w, BundleWriter)
-    w.end_stream()
-    w.release_reserve()
-    end["collect"] = {"ended": _iso(time.time()), "recorder_exit": rc, "recorder_error": str(error) if error else None,
-                      "capture_bytes": w.kept, "capture_lost_bytes": w.lost, "capture_lost": w.full}
-    try:
-        w.member("context-end.json", _dump(end))
-    except DiskFull as exc:
-        w.close()
-        print(f"ioscope collect: {out}: no room for the end context ({exc}); the bundle holds the start context "
-              f"and {fmt_bytes(w.kept)} of the capture; free some space and collect again", file=sys.stderr)
-        return 1
-    w.close()
-    if error is not None:
-        if w.kept == 0 and w.lost == 0:   # the recorder never started: a bundle of contexts only is not kept
-            os.unlink(out)
-        raise error
-    if w.full is not None:
-        print(f"ioscope collect: {out}: the file system filled up ({w.full}): the bundle keeps "
-              f"{fmt_bytes(w.kept)} of the capture and lost the last {fmt_bytes(w.lost)} (readers read its complete "
-              "chunks); the host's context at the start and the end is whole", file=sys.stderr)
-        rc = rc or 1
-    if quiet:
-        return rc
-    print(f"Collected {out} ({fmt_bytes(os.path.getsize(out))}): the capture ({fmt_bytes(w.kept)} uncompressed) "
-          f"and the host's context at its start and end" + (f"; redacted: {', '.join(classes)}" if classes else ""),
-          file=sys.stderr)
-    return rc
-
-
-@contextmanager
-def piped_into(w: object) -> Iterator[str]:
-    """A named pipe whose bytes stream into the bundle's open member as they come (compressed): whoever
-    writes the capture (the recorder, the redaction) writes it there, so no file system needs room
-    for the uncompressed capture."""
-    import shutil
-    import tempfile
-    import threading
-
-    from ioscope.capture.bundle import BundleWriter
-
-    assert isinstance(w, BundleWriter)
-    tmpd = tempfile.mkdtemp(prefix="ioscope-collect-")
-    fifo = os.path.join(tmpd, "capture.ioscope")
-    os.mkfifo(fifo, 0o600)
-    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    hold = os.open(fifo, os.O_WRONLY)   # the pipe has a writer until the writer is done, opened or not
-    os.set_blocking(rfd, True)
-
-    def pump() -> None:
-        while data := os.read(rfd, 1 << 20):
-            w.stream_write(data)
-
-    t = threading.Thread(target=pump, name="ioscope-collect-pump", daemon=True)
-    t.start()
-    try:
-        yield fifo
-    finally:
-        os.close(hold)
-        t.join()
-        os.close(rfd)
-        shutil.rmtree(tmpd, ignore_errors=True)
-
-
-def host_name(ctx: dict[str, object]) -> str:
-    kern = ctx.get("kernel")
-    return str(kern.get("hostname", "?")) if isinstance(kern, dict) else "?"
-
-
-def _collect_streamed(args: argparse.Namespace, out: str, command: str, rec_argv: list[str], now: float,
+def _collect_streamed(args: argparse.Namespace, out: str, command: str, rec: RecordRequest, now: float,
                       start: dict[str, object]) -> int:
     """The capture streams from the recorder through a named pipe into the bundle, compressed as it
     comes: the bundle's file system needs room for the compressed capture only."""
     from ioscope.engines.context import context
+    from ioscope.engines.context.bundling import begin_bundle, finish_bundle, host_name, manifest, piped_into
 
     w = begin_bundle(out, args.force, now, manifest(command, host_name(start), now, None), start)
     with piped_into(w) as fifo:
-        rc, error = _record(["-f", "-o", fifo, *rec_argv])
+        rc, error = _record(replace(rec, output=fifo, force=True))
     return finish_bundle(w, out, command, context.snapshot(command), rc, (), error)
 
 
 def _collect_redacted(args: argparse.Namespace, out: str, command: str, classes: tuple[str, ...],
-                      rec_argv: list[str], now: float, start: dict[str, object]) -> int:
+                      rec: RecordRequest, now: float, start: dict[str, object]) -> int:
     """Recorded to a private file in the temporary directory ($TMPDIR, else /tmp: the process names in
     it are rewritten once every name is known, which needs the whole capture), then redacted through
     a pipe into the bundle (compressed as it comes)."""
@@ -265,6 +150,7 @@ def _collect_redacted(args: argparse.Namespace, out: str, command: str, classes:
 
     from ioscope.base.errors import IoscopeError
     from ioscope.engines.context import context
+    from ioscope.engines.context.bundling import begin_bundle, finish_bundle, host_name, manifest, piped_into
     from ioscope.engines.context.redact import Redactor, kernel_thread_table, kernel_threads
 
     kept: set[str] = set()
@@ -272,7 +158,7 @@ def _collect_redacted(args: argparse.Namespace, out: str, command: str, classes:
     raw = os.path.join(tmpd, "capture.ioscope")
     try:
         kthreads = kernel_thread_table()
-        rc, error = _record(["-o", raw, *rec_argv])
+        rc, error = _record(replace(rec, output=raw))
         end = context.snapshot(command)
         red = Redactor(classes)
         red.learn_context(start)

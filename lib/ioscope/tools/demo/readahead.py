@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError
 from ioscope.tools import common
 
@@ -188,8 +189,8 @@ def run_setting(fs: LoopFS, files: list[str], ra_kb: int, seconds: float, btf: s
             out, _ = p.communicate(timeout=seconds + 60)
             counted[p.pid] = int(out.strip() or 0)
         after = devices.read_diskstats()
-        rs_sample = rs.sample(t0, reset=False)
-        ra_sample = ra.read()
+        rs_sample = rs.sample(Tick(t0))
+        ra_sample = ra.sample(Tick(t0))
     finally:
         ra.close()
         rs.close()
@@ -278,7 +279,7 @@ def render(r: SettingResult, n: int) -> list[str]:
 
 
 def to_json(r: SettingResult) -> dict[str, object]:
-    from ioscope.tools.fair.view import disk_json
+    from ioscope.tools.fair.view import balance_json, disk_json
     from ioscope.tools.readahead.view import file_json
     from ioscope.tools.readsize.view import proc_json, request_json
 
@@ -292,7 +293,7 @@ def to_json(r: SettingResult) -> dict[str, object]:
         "requests": [request_json(q) for q in r.readsize.requests],
         "readahead": {"totals": r.readahead.totals, "files": [file_json(f) for f in r.readahead.files],
                       **r.readahead.losses.to_json()},
-        "balance": r.balance.to_json() if r.balance else None,
+        "balance": balance_json(r.balance) if r.balance else None,
         "disk": disk_json(r.disk) if r.disk else None, "causes": r.causes,
     }
 

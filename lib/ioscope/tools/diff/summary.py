@@ -1,8 +1,8 @@
 """The collector of `ioscope diff`: a capture -> a CaptureSummary (per disk and op: I/Os, bytes,
 q2c and d2c percentiles; per disk: the processes' bytes and the queue settings recorded with it).
 
-The numbers come from agg's capture engine (agg/capture.py: every I/O paired from Q to C, as
-report pairs them), asked the questions below; nothing is computed twice."""
+The numbers come from the aggregation engine over a capture (engines/aggregate/capture.py: every I/O
+paired from Q to C, as report pairs them), asked the questions below; nothing is computed twice."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class CaptureSummary:
 
 
 def context_settings(ctx: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """A bundle's context (collect/context.py) -> (host settings by name, queue settings per disk):
+    """A bundle's context (engines/context/context.py) -> (host settings by name, queue settings per disk):
     the vm sysctls, every cgroup I/O limit, multipath's paths and maps."""
     host: dict[str, Any] = {}
     for k, v in (ctx.get("vm") or {}).items():

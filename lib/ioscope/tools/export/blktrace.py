@@ -17,16 +17,7 @@ from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.capture.blktrace import EXPORT_BASE_OFFSET, BlktraceWriter, bit_dtype, record_offsets
 from ioscope.capture.events import EV_NOTE_PROCESS, EVENT, FirstNames, join_events, select_events
 from ioscope.capture.importer import DUMP_CPU, FileSets, file_sets
-from ioscope.capture.offline import Source, open_source
-
-
-def wall_at(src: Source, mono_ns: int) -> int | None:
-    """Wall-clock ns at a CLOCK_MONOTONIC time, from the capture's clock mapping."""
-    for key in ("start", "clock"):
-        c = src.meta.get(key)
-        if isinstance(c, dict) and isinstance(c.get("mono_ns"), int) and isinstance(c.get("wall_ns"), int):
-            return int(c["wall_ns"]) + (mono_ns - int(c["mono_ns"]))
-    return None
+from ioscope.capture.offline import Source, open_source, wall_at
 
 
 def file_stem(src: Source, dev: int) -> str:

@@ -41,19 +41,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=run, tool="export")
 
 
-def system_arrow_pool() -> None:
-    """Arrow's default pool (mimalloc) keeps what each row group freed; the C library's gives it back: peak RSS of
-    a 2.4-million-event parquet export 189 MB instead of 255 MB. Read by pyarrow when imported: set before."""
-    import os
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
-
-
 def run(args: argparse.Namespace) -> int:
     from ioscope.base.errors import UsageError
 
     if args.format == "parquet":
         if args.per_cpu:
             raise UsageError("--per-cpu is for --format blktrace", "a parquet export is a directory already")
+        from ioscope.engines.query import system_arrow_pool
+
         system_arrow_pool()
         from ioscope.engines.query.parquet import run as run_parquet
 

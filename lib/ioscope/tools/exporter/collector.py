@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ioscope.base import devices
+from ioscope.base.collector import Tick
 from ioscope.tools.exporter.model import (
     DEFAULT_SERIES_IDLE_S,
     AggDeltas,
@@ -100,7 +101,7 @@ class ExporterCollector:
     def _read_agg(self) -> None:
         if self.agg is None:
             return
-        sample = self.agg.sample(time.time(), reset=True, final=False)
+        sample = self.agg.sample(Tick(time.time(), reset=True))
         rows = list(sample.rows)
         procs: dict[tuple[str, str], tuple[int, int]] = {}
         cgroups: dict[str, tuple[int, int]] = {}
@@ -125,6 +126,14 @@ class ExporterCollector:
             if self.agg is not None:
                 self.agg.tick()
             self._read_agg()
+
+    @property
+    def unavailable(self) -> list[str]:
+        return self.lat.unavailable + (self.agg.unavailable if self.agg is not None else [])
+
+    def sample(self, tick: Tick) -> Exposition:
+        """The exposition now: counters since the start, as Prometheus expects (scrape)."""
+        return self.scrape()
 
     def scrape(self) -> Exposition:
         with self.lock:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from ioscope.base.collector import Tick
 from ioscope.base.errors import UsageError
 from ioscope.base.fairness import MIN_VERDICT_BYTES
 from ioscope.tools import common
-from ioscope.tools.readsize.cmd import add_filters
 
 EXAMPLES = """\
 examples:
@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "mean, coefficient of variation, max/min and Jain's fairness index, flagged when "
                                    "poor, with the device settings and the likely causes ioscope can see.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_filters(p)
+    common.add_proc_filters(p)
     p.add_argument("--by", choices=("app", "dev"), default="app",
                    help="bytes the balance is computed on: app = returned by the syscalls (default), "
                         "dev = block I/O queued by the process")
@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         attach = collector.bpf.variant_summary()
 
-        def emit(started: float, reset: bool, final: bool) -> None:
-            report = build_report(collector.sample(reset=reset), by=args.by, min_share=args.min_share,
+        def emit(tick: Tick) -> None:
+            report = build_report(collector.sample(tick), by=args.by, min_share=args.min_share,
                                   min_bytes=args.min_bytes, attach=attach)
             common.print_result("fair", report, args.json, to_json, renderables, report.losses)
 

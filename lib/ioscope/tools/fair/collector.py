@@ -7,7 +7,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ioscope.base import devices, iolimits
+from ioscope.base import devices
+from ioscope.base.collector import Tick
+from ioscope.engines.context import iolimits
 from ioscope.engines.procio.collector import ReadsizeCollector, ReadsizeOptions
 from ioscope.engines.procio.model import DiskIO, ProcIO, merge_procs
 from ioscope.tools.fair.model import FairSample, active_disks
@@ -73,9 +75,10 @@ class FairCollector:
     def unavailable(self) -> list[str]:
         return self.rs.unavailable
 
-    def sample(self, reset: bool) -> FairSample:
+    def sample(self, tick: Tick) -> FairSample:
         """The interval since the last sample when reset (totals kept since the start), else all since the start."""
         wall, now = time.time(), time.monotonic()
+        reset = tick.reset
         procs = self.rs.read(reset=reset)
         per_disk = self.rs.read_disks(reset=reset) if self.opts.per_disk else []
         losses = self.rs.losses()

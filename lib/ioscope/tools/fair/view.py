@@ -3,16 +3,16 @@ console without colour). Formatting only: every number comes from the report."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
 from rich.console import RenderableType
 from rich.text import Text
 
-from ioscope.base import iolimits
-from ioscope.base.fairness import POOR_JAIN, Verdict
-from ioscope.base.fmt import fmt_bytes
-from ioscope.tools import common
+from ioscope.base.fairness import POOR_JAIN, Balance, Verdict
+from ioscope.base.fmt import fmt_bytes, iso_time
+from ioscope.engines.context import iolimits
 from ioscope.tools.fair.model import DiskState, FairReport, Group, ProcRow
 
 
@@ -38,15 +38,15 @@ def group_json(g: Group) -> dict[str, Any]:
     return {
         "disk": g.disk,
         "procs": [row_json(row) for row in g.rows],
-        "balance": {op: v.to_json() for op, v in g.balance.items()},
-        "cumulative_balance": {op: v.to_json() for op, v in g.cumulative.items()},
+        "balance": {op: verdict_json(v) for op, v in g.balance.items()},
+        "cumulative_balance": {op: verdict_json(v) for op, v in g.cumulative.items()},
         "poor": {op: {"busy": bool(p.busy), "busy_disks": p.busy, "causes": p.causes} for op, p in g.poor.items()},
     }
 
 
 def to_json(r: FairReport) -> dict[str, Any]:
     return {
-        "time": common.iso_time(r.wall), "interval_s": round(r.seconds, 6), "by": r.by,
+        "time": iso_time(r.wall), "interval_s": round(r.seconds, 6), "by": r.by,
         **r.losses.to_json(), "attach": r.attach,
         "devices": [disk_json(d) for d in r.disks],
         "procs": [row_json(row) for row in r.rows],
@@ -74,7 +74,7 @@ def balance_line(v: Verdict, by: str, seconds: float, label: str) -> str:
 
 
 def text_lines(r: FairReport) -> list[str]:
-    out = [f"{common.iso_time(r.wall)}  interval {r.seconds:.3f}s  lost {r.losses.lost}"]
+    out = [f"{iso_time(r.wall)}  interval {r.seconds:.3f}s  lost {r.losses.lost}"]
     for d in r.disks:
         s = d.settings
         out.append(f"{d.name}: busy {d.util:.0%}  read_ahead_kb={s.get('read_ahead_kb')} "
@@ -130,3 +130,14 @@ def renderables(r: FairReport) -> Iterator[RenderableType]:
 
 __all__ = ["balance_line", "disk_json", "group_json", "group_lines", "renderables", "row_json", "text_lines",
            "to_json"]
+
+
+def balance_json(b: Balance) -> dict[str, object]:
+    return {"n": b.n, "total": b.total, "min": b.min, "max": b.max, "mean": round(b.mean, 3),
+            "cv": round(b.cv, 6), "max_min": None if math.isinf(b.max_min) else round(b.max_min, 6),
+            "jain": round(b.jain, 6), "poor": b.poor}
+
+
+def verdict_json(v: Verdict) -> dict[str, object]:
+    return {**balance_json(v.balance), "poor": v.poor, "enough_activity": v.enough, "min_bytes": v.min_bytes,
+            "pids": v.pids}

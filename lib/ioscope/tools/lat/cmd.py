@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ioscope.base.collector import Tick
 from ioscope.base.errors import UsageError
 from ioscope.tools import common
 
@@ -71,8 +72,8 @@ def run(args: argparse.Namespace) -> int:
         attach = collector.bpf.variant_summary()
         timed = timing_summary(collector.timing)
 
-        def emit(started: float, reset: bool, final: bool) -> None:
-            report = build_report(collector.sample(started, reset=reset, final=final),
+        def emit(tick: Tick) -> None:
+            report = build_report(collector.sample(tick),
                                   attach=attach, phases=opts.phases)
             common.print_result("lat", report, args.json, to_json,
                                     lambda rep: renderables(rep, view), report.losses)

@@ -11,11 +11,10 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from ioscope.base import devices
-from ioscope.base.fmt import fmt_ns
+from ioscope.base.fmt import fmt_ns, iso_time
 from ioscope.base.render import HistView
 from ioscope.engines.latency.model import PHASE_TITLES, LatHist, LatReport
 from ioscope.kernel.stamps import timing_summary
-from ioscope.tools import common
 
 
 @dataclass
@@ -42,7 +41,7 @@ def hist_json(h: LatHist) -> dict[str, Any]:
 
 def to_json(r: LatReport) -> dict[str, Any]:
     return {
-        "time": common.iso_time(r.wall), "interval_s": round(r.interval_s, 6),
+        "time": iso_time(r.wall), "interval_s": round(r.interval_s, 6),
         **r.losses.to_json(),
         "attach": r.attach,
         "timing": r.timing,
@@ -69,7 +68,7 @@ def hist_title(h: LatHist, o: LatViewOptions) -> str:
 
 
 def renderables(r: LatReport, o: LatViewOptions) -> Iterator[RenderableType]:
-    yield Text(f"{common.iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}", style="dim")
+    yield Text(f"{iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}", style="dim")
     if r.losses.lost:
         yield Text(f"lost: {r.losses.describe()}", style="yellow")
     if not r.hists:

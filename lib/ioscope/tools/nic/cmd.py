@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ioscope.base import live
+from ioscope.base.collector import Tick
 from ioscope.tools import common
 
 EXAMPLES = """\
@@ -51,11 +53,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         prev: list[NicSample] = [collector.sample()]
 
-        def emit(started: float, reset: bool, final: bool) -> None:
-            cur = collector.sample()
+        def emit(tick: Tick) -> None:
+            cur = collector.sample(tick)
             report = build_report(prev[0], cur, names)
             prev[0] = cur
-            with common.signals_deferred():
+            with live.signals_deferred():
                 common.print_result("nic", report, args.json, to_json, lambda rep: renderables(rep, view))
 
         where = ", ".join(names) or "every interface"

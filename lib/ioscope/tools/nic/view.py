@@ -12,8 +12,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ioscope.engines.netlink.model import NicReport, NicRow
-from ioscope.tools import common
+from ioscope.base.fmt import iso_time
+from ioscope.engines.netlink.model import NicReport
+from ioscope.engines.netlink.view import row_json
 
 # -x: the extended columns, in order: (model name, heading); Sat is the sum of all but Coll/s
 EXTENDED_HEADS = (("ierr", "IErr/s"), ("oerr", "OErr/s"), ("idrop", "IDrop/s"), ("odrop", "ODrop/s"),
@@ -25,24 +26,9 @@ class NicViewOptions:
     extended: bool = False
 
 
-def _r(v: float | None, nd: int = 3) -> float | None:
-    return None if v is None else round(v, nd)
-
-
-def row_json(r: NicRow) -> dict[str, Any]:
-    return {
-        "iface": r.name, "ifindex": r.index, "status": r.status, "note": r.note or None,
-        "rkb_s": _r(r.rkb_s), "wkb_s": _r(r.wkb_s), "rpk_s": _r(r.rpk_s), "wpk_s": _r(r.wpk_s),
-        "ravs": _r(r.ravs), "wavs": _r(r.wavs), "util_pct": _r(r.util_pct, 4),
-        "speed_mbps": r.speed_mbps, "duplex": r.duplex, "sat_s": _r(r.sat_s),
-        "ext_s": {k: round(v, 3) for k, v in r.ext_s.items()},
-        "counts": dict(r.deltas),
-    }
-
-
 def to_json(rep: NicReport) -> dict[str, Any]:
     # nic reads counters, it traces nothing: there is nothing it can lose ("lost" is in every tool's JSON)
-    return {"time": common.iso_time(rep.wall), "interval_s": round(rep.interval_s, 6),
+    return {"time": iso_time(rep.wall), "interval_s": round(rep.interval_s, 6),
             "lost": 0, "lost_detail": {}, "interfaces": [row_json(r) for r in rep.rows]}
 
 
@@ -70,7 +56,7 @@ def renderables(rep: NicReport, o: NicViewOptions) -> Iterator[RenderableType]:
         cells += [_f(r.ext_s[k]) for k, _ in EXTENDED_HEADS] if o.extended else [_f(r.ravs), _f(r.wavs)]
         cells += ["n/a" if r.util_pct is None else f"{r.util_pct:.2f}", _f(r.sat_s)]
         t.add_row(hhmmss, r.name, *cells)
-    yield Text(f"{common.iso_time(rep.wall)}  interval {rep.interval_s:.3f}s", style="dim")
+    yield Text(f"{iso_time(rep.wall)}  interval {rep.interval_s:.3f}s", style="dim")
     yield t
     if not rep.rows:
         yield Text("no interfaces")

@@ -23,6 +23,7 @@ import numpy.typing as npt
 from ioscope.base import outfile
 from ioscope.base.devices import kdev_split, kdev_str
 from ioscope.base.errors import IoscopeError, UsageError
+from ioscope.capture import _tracecore
 from ioscope.capture.blktrace import Sequencer
 from ioscope.capture.blktrace import bit_dtype as blktrace_dtype
 from ioscope.capture.events import (
@@ -49,8 +50,7 @@ from ioscope.capture.events import (
     FirstNames,
     rwbs,
 )
-from ioscope.tools.parse.cmd import MASKS
-from ioscope.trace import _tracecore
+from ioscope.capture.masks import parse_mask
 
 VALID_SPECS = "ABCDFGIMPQRSTUWX"
 FS_ACTIONS = {TA_QUEUE, TA_INSERT, TA_BACKMERGE, TA_FRONTMERGE, TA_GETRQ, TA_SLEEPRQ, TA_REQUEUE, TA_ISSUE,
@@ -103,24 +103,6 @@ def parse_window(text: str) -> tuple[int, int]:
     if e_ns <= s_ns or s_ns < 0:
         raise UsageError(f"invalid time window '{text}': the end must come after the start")
     return s_ns, e_ns
-
-
-def parse_mask(names: list[str] | None, hexmask: str | None) -> int:
-    mask = 0
-    for n in names or []:
-        for part in n.split(","):
-            bit = MASKS.get(part.strip().lower().removeprefix("blk_tc_"))
-            if bit is None:
-                raise UsageError(f"invalid action mask '{part}'", f"choose from {', '.join(MASKS)}")
-            mask |= bit
-    if hexmask is not None:
-        try:
-            mask = int(hexmask, 16)
-        except ValueError:
-            raise UsageError(f"invalid action mask '{hexmask}'", "give a hexadecimal category mask") from None
-        if not 1 <= mask < (1 << 16):
-            raise UsageError(f"invalid action mask '{hexmask}'", "the mask has 16 bits")
-    return mask or 0xFFFF
 
 
 class Formatter:
@@ -680,8 +662,7 @@ def parse_formats(specs: list[str] | None) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from ioscope.capture import importer
-    from ioscope.capture.offline import open_source
-    from ioscope.tools.export.blktrace import wall_at
+    from ioscope.capture.offline import open_source, wall_at
     mask = parse_mask(args.act_mask, args.set_mask)
     window = parse_window(args.stopwatch) if args.stopwatch else None
     fmt_per = parse_formats(args.format_spec)

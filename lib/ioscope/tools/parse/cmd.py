@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-# blkparse's -a names: the category bits
-MASKS = {"read": 1 << 0, "write": 1 << 1, "flush": 1 << 2, "sync": 1 << 3, "queue": 1 << 4, "requeue": 1 << 5,
-         "issue": 1 << 6, "complete": 1 << 7, "fs": 1 << 8, "pc": 1 << 9, "notify": 1 << 10, "ahead": 1 << 11,
-         "meta": 1 << 12, "discard": 1 << 13, "drv_data": 1 << 14, "fua": 1 << 15}
+from ioscope.capture.masks import MASKS
 
 EXAMPLES = """\
 examples:

@@ -7,10 +7,4 @@ collector.py  bpf/readahead.bpf.o, the readers' fd tables and mountinfo (paths),
 model.py      pure: RaSample -> RaReport (decisions, windows, page fates, efficiency, per device)
 view.py       RaReport -> JSON, rich/plain text (one render path)
 cmd.py        the command line: options -> collector -> model -> view, once per interval
-
-cmd's add_parser and run are re-exported for cli.TOOLS ("ioscope.tools.readahead").
 """
-
-from ioscope.tools.readahead.cmd import add_parser, run
-
-__all__ = ["add_parser", "run"]

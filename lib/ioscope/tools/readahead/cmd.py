@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ioscope.base.collector import Tick
 from ioscope.base.errors import UsageError
 from ioscope.tools import common
 
@@ -56,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         attach = collector.bpf.variant_summary()
 
-        def emit(started: float, reset: bool, final: bool) -> None:
+        def emit(tick: Tick) -> None:
             # readahead's numbers are totals since the start (a page's fate is known later than its read)
-            report = build_report(collector.read(), attach=attach)
+            report = build_report(collector.sample(tick), attach=attach)
             common.print_result("readahead", report, args.json, to_json,
                                     lambda rep: renderables(rep, view), report.losses)
 

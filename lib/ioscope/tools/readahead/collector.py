@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ioscope.base import devices
+from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError
 from ioscope.base.hist import Hist
 from ioscope.base.losses import StatsDelta
@@ -217,7 +218,8 @@ class ReadaheadCollector:
         mnt = self._mount(dev)
         return dev, f"{mnt} ino {ino}" if mnt else None
 
-    def read(self) -> RaSample:
+    def sample(self, tick: Tick | None = None) -> RaSample:
+        """Totals since the start (the report is cumulative: readahead's pages live longer than an interval)."""
         wall = time.time()
         kb, vb, n = self.files.dump(sum=False)
         keys = np.frombuffer(kb, dtype=abi.RA_KEY, count=n)

@@ -11,10 +11,9 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from ioscope.base import devices
-from ioscope.base.fmt import fmt_bytes, fmt_ns
+from ioscope.base.fmt import fmt_bytes, fmt_ns, iso_time
 from ioscope.base.hist import Hist
 from ioscope.base.render import HistView
-from ioscope.tools import common
 from ioscope.tools.readahead.model import PAGE, DeviceRow, RaFile, RaReport
 
 
@@ -55,7 +54,7 @@ def to_json(r: RaReport) -> dict[str, Any]:
     age = hist_json(r.age) | {f"p{int(p)}": round(v, 1) for p, v in r.age_pcts.items()}
     return {
         # the numbers are totals since the start: interval_s and elapsed_s are both that time
-        "time": common.iso_time(r.wall), "interval_s": round(r.elapsed_s, 6),
+        "time": iso_time(r.wall), "interval_s": round(r.elapsed_s, 6),
         "elapsed_s": round(r.elapsed_s, 6), "attach": r.attach, "unavailable": r.missing,
         "fentry": r.functions,
         **r.losses.to_json(),
@@ -78,7 +77,7 @@ def _share(a: int, b: int) -> str:
 
 
 def renderables(r: RaReport, o: RaViewOptions) -> Iterator[RenderableType]:
-    yield Text(f"{common.iso_time(r.wall)}  since start {r.elapsed_s:.3f}s  lost {r.losses.lost}", style="dim")
+    yield Text(f"{iso_time(r.wall)}  since start {r.elapsed_s:.3f}s  lost {r.losses.lost}", style="dim")
     for m in r.missing:
         yield Text(f"note: {m} (tracepoint missing on this kernel)", style="yellow")
     if r.functions:

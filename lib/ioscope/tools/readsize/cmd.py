@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ioscope.base.collector import Tick
 from ioscope.tools import common
 
 EXAMPLES = """\
@@ -22,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "block I/O the process queued (bio sizes, readahead or not), and the "
                                    "amplification between the two. Aggregated in the kernel.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_filters(p)
+    common.add_proc_filters(p)
     p.add_argument("--writes", action="store_true", help="also writes (write, pwrite64, writev, pwritev, pwritev2)")
     common.add_json(p)
     common.add_rows(p, "processes, the busiest first (JSON has all)", default=20)
@@ -30,14 +31,6 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    type=common.positive_int)
     common.add_interval_count(p)
     p.set_defaults(func=run, tool="readsize")
-
-
-def add_filters(p: argparse.ArgumentParser) -> None:
-    """-d, -p and --comm, filtered in the kernel (readsize and fair share the BPF object)."""
-    common.add_disk_pid(p)
-    p.add_argument("--comm", metavar="COMM", help="only processes with this command name (as in /proc/PID/comm)")
-    # -c is the cgroup letter in every tool (docs/cli.md); -c COMM was readsize's and fair's
-    common.add_deprecated_flag(p, "-c", dest="comm", instead="--comm", takes_value=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,8 +48,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         attach = collector.bpf.variant_summary()
 
-        def emit(started: float, reset: bool, final: bool) -> None:
-            report = build_report(collector.sample(started, reset=reset), attach=attach)
+        def emit(tick: Tick) -> None:
+            report = build_report(collector.sample(tick), attach=attach)
             common.print_result("readsize", report, args.json, to_json,
                                     lambda rep: renderables(rep, view), report.losses)
 
@@ -67,4 +60,4 @@ def run(args: argparse.Namespace) -> int:
         collector.close()
 
 
-__all__ = ["add_filters", "add_parser", "run"]
+__all__ = ["add_parser", "run"]

@@ -10,10 +10,9 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
-from ioscope.base.fmt import fmt_bytes
+from ioscope.base.fmt import fmt_bytes, iso_time
 from ioscope.base.hist import Hist
 from ioscope.engines.procio.model import DevRequests, ProcIO, ReadsizeReport
-from ioscope.tools import common
 
 DETAILS = 5  # processes shown with their size distributions (the busiest ones)
 
@@ -47,7 +46,7 @@ def request_json(r: DevRequests) -> dict[str, Any]:
 
 
 def to_json(r: ReadsizeReport) -> dict[str, Any]:
-    return {"time": common.iso_time(r.wall), "interval_s": round(r.interval_s, 6), **r.losses.to_json(),
+    return {"time": iso_time(r.wall), "interval_s": round(r.interval_s, 6), **r.losses.to_json(),
             "attach": r.attach, "procs": [proc_json(p) for p in r.procs],
             "requests": [request_json(q) for q in r.requests]}
 
@@ -126,7 +125,7 @@ def request_lines(reqs: list[DevRequests]) -> list[str]:
 
 
 def renderables(r: ReadsizeReport, o: ReadsizeViewOptions) -> Iterator[RenderableType]:
-    yield Text(f"{common.iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}", style="dim")
+    yield Text(f"{iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}", style="dim")
     for line in request_lines(r.requests):
         yield Text(line)
     for line in proc_table(r.procs, o.rows):

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.capture.events import EVENT, join_events, select_events
 
@@ -324,7 +325,7 @@ class KernelTriggers:
         if now - self._ticked >= self._tick_every:
             self.collector.tick()
             self._ticked = now
-        sample = self.collector.sample(time.time(), reset=True, final=False)
+        sample = self.collector.sample(Tick(time.time(), reset=True))
         out = []
         for e, rows in zip(self.exprs, sample.rows):
             if not rows:
@@ -662,7 +663,7 @@ class FlightSession:
                         raise
             raise IoscopeError(f"{base}.ioscope and {base}.2 to .99.ioscope all exist")
         from ioscope.engines.context import context
-        from ioscope.tools.collect.cmd import begin_bundle, finish_bundle, host_name, manifest, piped_into
+        from ioscope.engines.context.bundling import begin_bundle, finish_bundle, host_name, manifest, piped_into
         p = job.pending
         if p is not None and p.context_thread is not None:
             p.context_thread.join()

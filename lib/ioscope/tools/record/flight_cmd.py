@@ -1,4 +1,4 @@
-"""`ioscope record --ring`: the flight recorder's command (trace/flight.py does the work): checks, the
+"""`ioscope record --ring`: the flight recorder's command (flight.py does the work): checks, the
 start line, the status line, SIGUSR1, and the summary."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ioscope.base import live
 from ioscope.base.errors import IoscopeError, UsageError
-from ioscope.tools import common
 
 
 def _mem_available(meminfo: str = "/proc/meminfo") -> int | None:
@@ -82,7 +82,7 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
     trig: KernelTriggers | None = None
     cmd: CommandTrigger | None = None
     try:
-        common.warn_unavailable("record", rec.unavailable)
+        live.warn_unavailable("record", rec.unavailable)
         if exprs:
             trig = KernelTriggers(exprs, disks, args.pid, btf, progs)
         command = " ".join(["ioscope", *sys.argv[1:]])
@@ -130,7 +130,7 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> 
     ring = session.ring
     try:
         while not session.done.is_set():
-            if common.wait_or_deadline(session.done, deadline):
+            if live.wait_or_deadline(session.done, deadline):
                 session.stop(f"-w {args.duration:g}s elapsed")
             now = time.monotonic()
             if not args.quiet and now - last_line >= (1.0 if tty else 60.0) and not session.done.is_set():
@@ -145,10 +145,10 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> 
     except KeyboardInterrupt:
         session.stop("interrupted")
     finally:
-        common.join_uninterrupted(session.join)   # a save being written is finished
+        live.join_uninterrupted(session.join)   # a save being written is finished
         if tty:
             sys.stderr.write("\n")
-    common.raise_thread_error(session.error, "flight recorder")
+    live.raise_thread_error(session.error, "flight recorder")
     elapsed = time.monotonic() - started
     oldest = ring.oldest_ts()
     held = (time.monotonic_ns() - oldest) / 1e9 if oldest else 0.0

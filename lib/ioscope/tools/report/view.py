@@ -13,11 +13,12 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from ioscope.base import heat, iolimits, outfile
+from ioscope.base import heat, outfile
 from ioscope.base.devices import kdev_str
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.base.fmt import fmt_ns
 from ioscope.capture.events import EV_MESSAGE, EV_NOTE_PROCESS, action_mask_note, join_events
+from ioscope.engines.context import iolimits
 from ioscope.engines.pairing import btt
 from ioscope.engines.pairing.btt import Avg, BttResult, DevState, Stat, live_summary
 from ioscope.tools.report import model as report_model

@@ -1,11 +1,19 @@
-"""ioscope snoop's command line: its options and help. The implementation (ioscope.tools.snoop.snooper, with
-numpy) is imported when the command runs, not for --help."""
+"""ioscope snoop's command line: its options, and the loop collector (snooper.py: the recorder and the pairing
+of its events) -> view (view.py: text or JSON lines). numpy and the recorder are imported when it runs,
+not for --help."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from typing import TYPE_CHECKING
 
+from ioscope.base import live
 from ioscope.tools import common
+
+if TYPE_CHECKING:
+    from ioscope.tools.snoop.snooper import Snooper
 
 EXAMPLES = """\
 examples:
@@ -30,6 +38,42 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from ioscope.tools.snoop.snooper import run as run_snoop
+    from ioscope.base import devices, system
+    from ioscope.engines.recording.recorder import RecorderOptions
+    from ioscope.tools.snoop.snooper import SNOOP_HOOKS, Snooper
 
-    return run_snoop(args)
+    system.require_bpf_privileges("snoop")
+    btf = system.btf_path(getattr(args, "btf", None))
+    disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
+    snooper = Snooper(RecorderOptions(disks=disks, pid=args.pid, btf=btf, hooks=SNOOP_HOOKS, buffer_bytes=8 << 20))
+    try:
+        return _loop(snooper, args)
+    finally:
+        snooper.close()
+
+
+def _loop(sn: Snooper, args: argparse.Namespace) -> int:
+    from ioscope.engines.recording.recorder import POLL_MS, completions_warnings
+    from ioscope.tools.snoop.view import HEADER, emit
+
+    live.warn_unavailable("snoop", sn.rec.unavailable)
+    where = ", ".join(d.name for d in sn.rec.opts.disks) or "all disks"
+    print(f"Tracing block I/O on {where} ({sn.rec.bpf.variant_summary()}); Ctrl-C to end.", file=sys.stderr,
+          flush=True)
+    if not args.json:
+        print(HEADER, flush=True)
+    deadline = time.monotonic() + args.duration if args.duration else None
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            emit(sn.poll(POLL_MS), args.json)
+    except KeyboardInterrupt:
+        pass
+    emit(sn.finish(), args.json)
+    losses = sn.rec.losses()
+    if losses.lost:
+        print(f"ioscope snoop: lost {losses.lost} events ({losses.describe()})", file=sys.stderr)
+    for line in completions_warnings("snoop", sn.rec.completions_check(sn.completed, sn.completed_attached)):
+        print(line, file=sys.stderr)
+    return 0
+
+

@@ -11,9 +11,6 @@ its own.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
 from bisect import bisect_right
 from collections.abc import Iterator
@@ -21,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ioscope.base import devices, system
+from ioscope.base import devices
 from ioscope.capture.events import (
     EV_NOTE_PROCESS,
     EVENT,
@@ -34,8 +31,7 @@ from ioscope.capture.events import (
     rwbs,
 )
 from ioscope.capture.store import clock_pair
-from ioscope.engines.recording.recorder import POLL_MS, Recorder, RecorderOptions, completions_warnings
-from ioscope.tools import common
+from ioscope.engines.recording.recorder import Recorder, RecorderOptions
 
 SNOOP_HOOKS = ["bio_queue", "split", "rq_issue", "rq_complete", "bio_complete", "task_rename"]
 PENDING_MAX_AGE_NS = 30 * 1_000_000_000  # a Q or D unmatched for this long is dropped (merged bios, lost C)
@@ -168,28 +164,10 @@ class SnoopLine:
     service_ns: int | None
     error: int  # -errno, 0 = success
 
-    def to_json(self) -> dict[str, object]:
-        return {"time": common.iso_time(self.wall_ns / 1e9), "t": round(self.t, 9), "comm": self.comm,
-                "pid": self.pid, "disk": self.disk, "dev": self.dev, "op": self.op, "sector": self.sector,
-                "bytes": self.bytes, "queue_ns": self.queue_ns, "service_ns": self.service_ns,
-                "error": self.error}
-
 
 def _signed16(v: int) -> int:
     """The -errno blktrace-style u16 error back to a signed number (65531 -> -5)."""
     return v - 65536 if v > 32767 else v
-
-
-HEADER = f"{'TIME(s)':<12} {'COMM':<16} {'PID':>7} {'DISK':<8} {'T':<4} {'SECTOR':>12} {'BYTES':>8} " \
-         f"{'QUE(ms)':>8} {'SVC(ms)':>8}"
-
-
-def fmt_line(s: SnoopLine) -> str:
-    que = f"{s.queue_ns / 1e6:8.3f}" if s.queue_ns is not None else f"{'-':>8}"
-    svc = f"{s.service_ns / 1e6:8.3f}" if s.service_ns is not None else f"{'-':>8}"
-    err = f" error {s.error}" if s.error else ""
-    return f"{s.t:<12.6f} {s.comm[:16]:<16} {s.pid:>7} {s.disk[:8]:<8} {s.op:<4} {s.sector:>12} {s.bytes:>8} " \
-           f"{que} {svc}{err}"
 
 
 class Snooper:
@@ -251,51 +229,3 @@ class Snooper:
 
     def close(self) -> None:
         self.rec.close()
-
-
-def run(args: argparse.Namespace) -> int:
-    system.require_bpf_privileges("snoop")
-    btf = system.btf_path(getattr(args, "btf", None))
-    disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
-    snooper = Snooper(RecorderOptions(disks=disks, pid=args.pid, btf=btf, hooks=SNOOP_HOOKS, buffer_bytes=8 << 20))
-    try:
-        return _loop(snooper, args)
-    finally:
-        snooper.close()
-
-
-def _emit(lines: list[SnoopLine], as_json: bool) -> None:
-    if not lines:
-        return
-    if as_json:
-        out = "".join(json.dumps(s.to_json()) + "\n" for s in lines)
-    else:
-        out = "".join(fmt_line(s) + "\n" for s in lines)
-    with common.signals_deferred():  # Ctrl-C or SIGTERM never cuts a line in half
-        sys.stdout.write(out)
-        sys.stdout.flush()
-
-
-def _loop(sn: Snooper, args: argparse.Namespace) -> int:
-    common.warn_unavailable("snoop", sn.rec.unavailable)
-    where = ", ".join(d.name for d in sn.rec.opts.disks) or "all disks"
-    print(f"Tracing block I/O on {where} ({sn.rec.bpf.variant_summary()}); Ctrl-C to end.", file=sys.stderr,
-          flush=True)
-    if not args.json:
-        print(HEADER, flush=True)
-    deadline = time.monotonic() + args.duration if args.duration else None
-    try:
-        while deadline is None or time.monotonic() < deadline:
-            _emit(sn.poll(POLL_MS), args.json)
-    except KeyboardInterrupt:
-        pass
-    _emit(sn.finish(), args.json)
-    losses = sn.rec.losses()
-    if losses.lost:
-        print(f"ioscope snoop: lost {losses.lost} events ({losses.describe()})", file=sys.stderr)
-    for line in completions_warnings("snoop", sn.rec.completions_check(sn.completed, sn.completed_attached)):
-        print(line, file=sys.stderr)
-    return 0
-
-
-__all__ = ["PAIRED", "Pairer", "SnoopLine", "Snooper", "fmt_line", "run"]

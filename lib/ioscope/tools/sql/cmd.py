@@ -34,9 +34,30 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from ioscope.tools.export.cmd import system_arrow_pool
+    from ioscope.engines.query import system_arrow_pool
 
     system_arrow_pool()
-    from ioscope.engines.query.sql import run as run_sql
+    import re
+    import tempfile
 
-    return run_sql(args)
+    import duckdb
+
+    from ioscope.base.errors import IoscopeError
+    from ioscope.engines.query.sql import connect, first_line, view_columns
+    from ioscope.tools.sql.view import emit
+
+    fmt = "json" if args.json else "csv" if args.csv else "table"
+    need_events = re.search(r"\bevents\b", args.query, re.IGNORECASE) is not None
+    with tempfile.TemporaryDirectory(prefix="ioscope-sql-") as tmp:
+        con = connect(args.inputs, tmp, need_events)
+        try:
+            rel = con.sql(args.query)
+            if rel is None:   # a statement with no result (set, create view, ...)
+                return 0
+            fetch = getattr(rel, "to_arrow_table", None) or rel.arrow   # duckdb >= 1.4, before
+            tab = fetch()
+        except duckdb.Error as exc:
+            raise IoscopeError(f"query failed: {first_line(exc)}", f"views: {view_columns(con)}") from None
+        emit(tab, fmt)
+        con.close()
+    return 0

@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ioscope.base import live
+from ioscope.base.collector import Tick
 from ioscope.base.errors import UsageError
 from ioscope.tools import common
 from ioscope.tools.top import PROC_SORT_KEYS
@@ -99,7 +101,7 @@ class Sampler:
         self.sources = dict(sources or {})
         self.host = platform.node()
         self.kernel = platform.release()
-        self.prev: Sample = collector.sample()
+        self.prev: Sample = collector.sample(Tick(time.time()))
         from ioscope.base import devices
         # stacked devices (dm, md, btrfs) as sysfs has them at the start: the stacks panel
         self.stacks = devices.stack_meta()
@@ -108,7 +110,7 @@ class Sampler:
         """The snapshot of the interval since the last call; final: the run's last (TopCollector.sample)."""
         from ioscope.tools.top.model import build_snapshot
 
-        cur = self.c.sample(final)
+        cur = self.c.sample(Tick(self.prev.wall, reset=True, final=final))
         snap = build_snapshot(self.prev, cur, host=self.host, kernel=self.kernel, disks=self.c.whole_disks(),
                               name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary(),
                               show_idle=bool(self.c.filter))
@@ -139,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     collector = TopCollector(btf=btf, disks=[d.dev for d in disks])
     sources: dict[str, Source] = {}
     try:
-        common.warn_unavailable("top", collector.unavailable)
+        live.warn_unavailable("top", collector.unavailable)
         sources = optional_sources(btf)
         sampler = Sampler(collector, dict(sources))
         if batch:
@@ -158,19 +160,19 @@ def run(args: argparse.Namespace) -> int:
 def _batch(sample: Callable[[bool], Snapshot], args: argparse.Namespace, interval: float, count: int | None,
            disk: str | None) -> int:
     from ioscope.tools.top.model import filter_snapshot, sort_devices, sort_procs
-    from ioscope.tools.top.view import batch_text
+    from ioscope.tools.top.view import batch_text, snapshot_json
 
     done = 0
     start = time.time()
     try:
         while count is None or done < count:
-            common.sleep_until(start + interval * (done + 1))
+            live.sleep_until(start + interval * (done + 1))
             snap = filter_snapshot(sample(count is not None and done == count - 1), disk, args.pid)
             reverse = args.sort not in ("pid", "comm", "disk")
             if args.json:
                 snap.procs = sort_procs(snap.procs, args.sort, reverse)[: args.rows]
                 snap.devices = sort_devices(snap.devices, "util")
-                print(json.dumps(snap.to_json()), flush=True)
+                print(json.dumps(snapshot_json(snap)), flush=True)
             else:
                 print(batch_text(snap, args.sort, reverse=reverse, limit=args.rows), flush=True)
             done += 1

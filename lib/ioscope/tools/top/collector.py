@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ioscope.base import devices
+from ioscope.base.collector import Tick
 from ioscope.base.losses import PENDING, Losses, StatsDelta, settle_unreported, unreported_completions
 from ioscope.kernel import abi
 from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, SlotTable
@@ -90,10 +91,11 @@ class TopCollector:
             return
         self._comms.update(abi.comms_from_dump(kb, vb, n))
 
-    def sample(self, final: bool = False) -> Sample:
+    def sample(self, tick: Tick) -> Sample:
         """Read and empty the maps, read /proc/diskstats: one consistent moment. The last sample of a
         run (final) also counts the bios issued and never seen completing beyond what the kernel has
         in flight as completion_unseen (inflight.py: completions no BPF program saw)."""
+        final = tick.final
         mono, wall = time.monotonic(), time.time()
         ds = devices.read_diskstats(self.proc_root)
         pk, pv, pn = self.procs.dump(sum=False, delete=True)

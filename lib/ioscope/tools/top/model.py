@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -52,15 +52,6 @@ class DeviceRow:
     lat_ios: int = 0             # requests timed by the BPF histogram
     hist: Hist | None = field(default=None, repr=False, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("hist")
-        for k, v in d.items():
-            if isinstance(v, float):
-                d[k] = round(v, 3)
-        d["lat_buckets"] = [list(b) for b in self.hist.nonzero_buckets()] if self.hist else []
-        return d
-
 
 @dataclass
 class ProcRow:
@@ -78,14 +69,6 @@ class ProcRow:
     p99_ms: float | None = None
     ios: int = 0                 # I/Os completed in the interval (all operations)
     hist: Hist | None = field(default=None, repr=False, compare=False)
-
-    def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("hist")
-        for k, v in d.items():
-            if isinstance(v, float):
-                d[k] = round(v, 3)
-        return d
 
 
 def iostat(prev: DiskStats, cur: DiskStats, seconds: float) -> DeviceRow:
@@ -164,15 +147,6 @@ class Snapshot:
     # Optional panels' data (e.g. per-process balance, readahead), filled by extra sources of the Sampler
     # (cmd.py) and drawn by the panels registered in view.PANELS; JSON carries them under "extras".
     extras: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        from ioscope.tools.common import iso_time
-        return {
-            "time": iso_time(self.wall), "interval_s": round(self.interval, 6), "host": self.host,
-            "kernel": self.kernel, "lost": self.lost, "lost_detail": self.lost_detail, "attach": self.attach,
-            "devices": [d.to_json() for d in self.devices], "procs": [p.to_json() for p in self.procs],
-            **({"extras": self.extras} if self.extras else {}),
-        }
 
 
 def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],

@@ -1,6 +1,6 @@
 """ioscope nic as a panel of ioscope top: the network interfaces under the disks, toggled by the key n.
 
-top imports this module when it starts (top/cmd.py, OPTIONAL_SOURCES): it registers the panel drawing and
+top imports this module when it starts (tools/top/cmd.py, OPTIONAL_SOURCES): it registers the panel drawing and
 gives top a source that samples the interfaces once per refresh. The numbers are nic's (the same model and
 the same JSON rows, in top's JSON under extras.nic); the panel is off until n is pressed.
 """
@@ -13,7 +13,7 @@ from rich.text import Text
 
 from ioscope.engines.netlink.collector import NicCollector
 from ioscope.engines.netlink.model import NicSample, build_report
-from ioscope.tools.nic.view import row_json
+from ioscope.engines.netlink.view import row_json
 from ioscope.tools.top import view
 
 KEY = "n"

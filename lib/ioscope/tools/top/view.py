@@ -16,7 +16,7 @@ import termios
 import time
 import tty
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -25,12 +25,13 @@ from rich.control import Control
 from rich.segment import ControlType
 from rich.text import Text
 
-from ioscope.base.fmt import fmt_ns
+from ioscope.base.fmt import fmt_ns, iso_time
 from ioscope.base.heat import HEAT_CHARS, HeatGrid
 from ioscope.base.heat import level as heat_level
 from ioscope.tools.top.model import (
     DeviceRow,
     HeatHistory,
+    ProcRow,
     Snapshot,
     filter_snapshot,
     sort_devices,
@@ -188,7 +189,7 @@ def header_words(s: Snapshot) -> str:
 
 def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: int | None = None) -> str:
     """One plain-text snapshot, like top -b: header, every device, every process with I/O."""
-    from ioscope.tools.common import iso_time
+    from ioscope.base.fmt import iso_time
     lines = [f"ioscope top - {iso_time(s.wall)}  {header_words(s)}"]
     if s.lost:
         lines.append("lost: " + ", ".join(f"{k} {v}" for k, v in s.lost_detail.items() if v))
@@ -597,3 +598,27 @@ def interactive(sample_fn: Callable[[], Snapshot], st: ViewState, heat: HeatHist
                 if count is not None and done >= count:
                     break
     return 0
+
+
+def _rounded(row: DeviceRow | ProcRow) -> dict[str, Any]:
+    d = asdict(row)
+    d.pop("hist")
+    return {k: round(v, 3) if isinstance(v, float) else v for k, v in d.items()}
+
+
+def device_json(d: DeviceRow) -> dict[str, Any]:
+    return {**_rounded(d), "lat_buckets": [list(b) for b in d.hist.nonzero_buckets()] if d.hist else []}
+
+
+def proc_json(p: ProcRow) -> dict[str, Any]:
+    return _rounded(p)
+
+
+def snapshot_json(s: Snapshot) -> dict[str, Any]:
+    """One refresh as JSON (--batch -j: one object per line)."""
+    return {
+        "time": iso_time(s.wall), "interval_s": round(s.interval, 6), "host": s.host,
+        "kernel": s.kernel, "lost": s.lost, "lost_detail": s.lost_detail, "attach": s.attach,
+        "devices": [device_json(d) for d in s.devices], "procs": [proc_json(p) for p in s.procs],
+        **({"extras": s.extras} if s.extras else {}),
+    }

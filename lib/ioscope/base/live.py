@@ -1,0 +1,77 @@
+"""The life of a long-running tool: deadlines, worker threads, stop signals held off while output is
+written, and the lines every tool prints on stderr (hooks this kernel lacks, data lost). Used by the
+tools' run loops and by the engines that run one (the recording session). No numpy: --help needs this."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from ioscope.base.errors import IoscopeError
+
+if TYPE_CHECKING:
+    from ioscope.base.losses import Losses
+
+
+def warn_unavailable(tool: str, unavailable: list[str]) -> None:
+    """The one banner for hooks this kernel does not have: one line each, on stderr."""
+    for msg in unavailable:
+        print(f"ioscope {tool}: {msg}; carrying on without it", file=sys.stderr)
+
+
+def warn_lost(tool: str, losses: Losses) -> None:
+    """The one line on stderr when data was lost in an interval."""
+    if losses.lost:
+        print(f"ioscope {tool}: lost {losses.lost} values ({losses.describe()})", file=sys.stderr)
+
+
+def sleep_until(deadline: float) -> None:
+    while True:
+        left = deadline - time.time()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.5))
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP wait (blocked) until the block ends, then act as usual: output
+    written inside is never cut by the KeyboardInterrupt they raise (see cli.py)."""
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def wait_or_deadline(done: Any, deadline: float | None) -> bool:
+    """Wait up to a second for done (a threading.Event) or the deadline (time.monotonic()); True once the
+    deadline has passed (the long-running loops of record and its flight recorder)."""
+    done.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic())))
+    return deadline is not None and time.monotonic() >= deadline
+
+
+def join_uninterrupted(join: Callable[[], None]) -> None:
+    """join() to the end whatever Ctrl-C comes meanwhile: a second Ctrl-C must not cut short what the first
+    one began (a capture's end record, a flight recorder's save)."""
+    while True:
+        try:
+            join()
+            return
+        except KeyboardInterrupt:
+            continue
+
+
+def raise_thread_error(error: BaseException | None, what: str) -> None:
+    """A worker thread's error, raised in the main thread: an IoscopeError as it is, anything else as one
+    line saying what failed."""
+    if error is None:
+        return
+    if isinstance(error, IoscopeError):
+        raise error
+    raise IoscopeError(f"{what} failed: {error}") from error

@@ -1,0 +1,39 @@
+"""ioscope snoop's views: one line per completed I/O, as text (biosnoop's columns) or JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ioscope.base import live
+from ioscope.base.fmt import iso_time
+from ioscope.tools.snoop.snooper import SnoopLine
+
+HEADER = f"{'TIME(s)':<12} {'COMM':<16} {'PID':>7} {'DISK':<8} {'T':<4} {'SECTOR':>12} {'BYTES':>8} " \
+         f"{'QUE(ms)':>8} {'SVC(ms)':>8}"
+
+
+def fmt_line(s: SnoopLine) -> str:
+    que = f"{s.queue_ns / 1e6:8.3f}" if s.queue_ns is not None else f"{'-':>8}"
+    svc = f"{s.service_ns / 1e6:8.3f}" if s.service_ns is not None else f"{'-':>8}"
+    err = f" error {s.error}" if s.error else ""
+    return f"{s.t:<12.6f} {s.comm[:16]:<16} {s.pid:>7} {s.disk[:8]:<8} {s.op:<4} {s.sector:>12} {s.bytes:>8} " \
+           f"{que} {svc}{err}"
+
+
+def line_json(s: SnoopLine) -> dict[str, object]:
+    return {"time": iso_time(s.wall_ns / 1e9), "t": round(s.t, 9), "comm": s.comm, "pid": s.pid, "disk": s.disk,
+            "dev": s.dev, "op": s.op, "sector": s.sector, "bytes": s.bytes, "queue_ns": s.queue_ns,
+            "service_ns": s.service_ns, "error": s.error}
+
+
+def emit(lines: list[SnoopLine], as_json: bool) -> None:
+    if not lines:
+        return
+    if as_json:
+        out = "".join(json.dumps(line_json(s)) + "\n" for s in lines)
+    else:
+        out = "".join(fmt_line(s) + "\n" for s in lines)
+    with live.signals_deferred():  # Ctrl-C or SIGTERM never cuts a line in half
+        sys.stdout.write(out)
+        sys.stdout.flush()
