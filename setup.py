@@ -93,7 +93,7 @@ setup(
     package_dir={"": "lib"},
     packages=find_packages("lib"),
     package_data={"ioscope": ["bpfobj/*.bpf.o", "py.typed"], "ioscope.kernel": ["_libbpf.pyi"],
-                  "ioscope.trace": ["_tracecore.pyi"]},
+                  "ioscope.capture": ["_tracecore.pyi"]},
     ext_modules=[
         Extension(
             "ioscope.kernel._libbpf",
@@ -103,11 +103,14 @@ setup(
         ),
         # the sequential loops of the offline tools (btt's pairing, blktrace record scanning, blkparse
         # lines), plain C, no libraries
-        Extension("ioscope.trace._tracecore", sources=["lib/ioscope/trace/_tracecore.c"],
+        Extension("ioscope.capture._tracecore",
+                  sources=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "lib/ioscope/capture/tracecore").glob("*.c")),
+                  depends=sorted(str(p.relative_to(ROOT)) for p in (ROOT / "lib/ioscope/capture/tracecore").glob("*.h")),
                   extra_compile_args=["-Wall", "-O2"]),
     ],
     cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
     install_requires=["numpy>=1.22", "rich>=12", "pyarrow>=14", "prometheus-client>=0.16",
-                      "pyelftools>=0.29", "pyroute2>=0.7", "duckdb>=1.1"],
+                      "pyelftools>=0.29", "pyroute2>=0.7", "duckdb>=1.1",
+                      "vl-convert-python>=1.6"],
     entry_points={"console_scripts": _executables()},
 )

@@ -202,3 +202,16 @@ def readme_setup_commands() -> list[str]:
     text = (ROOT / "README.md").read_text()
     section = text.split("## Set-up", 1)[1].split("\n## ", 1)[0]
     return [block.strip() for block in re.findall(r"```\n(.*?)```", section, re.S)]
+
+
+
+# the harness (tests/harness.py): programs under test start with default signal dispositions however the
+# suite was started, and whatever a test leaves running is stopped after it
+from harness import (  # noqa: E402
+    pytest_configure,
+    pytest_runtest_call,
+    pytest_runtest_teardown,
+    pytest_terminal_summary,
+)
+
+__all__ = ["pytest_configure", "pytest_runtest_call", "pytest_runtest_teardown", "pytest_terminal_summary"]

@@ -286,7 +286,7 @@ def test_readahead(run: Run) -> None:
 
 
 def _parse_queued(run: Run) -> dict[tuple[int, str], int]:
-    p = run_ioscope("parse", str(run.capture), check=True)
+    p = run_ioscope("parse", "--names", "ioscope", str(run.capture), check=True)   # each I/O under its name then
     queued: dict[tuple[int, str], int] = {}
     for line in p.stdout.splitlines():
         f = line.split()
@@ -299,7 +299,7 @@ def _parse_queued(run: Run) -> dict[tuple[int, str], int]:
 def _parse_ios(run: Run) -> dict[tuple[int, str], int]:
     """I/Os by (pid, name) as btt (and report) count them: each queued bio, and each piece a split (X) cut
     off one (the buffered dd's readahead bios are larger than the loop disk's max_sectors_kb)."""
-    p = run_ioscope("parse", str(run.capture), check=True)
+    p = run_ioscope("parse", "--names", "ioscope", str(run.capture), check=True)   # each I/O under its name then
     ios: dict[tuple[int, str], int] = {}
     for line in p.stdout.splitlines():
         f = line.split()

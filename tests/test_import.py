@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import blk_scenarios as bs
-from conftest import run_ioscope
+from conftest import ioscope_cmd, run_ioscope
 from ioscope.capture import blktrace
 from ioscope.capture.events import TA_QUEUE
 from ioscope.capture.store import open_capture
@@ -94,13 +95,13 @@ def test_import_errors_leave_nothing(tmp_path: Path) -> None:
 
 
 def blkparse_files(d: Path, names: list[str], *opts: str) -> str:
-    """Real blkparse reading blktrace's per-CPU files (-D d -i NAME ...), its 'Input file' lines left out
-    (they name the files it opened: a capture has none to name)."""
+    """Real blkparse reading blktrace's per-CPU files (-i NAME ... in directory d), all it prints (its
+    'Input file NAME.blktrace.N added' lines too: parse prints them for the files an import was made of)."""
     import subprocess
     args = [a for n in names for a in ("-i", n)]
-    p = subprocess.run(["blkparse", *opts, "-D", str(d), *args], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(["blkparse", *opts, *args], capture_output=True, text=True, timeout=60, cwd=d)
     assert p.returncode == 0 and p.stderr == "", p.stderr
-    return "".join(ln + "\n" for ln in p.stdout.splitlines() if not ln.startswith("Input file "))
+    return p.stdout
 
 
 LVM_CASES = [(o, split) for split in (False, True) for o in ("<", ">")]
@@ -129,7 +130,8 @@ def test_import_lvm_on_partition_parse_export_report(tmp_path: Path, order: str,
     assert ("CPU1 (dm-0):\n" in theirs) == split and ("Events (sdb): " in theirs) == split
     assert run_ioscope("parse", str(cap), check=True).stdout == theirs
     # the files given to parse directly read the same way (one set: blkparse -i sda)
-    assert run_ioscope("parse", str(d / "sda.blktrace.1"), check=True).stdout == blkparse_files(d, ["sda"])
+    direct = subprocess.run(ioscope_cmd("parse", "sda.blktrace.1"), capture_output=True, text=True, cwd=d, timeout=60)
+    assert direct.stdout == blkparse_files(d, ["sda"])
     for opts in (("-q",), ("-a", "complete"), ("-a", "notify"), ("-w", "0.004:0.009"),
                  ("-f", "%D|%c|%s|%T.%t|%z|%p|%a|%d|%S|%n|%N|%e|%C|%M|%m\\n"),   # %D: a remap's own device
                  ("-F", "A,%D %a %S\\n", "-F", "Q,%-12C %p\\n")):
@@ -142,7 +144,6 @@ def test_import_lvm_on_partition_parse_export_report(tmp_path: Path, order: str,
     for p in originals:
         assert (out / Path(p).name).read_bytes() == Path(p).read_bytes(), p
     # report == btt reading blkparse's dump of the original files
-    import subprocess
     dump = tmp_path / "dump.bin"
     args = [a for n in names for a in ("-i", n)]
     subprocess.run(["blkparse", "-q", "-O", "-D", str(d), *args, "-d", str(dump)], check=True, capture_output=True,
@@ -218,10 +219,10 @@ def test_damaged_per_cpu_files_import_parse_export(tmp_path: Path, flips: list[t
     f.write_bytes(bytes(data))
     try:
         whole = read_file_sets(str(d / "sda"))
-        assert whole is not None
-        p = Parser(io.StringIO(), dict(whole.comms))
-        feed_file_sets(p, whole, whole.fs)
-        p.summary()
+        if whole is not None:   # (None: flipped CPU fields made the file a stream of several CPUs)
+            p = Parser(io.StringIO(), dict(whole.comms))
+            feed_file_sets(p, whole.chunks(), whole.comms, whole.fs)
+            p.summary()
         import_blktrace([str(d / "sda")], str(d / "i.ioscope"))
         export_blktrace(str(d / "i.ioscope"), str(d / "out"), per_cpu=True)
         assert (d / "out" / "sda.blktrace.0").read_bytes() == bytes(data)
@@ -255,3 +256,59 @@ def test_import_file_not_in_time_order(tmp_path: Path) -> None:
     out = tmp_path / "out"
     run_ioscope("export", "--per-cpu", str(cap), "-o", str(out), check=True)
     assert [(out / Path(f).name).read_bytes() for f in files] == [Path(f).read_bytes() for f in files]
+
+
+TRACES = Path(__file__).resolve().parent / "traces"
+
+
+def test_import_keeps_the_files_clock_and_time_base(tmp_path: Path) -> None:
+    """Nothing in an import comes from the importing host: per-CPU files keep the kernel's absolute times and
+    their timestamp note's clock; a dump without a note has no clock; intervals are the trace's own."""
+    from ioscope.capture.store import open_capture
+    raw = {}
+    for name in ("splits", "nostamp.dump"):
+        cap = tmp_path / f"{name}.ioscope"
+        run_ioscope("import", str(TRACES / name), "-o", str(cap), check=True)
+        with open_capture(str(cap)) as c:
+            meta, ev = dict(c.meta), c.read_all()
+        blk = ev[(ev["flags"] & 1) == 0]
+        raw[name] = (meta, int(blk["ts"].min()), int(blk["ts"].max()))
+    meta, first, last = raw["splits"]
+    # the timestamp note the files hold (make_corpus.py: the recording's own clock pair) and their kernel times
+    head = json.loads((TRACES / "src" / "splits.blk.txt").read_text().splitlines()[0].lstrip("# "))
+    assert meta["clock"] == meta["start"] == {"mono_ns": head["mono_ns"], "wall_ns": head["wall_ns"],
+                                             "uncertainty_ns": 0}
+    assert first > 10**12 and meta["end"]["mono_ns"] == last   # absolute kernel times, kept
+    assert meta["end"]["wall_ns"] == head["wall_ns"] + last - head["mono_ns"]
+    assert meta["byte_order"] == "little" and meta["host"] is None and meta["time_base"] == "blktrace"
+    meta, first, last = raw["nostamp.dump"]
+    assert meta["clock"] is None and meta["start"] is None and meta["end"]["wall_ns"] is None
+    assert first < 10**9 and meta["end"]["mono_ns"] == last      # a dump counts from its first record
+    for name, (_meta, first, last) in raw.items():
+        # every reader takes the interval from the trace: agg -r, report
+        agg = json.loads(run_ioscope("agg", "-r", str(tmp_path / f"{name}.ioscope"), "-j", "-e", "count()",
+                                     check=True).stdout.splitlines()[-1])
+        assert agg["interval_s"] == pytest.approx((last - first) / 1e9, abs=2e-6), name
+        doc = json.loads(run_ioscope("report", "--json", str(tmp_path / f"{name}.ioscope"), check=True).stdout)
+        assert doc["duration"] == pytest.approx((last - first) / 1e9), name
+
+
+def test_misnamed_and_incomplete_inputs(tmp_path: Path) -> None:
+    """A dump under a per-CPU name is read as the stream it is; a set missing a CPU file is read whole, and
+    each is said on stderr, by import, parse and report alike."""
+    for tool in (("import",), ("parse", "-q"), ("report", "--btt")):
+        out = ("-o", str(tmp_path / f"{tool[0]}.ioscope")) if tool[0] == "import" else ()
+        p = run_ioscope(*tool, str(TRACES / "missing"), *out, check=True)
+        assert f"{TRACES / 'missing'}.blktrace.2 is missing" in p.stderr or "missing.blktrace.2 is missing" in p.stderr
+        assert "read the 3 other files" in p.stderr, p.stderr
+        out = ("-o", str(tmp_path / f"{tool[0]}2.ioscope")) if tool[0] == "import" else ()
+        p = run_ioscope(*tool, str(TRACES / "misnamed.blktrace.0"), *out, check=True)
+        assert "holds records of other CPUs than 0" in p.stderr and "read as a stream" in p.stderr, p.stderr
+    # every record of every file was read (the reference: the set with CPU 2's file made empty)
+    from ioscope.capture.store import open_capture
+    with open_capture(str(tmp_path / "import.ioscope")) as c:
+        ev = c.read_all()
+    assert sorted(set(ev["cpu"][(ev["flags"] & 1) == 0].tolist())) == [0, 3]
+    with open_capture(str(tmp_path / "import2.ioscope")) as c:
+        ev = c.read_all()
+    assert sorted(set(ev["cpu"][(ev["flags"] & 1) == 0].tolist())) == [0, 1]

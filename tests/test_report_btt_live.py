@@ -1,6 +1,6 @@
 """Whole-host recording (every disk) of fio's buffered psync random I/O on ext4 plus a buffered write and
-sync: report's own pairing against the kernel's counts, and its account of btt's pairing against the
-real btt's per-I/O output (root, BPF, loop devices)."""
+sync: report's own pairing against the kernel's counts, its account of btt's pairing against the real
+btt's per-I/O output, and its btt sections against the real btt -A (root, BPF, loop devices)."""
 
 from __future__ import annotations
 
@@ -119,3 +119,8 @@ def test_whole_host_report_vs_btt(loopdev: Callable[..., Any], shm_dir: Path) ->
     assert dev["btt"]["ios_paired_differently"]["total"] > 0
     text = run_ioscope("report", str(cap), check=True, timeout=300).stdout
     assert "Where btt differs (ioscope)" in text
+    # report's btt sections are the real btt -A's on the export, byte for byte, split bios and all
+    p = subprocess.run(["btt", "-A", "-i", str(out), "-o", "bttA"], cwd=shm_dir, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert text.startswith((shm_dir / "bttA.avg").read_text())

@@ -172,7 +172,7 @@ def test_snoop_names_exec_workers(run: Run) -> None:
 
 
 def test_capture_names_each_io_as_it_was_named(run: Run) -> None:
-    p = run_ioscope("parse", str(run.capture), check=True)
+    p = run_ioscope("parse", "--names", "ioscope", str(run.capture), check=True)   # each I/O under its name then
     queued: dict[tuple[int, str], int] = {}
     for line in p.stdout.splitlines():
         f = line.split()

@@ -18,6 +18,7 @@ into a regular array, no Python step per record.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -27,6 +28,7 @@ import numpy.typing as npt
 
 from ioscope.base.errors import IoscopeError
 from ioscope.base.fmt import comm_str
+from ioscope.capture import _tracecore
 from ioscope.capture.events import (
     EV_NOTE_PROCESS,
     EVENT,
@@ -35,10 +37,10 @@ from ioscope.capture.events import (
     TA_UNPLUG_IO,
     TA_UNPLUG_TIMER,
     TC_NOTIFY,
+    FirstNames,
     join_events,
     select_events,
 )
-from ioscope.trace import _tracecore
 
 __all__ = ["join_events", "select_events"]
 
@@ -176,11 +178,12 @@ def process_notes(comms: dict[int, str], pids: Iterable[int], dev: int, cpu: int
 class BlktraceWriter:
     """Streams time-ordered EVENT chunks into one blktrace stream (a `blkparse -d` style dump).
 
-    Times are written relative to base_ts (the first event, as blkparse -d
-    writes them). Each device gets the wall-clock timestamp note first; each
-    (device, pid) a process note before its first event, named from comms or
-    from the capture's own process notes. Sequence numbers run per (device,
-    cpu) from 1, as the kernel numbers each per-CPU buffer.
+    Times are written relative to base_ts (the first event, as blkparse -d writes them). Each device gets
+    the wall-clock timestamp note first; each pid one process note before its first event, with the name
+    names.fixed gives it (events.FirstNames: the name it had at its first block event; the capture's own
+    process notes are not written, and a pid with no name gets no note, as blktrace writes none).
+    Sequence numbers run per (device, cpu) from 1, as the kernel numbers each per-CPU buffer.
+    names: shared by the writers of one export (call names.chunk() on each whole chunk first), else own.
     """
 
     out: BinaryIO
@@ -190,18 +193,21 @@ class BlktraceWriter:
     order: str = "<"                  # byte order of the records ('>' for a big-endian host's files)
     records: int = 0
     bytes_written: int = 0
-    _seen: set[tuple[int, int]] = field(default_factory=set)
+    names: FirstNames | None = None
+    _noted: set[int] = field(default_factory=set)
     _devs: set[int] = field(default_factory=set)
     sequencer: Sequencer = field(default_factory=lambda: Sequencer())
 
     def write(self, events: npt.NDArray[np.void]) -> None:
         if len(events) == 0:
             return
+        if self.names is None:
+            self.names = FirstNames(self.comms)
+            self._own_names = True
+        if getattr(self, "_own_names", False):
+            self.names.chunk(events)
         notes = (events["flags"] & EV_NOTE_PROCESS) != 0
         if notes.any():
-            from ioscope.capture.events import note_comm
-            for ev in events[notes]:
-                self.comms[int(ev["pid"])] = note_comm(ev)
             events = events[~notes]
             if len(events) == 0:
                 return
@@ -213,23 +219,20 @@ class BlktraceWriter:
                     rel = max(int(events["ts"][0]) - self.base_ts, 0)
                     parts.append(timestamp_note(dev, int(events["cpu"][0]), rel, self.wall_at_base_ns + rel,
                                                 self.order))
-        # process notes for (dev, pid) pairs seen for the first time in this chunk
-        key = (events["dev"].astype(np.uint64) << np.uint64(32)) | events["pid"].astype(np.uint64)
-        ukey, first = np.unique(key, return_index=True)
-        new = [i for k, i in zip(ukey.tolist(), first.tolist())
-               if ((k >> 32), (k & 0xFFFFFFFF)) not in self._seen]
-        if new:
-            new_idx = np.array(sorted(new), dtype=np.int64)
-            for i in new_idx.tolist():
-                self._seen.add((int(events["dev"][i]), int(events["pid"][i])))
-            # merge notes in front of the first event of each pair
-            notes_ev = np.zeros(len(new_idx), dtype=EVENT)
-            for j, i in enumerate(new_idx.tolist()):
-                e = events[i]
-                notes_ev[j] = process_notes(self.comms, [int(e["pid"])], int(e["dev"]), int(e["cpu"]), int(e["ts"]))[0]
-            merged = np.insert(events, new_idx, notes_ev)
-        else:
-            merged = events
+        # a process note before the first event of each pid that has a name
+        upid, first = np.unique(events["pid"], return_index=True)
+        new = sorted((i, p) for p, i in zip(upid.tolist(), first.tolist()) if p not in self._noted)
+        at: list[int] = []
+        rows: list[npt.NDArray[np.void]] = []
+        for i, pid in new:
+            self._noted.add(pid)
+            name = self.names.fixed.get(pid)
+            if name is None:
+                continue
+            e = events[i]
+            at.append(i)
+            rows.append(process_notes({pid: name}, [pid], int(e["dev"]), int(e["cpu"]), int(e["ts"])))
+        merged = np.insert(events, np.array(at, dtype=np.int64), join_events(rows)) if rows else events
         seq = self._sequences(merged)
         parts.append(encode(merged, seq, self.base_ts, self.order))
         data = b"".join(parts)
@@ -280,6 +283,12 @@ class Decoded:
     messages: int = 0
     offsets: npt.NDArray[np.int64] | None = None      # byte offset of each event's record
     seq: npt.NDArray[np.uint32] | None = None         # each event's sequence number
+    # each event's record's own device, where it is not the event's: a remap recorded on the traced disk
+    # whose bio went to another device is an event of the device it went to (its payload's device_to, as
+    # blkparse prints it and ioscope records it); btt counts it on the record's device
+    own_dev: npt.NDArray[np.uint32] | None = None
+    # decode(messages=True): the text of each message (BLK_TN_MESSAGE) row, by its index in events
+    texts: dict[int, str] | None = None
 
 
 def _order(buf: bytes | memoryview, path: str, offset: int) -> str:
@@ -328,8 +337,10 @@ def record_offsets(buf: bytes | memoryview, path: str = "<data>", start: int = 0
 
 
 def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, path: str = "<data>",
-           start: int = 0) -> Decoded:
-    """EVENT records for the blk_io_trace records at offs (from record_offsets)."""
+           start: int = 0, messages: bool = False) -> Decoded:
+    """EVENT records for the blk_io_trace records at offs (from record_offsets). messages: the messages
+    (BLK_TN_MESSAGE, the I/O scheduler's) as rows too, flagged EV_MESSAGE, their texts in Decoded.texts
+    (blkparse prints them, and btt sets their device up)."""
     n = len(offs)
     dt = bit_dtype(order)
     if n == 0:
@@ -366,10 +377,14 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
     if one.any():
         ev["aux"][one] = pay[one, :8].copy().view(">u8").reshape(-1)
     rm = ~notify & (code == TA_REMAP) & (plen >= 16)
+    own: npt.NDArray[np.uint32] | None = None
     if rm.any():
         r = pay[rm].copy().view([("f", ">u4"), ("t", ">u4"), ("s", ">u8")]).reshape(-1)
         ev["aux_dev"][rm] = r["f"]
         ev["aux"][rm] = r["s"]
+        if (r["t"] != hdr["device"][rm]).any():
+            own = hdr["device"].astype(np.uint32)
+            ev["dev"][rm] = r["t"]
 
     comms: dict[int, str] = {}
     stamps: list[tuple[int, int]] = []
@@ -390,13 +405,22 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
         words = pay[ts_note][:, :8].copy().view(order + "u4").reshape(-1, 2)
         for t, (sec, ns) in zip(hdr["time"][ts_note].tolist(), words.tolist()):
             stamps.append((int(t), int(sec) * 1_000_000_000 + int(ns)))
-    messages = int((notify & (code == TN_MESSAGE)).sum())
-    return Decoded(select_events(ev, keep), comms, stamps, messages, offs[keep] + start,
-                   hdr["sequence"][keep].astype(np.uint32))
+    is_msg = notify & (code == TN_MESSAGE) & ((action & np.uint32(0xFFFF)) == TN_MESSAGE)
+    texts: dict[int, str] | None = None
+    if messages and is_msg.any():
+        from ioscope.capture.events import EV_MESSAGE
+        ev["flags"][is_msg] = EV_MESSAGE
+        keep = keep | is_msg
+        pos = np.cumsum(keep) - 1
+        texts = {int(pos[i]): bytes(buf[int(offs[i]) + 48:int(offs[i]) + 48 + int(hdr["pdu_len"][i])])
+                 .split(b"\0", 1)[0].decode(errors="replace") for i in np.flatnonzero(is_msg).tolist()}
+    n_msg = int((notify & (code == TN_MESSAGE)).sum())
+    return Decoded(select_events(ev, keep), comms, stamps, n_msg, offs[keep] + start,
+                   hdr["sequence"][keep].astype(np.uint32), None if own is None else own[keep], texts)
 
 
-def read_stream(path: str, block: int = 1 << 20) -> Iterator[Decoded]:
-    """Decode one blktrace stream file block by block (bounded memory)."""
+def read_stream(path: str, block: int = 1 << 20, messages: bool = False) -> Iterator[Decoded]:
+    """Decode one blktrace stream file block by block (bounded memory); messages: decode()'s."""
     try:
         size = os.path.getsize(path)
         f = open(path, "rb")
@@ -415,27 +439,53 @@ def read_stream(path: str, block: int = 1 << 20) -> Iterator[Decoded]:
             if not buf:
                 break
             offs, used, order = record_offsets(buf, path, pos, order, final=final)
-            yield decode(buf, offs, order, path, pos)
+            yield decode(buf, offs, order, path, pos, messages)
             pos += used
             carry = buf[used:]
             if final:
                 break
 
 
+PER_CPU_NAME = re.compile(r"^(?P<stem>.+)\.blktrace\.(?P<cpu>\d+)$")
+
+
+@dataclass
+class FileSet:
+    """blktrace's per-CPU files of one traced device, NAME.blktrace.CPU: every one there, and the CPUs
+    below the highest whose file is not (blkparse stops at the first missing one; ioscope reads them all
+    and says which are missing)."""
+
+    stem: str
+    files: list[tuple[int, str]]      # (cpu, path), by cpu
+    missing: list[int]
+
+    @property
+    def paths(self) -> list[str]:
+        return [f for _c, f in self.files]
+
+
+def file_set(path: str) -> FileSet | None:
+    """The per-CPU files NAME.blktrace.N for NAME or for one of them; None when there are none."""
+    m = PER_CPU_NAME.match(path)
+    stem = m.group("stem") if m and os.path.exists(path) else path
+    d = os.path.dirname(stem) or "."
+    base = os.path.basename(stem) + ".blktrace."
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return None
+    files = sorted((int(n[len(base):]), os.path.join(os.path.dirname(stem), n)) for n in names
+                   if n.startswith(base) and n[len(base):].isdigit())
+    if not files:
+        return None
+    have = {c for c, _f in files}
+    return FileSet(stem, files, [c for c in range(files[-1][0]) if c not in have])
+
+
 def per_cpu_files(path: str) -> list[str]:
-    """blktrace's per-CPU files for a name: NAME.blktrace.0, .1, ... (or the file itself)."""
-    base = path
-    k = base.find(".blktrace.")
-    if k >= 0 and os.path.exists(base):
-        base = base[:k]
-    files = []
-    cpu = 0
-    while os.path.exists(f"{base}.blktrace.{cpu}"):
-        files.append(f"{base}.blktrace.{cpu}")
-        cpu += 1
-    if files:
-        return files
-    return [path]
+    """blktrace's per-CPU files for a name: every NAME.blktrace.N there is (or the file itself)."""
+    fs = file_set(path)
+    return fs.paths if fs is not None else [path]
 
 
 def read_merged(paths: list[str], block: int = 1 << 20) -> Iterator[Decoded]:
@@ -455,6 +505,7 @@ def read_merged(paths: list[str], block: int = 1 << 20) -> Iterator[Decoded]:
     alive = [True] * len(paths)
     held = np.zeros(0, dtype=EVENT)
     held_seq = np.zeros(0, dtype=np.uint32)
+    held_own = np.zeros(0, dtype=np.uint32)
     comms: dict[int, str] = {}
     while True:
         got: list[Decoded] = []
@@ -475,17 +526,20 @@ def read_merged(paths: list[str], block: int = 1 << 20) -> Iterator[Decoded]:
         evs = join_events([held] + [d.events for d in got])
         seq = np.concatenate([held_seq] + [d.seq if d.seq is not None else np.zeros(len(d.events), np.uint32)
                                            for d in got])
+        own = np.concatenate([held_own] + [d.own_dev if d.own_dev is not None else d.events["dev"].astype(np.uint32)
+                                           for d in got])
         o = np.lexsort((seq, evs["dev"], evs["ts"]))
-        evs, seq = select_events(evs, o), seq[o]
+        evs, seq, own = select_events(evs, o), seq[o], own[o]
         live = [last[i] for i in range(len(paths)) if alive[i]]
         cut = int(np.searchsorted(evs["ts"], min(live), side="right")) if live else len(evs)
         out, held = evs[:cut], evs[cut:]
         out_seq, held_seq = seq[:cut], seq[cut:]
+        out_own, held_own = own[:cut], own[cut:]
         yield Decoded(out, dict(comms), [s for d in got for s in d.timestamps], sum(d.messages for d in got),
-                      None, out_seq)
+                      None, out_seq, out_own)
         if not any(alive):
             if len(held):
-                yield Decoded(held, dict(comms), [], 0, None, held_seq)
+                yield Decoded(held, dict(comms), [], 0, None, held_seq, held_own)
             break
 
 
@@ -531,13 +585,7 @@ def read_file(path: str, cpu: int | None = None) -> FileTrace:
     notes = [(int(np.searchsorted(block, i)), buf[int(offs[i]):int(offs[i]) + 48 + int(plen[i])])
              for i in np.flatnonzero(notify).tolist()]
     d = decode(buf, offs[block], order, path)
-    # a remap's event is on the device it went to (the payload's device_to), as ioscope records it and
-    # blkparse prints it; the record's own device (the traced disk's, on newer kernels) is in raw
-    act = head["action"][block]
-    rm = ((act & np.uint32(0xFFFF)) == TA_REMAP) & (plen[block] >= 16)
-    if rm.any():
-        to = data[offs[block][rm][:, None] + 48 + 4 + np.arange(4)[None, :]].copy().view(">u4").reshape(-1)
-        d.events["dev"][rm] = to
+    # (a remap is an event of the device it went to: decode() took its payload's device_to)
     # which block records encode() gives back byte for byte
     bo = offs[block]
     olen = 48 + plen[block]

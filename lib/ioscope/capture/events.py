@@ -53,6 +53,8 @@ def select_events(ev: npt.NDArray[np.void], which: npt.NDArray[Any] | slice) -> 
     return out
 
 EV_NOTE_PROCESS = 1
+# a blktrace message record (BLK_TN_MESSAGE): read from a blktrace file for btt's view only, never in a capture
+EV_MESSAGE = 2
 
 # blktrace action codes (low 16 bits of blk_io_trace.action)
 TA_QUEUE, TA_BACKMERGE, TA_FRONTMERGE, TA_GETRQ, TA_SLEEPRQ, TA_REQUEUE, TA_ISSUE, TA_COMPLETE = 1, 2, 3, 4, 5, 6, 7, 8
@@ -123,3 +125,44 @@ def action_mask_note(path: str, mask: Any) -> str | None:
     return (f"{head}: it holds only {' '.join(letters) or 'process notes'} events; "
             f"{', '.join(missing) or 'no phase'} need{'s' if len(missing) == 1 else ''} others: "
             "their tables are empty, not zero")
+
+
+class FirstNames:
+    """The name blkparse and btt give each pid of a capture recorded by ioscope, reading its blktrace export:
+    the export writes one process note per pid, before its first block event, with the name the pid had
+    then (its last process note before that event, else the capture's table of names). blkparse and btt
+    keep the first note they read for good, so that name is the pid's for the whole trace; a pid with no
+    name gets no note (blkparse prints "(null)", btt calls it pid%09u)."""
+
+    def __init__(self, comms: dict[int, str]) -> None:
+        self.known = dict(comms)                  # the latest name of each pid so far
+        self.fixed: dict[int, str | None] = {}    # each pid's name for good, from its first block event
+        self._seen = np.zeros(1 << 16, dtype=bool)   # pids in fixed (most chunks bring no new one)
+
+    def chunk(self, ev: npt.NDArray[np.void]) -> list[tuple[int, int, str | None]]:
+        """(index of the pid's first block event in ev, pid, its name) for the pids first seen in ev, in
+        order of those events; the chunk's process notes are then known."""
+        flags = ev["flags"]
+        pids = ev["pid"]
+        special = (flags & (EV_NOTE_PROCESS | EV_MESSAGE)) != 0
+        notes = np.flatnonzero((flags & EV_NOTE_PROCESS) != 0)
+        top = int(pids.max()) if len(pids) else 0
+        if top >= len(self._seen):
+            grown = np.zeros(max(top + 1, 2 * len(self._seen)), dtype=bool)
+            grown[:len(self._seen)] = self._seen
+            self._seen = grown
+        fresh = np.flatnonzero(~special & ~self._seen[pids])   # block events of pids not named for good yet
+        out: list[tuple[int, int, str | None]] = []
+        if len(fresh):
+            upid, first = np.unique(pids[fresh], return_index=True)
+            for pid, i in zip(upid.tolist(), first.tolist()):
+                k = int(fresh[i])
+                before = notes[(notes < k) & (pids[notes] == pid)]
+                name = note_comm(ev[int(before[-1])]) if len(before) else self.known.get(pid)
+                self.fixed[pid] = name
+                self._seen[pid] = True
+                out.append((k, int(pid), name))
+        for k in notes.tolist():
+            self.known[int(pids[k])] = note_comm(ev[k])
+        out.sort()
+        return out

@@ -7,9 +7,9 @@ import base64
 import binascii
 import bisect
 import os
-import re
 import sys
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,31 +23,79 @@ from ioscope.base.fmt import comm_str
 from ioscope.capture import blktrace
 from ioscope.capture.events import EV_NOTE_PROCESS, EVENT
 
-PER_CPU = re.compile(r"^(?P<stem>.+)\.blktrace\.(?P<cpu>\d+)$")
+PER_CPU = blktrace.PER_CPU_NAME
+DUMP_CPU = -1   # the "CPU" of a dump's one file in a FileSets record: a stream of every CPU's records
+# a file named NAME.blktrace.N holding more than this share of records of other CPUs is a stream (a dump)
+# stored under a per-CPU name, not blktrace's file of CPU N (whose stray records blkparse skips: "trace
+# info has error cpu")
+OTHER_CPU_SHARE = 0.01
 
 
-def expand_inputs(args: list[str]) -> list[tuple[str, list[str]]]:
-    """[(name, files)]: each per-CPU set (NAME.blktrace.N, or NAME alone) once, each dump on its own."""
-    out: list[tuple[str, list[str]]] = []
+@dataclass
+class Group:
+    """One input as blkparse would read it: a per-CPU set (NAME.blktrace.N; cpus the files' CPUs) or a
+    stream (a `blkparse -d` dump, or a file given alone: cpus [DUMP_CPU])."""
+
+    name: str
+    files: list[str]
+    cpus: list[int]
+    missing: list[int]            # CPUs below the highest whose file is not there (read: every file)
+    note: str | None = None       # said on stderr: how the input was read, when its name says otherwise
+
+    @property
+    def dump(self) -> bool:
+        return self.cpus == [DUMP_CPU]
+
+
+def other_cpu_share(path: str, cpu: int) -> float:
+    """The share of a file's block records that are not of CPU cpu."""
+    n = other = 0
+    for d in blktrace.read_stream(path):
+        blk = (d.events["flags"] & EV_NOTE_PROCESS) == 0
+        n += int(blk.sum())
+        other += int((blk & (d.events["cpu"] != cpu)).sum())
+    return other / n if n else 0.0
+
+
+def expand_inputs(args: list[str]) -> list[Group]:
+    """Each per-CPU set (NAME.blktrace.N, or NAME alone) once, with every file it has; each stream on its own.
+    What a file is comes from its content, not only its name: a file named NAME.blktrace.N whose records
+    are of several CPUs is a stream (a dump under a per-CPU name), read as one, as btt reads it."""
+    out: list[Group] = []
     seen: set[str] = set()
     for a in args:
-        m = PER_CPU.match(a)
-        if m or (not os.path.exists(a) and os.path.exists(f"{a}.blktrace.0")):
-            stem = m.group("stem") if m else a
-            if stem in seen:
-                continue
-            seen.add(stem)
-            files = blktrace.per_cpu_files(f"{stem}.blktrace.0") if os.path.exists(f"{stem}.blktrace.0") else [a]
-            if m and a not in files:
-                files.append(a)
-            out.append((os.path.basename(stem), files))
-        else:
+        m = PER_CPU.match(os.path.basename(a))
+        fs = blktrace.file_set(a) if m or not os.path.exists(a) else None
+        if fs is None:
             if not os.path.exists(a):
                 raise IoscopeError(f"cannot open {a}: no such file", "give blktrace files (NAME.blktrace.N) or dumps")
-            if a in seen:
-                continue
-            seen.add(a)
-            out.append((os.path.basename(a), [a]))
+            if a not in seen:
+                seen.add(a)
+                out.append(Group(os.path.basename(a), [a], [DUMP_CPU], []))
+            continue
+        if fs.stem in seen:
+            continue
+        seen.add(fs.stem)
+        files: list[str] = []
+        cpus: list[int] = []
+        for cpu, f in fs.files:
+            share = other_cpu_share(f, cpu)
+            if share > OTHER_CPU_SHARE:
+                out.append(Group(os.path.basename(f), [f], [DUMP_CPU], [],
+                                 f"{f} holds records of other CPUs than {cpu} ({100 * share:.0f}%): it is one stream "
+                                 "of every CPU's records (a blkparse -d dump), not blktrace's file of CPU "
+                                 f"{cpu}; read as a stream, as btt reads it"))
+            else:
+                files.append(f)
+                cpus.append(cpu)
+        if files:
+            missing = [c for c in range(cpus[-1]) if c not in cpus]
+            note = None
+            if missing:
+                gaps = ", ".join(f"{os.path.basename(fs.stem)}.blktrace.{c}" for c in missing)
+                note = (f"{os.path.basename(fs.stem)}: {gaps} {'is' if len(missing) == 1 else 'are'} missing: read "
+                        f"the {len(files)} other files (blkparse would stop at the first missing one)")
+            out.append(Group(os.path.basename(fs.stem), files, cpus, missing, note))
     return out
 
 
@@ -79,27 +127,6 @@ def check_file(path: str, block: int = 16 << 20) -> tuple[int, str]:
     return n, order or "<"
 
 
-def survey(groups: list[tuple[str, list[str]]]) -> tuple[dict[int, str], list[tuple[int, int]], int]:
-    """First pass: devices (named after their per-CPU files), timestamp notes and the highest CPU."""
-    devs: dict[int, str] = {}
-    stamps: list[tuple[int, int]] = []
-    max_cpu = 0
-    for name, fs in groups:
-        named = len(fs) > 1 or bool(PER_CPU.match(os.path.basename(fs[0])))
-        seen: set[int] = set()
-        traced: set[int] = set()   # the set's own disk: its notes carry it (a remap's records may not)
-        for d in blktrace.read_merged(fs):
-            stamps.extend(d.timestamps)
-            if len(d.events):
-                max_cpu = max(max_cpu, int(d.events["cpu"].max()))
-                seen.update(np.unique(d.events["dev"]).tolist())
-                notes = (d.events["flags"] & EV_NOTE_PROCESS) != 0
-                traced.update(np.unique(d.events["dev"][notes]).tolist())
-        for dev in sorted(seen):
-            devs.setdefault(int(dev), name if named and (not traced or dev in traced) else "")
-    return devs, stamps, max_cpu
-
-
 SIDE_KEY = "blktrace_files"   # the end record's part that keeps what EVENT does not (see FileSets)
 
 
@@ -116,13 +143,15 @@ def _unpack(text: str, dtype: Any, n: int) -> npt.NDArray[Any]:
 
 @dataclass
 class FileSets:
-    """What an import of blktrace's per-CPU files kept beside the events (the end record's SIDE_KEY).
+    """What an import of blktrace files kept beside the events (the end record's SIDE_KEY).
 
-    Indexes count the capture's block events (process notes left out), in the capture's order, which is
-    the order blkparse read them in. seq: each one's sequence number; set_of: the file set (NAME of
-    NAME.blktrace.N) it came from; notes: every notify record as (set, cpu, block records before it in
-    its file, block events blkparse printed before it or -1 when it is not printed, its bytes); raw:
-    the records EVENT does not give back byte for byte, by index.
+    A set is blktrace's per-CPU files of one name (NAME.blktrace.N), or one stream (a dump: its one file's
+    "cpu" is DUMP_CPU). Indexes count the capture's block events (process notes left out), in the
+    capture's order, which is the order blkparse read them in (a dump's: its file's order). seq: each
+    one's sequence number; set_of: the set it came from; notes: every notify record (and, in a per-CPU
+    file, every record of another CPU) as (set, cpu, block records before it in its file, block events
+    blkparse printed before it or -1 when it is not printed, its bytes); raw: the records EVENT does not
+    give back byte for byte, by index.
     """
 
     sets: list[dict[str, Any]]
@@ -171,6 +200,159 @@ class FileSets:
                 return str(f["order"])
         return "<"
 
+    def is_dump(self, set_idx: int) -> bool:
+        return [f["cpu"] for f in self.sets[set_idx]["files"]] == [DUMP_CPU]
+
+    @property
+    def dumps_only(self) -> bool:
+        return all(self.is_dump(i) for i in range(len(self.sets)))
+
+    def streams(self) -> list[tuple[int, int]]:
+        """(set, cpu) of every file, in the order blkparse sets them up (sets as given, CPUs ascending)."""
+        return [(si, int(f["cpu"])) for si, st in enumerate(self.sets) for f in st["files"]]
+
+    def stream_ids(self, g0: int, cpu: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
+        """The stream (index into streams()) of the block events g0, g0 + 1, ... (their CPUs given)."""
+        st = self.streams()
+        lut = np.full((len(self.sets), max([c for _s, c in st] + [0]) + 2), -1, dtype=np.int64)
+        for i, (si, c) in enumerate(st):
+            if c == DUMP_CPU:
+                lut[si, :] = i
+            else:
+                lut[si, c] = i
+        sets = self.set_of[g0:g0 + len(cpu)].astype(np.int64)
+        return np.asarray(lut[sets, np.minimum(cpu.astype(np.int64), lut.shape[1] - 1)], dtype=np.int64)
+
+    def note_kind(self, k: int) -> str:
+        """process, timestamp, message, other (a notify record blkparse ignores), or cpu (a record of another
+        CPU than its per-CPU file's, which blkparse skips: 'trace info has error cpu')."""
+        si, cpu, _fp, _mp, rec = self.notes[k]
+        order = self.order(si, cpu)
+        act, _t = _note_action(rec, order)
+        if cpu != DUMP_CPU and _note_cpu(rec, order) != cpu:
+            return "cpu"
+        if not act & (blktrace.NOTIFY_ACTION):
+            return "cpu"
+        if act == blktrace.NOTIFY_ACTION | blktrace.TN_PROCESS:
+            return "process"
+        if act == blktrace.NOTIFY_ACTION | blktrace.TN_TIMESTAMP:
+            return "timestamp"
+        return "message" if _is_message(act) else "other"
+
+    def timestamp(self, k: int) -> tuple[int, int]:
+        """A timestamp note's (trace time, wall clock ns)."""
+        si, cpu, _fp, _mp, rec = self.notes[k]
+        order = self.order(si, cpu)
+        _act, t = _note_action(rec, order)
+        sec, nsec = np.frombuffer(rec[48:56], dtype=order + "u4").tolist()
+        return t, int(sec) * 1_000_000_000 + int(nsec)
+
+    def note_text(self, k: int) -> str:
+        """A message's text."""
+        si, cpu, _fp, _mp, rec = self.notes[k]
+        plen = int.from_bytes(rec[46:48], "little" if self.order(si, cpu) == "<" else "big")
+        return rec[48:48 + plen].split(b"\0", 1)[0].decode(errors="replace")
+
+    def note_seq(self, k: int) -> int:
+        si, cpu, _fp, _mp, rec = self.notes[k]
+        return int.from_bytes(rec[4:8], "little" if self.order(si, cpu) == "<" else "big")
+
+    def note_pid_name(self, k: int) -> tuple[int, str]:
+        si, cpu, _fp, _mp, rec = self.notes[k]
+        pid = int.from_bytes(rec[32:36], "little" if self.order(si, cpu) == "<" else "big")
+        return pid, comm_str(rec[48:64])
+
+
+class NoteOrder:
+    """Where, among an imported file set's block events in blkparse's order, each of its notes is read.
+
+    blkparse reads blktrace's per-CPU files 512 traces (block records and messages) at a time, a file's
+    next batch right after it printed the last trace of the one before, and acts on a note when it reads
+    it: a process note names its pid from then on (the first one read wins, for good). Every file's first
+    batch is read before anything is printed. So a note in a file's batch b > 0 takes effect after the
+    last trace of its batch b - 1 is printed; `blkparse -d` writes it there, which is where btt reads it.
+    A dump (a stream) is read in file order: btt meets its notes where they are (where="file"); blkparse
+    reads 512 events, then sorts and prints them (where="batch": a note counts from its batch's first).
+
+    positions(g0, cpu) is fed the block events in order, chunk by chunk (cpu: their CPUs), and returns the
+    notes taking effect in that chunk as (position, note index), position g meaning before block event g.
+    """
+
+    def __init__(self, fs: FileSets, kinds: tuple[str, ...] = ("process",), where: str = "batch") -> None:
+        self.fs = fs
+        self.counts = np.zeros(len(fs.streams()), dtype=np.int64)
+        self.fixed: list[tuple[int, int, int]] = []                # (position, stream, note) known now
+        self.pending: dict[int, list[tuple[int, int, int, int]]] = {}   # stream -> [(k, delta, stream, note)]
+        streams = {st: i for i, st in enumerate(fs.streams())}
+        per: dict[int, list[int]] = {}
+        for k, n in enumerate(fs.notes):
+            per.setdefault(streams.get((n[0], n[1]), 0), []).append(k)
+        for sid, ks in per.items():
+            traces = 0          # messages and other-CPU records before each note in its file
+            marks: list[tuple[int, int, int]] = []   # (trace number, kind 0 message 1 cpu, note) of those traces
+            for k in ks:
+                kind = fs.note_kind(k)
+                fpos = fs.notes[k][2]
+                if kind in ("message", "cpu"):
+                    marks.append((fpos + traces, 0 if kind == "message" else 1, k))
+                    traces += 1
+                    continue
+                if kind not in kinds:
+                    continue
+                tn = fpos + traces       # traces before it in its file
+                if fs.is_dump(fs.notes[k][0]):
+                    if where == "file":
+                        self._target(sid, fpos, 0, k)
+                    else:   # from the first block record of its batch
+                        start = (tn // 512) * 512
+                        self._target(sid, start - sum(1 for m in marks if m[0] < start), 0, k)
+                    continue
+                b = tn // 512
+                if b == 0:
+                    self.fixed.append((0, sid, k))
+                    continue
+                last = 512 * b - 1          # the last trace of the batch before, not a record of another CPU
+                skip = {m[0]: m for m in marks}
+                while last in skip and skip[last][1] == 1:
+                    last -= 1
+                if last in skip:    # a message: blkparse printed it after mp block events
+                    self.fixed.append((max(fs.notes[skip[last][2]][3], 0), sid, k))
+                else:
+                    self._target(sid, last - sum(1 for m in marks if m[0] < last), 1, k)
+
+    def _target(self, sid: int, kth: int, delta: int, note: int) -> None:
+        self.pending.setdefault(sid, []).append((kth, delta, sid, note))
+
+    def positions(self, g0: int, cpu: npt.NDArray[Any]) -> list[tuple[int, int]]:
+        sid = self.fs.stream_ids(g0, cpu)
+        out = [(p, s, k) for p, s, k in self.fixed]
+        self.fixed = []
+        for s, targets in list(self.pending.items()):
+            idx = np.flatnonzero(sid == s)
+            before = int(self.counts[s])
+            keep = []
+            for kth, delta, st, k in targets:
+                j = kth - before
+                if j < 0:
+                    out.append((g0, st, k))
+                elif j < len(idx):
+                    out.append((g0 + int(idx[j]) + delta, st, k))
+                else:
+                    keep.append((kth, delta, st, k))
+            if keep:
+                self.pending[s] = keep
+            else:
+                del self.pending[s]
+        self.counts += np.bincount(sid[sid >= 0], minlength=len(self.counts))
+        out.sort()
+        return [(p, k) for p, _s, k in out]
+
+    def rest(self, g: int) -> list[tuple[int, int]]:
+        """Notes whose block record never came (after the last block event g - 1)."""
+        out = sorted((g, st, k) for targets in self.pending.values() for _kth, _d, st, k in targets)
+        self.pending = {}
+        return [(p, k) for p, _s, k in out]
+
 
 def file_sets(src: Any) -> FileSets | None:
     """The kept blktrace records of a capture imported from per-CPU files (None for any other)."""
@@ -209,17 +391,23 @@ class FileSetSource:
         yield from self.parts
 
 
-def read_file_sets(path: str) -> FileSetSource | None:
-    """parse's way into per-CPU files given directly (NAME or NAME.blktrace.N): None for a dump."""
+def read_file_sets(path: str, warn: Any = None) -> FileSetSource | None:
+    """The way of parse and report into per-CPU files given directly (NAME or NAME.blktrace.N): read whole,
+    as an import reads them. None for a stream (a dump, even one under a per-CPU name: read it as one).
+    warn(line): told how the input was read where its names say otherwise (a missing CPU file, a dump)."""
     groups = expand_inputs([path])
-    if not all(len(fs) > 1 or PER_CPU.match(os.path.basename(fs[0])) for _n, fs in groups):
+    for g in groups:
+        if g.note and warn is not None:
+            warn(g.note)
+    if any(g.dump for g in groups):
         return None
-    for _n, fs in groups:
-        for f in fs:
+    for g in groups:
+        for f in g.files:
             check_file(f)
     w = _Collect()
-    _n_events, _comms, side = import_sets(groups, w)
-    return FileSetSource(path, w.parts, w.comms, _from_side(side, path))
+    sets = read_sets(groups)
+    sets.write(w)
+    return FileSetSource(path, w.parts, w.comms, _from_side(sets.side, path))
 
 
 def _from_side(side: dict[str, Any], path: str) -> FileSets:
@@ -264,7 +452,7 @@ def _note_cpu(rec: bytes, order: str) -> int:
 
 def _stream(set_idx: int, cpu: int, ft: blktrace.FileTrace) -> _Stream:
     msg = [(k, pos) for k, (pos, rec) in enumerate(ft.notes)
-           if _is_message(_note_action(rec, ft.order)[0]) and _note_cpu(rec, ft.order) == cpu]
+           if _is_message(_note_action(rec, ft.order)[0]) and cpu in (DUMP_CPU, _note_cpu(rec, ft.order))]
     n = len(ft.events)
     key = np.concatenate([2 * np.arange(n, dtype=np.int64) + 1, np.array([2 * p for _k, p in msg], dtype=np.int64)])
     ref = np.concatenate([np.arange(n, dtype=np.int64), np.array([-1 - k for k, _p in msg], dtype=np.int64)])
@@ -330,19 +518,44 @@ def blkparse_merge(streams: list[_Stream]) -> list[tuple[int, int, int]]:
     return runs
 
 
-def import_sets(groups: list[tuple[str, list[str]]], w: Any) -> tuple[int, dict[int, str], dict[str, Any]]:
-    """Per-CPU file sets into the writer, in blkparse's order; (block events, comms, the side record)."""
+@dataclass
+class ImportedSets:
+    """blktrace files read whole, in blkparse's order, ready to write into a capture (ImportedSets.write)."""
+
+    events: npt.NDArray[np.void]            # block events and process notes, as the capture holds them
+    n_events: int                           # block events
+    comms: dict[int, str]
+    side: dict[str, Any]                    # the end record's SIDE_KEY part (FileSets)
+    devices: dict[int, str]                 # device -> name (a per-CPU set's NAME for its own device, else "")
+    stamps: list[tuple[int, int, bool]]     # timestamp notes: (trace time ns, wall ns, in a dump)
+    max_cpu: int
+    orders: list[str]                       # byte order of each file
+    span: tuple[int, int] | None            # first and last block event's time
+
+    def write(self, w: Any) -> None:
+        if self.comms:
+            w.add_comms(self.comms)
+        step = 1 << 16
+        for i in range(0, len(self.events), step):
+            w.write(self.events[i:i + step])
+
+
+def read_sets(groups: list[Group]) -> ImportedSets:
+    """Per-CPU file sets and streams, every record kept, in the order blkparse reads them."""
     streams: list[_Stream] = []
     sets: list[dict[str, Any]] = []
-    for si, (name, fs) in enumerate(groups):
+    orders: list[str] = []
+    for si, g in enumerate(groups):
         cpus = []
-        for f in fs:
-            m = PER_CPU.match(os.path.basename(f))
-            cpu = int(m.group("cpu")) if m else 0
-            ft = blktrace.read_file(f, cpu)
+        for f, cpu in zip(g.files, g.cpus):
+            ft = blktrace.read_file(f, None if cpu == DUMP_CPU else cpu)
             cpus.append({"cpu": cpu, "bytes": ft.size, "order": ft.order})
+            orders.append(ft.order)
             streams.append(_stream(si, cpu, ft))
-        sets.append({"name": name, "files": cpus})
+        entry: dict[str, Any] = {"name": g.name, "files": cpus}
+        if g.missing:
+            entry["missing_cpus"] = g.missing
+        sets.append(entry)
     runs = np.array(blkparse_merge(streams), dtype=np.int64).reshape(-1, 3)
     # every trace in blkparse's order as an index into all streams' traces laid end to end
     toff = np.cumsum([0] + [len(st.ref) for st in streams])
@@ -367,22 +580,33 @@ def import_sets(groups: list[tuple[str, list[str]]], w: Any) -> tuple[int, dict[
     where = np.empty(len(all_ev), dtype=np.int64)
     where[gblk] = np.arange(n)
     raw_kept = {int(where[eoff[s] + i]): rec for s, st in enumerate(streams) for i, rec in st.ft.raw.items()}
-    # process notes name pids for the capture's readers (report, snoop, ...): each goes in at its time
+    side_notes: list[list[Any]] = []
+    stamps: list[tuple[int, int, bool]] = []
+    for s, st in enumerate(streams):
+        for k, (pos, rec) in enumerate(st.ft.notes):
+            side_notes.append([st.set_idx, st.cpu, pos, msg_at.get((s, k), -1), rec.hex()])
+            act, t = _note_action(rec, st.ft.order)
+            if act == blktrace.NOTIFY_ACTION | blktrace.TN_TIMESTAMP and len(rec) >= 56:
+                sec, nsec = np.frombuffer(rec[48:56], dtype=st.ft.order + "u4").tolist()
+                stamps.append((t, int(sec) * 1_000_000_000 + int(nsec), st.cpu == DUMP_CPU))
+    side: dict[str, Any] = {"sets": sets, "events": n, "seq": _pack(seq.astype("<u4")),
+                            "set": _pack(set_of.astype("<u2")), "notes": side_notes,
+                            "raw": [[g, raw_kept[g].hex()] for g in sorted(raw_kept)]}
+    # the capture's process notes (for its own readers: snoop, agg, report's own view, parquet): a per-CPU
+    # file's at its own time (the records' clock); a dump's notes keep the kernel's time while its records
+    # count from the first one (blkparse -d), so those go in at the time of the record they precede
+    fs = _from_side(side, "")
     notes_rows: list[npt.NDArray[np.void]] = []
     comms: dict[int, str] = {}
-    side_notes: list[list[Any]] = []
-    for s, st in enumerate(streams):
-        order = st.ft.order
-        for k, (pos, rec) in enumerate(st.ft.notes):
-            act, t = _note_action(rec, order)
-            side_notes.append([st.set_idx, st.cpu, pos, msg_at.get((s, k), -1), rec.hex()])
-            if (act & ~blktrace.TA_CGROUP_NOTE) == blktrace.NOTIFY_ACTION | blktrace.TN_PROCESS and len(rec) >= 64 \
-                    and _note_cpu(rec, order) == st.cpu:
-                pid = int.from_bytes(rec[32:36], "little" if order == "<" else "big")
-                dev = int.from_bytes(rec[36:40], "little" if order == "<" else "big")
-                name = comm_str(rec[48:64])
-                comms[pid] = name
-                notes_rows.append(blktrace.process_notes({pid: name}, [pid], dev, st.cpu, t))
+    order = NoteOrder(fs, ("process",), "file")
+    for at, k in order.positions(0, ev["cpu"]) + order.rest(n):
+        pid, name = fs.note_pid_name(k)
+        comms.setdefault(pid, name)   # the name blkparse and btt give it: the first one read
+        si, cpu, _fp, _mp, rec = fs.notes[k]
+        t = _note_action(rec, fs.order(si, cpu))[1] if not fs.is_dump(si) else \
+            (int(ev["ts"][min(at, n - 1)]) if n else 0)
+        dev = int.from_bytes(rec[36:40], "little" if fs.order(si, cpu) == "<" else "big")
+        notes_rows.append(blktrace.process_notes({pid: name}, [pid], dev, max(cpu, 0), t))
     # a capture is in time order (its writer sorts what is not); blkparse's order is that too unless a file
     # is not (a clock that went back, a damaged time): then the capture holds the events by time and
     # "rank" gives each one's place in blkparse's order
@@ -392,7 +616,10 @@ def import_sets(groups: list[tuple[str, list[str]]], w: Any) -> tuple[int, dict[
         ev, seq, set_of = blktrace.select_events(ev, rank), seq[rank], set_of[rank]
         cap_at = np.empty(len(rank), dtype=np.int64)   # blkparse's place -> capture index
         cap_at[rank] = np.arange(len(rank))
-        raw_kept = {int(cap_at[g]): rec for g, rec in raw_kept.items()}
+        side["raw"] = [[int(cap_at[g]), h] for g, h in side["raw"]]
+        side["raw"].sort()
+        side["seq"], side["set"] = _pack(seq.astype("<u4")), _pack(set_of.astype("<u2"))
+        side["rank"] = _pack(rank.astype("<u4"))
     if notes_rows:
         nev = blktrace.join_events(notes_rows)
         allev = blktrace.join_events([nev, ev])
@@ -402,70 +629,88 @@ def import_sets(groups: list[tuple[str, list[str]]], w: Any) -> tuple[int, dict[
         allev = blktrace.select_events(allev, o)
     else:
         allev = ev
-    if comms:
-        w.add_comms(comms)
-    step = 1 << 16
-    for i in range(0, len(allev), step):
-        w.write(allev[i:i + step])
-    side = {"sets": sets, "events": n, "seq": _pack(seq.astype("<u4")), "set": _pack(set_of.astype("<u2")),
-            "notes": side_notes, "raw": [[g, raw_kept[g].hex()] for g in sorted(raw_kept)]}
-    if rank is not None:
-        side["rank"] = _pack(rank.astype("<u4"))
-    return n, comms, side
+    # devices: a per-CPU set's own device (its records' notes carry it) is named after the set
+    devices: dict[int, str] = {}
+    for si, g in enumerate(groups):
+        on = set_of == si
+        devs = np.unique(ev["dev"][on]).tolist()
+        traced = {int.from_bytes(rec[36:40], "little" if fs.order(si, c) == "<" else "big")
+                  for s2, c, _f, _m, rec in fs.notes if s2 == si}
+        for dev in sorted(set(devs)):
+            named = not g.dump and (not traced or dev in traced)
+            devices.setdefault(int(dev), g.name if named else "")
+    span = (int(ev["ts"].min()), int(ev["ts"].max())) if n else None
+    return ImportedSets(allev, n, comms, side, devices, stamps, int(ev["cpu"].max()) if n else 0, orders, span)
 
 
-def import_blktrace(inputs: list[str], out: str) -> dict[str, Any]:
+def file_clock(sets: ImportedSets) -> tuple[dict[str, Any] | None, str | None]:
+    """The capture's clock from the files' own timestamp note (BLK_TN_TIMESTAMP: the wall clock when the
+    trace started), in the files' time base, and a note on how exact it is; (None, None) without one.
+
+    In blktrace's per-CPU files the note and the records share the kernel's clock. A `blkparse -d` dump
+    counts its records from its first one (blkparse's genesis) but keeps the note's kernel time: there the
+    wall clock is taken for the dump's time 0, which it precedes by the time from the start of tracing to
+    the first record (the dump does not keep it)."""
+    if not sets.stamps:
+        return None, None
+    t, wall, in_dump = sets.stamps[0]
+    if in_dump and sets.span is not None and not sets.span[0] <= t <= sets.span[1]:
+        return ({"mono_ns": 0, "wall_ns": wall, "uncertainty_ns": 0},
+                "the dump's times count from its first record, its timestamp note from the start of tracing: its "
+                "wall clock is taken for the first record (it may be early by the time between the two)")
+    return {"mono_ns": t, "wall_ns": wall, "uncertainty_ns": 0}, None
+
+
+def import_blktrace(inputs: list[str], out: str, warn: Any = None) -> dict[str, Any]:
     """Write a capture at out from blktrace files; returns a summary.
 
-    Every file is checked first (a corrupt or cut file is reported with its
-    byte offset before anything is written); the capture is written to
-    OUT.part and renamed when complete.
+    Every file is checked first (a corrupt or cut file is reported with its byte offset before anything is
+    written); the capture is written to OUT.part and renamed when complete. Nothing in it comes from the
+    importing host: its times, clock, start and end are the files' own (their time base kept as is), its
+    host, kernel and machine unknown. warn(line): told how the inputs were read where their names say
+    otherwise (a missing CPU file, a dump under a per-CPU name).
     """
     from ioscope.capture.store import CaptureWriter
     groups = expand_inputs(inputs)
-    files = [f for _name, fs in groups for f in fs]
+    files = [f for g in groups for f in g.files]
     if not files:
         raise UsageError("no input files", "give blktrace files or dumps")
-    orders = {f: check_file(f)[1] for f in files}
-    devs, stamps, max_cpu = survey(groups)
+    for g in groups:
+        if g.note and warn is not None:
+            warn(g.note)
+    for f in files:
+        check_file(f)
+    sets = read_sets(groups)
     devices: dict[str, Any] = {}
-    for dev, name in devs.items():
+    for dev, name in sets.devices.items():
         ma, mi = kdev_split(dev)
         info: dict[str, Any] = {"major": ma, "minor": mi}
         if name:
             info["name"] = name
         devices[kdev_str(dev)] = info
+    orders = sorted({"big" if o == ">" else "little" for o in sets.orders})
+    clock, clock_note = file_clock(sets)
     meta: dict[str, Any] = {
         # the host that recorded is unknown: blktrace files do not say
-        "host": None, "kernel": None, "kernel_version": None, "machine": None, "ncpus": max_cpu + 1,
+        "host": None, "kernel": None, "kernel_version": None, "machine": None, "ncpus": sets.max_cpu + 1,
         "source": "blktrace", "imported_from": [os.path.abspath(f) for f in files],
-        "byte_orders": sorted({"big" if o == ">" else "little" for o in orders.values()}),
+        "byte_orders": orders, "byte_order": orders[0] if len(orders) == 1 else None,
         "devices": devices, "tracepoints": [], "lost": {},
+        # times are the files' own; the wall clock only where a timestamp note gives it
+        "time_base": "blktrace", "clock": clock, "start": clock,
     }
-    if stamps:
-        mono, wall = stamps[0]   # the wall clock at a trace time (blktrace's timestamp note)
-        meta["clock"] = meta["start"] = {"mono_ns": mono, "wall_ns": wall, "uncertainty_ns": 0}
+    if clock_note:
+        meta["clock_note"] = clock_note
+    end: dict[str, Any] | None = None
+    if sets.span is not None:
+        last = sets.span[1]
+        end = {"mono_ns": last, "wall_ns": None if clock is None else clock["wall_ns"] + last - clock["mono_ns"],
+               "uncertainty_ns": 0}
     tmp = out + ".part"
     w = CaptureWriter(tmp, meta, force=True)   # our own scratch file, renamed when complete
-    comms: dict[int, str] = {}
-    n_events = 0
-    per_cpu = all(len(fs) > 1 or PER_CPU.match(os.path.basename(fs[0])) for _n, fs in groups)
     try:
-        if per_cpu:   # blktrace's own files: everything kept, in the order blkparse reads them
-            n_events, comms, side = import_sets(groups, w)
-            w.close({"imported_events": n_events, SIDE_KEY: side})
-            files_done = True
-        else:
-            files_done = False
-        for d in ([] if files_done else blktrace.read_merged(files)):
-            if d.comms:
-                comms.update(d.comms)
-                w.add_comms(d.comms)
-            if len(d.events):
-                n_events += int(((d.events["flags"] & EV_NOTE_PROCESS) == 0).sum())
-                w.write(d.events)
-        if not files_done:
-            w.close({"imported_events": n_events})
+        sets.write(w)
+        w.close({"imported_events": sets.n_events, SIDE_KEY: sets.side, "end": end})
     except BaseException:
         w.close()
         if os.path.exists(tmp):
@@ -475,15 +720,120 @@ def import_blktrace(inputs: list[str], out: str) -> dict[str, Any]:
         os.replace(tmp, out)
     except OSError as exc:
         raise IoscopeError(f"cannot write {out}: {exc.strerror}") from None
-    return {"files": files, "events": n_events, "devices": devs, "comms": len(comms)}
+    return {"files": files, "events": sets.n_events, "devices": sets.devices, "comms": len(sets.comms),
+            "missing": {g.name: g.missing for g in groups if g.missing}}
 
 
 def run(args: argparse.Namespace) -> int:
     outfile.check_output(args.output, args.force)
-    info = import_blktrace(args.inputs, args.output)
+    info = import_blktrace(args.inputs, args.output, lambda line: sys.stderr.write(f"ioscope import: note: {line}\n"))
     sys.stderr.write(f"ioscope import: {info['events']} events from {len(info['files'])} file(s), "
                      f"{len(info['devices'])} device(s), {info['comms']} process names -> {args.output}\n")
     if not info["events"]:
         sys.stderr.write("ioscope import: note: the input holds no block events (an idle disk, or not the files "
                          "you meant); the capture is empty\n")
     return 0
+
+
+def message_rows(fs: FileSets, ks: list[int]) -> npt.NDArray[np.void]:
+    """EV_MESSAGE rows for the message notes ks (their record's time, device, CPU and pid): btt sets a
+    message up on its device, so where it is read matters to btt's view (btt.Btt.feed)."""
+    from ioscope.capture.events import EV_MESSAGE
+    out = np.zeros(len(ks), dtype=EVENT)
+    for j, k in enumerate(ks):
+        si, cpu, _fp, _mp, rec = fs.notes[k]
+        h = np.frombuffer(rec[:48], dtype=blktrace.bit_dtype(fs.order(si, cpu)))[0]
+        out[j]["ts"], out[j]["dev"], out[j]["cpu"], out[j]["pid"] = h["time"], h["device"], h["cpu"], h["pid"]
+        out[j]["tgid"], out[j]["flags"] = h["pid"], EV_MESSAGE
+        out[j]["category"] = int(h["action"]) >> 16
+    return out
+
+
+def note_rows(fs: FileSets, ks: list[int], ts: int) -> npt.NDArray[np.void]:
+    """Process note rows (EV_NOTE_PROCESS) for the notes ks, at time ts."""
+    rows = []
+    for k in ks:
+        pid, name = fs.note_pid_name(k)
+        rows.append(blktrace.process_notes({pid: name}, [pid], 0, max(fs.notes[k][1], 0), ts))
+    return blktrace.join_events(rows) if rows else np.zeros(0, dtype=EVENT)
+
+
+def btt_stream(fs: FileSets, chunks: Any, texts: bool = False) -> Iterator[Any]:
+    """An imported file set as btt reads it: what `blkparse -d` writes from blktrace's per-CPU files (every
+    record in the order blkparse prints them, each process note where blkparse reads it, the messages
+    where it prints them), or a dump's records in its own order. Yields (events with notes and messages,
+    each record's own device), and with texts {row: note index} of the message rows. chunks: the
+    capture's (or read_file_sets') EVENT chunks."""
+    own = fs.own_devices()
+    keys = np.array(sorted(own), dtype=np.int64)
+    if fs.rank is not None:   # files not in time order: the capture's events, put back in blkparse's order
+        whole = [c[(c["flags"] & EV_NOTE_PROCESS) == 0] for c in chunks]
+        allev = blktrace.join_events(whole) if whole else np.zeros(0, dtype=EVENT)
+        allev, fs = fs.in_blkparse_order(allev)
+        own = fs.own_devices()
+        keys = np.array(sorted(own), dtype=np.int64)
+        chunks = [allev]
+    order = NoteOrder(fs, ("process",), "file")
+    msgs = sorted((max(mp, 0), k) for k, (_s, _c, _f, mp, _r) in enumerate(fs.notes)
+                  if mp >= 0 and fs.note_kind(k) == "message")
+    mi = 0
+    g = 0
+    for c in chunks:
+        blk = c[(c["flags"] & EV_NOTE_PROCESS) == 0] if len(c) else c
+        n = len(blk)
+        if not n:
+            continue
+        dev = blk["dev"].astype(np.uint32)
+        a, b = np.searchsorted(keys, [g, g + n])
+        for gi in keys[a:b].tolist():
+            dev[gi - g] = own[gi]
+        ins: list[tuple[int, int, int]] = [(p, 0, k) for p, k in order.positions(g, blk["cpu"])]
+        while mi < len(msgs) and msgs[mi][0] < g + n:
+            ins.append((msgs[mi][0], 1, msgs[mi][1]))
+            mi += 1
+        if not ins:
+            yield (blk, dev, {}) if texts else (blk, dev)
+            g += n
+            continue
+        ins.sort(key=lambda x: (x[0], x[1]))
+        parts: list[npt.NDArray[np.void]] = []
+        owns: list[npt.NDArray[np.uint32]] = []
+        rows_of: dict[int, int] = {}
+        at = 0
+        size = 0
+        for p, kind, k in ins:
+            cut = min(max(p - g, 0), n)
+            if cut > at:
+                parts.append(blk[at:cut])
+                owns.append(dev[at:cut])
+                size += cut - at
+                at = cut
+            row = note_rows(fs, [k], int(blk["ts"][min(cut, n - 1)])) if kind == 0 else message_rows(fs, [k])
+            if kind == 1:
+                rows_of[size] = k
+            parts.append(row)
+            owns.append(row["dev"].astype(np.uint32))
+            size += len(row)
+        parts.append(blk[at:])
+        owns.append(dev[at:])
+        out = (blktrace.join_events(parts), np.concatenate(owns))
+        yield (*out, rows_of) if texts else out
+        g += n
+    notes_left = [k for _p, k in order.rest(g)]
+    msgs_left = [k for _p, k in msgs[mi:]]
+    if notes_left or msgs_left:
+        tail = blktrace.join_events([note_rows(fs, notes_left, 0), message_rows(fs, msgs_left)])
+        rows = {len(notes_left) + j: k for j, k in enumerate(msgs_left)}
+        yield (tail, tail["dev"].astype(np.uint32), rows) if texts else (tail, tail["dev"].astype(np.uint32))
+
+
+def time_zero(fs: FileSets, first_ts: int | None) -> int:
+    """The time btt's view counts from for an imported file set: 0 for dumps (btt reads them as they are),
+    else blkparse's genesis, the first trace it prints (`blkparse -d` writes times from there)."""
+    if fs.dumps_only or first_ts is None:
+        return 0
+    first_msg = [k for k, n in enumerate(fs.notes) if n[3] == 0 and fs.note_kind(k) == "message"]
+    if first_msg:
+        t = int(message_rows(fs, first_msg[:1])["ts"][0])
+        return min(t, first_ts)
+    return first_ts

@@ -63,6 +63,20 @@ class Source:
             if len(d.events):
                 yield d.events, d.seq
 
+    def decoded(self) -> Iterator[blktrace.Decoded]:
+        """A blktrace stream's decoded pieces, in file order, its messages as rows (names and wall-clock
+        notes gathered); several files (per-CPU files read as streams) merged in time order, without."""
+        if len(self.files) == 1:
+            for d in blktrace.read_stream(self.files[0], messages=True):
+                self.comms.update(d.comms)
+                self.wall_stamps.extend(d.timestamps)
+                yield d
+            return
+        for d in blktrace.read_merged(self.files):
+            self.comms.update(d.comms)
+            self.wall_stamps.extend(d.timestamps)
+            yield d
+
     def close(self) -> None:
         if self._capture is not None:
             self._capture.close()

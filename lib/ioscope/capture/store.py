@@ -44,8 +44,8 @@ import numpy as np
 from ioscope.base.errors import IoscopeError
 from ioscope.base.fmt import comm_str
 from ioscope.base.outfile import create_private
+from ioscope.capture import _tracecore
 from ioscope.capture.events import EV_NOTE_PROCESS, EVENT, join_events, select_events
-from ioscope.trace import _tracecore
 
 # pyarrow is imported when a capture is written (_require_pyarrow), not when one is read: the
 # reader below decodes the Arrow IPC messages itself (one flatbuffer reader, _Flat), with numpy.

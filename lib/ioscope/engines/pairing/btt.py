@@ -1,42 +1,35 @@
-"""btt's analysis of block events, as a streaming function over EVENT chunks.
+"""btt's analysis of block events, as a streaming function over EVENT chunks: btt's own numbers, and
+ioscope's corrected view of the same events.
 
-Matching follows btt's rules (learnt from its documentation and sources; the
-code here is ioscope's own):
+Two pairings run over every chunk, in one C loop (_tracecore: tracecore/pairing.c, tracecore/bttsim.c):
 
-- In-flight I/Os are keyed by (device, start sector) of their Q event. A Q
-  at the start sector of an I/O still in flight takes its place, as in btt
-  (found by experiment with btt 2.09: the newer Q is the one completed); the
-  older one is never completed and is counted as `dup_q`.
-- A device's events are ignored until its first Q or A (remap) event: they
-  belong to I/Os that were in flight when the capture started (`culled`).
-- G, I, M and S apply to the in-flight Q whose sector range holds their
-  sector. D and C apply to every in-flight Q whose range lies inside theirs
-  (so a merged request's D2C and Q2C count once per queued bio, and a partial
-  completion finishes the bios it covers). C ends the Q's life.
-- Split bios (X) are where ioscope and btt part ways. btt ignores X: it keeps
-  a split bio as one I/O whose range no piece's D or C covers, so the bio
-  never completes, its pieces after the first are not paired, and a later Q
-  inside its range can have its G, I, D and C taken by the stale bio (btt's
-  range search returns whichever of the two it meets first): Q2G and Q2C of
-  seconds, Device Overhead far above 100% (docs/report.md, "Where report and
-  btt differ"). ioscope splits the in-flight Q at each X: each piece is paired
-  on its own and keeps the bio's Q time, so every phase counts requests as
-  the kernel and /proc/diskstats do. `split_bios` counts the bios split,
-  `split_pieces` the pieces made (one per X). The core also rebuilds btt's
-  own tree of Qs beside this pairing (bn_insert/bn_walk/bn_erase) and counts
-  the btt_* fields: btt's Q2C and D2C N, and the I/Os and Gs btt pairs
-  differently, by reason (tests check them against the real btt).
-- Events with no data (bytes == 0) are ignored, except R (requeue) and A.
-- A delta that is zero or negative counts as 1 ns, as btt does.
-- Device-mapper/md devices (majors 9, 253, 254) are "remappers": their Q2Q,
-  Q2A and Q2C go to the *dm rows.
+- btt's view (BttView): btt's rules to the byte, what `btt -A` prints for the same blktrace file
+  (tracecore/bttsim.c lists them): remaps on the record's own device; X ignored, so a split bio is one
+  I/O that is never issued nor completed, whose pieces' G and I go to it (a second G overwriting the
+  first's time); a Q at the start sector of one in flight takes its place; a device's records ignored
+  until its first Q or A; a pid named by the first process note read, else pid%09u; times counted
+  from the trace's time zero (the file's 0 for a dump, blkparse's genesis for per-CPU files, just
+  before the first event for a capture, whose export starts there).
+- ioscope's view (stats, proc_stats, ...): each piece of a split bio its own I/O (ioscope splits the
+  in-flight Q at each X: each piece keeps the bio's Q time and is paired on its own), remaps on the
+  device they went to, each I/O under the name its process had when it was queued. In-flight I/Os
+  are keyed by (device, start sector) of their Q; a Q at the start sector of an I/O still in flight
+  takes its place (the older is counted as `dup_q`); a device's events before its first Q or A are
+  `culled`; G, I, M and S apply to the in-flight Q whose sector range holds their sector, D and C to
+  every in-flight Q whose range lies inside theirs; events with no data are ignored except R and A; a
+  delta that is zero or negative counts as 1 ns; device-mapper/md devices (majors 9, 253, 254) are
+  "remappers": their Q2Q, Q2A and Q2C go to the *dm rows.
 
-The pairing itself is sequential and runs in C (_tracecore.c), one pass per
-chunk, emitting one record per measured interval; everything else here is
-numpy over those records. Results are kept as counters, min/max/sum and
-log-linear histograms (one per phase per device and per process), so memory
-stays bounded whatever the capture's size; only I/Os in flight (in C) and the
-still-open active periods are carried from chunk to chunk.
+The core compares the two at every G and C: DevState.btt_diff_* count the I/Os ioscope completes that
+btt does not complete with the same C, btt_g_* the G events btt gives to another I/O, by reason (a split
+bio or piece, an I/O inside a split bio's range, anything else); BttDev says what btt's view counted
+otherwise (split pieces it ignored, Qs whose place a later Q took, remaps on another device). Tests
+check both views against the real btt.
+
+btt's view is accumulated in C (btt's own min/max/total/n per phase, device and process). ioscope's view
+comes back as one record per measured interval, turned into counters, min/max/sum and log-linear
+histograms with numpy (percentiles), so memory stays bounded whatever the capture's size; only I/Os in
+flight (in C) are carried from chunk to chunk.
 """
 
 from __future__ import annotations
@@ -50,23 +43,24 @@ import numpy.typing as npt
 
 from ioscope.base.devices import kdev_split
 from ioscope.base.hist import NBUCKETS, Hist, bucket_indexes
+from ioscope.capture import _tracecore
 from ioscope.capture.blktrace import EXPORT_BASE_OFFSET
 from ioscope.capture.events import (
+    EV_MESSAGE,
     EV_NOTE_PROCESS,
     TA_BACKMERGE,
     TA_COMPLETE,
     TA_FRONTMERGE,
     TA_REMAP,
     TC_READ,
+    FirstNames,
     join_events,
     select_events,
 )
-from ioscope.trace import _tracecore
 
 PHASES = ("q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "m2d", "d2c", "q2c", "q2d",
           "q2q_dm", "q2a_dm", "q2c_dm")
 NPH = len(PHASES)
-K_LIVE = NPH + 2   # (NPH and NPH + 1 are unused)
 # btt's ALL table rows (q2d is ioscope's addition: btt prints it only as a histogram)
 ALL_ROWS = ("q2q_dm", "q2a_dm", "q2c_dm", "q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "m2d", "d2c", "q2c")
 REMAPPER_MAJORS = (9, 253, 254)
@@ -157,101 +151,109 @@ class Seeks:
         return self.total / self.n if self.n else 0.0
 
 
+@dataclass(frozen=True)
+class Avg:
+    """btt's struct avg_info: one phase's n, min, max and total, in ns."""
+
+    n: int = 0
+    min: int = 0
+    max: int = 0
+    total: int = 0
+
+    @property
+    def avg(self) -> float:
+        """Mean in seconds, as btt computes it: BIT_TIME(total) / n."""
+        return bit_time(self.total) / self.n if self.n else 0.0
+
+
+# the averages btt keeps (tracecore/bttsim.h: BP_*), in its order
+BTT_AVGS = ("q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "m2d", "d2c", "q2c", "q2q_dm", "q2a_dm", "q2c_dm",
+            "blks")
+
+
+def _avgs(raw: list[tuple[int, int, int, int]]) -> dict[str, Avg]:
+    return {k: Avg(*v) for k, v in zip(BTT_AVGS, raw)}
+
+
+def live_summary(live: tuple[int, int, int]) -> tuple[int, float, float, float]:
+    """btt's I/O Active Period row from (periods, ns active, end of the last, from the time zero):
+    (# live, avg active s, avg inactive s, % live). As in btt, the observed span runs from the time
+    zero (its start time stays 0), and one period is 100% live with an average of 0."""
+    n, tot, end = live
+    if n == 0:
+        return 0, 0.0, 0.0, 0.0
+    if n == 1:
+        return 1, 0.0, 0.0, 100.0
+    t_time, tot_live = bit_time(end), bit_time(tot)
+    return n, tot_live / n, (t_time - tot_live) / (n - 1), 100.0 * (tot_live / t_time)
+
+
 @dataclass
-class Spans:
-    """Union of [start, end] intervals (btt's I/O active periods), streaming.
+class BttDev:
+    """One device as btt sees it (its struct d_info), in the trace's time base (from the time zero)."""
 
-    Intervals that touch or overlap are one period. Periods that can no longer
-    grow (they end before any I/O still in flight was issued) are reduced to
-    counters, so memory does not grow with the capture.
-    """
+    dev: int
+    avgs: dict[str, Avg]
+    start_time: int                  # its first record btt set up
+    end_time: int                    # its last record past the culling
+    n_qs: int
+    n_ds: int
+    t_act_q: int
+    plugged: int                     # still plugged at the end (btt closes it at end_time)
+    last_plug: float                 # BIT_TIME of that plug
+    plugged_s: float                 # time plugged as btt sums it: differences of BIT_TIME()s
+    nplugs: int
+    nplugs_t: int
+    nios_up: int
+    nios_upt: int
+    q2d_hist: list[int]
+    q2q_seek: Seeks
+    d2d_seek: Seeks
+    live: tuple[int, int, int]       # active periods: (n, ns active, end)
+    in_flight: int                   # Qs btt still holds at the end
+    split_events: int                # X records btt ignored (each a piece ioscope pairs as an I/O)
+    split_bios: int                  # the bios they split
+    split_never_completed: int       # of which btt still holds the Q at the end (no D or C covers it)
+    q_replaced: int                  # Qs whose place a later Q at the same start sector took
+    remaps_elsewhere: int            # remaps counted here (the record's device) that went to another
 
-    done_n: int = 0
-    done_live: int = 0
-    done_end: int = 0
-    starts: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    ends: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
-    def add(self, s: npt.NDArray[Any], e: npt.NDArray[Any], horizon: int | None) -> None:
-        """Add intervals; horizon: no later interval will start before it (None: unknown)."""
-        if len(s):
-            st = np.concatenate([self.starts, s.astype(np.int64)])
-            en = np.concatenate([self.ends, e.astype(np.int64)])
-            o = np.argsort(st, kind="stable")
-            st, en = st[o], en[o]
-            cmax = np.maximum.accumulate(en)
-            new = np.r_[True, st[1:] > cmax[:-1]]
-            idx = np.flatnonzero(new)
-            self.starts = st[idx]
-            self.ends = np.maximum.reduceat(en, idx)
-        if horizon is not None and len(self.starts):
-            k = int(np.searchsorted(self.ends, horizon, side="left"))
-            if k:
-                self.done_n += k
-                self.done_live += int((self.ends[:k] - self.starts[:k]).sum())
-                self.done_end = max(self.done_end, int(self.ends[k - 1]))
-                self.starts = self.starts[k:]
-                self.ends = self.ends[k:]
+@dataclass
+class BttView:
+    """Everything btt -A prints, from btt's own pairing of the same records."""
 
-    def summary(self, t0: int) -> tuple[int, float, float, float]:
-        """(# live, avg active s, avg inactive s, % live) like btt's I/O Active Period table.
+    devices: list[BttDev]                          # in btt's order (first set up first)
+    processes: list[tuple[str, dict[str, Avg]]]    # in btt's order (its names sorted as strcmp does)
+    all: dict[str, Avg]
+    live: tuple[int, int, int]
+    time_zero: int
 
-        As in btt, the observed span runs from the trace's time zero t0 (not
-        from the first active period) to the end of the last one.
-        """
-        n = self.done_n + len(self.starts)
-        if n == 0:
-            return 0, 0.0, 0.0, 0.0
-        if n == 1:
-            return 1, 0.0, 0.0, 100.0
-        live = (self.done_live + int((self.ends - self.starts).sum())) / 1e9
-        end = max(self.done_end, int(self.ends.max()) if len(self.ends) else 0)
-        t = (end - t0) / 1e9
-        return n, live / n, (t - live) / (n - 1), 100.0 * live / t if t else 0.0
+    def device(self, dev: int) -> BttDev | None:
+        return next((d for d in self.devices if d.dev == dev), None)
 
 
 @dataclass
 class DevState:
-    """One device's results (what btt keeps per device)."""
+    """One device in ioscope's view, and how btt's pairing of its events differed."""
 
     dev: int
     start_time: int = 0
     end_time: int = 0
-    n_qs: int = 0
-    n_ds: int = 0
-    t_act_q: int = 0
     dup_q: int = 0
     culled: int = 0
     overlap_q: int = 0
     split_pieces: int = 0
     split_bios: int = 0
-    # btt's own pairing of the same events (its tree of Qs rebuilt in the core): the Q2C and D2C N it
-    # prints, the I/Os ioscope completes that btt does not complete at the same C (by reason), the
-    # G events it gives to another I/O (by reason), and the Qs it still holds at the end
-    btt_q2c_n: int = 0
-    btt_d2c_n: int = 0
+    # I/Os ioscope completes that btt does not complete at the same C (by reason), and G events btt
+    # gives to another I/O (by reason): the core compares the two pairings event by event
     btt_diff_split: int = 0
     btt_diff_range: int = 0
     btt_diff_other: int = 0
     btt_g_split: int = 0
     btt_g_range: int = 0
     btt_g_other: int = 0
-    btt_in_flight: int = 0
-    blk_n: int = 0
-    blk_total: int = 0
-    blk_min: int = 0
-    blk_max: int = 0
-    nplugs: int = 0
-    nplugs_t: int = 0
-    nios_up: int = 0
-    nios_upt: int = 0
-    plugged_s: float = 0.0  # time plugged as btt sums it: differences of bit_time()s (for its % exactly)
     inflight: int = 0
     inflight_issued: int = 0
-    q2d_hist: list[int] = field(default_factory=lambda: [0] * 10)
-    q2q_seek: Seeks = field(default_factory=Seeks)
-    d2d_seek: Seeks = field(default_factory=Seeks)
-    live: Spans = field(default_factory=Spans)
 
 
 class HeatMap:
@@ -292,20 +294,20 @@ class HeatMap:
 
 @dataclass
 class BttResult:
-    devices: dict[int, DevState]
+    devices: dict[int, DevState]                  # ioscope's view, per device
     stats: dict[tuple[str, int], Stat]            # (phase, dev) -> Stat; dev -1 = all devices
     proc_stats: dict[tuple[str, str], Stat]       # (phase, process name) -> Stat
-    live_all: Spans
     first_ts: int
     last_ts: int
     n_events: int
     heat: HeatMap
     iostat: dict[tuple[int, int], npt.NDArray[np.float64]]   # (dev, interval from the first event) -> counters
     iostat_interval: int
-    time_zero: int = 0                            # the trace's time zero (btt's reference for % live)
+    time_zero: int = 0                            # the trace's time zero (btt's reference for its times)
     # (from device, to device) -> [bios, bytes] remapped (A events: a partition's or dm/md device's I/O
     # sent to the device below it)
     remaps: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    btt: BttView | None = None                    # btt's view of the same records (None: not kept)
 
     def stat(self, phase: str, dev: int = -1) -> Stat:
         return self.stats.get((phase, dev), Stat())
@@ -344,19 +346,22 @@ class IoSink:
 
 
 class Btt:
-    """Feed EVENT chunks in time order with feed(); result() gives the analysis.
+    """Feed EVENT chunks in the order btt reads them with feed(); result() gives the analysis.
 
-    on_latency(phase, dev, proc, t_ns, value_ns, sector) receives each chunk's
-    per-I/O values of q2c, d2c and q2d (dev: device numbers, proc: indexes
-    into proc_names), for latency dumps.
+    on_latency(phase, dev, proc, t_ns, value_ns, sector) receives each chunk's per-I/O values of
+    q2c, d2c and q2d (dev: device numbers, proc: indexes into proc_names), for latency dumps.
     """
 
     def __init__(self, comms: dict[int, str] | None = None, iostat_interval_ns: int = 1_000_000_000,
                  on_latency: LatencySink | None = None, time_zero: int | None = None,
-                 on_io: IoSink | None = None, stats: bool = True) -> None:
-        """time_zero: the time btt's times count from: 0 for blktrace files; None for a capture, whose
-        export counts from just before its first event (blktrace.EXPORT_BASE_OFFSET). stats=False: only
-        the pairing, for on_io (no statistics, histograms, heat map or iostat: result() has none)."""
+                 on_io: IoSink | None = None, stats: bool = True, first_names: bool = False) -> None:
+        """time_zero: the time btt's times count from: 0 for a blktrace dump, blkparse's genesis for per-CPU
+        files; None for a capture, whose export counts from just before its first event
+        (blktrace.EXPORT_BASE_OFFSET). stats=False: only ioscope's pairing, for on_io (no statistics,
+        histograms, heat map, iostat, nor btt's view: result() has none). first_names: btt's view names
+        each pid as the capture's export does (the name it had at its first block event, the notes
+        themselves ignored), for a capture recorded by ioscope; else from the process notes in the
+        stream, as btt reads a blktrace file."""
         self.core = _tracecore.Core()
         self.time_zero = time_zero
         if time_zero is not None:
@@ -369,8 +374,6 @@ class Btt:
         self.proc_ids: dict[str, int] = {}
         self.proc_names: list[str] = []
         self.pid_proc: dict[int, int] = {}
-        self.live: dict[int, Spans] = {}
-        self.live_all = Spans()
         self.first_ts: int | None = None
         self.last_ts = 0
         self.remaps: dict[tuple[int, int], list[int]] = {}
@@ -379,12 +382,16 @@ class Btt:
         self.on_latency = on_latency
         self.on_io = on_io
         self.want_stats = stats
+        # first_names: each pid's name as the capture's export gives it (events.FirstNames)
+        self.first_names = FirstNames(self.comms) if first_names else None
+        self.btt_name_ids: dict[str, int] = {}          # btt's process names, by the id the core knows them by
+        self.btt_names: list[str] = []
         self.n_fed = 0   # events fed to the core: the ordinal of the next one
         self._io_flushed = False
         if on_io is not None:
             self.core.set_io_records(True)
         if not stats:
-            self.core.set_seeks(False)
+            self.core.set_btt(False)
         self.iostat_interval = iostat_interval_ns
         self.iostat: dict[tuple[int, int], npt.NDArray[np.float64]] = {}
         self._pid_lut = np.full(1 << 16, -1, dtype=np.int32)
@@ -402,10 +409,18 @@ class Btt:
                 self.dev_of.append(dv)
                 self.core.set_remapper(i, is_remapper(dv))
             lut[j] = i
-        return lut[inv].astype(np.int32)
+        return lut[inv.reshape(-1)].astype(np.int32)
+
+    def _proc_index(self, pid: int, comm: str | None) -> int:
+        name = process_name(pid, {pid: comm} if comm is not None else {})
+        p = self.proc_ids.get(name)
+        if p is None:
+            p = self.proc_ids[name] = len(self.proc_names)
+            self.proc_names.append(name)
+        return p
 
     def _procs(self, pids: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
-        """Process index of each pid, through a lookup table indexed by pid."""
+        """Process index of each pid (ioscope's naming, the names known now), through a table indexed by pid."""
         top = int(pids.max())
         if top >= len(self._pid_lut):
             grown = np.full(max(top + 1, 2 * len(self._pid_lut)), -1, dtype=np.int32)
@@ -416,59 +431,72 @@ class Btt:
         if missing.any():
             # a set, not np.unique: numpy 2 imports numpy.ma for a plain unique (~10 ms of start-up)
             for pid in sorted(set(pids[missing].tolist())):
-                name = process_name(pid, self.comms)
-                p = self.proc_ids.get(name)
-                if p is None:
-                    p = self.proc_ids[name] = len(self.proc_names)
-                    self.proc_names.append(name)
+                p = self._proc_index(pid, self.comms.get(pid))
                 self.pid_proc[pid] = p
                 self._pid_lut[pid] = p
             out = self._pid_lut[pids]
         return np.asarray(out, dtype=np.int32)
 
-    def _renames(self, ev: npt.NDArray[np.void], named: list[tuple[int, int, str]]) -> npt.NDArray[np.void]:
-        """Apply process notes (time, pid, name) in time order: a pid's events before a note that renames
-        it (exec, prctl) are fed under its old name, later ones under the new (btt keeps a pid's first
-        name). Returns the events after the last rename."""
-        ts = ev["ts"]
-        cut = 0
-        for t, pid, comm in named:
-            p = self.pid_proc.get(pid)
-            if self.comms.get(pid) == comm and (p is None or self.proc_names[p] == process_name(pid, {pid: comm})):
-                continue
-            at = max(int(np.searchsorted(ts, t, "left")), cut)
-            if at > cut:   # the events before the note, under the name they were done under
-                self.feed(ev[cut:at])
-                cut = at
-            self.comms[pid] = comm
-            p = self.pid_proc.get(pid)
-            if p is not None and self.proc_names[p] != process_name(pid, {pid: comm}):
-                del self.pid_proc[pid]
-                self._pid_lut[pid] = -1
-        return ev[cut:] if cut else ev
+    def _btt_name(self, pid: int, comm: str) -> int:
+        """The core's id of the name btt gives a pid from a note: 'kernel' for pid 0, the command up to a '/'."""
+        name = "kernel" if pid == 0 else comm.split("/")[0]
+        i = self.btt_name_ids.get(name)
+        if i is None:
+            i = self.btt_name_ids[name] = len(self.btt_names)
+            self.btt_names.append(name)
+        return i
 
-    def feed(self, ev: npt.NDArray[np.void]) -> None:
-        if not len(ev):
-            return
-        notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
-        if notes.any():
-            from ioscope.capture.events import note_comm
-            named = sorted((int(e["ts"]), int(e["pid"]), note_comm(e)) for e in ev[notes])
-            ev = select_events(ev, ~notes)
-            ev = self._renames(ev, named)
-            if not len(ev):
-                return
-        if self.first_ts is None:
-            self.first_ts = int(ev["ts"][0])
-            if self.time_zero is None:
-                self.time_zero = self.first_ts - EXPORT_BASE_OFFSET
-                self.core.set_time_zero(self.time_zero)
-        self.last_ts = max(self.last_ts, int(ev["ts"][-1]))
-        self.n_events += len(ev)
+    def _names(self, ev: npt.NDArray[np.void], proc: npt.NDArray[np.int32]) -> npt.NDArray[np.int32] | None:
+        """Apply the chunk's process notes: ioscope's view renames a pid from its note on (exec, prctl: its
+        events before keep the name they were done under, in proc); btt's view gets, per event, a note's
+        name id (with first_names, each pid's name for its first block event instead), -1 elsewhere."""
+        from ioscope.capture.events import note_comm
+        name: npt.NDArray[np.int32] | None = None
+        if self.first_names is not None:
+            for k, pid, at in self.first_names.chunk(ev):
+                if at is not None:
+                    if name is None:
+                        name = np.full(len(ev), -1, dtype=np.int32)
+                    name[k] = self._btt_name(pid, at)
+        pids = ev["pid"]
+        for k in np.flatnonzero((ev["flags"] & EV_NOTE_PROCESS) != 0).tolist():
+            pid = int(pids[k])
+            comm = note_comm(ev[k])
+            if self.first_names is None:
+                if name is None:
+                    name = np.full(len(ev), -1, dtype=np.int32)
+                name[k] = self._btt_name(pid, comm)
+            if self.comms.get(pid) != comm:
+                self.comms[pid] = comm
+                p = self._proc_index(pid, comm)
+                proc[k + 1:][pids[k + 1:] == pid] = p
+                self.pid_proc[pid] = p
+                if pid < len(self._pid_lut):
+                    self._pid_lut[pid] = p
+        return name
+
+    def feed(self, ev: npt.NDArray[np.void], own_dev: npt.NDArray[Any] | None = None) -> None:
+        """One chunk: block events, and process notes (EV_NOTE_PROCESS) and messages (EV_MESSAGE) where they
+        were read. own_dev: each record's own device, where btt counts it (default: its device; a remap
+        recorded on the traced disk whose bio went to another device has its device_to in dev)."""
         n = len(ev)
+        if not n:
+            return
+        blk = (ev["flags"] & (EV_NOTE_PROCESS | EV_MESSAGE)) == 0
+        nblk = int(blk.sum())
+        only_blk = nblk == n   # the common case: no selection (a copy of the events) needed
+        if nblk:
+            bts = ev["ts"] if only_blk else ev["ts"][blk]
+            if self.first_ts is None:
+                self.first_ts = int(bts[0])
+                if self.time_zero is None:
+                    self.time_zero = self.first_ts - EXPORT_BASE_OFFSET
+                    self.core.set_time_zero(self.time_zero)
+            self.last_ts = max(self.last_ts, int(bts.max()))
+        self.n_events += nblk
         dev = self._devs(ev["dev"])
         auxdev = np.full(n, -1, dtype=np.int32)
-        rm = ev["action"] == TA_REMAP
+        rm = (ev["action"] == TA_REMAP) & blk
         if rm.any():
             auxdev[rm] = self._devs(ev["aux_dev"][rm])
             a = ev[rm]
@@ -481,26 +509,25 @@ class Btt:
                 acc[0] += int(nbios[j])
                 acc[1] += int(nbytes[j])
         proc = self._procs(ev["pid"])
-        rd = ((ev["category"] & TC_READ) != 0).astype(np.uint8)
-        raw = self.core.feed(n, np.ascontiguousarray(ev["ts"]), np.ascontiguousarray(ev["action"]), dev,
-                             np.ascontiguousarray(ev["sector"]), np.ascontiguousarray(ev["bytes"]), proc, rd,
-                             np.ascontiguousarray(ev["aux"]), auxdev)
+        name = self._names(ev, proc)
+        bdev = None if own_dev is None else self._devs(np.asarray(own_dev))
+        raw = self.core.feed(np.ascontiguousarray(ev), dev=dev, auxdev=auxdev, proc=proc, bdev=bdev, name=name)
         per_kind = [np.frombuffer(b, dtype=REC) for b in raw]
         if self.on_io is not None:
             self.on_io.io(np.frombuffer(self.core.take_io(), dtype=IOREC), ev, self.n_fed, self.comms, self.dev_of,
                           self.core.min_ord())
         self.n_fed += n
-        if self.want_stats:
+        if self.want_stats and nblk:
             self._absorb(per_kind)
-            self._iostat(ev, dev, per_kind[PHASES.index("q2c")])
+            if only_blk:
+                self._iostat(ev, dev, per_kind[PHASES.index("q2c")])
+            else:
+                self._iostat(select_events(ev, blk), dev[blk], per_kind[PHASES.index("q2c")])
 
     def _absorb(self, per_kind: list[npt.NDArray[np.void]]) -> None:
         dev_of = np.array(self.dev_of, dtype=np.int64)
         for k, r in enumerate(per_kind):
             if not len(r):
-                continue
-            if k == K_LIVE:
-                self._live(r)
                 continue
             name = PHASES[k]
             v = np.ascontiguousarray(r["v"])
@@ -532,20 +559,6 @@ class Btt:
                 self.heat.add(r["t"], v)
             if self.on_latency is not None and name in ("d2c", "q2c", "q2d"):
                 self.on_latency(name, dev_of[rdev], rproc, r["t"], v, r["sector"])
-
-    def _live(self, r: npt.NDArray[np.void]) -> None:
-        # Later periods start when an I/O still in flight was issued, or later than now: periods that end
-        # before that can be closed.
-        now = self.last_ts
-        horizons = {}
-        for di in range(len(self.dev_of)):
-            m = self.core.min_issued(di)
-            horizons[di] = now if m < 0 else min(now, m)
-        self.live_all.add(r["t"], r["v"], min(horizons.values(), default=now))
-        devs = r["dev"]
-        for di in _present(devs):
-            m = devs == di
-            self.live.setdefault(self.dev_of[di], Spans()).add(r["t"][m], r["v"][m], horizons[di])
 
     def _iostat(self, ev: npt.NDArray[np.void], dev: npt.NDArray[np.int32], recs: npt.NDArray[np.void]) -> None:
         """Counters per (device, interval): completions, sectors, merges (from events), Q2C (records).
@@ -628,21 +641,32 @@ class Btt:
         tz = self.time_zero or 0
         for info in self.core.devices():
             dev = self.dev_of[info["idx"]]
-            d = DevState(dev, **{k: info[k] for k in (
-                "start_time", "end_time", "n_qs", "n_ds", "t_act_q", "dup_q", "culled", "overlap_q", "split_pieces",
-                "split_bios", "btt_q2c_n", "btt_d2c_n", "btt_diff_split", "btt_diff_range", "btt_diff_other",
-                "btt_g_split", "btt_g_range", "btt_g_other", "btt_in_flight", "blk_n",
-                "blk_total", "blk_min", "blk_max", "nplugs", "nplugs_t", "nios_up", "nios_upt", "plugged_s",
-                "inflight", "inflight_issued", "q2d_hist")})
-            if info["plugged"]:   # btt closes a plug still open at the device's last event
-                d.nplugs += 1
-                d.plugged_s += bit_time(info["end_time"] - tz) - bit_time(info["last_plug"] - tz)
-            d.q2q_seek = Seeks(**info["seek_q2q"])
-            d.d2d_seek = Seeks(**info["seek_d2d"])
-            d.live = self.live.get(dev, Spans())
-            devices[dev] = d
-        return BttResult(devices, self.stats, self.proc_stats, self.live_all, self.first_ts or 0, self.last_ts,
-                         self.n_events, self.heat, self.iostat, self.iostat_interval, tz, self.remaps)
+            devices[dev] = DevState(dev, **{k: info[k] for k in (
+                "start_time", "end_time", "dup_q", "culled", "overlap_q", "split_pieces", "split_bios",
+                "btt_diff_split", "btt_diff_range", "btt_diff_other", "btt_g_split", "btt_g_range", "btt_g_other",
+                "inflight", "inflight_issued")})
+        view = self._btt_view(tz) if self.want_stats else None
+        return BttResult(devices, self.stats, self.proc_stats, self.first_ts or 0, self.last_ts, self.n_events,
+                         self.heat, self.iostat, self.iostat_interval, tz, self.remaps, view)
+
+    def _btt_view(self, tz: int) -> BttView:
+        raw = self.core.btt()
+        devs = []
+        for i in raw["devices"]:
+            n, tot, end = i["live"]
+            devs.append(BttDev(
+                self.dev_of[i["idx"]], _avgs(i["avg"]), i["start_time"], i["end_time"], i["n_qs"], i["n_ds"],
+                i["t_act_q"], i["plugged"], i["last_plug"], i["plugged_s"], i["nplugs"], i["nplugs_t"], i["nios_up"],
+                i["nios_upt"], i["q2d_hist"], Seeks(**i["seek_q2q"]), Seeks(**i["seek_d2d"]), (n, tot, end),
+                i["in_flight"], i["split_events"], i["split_bios"], i["split_never_completed"], i["q_replaced"],
+                i["remaps_elsewhere"]))
+        procs = []
+        for key, avg in raw["processes"]:
+            pname = self.btt_names[key] if key >= 0 else f"pid{-key - 1:09d}"
+            procs.append((pname, _avgs(avg)))
+        procs.sort(key=lambda x: x[0].encode(errors="surrogateescape"))
+        n, tot, end = raw["live"]
+        return BttView(devs, procs, _avgs(raw["all"]), (n, tot, end), tz)
 
 
 def _present(idx: npt.NDArray[Any]) -> list[int]:

@@ -10,6 +10,7 @@ window (-w) and summary blocks.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -22,10 +23,13 @@ import numpy.typing as npt
 from ioscope.base import outfile
 from ioscope.base.devices import kdev_split, kdev_str
 from ioscope.base.errors import IoscopeError, UsageError
+from ioscope.capture import _tracecore
 from ioscope.capture.blktrace import Sequencer
 from ioscope.capture.blktrace import bit_dtype as blktrace_dtype
 from ioscope.capture.events import (
     ACTION_LETTERS,
+    EV_MESSAGE,
+    EV_NOTE_PROCESS,
     EVENT,
     TA_BACKMERGE,
     TA_BOUNCE,
@@ -43,10 +47,10 @@ from ioscope.capture.events import (
     TA_SPLIT,
     TA_UNPLUG_IO,
     TA_UNPLUG_TIMER,
+    FirstNames,
     rwbs,
 )
 from ioscope.capture.masks import parse_mask
-from ioscope.trace import _tracecore
 
 VALID_SPECS = "ABCDFGIMPQRSTUWX"
 FS_ACTIONS = {TA_QUEUE, TA_INSERT, TA_BACKMERGE, TA_FRONTMERGE, TA_GETRQ, TA_SLEEPRQ, TA_REQUEUE, TA_ISSUE,
@@ -188,9 +192,8 @@ class Formatter:
         return "".join(out)
 
     def _clock(self, t: int) -> str:
-        if self.wall_base is None:
-            return "00:00:00.000000"
-        w = self.wall_base + t
+        # without a timestamp note blkparse's wall clock at time zero is the epoch
+        w = (self.wall_base or 0) + t
         sec, ns = divmod(w, 1_000_000_000)
         return time.strftime("%H:%M:%S", time.localtime(sec)) + f".{ns // 1000:06d}"
 
@@ -224,12 +227,22 @@ class Parser:
     def __init__(self, out: IO[str], comms: dict[int, str], mask: int = 0xFFFF,
                  window: tuple[int, int] | None = None, fmt_all: str | None = None,
                  fmt_per: dict[str, str] | None = None, wall_base: int | None = None,
-                 wall_of: Callable[[int], int | None] | None = None) -> None:
+                 wall_of: Callable[[int], int | None] | None = None, names: str = "blkparse",
+                 first_names: bool = False) -> None:
         """wall_base: wall-clock ns at the first event; or wall_of(mono_ns), asked once the first
-        block event is seen (a capture may begin with empty chunks or only process notes)."""
+        block event is seen (a capture may begin with empty chunks or only process notes).
+
+        names: "blkparse" (blkparse's naming: a pid is named by the first process note blkparse reads for
+        it, from then on and for good, "(null)" before and without one; comms is not used), or "ioscope"
+        (ioscope's: comms first, then each process note renames its pid from its time on, so that a pid
+        that exec'd has its I/O under each name it had). first_names: blkparse's naming of a capture
+        recorded by ioscope, as blkparse names the pids reading its export (events.FirstNames)."""
         self.out = out
         self.wall_of = wall_of
         self.comms = comms
+        self.naming = names
+        self.first: dict[int, tuple[str, int]] = {}   # blkparse's naming: pid -> (name, from which event on)
+        self.first_names = FirstNames(comms) if first_names and names == "blkparse" else None
         self.mask = mask
         self.window = window
         self.genesis: int | None = None
@@ -246,15 +259,22 @@ class Parser:
         self.stopped = False
         self.nread = 0
         self.nbatched = 0   # block events seen so far, for blkparse's read batches (_batches)
+        self.nfed = 0       # block events fed so far: the read index of the next one
         # blktrace's per-CPU files (an import of them): blkparse reading `-i NAME` counts every record of
         # NAME's files under NAME, whatever its own device, and prints them in the order it merged them
         self.set_names: list[str] | None = None
+        self.opened: list[str] = []   # blkparse's "Input file ... added" lines, still to print
 
     def use_file_sets(self, names: list[str]) -> None:
         """Count and name by file set (blkparse -i NAME ...), in the given order; print in the order fed."""
         self.set_names = list(names)
         for i in range(len(names)):
             self.dev_idx[i] = i
+
+    def note(self, pid: int, name: str, at: int) -> None:
+        """blkparse's naming: a process note for pid, read before the block event of read index at (the
+        first note of a pid is kept, for good)."""
+        self.first.setdefault(pid, (name, at))
 
     def _register(self, devs: npt.NDArray[Any]) -> None:
         """Devices get their totals block in the order blkparse first reads them."""
@@ -275,31 +295,73 @@ class Parser:
             g[:len(self.devstats)] = self.devstats
             self.devstats = g
 
-    def feed(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = None) -> None:
+    def feed(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32] | None = None,
+             own_dev: npt.NDArray[Any] | None = None, texts: dict[int, str] | None = None) -> None:
+        """A chunk of a stream (a dump, or a capture), in read order: block events, and process notes and
+        messages (EV_MESSAGE rows, their texts in texts by row) where they were read. seq: the records'
+        sequence numbers (None: numbered as blktrace numbers them); own_dev: each record's own device
+        (None: its device), where blkparse counts it."""
         if self.stopped or not len(ev):
             return
-        from ioscope.capture.events import EV_NOTE_PROCESS, note_comm
-        notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
+        from ioscope.capture.events import EV_MESSAGE, EV_NOTE_PROCESS, note_comm
+        flags = ev["flags"]
+        notes = (flags & EV_NOTE_PROCESS) != 0
+        msg = (flags & EV_MESSAGE) != 0
+        if texts is None:
+            msg[:] = False
+        keep = ~notes & ((flags & EV_MESSAGE) == 0) | msg   # block events and the messages blkparse prints
         if seq is None:
             seq = self.seq.number(ev)
+        ridx = self.nfed + np.cumsum(keep) - keep    # each trace's read index (messages count, as blkparse's)
         renames: list[tuple[int, int, str]] = []
-        if notes.any():
+        if self.naming == "ioscope":
             # a process note names its pid from its time on (exec, prctl): events before it keep
             # the name they were done under
             renames = sorted((int(e["ts"]), int(e["pid"]), note_comm(e)) for e in ev[notes])
-            keep = ~notes
-            ev, seq = ev[keep], seq[keep]
+        elif self.first_names is not None:
+            for k, pid, name in self.first_names.chunk(ev):
+                if name is not None:
+                    self.note(pid, name, int(ridx[k]))
+        else:   # blkparse reads 512 events at a time: a note names its pid for the whole batch it is in
+            for k in np.flatnonzero(notes).tolist():
+                self.note(int(ev["pid"][k]), note_comm(ev[k]), int(ridx[k]) // BATCH * BATCH)
+        self.nfed += int(keep.sum())
+        if msg.any():
+            assert texts is not None
+            at = np.cumsum(keep) - 1
+            texts = {int(at[i]): texts.get(int(i), "") for i in np.flatnonzero(msg).tolist()}
+        else:
+            texts = None
+        if not keep.all():
+            ev, seq, ridx = ev[keep], seq[keep], ridx[keep]
+            if own_dev is not None:
+                own_dev = own_dev[keep]
         try:
-            self._feed_events(ev, seq, renames)
+            self._feed_events(ev, seq, renames, own_dev=own_dev, ridx=ridx, texts=texts)
         finally:
             for _ts, pid, comm in renames:
                 self.comms[pid] = comm
 
-    def _names(self, ev: npt.NDArray[np.void], renames: list[tuple[int, int, str]]) -> tuple[list[bytes], Any]:
-        """(names, index per event): each event named as its pid was at its time."""
+    def _names(self, ev: npt.NDArray[np.void], renames: list[tuple[int, int, str]],
+               ridx: npt.NDArray[np.int64] | None) -> tuple[list[bytes | None], Any]:
+        """(names, index per event): blkparse's naming (each event under the first name read for its pid
+        before it, None before one), or ioscope's (each event named as its pid was at its time)."""
         upid, pinv = np.unique(ev["pid"], return_inverse=True)
         pinv = pinv.reshape(-1).astype(np.int32)
-        names = [self.comms.get(int(p), "") for p in upid.tolist()]
+        if self.naming == "blkparse":
+            names: list[str | None] = [None]
+            out = np.zeros(len(ev), dtype=np.int32)
+            for j, pid in enumerate(upid.tolist()):
+                got = self.first.get(pid)
+                if got is None:
+                    continue
+                names.append(got[0])
+                hit = pinv == j
+                if ridx is not None:
+                    hit &= ridx >= got[1]
+                out[hit] = len(names) - 1
+            return [None if n is None else n.encode(errors="replace") for n in names], out
+        names = [self.comms.get(int(p)) for p in upid.tolist()]
         if renames:
             ts = ev["ts"]
             pid_of = ev["pid"]
@@ -308,7 +370,7 @@ class Parser:
                 if hit.any():
                     pinv[hit] = len(names)
                     names.append(comm)
-        return [n.encode(errors="replace") for n in names], pinv
+        return [None if n is None else n.encode(errors="replace") for n in names], pinv
 
     def start(self, genesis: int) -> None:
         """Time zero: the first record blkparse reads."""
@@ -320,82 +382,103 @@ class Parser:
 
     def _feed_events(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32],
                      renames: list[tuple[int, int, str]] | None = None,
-                     sets: npt.NDArray[Any] | None = None, own_dev: npt.NDArray[Any] | None = None) -> None:
-        """Render block events (no process notes), named by self.comms and the chunk's renames.
+                     sets: npt.NDArray[Any] | None = None, own_dev: npt.NDArray[Any] | None = None,
+                     ridx: npt.NDArray[np.int64] | None = None, texts: dict[int, str] | None = None) -> None:
+        """Render block events (no process notes), named by the naming in use (_names).
 
-        sets: each event's file set (use_file_sets), for events already in blkparse's order."""
+        sets: each event's file set (use_file_sets), for events already in blkparse's order. own_dev:
+        each record's own device (None: its device), where blkparse counts it and what its %D prints.
+        ridx: each event's read index (blkparse's naming)."""
         if self.stopped or not len(ev):
             return
-        if self.genesis is None:
-            self.start(int(ev["ts"][0]))
+        own = ev["dev"] if own_dev is None else np.asarray(own_dev, dtype=np.uint32)
+        if self.genesis is None:   # blkparse: the earliest time of the first batch it reads
+            self.start(int(ev["ts"][:BATCH].min()) if sets is None else int(ev["ts"][0]))
         assert self.genesis is not None
         if sets is not None:
             rel = ev["ts"].astype(np.int64) - self.genesis
             if self.window is not None:   # blkparse stops at the first record past the end
                 lo, hi = self.window
                 past = np.flatnonzero(rel > hi)
+                keep = rel >= lo
                 if len(past):
                     self.stopped = True
-                    cut = int(past[0])
-                    ev, seq, rel, sets = ev[:cut], seq[:cut], rel[:cut], sets[:cut]
-                    if own_dev is not None:
-                        own_dev = own_dev[:cut]
-                keep = rel >= lo
-                ev, seq, rel, sets = ev[keep], seq[keep], rel[keep], sets[keep]
-                if own_dev is not None:
-                    own_dev = own_dev[keep]
+                    keep[int(past[0]):] = False
+                ev, seq, rel, sets, own = ev[keep], seq[keep], rel[keep], sets[keep], own[keep]
+                if ridx is not None:
+                    ridx = ridx[keep]
                 if not len(ev):
                     return
-            self._render(ev, seq, rel, np.asarray(sets, dtype=np.int32), renames, own_dev)
+            self._render(ev, seq, rel, np.asarray(sets, dtype=np.int32), renames, own, ridx)
             return
         batch = self._batches(len(ev))
         if self.window is not None:
-            if not self._register_read(ev):
+            if not self._register_read(own, ev["ts"]):
                 return
         else:
-            self._register(ev["dev"])
+            self._register(own)
         # blkparse (reading a stream) reads 512 events, sorts them by time, device and sequence, prints
         # them all, then reads the next 512: the sort never crosses a batch, so two events of one
         # nanosecond on two CPUs, one the last of a batch and the other the first of the next, print
         # in the order read whatever their sequence numbers. Within a batch, sequence numbers being
         # per CPU, two events can tie on all three keys, and then its sort tree puts the one it read
-        # later first (both checked with blkparse 1.2.0: tests/test_parse.py)
-        o = np.lexsort((np.arange(len(ev))[::-1], seq, ev["dev"], ev["ts"], batch))
-        ev, seq = ev[o], seq[o]
+        # later first (both checked with blkparse 1.2.0: tests/test_parse.py). The device is the
+        # record's own (a remap's traced disk's).
+        o = np.lexsort((np.arange(len(ev))[::-1], seq, own, ev["ts"], batch))
+        ev, seq, own = ev[o], seq[o], own[o]
+        row = o   # each one's row as fed (a message's text)
+        if ridx is not None:
+            ridx = ridx[o]
         rel = ev["ts"].astype(np.int64) - self.genesis
         if self.window is not None:
             lo, hi = self.window
             inside = (rel >= lo) & (rel < hi)
             if (rel >= hi).any():
                 self.stopped = True
-            ev, seq, rel = ev[inside], seq[inside], rel[inside]
+            ev, seq, rel, own, row = ev[inside], seq[inside], rel[inside], own[inside], row[inside]
+            if ridx is not None:
+                ridx = ridx[inside]
             if not len(ev):
                 return
-        udev, dinv = np.unique(ev["dev"], return_inverse=True)
+        udev, dinv = np.unique(own, return_inverse=True)
         lut = np.array([self.dev_idx[int(d)] for d in udev.tolist()], dtype=np.int32)
-        self._render(ev, seq, rel, lut[dinv.reshape(-1)], renames)
+        devidx = lut[dinv.reshape(-1)]
+        if not texts:
+            self._render(ev, seq, rel, devidx, renames, own, ridx)
+            return
+        # the messages, sorted in with the events: blkparse prints each where it sorted it
+        from ioscope.capture.events import EV_MESSAGE
+        cut = np.flatnonzero((ev["flags"] & EV_MESSAGE) != 0).tolist()
+        at = 0
+        for m in [*cut, len(ev)]:
+            if m > at:
+                self._render(ev[at:m], seq[at:m], rel[at:m], devidx[at:m], renames, own[at:m],
+                             None if ridx is None else ridx[at:m])
+            if m < len(ev):
+                e = ev[m]
+                self._message_line(int(devidx[m]), int(e["cpu"]), int(rel[m]), int(e["dev"]), int(e["category"]),
+                                   texts.get(int(row[m]), ""))
+            at = m + 1
 
     def _render(self, ev: npt.NDArray[np.void], seq: npt.NDArray[np.uint32], rel: npt.NDArray[np.int64],
                 devidx: npt.NDArray[np.int32], renames: list[tuple[int, int, str]] | None,
-                own_dev: npt.NDArray[Any] | None = None) -> None:
-        """Count and print events in the order given, each under its summary block devidx. own_dev: each
-        record's own device where it is not the event's (a remap recorded on the traced disk): blkparse's
-        -f %D prints it, its default line the device the remap went to."""
+                own: npt.NDArray[Any], ridx: npt.NDArray[np.int64] | None = None) -> None:
+        """Count and print events in the order given, each under its summary block devidx. own: each
+        record's own device (a remap recorded on the traced disk: blkparse's -f %D prints it, its default
+        line the device the remap went to)."""
         self._grow(int(ev["cpu"].max()) + 1)
-        names, pinv = self._names(ev, renames or [])
+        names, pinv = self._names(ev, renames or [], ridx)
         c = np.ascontiguousarray
         text = _tracecore.format_blkparse(
-            len(ev), c(rel), c(seq.astype(np.uint32)), c(ev["dev"]), c(devidx), c(ev["cpu"]), c(ev["pid"]),
-            c(pinv), c(ev["action"]), c(ev["category"]), c(ev["sector"]),
-            c(ev["bytes"]), c(ev["error"]), c(ev["aux"]), c(ev["aux_dev"]), self.mask, names, self.cpustats,
-            self.cpustats.shape[1], self.devstats, not self.formats)
+            c(ev), rel=c(rel.astype(np.int64)), seq=c(seq.astype(np.uint32)), devidx=c(devidx.astype(np.int32)),
+            pidx=c(pinv.astype(np.int32)), names=names, mask=self.mask, cpustats=self.cpustats,
+            devstats=self.devstats, text=not self.formats)
         if not self.formats:
             self.out.write(text.decode(errors="replace"))
             return
         lines = []
-        for t, s, dev, own, cpu, pid, act, cat, sec, nb, err, aux, auxdev, ni in zip(
-                rel.tolist(), seq.tolist(), ev["dev"].tolist(),
-                (ev["dev"] if own_dev is None else own_dev).tolist(), ev["cpu"].tolist(), ev["pid"].tolist(),
+        for t, s, dev, owner, cpu, pid, act, cat, sec, nb, err, aux, auxdev, ni in zip(
+                rel.tolist(), seq.tolist(), ev["dev"].tolist(), own.tolist(), ev["cpu"].tolist(), ev["pid"].tolist(),
                 ev["action"].tolist(), ev["category"].tolist(), ev["sector"].tolist(), ev["bytes"].tolist(),
                 ev["error"].tolist(), ev["aux"].tolist(), ev["aux_dev"].tolist(), pinv.tolist()):
             if not cat & self.mask or act not in FS_ACTIONS or act == TA_DRV_DATA:
@@ -403,9 +486,10 @@ class Parser:
             letters = ACTION_LETTERS[act]
             fm = self.formats.get(letters[0])
             fields = self._fields(t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev, letters)
-            fields["comm"] = names[ni].decode(errors="replace")
+            nm = names[ni]
+            fields["comm"] = "(null)" if nm is None else nm.decode(errors="replace")
             if fm is not None:
-                fields["major"], fields["minor"] = kdev_split(own)
+                fields["major"], fields["minor"] = kdev_split(owner)
             lines.append(fm.render(fields) if fm is not None else self._default(fields, act, aux, auxdev))
         self.out.write("".join(lines))
 
@@ -425,6 +509,21 @@ class Parser:
         if act == TA_SPLIT:
             return f"{head}{sec} / {aux & 0xFFFFFFFF} [{name}]\n"
         return f"{head}{sec} + {nsec} [{name}]\n" if nsec else f"{head}[{name}]\n"
+
+    def _message_line(self, block: int, cpu: int, rel: int, dev: int, category: int, text: str) -> None:
+        """A message read from a stream: counted under its device's block, printed as blkparse prints it."""
+        self._grow(cpu + 1)
+        self.cpustats[block, cpu, -1] += 1
+        ds = self.devstats[block]
+        ds[D_LAST] = rel
+        if not category & self.mask:
+            return
+        if not ds[D_EVENTS]:
+            ds[D_FIRST] = rel
+        ds[D_EVENTS] += 1
+        ma, mi = kdev_split(dev)
+        self.out.write(f"{ma:3d},{mi:<3d} {cpu:2d} {'0':>8s} {rel // 1_000_000_000:5d}."
+                       f"{rel % 1_000_000_000:09d} {0:5d} {'m':>2s} {'N':>3s} {text}\n")
 
     def message(self, rec: bytes, order: str, set_idx: int, cpu: int) -> None:
         """A BLK_TN_MESSAGE record: blkparse prints it as an 'm N' line and counts it as an event."""
@@ -462,19 +561,19 @@ class Parser:
         self.nbatched += n
         return batch
 
-    def _register_read(self, ev: npt.NDArray[np.void]) -> bool:
+    def _register_read(self, own: npt.NDArray[Any], ts: npt.NDArray[Any]) -> bool:
         """With a window, blkparse reads 512 events at a time and stops after the first batch that starts
         past the window's end; every device in what it read gets a summary block. False: nothing left."""
         assert self.window is not None and self.genesis is not None
-        n = len(ev)
+        n = len(own)
         batch = (self.nread + np.arange(n)) // BATCH
         self.nread += n
-        rel = ev["ts"].astype(np.int64) - self.genesis
+        rel = ts.astype(np.int64) - self.genesis
         starts = np.flatnonzero(np.r_[True, batch[1:] != batch[:-1]])
         mins = np.minimum.reduceat(rel, starts)
         past = np.flatnonzero(mins > self.window[1])
         read = n if not len(past) else (int(starts[past[0] + 1]) if past[0] + 1 < len(starts) else n)
-        self._register(ev["dev"][:read])
+        self._register(own[:read])
         if len(past):
             self.stopped = True
         return True
@@ -562,6 +661,7 @@ def parse_formats(specs: list[str] | None) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ioscope.capture import importer
     from ioscope.capture.offline import open_source, wall_at
     mask = parse_mask(args.act_mask, args.set_mask)
     window = parse_window(args.stopwatch) if args.stopwatch else None
@@ -574,6 +674,11 @@ def run(args: argparse.Namespace) -> int:
         out = outfile.open_private(args.output, force=True)   # like blkparse -o: overwritten, but private
     else:
         out = sys.stdout
+    naming = getattr(args, "names", "blkparse")
+
+    def warn(line: str) -> None:
+        sys.stderr.write(f"ioscope parse: note: {line}\n")
+
     try:
         with open_source(args.capture) as src:
             def wall_of(mono_ns: int) -> int | None:
@@ -583,25 +688,49 @@ def run(args: argparse.Namespace) -> int:
                     return src.wall_stamps[0][1] - src.wall_stamps[0][0] + mono_ns
                 return None
 
-            parser = Parser(out, dict(src.comms), mask, window, fmt_all, fmt_per, wall_of=wall_of)
-            from ioscope.capture.importer import file_sets, read_file_sets
-            fs = file_sets(src) if src.kind == "capture" else None
-            if fs is not None:
-                feed_file_sets(parser, src, fs)
-            elif src.kind == "blktrace":   # per-CPU files given directly: read as an import reads them
-                whole = read_file_sets(args.capture)
-                if whole is not None:
-                    fs = whole.fs
-                    parser.comms.update(whole.comms)
-                    feed_file_sets(parser, whole, fs)
-            for ev, seq in ([] if fs is not None else src.chunks_with_seq()):
-                for pid, comm in src.comms.items():  # names of pids not seen yet; renames come from notes
-                    parser.comms.setdefault(pid, comm)
-                parser.feed(ev, seq)
-                if parser.stopped:
-                    break
+            fs: importer.FileSets | None = None
+            whole: importer.FileSetSource | None = None
+            if src.kind == "capture":
+                fs = importer.file_sets(src)
+            else:   # per-CPU files given directly: read as an import reads them; a stream as it is
+                whole = importer.read_file_sets(args.capture, warn)
+                fs = whole.fs if whole is not None else None
+            native = src.kind == "capture" and src.meta.get("source") != "blktrace"
+            parser = Parser(out, dict(src.comms), mask, window, fmt_all, fmt_per, wall_of=wall_of, names=naming,
+                            first_names=native)
+            if fs is not None and not fs.dumps_only:
+                chunks = whole.chunks() if whole is not None else src.chunks()
+                comms = whole.comms if whole is not None else src.comms
+                feed_file_sets(parser, chunks, comms, fs, os.path.dirname(args.capture) if whole is not None else "")
+            elif fs is not None:   # an imported stream: its records as they were, read as blkparse reads one
+                stamps = [(t, w) for k in range(len(fs.notes)) if fs.note_kind(k) == "timestamp"
+                          for t, w in [fs.timestamp(k)]]
+                if stamps:
+                    parser.wall_of = lambda genesis: stamps[0][1] - stamps[0][0] + genesis
+                g = 0
+                for ev, own, texts in importer.btt_stream(fs, src.chunks(), texts=True):
+                    blk = (ev["flags"] & (EV_NOTE_PROCESS | EV_MESSAGE)) == 0
+                    seq = np.zeros(len(ev), dtype=np.uint32)
+                    seq[blk] = fs.seq[g:g + int(blk.sum())]
+                    for i, k in (texts or {}).items():
+                        seq[i] = fs.note_seq(k)
+                    g += int(blk.sum())
+                    parser.feed(ev, seq, own, {i: fs.note_text(k) for i, k in (texts or {}).items()})
+                    if parser.stopped:
+                        break
+            else:
+                for d in (src.decoded() if src.kind == "blktrace" else
+                          (blktrace_decoded(c) for c in src.chunks())):
+                    for pid, comm in src.comms.items():  # ioscope's naming: pids not seen yet; then the notes
+                        parser.comms.setdefault(pid, comm)
+                    parser.feed(d.events, d.seq, d.own_dev, d.texts)
+                    if parser.stopped:
+                        break
             if not args.quiet:
                 out.write(parser.summary())
+            if parser.opened:
+                out.flush()
+                sys.stdout.write("".join(parser.opened))
             if parser.genesis is None:
                 sys.stderr.write(f"ioscope parse: note: {args.capture} holds no block events\n")
             if src.truncation:
@@ -612,15 +741,32 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def feed_file_sets(parser: Parser, src: Any, fs: Any) -> None:
-    """An import of blktrace's per-CPU files, as blkparse -i NAME ... prints them: each record under its
-    file set, its own sequence number, the scheduler's messages where blkparse printed them."""
+def blktrace_decoded(ev: npt.NDArray[np.void]) -> Any:
+    """A capture's chunk as a decoded blktrace piece (no sequence numbers, no other devices)."""
+    from ioscope.capture.blktrace import Decoded
+    return Decoded(ev, {}, [])
+
+
+def feed_file_sets(parser: Parser, chunks: Any, comms: dict[int, str], fs: Any, where: str = "") -> None:
+    """blktrace's per-CPU files (read directly or imported), as blkparse -i NAME ... prints them: its
+    "Input file" lines, each record under its file set, its own sequence number, each process note from
+    where blkparse reads it, the scheduler's messages where blkparse printed them."""
     from ioscope.capture.events import EV_NOTE_PROCESS, note_comm
+    from ioscope.capture.importer import NoteOrder
+    # blkparse says which files it opened, with printf: on its standard output whatever -o says, and, its
+    # events going out through a stream of their own, first on a terminal and last anywhere else
+    parser.opened = [f"Input file {os.path.join(where, st['name'])}.blktrace.{f['cpu']} added\n"
+                     for st in fs.sets for f in st["files"] if int(f["bytes"])]
+    if sys.stdout.isatty():
+        sys.stdout.write("".join(parser.opened))
+        sys.stdout.flush()
+        parser.opened = []
     parser.use_file_sets(fs.names)
     wall = fs.wall_clock()
     if wall is not None:   # blkparse 1.2.0 reading files takes a timestamp note's clock for time zero, as is
         parser.wall_of = lambda _genesis: wall
     msgs = sorted((mp, k) for k, (_s, _c, _fp, mp, _r) in enumerate(fs.notes) if mp >= 0)
+    order = NoteOrder(fs, ("process",))
     mi = 0
     g = 0
 
@@ -640,7 +786,6 @@ def feed_file_sets(parser: Parser, src: Any, fs: Any) -> None:
             out[gi - lo] = owners[gi]
         return out
 
-    chunks = src.chunks()
     if fs.rank is not None:   # files not in time order: the capture's events, put back in blkparse's order
         from ioscope.capture.events import join_events
         whole = list(chunks)
@@ -650,25 +795,30 @@ def feed_file_sets(parser: Parser, src: Any, fs: Any) -> None:
         chunks = iter([join_events([allev[isnote], blk_m])])
         owners = fs.own_devices()
         keys = np.array(sorted(owners), dtype=np.int64)
+        order = NoteOrder(fs, ("process",))
     for ev in chunks:
-        for pid, comm in src.comms.items():
+        for pid, comm in comms.items():
             parser.comms.setdefault(pid, comm)
         notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
-        renames = sorted((int(e["ts"]), int(e["pid"]), note_comm(e)) for e in ev[notes]) if notes.any() else []
+        renames = sorted((int(e["ts"]), int(e["pid"]), note_comm(e)) for e in ev[notes]) \
+            if notes.any() and parser.naming == "ioscope" else []
         blk = ev[~notes] if notes.any() else ev
         k = len(blk)
+        for at, nk in order.positions(g, blk["cpu"]):   # blkparse's naming: where blkparse reads each note
+            pid, name = fs.note_pid_name(nk)
+            parser.note(pid, name, at)
         start = 0
         while mi < len(msgs) and msgs[mi][0] < g + k:
             p = msgs[mi][0] - g
             if p > start:
                 parser._feed_events(blk[start:p], fs.seq[g + start:g + p], renames, fs.set_of[g + start:g + p],
-                                    own(blk, g + start, g + p, start))
+                                    own(blk, g + start, g + p, start), np.arange(g + start, g + p))
                 start = p
             message(msgs[mi][1])
             mi += 1
         if start < k:
             parser._feed_events(blk[start:], fs.seq[g + start:g + k], renames, fs.set_of[g + start:g + k],
-                                own(blk, g + start, g + k, start))
+                                own(blk, g + start, g + k, start), np.arange(g + start, g + k))
         g += k
         for _ts, pid, comm in renames:
             parser.comms[pid] = comm

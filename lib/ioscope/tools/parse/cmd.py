@@ -33,6 +33,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("-w", "--stopwatch", metavar="[START:]END", help="only events between START and END seconds")
     p.add_argument("-q", "--quiet", action="store_true", help="leave out the totals")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--names", choices=("blkparse", "ioscope"), default="blkparse",
+                   help="process names: blkparse's (default: a pid's first process note, for good; (null) "
+                        "without one) or ioscope's (each event under the name its pid had then)")
     p.set_defaults(func=run, tool="parse")
 
 

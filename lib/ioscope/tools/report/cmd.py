@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from ioscope.engines.pages import cmd as pages_cmd
+
 EXAMPLES = """\
 examples:
   ioscope report trace.ioscope                 # btt's tables, percentiles, heat map
@@ -12,6 +14,8 @@ examples:
   ioscope report --btt trace.ioscope           # only btt's default sections, in btt's layout
   ioscope report --d2c-csv d2c.csv trace.ioscope   # per-I/O D2C latencies as CSV
   ioscope report sda.blktrace.0                # blktrace files work too
+  ioscope report --html trace.html trace.ioscope   # heat maps and the other pictures as one page
+  ioscope report --svg pics/ trace.ioscope     # each picture as pics/NAME.svg (--png: .png)
 """
 
 
@@ -30,10 +34,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--d2c-csv", metavar="FILE", help="write every I/O's D2C latency as CSV (btt -l)")
     p.add_argument("--q2c-csv", metavar="FILE", help="write every I/O's Q2C latency as CSV (btt -q)")
     p.add_argument("--q2d-csv", metavar="FILE", help="write every I/O's Q2D latency as CSV (btt -z)")
+    pages_cmd.add_arguments(p)
     p.set_defaults(func=run, tool="report")
 
 
 def run(args: argparse.Namespace) -> int:
     from ioscope.tools.report.view import run as run_report
+
+    if pages_cmd.wanted(args):   # the pictures; the text or JSON too only when asked for as well
+        pages_cmd.run_report(args)
+        if not (args.json or args.btt or args.d2c_csv or args.q2c_csv or args.q2d_csv):
+            return 0
 
     return run_report(args)

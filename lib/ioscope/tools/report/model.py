@@ -1,8 +1,12 @@
 """The pure model of `ioscope report`: the engine's BttResult -> every number a view prints.
 
-btt's summary rows (Overall, TOTAL, Average, AVG) are computed here, as btt computes them, and not while
-printing: the text (report.py's render_*) and the JSON (report.py's to_json) are two renderings of one
-ReportModel, so they cannot disagree. Nothing here reads files or formats text.
+btt's tables come from btt's own view of the records (BttResult.btt: btt's pairing, devices, processes
+and time base, so that they are what `btt -A` prints for the same trace); its summary rows (Overall,
+TOTAL, Average, AVG, Total Sys) are computed here, as btt computes them, and not while printing.
+ioscope's own sections (percentiles, capture edges, heat map, iostat, stacks) come from ioscope's
+corrected view (BttResult.stats ...). The text (report.py's render_*) and the JSON (report.py's
+to_json) are two renderings of one ReportModel, so they cannot disagree. Nothing here reads files or
+formats text.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import numpy as np
 
 from ioscope.base import devices, heat
 from ioscope.engines.pairing import btt
-from ioscope.engines.pairing.btt import BttResult, DevState, Stat, is_remapper
+from ioscope.engines.pairing.btt import Avg, BttDev, BttResult, BttView, Stat, is_remapper, live_summary
 
 OVERHEAD_PHASES = ("q2g", "g2i", "q2m", "i2d", "d2c")
 Q2D_HEADS = ("<.005", "<.010", "<.025", "<.050", "<.075", "<.100", "<.250", "<.500", "< 1.0", ">=1.0")
@@ -134,8 +138,19 @@ class StackRow:
 
 
 @dataclass
+class AvgTable:
+    """One of btt's MIN AVG MAX N tables: its header label and (row label, Avg) rows with N > 0."""
+
+    head: str
+    rows: list[tuple[str, Avg]]
+
+
+@dataclass
 class ReportModel:
     result: BttResult
+    all_devices: list[list[tuple[str, Avg]]]   # btt's "All Devices": the *dm rows, then the others
+    per_process: list[list[AvgTable]]  # btt -A: the *dm group and the other, per process
+    per_device: list[list[AvgTable]]   # btt -A: the same per device
     overhead: list[OverheadRow]
     merge: list[MergeRow]
     seeks: dict[str, SeekTable]      # "q2q", "d2d"
@@ -150,46 +165,76 @@ class ReportModel:
     stacks: list[StackRow] = field(default_factory=list)
 
 
-def merge_info(d: DevState) -> tuple[int, int, float, int] | None:
+def merge_info(d: BttDev) -> tuple[int, int, float, int] | None:
     """(#Q, #D, ratio, BLKavg) as btt computes them, or None when btt leaves the device out."""
     if d.n_qs == 0 or d.n_ds == 0:
         return None
     nq = max(d.n_qs, d.n_ds)
-    return nq, d.n_ds, nq / d.n_ds, int(d.blk_total / d.n_ds)
+    return nq, d.n_ds, nq / d.n_ds, int(d.avgs["blks"].total / d.n_ds)
 
 
-def plug_pct(d: DevState, time_zero: int) -> float:
-    """% of the device's time with its queue plugged, computed as btt does, to the last bit: its
-    times are doubles in seconds from the trace's time zero (BIT_TIME), the plugged time a sum of
-    their differences (DevState.plugged_s, kept so by the core)."""
-    delta = btt.bit_time(d.end_time - time_zero) - btt.bit_time(d.start_time - time_zero)
-    return 100.0 * (d.plugged_s / delta) if delta > 0 else 0.0
+def plug_pct(d: BttDev) -> float:
+    """% of the device's time with its queue plugged, computed as btt does, to the last bit: its times are
+    doubles in seconds from the trace's time zero (BIT_TIME), the plugged time a sum of their differences
+    (a plug still open at the end closed at the device's last event)."""
+    delta = btt.bit_time(d.end_time) - btt.bit_time(d.start_time)
+    return 100.0 * (_plugged_s(d) / delta) if delta > 0 else 0.0
 
 
-def _overhead(r: BttResult) -> list[OverheadRow]:
+def _plugged_s(d: BttDev) -> float:
+    return d.plugged_s + (btt.bit_time(d.end_time) - d.last_plug if d.plugged else 0.0)
+
+
+def _nplugs(d: BttDev) -> int:
+    return d.nplugs + (1 if d.plugged else 0)
+
+
+DM_ROWS = ("q2q_dm", "q2a_dm", "q2c_dm")
+PHASE_ROWS = ("q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "d2c", "q2c")   # per process and per device (no M2D)
+LABELS = {"q2q_dm": "Q2Qdm", "q2a_dm": "Q2Adm", "q2c_dm": "Q2Cdm", "q2q": "Q2Q", "q2a": "Q2A", "q2g": "Q2G",
+          "s2g": "S2G", "g2i": "G2I", "q2m": "Q2M", "i2d": "I2D", "m2d": "M2D", "d2c": "D2C", "q2c": "Q2C",
+          "q2d": "Q2D"}
+
+
+def dev_label(dev: int) -> str:
+    """A device as btt labels it: (maj,min), each 3 wide."""
+    ma, mi = devices.kdev_split(dev)
+    return f"({ma:3d},{mi:3d})"
+
+
+def _avg_tables(v: BttView) -> tuple[list[list[tuple[str, Avg]]], list[list[AvgTable]], list[list[AvgTable]]]:
+    everything = [[(LABELS[ph], v.all[ph]) for ph in group if v.all[ph].n] for group in (DM_ROWS, btt.ALL_ROWS[3:])]
+    procs = [[AvgTable(LABELS[ph], [(name[:14], a[ph]) for name, a in v.processes if a[ph].n]) for ph in group]
+             for group in (DM_ROWS, PHASE_ROWS)]
+    devs = [[AvgTable(LABELS[ph], [(dev_label(d.dev), d.avgs[ph]) for d in v.devices if d.avgs[ph].n])
+             for ph in group] for group in (DM_ROWS, PHASE_ROWS)]
+    return everything, procs, devs
+
+
+def _overhead(v: BttView) -> list[OverheadRow]:
     rows = []
     tot = {k: [0, 0] for k in (*OVERHEAD_PHASES, "q2c")}
-    for d in r.devices.values():
-        q2c = r.stat("q2c", d.dev)
+    for d in v.devices:
+        q2c = d.avgs["q2c"]
         if q2c.n > 0 and q2c.total > 0:
-            rows.append(OverheadRow(d.dev, {k: 100.0 * r.stat(k, d.dev).total / q2c.total for k in OVERHEAD_PHASES}))
+            rows.append(OverheadRow(d.dev, {k: 100.0 * d.avgs[k].total / q2c.total for k in OVERHEAD_PHASES}))
             for k in tot:
-                s = r.stat(k, d.dev)
-                tot[k][0] += s.total
-                tot[k][1] += s.n
+                tot[k][0] += d.avgs[k].total
+                tot[k][1] += d.avgs[k].n
     if any(tot[k][1] for k in OVERHEAD_PHASES):
-        q2c_total = tot["q2c"][0]
-        rows.append(OverheadRow(None, {k: (100.0 * tot[k][0] / q2c_total) if tot[k][1] else 0.0
+        q2c_total = float(tot["q2c"][0])
+        rows.append(OverheadRow(None, {k: (100.0 * (tot[k][0] / q2c_total)) if tot[k][1] else 0.0
                                        for k in OVERHEAD_PHASES}))
     return rows
 
 
-def _merge(r: BttResult) -> list[MergeRow]:
+def _merge(v: BttView) -> list[MergeRow]:
     rows = []
-    for d in r.devices.values():
+    for d in v.devices:
         m = merge_info(d)
         if m is not None:
-            rows.append(MergeRow(d.dev, m[0], m[1], m[2], d.blk_min, m[3], d.blk_max, d.blk_total))
+            b = d.avgs["blks"]
+            rows.append(MergeRow(d.dev, m[0], m[1], m[2], b.min, m[3], b.max, b.total))
     if len(rows) > 1:
         q, nd, total = sum(x.q for x in rows), sum(x.d for x in rows), sum(x.blk_total for x in rows)
         ratio = float(np.float32(q) / np.float32(nd))  # btt divides in single precision
@@ -198,11 +243,11 @@ def _merge(r: BttResult) -> list[MergeRow]:
     return rows
 
 
-def _seeks(r: BttResult, attr: str) -> SeekTable:
+def _seeks(v: BttView, attr: str) -> SeekTable:
     rows: list[SeekRow] = []
     entries: list[list[int]] = []      # [mode, count], the most recent first (btt's list)
     tn, tmean, tmed = 0, 0.0, 0
-    for d in r.devices.values():
+    for d in v.devices:
         sk: btt.Seeks = getattr(d, attr)
         if sk.n <= 0:
             continue
@@ -228,22 +273,23 @@ def _seeks(r: BttResult, attr: str) -> SeekTable:
     return SeekTable(rows, SeekRow(None, tn, tmean / tn, tmed // tn, [e[0] for e in best], best[0][1], more))
 
 
-def _plugs(r: BttResult) -> tuple[list[PlugRow], list[UnplugRow]]:
+def _plugs(v: BttView) -> tuple[list[PlugRow], list[UnplugRow]]:
     plug: list[PlugRow] = []
-    for d in r.devices.values():
-        if d.nplugs + d.nplugs_t > 0:
-            plug.append(PlugRow(d.dev, d.nplugs, d.nplugs_t, plug_pct(d, r.time_zero)))
+    for d in v.devices:
+        if _nplugs(d) + d.nplugs_t > 0:
+            plug.append(PlugRow(d.dev, _nplugs(d), d.nplugs_t, plug_pct(d)))
     if len(plug) > 1:
         n = len(plug)
         plug.append(PlugRow(None, sum(p.plugs for p in plug) // n, sum(p.timer_unplugs for p in plug) // n,
                             sum(p.pct_time_plugged for p in plug) / n))
     unplug: list[UnplugRow] = []
     nu = nut = tu = tut = 0
-    for d in r.devices.values():
+    for d in v.devices:
         a = a_t = 0.0
-        if d.nios_up and d.nplugs:
-            a = d.nios_up / d.nplugs
-            nu += d.nplugs
+        nplugs = _nplugs(d)
+        if d.nios_up and nplugs:
+            a = d.nios_up / nplugs
+            nu += nplugs
             tu += d.nios_up
         if d.nios_upt and d.nplugs_t:
             a_t = d.nios_upt / d.nplugs_t
@@ -255,10 +301,10 @@ def _plugs(r: BttResult) -> tuple[list[PlugRow], list[UnplugRow]]:
     return plug, unplug
 
 
-def _active(r: BttResult) -> list[ActiveRow]:
+def _active(v: BttView) -> list[ActiveRow]:
     rows = []
     tq = ta = 0
-    for d in r.devices.values():
+    for d in v.devices:
         if d.n_qs > 0 and not is_remapper(d.dev):
             rows.append(ActiveRow(d.dev, d.t_act_q / d.n_qs))
             tq += d.n_qs
@@ -268,16 +314,16 @@ def _active(r: BttResult) -> list[ActiveRow]:
     return rows
 
 
-def _live(r: BttResult) -> list[LiveRow]:
-    rows = [LiveRow(d.dev, *d.live.summary(r.time_zero)) for d in r.devices.values()]
-    rows.append(LiveRow(None, *r.live_all.summary(r.time_zero)))
+def _live(v: BttView) -> list[LiveRow]:
+    rows = [LiveRow(d.dev, *live_summary(d.live)) for d in v.devices]
+    rows.append(LiveRow(None, *live_summary(v.live)))
     return rows
 
 
-def _q2d(r: BttResult) -> list[Q2dRow]:
+def _q2d(v: BttView) -> list[Q2dRow]:
     rows = []
     acc = [0] * len(Q2D_HEADS)
-    for d in r.devices.values():
+    for d in v.devices:
         n = sum(d.q2d_hist)
         if n:
             rows.append(Q2dRow(d.dev, [100.0 * c / n for c in d.q2d_hist]))
@@ -372,10 +418,12 @@ def _stacks(r: BttResult, meta: dict[str, Any]) -> list[StackRow]:
 
 
 def build(r: BttResult, meta: dict[str, Any] | None = None) -> ReportModel:
-    seeks = {"q2q": _seeks(r, "q2q_seek"), "d2d": _seeks(r, "d2d_seek")}
-    plug, unplug = _plugs(r)
-    return ReportModel(r, _overhead(r), _merge(r), seeks, plug, unplug, _active(r), _live(r), _q2d(r), _iostat(r),
-                       _heat(r), sorted({p for (_ph, p) in r.proc_stats}), _stacks(r, meta or {}))
+    v = r.btt if r.btt is not None else BttView([], [], {k: Avg() for k in btt.BTT_AVGS}, (0, 0, 0), r.time_zero)
+    seeks = {"q2q": _seeks(v, "q2q_seek"), "d2d": _seeks(v, "d2d_seek")}
+    plug, unplug = _plugs(v)
+    everything, procs, devs = _avg_tables(v)
+    return ReportModel(r, everything, procs, devs, _overhead(v), _merge(v), seeks, plug, unplug, _active(v), _live(v),
+                       _q2d(v), _iostat(r), _heat(r), sorted({p for (_ph, p) in r.proc_stats}), _stacks(r, meta or {}))
 
 
 def stacks_json(m: ReportModel) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import itertools
 import json
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -13,35 +14,28 @@ import numpy as np
 import numpy.typing as npt
 
 from ioscope.base import heat, outfile
-from ioscope.base.devices import kdev_split, kdev_str
+from ioscope.base.devices import kdev_str
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.base.fmt import fmt_ns
-from ioscope.capture.blktrace import EXPORT_BASE_OFFSET
-from ioscope.capture.events import action_mask_note, join_events
+from ioscope.capture.events import EV_MESSAGE, EV_NOTE_PROCESS, action_mask_note, join_events
 from ioscope.engines.context import iolimits
 from ioscope.engines.pairing import btt
-from ioscope.engines.pairing.btt import ALL_ROWS, BttResult, DevState, Stat
+from ioscope.engines.pairing.btt import Avg, BttResult, DevState, Stat, live_summary
 from ioscope.tools.report import model as report_model
 from ioscope.tools.report.model import (
+    LABELS,
     OVERHEAD_PHASES,
     Q2D_HEADS,
+    AvgTable,
     ReportModel,
+    dev_label,
     heat_json,
     merge_info,
-    plug_pct,
     stacks_json,
     summary_json,
 )
 
-LABELS = {"q2q_dm": "Q2Qdm", "q2a_dm": "Q2Adm", "q2c_dm": "Q2Cdm", "q2q": "Q2Q", "q2a": "Q2A", "q2g": "Q2G",
-          "s2g": "S2G", "g2i": "G2I", "q2m": "Q2M", "i2d": "I2D", "m2d": "M2D", "d2c": "D2C", "q2c": "Q2C",
-          "q2d": "Q2D"}
 PCTS = (50.0, 90.0, 99.0, 99.9)
-
-
-def dev_label(dev: int) -> str:
-    ma, mi = kdev_split(dev)
-    return f"({ma:3d},{mi:3d})"
 
 
 def dev_key(dev: int) -> str:
@@ -53,157 +47,131 @@ def _hdr(out: list[str], title: str) -> None:
     out.append("")
 
 
-def _avg_header(out: list[str], name: str) -> None:
-    out.append(f"{name:>15s} {'MIN':>13s} {'AVG':>13s} {'MAX':>13s} {'N':>11s}")
-    out.append("--------------- ------------- ------------- ------------- -----------")
+def _block(out: list[str], head: str, dash: str, rows: Iterable[str], summary: Iterable[str] = ()) -> None:
+    """One of btt's tables: its header and dashes, a line per row, its summary lines, a blank line."""
+    out += [head, dash, *rows, *summary, ""]
 
 
-def _avg_row(out: list[str], label: str, s: Stat) -> None:
-    if s.n > 0:
-        out.append(f"{label:<15s} {s.min / 1e9:13.9f} {s.avg:13.9f} {s.max / 1e9:13.9f} {s.n:11d}")
+def _avg_head(label: str) -> str:
+    return f"{label:>15s} {'MIN':>13s} {'AVG':>13s} {'MAX':>13s} {'N':>11s}"
+
+
+AVG_DASH = "--------------- ------------- ------------- ------------- -----------"
+
+
+def _avg_rows(rows: Iterable[tuple[str, Avg]]) -> list[str]:
+    return [f"{label:<15s} {btt.bit_time(a.min):13.9f} {a.avg:13.9f} {btt.bit_time(a.max):13.9f} {a.n:11d}"
+            for label, a in rows]
+
+
+def _avg_groups(out: list[str], groups: list[list[AvgTable]]) -> None:
+    """btt -A's per-process or per-device tables: one per phase, a blank line after the *dm group."""
+    for group in groups:
+        for t in group:
+            _block(out, _avg_head(t.head), AVG_DASH, _avg_rows(t.rows))
+        if group is groups[0]:
+            out.append("")
+
+
+def _summary(dash: str, head: str | None, *lines: str) -> list[str]:
+    """A table's summary: a dash, its header again (if given), its lines; nothing when it has no lines."""
+    return [dash, *([head] if head else []), *lines] if lines else []
 
 
 def render_btt(m: ReportModel, all_data: bool = True) -> list[str]:
-    """btt's text sections (All Devices ... I/O Active Period; with all_data the -A tables too)."""
-    r = m.result
+    """btt's text sections (All Devices ... I/O Active Period; with all_data the -A tables too), from btt's
+    view of the records: what the real btt prints for the same trace, byte for byte."""
     out: list[str] = []
-    devs = list(r.devices.values())
     if all_data:
         _hdr(out, "Per Process")
-        procs = sorted({p for (_ph, p) in r.proc_stats})
-        for group in (("q2q_dm", "q2a_dm", "q2c_dm"), ("q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "d2c", "q2c")):
-            for ph in group:
-                _avg_header(out, LABELS[ph])
-                for p in procs:
-                    s = r.proc_stats.get((ph, p))
-                    if s is not None:
-                        _avg_row(out, p[:14], s)
-                out.append("")
-            if group[0] == "q2q_dm":
-                out.append("")
+        _avg_groups(out, m.per_process)
         _hdr(out, "Per Device")
-        for group in (("q2q_dm", "q2a_dm", "q2c_dm"), ("q2q", "q2a", "q2g", "s2g", "g2i", "q2m", "i2d", "d2c", "q2c")):
-            for ph in group:
-                _avg_header(out, LABELS[ph])
-                for d in devs:
-                    s = r.stats.get((ph, d.dev))
-                    if s is not None:
-                        _avg_row(out, dev_label(d.dev), s)
-                out.append("")
-            if group[0] == "q2q_dm":
-                out.append("")
+        _avg_groups(out, m.per_device)
     _hdr(out, "All Devices")
-    _avg_header(out, "ALL")
-    for ph in ALL_ROWS:
-        _avg_row(out, LABELS[ph], r.stat(ph))
-        if ph == "q2c_dm":
-            out.append("")
-    out.append("")
+    dm, other = m.all_devices
+    _block(out, _avg_head("ALL"), AVG_DASH, [*_avg_rows(dm), "", *_avg_rows(other)])
 
     _hdr(out, "Device Overhead")
-    out.append(f"{'DEV':>10s} | {'Q2G':>9s} {'G2I':>9s} {'Q2M':>9s} {'I2D':>9s} {'D2C':>9s}")
-    out.append("---------- | --------- --------- --------- --------- ---------")
-    for o in m.overhead:
-        if o.dev is None:
-            out.append("---------- | --------- --------- --------- --------- ---------")
-        cells = " ".join(f"{o.pct[k]:8.4f}%" for k in OVERHEAD_PHASES)
-        out.append(f"{_label(o.dev, 'Overall'):>10s} | {cells}")
-    out.append("")
+    head = f"{'DEV':>10s} | {'Q2G':>9s} {'G2I':>9s} {'Q2M':>9s} {'I2D':>9s} {'D2C':>9s}"
+    dash = "---------- | --------- --------- --------- --------- ---------"
+    _by_dev(out, head, dash, [o.dev for o in m.overhead],
+            [f"{_label(o.dev, 'Overall')} | " + " ".join(f"{o.pct[k]:8.4f}%" for k in OVERHEAD_PHASES)
+             for o in m.overhead], "")
 
     _hdr(out, "Device Merge Information")
     head = (f"{'DEV':>10s} | {'#Q':>8s} {'#D':>8s} {'Ratio':>7s} | "
             f"{'BLKmin':>8s} {'BLKavg':>8s} {'BLKmax':>8s} {'Total':>8s}")
     dash = "---------- | -------- -------- ------- | -------- -------- -------- --------"
-    out.append(head)
-    out.append(dash)
-    for mg in m.merge:
-        if mg.dev is None:
-            out.append(dash)
-            out.append(head)
-        out.append(f"{_label(mg.dev, 'TOTAL'):>10s} | {mg.q:8d} {mg.d:8d} {mg.ratio:7.1f} | {mg.blk_min:8d} "
-                   f"{mg.blk_avg:8d} {mg.blk_max:8d} {mg.blk_total:8d}")
-    out.append("")
+    _by_dev(out, head, dash, [g.dev for g in m.merge],
+            [f"{_label(g.dev, 'TOTAL')} | {g.q:8d} {g.d:8d} {g.ratio:7.1f} | {g.blk_min:8d} {g.blk_avg:8d} "
+             f"{g.blk_max:8d} {g.blk_total:8d}" for g in m.merge], head)
 
+    more = f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({{}} more)"
     for title, key in (("Device Q2Q Seek Information", "q2q"), ("Device D2D Seek Information", "d2d")):
         _hdr(out, title)
-        out.append(f"{'DEV':>10s} | {'NSEEKS':>15s} {'MEAN':>15s} {'MEDIAN':>15s} | {'MODE':<15s}")
+        head = f"{'DEV':>10s} | {'NSEEKS':>15s} {'MEAN':>15s} {'MEDIAN':>15s} | {'MODE':<15s}"
         dash = "---------- | --------------- --------------- --------------- | ---------------"
-        out.append(dash)
-        table = m.seeks[key]
-        for sk in table.rows:
-            line = (f"{_label(sk.dev, ''):>10s} | {sk.n:15d} {sk.mean:15.1f} {sk.median:15d} | "
+        rows: list[str] = []
+        for sk in m.seeks[key].rows:
+            line = (f"{_label(sk.dev, '')} | {sk.n:15d} {sk.mean:15.1f} {sk.median:15d} | "
                     f"{sk.modes[0] if sk.modes else 0}({sk.mode_count})")
-            if sk.more > 1:
-                out.append(line)
-                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({sk.more} more)")
-            else:
-                out.append(line + "".join(f" {x}" for x in sk.modes[1:]))
-        avg = table.average
+            rows += [line, more.format(sk.more)] if sk.more > 1 else [line + "".join(f" {x}" for x in sk.modes[1:])]
+        avg = m.seeks[key].average
+        summary: list[str] = []
         if avg is not None:
-            out.append(dash)
-            out.append(f"{'Overall':>10s} | {'NSEEKS':>15s} {'MEAN':>15s} {'MEDIAN':>15s} | {'MODE':<15s}")
-            out.append(f"{'Average':>10s} | {avg.n:15d} {avg.mean:15.1f} {avg.median:15d} | "
-                       f"{avg.modes[0]}({avg.mode_count})")
-            if avg.more > 0:
-                out.append(f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({avg.more} more)")
-                out.append("")
-        out.append("")
+            summary = _summary(dash, head.replace("       DEV", "   Overall"),
+                               f"{'Average':>10s} | {avg.n:15d} {avg.mean:15.1f} {avg.median:15d} | "
+                               f"{avg.modes[0]}({avg.mode_count})",
+                               *([more.format(avg.more), ""] if avg.more > 0 else []))
+        _block(out, head, dash, rows, summary)
 
     _hdr(out, "Plug Information")
-    out.append(f"{'DEV':>10s} | {'# Plugs':>10s} {'# Timer Us':>10s}  | % Time Q Plugged")
-    out.append("---------- | ---------- ----------  | ----------------")
-    for pl in m.plug:
-        if pl.dev is None:
-            out.append("---------- | ---------- ----------  | ----------------")
-            out.append(f"{'Overall':>10s} | {'# Plugs':>10s} {'# Timer Us':>10s}  | % Time Q Plugged")
-        out.append(f"{_label(pl.dev, 'Average'):>10s} | {pl.plugs:10d}({pl.timer_unplugs:10d}) | "
-                   f"{pl.pct_time_plugged:13.9f}%")
-    out.append("")
-    out.append(f"{'DEV':>10s} | {'IOs/Unp':>10s}   {'IOs/Unp(to)':>10s}")
-    out.append("---------- | ----------   ----------")
-    for up in m.unplug:
-        if up.dev is None:
-            out.append("---------- | ----------   ----------")
-            out.append(f"{'Overall':>10s} | {'IOs/Unp':>10s}   {'IOs/Unp(to)':>10s}")
-        out.append(f"{_label(up.dev, 'Average'):>10s} | {up.ios_per_unplug:10.1f}   {up.ios_per_timer_unplug:10.1f}")
-    out.append("")
+    head = f"{'DEV':>10s} | {'# Plugs':>10s} {'# Timer Us':>10s}  | % Time Q Plugged"
+    dash = "---------- | ---------- ----------  | ----------------"
+    plugs = [f"{_label(p.dev, 'Average')} | {p.plugs:10d}({p.timer_unplugs:10d}) | {p.pct_time_plugged:13.9f}%"
+             for p in m.plug]
+    _by_dev(out, head, dash, [p.dev for p in m.plug], plugs)
+    head = f"{'DEV':>10s} | {'IOs/Unp':>10s}   {'IOs/Unp(to)':>10s}"
+    dash = "---------- | ----------   ----------"
+    _by_dev(out, head, dash, [u.dev for u in m.unplug],
+            [f"{_label(u.dev, 'Average')} | {u.ios_per_unplug:10.1f}   {u.ios_per_timer_unplug:10.1f}"
+             for u in m.unplug])
 
     _hdr(out, "Active Requests At Q Information")
-    out.append(f"{'DEV':>10s} | {'Avg Reqs @ Q':>13s}")
-    out.append("---------- | -------------")
-    for ac in m.active:
-        if ac.dev is None:
-            out.append("---------- | -------------")
-            out.append(f"{'Overall':>10s} | {'Avgs Reqs @ Q':>13s}")
-        out.append(f"{_label(ac.dev, 'Average'):>10s} | {ac.avg_reqs_at_q:13.1f}")
-    out.append("")
+    _by_dev(out, f"{'DEV':>10s} | {'Avg Reqs @ Q':>13s}", "---------- | -------------", [a.dev for a in m.active],
+            [f"{_label(a.dev, 'Average')} | {a.avg_reqs_at_q:13.1f}" for a in m.active],
+            f"{'Overall':>10s} | {'Avgs Reqs @ Q':>13s}")
 
     _hdr(out, "I/O Active Period Information")
-    out.append(f"{'DEV':>10s} | {'# Live':>10s} {'Avg. Act':>13s} {'Avg. !Act':>13s} {'% Live':>6s}")
-    out.append("---------- | ---------- ------------- ------------- ------")
-    for lv in m.live:
-        if lv.dev is None:
-            out.append("---------- | ---------- ------------- ------------- ------")
-        out.append(f"{_label(lv.dev, 'Total Sys'):>10s} | {lv.n:10d} {lv.avg_active:13.9f} {lv.avg_inactive:13.9f} "
-                   f"{lv.pct_live:6.2f}")
-    out.append("")
+    head = f"{'DEV':>10s} | {'# Live':>10s} {'Avg. Act':>13s} {'Avg. !Act':>13s} {'% Live':>6s}"
+    dash = "---------- | ---------- ------------- ------------- ------"
+    _by_dev(out, head, dash, [lv.dev for lv in m.live],
+            [f"{_label(lv.dev, 'Total Sys')} | {lv.n:10d} {lv.avg_active:13.9f} {lv.avg_inactive:13.9f} "
+             f"{lv.pct_live:6.2f}" for lv in m.live], "")
 
     if all_data:
         _hdr(out, "Q2D Histogram")
-        out.append(f"{'DEV':>10s} | " + " ".join(f"{h:>5s}" for h in Q2D_HEADS))
-        out.append(" --------- | " + "===== " * 10)  # btt's header ends its line early; the space lands here
-        for qd in m.q2d:
-            if qd.dev is None:
-                out.append("========== | " + "===== " * 10)
-            out.append(f"{_label(qd.dev, 'AVG'):>10s} | " + "".join(f"{x:5.1f} " for x in qd.pct))
+        bars = "===== " * 10
+        rows = [f"{_label(qd.dev, 'AVG')} | " + "".join(f"{x:5.1f} " for x in qd.pct) for qd in m.q2d]
+        # btt's header ends its line early: the space of its last column lands on the dashes
+        out += [f"{'DEV':>10s} | " + " ".join(f"{h:>5s}" for h in Q2D_HEADS), f" --------- | {bars}", *rows[:-1]]
         if m.q2d:
-            out.append("")
+            out += [f"========== | {bars}", rows[-1], ""]
     return out
+
+
+def _by_dev(out: list[str], head: str, dash: str, devs: list[int | None], rows: list[str],
+            overall: str | None = None) -> None:
+    """One of btt's per-device tables (_block): the rows of devices, then the summary row (dev None) after a
+    dash and a header: the table's with 'Overall' for 'DEV' (None), the one given, or none ('')."""
+    total = [r for d, r in zip(devs, rows) if d is None]
+    again = head.replace("       DEV", "   Overall") if overall is None else overall or None
+    _block(out, head, dash, [r for d, r in zip(devs, rows) if d is not None], _summary(dash, again, *total))
 
 
 def _label(dev: int | None, summary: str) -> str:
     """A device's label in btt's tables, or the summary row's name."""
-    return summary if dev is None else dev_label(dev)
+    return f"{summary if dev is None else dev_label(dev):>10s}"
 
 
 # ----------------------------------------------------------------------------- ioscope's additions
@@ -234,48 +202,109 @@ def render_percentiles(r: BttResult, name: Callable[[int], str]) -> list[str]:
     return out
 
 
-def btt_json(d: DevState) -> dict[str, Any]:
-    """How btt pairs this disk's events, where that differs from report (its tree of Qs rebuilt as btt
-    builds it): the Q2C and D2C N btt prints, the I/Os report completes that btt does not complete with
-    the same C, and the G events btt gives to another I/O, each by reason."""
-    return {
-        "q2c_n": d.btt_q2c_n, "d2c_n": d.btt_d2c_n, "in_flight_at_end": d.btt_in_flight,
-        "ios_paired_differently": {"split_bio": d.btt_diff_split, "inside_split_range": d.btt_diff_range,
-                                   "other": d.btt_diff_other,
-                                   "total": d.btt_diff_split + d.btt_diff_range + d.btt_diff_other},
-        "g_given_to_another_io": {"split_bio": d.btt_g_split, "inside_split_range": d.btt_g_range,
-                                  "other": d.btt_g_other,
-                                  "total": d.btt_g_split + d.btt_g_range + d.btt_g_other},
+def avg_json(a: Avg) -> dict[str, Any]:
+    """One of btt's averages as JSON (seconds, as btt prints them)."""
+    return {"min": btt.bit_time(a.min), "avg": a.avg, "max": btt.bit_time(a.max), "n": a.n,
+            "total": btt.bit_time(a.total)}
+
+
+def btt_phases_json(avgs: dict[str, Avg]) -> dict[str, Any]:
+    return {ph: avg_json(a) for ph, a in avgs.items() if ph != "blks" and a.n}
+
+
+def btt_json(d: DevState | None, b: btt.BttDev | None) -> dict[str, Any]:
+    """btt's view of this disk (its phases, what btt prints) and where it differs from this report's: the
+    Q2C and D2C N btt prints, the I/Os report completes that btt does not complete with the same C and
+    the G events btt gives to another I/O (each by reason), the split pieces btt ignores, the remaps it
+    counts on this (the record's) device that went to another, and the Qs whose place a later Q took."""
+    q2c = (b.avgs["q2c"].n + b.avgs["q2c_dm"].n) if b is not None else 0
+    out: dict[str, Any] = {
+        "phases": btt_phases_json(b.avgs) if b is not None else {},
+        "q2c_n": q2c, "d2c_n": b.avgs["d2c"].n if b is not None else 0,
+        "in_flight_at_end": b.in_flight if b is not None else 0,
+        "split_pieces_ignored": b.split_events if b is not None else 0,
+        "split_bios_never_completed": b.split_never_completed if b is not None else 0,
+        "q_replaced": b.q_replaced if b is not None else 0,
+        "remaps_counted_here_went_elsewhere": b.remaps_elsewhere if b is not None else 0,
     }
+    if d is not None:
+        out["ios_paired_differently"] = {
+            "split_bio": d.btt_diff_split, "inside_split_range": d.btt_diff_range, "other": d.btt_diff_other,
+            "total": d.btt_diff_split + d.btt_diff_range + d.btt_diff_other}
+        out["g_given_to_another_io"] = {
+            "split_bio": d.btt_g_split, "inside_split_range": d.btt_g_range, "other": d.btt_g_other,
+            "total": d.btt_g_split + d.btt_g_range + d.btt_g_other}
+    return out
+
+
+def _devices(r: BttResult) -> list[int]:
+    """Every device of either view: btt's order, then those only ioscope's view has."""
+    out = [d.dev for d in r.btt.devices] if r.btt is not None else []
+    return out + [dev for dev in r.devices if dev not in out]
+
+
+def btt_differences(r: BttResult, dev: int, name: Callable[[int], str]) -> str | None:
+    """The line saying what btt counted otherwise on this device than this report, and why (None: nothing)."""
+    b = r.btt.device(dev) if r.btt is not None else None
+    d = r.devices.get(dev)
+    bn = (b.avgs["q2c"].n + b.avgs["q2c_dm"].n) if b is not None else 0
+    rn = r.stat("q2c", dev).n + r.stat("q2c_dm", dev).n
+    why: list[str] = []
+    if b is not None and b.split_events:
+        pieces = b.split_events + b.split_bios
+        held = f"; {b.split_never_completed:,} of those Qs still held at the end" if b.split_never_completed else ""
+        why.append(f"{b.split_bios:,} bio{'s' if b.split_bios != 1 else ''} split (X) into {pieces:,} pieces: btt "
+                   "ignores X, so each piece's G and I go to the bio's Q (a second G overwriting the first's "
+                   f"time) and no piece's D or C covers it: btt issues and completes none of the {pieces:,} "
+                   f"pieces, which this report times one by one{held}")
+    if d is not None and d.btt_diff_range:
+        why.append(f"{d.btt_diff_range:,} I/Os inside a split bio's range that btt pairs with that bio instead")
+    if d is not None and d.btt_diff_other:
+        why.append(f"{d.btt_diff_other:,} I/Os btt completes with another I/O's C, or never (overlapping ranges)")
+    if b is not None and b.remaps_elsewhere:
+        why.append(f"{b.remaps_elsewhere:,} remaps (A) btt counts here, on the device the record was traced on; this "
+                   "report counts them on the device the bio went to")
+    if d is None and b is not None:
+        why.append("this report has no I/O on it (only remaps recorded on it, for I/O of another device)")
+    if not why and bn == rn:
+        return None
+    return (f"{name(dev)}: btt completes {bn:,} I/Os (Q2C N), this report {rn:,}" + (": " if why else "")
+            + "; ".join(why) + ".")
 
 
 def render_btt_differences(r: BttResult, name: Callable[[int], str]) -> list[str]:
-    """The section saying, per disk, how many I/Os btt pairs differently from report, and why."""
+    """The section saying, per disk, what btt's tables (above) count otherwise than this report's own view
+    (below), and why: btt's rules (X ignored, remaps on the record's device) and the I/Os btt pairs
+    differently (its tree of Qs, compared with this report's pairing at every G and C)."""
+    lines = [x for x in (btt_differences(r, dev, name) for dev in _devices(r)) if x]
     devs = [(dev, d) for dev, d in r.devices.items()
             if d.btt_diff_split + d.btt_diff_range + d.btt_diff_other + d.btt_g_split + d.btt_g_range
             + d.btt_g_other]
-    if not devs:
+    if not lines and not devs:
         return []
     out = ["==================== Where btt differs (ioscope) ====================", ""]
-    out.append(f"{'DEV':>12s} | {'btt Q2C N':>10s} {'btt D2C N':>10s} | {'I/Os paired differently':>23s}: "
-               f"{'split':>7s} {'in split':>8s} {'other':>6s} | {'Gs given elsewhere':>18s}")
-    out.append("------------ | ---------- ---------- | ----------------------------------------------- | "
-               "------------------")
-    for dev, d in devs:
-        diff = d.btt_diff_split + d.btt_diff_range + d.btt_diff_other
-        g = d.btt_g_split + d.btt_g_range + d.btt_g_other
-        out.append(f"{name(dev):>12s} | {d.btt_q2c_n:10d} {d.btt_d2c_n:10d} | {diff:23d}: {d.btt_diff_split:7d} "
-                   f"{d.btt_diff_range:8d} {d.btt_diff_other:6d} | {g:18d}")
+    out += lines
     out.append("")
-    out.append("btt pairs the same events with its own rules (its tree of Qs is rebuilt here as btt builds it). "
-               "btt Q2C N / D2C N: what btt prints; I/Os paired differently: I/Os this report completes that btt "
-               "does not complete with the same C (it completes them later, with another I/O's C, or never); "
-               "Gs given elsewhere: G events btt pairs with another I/O (its Q2G then runs from that I/O's Q).")
-    out.append("split: a bio split (X) or one of its pieces: btt ignores X and never completes the bio, whose "
-               "pieces each have their own G, D and C. in split: an I/O inside the range of such a bio, which "
-               "btt keeps in flight for ever; its tree search may meet the stale bio first, which then takes "
-               "the I/O's G, or blocks the walk that finds the I/O for its D and C. The tables above are "
-               "report's: each I/O with its own events (docs/report.md, 'Where report and btt differ').")
+    if devs:
+        out.append(f"{'DEV':>12s} | {'btt Q2C N':>10s} {'btt D2C N':>10s} | {'I/Os paired differently':>23s}: "
+                   f"{'split':>7s} {'in split':>8s} {'other':>6s} | {'Gs given elsewhere':>18s}")
+        out.append("------------ | ---------- ---------- | ----------------------------------------------- | "
+                   "------------------")
+        for dev, d in devs:
+            b = r.btt.device(dev) if r.btt is not None else None
+            bq = (b.avgs["q2c"].n + b.avgs["q2c_dm"].n) if b is not None else 0
+            bd = b.avgs["d2c"].n if b is not None else 0
+            diff = d.btt_diff_split + d.btt_diff_range + d.btt_diff_other
+            g = d.btt_g_split + d.btt_g_range + d.btt_g_other
+            out.append(f"{name(dev):>12s} | {bq:10d} {bd:10d} | {diff:23d}: {d.btt_diff_split:7d} "
+                       f"{d.btt_diff_range:8d} {d.btt_diff_other:6d} | {g:18d}")
+        out.append("")
+        out.append("I/Os paired differently: I/Os this report completes that btt does not complete with the same C "
+                   "(it completes them later, with another I/O's C, or never); Gs given elsewhere: G events btt "
+                   "pairs with another I/O (its Q2G then runs from that I/O's Q).")
+    out.append("btt's tables above follow btt's own rules (its pairing rebuilt as btt does it, to the byte); the "
+               "sections after them are this report's: each split piece its own I/O, remaps on the device the bio "
+               "went to (docs/report.md, 'Where report and btt differ').")
     out.append("")
     return out
 
@@ -353,33 +382,42 @@ def to_json(m: ReportModel, src_meta: dict[str, Any], name: Callable[[int], str]
         return res
 
     devices: dict[str, Any] = {}
-    for dev, d in r.devices.items():
-        mi = merge_info(d)
-        n, act, nact, pl = d.live.summary(r.time_zero)
+    for dev in _devices(r):
+        d = r.devices.get(dev)
+        b = r.btt.device(dev) if r.btt is not None else None
+        mi = merge_info(b) if b is not None else None
+        live = live_summary(b.live) if b is not None else (0, 0.0, 0.0, 0.0)
+        plugs = next((p for p in m.plug if p.dev == dev), None)
+        unplug = next((u for u in m.unplug if u.dev == dev), None)
         devices[dev_key(dev)] = {
             "name": name(dev),
             "phases": phases(lambda ph, dev=dev: r.stats.get((ph, dev))),  # type: ignore[misc]
-            "merge": None if mi is None else {"q": mi[0], "d": mi[1], "ratio": mi[2], "blk_min": d.blk_min,
-                                              "blk_avg": mi[3], "blk_max": d.blk_max, "blk_total": d.blk_total},
-            "seek_q2q": seek_json(d.q2q_seek),
-            "seek_d2d": seek_json(d.d2d_seek),
-            "plug": {"plugs": d.nplugs, "timer_unplugs": d.nplugs_t, "pct_time_plugged": plug_pct(d, r.time_zero),
-                     "ios_per_unplug": d.nios_up / d.nplugs if d.nplugs and d.nios_up else 0.0,
-                     "ios_per_timer_unplug": d.nios_upt / d.nplugs_t if d.nplugs_t and d.nios_upt else 0.0},
-            "avg_reqs_at_q": d.t_act_q / d.n_qs if d.n_qs else 0.0,
-            "active_periods": {"n": n, "avg_active": act, "avg_inactive": nact, "pct_live": pl},
-            "q2d_histogram": dict(zip(Q2D_HEADS, d.q2d_hist)),
+            # btt's tables, from btt's view of the records
+            "merge": None if mi is None or b is None else {
+                "q": mi[0], "d": mi[1], "ratio": mi[2], "blk_min": b.avgs["blks"].min, "blk_avg": mi[3],
+                "blk_max": b.avgs["blks"].max, "blk_total": b.avgs["blks"].total},
+            "seek_q2q": seek_json(b.q2q_seek) if b is not None else None,
+            "seek_d2d": seek_json(b.d2d_seek) if b is not None else None,
+            "plug": {"plugs": plugs.plugs if plugs else 0, "timer_unplugs": plugs.timer_unplugs if plugs else 0,
+                     "pct_time_plugged": plugs.pct_time_plugged if plugs else 0.0,
+                     "ios_per_unplug": unplug.ios_per_unplug if unplug else 0.0,
+                     "ios_per_timer_unplug": unplug.ios_per_timer_unplug if unplug else 0.0},
+            "avg_reqs_at_q": b.t_act_q / b.n_qs if b is not None and b.n_qs else 0.0,
+            "active_periods": dict(zip(("n", "avg_active", "avg_inactive", "pct_live"), live)),
+            "q2d_histogram": dict(zip(Q2D_HEADS, b.q2d_hist)) if b is not None else None,
             "q2d_histogram_pct": next((dict(zip(Q2D_HEADS, q.pct)) for q in m.q2d if q.dev == dev), None),
             "overhead_pct": next((o.pct for o in m.overhead if o.dev == dev), None),
-            "ignored_at_start": d.culled, "duplicate_q": d.dup_q, "overlapping_q": d.overlap_q,
-            "split_bios": d.split_bios, "split_pieces": d.split_pieces, "btt": btt_json(d),
+            # this report's own view
+            "ignored_at_start": d.culled if d else 0, "duplicate_q": d.dup_q if d else 0,
+            "overlapping_q": d.overlap_q if d else 0, "split_bios": d.split_bios if d else 0,
+            "split_pieces": d.split_pieces if d else 0, "btt": btt_json(d, b),
             "in_flight_at_end": r.inflight_end.get(dev, 0),
             "in_flight_at_end_issued": r.inflight_end_issued.get(dev, 0),
         }
     procs: dict[str, Any] = {}
     for p in sorted({p for (_ph, p) in r.proc_stats}):
         procs[p] = {"phases": phases(lambda ph, p=p: r.proc_stats.get((ph, p)))}  # type: ignore[misc]
-    n, act, nact, pl = r.live_all.summary(r.time_zero)
+    live = live_summary(r.btt.live) if r.btt is not None else (0, 0.0, 0.0, 0.0)
     return {
         "units": "seconds",
         "events": r.n_events,
@@ -387,11 +425,14 @@ def to_json(m: ReportModel, src_meta: dict[str, Any], name: Callable[[int], str]
         "phases": phases(lambda ph: r.stats.get((ph, -1))),
         "devices": devices,
         "processes": procs,
-        "active_periods": {"n": n, "avg_active": act, "avg_inactive": nact, "pct_live": pl},
+        "active_periods": dict(zip(("n", "avg_active", "avg_inactive", "pct_live"), live)),
         "in_flight_at_end": sum(r.inflight_end.values()),
         "ignored_at_start": sum(d.culled for d in r.devices.values()),
         "iostat": [{"device": dev_key(x.dev), "time": x.time, **x.values} for x in m.iostat],
         "summary": summary_json(m),
+        "btt": None if r.btt is None else {
+            "phases": btt_phases_json(r.btt.all), "time_zero_ns": r.btt.time_zero,
+            "processes": {p: {"phases": btt_phases_json(a)} for p, a in r.btt.processes}},
         "heat_map": heat_json(m.heat),
         "stacks": stacks_json(m),
         "capture": {k: src_meta.get(k) for k in ("host", "kernel", "truncated", "lost", "action_mask")
@@ -467,39 +508,77 @@ class CsvDumps:
             f.close()
 
 
-def batched(chunks: Iterable[npt.NDArray[np.void]], rows: int = 1 << 15) -> Iterator[npt.NDArray[np.void]]:
-    """Join small chunks into batches of about rows events (fewer numpy calls; memory stays bounded)."""
-    held: list[npt.NDArray[np.void]] = []
+def batched(chunks: Iterable[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]],
+            rows: int = 1 << 15) -> Iterator[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]]:
+    """Join small chunks (with their records' own devices, or None) into batches of about rows events (fewer
+    numpy calls; memory stays bounded)."""
+    held: list[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]] = []
     n = 0
-    for c in chunks:
-        held.append(c)
+
+    def join() -> tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]:
+        ev = join_events([c for c, _o in held])
+        if all(o is None for _c, o in held):
+            return ev, None
+        return ev, np.concatenate([c["dev"].astype(np.uint32) if o is None else o for c, o in held])
+
+    for c, own in chunks:
+        held.append((c, own))
         n += len(c)
         if n >= rows:
-            yield join_events(held)
+            yield join()
             held, n = [], 0
     if held:
-        yield join_events(held)
+        yield join()
 
 
-def analyse_source(path: str, interval_ns: int = 1_000_000_000,
-                   csv_paths: dict[str, str] | None = None) -> tuple[BttResult, Any]:
+def btt_input(src: Any, path: str, warn: Callable[[str], object] | None = None) -> tuple[
+        Iterator[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]], dict[str, Any]]:
+    """A source's records in the order btt reads them, with each record's own device where it is not its
+    event's (None), and how to set btt's view up (Btt keyword arguments):
+
+    - blktrace's per-CPU files, given directly or imported: what `blkparse -d` writes from them (btt needs
+      that dump): blkparse's order, each note where blkparse reads it, times from its genesis;
+    - a stream (a dump) given directly or imported: its records in its own order, times as they are;
+    - a capture recorded by ioscope: its events as its export writes them (times from just before the
+      first event, each pid named once, as at its first event)."""
+    from ioscope.capture import importer
+    if src.kind == "blktrace":
+        whole = importer.read_file_sets(path, warn)
+        if whole is None:   # a stream, read as btt reads it
+            return ((d.events, d.own_dev) for d in src.decoded()), {"time_zero": 0}
+        fs, chunks = whole.fs, whole.chunks()
+    else:
+        kept = importer.file_sets(src)
+        chunks = src.chunks()
+        if kept is None:
+            imported = src.meta.get("source") == "blktrace"   # imported before the import kept its files
+            return ((c, None) for c in chunks), ({"time_zero": 0} if imported else {"first_names": True})
+        fs = kept
+    stream = importer.btt_stream(fs, chunks)
+    first = next(stream, None)
+    if first is None:
+        return iter(()), {"time_zero": 0}
+    blk = first[0]["ts"][(first[0]["flags"] & (EV_NOTE_PROCESS | EV_MESSAGE)) == 0]
+    tz = importer.time_zero(fs, int(blk[0]) if len(blk) else None)
+    return itertools.chain([first], stream), {"time_zero": tz}
+
+
+def analyse_source(path: str, interval_ns: int = 1_000_000_000, csv_paths: dict[str, str] | None = None,
+                   warn: Callable[[str], object] | None = None) -> tuple[BttResult, Any]:
     from ioscope.capture.offline import open_source
     src = open_source(path)
     with src:
-        # btt's times count from the trace's time zero: 0 in a blktrace file; for a capture, the time
-        # export writes as 0 (just before the first event; the engine takes it from that event)
-        engine = btt.Btt(src.comms, iostat_interval_ns=interval_ns, time_zero=0 if src.kind == "blktrace" else None)
+        records, how = btt_input(src, path, warn)
+        engine = btt.Btt(src.comms, iostat_interval_ns=interval_ns, **how)
         dumps = None
-        if csv_paths:
-            zero = 0 if src.kind == "blktrace" else EXPORT_BASE_OFFSET
-            dumps = CsvDumps(csv_paths, lambda d: dev_key(d), engine.proc_names,
-                             lambda: 0 if src.kind == "blktrace" else (engine.first_ts or 0) - zero)
+        if csv_paths:   # times from the trace's time zero, like btt's files
+            dumps = CsvDumps(csv_paths, lambda d: dev_key(d), engine.proc_names, lambda: engine.time_zero or 0)
             engine.on_latency = dumps
         try:
-            for chunk in batched(src.chunks()):
+            for chunk, own in batched(records):
                 for pid, comm in src.comms.items():   # pids not seen yet; renames come from the notes
                     engine.comms.setdefault(pid, comm)
-                engine.feed(chunk)
+                engine.feed(chunk, own)
         finally:
             if dumps is not None:
                 dumps.close()
@@ -511,7 +590,8 @@ def run(args: argparse.Namespace) -> int:
     if not args.interval > 0:
         raise UsageError(f"interval must be a positive number of seconds, not {args.interval}")
     csv_paths = {k: v for k, v in (("d2c", args.d2c_csv), ("q2c", args.q2c_csv), ("q2d", args.q2d_csv)) if v}
-    r, src = analyse_source(args.capture, int(args.interval * 1e9), csv_paths)
+    r, src = analyse_source(args.capture, int(args.interval * 1e9), csv_paths,
+                            lambda line: print(f"ioscope report: note: {line}", file=sys.stderr))
 
     def name(dev: int) -> str:
         n = src.dev_name(dev)

@@ -1,1 +1,0 @@
-"""Block-layer event traces: record, snoop, parse, report, export, import."""

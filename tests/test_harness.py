@@ -1,0 +1,65 @@
+"""The test harness itself: a suite started with SIGHUP and SIGINT ignored (`nohup ./test.sh &`) starts the
+programs under test with default signal dispositions, and stops whatever a test left running."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+INNER = '''
+import os, signal, subprocess, time
+
+def test_children_get_default_signals():
+    status = subprocess.run(["grep", "SigIgn", "/proc/self/status"], capture_output=True, text=True).stdout
+    ignored = int(status.split()[1], 16)
+    assert not ignored & (1 << (signal.SIGHUP - 1)) and not ignored & (1 << (signal.SIGINT - 1)), status
+
+def test_leaves_a_background_job(tmp_path):
+    # a shell that starts a job in the background and exits: the job outlives it (and this test)
+    subprocess.run(["sh", "-c", f"sleep 300 & echo $! > {os.environ['IOSCOPE_HARNESS_PID']}"], check=True)
+
+def test_fails_with_a_tool_running():
+    p = subprocess.Popen(["sleep", "301"], start_new_session=True)
+    with open(os.environ["IOSCOPE_HARNESS_PID"] + ".2", "w") as f:
+        f.write(str(p.pid))
+    assert False, "a failing test that started a process"
+'''
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_suite_started_with_signals_ignored(tmp_path: Path) -> None:
+    """A nested run of this conftest, started as `nohup ... &` starts it (SIGHUP and SIGINT ignored)."""
+    (tmp_path / "test_inner.py").write_text(INNER)
+    (tmp_path / "conftest.py").write_text(f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n"
+                                          "from harness import *  # noqa: F403\n")
+    pidfile = tmp_path / "pid"
+
+    def ignored() -> None:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_inner.py"],
+                       capture_output=True, text=True, cwd=tmp_path, preexec_fn=ignored, timeout=120,
+                       env={**os.environ, "IOSCOPE_HARNESS_PID": str(pidfile)})
+    assert "1 failed, 2 passed" in p.stdout, p.stdout + p.stderr
+    for f in (pidfile, Path(str(pidfile) + ".2")):
+        pid = int(f.read_text())
+        deadline = time.monotonic() + 5
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(pid), f"process {pid} started by the inner tests is still running"
+    assert "processes tests left running (stopped after the test)" in p.stdout, p.stdout
+    assert "sleep 300" in p.stdout and "sleep 301" in p.stdout, p.stdout
