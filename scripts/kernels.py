@@ -456,7 +456,7 @@ def main() -> int:
     f.add_argument("names", nargs="*")
     r = sub.add_parser("run")
     r.add_argument("names", nargs="*")
-    r.add_argument("--timeout", type=float, default=1200, help="seconds per kernel (default 1200)")
+    r.add_argument("--timeout", type=float, default=2400, help="seconds per kernel (default 2400)")
     r.add_argument("--out", type=Path, default=Path("/tmp/ioscope-kernels"), help="results (default %(default)s)")
     r.add_argument("-j", "--jobs", type=int, default=2, help="guests at once (default 2)")
     e = sub.add_parser("exec")
