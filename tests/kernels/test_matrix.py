@@ -207,7 +207,7 @@ def test_agg_throttle(disk: Any, tmp_path: Path) -> None:
         assert p.returncode == 0, p.stderr
         # dd's own time for its writes (its last line: "... copied, 3.4 s, ..."), not a clock around sh and
         # dd: under emulation their start-up took as long as the writes (5.10 guest: 3.40 s around, waits 1.68 s)
-        dd_s = float(re.search(r"copied, ([0-9.]+) s", p.stderr).group(1))  # type: ignore[union-attr]
+        dd_s = float(re.search(r"copied, ([0-9.e+-]+) s", p.stderr).group(1))  # type: ignore[union-attr]
         settle()
         out, _ = t.stop()
     finally:
