@@ -251,3 +251,27 @@ def test_diff_page_in_chromium(tmp_path: Path, made: dict[str, Any]) -> None:
         assert parts == {"before": a, "after": b}
         assert o.page.locator("#change").screenshot()
         assert "x0." in o.page.locator("table#changes").inner_text()   # after is faster: ratios below 1
+
+
+def test_chunk_losses_read_from_the_capture(tmp_path: Path) -> None:
+    """Where in a capture losses were counted: each chunk written after the recorder's loss counters
+    changed carries them (capture-format.md), and pages place them on the time axis from there."""
+    from ioscope.capture.offline import open_source
+    from ioscope.capture.store import CaptureWriter
+    from ioscope.engines.pages.source import chunk_losses
+
+    ev = np.zeros(6, EVENT)
+    ev["ts"] = [T0 + k * 1_000_000 for k in range(6)]
+    ev["action"], ev["category"], ev["dev"], ev["bytes"] = TA_QUEUE, TC_READ | TC_QUEUE, kdev(7, 0), 4096
+    path = tmp_path / "lossy.ioscope"
+    with CaptureWriter(str(path), {"devices": {"7,0": {"name": "loop0", "major": 7, "minor": 0}}},
+                       force=True, reorder_window_ns=0) as w:
+        w.write(ev[:2])
+        w.flush()
+        w.set_lost({"ringbuf_full": 3})
+        w.write(ev[2:4])
+        w.flush()
+        w.write(ev[4:])   # counters unchanged: this chunk says nothing new
+    with open_source(str(path)) as src:
+        assert [i["rows"] for i in src.chunk_infos() if i["rows"]] == [2, 2, 2]
+        assert chunk_losses(src) == [(int(ev["ts"][2]), int(ev["ts"][3]), {"ringbuf_full": 3})]

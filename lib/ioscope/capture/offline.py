@@ -77,6 +77,10 @@ class Source:
             self.wall_stamps.extend(d.timestamps)
             yield d
 
+    def chunk_infos(self) -> list[dict[str, Any]]:
+        """Each chunk's metadata of a capture (Capture.chunk_infos); blktrace files have none."""
+        return self._capture.chunk_infos if self._capture is not None else []
+
     def close(self) -> None:
         if self._capture is not None:
             self._capture.close()

@@ -878,6 +878,12 @@ class Capture:
     def nevents(self) -> int:
         return int(self.meta.get("events", 0))
 
+    @property
+    def chunk_infos(self) -> list[dict[str, Any]]:
+        """Each chunk's metadata in file order (rows, first_ts, last_ts, the loss counters so far:
+        capture-format.md), as the file holds it."""
+        return list(self._chunk_info)
+
     def iter_chunks(self) -> Iterator[np.ndarray]:
         """EVENT arrays in file order (globally sorted by ts, see the module doc); checksums verified."""
         for (off, _total), (n, cols), info in zip(self._spans, self._columns, self._chunk_info):

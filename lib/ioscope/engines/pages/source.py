@@ -40,10 +40,8 @@ def chunk_losses(src: Source) -> list[tuple[int, int, dict[str, Any]]]:
     """(first_ts, last_ts, loss counters so far) of each chunk whose loss counters changed: where in the
     capture losses were counted. Captures keep the counters in each chunk's metadata (capture-format.md);
     blktrace files have none."""
-    cap = getattr(src, "_capture", None)
-    infos = getattr(cap, "_chunk_info", None) if cap is not None else None   # no public accessor yet
     out: list[tuple[int, int, dict[str, Any]]] = []
-    for info in infos or []:
+    for info in src.chunk_infos():
         lost = info.get("lost")
         if isinstance(lost, dict) and info.get("rows"):
             out.append((int(info.get("first_ts", 0)), int(info.get("last_ts", 0)), lost))
