@@ -602,8 +602,10 @@ def run(args: argparse.Namespace) -> int:
     masked = action_mask_note(args.capture, src.meta.get("action_mask"))
     if masked:   # recorded with -a: the phases it cannot have are empty, not zero (and in the JSON)
         sys.stderr.write(f"ioscope report: note: {masked}\n")
-    # a cgroup throttle limit on a traced disk (record's capture_meta): its wait is before Q, in no Q2C
-    limited = iolimits.describe(src.meta.get("io_limits"))
+    # a cgroup throttle limit on a traced disk (record's capture_meta, a bundle's contexts): its wait is
+    # before Q, in no Q2C
+    limits = iolimits.recorded(args.capture, src.meta)
+    limited = iolimits.describe(limits)
     if limited:
         sys.stderr.write(f"ioscope report: note: {limited}\n")
     empty = (f"{args.capture} holds no block events: nothing was queued on the traced disks while it was "
@@ -616,7 +618,7 @@ def run(args: argparse.Namespace) -> int:
         if masked:
             doc["capture"]["action_mask_note"] = masked
         # the limits as recorded ([] none, absent from a capture made before record read them)
-        doc["capture"]["io_limits"] = src.meta.get("io_limits")
+        doc["capture"]["io_limits"] = limits
         if limited:
             doc["capture"]["io_limits_note"] = limited
         if r.n_events == 0:
