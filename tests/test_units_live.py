@@ -134,7 +134,7 @@ def test_readsize_counts_syscalls_bios_and_requests(loopdev: Any) -> None:
     assert req["count"] == truth.of(units.REQUESTS)
 
 
-def test_top_devices_count_requests_processes_bios(loopdev: Any) -> None:
+def test_top_devices_count_requests_processes_pieces(loopdev: Any) -> None:
     dev = split_disk(loopdev)
     proc = subprocess.Popen(ioscope_cmd("top", "-b", "-j", "1", "6"), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
@@ -150,11 +150,11 @@ def test_top_devices_count_requests_processes_bios(loopdev: Any) -> None:
             proc.communicate(timeout=30)
     docs = [json.loads(first), *json_lines(out)]
     assert {json.dumps(d["io_unit"]) for d in docs} == {json.dumps({"devices": units.REQUESTS,
-                                                                    "processes": units.BIOS})}
+                                                                    "processes": units.PIECES})}
     w = sum(round(d2["w_s"] * d["interval_s"]) for d in docs for d2 in d["devices"] if d2["disk"] == dev.name)
     assert w == truth.of(units.REQUESTS)
     dd = sum(p["ios"] for d in docs for p in d["procs"] if p["disk"] == dev.name and p["comm"] == "dd")
-    assert dd == truth.of(units.BIOS), (dd, truth)
+    assert dd == truth.of(units.PIECES), (dd, truth)
 
 
 def test_report_counts(loopdev: Any, tmp_path: Any) -> None:
@@ -171,8 +171,8 @@ def test_report_counts(loopdev: Any, tmp_path: Any) -> None:
         rec.communicate(timeout=60)
     doc = json.loads(run_ioscope("report", "--json", cap, check=True).stdout)
     unit = {phase: u for k, u in doc["io_unit"].items() for phase in k.split()}
-    phases = doc["devices"][f"{dev.major},{dev.minor}"]["phases"]
+    phases = doc["devices"][f"{dev.device.major},{dev.device.minor}"]["phases"]
     assert phases["d2c"]["n"] == truth.of(unit["d2c"])
     assert phases["q2c"]["n"] == truth.of(unit["q2c"]), (phases["q2c"]["n"], truth, unit)
     text = run_ioscope("report", cap, check=True).stdout
-    assert units.says(doc["io_unit"]) in text.splitlines()
+    assert f"N {units.says(doc['io_unit'])}" in text.splitlines()   # under "Latency percentiles (ioscope)"

@@ -183,9 +183,9 @@ def panel_lines(s: Snapshot, width: int, rows: int, hidden: set[str] | frozenset
 
 # -- batch and JSON -------------------------------------------------------------
 
-# the device rows are iostat's, from /proc/diskstats; a process row adds up the bios it queued, at their
-# completion (bpf/top.bpf.c)
-UNIT = {"devices": units.REQUESTS, "processes": units.BIOS}
+# the device rows are iostat's, from /proc/diskstats; a process row adds up what it queued at each completion
+# of a bio piece (bpf/top.bpf.c: a split piece is completed, and counted, on its own)
+UNIT = {"devices": units.REQUESTS, "processes": units.PIECES}
 
 def header_words(s: Snapshot) -> str:
     return (f"host {s.host}  kernel {s.kernel}  interval {s.interval:.3f}s  devices {len(s.devices)}  "
