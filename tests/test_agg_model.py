@@ -153,7 +153,8 @@ def test_scalar_square_sum_matches_kernel_halves() -> None:
 def test_json_shape_is_the_issue_s() -> None:
     r = result(["count() by comm,disk", "llquantize(q2c) by op", "quantize(bytes)", "avg(q2c)"], records(50))
     doc = to_json(r)
-    assert set(doc) == {"time", "interval_s", "lost", "lost_detail", "timing", "aggs"}
+    assert set(doc) == {"time", "interval_s", "lost", "lost_detail", "io_unit", "timing", "aggs"}
+    assert doc["io_unit"] == "bios"   # no disk timed from the kernel's stamps: every record is a bio
     assert doc["interval_s"] == 1.0
     assert [a["expr"] for a in doc["aggs"]] == ["count() by comm,disk", "llquantize(q2c) by op",
                                                 "quantize(bytes)", "avg(q2c)"]

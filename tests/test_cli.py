@@ -120,8 +120,8 @@ def test_not_root(live: None) -> None:
 VOCABULARY = {"-d": ("disk", True), "-p": ("pid", False), "-c": ("cgroup", False), "-j": ("json", False),
               "-n": ("count_n", False), "-r": ("rows", False), "-q": ("quiet", False), "-o": ("output", False),
               "-f": ("force", False)}
-# parse speaks blkparse's letters; agg's -r reads a capture (its rows are --rows)
-OWN_LETTERS = {"parse": {"-f", "-q", "-o", "-w"}, "agg": {"-r"}}
+# parse speaks blkparse's letters; agg's -r reads a capture (its rows are --rows), and so does sql's
+OWN_LETTERS = {"parse": {"-f", "-q", "-o", "-w"}, "agg": {"-r"}, "sql": {"-r"}}
 
 
 def _tool_parsers() -> dict[str, argparse.ArgumentParser]:
@@ -169,9 +169,9 @@ def test_deprecated_spellings_still_work_with_a_note() -> None:
 
 
 @pytest.mark.parametrize(("args", "interval", "count", "rows", "note"), [
-    (["top", "-b", "-n", "1"], 1.0, 1, None, True),      # procps top -b -n 1: one report, every 1 s
-    (["top", "-n", "2", "0.5"], 0.5, 2, None, True),
-    (["top", "0.5", "2", "-n", "2"], 0.5, 2, None, True),  # the same count twice is fine
+    (["top", "-b", "-n", "1"], 1.0, 1, None, False),     # procps top -b -n 1: one report, every 1 s; top says
+    (["top", "-n", "2", "0.5"], 0.5, 2, None, False),     # the note only if a report has more than N rows
+    (["top", "0.5", "2", "-n", "2"], 0.5, 2, None, False),  # the same count twice is fine
     (["top", "-n", "3", "-r", "5"], 1.0, 3, 5, False),    # rows given too: clearly the new meaning, no note
     (["top", "--count", "3"], 1.0, 3, None, False),
     (["lat", "-n", "2"], 1.0, 2, None, False),            # no rows in lat: nothing to confuse
@@ -186,6 +186,12 @@ def test_n_is_the_number_of_reports(args: list[str], interval: float, count: int
     ns = cli.build_parser([args[0]]).parse_args(args)
     assert (ns.interval, ns.count, getattr(ns, "rows", None)) == (interval, count, rows)
     assert not hasattr(ns, "count_n")
+    if args[0] == "top" and "-r" not in args and "--count" not in args:   # deferred: said when rows > N
+        common.rows_note_if_cut(ns, count)
+        assert capsys.readouterr().err == ""
+        common.rows_note_if_cut(ns, count + 1)
+        common.rows_note_if_cut(ns, count + 2)   # once
+        note = True
     err = capsys.readouterr().err
     if note:
         assert err.count("\n") == 1 and f"ioscope {args[0]}: note: -n {count} is the number of reports" in err

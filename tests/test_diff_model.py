@@ -66,14 +66,34 @@ def test_bundle_context_settings_are_compared() -> None:
            "multipath": {"paths": ["sdb 8:16 active ready running service-time"], "maps": []},
            "block_devices": {"sda": {"queue": {"scheduler": "none", "schedulers_available": ["none", "bfq"]}}}}
     host, queues = context_settings(ctx)
-    assert host == {"vm.dirty_ratio": 20, "cgroup /db blkio.throttle.read_bps_device": "8:0 1048576",
-                    "multipath path sdb": "8:16 active ready running service-time"}
+    # the cgroup limits are compared per disk, as report names them (throttle_settings)
+    assert host == {"vm.dirty_ratio": 20, "multipath path sdb": "8:16 active ready running service-time"}
     assert queues == {"sda": {"scheduler": "none", "schedulers_available": ["none", "bfq"]}}
     a = CaptureSummary("a", "h", 1.0, {}, host)
     b = CaptureSummary("b", "h", 1.0, {}, {**host, "vm.dirty_ratio": 40,
                                           "multipath path sdb": "8:16 active ready running round-robin"})
     changes = {c.setting: (c.disk, c.direction, c.ratio) for c in diff(a, b).changes}
     assert changes == {"vm.dirty_ratio": ("host", "up", 2.0), "multipath path sdb": ("host", "changed", None)}
+
+
+def test_throttle_limits_are_settings_of_their_disk() -> None:
+    """The limits iolimits.recorded() finds (report's note) are settings of the disk they limit: a limit
+    set between two recordings is `added` on that disk, and a value read twice shows both."""
+    from ioscope.tools.diff.summary import throttle_settings
+
+    lim = [{"cgroup": "/batch", "hierarchy": "v1 blkio", "dev": "7:3", "disk": "loop3",
+            "limits": {"write_iops": 4, "read_bps": 1048576}, "read_at": ["the bundle's start context"]},
+           {"cgroup": "/batch", "hierarchy": "v1 blkio", "dev": "7:3", "disk": "loop3",
+            "limits": {"write_iops": 8}, "read_at": ["the bundle's end context"]}]
+    got = throttle_settings(lim)
+    assert got == {"loop3": {"throttle /batch (v1 blkio) write_iops": "4, 8",
+                             "throttle /batch (v1 blkio) read_bps": 1048576}}
+    assert throttle_settings(None) == {} and throttle_settings([]) == {}
+    a = CaptureSummary("a", "h", 1.0, {"loop3": DiskStats()})
+    b = CaptureSummary("b", "h", 1.0, {"loop3": DiskStats(settings=throttle_settings(lim[:1])["loop3"])})
+    changes = {c.setting: (c.disk, c.before, c.after, c.direction) for c in diff(a, b).changes}
+    assert changes == {"throttle /batch (v1 blkio) write_iops": ("loop3", None, 4, "added"),
+                       "throttle /batch (v1 blkio) read_bps": ("loop3", None, 1048576, "added")}
 
 
 def test_stacked_members_shares() -> None:

@@ -185,6 +185,11 @@ def test_sql_outputs_and_views(tmp_path: Path) -> None:
                    "s": round(doc["phases"]["q2c"]["total"] * 1e9)}]
     csv_out = run_ioscope("sql", "--csv", q, str(a), check=True).stdout.splitlines()
     assert csv_out == ["host,n,s", f"alpha,{js[0]['n']},{js[0]['s']}"]
+    # -r CAPTURE, as agg takes it: the same rows; no input at all is one line
+    assert [json.loads(x) for x in run_ioscope("sql", "-j", "-r", str(a), q, check=True).stdout.splitlines()] == js
+    none = run_ioscope("sql", q)
+    assert none.returncode != 0 and none.stderr.startswith("ioscope sql: error: no capture to query; give it ")
+    assert len(none.stderr.splitlines()) == 1 and "Traceback" not in none.stderr
     table = run_ioscope("sql", q, str(a), check=True).stdout.splitlines()
     assert table[0].split() == ["host", "n", "s"] and table[1].split() == ["alpha", str(js[0]["n"]), str(js[0]["s"])]
     procs = [json.loads(x) for x in run_ioscope("sql", "-j", "select comm, ios from procs order by comm", str(a),

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import assert_counted, assert_lost_only_unseen, ioscope_cmd, run_ioscope
 from test_agg_live import agg_running
+from test_flight_live import Flight
 
 IOPS = 2000
 WRITES = 2003   # 4 KiB direct random writes by fio in the limited cgroup: a prime, about a second at 2000/s
@@ -26,21 +27,21 @@ class Throttled:
     """A cgroup with a write IOPS limit on one disk: v1 blkio.throttle where the io controller is on the
     v1 hierarchy (this host), else v2 io.max."""
 
-    def __init__(self, majmin: str) -> None:
+    def __init__(self, majmin: str, iops: int = IOPS) -> None:
         self.majmin = majmin
         name = f"ioscope-thr-{os.getpid()}"
         v1 = Path("/sys/fs/cgroup/blkio")
         if (v1 / "blkio.throttle.write_iops_device").exists():
             self.path, self.hierarchy = v1 / name, "v1 blkio"
             self.path.mkdir()
-            (self.path / "blkio.throttle.write_iops_device").write_text(f"{majmin} {IOPS}\n")
+            (self.path / "blkio.throttle.write_iops_device").write_text(f"{majmin} {iops}\n")
         else:
             root = Path("/sys/fs/cgroup")
             if "io" not in (root / "cgroup.subtree_control").read_text().split():
                 pytest.fail("no blkio v1 hierarchy and no io controller enabled in cgroup v2: cannot throttle")
             self.path, self.hierarchy = root / name, "v2 io"
             self.path.mkdir()
-            (self.path / "io.max").write_text(f"{majmin} wiops={IOPS}\n")
+            (self.path / "io.max").write_text(f"{majmin} wiops={iops}\n")
         self.cgroup = "/" + name
 
     def fio(self, filename: str, nios: int) -> dict[str, Any]:
@@ -52,6 +53,11 @@ class Throttled:
                              capture_output=True, text=True, check=True).stdout
         job: dict[str, Any] = json.loads(out[out.index("{"):])["jobs"][0]
         return job
+
+    def run(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        """argv run inside the cgroup, to its end (so the cgroup is empty again when it returns)."""
+        return subprocess.run(["sh", "-c", f'echo $$ > {self.path}/cgroup.procs && exec "$@"', "sh", *argv],
+                              capture_output=True, text=True, check=True)
 
     def remove(self) -> None:
         self.path.rmdir()
@@ -88,7 +94,7 @@ def test_record_report_fair_say_a_limit_is_in_force(throttled: tuple[Any, Thrott
              "limits": {"write_iops": IOPS}}]
     p = run_ioscope("report", "--json", str(cap), check=True)
     doc = json.loads(p.stdout)
-    assert doc["capture"]["io_limits"] == want
+    assert doc["capture"]["io_limits"] == [{**w, "read_at": ["the recording's start"]} for w in want]
     note = f"I/O throttling limit in force: {ld.name} ({t.majmin}): cgroup {t.cgroup} ({t.hierarchy}) write_iops={IOPS}"
     assert note in doc["capture"]["io_limits_note"]
     said = [ln for ln in p.stderr.splitlines() if "throttling" in ln]
@@ -102,6 +108,70 @@ def test_record_report_fair_say_a_limit_is_in_force(throttled: tuple[Any, Thrott
     assert disk["disk"] == ld.name and disk["io_limits"] == want
     ft = run_ioscope("fair", "-d", ld.name, "0.5", "1", check=True)
     assert note in ft.stdout
+
+
+SLOW_IOPS = 4
+DD_WRITES = 7   # 64 KiB O_DIRECT writes by dd: at 4 IOPS about 1.75 s
+
+
+def dd_writes(path: str, n: int) -> list[str]:
+    return ["dd", "if=/dev/zero", f"of={path}", "bs=64k", f"count={n}", "oflag=direct", "status=none"]
+
+
+def test_report_and_diff_agree_on_a_limit_set_while_the_flight_recorder_ran(
+        loopdev: Callable[..., Any], tmp_path: Path) -> None:
+    """Issue 24 finding 4: the flight recorder (--context) ran before a write limit was set; its second
+    window's bundle holds the limit in its contexts (taken at the trigger and after the save) but not in
+    the capture's header (read when the recorder started). report on that bundle names the limit (text
+    and JSON), diff of the two windows shows it added on the disk, both from iolimits.recorded()."""
+    import time
+
+    from ioscope.capture.store import open_capture
+
+    ld = loopdev(size_mb=64)
+    f = Flight(tmp_path / "w", "30s", "-d", ld.name, "--context")
+    t: Throttled | None = None
+    try:
+        subprocess.run(dd_writes(ld.path, DD_WRITES), check=True)
+        f.send(signal.SIGUSR1)
+        (before,) = f.saves(1)
+        t = Throttled(ld.device.majmin, iops=SLOW_IOPS)
+        t0 = time.monotonic()
+        t.run(dd_writes(ld.path, DD_WRITES))
+        took = time.monotonic() - t0
+        f.send(signal.SIGUSR1)
+        after = f.saves(2)[1]
+        assert f.stop() == 0
+    finally:
+        f.kill()
+        if t is not None:
+            t.remove()   # dd has ended: the cgroup is empty
+    # the limit held dd: at SLOW_IOPS (< 10: no initial budget) every write waits its turn
+    assert took >= (DD_WRITES - 1) / SLOW_IOPS, took
+    w1, w2 = before[1], after[1]
+    with open_capture(w2) as cap:
+        assert cap.meta["io_limits"] == []   # the header: read when the recorder started, before the limit
+    want = [{"cgroup": t.cgroup, "hierarchy": t.hierarchy, "dev": t.majmin, "disk": ld.name,
+             "limits": {"write_iops": SLOW_IOPS},
+             "read_at": ["the bundle's start context", "the bundle's end context"]}]
+    note = (f"I/O throttling limit in force: {ld.name} ({t.majmin}): cgroup {t.cgroup} ({t.hierarchy}) "
+            f"write_iops={SLOW_IOPS} (in the bundle's start context, the bundle's end context)")
+    doc = json.loads(run_ioscope("report", "--json", w2, check=True).stdout)
+    assert doc["capture"]["io_limits"] == want
+    assert note in doc["capture"]["io_limits_note"]
+    text = run_ioscope("report", w2, check=True)
+    assert f"ioscope report: note: {doc['capture']['io_limits_note']}" in text.stderr.splitlines()
+    first = run_ioscope("report", "--json", w1, check=True)
+    assert json.loads(first.stdout)["capture"]["io_limits"] == [] and "throttling" not in first.stderr
+    # diff: the limit added on the disk (JSON and text), the same figures report named
+    changes = json.loads(run_ioscope("diff", "-j", w1, w2, check=True).stdout)["changes"]
+    setting = f"throttle {t.cgroup} ({t.hierarchy}) write_iops"
+    limited = [c for c in changes if c["setting"].startswith("throttle ")]
+    assert limited == [{"disk": ld.name, "setting": setting, "before": None, "after": SLOW_IOPS,
+                        "direction": "added", "ratio": None}], changes
+    dtext = run_ioscope("diff", w1, w2, check=True).stdout
+    assert any(ln.split() == [ld.name, *setting.split(), "-", str(SLOW_IOPS), "added"]
+               for ln in dtext.splitlines()), dtext
 
 
 def test_agg_charges_throttled_writes_to_their_cgroup(throttled: tuple[Any, Throttled]) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ioscope.base import devices
+from ioscope.base import devices, units
 
 if TYPE_CHECKING:
     from ioscope.kernel.loader import BPFObject
@@ -117,6 +117,20 @@ def stamps_only(timing: dict[str, str]) -> bool:
     return bool(timing) and all(t == STAMPS for t in timing.values())
 
 
+# what one timed I/O is under each design (base.units): a request from the kernel's stamps; a bio piece
+# when followed from its queue event to its request's completion (a split piece inherits its bio's
+# queue time, a bio merged into a request is timed on its own); a design not named here (agg's records
+# made at queue) counts bios as queued
+UNIT_OF = {STAMPS: units.REQUESTS, PROBES: units.PIECES}
+
+
+def io_unit(timing: dict[str, str]) -> str | dict[str, str]:
+    """What one timed I/O is under these designs (UNIT_OF), per disk when the designs differ."""
+    per = {disk: UNIT_OF.get(t, units.BIOS) for disk, t in sorted(timing.items())}
+    one = set(per.values())
+    return one.pop() if len(one) == 1 else per or units.BIOS
+
+
 def timing_summary(timing: dict[str, str]) -> str:
     """'kernel stamps: loop0, vda; probes: loop3' (each design with its disks)."""
     by: dict[str, list[str]] = {}
@@ -125,5 +139,5 @@ def timing_summary(timing: dict[str, str]) -> str:
     return "; ".join(f"{design}: {', '.join(d)}" for design, d in sorted(by.items()))
 
 
-__all__ = ["LOSS_EXPLAIN", "PROBES", "STAMPS", "TICK_S", "TIMINGS", "StampTiming", "flags_readable",
-           "kernel_stamps", "stamps_only", "timing_summary"]
+__all__ = ["LOSS_EXPLAIN", "PROBES", "STAMPS", "TICK_S", "TIMINGS", "UNIT_OF", "StampTiming", "flags_readable",
+           "io_unit", "kernel_stamps", "stamps_only", "timing_summary"]

@@ -122,7 +122,9 @@ def finish_args(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
     """After parsing: fold -n N into the positional count (an interval of DEFAULT_INTERVAL when none was
     given); -n and a different COUNT is a usage error. A tool that also shows rows says once on stderr that
     -n counts reports now and rows are -r (scripts written when -n meant rows), unless rows were given too.
-    Idempotent."""
+    A tool that sets the default rows_note_when_cut (top) is handed the note as ns.rows_note = (N, line)
+    instead, to say it only when a report shows more than N rows (rows_note_if_cut): procps' top -b -n 1
+    on a host with one busy process says nothing. Idempotent."""
     if not hasattr(ns, "count_n"):
         return
     n, spelling = ns.count_n, getattr(ns, "count_n_spelling", None)
@@ -138,8 +140,21 @@ def finish_args(p: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
         ns.interval = DEFAULT_INTERVAL
     rows = next((a for a in p._actions if a.dest == "rows" and a.help != argparse.SUPPRESS), None)
     if spelling == "-n" and rows is not None and getattr(ns, "rows", None) == rows.default:
-        print(f"{p.prog}: note: -n {n} is the number of reports (as in top and iotop), no longer rows; "
-              f"for at most N rows use {'/'.join(rows.option_strings)} N", file=sys.stderr)
+        line = (f"{p.prog}: note: -n {n} is the number of reports (as in top and iotop), no longer rows; "
+                f"for at most N rows use {'/'.join(rows.option_strings)} N")
+        if getattr(ns, "rows_note_when_cut", False):
+            ns.rows_note = (n, line)
+        else:
+            print(line, file=sys.stderr)
+
+
+def rows_note_if_cut(ns: argparse.Namespace, rows: int) -> None:
+    """Say finish_args' -n note (once) when a report shows more rows than the N that -n used to cut it to:
+    only then does the old meaning differ from what is printed."""
+    note = getattr(ns, "rows_note", None)
+    if note is not None and rows > note[0]:
+        print(note[1], file=sys.stderr, flush=True)
+        ns.rows_note = None
 
 
 def add_json(p: argparse.ArgumentParser) -> None:

@@ -10,12 +10,20 @@ from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderR
 from rich.table import Table
 from rich.text import Text
 
+from ioscope.base import units
 from ioscope.base.fmt import fmt_bytes, fmt_ns, iso_time
 from ioscope.base.render import HistView
 from ioscope.engines.aggregate.expr import STACK_KEYS
 from ioscope.engines.aggregate.model import AggResult, AggTable, ResultRow
+from ioscope.kernel.stamps import io_unit
 
 DIST_WIDTH = 40  # DTrace's: 40 '@' are the whole count
+
+
+def unit_of(r: AggResult) -> str | dict[str, str]:
+    """What one record counts: a request under the kernel's stamps, else a bio (at queue or completed;
+    over a capture, every bio paired from its queue event)."""
+    return io_unit(r.timing) if r.timing else units.BIOS
 
 
 def row_json(t: AggTable, r: ResultRow) -> dict[str, Any]:
@@ -37,6 +45,7 @@ def to_json(r: AggResult) -> dict[str, Any]:
     return {
         "time": iso_time(r.wall), "interval_s": round(r.interval_s, 6),
         **r.losses.to_json(),
+        **units.to_json(unit_of(r)),
         "timing": r.timing,
         "aggs": [{"expr": t.expr, "rows": [row_json(t, row) for row in t.rows]} for t in r.tables],
     }
@@ -118,7 +127,8 @@ def table_renderables(t: AggTable) -> Iterator[RenderableType]:
 
 
 def renderables(r: AggResult) -> Iterator[RenderableType]:
-    yield Text(f"{iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}", style="dim")
+    yield Text(f"{iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}  {units.says(unit_of(r))}",
+               style="dim")
     for t in r.tables:
         yield Group(*table_renderables(t), Text(""))
 

@@ -43,18 +43,11 @@ class CaptureSummary:
 
 def context_settings(ctx: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """A bundle's context (engines/context/context.py) -> (host settings by name, queue settings per disk):
-    the vm sysctls, every cgroup I/O limit, multipath's paths and maps."""
+    the vm sysctls, multipath's paths and maps (the cgroup limits on the disks: throttle_settings)."""
     host: dict[str, Any] = {}
     for k, v in (ctx.get("vm") or {}).items():
         if not isinstance(v, dict):
             host[f"vm.{k}"] = v
-    cg = ctx.get("cgroups") or {}
-    for ver in ("v1_blkio", "v2_io"):
-        limits = (cg.get(ver) or {}).get("limits")
-        if isinstance(limits, dict):
-            for path, files in limits.items():
-                for f, v in (files or {}).items():
-                    host[f"cgroup {path} {f}"] = v
     mp = ctx.get("multipath") or {}
     if "absent" not in mp:
         for what in ("paths", "maps"):
@@ -65,6 +58,20 @@ def context_settings(ctx: dict[str, Any]) -> tuple[dict[str, Any], dict[str, dic
     disks = {name: dict(d.get("queue") or {}) for name, d in (ctx.get("block_devices") or {}).items()
              if isinstance(d, dict)}
     return host, disks
+
+
+def throttle_settings(limits: Any) -> dict[str, dict[str, Any]]:
+    """The throttle limits on the traced disks (iolimits.recorded: what report says too) as settings per
+    disk: {"loop3": {"throttle /batch (v1 blkio) write_iops": "4"}}; a limit read with two values (set
+    between the recording's start and its context) shows both."""
+    out: dict[str, dict[str, list[Any]]] = {}
+    for e in limits if isinstance(limits, list) else ():
+        for kind, v in (e.get("limits") or {}).items():
+            vals = out.setdefault(str(e.get("disk")), {}).setdefault(
+                f"throttle {e.get('cgroup')} ({e.get('hierarchy')}) {kind}", [])
+            if v not in vals:
+                vals.append(v)
+    return {d: {k: v[0] if len(v) == 1 else ", ".join(map(str, v)) for k, v in s.items()} for d, s in out.items()}
 
 
 def summarise(path: str) -> CaptureSummary:
@@ -91,11 +98,15 @@ def summarise(path: str) -> CaptureSummary:
     host: dict[str, Any] = {}
     queues: dict[str, dict[str, Any]] = {}
     from ioscope.capture.bundle import is_bundle, read_json_members
+    from ioscope.engines.context import iolimits
+    docs: dict[str, Any] = {}
     if is_bundle(path):  # an `ioscope collect` bundle: the host's context when the recording started
         docs, _members = read_json_members(path)
         host, queues = context_settings(docs.get("context-start.json") or {})
+    throttles = throttle_settings(iolimits.recorded(path, meta, docs))
     for name, d in disks.items():
         d.settings = {k: v for k, v in settings.get(name, {}).items() if k not in ("name", "major", "minor")}
         d.settings.update({k: v for k, v in queues.get(name, {}).items() if k != "schedulers_available"})
+        d.settings.update(throttles.get(name, {}))
     return CaptureSummary(path, meta.get("host"), res.interval_s, disks, host, dict(meta.get("stacks") or {}),
                           res.active_s)

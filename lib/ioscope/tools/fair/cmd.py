@@ -48,9 +48,10 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.min_share < 1:
         raise UsageError(f"--min-share must be in [0, 1), not {args.min_share}")
     # imported here, not at the top: `ioscope fair --help` needs neither numpy nor the BPF loader
+    from ioscope.base.units import says
     from ioscope.tools.fair.collector import FairCollector, FairOptions
     from ioscope.tools.fair.model import build_report
-    from ioscope.tools.fair.view import renderables, to_json
+    from ioscope.tools.fair.view import UNIT, renderables, to_json
 
     system.require_bpf_privileges("fair")
     opts = FairOptions(disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid, comm=args.comm,
@@ -65,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
             common.print_result("fair", report, args.json, to_json, renderables, report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
-        return common.run_intervals("fair", f"per-process throughput on {where} ({attach})", args.interval,
-                                        args.count, emit, collector.unavailable)
+        return common.run_intervals("fair", f"per-process throughput on {where} ({attach}); {says(UNIT)}",
+                                        args.interval, args.count, emit, collector.unavailable)
     finally:
         collector.close()
 

@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
+from ioscope.base import units
 from ioscope.base.fairness import POOR_JAIN, Balance, Verdict
 from ioscope.base.fmt import fmt_bytes, iso_time
 from ioscope.engines.context import iolimits
@@ -44,10 +45,14 @@ def group_json(g: Group) -> dict[str, Any]:
     }
 
 
+# fair counts bytes: read_/write_ those of the read/write system calls, dev_ those of the bios queued
+UNIT = {"read and write bytes": units.SYSCALLS, "dev bytes": units.BIOS}
+
+
 def to_json(r: FairReport) -> dict[str, Any]:
     return {
         "time": iso_time(r.wall), "interval_s": round(r.seconds, 6), "by": r.by,
-        **r.losses.to_json(), "attach": r.attach,
+        **r.losses.to_json(), "attach": r.attach, **units.to_json(UNIT),
         "devices": [disk_json(d) for d in r.disks],
         "procs": [row_json(row) for row in r.rows],
         "groups": [group_json(g) for g in r.groups],

@@ -10,11 +10,11 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ioscope.base import devices
+from ioscope.base import devices, units
 from ioscope.base.fmt import fmt_ns, iso_time
 from ioscope.base.render import HistView
 from ioscope.engines.latency.model import PHASE_TITLES, LatHist, LatReport
-from ioscope.kernel.stamps import timing_summary
+from ioscope.kernel.stamps import io_unit, timing_summary
 
 
 @dataclass
@@ -39,10 +39,22 @@ def hist_json(h: LatHist) -> dict[str, Any]:
     }
 
 
+def unit_of(r: LatReport) -> str | dict[str, str]:
+    """What a histogram's count counts: d2c one per request; q2c and q2d one per request where the
+    kernel's stamps time the disk, one per bio where the probes follow it (btt's per-bio phases)."""
+    qu = io_unit(r.timing) if r.timing else units.BIOS
+    if qu == units.REQUESTS:
+        return qu
+    if isinstance(qu, str):
+        return {"d2c": units.REQUESTS, "q2c q2d": qu}
+    return {"d2c": units.REQUESTS, **{f"q2c q2d on {disk}": u for disk, u in qu.items()}}
+
+
 def to_json(r: LatReport) -> dict[str, Any]:
     return {
         "time": iso_time(r.wall), "interval_s": round(r.interval_s, 6),
         **r.losses.to_json(),
+        **units.to_json(unit_of(r)),
         "attach": r.attach,
         "timing": r.timing,
         "programs": r.programs,
@@ -68,7 +80,8 @@ def hist_title(h: LatHist, o: LatViewOptions) -> str:
 
 
 def renderables(r: LatReport, o: LatViewOptions) -> Iterator[RenderableType]:
-    yield Text(f"{iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}", style="dim")
+    yield Text(f"{iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}  {units.says(unit_of(r))}",
+               style="dim")
     if r.losses.lost:
         yield Text(f"lost: {r.losses.describe()}", style="yellow")
     if not r.hists:

@@ -36,9 +36,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def run(args: argparse.Namespace) -> int:
     # imported here, not at the top: `ioscope readsize --help` needs neither numpy nor the BPF loader
     from ioscope.base import devices, system
+    from ioscope.base.units import says
     from ioscope.engines.procio.collector import ReadsizeCollector, ReadsizeOptions
     from ioscope.engines.procio.model import build_report
-    from ioscope.tools.readsize.view import ReadsizeViewOptions, renderables, to_json
+    from ioscope.tools.readsize.view import UNIT, ReadsizeViewOptions, renderables, to_json
 
     system.require_bpf_privileges("readsize")
     opts = ReadsizeOptions(disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid,
@@ -54,7 +55,8 @@ def run(args: argparse.Namespace) -> int:
                                     lambda rep: renderables(rep, view), report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
-        return common.run_intervals("readsize", f"read sizes and block I/O per process on {where} ({attach})",
+        return common.run_intervals("readsize", f"read sizes and block I/O per process on {where} ({attach}); "
+                                    f"{says(UNIT)}",
                                         args.interval, args.count, emit, collector.unavailable)
     finally:
         collector.close()

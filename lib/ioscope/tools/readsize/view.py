@@ -10,6 +10,7 @@ from typing import Any
 from rich.console import RenderableType
 from rich.text import Text
 
+from ioscope.base import units
 from ioscope.base.fmt import fmt_bytes, iso_time
 from ioscope.base.hist import Hist
 from ioscope.engines.procio.model import DevRequests, ProcIO, ReadsizeReport
@@ -45,8 +46,12 @@ def request_json(r: DevRequests) -> dict[str, Any]:
             "max_sectors_kb": r.max_sectors_kb, "buckets": _buckets(r.sizes)}
 
 
+# app: the read/write system calls of each process; dev: the bios it queued; requests: the disk's, at issue
+UNIT = {"app": units.SYSCALLS, "dev": units.BIOS, "requests": units.REQUESTS}
+
+
 def to_json(r: ReadsizeReport) -> dict[str, Any]:
-    return {"time": iso_time(r.wall), "interval_s": round(r.interval_s, 6), **r.losses.to_json(),
+    return {"time": iso_time(r.wall), "interval_s": round(r.interval_s, 6), **r.losses.to_json(), **units.to_json(UNIT),
             "attach": r.attach, "procs": [proc_json(p) for p in r.procs],
             "requests": [request_json(q) for q in r.requests]}
 

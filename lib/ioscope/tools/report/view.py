@@ -13,7 +13,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from ioscope.base import heat, outfile
+from ioscope.base import heat, outfile, units
 from ioscope.base.devices import kdev_str
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.base.fmt import fmt_ns
@@ -177,7 +177,7 @@ def _label(dev: int | None, summary: str) -> str:
 # ----------------------------------------------------------------------------- ioscope's additions
 
 def render_percentiles(r: BttResult, name: Callable[[int], str]) -> list[str]:
-    out = ["==================== Latency percentiles (ioscope) ====================", ""]
+    out = ["==================== Latency percentiles (ioscope) ====================", "", f"N {units.says(UNIT)}", ""]
     head = f"{'':22s} {'PHASE':>5s} {'N':>10s} {'p50':>12s} {'p90':>12s} {'p99':>12s} {'p99.9':>12s} {'MAX':>12s}"
     out.append(head)
     out.append("-" * len(head))
@@ -586,6 +586,11 @@ def analyse_source(path: str, interval_ns: int = 1_000_000_000, csv_paths: dict[
         return res, src
 
 
+# btt's phases from the queue event count each bio piece (a split piece inherits its bio's Q; a bio merged
+# into another's request is its own I/O); d2c and the iostat table count the requests issued to the driver
+UNIT = {"q2c q2d q2a q2g g2i q2m m2d": units.PIECES, "d2c iostat": units.REQUESTS}
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.interval > 0:
         raise UsageError(f"interval must be a positive number of seconds, not {args.interval}")
@@ -602,21 +607,23 @@ def run(args: argparse.Namespace) -> int:
     masked = action_mask_note(args.capture, src.meta.get("action_mask"))
     if masked:   # recorded with -a: the phases it cannot have are empty, not zero (and in the JSON)
         sys.stderr.write(f"ioscope report: note: {masked}\n")
-    # a cgroup throttle limit on a traced disk (record's capture_meta): its wait is before Q, in no Q2C
-    limited = iolimits.describe(src.meta.get("io_limits"))
+    # a cgroup throttle limit on a traced disk (record's capture_meta, a bundle's contexts): its wait is
+    # before Q, in no Q2C
+    limits = iolimits.recorded(args.capture, src.meta)
+    limited = iolimits.describe(limits)
     if limited:
         sys.stderr.write(f"ioscope report: note: {limited}\n")
     empty = (f"{args.capture} holds no block events: nothing was queued on the traced disks while it was "
              "recorded" + (" (up to the point where it was cut short)" if src.truncation else ""))
     model = report_model.build(r, src.meta)
     if args.json:
-        doc = to_json(model, src.meta, name)
+        doc = {**to_json(model, src.meta, name), **units.to_json(UNIT)}
         if src.truncation:
             doc["capture"]["truncation"] = src.truncation
         if masked:
             doc["capture"]["action_mask_note"] = masked
         # the limits as recorded ([] none, absent from a capture made before record read them)
-        doc["capture"]["io_limits"] = src.meta.get("io_limits")
+        doc["capture"]["io_limits"] = limits
         if limited:
             doc["capture"]["io_limits_note"] = limited
         if r.n_events == 0:

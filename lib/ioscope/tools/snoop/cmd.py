@@ -53,13 +53,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _loop(sn: Snooper, args: argparse.Namespace) -> int:
+    from ioscope.base import units
     from ioscope.engines.recording.recorder import POLL_MS, completions_warnings
-    from ioscope.tools.snoop.view import HEADER, emit
+    from ioscope.tools.snoop.view import HEADER, UNIT, emit
 
     live.warn_unavailable("snoop", sn.rec.unavailable)
     where = ", ".join(d.name for d in sn.rec.opts.disks) or "all disks"
-    print(f"Tracing block I/O on {where} ({sn.rec.bpf.variant_summary()}); Ctrl-C to end.", file=sys.stderr,
-          flush=True)
+    print(f"Tracing block I/O on {where} ({sn.rec.bpf.variant_summary()}); {units.says(UNIT)}; Ctrl-C to end.",
+          file=sys.stderr, flush=True)
     if not args.json:
         print(HEADER, flush=True)
     deadline = time.monotonic() + args.duration if args.duration else None

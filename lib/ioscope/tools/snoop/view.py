@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import sys
 
-from ioscope.base import live
+from ioscope.base import live, units
 from ioscope.base.fmt import iso_time
 from ioscope.tools.snoop.snooper import SnoopLine
 
+UNIT = units.REQUESTS   # one line per completed request: a split bio's pieces are a line each
 HEADER = f"{'TIME(s)':<12} {'COMM':<16} {'PID':>7} {'DISK':<8} {'T':<4} {'SECTOR':>12} {'BYTES':>8} " \
          f"{'QUE(ms)':>8} {'SVC(ms)':>8}"
 
@@ -24,7 +25,7 @@ def fmt_line(s: SnoopLine) -> str:
 def line_json(s: SnoopLine) -> dict[str, object]:
     return {"time": iso_time(s.wall_ns / 1e9), "t": round(s.t, 9), "comm": s.comm, "pid": s.pid, "disk": s.disk,
             "dev": s.dev, "op": s.op, "sector": s.sector, "bytes": s.bytes, "queue_ns": s.queue_ns,
-            "service_ns": s.service_ns, "error": s.error}
+            "service_ns": s.service_ns, "error": s.error, **units.to_json(UNIT)}
 
 
 def emit(lines: list[SnoopLine], as_json: bool) -> None:

@@ -13,6 +13,7 @@ examples:
   ioscope sql --csv "select * from ios where q2c > 100e6" a.ioscope b.ioscope DIR
   ioscope sql -j "select action, count(*) n from events group by action" case.ioscope
   ioscope sql "describe ios" case.ioscope                                   # the views' columns
+  ioscope sql -r case.ioscope "select op, count(*) from ios group by op"    # -r CAPTURE, as agg -r
 """
 
 
@@ -26,7 +27,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "into the tables on the fly.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("query", metavar="QUERY", help="one SQL statement")
-    p.add_argument("inputs", metavar="INPUT", nargs="+", help="an ioscope capture, or a parquet export directory")
+    p.add_argument("inputs", metavar="INPUT", nargs="*", help="an ioscope capture, or a parquet export directory")
+    p.add_argument("-r", "--read", metavar="CAPTURE", action="append", default=[],
+                   help="a capture (or parquet export directory) to query, as agg -r; repeatable, the same as INPUT")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--csv", action="store_true", help="print CSV (a header line, then the rows)")
     out.add_argument("-j", "--json", action="store_true", help="one JSON object per row")
@@ -42,14 +45,18 @@ def run(args: argparse.Namespace) -> int:
 
     import duckdb
 
-    from ioscope.base.errors import IoscopeError
+    from ioscope.base.errors import IoscopeError, UsageError
     from ioscope.engines.query.sql import connect, first_line, view_columns
     from ioscope.tools.sql.view import emit
 
+    inputs = [*args.read, *args.inputs]
+    if not inputs:
+        raise UsageError("no capture to query", "give it after the query or with -r, as agg takes it: "
+                         "ioscope sql QUERY case.ioscope, or ioscope sql -r case.ioscope QUERY")
     fmt = "json" if args.json else "csv" if args.csv else "table"
     need_events = re.search(r"\bevents\b", args.query, re.IGNORECASE) is not None
     with tempfile.TemporaryDirectory(prefix="ioscope-sql-") as tmp:
-        con = connect(args.inputs, tmp, need_events)
+        con = connect(inputs, tmp, need_events)
         try:
             rel = con.sql(args.query)
             if rel is None:   # a statement with no result (set, create view, ...)

@@ -53,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("-s", "--sort", default="total", choices=("total", *PROC_SORT_KEYS),
                    help="process sort column (default total: rkB/s + wkB/s)")
     common.add_interval_count(p)
-    p.set_defaults(func=run, tool="top")
+    p.set_defaults(func=run, tool="top", rows_note_when_cut=True)
 
 
 class Source(Protocol):
@@ -169,6 +169,7 @@ def _batch(sample: Callable[[bool], Snapshot], args: argparse.Namespace, interva
             live.sleep_until(start + interval * (done + 1))
             snap = filter_snapshot(sample(count is not None and done == count - 1), disk, args.pid)
             reverse = args.sort not in ("pid", "comm", "disk")
+            common.rows_note_if_cut(args, len(snap.procs))   # -n N the procps way: a note only if N rows would cut
             if args.json:
                 snap.procs = sort_procs(snap.procs, args.sort, reverse)[: args.rows]
                 snap.devices = sort_devices(snap.devices, "util")

@@ -25,6 +25,7 @@ from rich.control import Control
 from rich.segment import ControlType
 from rich.text import Text
 
+from ioscope.base import units
 from ioscope.base.fmt import fmt_ns, iso_time
 from ioscope.base.heat import HEAT_CHARS, HeatGrid
 from ioscope.base.heat import level as heat_level
@@ -182,6 +183,10 @@ def panel_lines(s: Snapshot, width: int, rows: int, hidden: set[str] | frozenset
 
 # -- batch and JSON -------------------------------------------------------------
 
+# the device rows are iostat's, from /proc/diskstats; a process row adds up what it queued at each completion
+# of a bio piece (bpf/top.bpf.c: a split piece is completed, and counted, on its own)
+UNIT = {"devices": units.REQUESTS, "processes": units.PIECES}
+
 def header_words(s: Snapshot) -> str:
     return (f"host {s.host}  kernel {s.kernel}  interval {s.interval:.3f}s  devices {len(s.devices)}  "
             f"procs {len(s.procs)}  lost {s.lost}")
@@ -190,7 +195,7 @@ def header_words(s: Snapshot) -> str:
 def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: int | None = None) -> str:
     """One plain-text snapshot, like top -b: header, every device, every process with I/O."""
     from ioscope.base.fmt import iso_time
-    lines = [f"ioscope top - {iso_time(s.wall)}  {header_words(s)}"]
+    lines = [f"ioscope top - {iso_time(s.wall)}  {header_words(s)}", units.says(UNIT)]
     if s.lost:
         lines.append("lost: " + ", ".join(f"{k} {v}" for k, v in s.lost_detail.items() if v))
     lines.append("")
@@ -618,7 +623,7 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
     """One refresh as JSON (--batch -j: one object per line)."""
     return {
         "time": iso_time(s.wall), "interval_s": round(s.interval, 6), "host": s.host,
-        "kernel": s.kernel, "lost": s.lost, "lost_detail": s.lost_detail, "attach": s.attach,
+        "kernel": s.kernel, "lost": s.lost, "lost_detail": s.lost_detail, "attach": s.attach, **units.to_json(UNIT),
         "devices": [device_json(d) for d in s.devices], "procs": [proc_json(p) for p in s.procs],
         **({"extras": s.extras} if s.extras else {}),
     }
