@@ -6,7 +6,7 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,13 +35,14 @@ class LatRun:
 
 
 @contextmanager
-def lat_running(*args: str, env: dict[str, str] | None = None) -> Iterator[LatRun]:
-    """Start `ioscope lat ARGS`, wait until it is tracing, yield, then SIGINT it and collect output."""
+def lat_running(*args: str, env: dict[str, str] | None = None, wrap: Sequence[str] = ()) -> Iterator[LatRun]:
+    """Start `ioscope lat ARGS` (under WRAP, e.g. setpriv), wait until it is tracing, yield, then SIGINT it
+    and collect output."""
     run = LatRun()
     e = dict(os.environ)
     e.update(env or {})
-    proc = subprocess.Popen(ioscope_cmd("lat", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=e)
+    proc = subprocess.Popen([*wrap, *ioscope_cmd("lat", *args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=e)
     run.proc = proc
     try:
         assert proc.stderr is not None

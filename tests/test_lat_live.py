@@ -386,3 +386,21 @@ def test_disk_found_unstamped_moves_to_the_probes(loopdev: Any) -> None:
     gap = slow + fast - unreported(run) - (run.count("d2c") + lost + in_flight)
     assert 0 <= gap <= unreported_bound(lost), (gap, d)
     assert run.count("q2c") == run.count("d2c") - d["inflight_at_start"], d
+
+
+def test_capabilities_without_root(loopdev: Any) -> None:
+    """CAP_BPF and CAP_PERFMON without root (uid nobody, as the exporter's unit runs): lat loads and counts
+    exactly. Its CO-RE relocations include a flavour of a renamed type (enum req_opf___old) that vmlinux
+    lacks on 6.0+; libbpf would look for it in module BTF, whose listing needs CAP_SYS_ADMIN, and fail the
+    load (libbpf 1.1: "failed to iterate BTF objects: -1") had the loader not named the kernel's BTF."""
+    dev = loopdev(size_mb=64)
+    caps = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all,+bpf,+perfmon",
+            "--ambient-caps=+bpf,+perfmon", "--"]
+    with lat_running("-d", dev.name, "-j", wrap=caps) as run:
+        dd = subprocess.run(["dd", f"if={dev.path}", "of=/dev/null", "bs=4k", "count=307", "iflag=direct"],
+                            stderr=subprocess.DEVNULL)
+        assert dd.returncode == 0
+        time.sleep(0.2)
+    assert run.returncode == 0, run.stderr
+    assert_accounted(run, "d2c", 307)
+    assert_accounted(run, "q2c", 307)

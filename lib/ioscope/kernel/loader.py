@@ -85,6 +85,18 @@ class Hook:
     prog: str | None = None    # the program chosen (of the variant, for this kernel's signature)
 
 
+def _core_btf_without_admin() -> str | None:
+    """The running kernel's BTF named explicitly when this process lacks CAP_SYS_ADMIN (CAP_BPF and
+    CAP_PERFMON only, as the exporter's unit runs it): a CO-RE relocation with no candidate in vmlinux
+    (a flavour of a renamed type, e.g. enum req_opf___old on 6.0+) makes libbpf look in the kernel
+    modules' BTF, and listing BTF objects needs CAP_SYS_ADMIN (libbpf 1.1 fails the load: "failed to
+    iterate BTF objects: -1"). With the BTF given, libbpf does not look in modules; the block layer's
+    types are all in vmlinux."""
+    if system.effective_caps() >> system.CAP_SYS_ADMIN & 1 or not os.path.isfile(system.DEFAULT_BTF):
+        return None
+    return system.DEFAULT_BTF
+
+
 class BPFObject:
     """A compiled BPF object with its programs chosen, loaded and attached."""
 
@@ -98,7 +110,7 @@ class BPFObject:
         if os.environ.get("IOSCOPE_DEBUG"):
             _libbpf.set_verbose(True)
         try:
-            self.obj = _libbpf.Object(str(path), btf_path=btf)
+            self.obj = _libbpf.Object(str(path), btf_path=btf or _core_btf_without_admin())
         except _libbpf.BPFError as exc:
             raise IoscopeError(str(exc), _hint(exc.errno)) from None
         self.hooks: dict[str, Hook] = {}
