@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, unreported_bound
-from ioscope.base.testbed import LoopDevice, run_fio
+from ioscope.base.testbed import LoopDevice, TestCgroups, run_fio
 from ioscope.engines.aggregate.names import io_cgroup_root
 from test_exporter_live import NIOS, free_port, scrape, settle_udev, start, stop
 from test_exporter_server import HASH, make_pki, storm
@@ -176,33 +176,11 @@ HEAVY = ("g00", "g01", "g02")
 FIO_RATE = 4 * MIB
 
 
-class Cgroups:
+def churn_cgroups(names: list[str]) -> TestCgroups:
     """Cgroups made for a test in the hierarchy the io controller is on (v1 blkio here, v2 elsewhere)."""
-
-    def __init__(self, names: list[str]) -> None:
-        io = io_cgroup_root()
-        assert io is not None, "no cgroup hierarchy with the io (blkio) controller"
-        self.top = f"/ioscope-churn-{os.getpid()}"
-        self.root = io[0] / self.top.lstrip("/")
-        self.root.mkdir()
-        for n in names:
-            (self.root / n).mkdir()
-
-    def shell(self, group: str, cmd: str) -> list[str]:
-        """sh that moves itself into the group, then runs cmd in its place (exec)."""
-        return ["sh", "-c", f"echo $$ > {self.root / group / 'cgroup.procs'} && exec {cmd}"]
-
-    def remove(self) -> None:
-        for d in sorted(self.root.iterdir(), reverse=True) if self.root.exists() else []:
-            if d.is_dir():
-                for _ in range(50):
-                    try:
-                        d.rmdir()
-                        break
-                    except OSError:
-                        time.sleep(0.1)
-        if self.root.exists():
-            self.root.rmdir()
+    io = io_cgroup_root()
+    assert io is not None, "no cgroup hierarchy with the io (blkio) controller"
+    return TestCgroups(io[0], "ioscope-churn", names)
 
 
 def _metric_names(expr: str) -> set[str]:
@@ -255,7 +233,7 @@ def test_churn_the_heaviest_get_series_and_topk_answers_them() -> None:
     with LoopDevice(512) as loop:
         settle_udev()
         groups = [f"g{i:02d}" for i in range(GROUPS)]
-        cg = Cgroups([*groups, "fio"])
+        cg = churn_cgroups([*groups, "fio"])
         eport = free_port()
         exporter = start(eport, "-d", loop.name, "--per-process", "5", "--per-cgroup", "5", "--series-window", "10")
         spawned: dict[str, int] = {}

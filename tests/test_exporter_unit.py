@@ -55,7 +55,8 @@ def test_documentation_points_to_the_page_install_sh_installs() -> None:
     assert "install -D -m 0644 -t /usr/local/share/doc/ioscope docs/*.md" in install
     assert (ROOT / "docs" / "exporter.md").is_file()
     exec_start = re.search(r"^ExecStart=(\S+)", text, re.M)
-    assert exec_start and exec_start.group(1) == "/usr/local/bin/ioscope" and "/usr/local/bin/ioscope" in install
+    assert exec_start and exec_start.group(1) == "/usr/local/bin/ioscope"
+    assert "for exe in .venv/bin/ioscope " in install and '"/usr/local/bin/$(basename "$exe")"' in install
 
 
 def _exec_argv(unit: Path, listen: str, disk: str) -> list[str]:

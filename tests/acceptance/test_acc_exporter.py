@@ -38,20 +38,22 @@ def _metrics(port: int) -> dict[str, float]:
     return out
 
 
+def _in_background(args: str, tmp: Path) -> subprocess.Popen[bytes]:
+    """A shell script that starts `ioscope ARGS &` as an operator's would: its pid in tmp/pid, its output in
+    tmp/out and tmp/err, its exit status in tmp/rc when it ends."""
+    script = tmp / "run.sh"
+    script.write_text(f"#!/bin/sh\n{sys.executable} -m ioscope.cli {args} > {tmp}/out 2> {tmp}/err &\n"
+                      f"echo $! > {tmp}/pid\nwait $!\necho $? > {tmp}/rc\n")
+    script.chmod(0o755)
+    return subprocess.Popen([str(script)])
+
+
 def test_exporter_background_scrape_and_term(live: None) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with LoopDevice(64) as loop, tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp, "run.sh")
-        script.write_text(
-            "#!/bin/sh\n"
-            f"{sys.executable} -m ioscope.cli exporter -d {loop.name} --listen localhost:{port} "
-            f"--per-process 2 > {tmp}/out 2> {tmp}/err &\n"
-            f"echo $! > {tmp}/pid\n"
-            f"wait $!\necho $? > {tmp}/rc\n")
-        script.chmod(0o755)
-        sh = subprocess.Popen([str(script)])
+        sh = _in_background(f"exporter -d {loop.name} --listen localhost:{port} --per-process 2", Path(tmp))
         # generous: the kernel matrix's guests run under emulation, where a start takes many seconds
         deadline = time.monotonic() + 180
         pidfile = Path(tmp, "pid")
@@ -114,13 +116,8 @@ def test_exporter_with_tls_and_basic_auth_as_an_operator_sets_it_up(live: None) 
                        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n"
                        f"basic_auth_users:\n  prometheus: {hashed}\n")
         web.chmod(0o600)
-        script = d / "run.sh"
-        script.write_text("#!/bin/sh\n"
-                          f"{sys.executable} -m ioscope.cli exporter -d {loop.name} --listen localhost:{port} "
-                          f"--web.config.file {web} --web.telemetry-path /ioscope/metrics > {tmp}/out 2> {tmp}/err &\n"
-                          f"echo $! > {tmp}/pid\nwait $!\necho $? > {tmp}/rc\n")
-        script.chmod(0o755)
-        sh = subprocess.Popen([str(script)])
+        sh = _in_background(f"exporter -d {loop.name} --listen localhost:{port} --web.config.file {web} "
+                            "--web.telemetry-path /ioscope/metrics", d)
         deadline = time.monotonic() + 180
         out = d / "out"
         while not (out.exists() and "serving" in out.read_text()) and not (d / "rc").exists() \

@@ -1,4 +1,4 @@
-"""Test devices and known workloads: tmpfs-backed loop devices and fio.
+"""Test devices and known workloads: tmpfs-backed loop devices, cgroups to run a workload in, and fio.
 
 Used by `ioscope demo`, the live tests and bench/. Everything created here is
 removed on exit, also when the body raises.
@@ -127,6 +127,37 @@ class LoopDevice:
             except FileNotFoundError:
                 pass
             self.backing = None
+
+
+class TestCgroups:
+    """Cgroups made for a test or a bench: `top` (a cgroup path, "/ioscope-NAME-PID") and one child per
+    name, under `mount` (a hierarchy's mount point: the io controller's, for I/O charged to them);
+    remove() takes them away, waiting for their last processes to leave."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, mount: Path, prefix: str, names: list[str]) -> None:
+        self.top = f"/{prefix}-{os.getpid()}"
+        self.root = mount / self.top.lstrip("/")
+        self.root.mkdir()
+        for n in names:
+            (self.root / n).mkdir()
+
+    def shell(self, group: str, cmd: str) -> list[str]:
+        """sh that moves itself into the group, then runs cmd in its place (exec)."""
+        return ["sh", "-c", f"echo $$ > {self.root / group / 'cgroup.procs'} && exec {cmd}"]
+
+    def remove(self) -> None:
+        for d in sorted(self.root.iterdir(), reverse=True) if self.root.exists() else []:
+            if d.is_dir():
+                for _ in range(50):
+                    try:
+                        d.rmdir()
+                        break
+                    except OSError:
+                        time.sleep(0.1)
+        if self.root.exists():
+            self.root.rmdir()
 
 
 def drop_caches() -> None:
