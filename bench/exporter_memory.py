@@ -30,10 +30,11 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
-from ioscope.base.testbed import LoopDevice
+from ioscope.base.testbed import LoopDevice, TestCgroups
 from ioscope.engines.aggregate.names import io_cgroup_root
 
 NAMES = 200
@@ -102,14 +103,12 @@ def main() -> int:
     node_exe = shutil.which("prometheus-node-exporter")
     io = io_cgroup_root()
     assert io is not None, "no cgroup hierarchy with the io controller"
-    top = io[0] / f"ioscope-bench-{os.getpid()}"
     tmp = Path(tempfile.mkdtemp(prefix="ioscope-bench-"))
-    procs: list[subprocess.Popen[bytes]] = []
+    procs: list[subprocess.Popen[Any]] = []
     stop = threading.Event()
     spawned = [0]
+    cg = TestCgroups(io[0], "ioscope-bench", [f"g{g:02d}" for g in range(GROUPS)])
     try:
-        for g in range(GROUPS):
-            (top / f"g{g:02d}").mkdir(parents=True)
         dd = shutil.which("dd") or "/bin/dd"
         for i in range(NAMES):
             shutil.copy(dd, tmp / f"p{i:03d}")
@@ -140,10 +139,9 @@ def main() -> int:
                 i = 0
                 nxt = time.monotonic()
                 while not stop.is_set() and i < args.procs:
-                    g = top / f"g{i % GROUPS:02d}" / "cgroup.procs"
-                    subprocess.run(["sh", "-c", f"echo $$ > {g} && exec {tmp}/p{rng.randrange(NAMES):03d} "
-                                                f"if={dev.path} of=/dev/null bs=4k count=8 iflag=direct "
-                                                f"skip={rng.randrange(200000)} status=none"], check=False)
+                    subprocess.run(cg.shell(f"g{i % GROUPS:02d}", f"{tmp}/p{rng.randrange(NAMES):03d} "
+                                            f"if={dev.path} of=/dev/null bs=4k count=8 iflag=direct "
+                                            f"skip={rng.randrange(200000)} status=none"), check=False)
                     i += 1
                     spawned[0] = i
                     nxt += gap
@@ -204,15 +202,7 @@ def main() -> int:
                 except subprocess.TimeoutExpired:
                     p.kill()
         shutil.rmtree(tmp, ignore_errors=True)
-        for d in sorted(top.glob("g*"), reverse=True):
-            for _ in range(50):
-                try:
-                    d.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.1)
-        if top.exists():
-            top.rmdir()
+        cg.remove()
     return 0
 
 
