@@ -177,7 +177,8 @@ def named_dd(tmp: Path, name: str) -> str:
 def test_series_stay_while_several_scrapers_read(loop: LoopDevice, tmp_path: Path) -> None:
     """--per-process 3 --per-cgroup 2, scrapes back to back (two scrapers) while five process names
     take turns, each twice (a second apart): once exported, a series is in every later scrape, never
-    smaller; the names that got places got the bytes of their second turn; named + other == every
+    smaller; the names that got places got the bytes of their second turn (and of their first after the read
+    that gave them the place); named + other == every
     byte queued."""
     port = free_port()
     p = start(port, "-d", loop.name, "--per-process", "3", "--per-cgroup", "2")
@@ -220,8 +221,9 @@ def test_series_stay_while_several_scrapers_read(loop: LoopDevice, tmp_path: Pat
         procs = {dict(k)["comm"]: v for k, v in series(last, "ioscope_process_bytes_total").items()}
         assert sum(procs.values()) == total
         named = {k: v for k, v in procs.items() if k in sizes}
-        # names that got a place (there is room for three) hold exactly their second turn's bytes
-        assert "wa" in named and all(v == sizes[k] * 4096 for k, v in named.items()), named
+        # names that got a place (there is room for three) hold their second turn's bytes, and the part of
+        # their first turn that came after the read that gave them the place (a tick can fall inside a dd)
+        assert "wa" in named and all(sizes[k] * 4096 <= v < 2 * sizes[k] * 4096 for k, v in named.items()), named
         cgs = {dict(k)["cgroup"]: v for k, v in series(last, "ioscope_cgroup_bytes_total").items()}
         assert sum(cgs.values()) == total and "/" in cgs
     finally:

@@ -74,9 +74,9 @@ def test_exporter_background_scrape_and_term(live: None) -> None:
                        check=True, capture_output=True)
         ds1 = read_diskstats()[loop.name]
         m1 = _metrics(port)
-        key = f"ioscope_disk_ios_total{{device={loop.name},op=write}}"
+        key = f"ioscope_disk_ios_total{{device={loop.name},operation=write}}"
         assert m1[key] - m0.get(key, 0) == ds1.writes - ds0.writes == WRITES
-        hkey = f"ioscope_io_latency_seconds_count{{device={loop.name},op=write,phase=d2c}}"
+        hkey = f"ioscope_io_latency_seconds_count{{device={loop.name},operation=write,phase=d2c}}"
         ukey = f"ioscope_disk_completions_unseen_total{{device={loop.name}}}"
         assert (m1[hkey] - m0.get(hkey, 0)) + (m1[ukey] - m0[ukey]) == WRITES
         procs = {k: v - m0.get(k, 0) for k, v in m1.items() if k.startswith("ioscope_process_bytes_total{")}

@@ -147,17 +147,19 @@ class TestCgroups:
         """sh that moves itself into the group, then runs cmd in its place (exec)."""
         return ["sh", "-c", f"echo $$ > {self.root / group / 'cgroup.procs'} && exec {cmd}"]
 
-    def remove(self) -> None:
-        for d in sorted(self.root.iterdir(), reverse=True) if self.root.exists() else []:
-            if d.is_dir():
-                for _ in range(50):
-                    try:
-                        d.rmdir()
-                        break
-                    except OSError:
-                        time.sleep(0.1)
-        if self.root.exists():
-            self.root.rmdir()
+    def remove(self, timeout: float = 30.0) -> None:
+        """rmdir the children, then the top; a cgroup is busy until its last process has exited, which a
+        loaded host can take seconds to finish: tried again until timeout."""
+        deadline = time.monotonic() + timeout
+        dirs = [d for d in sorted(self.root.iterdir(), reverse=True) if d.is_dir()] if self.root.exists() else []
+        for d in [*dirs, self.root]:
+            while d.exists():
+                try:
+                    d.rmdir()
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
 
 
 def drop_caches() -> None:
