@@ -57,7 +57,6 @@ MAX_HEAD = 16384       # request head: 431 beyond (h11's incomplete-event bound)
 MAX_BODY = 65536       # a GET or HEAD with a body beyond this: 413
 SWEEP_S = 0.25         # how often deadlines are looked at
 FRESH_S = 1.0          # while several scrapes are answered at once, each gets a collection at most this old
-ACCEPT_BATCH = 32      # connections accepted in one go (asyncio's backlog argument)
 
 
 def landing_page(version: str, telemetry_path: str = "/metrics") -> bytes:
@@ -476,12 +475,8 @@ class Server:
         asyncio.set_event_loop(self.loop)
         try:
             for s in self.sockets:
-                # asyncio accepts up to `backlog` connections at a time, each a descriptor before admit() can
-                # evict another: a small batch keeps the descriptors near max_connections under a flood;
-                # the kernel's queue of connections not yet accepted stays long (listen again)
                 self._servers.append(self.loop.run_until_complete(
-                    self.loop.create_server(lambda: Connection(self), sock=s, backlog=ACCEPT_BATCH)))
-                s.listen(socket.SOMAXCONN)
+                    self.loop.create_server(lambda: Connection(self), sock=s, backlog=socket.SOMAXCONN)))
             sweeper = self.loop.create_task(self._sweep())
         except BaseException as e:  # handed to start()
             self._error = e
