@@ -111,6 +111,6 @@ setup(
     cmdclass={"build_ext": BuildExt, "build_py": BuildPy},
     install_requires=["numpy>=1.22", "rich>=12", "pyarrow>=14", "prometheus-client>=0.16",
                       "pyelftools>=0.29", "pyroute2>=0.7", "duckdb>=1.1",
-                      "vl-convert-python>=1.6"],
+                      "vl-convert-python>=1.6", "h11>=0.14", "bcrypt>=4", "pyyaml>=6"],
     entry_points={"console_scripts": _executables()},
 )

@@ -4,9 +4,10 @@
 #   - Debian packages: the BPF build chain (clang, llvm, libbpf-dev, pkg-config),
 #     Python headers and venv, bpftrace (agg --bpftrace runs it), fio (the demo's workload).
 #   - With --test, also the peers and tools the tests compare against or use
-#     (blktrace, sysstat, tmux, xfsprogs, btrfs-progs, a Prometheus server, Java for pyspark), and what
+#     (blktrace, sysstat, tmux, xfsprogs, btrfs-progs, a Prometheus server and node_exporter, Java for pyspark,
+#     openssl, htpasswd, systemd-analyze and libseccomp for the exporter's TLS and unit tests), and what
 #     the kernel matrix boots Debian's kernels with (QEMU, busybox, kmod; virtme-ng from PyPI). The
-#     Prometheus package's own service is not started: the tests start their own server.
+#     Prometheus packages' own services are not started: the tests start their own servers.
 #   - A virtualenv in .venv with ioscope installed in editable mode (this builds
 #     the C extension and compiles bpf/*.bpf.c), plus, with --test, the test tools
 #     of requirements-dev.txt (pytest, ruff, mypy, and pyspark for ioscope fleet's tests).
@@ -21,7 +22,8 @@ fi
 PKGS="clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc python3 python3-dev python3-venv
       git bpftool bpftrace fio e2fsprogs util-linux util-linux-extra procps"
 TEST_PKGS="blktrace sysstat tmux xfsprogs btrfs-progs prometheus openjdk-17-jre-headless time
-           qemu-system-x86 busybox-static kmod iproute2 debian-archive-keyring bpfcc-tools udev chromium"
+           qemu-system-x86 busybox-static kmod iproute2 debian-archive-keyring bpfcc-tools udev chromium
+           prometheus-node-exporter openssl apache2-utils libcap2-bin systemd libseccomp2 curl"
 want=$PKGS
 if [ "${1:-}" = --test ]; then
     want="$PKGS $TEST_PKGS"

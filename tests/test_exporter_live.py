@@ -16,7 +16,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -133,25 +133,28 @@ def test_counts_match_diskstats_and_workload(loop: LoopDevice) -> None:
             return pick(m, name, device=loop.name, **labels) - pick(before, name, device=loop.name, **labels)
 
         for op, field in (("read", "reads"), ("write", "writes"), ("discard", "discards"), ("flush", "flushes")):
-            assert delta("ioscope_disk_ios_total", op=op) == getattr(ds1, field) - getattr(ds0, field), op
-        assert delta("ioscope_disk_ios_total", op="read") == READS
-        assert delta("ioscope_io_latency_seconds_count", op="read", phase="q2c") == READS
-        assert delta("ioscope_io_latency_seconds_count", op="write", phase="q2c") >= WRITES
-        assert delta("ioscope_disk_ios_total", op="flush") >= 1
-        assert delta("ioscope_io_latency_seconds_bucket", op="read", phase="q2c", le="+Inf") == READS
+            assert delta("ioscope_disk_ios_total", operation=op) == getattr(ds1, field) - getattr(ds0, field), op
+        assert delta("ioscope_disk_ios_total", operation="read") == READS
+        assert delta("ioscope_io_latency_seconds_count", operation="read", phase="q2c") == READS
+        assert delta("ioscope_io_latency_seconds_count", operation="write", phase="q2c") >= WRITES
+        assert delta("ioscope_disk_ios_total", operation="flush") >= 1
+        assert delta("ioscope_io_latency_seconds_bucket", operation="read", phase="q2c", le="+Inf") == READS
         # the time counters are /proc/diskstats's, in seconds
         for op, field in (("read", "read_ms"), ("write", "write_ms"), ("flush", "flush_ms")):
-            assert delta("ioscope_disk_request_time_seconds_total", op=op) == pytest.approx(
+            assert delta("ioscope_disk_request_time_seconds_total", operation=op) == pytest.approx(
                 (getattr(ds1, field) - getattr(ds0, field)) / 1000)
         assert delta("ioscope_disk_io_time_seconds_total") == pytest.approx((ds1.io_ms - ds0.io_ms) / 1000)
         assert delta("ioscope_disk_io_time_weighted_seconds_total") == pytest.approx(
             (ds1.weighted_ms - ds0.weighted_ms) / 1000)
-        assert delta("ioscope_disk_bytes_total", op="write") == WRITES * 4096
+        assert delta("ioscope_disk_bytes_total", operation="write") == WRITES * 4096
         # every request the kernel completed: counted (one d2c each), or reported unseen
         c0, u0 = accounted(before, loop.name)
         c1, u1 = accounted(m, loop.name)
         assert (c1 - c0) + (u1 - u0) == devices.completed_requests(ds1) - devices.completed_requests(ds0)
-        assert pick(m, "ioscope_process_bytes_total", comm="dd") == (READS + WRITES) * 4096
+        # every byte queued is in a process series or the aggregate; dd has its series (the first dd's
+        # bytes, read before dd had one, are the aggregate's: a series starts from 0)
+        assert pick(m, "ioscope_process_bytes_total") == (READS + WRITES) * 4096
+        assert ("ioscope_process_bytes_total", (("comm", "dd"),)) in m
         # losses only (every one 0 here), not agg's explanations such as split or inflight_at_start
         lost = {dict(ls)["reason"]: v for ls, v in series(m, "ioscope_lost_events_total").items()}
         assert lost and set(lost.values()) == {0.0} and not {"split", "inflight_at_start", "stale"} & set(lost), lost
@@ -163,10 +166,20 @@ def test_counts_match_diskstats_and_workload(loop: LoopDevice) -> None:
         assert stop(p) == 0
 
 
-def test_series_stay_while_several_scrapers_read(loop: LoopDevice) -> None:
-    """The issue's case: --per-process 3 --per-cgroup 2, scrapes back to back (two scrapers) while five
-    processes take turns: once exported, a series is in every later scrape, never smaller; the first
-    three processes keep their series, the rest are other; named + other == every byte queued."""
+def named_dd(tmp: Path, name: str) -> str:
+    """dd under another name (its comm): a copy of the binary."""
+    exe = tmp / name
+    if not exe.exists():
+        shutil.copy(shutil.which("dd") or "/bin/dd", exe)
+    return str(exe)
+
+
+def test_series_stay_while_several_scrapers_read(loop: LoopDevice, tmp_path: Path) -> None:
+    """--per-process 3 --per-cgroup 2, scrapes back to back (two scrapers) while five process names
+    take turns, each twice (a second apart): once exported, a series is in every later scrape, never
+    smaller; the names that got places got the bytes of their second turn (and of their first after the read
+    that gave them the place); named + other == every
+    byte queued."""
     port = free_port()
     p = start(port, "-d", loop.name, "--per-process", "3", "--per-cgroup", "2")
     scrapes: list[list[Metrics]] = [[], []]
@@ -177,13 +190,16 @@ def test_series_stay_while_several_scrapers_read(loop: LoopDevice) -> None:
             scrapes[i].append(scrape(port))
 
     threads = [threading.Thread(target=scraper, args=(i,)) for i in range(2)]
+    ds0 = devices.read_diskstats()[loop.name]
     try:
         for t in threads:
             t.start()
-        sizes = [WRITES, 7, 11, 5, 3]  # five processes, one after the other (primes, all different)
-        for n in sizes:
-            dd(loop.path, "write", n)
-            time.sleep(0.3)
+        sizes = {"wa": WRITES, "wb": 7, "wc": 11, "wd": 5, "we": 3}  # primes, all different
+        for name, n in sizes.items():
+            for _ in range(2):
+                subprocess.run([named_dd(tmp_path, name), "if=/dev/zero", f"of={loop.path}", "bs=4k", f"count={n}",
+                                "oflag=direct"], check=True, capture_output=True)
+                time.sleep(1.2)  # the tick reads agg's maps every second
         stop_scraping.set()
         for t in threads:
             t.join()
@@ -197,12 +213,19 @@ def test_series_stay_while_several_scrapers_read(loop: LoopDevice) -> None:
                     sa, sb = series(a, name), series(b, name)
                     assert set(sa) <= set(sb), (name, set(sa) - set(sb))
                     assert all(sb[k] >= v for k, v in sa.items()), name
-        procs = series(last, "ioscope_process_bytes_total")
-        named = sorted(v for k, v in procs.items() if dict(k)["comm"] != "other")
-        assert named == sorted(n * 4096 for n in sizes[:3])  # first come
-        assert procs[(("comm", "other"), ("pid", ""))] == sum(sizes[3:]) * 4096
-        cgs = series(last, "ioscope_cgroup_bytes_total")  # the five in one cgroup: its series, other 0
-        assert sorted(cgs.values()) == [0, sum(sizes) * 4096] and cgs[(("cgroup", "other"),)] == 0
+        ds1 = devices.read_diskstats()[loop.name]
+        # every byte queued (the writes, and udev's reads after each writer closed the disk) is in a
+        # series: /proc/diskstats's bytes
+        total = (ds1.sectors_read - ds0.sectors_read + ds1.sectors_written - ds0.sectors_written) * 512
+        assert ds1.sectors_written - ds0.sectors_written == 2 * sum(sizes.values()) * 8
+        procs = {dict(k)["comm"]: v for k, v in series(last, "ioscope_process_bytes_total").items()}
+        assert sum(procs.values()) == total
+        named = {k: v for k, v in procs.items() if k in sizes}
+        # names that got a place (there is room for three) hold their second turn's bytes, and the part of
+        # their first turn that came after the read that gave them the place (a tick can fall inside a dd)
+        assert "wa" in named and all(sizes[k] * 4096 <= v < 2 * sizes[k] * 4096 for k, v in named.items()), named
+        cgs = {dict(k)["cgroup"]: v for k, v in series(last, "ioscope_cgroup_bytes_total").items()}
+        assert sum(cgs.values()) == total and "/" in cgs
     finally:
         stop_scraping.set()
         assert stop(p) == 0
@@ -212,7 +235,7 @@ def _procs(port: int) -> dict[str, float]:
     return {dict(k)["comm"]: v for k, v in series(scrape(port), "ioscope_process_bytes_total").items()}
 
 
-def _until(port: int, want: dict[str, float], timeout: float = 30.0) -> dict[str, float]:
+def _until(port: int, want: Mapping[str, float], timeout: float = 30.0) -> dict[str, float]:
     """Scrape until the process series are want (the tick reads agg's maps every second), or timeout."""
     deadline = time.monotonic() + timeout
     got = _procs(port)
@@ -222,23 +245,32 @@ def _until(port: int, want: dict[str, float], timeout: float = 30.0) -> dict[str
     return got
 
 
-def test_idle_series_age_out_and_free_their_place(loop: LoopDevice) -> None:
+OTHER = "(other processes)"
+
+
+def test_idle_series_age_out_and_free_their_place(loop: LoopDevice, tmp_path: Path) -> None:
     idle = 8.0
     port = free_port()
-    p = start(port, "-d", loop.name, "--per-process", "1", "--series-idle", f"{idle:g}")
+    p = start(port, "-d", loop.name, "--per-process", "1", "--series-idle", f"{idle:g}", "--series-window", "4")
     try:
-        dd(loop.path, "write", WRITES)
-        first_done = time.monotonic()
-        assert _until(port, {"dd": WRITES * 4096, "other": 0}) == {"dd": WRITES * 4096, "other": 0}
-        dd(loop.path, "write", 7)  # another dd: no place left, other
-        seen = _until(port, {"dd": WRITES * 4096, "other": 7 * 4096})
-        if time.monotonic() - first_done < idle - 1:  # (a slow machine may have let the first one go already)
-            assert seen == {"dd": WRITES * 4096, "other": 7 * 4096}
-        # both idle: after --series-idle the first one's series goes, other stays
-        assert _until(port, {"other": 7 * 4096}, timeout=idle + 30) == {"other": 7 * 4096}
-        assert time.monotonic() - first_done >= idle - 1.5  # not before (the tick reads once a second)
-        dd(loop.path, "write", 5)  # a new process takes the freed place, from its first byte
-        assert _until(port, {"dd": 5 * 4096, "other": 7 * 4096}) == {"dd": 5 * 4096, "other": 7 * 4096}
+        dd(loop.path, "write", WRITES)  # dd gets the place, from 0: its first bytes are other's
+        assert _until(port, {"dd": 0, OTHER: WRITES * 4096}) == {"dd": 0, OTHER: WRITES * 4096}
+        dd(loop.path, "write", 7)  # dd again: its series
+        assert _until(port, {"dd": 7 * 4096, OTHER: WRITES * 4096}) == {"dd": 7 * 4096, OTHER: WRITES * 4096}
+        last_dd = time.monotonic()
+        subprocess.run([named_dd(tmp_path, "other"), "if=/dev/zero", f"of={loop.path}", "bs=4k", "count=5",
+                        "oflag=direct"], check=True, capture_output=True)  # a process named other: no place
+        want = {"dd": 7 * 4096, OTHER: (WRITES + 5) * 4096}
+        assert _until(port, want) == want
+        # dd idle: after --series-idle its series goes; the place is free for "other" (the process)
+        assert _until(port, {OTHER: (WRITES + 5) * 4096}, timeout=idle + 30) == {OTHER: (WRITES + 5) * 4096}
+        assert time.monotonic() - last_dd >= idle - 1.5  # not before (the tick reads once a second)
+        for _ in range(2):
+            subprocess.run([named_dd(tmp_path, "other"), "if=/dev/zero", f"of={loop.path}", "bs=4k", "count=3",
+                            "oflag=direct"], check=True, capture_output=True)
+            time.sleep(1.2)
+        want = {"other": 3 * 4096, OTHER: (WRITES + 5 + 3) * 4096}  # the process and the aggregate: two series
+        assert _until(port, want) == want
     finally:
         assert stop(p) == 0
 
@@ -292,7 +324,7 @@ def test_every_completion_counted_or_reported(timing: str) -> None:
             assert (c - c0) + (u - u0) == kernel == ios == NIOS, (c - c0, u - u0, kernel, ios)
             assert u - u0 <= unreported_bound(NIOS)
             lost = series(end, "ioscope_lost_events_total")
-            assert lost[(("reason", "completion_unseen"),)] == u
+            assert lost[(("device", loop.name), ("reason", "completion_unseen"))] == u  # per disk
             assert not bad, bad[:3]
             want = stamped(loop.name) if timing == "auto" else "probes"
             assert pick(end, "ioscope_disk_timing_info", device=loop.name, timing=want) == 1
@@ -355,13 +387,15 @@ def test_counts_lost_from_the_map_are_reported_unseen(loop: LoopDevice) -> None:
         assert stop(p) == 0
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_signals_stop_cleanly(loop: LoopDevice, sig: int) -> None:
+@pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 0), (signal.SIGINT, 0), (signal.SIGHUP, 129)])
+def test_signals_stop_cleanly(loop: LoopDevice, sig: int, status: int) -> None:
+    """Every signal stops it cleanly (programs detached, socket closed); SIGHUP with 129 (128 + SIGHUP,
+    as a shell reports a process it ended), so that systemd's Restart=on-failure starts it again."""
     progs0 = bpf_progs()
     port = free_port()
     p = start(port, "-d", loop.name)
     assert bpf_progs() - progs0
-    assert stop(p, sig) == 0
+    assert stop(p, sig) == status
     assert bpf_progs() - progs0 == set()
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
@@ -409,9 +443,136 @@ def test_port_in_use_is_one_line_error(loop: LoopDevice) -> None:
     (["--listen", "no.such.host.invalid:9863"], "cannot listen"),
     (["--per-process", "-1"], "--per-process"),
     (["--series-idle", "0"], "--series-idle"),
+    (["--device-include", "(loop"], "is not a regular expression"),
+    (["--device-include", "^sd", "--device-exclude", "^loop"], "cannot be given together"),
+    (["--web.telemetry-path", "metrics"], "is not a path"),
+    (["--web.config.file", "/nonexistent/web.yml"], "--web.config.file /nonexistent/web.yml"),
+    (["--web.max-requests", "-1"], "--web.max-requests"),
 ])
 def test_bad_arguments_are_one_line_errors(args: list[str], words: str) -> None:
     r = subprocess.run([sys.executable, "-m", "ioscope.cli", "exporter", *args], capture_output=True, text=True,
                        timeout=60, env={**os.environ})
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     assert r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+
+
+def test_loop_devices_appear_only_when_included(loop: LoopDevice) -> None:
+    """node_exporter's default exclude (ram, zram, loop, floppy devices and partitions): without -d, a
+    loop device is not exported until --device-include asks for it."""
+    dd(loop.path, "write", 3)
+    port = free_port()
+    p = start(port)
+    try:
+        m = scrape(port)
+        devs = {dict(ls)["device"] for (n, ls) in m if n == "ioscope_disk_ios_total"}
+        assert not [d for d in devs if d.startswith(("loop", "ram", "zram"))], devs
+        assert devs == {d.name for d in devices.list_disks()
+                        if not d.name.startswith(("loop", "ram", "zram", "fd"))}
+        assert not [ls for (n, ls) in m if n.startswith("ioscope_io_latency") and dict(ls)["device"] == loop.name]
+    finally:
+        assert stop(p) == 0
+    p = start(port, "--device-include", f"^{loop.name}$")
+    try:
+        dd(loop.path, "write", 3)
+        time.sleep(0.3)
+        m = scrape(port)
+        devs = {dict(ls)["device"] for (n, ls) in m if n == "ioscope_disk_ios_total"}
+        assert devs == {loop.name}
+        assert pick(m, "ioscope_io_latency_seconds_count", device=loop.name, phase="d2c") >= 3
+    finally:
+        assert stop(p) == 0
+
+
+def test_node_names_are_node_exporters(loop: LoopDevice) -> None:
+    """--disk-names node against the real node_exporter (Debian's prometheus-node-exporter) on the same
+    idle disk: the same node_disk_* names, types, labels and values (node_exporter's diskstats
+    collector; its node_disk_info, which reads udev's database, is not exported by ioscope)."""
+    exe = shutil.which("prometheus-node-exporter")
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("prometheus-node-exporter is not installed (scripts/bootstrap.sh --test installs it)")
+        pytest.skip("prometheus-node-exporter is not installed")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    dd(loop.path, "write", 29)
+    dd(loop.path, "read", 31)
+    nport, port = free_port(), free_port()
+    node = subprocess.Popen([exe, "--collector.disable-defaults", "--collector.diskstats",
+                             "--collector.diskstats.device-exclude=",  # (1.5.0: one or the other)
+                             f"--collector.diskstats.device-include=^{loop.name}$",
+                             f"--web.listen-address=127.0.0.1:{nport}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    p = start(port, "-d", loop.name, "--disk-names", "node")
+    try:
+        deadline = time.monotonic() + 30
+        text = ""
+        while not text and time.monotonic() < deadline:
+            try:
+                text = urllib.request.urlopen(f"http://127.0.0.1:{nport}/metrics", timeout=5).read().decode()
+            except OSError:
+                time.sleep(0.2)
+
+        def disk_samples(t: str) -> dict[tuple[str, str, tuple[tuple[str, str], ...]], float]:
+            return {(s.name, f.type, tuple(sorted(s.labels.items()))): s.value
+                    for f in text_string_to_metric_families(t) for s in f.samples
+                    if s.name.startswith("node_disk_") and s.name not in ("node_disk_info",)}
+
+        theirs = disk_samples(text)
+        ours = disk_samples(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode())
+        assert len(theirs) == 17 and theirs == ours
+    finally:
+        node.terminate()
+        node.wait(timeout=10)
+        assert stop(p) == 0
+
+
+def test_cgroup_series_name_containers_pods_and_services(loop: LoopDevice) -> None:
+    """Cgroups made with the paths Docker, kubelet (containerd, systemd driver) and systemd make, in
+    the hierarchy the io controller is on; dd writes in each, twice (a series starts from 0): each
+    series is named as people know it (kind, the container's 12 digits, the pod's UID, the unit), and
+    its latency histograms count the second dd's 13 writes, bio by bio (q2c) and request by request
+    (d2c)."""
+    from ioscope.engines.aggregate.names import io_cgroup_root
+
+    io = io_cgroup_root()
+    assert io is not None
+    did, cid = "3f4e9a1b2c3d" + "4" * 52, "9b1d5e2f8a7c" + "6" * 52
+    uid = "8f0a7b3c-1d2e-4f5a-9b6c-7d8e9f0a1b2c"
+    top = f"/ioscope-names-{os.getpid()}"
+    paths = {
+        "docker": (f"{top}/system.slice/docker-{did}.scope", "3f4e9a1b2c3d", ""),
+        "kubernetes": (f"{top}/kubepods.slice/kubepods-burstable.slice/"
+                       f"kubepods-burstable-pod{uid.replace('-', '_')}.slice/cri-containerd-{cid}.scope",
+                       "9b1d5e2f8a7c", uid),
+        "systemd-service": (f"{top}/system.slice/nginx.service", "nginx.service", ""),
+    }
+    made: list[Path] = []
+    port = free_port()
+    p = start(port, "-d", loop.name, "--per-cgroup", "5")
+    try:
+        for path, _, _ in paths.values():
+            d = io[0] / path.lstrip("/")
+            d.mkdir(parents=True)
+            made += [d, *[x for x in d.parents if str(x).startswith(str(io[0] / top.lstrip("/")))]]
+            for n in (WRITES, READS):
+                subprocess.run(["sh", "-c", f"echo $$ > {d / 'cgroup.procs'} && exec dd if=/dev/zero of={loop.path} "
+                                            f"bs=4k count={n} oflag=direct status=none"], check=True)
+                time.sleep(1.2)  # the tick: the cgroup gets its place after its first dd
+        m = scrape(port)
+        for kind, (path, name, pod) in paths.items():
+            labels = (("cgroup", path), ("kind", kind), ("name", name), ("pod", pod))
+            assert m[("ioscope_cgroup_bytes_total", labels)] == READS * 4096, kind
+            for phase in ("q2c", "d2c"):
+                lab = tuple(sorted((*labels, ("phase", phase))))
+                assert m[("ioscope_cgroup_io_latency_seconds_count", lab)] == READS, (kind, phase)
+    finally:
+        assert stop(p) == 0
+        for d in sorted(set(made), key=lambda x: -len(str(x))):
+            for _ in range(50):
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.1)

@@ -4,32 +4,41 @@ prometheus_client writes them, --listen, and the landing page and 404s."""
 
 from __future__ import annotations
 
-import io
 import random
 from typing import Any
-from wsgiref.util import setup_testing_defaults
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from ioscope.base import hist
+from ioscope.base import hist, http
 from ioscope.base.devices import DiskStats
 from ioscope.base.errors import UsageError
-from ioscope.tools.exporter import server
+from ioscope.tools.exporter.cmd import DEFAULT_LISTEN
+from ioscope.tools.exporter.collector import ExporterOptions
 from ioscope.tools.exporter.model import (
     LE_NS,
     CompletionCheck,
     Counter,
+    Delta,
     ExporterState,
     Exposition,
     KernelHists,
     ScrapeSample,
     SeriesSet,
+    SeriesView,
     hist_series,
     le_counts,
 )
-from ioscope.tools.exporter.view import LE_LABELS, RegistryCollector
+from ioscope.tools.exporter.server import _Families
+from ioscope.tools.exporter.view import (
+    CGROUP_OTHER,
+    DISK_NODE,
+    LE_LABELS,
+    PROCESS_OTHER,
+    ViewOptions,
+    families,
+)
 
 
 def test_bounds_are_round_1_2_5_from_1us_to_10s() -> None:
@@ -68,52 +77,135 @@ def test_le_counts_never_go_down_as_a_histogram_grows() -> None:
         prev = cur
 
 
-def test_series_are_kept_bounded_and_other_holds_the_rest() -> None:
-    s: SeriesSet[str] = SeriesSet(limit=2, idle_s=600)
-    s.add({"a": (1, 100), "b": (2, 300), "c": (1, 200)}, now=0)
-    assert set(s.series) == {"b", "c"} and (s.other.ios, s.other.bytes) == (1, 100)  # the larger new ones
-    s.add({"a": (5, 5000), "b": (1, 1)}, now=1)  # a is now the largest: it gets no series, b keeps its own
-    assert set(s.series) == {"b", "c"} and (s.series["b"].ios, s.series["b"].bytes) == (3, 301)
-    assert (s.other.ios, s.other.bytes) == (6, 5100)
-    total = sum(c.bytes for c in s.series.values()) + s.other.bytes
-    assert total == 100 + 300 + 200 + 5000 + 1
+def _d(ios: int, nbytes: int) -> Delta:
+    return Delta(ios, nbytes)
 
 
-def test_series_age_out_only_after_idle_s_and_come_back_from_zero() -> None:
-    s: SeriesSet[str] = SeriesSet(limit=2, idle_s=600)
-    s.add({"a": (1, 10), "b": (1, 10)}, now=0)
-    s.add({"a": (1, 10)}, now=599)
-    s.add({"c": (1, 10)}, now=599.5)  # full: c goes to other
-    assert set(s.series) == {"a", "b"} and s.other.bytes == 10
-    s.expire(now=600)  # b idle for 600 s: dropped; a did I/O at 599
-    assert set(s.series) == {"a"}
-    s.add({"c": (2, 20), "b": (1, 5)}, now=601)  # room for one: the larger
-    assert set(s.series) == {"a", "c"} and s.series["c"].bytes == 20 and s.other.bytes == 15
-    s.add({}, now=1198.9)
+def _bytes(s: SeriesSet[str]) -> dict[str, int]:
+    return {k: c.bytes for k, c in s.snapshot().items()} | {"other": s.other.bytes}
+
+
+def test_series_start_from_zero_and_other_holds_the_rest() -> None:
+    s: SeriesSet[str] = SeriesSet(limit=2, idle_s=600, window_s=60)
+    s.add({"a": _d(1, 100), "b": _d(2, 300), "c": _d(1, 200)}, now=0)
+    # the two heaviest get places; what made them heavy is in other (a new series starts at 0: the
+    # value of a series' first sample is not an increase to Prometheus, other's increase is)
+    assert set(s.series) == {"b", "c"} and _bytes(s) == {"b": 0, "c": 0, "other": 600}
+    s.add({"a": _d(5, 5000), "b": _d(1, 1)}, now=1)  # a is heavier now, but b and c hold their places a window
+    assert set(s.series) == {"b", "c"} and _bytes(s) == {"b": 1, "c": 0, "other": 5600}
+    assert s.replaced == 0
+
+
+def test_a_heavier_key_takes_the_lightest_place_after_a_window_with_hysteresis() -> None:
+    s: SeriesSet[str] = SeriesSet(limit=2, idle_s=600, window_s=60)
+    for t in range(0, 70, 10):  # b, c steady at 1000 and 600 bytes per 10 s
+        s.add({"b": _d(1, 1000), "c": _d(1, 600)}, now=t)
+    assert set(s.series) == {"b", "c"}
+    # d does 1.5x c's bytes: not enough to take its place (REPLACE_FACTOR 2)
+    for t in range(70, 140, 10):
+        s.add({"b": _d(1, 1000), "c": _d(1, 600), "d": _d(1, 900)}, now=t)
+    assert set(s.series) == {"b", "c"} and s.replaced == 0
+    # d does 3x c's: it takes c's place once its window holds more than twice c's
+    for t in range(140, 220, 10):
+        s.add({"b": _d(1, 1000), "c": _d(1, 600), "d": _d(1, 1800)}, now=t)
+    assert set(s.series) == {"b", "d"} and s.replaced == 1
+    assert set(s.frozen) == {"c"}  # c's final values stay exported for a window
+    final_c, frozen_at = s.frozen["c"][0].bytes, s.frozen["c"][1]
+    s.add({"c": _d(1, 600)}, now=frozen_at + 59)
+    assert s.snapshot()["c"].bytes == final_c  # frozen: no longer grows, its I/O is other's
+    s.add({}, now=frozen_at + 60)
+    assert "c" not in s.snapshot()
+
+
+def test_a_frozen_series_that_comes_back_continues_its_values() -> None:
+    s: SeriesSet[str] = SeriesSet(limit=1, idle_s=5, window_s=60)
+    s.add({"a": _d(1, 100)}, now=0)
+    for t in range(1, 61):
+        s.add({"a": _d(1, 1)}, now=t)
+    assert _bytes(s) == {"a": 60, "other": 100}
+    s.add({"b": _d(1, 10_000)}, now=61)  # a held its place a window: b, far heavier, takes it
+    assert set(s.series) == {"b"} and s.frozen["a"][0].bytes == 60
+    s.add({"a": _d(1, 50_000)}, now=62)  # a is heavier than twice b now, but b holds its place a window
+    assert set(s.series) == {"b"}
+    s.add({"a": _d(1, 7)}, now=67)  # b idle for idle_s: its place is free; a, frozen, gets it back
+    assert set(s.series) == {"a"} and s.series["a"].bytes == 60  # from its frozen value: no counter reset
+    assert not s.frozen  # one series per key: never frozen and named at once
+    s.add({"a": _d(1, 7)}, now=68)
+    assert s.series["a"].bytes == 67
+
+
+def test_idle_series_age_out_and_free_their_place() -> None:
+    s: SeriesSet[str] = SeriesSet(limit=2, idle_s=600, window_s=60)
+    s.add({"a": _d(1, 10), "b": _d(1, 10)}, now=0)
+    s.add({"a": _d(1, 10)}, now=599)
+    s.expire(now=600)  # b idle since its first read (0): dropped, not frozen (idle that long: seen by all)
+    assert set(s.series) == {"a"} and not s.frozen
+    s.add({"c": _d(2, 20)}, now=601)
     assert set(s.series) == {"a", "c"}
-    s.add({}, now=1199)
-    assert set(s.series) == {"c"}
 
 
-def test_series_do_not_depend_on_how_often_they_are_read() -> None:
-    """The same I/O read once or in many pieces (two scrapers, the tick) gives the same series, but for
-    which of several new keys first seen in one read win the last places."""
+def test_churn_the_steady_heavy_keys_keep_their_places_and_nothing_flaps() -> None:
+    """A busy host: 300 short-lived names (each one read, a little I/O) while fio-like and two heavy
+    keys run steadily; 5 places. The heavy ones get places and keep them; the places change a bounded
+    number of times; named + other == every byte."""
+    rng = random.Random(11)
+    s: SeriesSet[str] = SeriesSet(limit=5, idle_s=600, window_s=60)
+    changes, prev, last = 0, set[str](), dict[str, int]()
+    for t in range(600):  # 10 minutes, one read a second
+        d = {"fio": _d(100, 400_000), "heavy1": _d(30, 120_000), "heavy2": _d(20, 80_000)}
+        for _ in range(rng.randrange(0, 3)):
+            d[f"short{rng.randrange(300)}"] = _d(2, rng.randrange(1, 9) * 4096)
+        other0 = s.other.bytes
+        s.add(d, now=float(t))
+        snap = {k: c.bytes for k, c in s.snapshot().items()}
+        # as Prometheus adds increases: each series from its previous value (a new one from 0), and other
+        increase = sum(v - last.get(k, 0) for k, v in snap.items()) + s.other.bytes - other0
+        assert increase == sum(x.bytes for x in d.values()), t
+        last = snap
+        named = set(s.series)
+        changes += len(named - prev)
+        prev = named
+        if t >= 1:
+            assert {"fio", "heavy1", "heavy2"} <= named, t
+        assert len(snap) <= 2 * 5
+    assert changes <= 5 + 2 * 600 // 60, changes  # each of the 2 free places changes hands at most once a window
+    ranked = sorted(s.series, key=lambda k: -s.series[k].bytes)
+    assert ranked[:3] == ["fio", "heavy1", "heavy2"]
+
+
+def test_series_do_not_depend_much_on_how_often_they_are_read() -> None:
+    """The same I/O read in pieces of 1 s or 0.1 s (the tick, two scrapers) names the same keys, and
+    every byte is in a series or other either way."""
     rng = random.Random(5)
-    events = [(t * 0.1, f"p{rng.randrange(6)}", rng.randrange(1, 9) * 4096) for t in range(2000)]
+    events = [(t * 0.1, f"p{rng.randrange(6)}", rng.randrange(1, 9) * 4096) for t in range(6000)]
+    events += [(t * 0.1, "big", 64 * 4096) for t in range(6000)]
 
-    def run(every: int) -> dict[str, int]:
-        s: SeriesSet[str] = SeriesSet(limit=10, idle_s=30)
-        batch: dict[str, tuple[int, int]] = {}
-        for n, (t, k, b) in enumerate(events):
-            i, nb = batch.get(k, (0, 0))
-            batch[k] = (i + 1, nb + b)
-            if n % every == every - 1:
+    def run(step: float) -> tuple[set[str], int]:
+        s: SeriesSet[str] = SeriesSet(limit=3, idle_s=30, window_s=60)
+        batch: dict[str, Delta] = {}
+        nxt = step
+        for t, k, b in sorted(events):
+            if t >= nxt:
                 s.add(batch, now=t)
-                batch = {}
+                batch, nxt = {}, nxt + step
+            d = batch.setdefault(k, Delta())
+            d.ios += 1
+            d.bytes += b
         s.add(batch, now=events[-1][0])
-        return {k: c.bytes for k, c in s.series.items()} | {"other": s.other.bytes}
+        return set(s.series), sum(c.bytes for c in s.snapshot().values()) + s.other.bytes
 
-    assert run(1) == run(7) == run(50)
+    assert run(1.0)[1] == run(0.1)[1] == sum(b for _, _, b in events)
+    assert "big" in run(1.0)[0] and "big" in run(0.1)[0]
+
+
+def test_cgroup_histograms_add_up_per_series_and_other() -> None:
+    s: SeriesSet[str] = SeriesSet(limit=1, idle_s=600, window_s=60)
+    h = hist.Hist.from_values([20_000] * 3)
+    s.add({"/a": Delta(3, 12288, {"q2c": h}), "/b": Delta(1, 4096, {"q2c": hist.Hist.from_values([7])})}, now=0)
+    s.add({"/a": Delta(3, 12288, {"q2c": h, "d2c": h})}, now=1)
+    a = s.series["/a"]
+    assert a.hists["q2c"].count == 3 and a.hists["d2c"].count == 3
+    assert s.other.hists["q2c"].count == 4  # /a's first read and /b
 
 
 def test_completion_check_finds_misses_per_disk_and_never_goes_down() -> None:
@@ -149,24 +241,40 @@ def _stats(name: str, reads: int, writes: int, flushes: int = 0, in_flight: int 
                      1200, 0, 0, 0, 0, flushes, 3 * flushes)
 
 
-def _sample(now: float, ds: DiskStats, read_d2c: int, losses: dict[str, int] | None = None) -> ScrapeSample:
+def _sample(now: float, ds: DiskStats, read_d2c: int, losses: dict[str, int] | None = None,
+            unstamped: dict[str, int] | None = None) -> ScrapeSample:
     h = hist.Hist.from_values([20000] * read_d2c)
     names = {"not_stamped", "completion_unseen", "hist_map_full"}
     return ScrapeSample(now=now, diskstats={ds.name: ds}, mq=[ds.name],
                         hists=[(ds.name, "read", "d2c", h), (ds.name, "read", "q2c", h)],
                         losses=losses or {n: 0 for n in names}, loss_names=frozenset(names),
-                        timing={ds.name: "kernel stamps"})
+                        timing={ds.name: "kernel stamps"}, unstamped=unstamped or {})
 
 
 def test_state_reports_misses_as_completion_unseen_and_not_the_probes_own_count() -> None:
     st = ExporterState(CompletionCheck.at_attach({"loop1": 100}))
     x = st.scrape(_sample(1.0, _stats("loop1", 100, 0), 0))
-    assert x.losses["completion_unseen"] == 0
+    assert x.losses[("completion_unseen", "loop1")] == 0
     x = st.scrape(_sample(2.0, _stats("loop1", 200, 0), 97, {"completion_unseen": 5, "not_stamped": 1,
-                                                              "hist_map_full": 0}))
-    assert x.unseen == {"loop1": 2} and x.losses["completion_unseen"] == 2 and x.losses["not_stamped"] == 1
+                                                              "hist_map_full": 0}, {"loop1": 1}))
+    assert x.unseen == {"loop1": 2} and x.losses[("completion_unseen", "loop1")] == 2
     # every request: counted + unseen + untimed == what the kernel completed
     assert sum(h.count for h in x.hists if h.phase == "d2c") + 2 + 1 == 200 - 100
+
+
+def test_losses_say_which_disk_where_the_kernel_does() -> None:
+    """not_stamped per disk (the kernel's unstamped_devs map), the rest of it (the map full) without a
+    disk; completion_unseen per disk; the reasons the kernel counts for all disks without one."""
+    st = ExporterState(CompletionCheck.at_attach({"loop1": 0}))
+    names = {"not_stamped", "completion_unseen", "hist_map_full"}
+    x = st.scrape(_sample(1.0, _stats("loop1", 0, 0), 0, {"not_stamped": 3000, "hist_map_full": 2,
+                                                           "completion_unseen": 0}, {"loop1": 2990}))
+    assert x.losses[("not_stamped", "loop1")] == 2990 and x.losses[("not_stamped", "")] == 10
+    assert x.losses[("hist_map_full", "")] == 2 and ("hist_map_full", "loop1") not in x.losses
+    assert x.losses[("completion_unseen", "loop1")] == 0
+    text = _text(x)
+    assert 'ioscope_lost_events_total{device="loop1",reason="not_stamped"} 2990.0' in text
+    assert set(names) <= {r for r, _ in x.losses}
 
 
 def test_state_keeps_a_removed_disks_histograms_until_idle() -> None:
@@ -179,44 +287,107 @@ def test_state_keeps_a_removed_disks_histograms_until_idle() -> None:
     assert st.scrape(gone).hists == []
 
 
-def _text(x: Exposition) -> str:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(RegistryCollector(lambda: x))
-    return generate_latest(reg).decode()
+def _text(x: Exposition, o: ViewOptions | None = None) -> str:
+    return generate_latest(_Families(list(families(x, o or ViewOptions())))).decode()
 
 
-def test_families_follow_node_exporter() -> None:
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(smp.name, tuple(sorted(smp.labels.items()))): smp.value
+            for f in text_string_to_metric_families(text) for smp in f.samples}
+
+
+def _x(**kw: Any) -> Exposition:
     h = hist_series("loop1", "read", "d2c", hist.Hist.from_values([1500, 30000, 30000]))
-    x = Exposition(hists=[h], diskstats={"loop1": _stats("loop1", 3, 7, flushes=2, in_flight=1)},
-                   unseen={"loop1": 0}, losses={"completion_unseen": 0}, timing={"loop1": "kernel stamps"},
-                   processes={("42", "dd"): Counter(3, 12288)}, process_other=Counter(1, 4096))
-    text = _text(x)
-    fams = {f.name: f for f in text_string_to_metric_families(text)}
-    s = {(smp.name, tuple(sorted(smp.labels.items()))): smp.value for f in fams.values() for smp in f.samples}
-    assert s[("ioscope_disk_ios_total", (("device", "loop1"), ("op", "flush")))] == 2
-    assert s[("ioscope_disk_request_time_seconds_total", (("device", "loop1"), ("op", "write")))] == 0.014
+    return Exposition(hists=[h], diskstats={"loop1": _stats("loop1", 3, 7, flushes=2, in_flight=1),
+                                            "vda": _stats("vda", 11, 13)},
+                      unseen={"loop1": 0}, losses={("completion_unseen", "loop1"): 0},
+                      timing={"loop1": "kernel stamps"}, **kw)
+
+
+def test_families_follow_node_exporter_and_ebpf_exporter() -> None:
+    procs = SeriesView({"dd": Counter(3, 12288), "other": Counter(2, 8192)}, Counter(1, 4096), 0)
+    s = _samples(_text(_x(processes=procs)))
+    assert s[("ioscope_disk_ios_total", (("device", "loop1"), ("operation", "flush")))] == 2
+    assert s[("ioscope_disk_request_time_seconds_total", (("device", "loop1"), ("operation", "write")))] == 0.014
     assert s[("ioscope_disk_io_time_seconds_total", (("device", "loop1"),))] == 0.9
     assert s[("ioscope_disk_io_time_weighted_seconds_total", (("device", "loop1"),))] == 1.2
-    assert ("ioscope_disk_bytes_total", (("device", "loop1"), ("op", "flush"))) not in s
-    assert s[("ioscope_io_latency_seconds_bucket", (("device", "loop1"), ("le", "2e-06"), ("op", "read"),
+    assert ("ioscope_disk_bytes_total", (("device", "loop1"), ("operation", "flush"))) not in s
+    # the histogram's op label as ebpf_exporter's biolatency names it
+    assert s[("ioscope_io_latency_seconds_bucket", (("device", "loop1"), ("le", "2e-06"), ("operation", "read"),
                                                      ("phase", "d2c")))] == 1
-    assert s[("ioscope_io_latency_seconds_count", (("device", "loop1"), ("op", "read"), ("phase", "d2c")))] == 3
-    assert s[("ioscope_process_bytes_total", (("comm", "other"), ("pid", "")))] == 4096  # Prometheus: no pid label
+    assert s[("ioscope_io_latency_seconds_count", (("device", "loop1"), ("operation", "read"), ("phase", "d2c")))] == 3
+    # no pid label by default; a process named "other" is its own series, the aggregate another
+    assert s[("ioscope_process_bytes_total", (("comm", "other"),))] == 8192
+    assert s[("ioscope_process_bytes_total", (("comm", PROCESS_OTHER),))] == 4096
+    assert len(PROCESS_OTHER.encode()) > 15  # longer than any process name the kernel keeps
     assert s[("ioscope_disk_completions_unseen_total", (("device", "loop1"),))] == 0
-    assert 'le="0.0001"' in text and "e-05\"" in text and "disk=" not in text
+    assert not [k for k in s if k[0].startswith("node_")]  # node_exporter's names only when asked
+
+
+def test_disk_counters_under_node_exporters_names() -> None:
+    """--disk-names node: the 17 diskstats fields as node_exporter's diskstats collector names them,
+    in its units (seconds, bytes; discarded sectors in sectors), label device."""
+    ds = _stats("loop1", 3, 7, flushes=2, in_flight=1)
+    s = _samples(_text(_x(), ViewOptions(disk_names="node")))
+    dev = (("device", "loop1"),)
+    want = {"node_disk_reads_completed_total": 3, "node_disk_reads_merged_total": ds.reads_merged,
+            "node_disk_read_bytes_total": 3 * 8 * 512, "node_disk_read_time_seconds_total": 0.003,
+            "node_disk_writes_completed_total": 7, "node_disk_writes_merged_total": 1,
+            "node_disk_written_bytes_total": 7 * 8 * 512, "node_disk_write_time_seconds_total": 0.014,
+            "node_disk_io_now": 1, "node_disk_io_time_seconds_total": 0.9,
+            "node_disk_io_time_weighted_seconds_total": 1.2, "node_disk_discards_completed_total": 0,
+            "node_disk_discards_merged_total": 0, "node_disk_discarded_sectors_total": 0,
+            "node_disk_discard_time_seconds_total": 0, "node_disk_flush_requests_total": 2,
+            "node_disk_flush_requests_time_seconds_total": 0.006}
+    assert len(want) == len(DISK_NODE) == 17
+    for name, v in want.items():
+        assert s[(name, dev)] == pytest.approx(v), name
+    assert not [k for k in s if k[0].startswith("ioscope_disk_") and "unseen" not in k[0] and "timing" not in k[0]]
+    both = _samples(_text(_x(), ViewOptions(disk_names="both")))
+    assert both[("node_disk_reads_completed_total", dev)] == both[("ioscope_disk_ios_total",
+                                                                    (("device", "loop1"), ("operation", "read")))]
+
+
+def test_cgroup_series_name_containers_and_say_their_hierarchy() -> None:
+    did = "3f4e9a1b2c3d" + "0" * 52
+    h = hist.Hist.from_values([20_000] * 4)
+    cgs = SeriesView({f"/system.slice/docker-{did}.scope": Counter(4, 16384, {"q2c": h, "d2c": h}),
+                      "/system.slice/nginx.service": Counter(1, 4096)}, Counter(2, 8192, {"q2c": h}), 1)
+    text = _text(_x(cgroups=cgs), ViewOptions(cgroup_hierarchy=("v1 blkio", "/sys/fs/cgroup/blkio")))
+    s = _samples(text)
+    lab = (("cgroup", f"/system.slice/docker-{did}.scope"), ("kind", "docker"), ("name", "3f4e9a1b2c3d"),
+           ("pod", ""))
+    assert s[("ioscope_cgroup_bytes_total", lab)] == 16384
+    assert s[("ioscope_cgroup_io_latency_seconds_count", (*lab[:3], ("phase", "q2c"), ("pod", "")))] == 4
+    assert s[("ioscope_cgroup_bytes_total", (("cgroup", "/system.slice/nginx.service"), ("kind", "systemd-service"),
+                                             ("name", "nginx.service"), ("pod", "")))] == 4096
+    other = (("cgroup", CGROUP_OTHER), ("kind", ""), ("name", ""), ("pod", ""))
+    assert s[("ioscope_cgroup_bytes_total", other)] == 8192
+    assert s[("ioscope_cgroup_series_replaced_total", ())] == 1
+    assert s[("ioscope_cgroup_hierarchy_info", (("controller", "blkio"), ("mountpoint", "/sys/fs/cgroup/blkio"),
+                                                ("version", "1")))] == 1
+    assert "of the v1 blkio hierarchy" in text
+
+
+def test_device_filter_is_node_exporters() -> None:
+    keep = ExporterOptions().wanted()
+    assert [n for n in ("sda", "sda1", "nvme0n1", "nvme0n1p2", "vda", "vda3", "loop0", "loop12", "ram0", "zram0",
+                        "fd0", "dm-0", "md0", "sr0") if keep(n)] == ["sda", "nvme0n1", "vda", "dm-0", "md0", "sr0"]
+    loops = ExporterOptions(device_exclude=None, device_include="^loop").wanted()
+    assert loops("loop3") and not loops("vda")
 
 
 @pytest.mark.parametrize("text, want", [
     ("127.0.0.1:9863", ("127.0.0.1", 9863)),
     ("localhost:9100", ("localhost", 9100)),
-    (":9863", (server.ANY, 9863)),
+    (":9863", (http.ANY, 9863)),
     ("[::1]:9863", ("::1", 9863)),
     ("[::]:80", ("::", 80)),
     ("9863", ("127.0.0.1", 9863)),
     (" 0.0.0.0:1 ", ("0.0.0.0", 1)),
 ])
 def test_listen_takes_what_exporters_take(text: str, want: tuple[str, int]) -> None:
-    assert server.parse_listen(text) == want
+    assert http.parse_listen(text, DEFAULT_LISTEN) == want
 
 
 @pytest.mark.parametrize("text, words", [
@@ -225,32 +396,11 @@ def test_listen_takes_what_exporters_take(text: str, want: tuple[str, int]) -> N
 ])
 def test_listen_refuses_with_one_line(text: str, words: str) -> None:
     with pytest.raises(UsageError, match=words):
-        server.parse_listen(text)
+        http.parse_listen(text, DEFAULT_LISTEN)
 
 
-def _get(path: str, method: str = "GET") -> tuple[str, dict[str, str], bytes]:
-    def metrics(environ: dict[str, Any], start_response: Any) -> list[bytes]:
-        start_response("200 OK", [("Content-Type", "text/plain")])
-        return [b"ioscope_build_info 1\n"]
-
-    env: dict[str, Any] = {"PATH_INFO": path, "REQUEST_METHOD": method, "wsgi.input": io.BytesIO()}
-    setup_testing_defaults(env)
-    got: dict[str, Any] = {}
-
-    def start_response(status: str, headers: list[tuple[str, str]]) -> None:
-        got["status"], got["headers"] = status, dict(headers)
-
-    body = b"".join(server.app(metrics, "9.9")(env, start_response))
-    return got["status"], got["headers"], body
-
-
-def test_landing_page_metrics_and_404() -> None:
-    status, headers, body = _get("/")
-    assert status == "200 OK" and headers["Content-Type"].startswith("text/html")
-    assert b'href="metrics"' in body and b"ioscope 9.9" in body
-    assert _get("/metrics")[2] == b"ioscope_build_info 1\n"
-    for path in ("/anything", "/metrics/", "/favicon.ico", "/index.html"):
-        assert _get(path)[0].startswith("404"), path
-    status, headers, _ = _get("/metrics", "POST")
-    assert status.startswith("405") and headers["Allow"] == "GET, HEAD"
-    assert _get("/", "HEAD")[2] == b""
+def test_process_pid_labels() -> None:
+    procs = SeriesView({("42", "dd"): Counter(3, 12288)}, Counter(1, 4096), 0)
+    s = _samples(_text(_x(processes=procs), ViewOptions(process_pid=True)))
+    assert s[("ioscope_process_bytes_total", (("comm", "dd"), ("pid", "42")))] == 12288
+    assert s[("ioscope_process_bytes_total", (("comm", PROCESS_OTHER), ("pid", "")))] == 4096

@@ -28,7 +28,8 @@ SELECTION: dict[str, dict[str, list[str]]] = {
         "programs": ["test_every_program_loads"], "flight": ["test_flight_recorder"],
         "throttle": ["test_agg_throttle"]},
     "test_readahead.py": {"readahead": ["*"]},
-    "acceptance/test_acc_exporter.py": {"exporter": ["*"]},
+    # the exporter: scraped, counted exactly, stopped by SIGTERM (its TLS, auth and SIGHUP scenario runs on the host)
+    "acceptance/test_acc_exporter.py": {"exporter": ["test_exporter_background_scrape_and_term"]},
     "acceptance/test_acc_nic.py": {"nic": ["test_nic_stopped_by_a_script[INT]"]},
     "test_map_errors.py": {"map-errors": ["test_a_full_map_is_counted_by_its_error"]},
 }

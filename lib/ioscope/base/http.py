@@ -1,7 +1,8 @@
-"""A local HTTP server for a tool's page: the --listen address as Prometheus exporters take it (HOST:PORT,
-:PORT for every address, [IPV6]:PORT, or PORT on the default host), bound and served from a thread of its
-own, with no line per request. (tools/exporter/server.py has the same parse_listen and serve for /metrics;
-they can be one.)"""
+"""HTTP listeners: the --listen address as Prometheus exporters take it (HOST:PORT, :PORT for every
+address, [IPV6]:PORT, or PORT on the tool's default host), the listening socket bound for it (bind: '::'
+takes IPv4 too), and a small WSGI server for a tool's page, served from a thread of its own with no line
+per request (serve). The exporter parses and binds with these, and serves /metrics with its own hardened
+server (tools/exporter/server.py: limits, timeouts, TLS)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
 from ioscope.base.errors import IoscopeError, UsageError
 
@@ -31,7 +32,8 @@ def parse_listen(text: str, default: str) -> tuple[str, int]:
     elif ":" in t:
         host, _, port = t.rpartition(":")
         if ":" in host:
-            raise UsageError(f"--listen {text!r}: an IPv6 address takes brackets", "for example --listen [::1]:8079")
+            raise UsageError(f"--listen {text!r}: an IPv6 address takes brackets",
+                             f"for example --listen [::1]:{default.rpartition(':')[2]}")
         host = host or ANY
     if not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() or c in "/[]" for c in host):
         raise _bad(text, default)
@@ -43,9 +45,35 @@ def _bad(text: str, default: str) -> UsageError:
                       f"for example --listen {default} or --listen :{default.rpartition(':')[2]} (every address)")
 
 
-def root_url(host: str, port: int) -> str:
+def url(host: str, port: int, path: str = "/", tls: bool = False) -> str:
+    """What a user types to reach (host, port): ANY shows as [::], an IPv6 address in brackets."""
     shown = "[::]" if host == ANY else f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/"
+    return f"{'https' if tls else 'http'}://{shown}:{port}{path}"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket (blocking): ANY binds '::' (IPv6 and IPv4, as Go's ':PORT'), or '0.0.0.0' where
+    the host has no IPv6; a host name is resolved (its first address). A one-line error when it cannot."""
+    candidates = ["::", "0.0.0.0"] if host == ANY else [host]
+    err: OSError | None = None
+    for h in candidates:
+        s = None
+        try:
+            family, kind, proto, _, addr = socket.getaddrinfo(h, port, type=socket.SOCK_STREAM,
+                                                              flags=socket.AI_PASSIVE)[0]
+            s = socket.socket(family, kind, proto)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and h == "::":
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+            s.bind(addr)
+            s.listen(socket.SOMAXCONN)
+            return s
+        except OSError as e:
+            err = e
+            if s is not None:
+                s.close()
+    why = getattr(err, "strerror", None) or str(err)
+    raise IoscopeError(f"cannot listen on {url(host, port, '')}: {why}", "pick another address or port with --listen")
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -53,35 +81,27 @@ class _QuietHandler(WSGIRequestHandler):
         """No line per request on stderr."""
 
 
-def _server_class(family: int) -> type:
-    class Server(ThreadingMixIn, WSGIServer):
-        address_family = family
-        daemon_threads = True
+class _Server(ThreadingMixIn, WSGIServer):
+    """wsgiref's server on a socket bind() made."""
 
-        def server_bind(self) -> None:
-            if family == socket.AF_INET6:  # '::' takes IPv4 too
-                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-            super().server_bind()
+    daemon_threads = True
 
-    return Server
+    def __init__(self, sock: socket.socket, host: str, wsgi: WSGIApp) -> None:
+        self.address_family = sock.family
+        super().__init__(sock.getsockname()[:2], _QuietHandler, bind_and_activate=False)
+        self.socket.close()
+        self.socket = sock
+        self.server_name, self.server_port = host or "localhost", sock.getsockname()[1]
+        self.setup_environ()
+        self.set_app(wsgi)
 
 
 def serve(host: str, port: int, wsgi: WSGIApp, name: str) -> tuple[Any, threading.Thread]:
     """Bind and serve in a daemon thread; the server's shutdown() and server_close() stop it."""
-    candidates = ["::", "0.0.0.0"] if host == ANY else [host]
-    err: OSError | None = None
-    for h in candidates:
-        try:
-            family, _, _, _, addr = socket.getaddrinfo(h, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-            server: Any = make_server(str(addr[0]), port, wsgi, _server_class(family), handler_class=_QuietHandler)
-        except OSError as e:
-            err = e
-            continue
-        t = threading.Thread(target=server.serve_forever, name=f"ioscope-{name}-http", daemon=True)
-        t.start()
-        return server, t
-    why = getattr(err, "strerror", None) or str(err)
-    raise IoscopeError(f"cannot listen on {root_url(host, port)}: {why}", "pick another address or port with --listen")
+    server = _Server(bind(host, port), host, wsgi)
+    t = threading.Thread(target=server.serve_forever, name=f"ioscope-{name}-http", daemon=True)
+    t.start()
+    return server, t
 
 
-__all__ = ["ANY", "StartResponse", "WSGIApp", "parse_listen", "root_url", "serve"]
+__all__ = ["ANY", "StartResponse", "WSGIApp", "bind", "parse_listen", "serve", "url"]

@@ -1,4 +1,4 @@
-"""Test devices and known workloads: tmpfs-backed loop devices and fio.
+"""Test devices and known workloads: tmpfs-backed loop devices, cgroups to run a workload in, and fio.
 
 Used by `ioscope demo`, the live tests and bench/. Everything created here is
 removed on exit, also when the body raises.
@@ -127,6 +127,39 @@ class LoopDevice:
             except FileNotFoundError:
                 pass
             self.backing = None
+
+
+class TestCgroups:
+    """Cgroups made for a test or a bench: `top` (a cgroup path, "/ioscope-NAME-PID") and one child per
+    name, under `mount` (a hierarchy's mount point: the io controller's, for I/O charged to them);
+    remove() takes them away, waiting for their last processes to leave."""
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, mount: Path, prefix: str, names: list[str]) -> None:
+        self.top = f"/{prefix}-{os.getpid()}"
+        self.root = mount / self.top.lstrip("/")
+        self.root.mkdir()
+        for n in names:
+            (self.root / n).mkdir()
+
+    def shell(self, group: str, cmd: str) -> list[str]:
+        """sh that moves itself into the group, then runs cmd in its place (exec)."""
+        return ["sh", "-c", f"echo $$ > {self.root / group / 'cgroup.procs'} && exec {cmd}"]
+
+    def remove(self, timeout: float = 30.0) -> None:
+        """rmdir the children, then the top; a cgroup is busy until its last process has exited, which a
+        loaded host can take seconds to finish: tried again until timeout."""
+        deadline = time.monotonic() + timeout
+        dirs = [d for d in sorted(self.root.iterdir(), reverse=True) if d.is_dir()] if self.root.exists() else []
+        for d in [*dirs, self.root]:
+            while d.exists():
+                try:
+                    d.rmdir()
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
 
 
 def drop_caches() -> None:

@@ -99,12 +99,18 @@ class StampTiming:
             self.timing[self.names.name(dev)] = PROBES
         self.bpf.map("probe_some").update(struct.pack("=I", 0), struct.pack("=I", 1))
 
+    def unstamped(self) -> dict[int, int]:
+        """Per disk (kernel dev_t): the requests that ended without stamps on it since the attach."""
+        if not self.enabled:
+            return {}
+        kb, vb, n = self.bpf.map("unstamped_devs").dump()
+        return dict(zip(struct.unpack(f"={n}I", kb[: 4 * n]), struct.unpack(f"={n}Q", vb[: 8 * n]))) if n else {}
+
     def tick(self) -> None:
         """Move the disks whose requests ended without stamps to the probes (auto only)."""
         if not self.enabled or self.mode != "auto":
             return
-        kb, _vb, n = self.bpf.map("unstamped_devs").dump()
-        devs = set(struct.unpack(f"={n}I", kb[: 4 * n])) if n else set()
+        devs = self.unstamped()
         self._probe(sorted(d for d in devs if self.timing.get(self.names.name(d)) != PROBES))
 
     @property

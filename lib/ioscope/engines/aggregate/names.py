@@ -97,27 +97,36 @@ def cgroup_id(path: str) -> int:
 
 
 class CgroupNames:
-    """cgroup id -> path relative to the io controller's hierarchy ('/' for the root), by walking it."""
+    """cgroup id -> path relative to the io controller's hierarchy ('/' for the root), by walking it.
+
+    A walk keeps the cgroups that exist, and of those gone only the ones named since the walk before
+    (their I/O may still be read): on a host where cgroups come and go (containers, pods) it does not
+    grow without bound."""
 
     def __init__(self) -> None:
         io = io_cgroup_root()
         self.root = io[0] if io else None
         self._names: dict[int, str] = {}
+        self._used: set[int] = set()
 
     def refresh(self) -> None:
         if self.root is None:
             return
+        found: dict[int, str] = {}
         for dirpath, _dirs, _files in os.walk(self.root):
             try:
                 ino = os.stat(dirpath).st_ino
             except OSError:
                 continue
             rel = "/" + os.path.relpath(dirpath, self.root)
-            self._names[ino] = "/" if rel == "/." else rel
+            found[ino] = "/" if rel == "/." else rel
+        self._names = {**{c: self._names[c] for c in self._used if c in self._names}, **found}
+        self._used = set()
 
     def name(self, cg: int) -> str:
-        if cg not in self._names:
+        if cg and cg not in self._names:
             self.refresh()
+        self._used.add(cg)
         return self._names.get(cg, f"cgroup:{cg}" if cg else "[unknown]")
 
 

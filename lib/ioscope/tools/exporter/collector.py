@@ -10,22 +10,28 @@ so that it shows what was queued up to its moment.
 The latency histograms come from lat's object: on the disks the kernel stamps, one BPF program per
 I/O with one map lookup for the three phases (agg's generic engine, one lookup per expression,
 cost 354 ns of BPF time per I/O for the same three histograms against lat's ~200). The per-process
-and per-cgroup series come from agg's queue program (who queued an I/O is known only there)."""
+and per-cgroup series come from agg's object (who queued an I/O is known only at its queue event):
+its queue program alone for the counters, and its probes (queue, issue, completion) when the
+per-cgroup q2c and d2c histograms are asked for."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ioscope.base import devices
 from ioscope.base.collector import Tick
+from ioscope.base.hist import Hist
 from ioscope.tools.exporter.model import (
     DEFAULT_SERIES_IDLE_S,
+    DEFAULT_SERIES_WINDOW_S,
     AggDeltas,
     CompletionCheck,
+    Delta,
     ExporterState,
     Exposition,
     ScrapeSample,
@@ -36,6 +42,10 @@ if TYPE_CHECKING:
     from ioscope.engines.aggregate.collector import AggCollector
     from ioscope.engines.latency.collector import LatCollector
 
+# node_exporter's diskstats default (--collector.diskstats.device-exclude): RAM disks, zram, loop and
+# floppy devices, and partitions of sd/hd/vd/xvd and NVMe disks
+DEFAULT_DEVICE_EXCLUDE = r"^(z?ram|loop|fd|(h|s|v|xv)d[a-z]|nvme\d+n\d+p)\d+$"
+
 
 @dataclass
 class ExporterOptions:
@@ -43,15 +53,32 @@ class ExporterOptions:
     per_process: int = 0
     per_cgroup: int = 0
     series_idle_s: float = DEFAULT_SERIES_IDLE_S
+    series_window_s: float = DEFAULT_SERIES_WINDOW_S
+    process_pid: bool = False       # a series per process (pid, comm) rather than per name
+    cgroup_latency: bool = True     # q2c and d2c histograms per cgroup (with per_cgroup)
+    device_exclude: str | None = DEFAULT_DEVICE_EXCLUDE
+    device_include: str | None = None
+
+    def wanted(self) -> Callable[[str], bool]:
+        """Is a disk exported: named with -d, else not excluded and (with an include) included, as
+        node_exporter's diskstats collector decides (both are regular expressions, searched)."""
+        if self.disks:
+            names = {d.name for d in self.disks}
+            return names.__contains__
+        ex = re.compile(self.device_exclude) if self.device_exclude else None
+        inc = re.compile(self.device_include) if self.device_include else None
+        return lambda n: not (ex is not None and ex.search(n)) and (inc is None or bool(inc.search(n)))
 
 
 def expressions(o: ExporterOptions) -> list[str]:
-    """agg's expressions for the per-process and per-cgroup series (none without them)."""
+    """agg's expressions for the per-process and per-cgroup series (none without them), in this order."""
     ex = []
     if o.per_process:
-        ex.append("sum(bytes) by tgid,comm")
+        ex.append("sum(bytes) by tgid,comm" if o.process_pid else "sum(bytes) by comm")
     if o.per_cgroup:
         ex.append("sum(bytes) by cgroup")
+        if o.cgroup_latency:
+            ex += ["llquantize(q2c) by cgroup", "llquantize(d2c) by cgroup"]
     return ex
 
 
@@ -71,15 +98,16 @@ class ExporterCollector:
         self.lat = lat
         self.opts = opts
         self.clock = clock
-        self.names = [d.name for d in opts.disks]
-        self.lock = threading.Lock()  # scrapes come from the HTTP server's threads, the tick from the main one
+        self.wanted = opts.wanted()
+        self.lock = threading.Lock()  # scrapes come from the HTTP server's worker, the tick from the main thread
         stats = devices.read_diskstats()
         self._mq: dict[str, bool] = {}
         check = CompletionCheck.at_attach(mq_completed(stats, self._mq_of(self._exported(stats))))
         self.state = ExporterState(
             check,
-            SeriesSet(opts.per_process, opts.series_idle_s) if opts.per_process else None,
-            SeriesSet(opts.per_cgroup, opts.series_idle_s) if opts.per_cgroup else None,
+            SeriesSet[Hashable](opts.per_process, opts.series_idle_s, opts.series_window_s)
+            if opts.per_process else None,
+            SeriesSet[str](opts.per_cgroup, opts.series_idle_s, opts.series_window_s) if opts.per_cgroup else None,
             opts.series_idle_s)
         self.agg: AggCollector | None = None
 
@@ -88,8 +116,9 @@ class ExporterCollector:
             self.agg = agg
 
     def _exported(self, stats: dict[str, devices.DiskStats]) -> dict[str, devices.DiskStats]:
-        """The disks exported: those given with -d, else every disk in /sys/block (not partitions)."""
-        names = self.names or [d.name for d in devices.list_disks()]
+        """The disks exported: those given with -d, else the disks in /sys/block (not partitions) that
+        the include and exclude expressions let through."""
+        names = [d.name for d in self.opts.disks] or [d.name for d in devices.list_disks() if self.wanted(d.name)]
         return {n: stats[n] for n in names if n in stats}
 
     def _mq_of(self, stats: dict[str, devices.DiskStats]) -> list[str]:
@@ -103,18 +132,28 @@ class ExporterCollector:
             return
         sample = self.agg.sample(Tick(time.time(), reset=True))
         rows = list(sample.rows)
-        procs: dict[tuple[str, str], tuple[int, int]] = {}
-        cgroups: dict[str, tuple[int, int]] = {}
+        procs: dict[Hashable, Delta] = {}
+        cgroups: dict[str, Delta] = {}
         if self.opts.per_process:
             for r in rows.pop(0):
-                k = (str(r.keys.get("tgid")), str(r.keys.get("comm")))
-                i, b = procs.get(k, (0, 0))
-                procs[k] = (i + r.stat.count, b + r.stat.total)
+                comm = str(r.keys.get("comm"))
+                k: Hashable = (str(r.keys.get("tgid")), comm) if self.opts.process_pid else comm
+                d = procs.setdefault(k, Delta())
+                d.ios += r.stat.count
+                d.bytes += r.stat.total
         if self.opts.per_cgroup:
             for r in rows.pop(0):
-                c = str(r.keys.get("cgroup"))
-                i, b = cgroups.get(c, (0, 0))
-                cgroups[c] = (i + r.stat.count, b + r.stat.total)
+                d = cgroups.setdefault(str(r.keys.get("cgroup")), Delta())
+                d.ios += r.stat.count
+                d.bytes += r.stat.total
+            for phase in ("q2c", "d2c") if self.opts.cgroup_latency else ():
+                for r in rows.pop(0):
+                    h = r.stat
+                    if not isinstance(h, Hist) or not h.count:
+                        continue
+                    d = cgroups.setdefault(str(r.keys.get("cgroup")), Delta())
+                    have = d.hists.get(phase)
+                    d.hists[phase] = have.merge(h) if have is not None else h
         lo = sample.losses
         self.state.add_agg(AggDeltas(self.clock(), procs, cgroups, dict(lo.counters), lo.loss_names))
 
@@ -140,17 +179,21 @@ class ExporterCollector:
             # the kernel first: a request it has completed has been counted by then (its completion
             # program runs before the kernel accounts it), never the reverse
             stats = self._exported(devices.read_diskstats())
-            hists = [(h.disk, h.op, h.phase, h.hist) for h in self.lat.read(reset=False)]
+            hists = [(h.disk, h.op, h.phase, h.hist) for h in self.lat.read(reset=False) if self.wanted(h.disk)]
             lo = self.lat.losses(since_last=True)[0]
+            unstamped = {self.lat.names.name(dev): n for dev, n in self.lat.stamps.unstamped().items()}
             self._read_agg()
             return self.state.scrape(ScrapeSample(
                 now=self.clock(), diskstats=stats, mq=self._mq_of(stats), hists=hists,
-                losses=dict(lo.counters), loss_names=lo.loss_names, timing=dict(self.lat.timing)))
+                losses=dict(lo.counters), loss_names=lo.loss_names,
+                timing={d: t for d, t in self.lat.timing.items() if self.wanted(d)},
+                unstamped={d: n for d, n in unstamped.items() if self.wanted(d)}))
 
     def close(self) -> None:
-        if self.agg is not None:
-            self.agg.close()
-        self.lat.close()
+        with self.lock:  # not while a scrape (the server's worker thread) reads the maps
+            if self.agg is not None:
+                self.agg.close()
+            self.lat.close()
 
 
-__all__ = ["ExporterCollector", "ExporterOptions", "expressions"]
+__all__ = ["DEFAULT_DEVICE_EXCLUDE", "ExporterCollector", "ExporterOptions", "expressions"]

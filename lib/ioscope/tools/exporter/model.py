@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ioscope.base import hist
 from ioscope.base.devices import DiskStats, completed_requests
@@ -78,63 +78,149 @@ def hist_series(disk: str, op: str, phase: str, h: hist.Hist) -> HistSeries:
 
 K = TypeVar("K", bound=Hashable)
 
+DEFAULT_SERIES_WINDOW_S = 60.0
+WINDOW_STEPS = 6        # the sliding window moves in steps of window / WINDOW_STEPS
+REPLACE_FACTOR = 2.0    # a key takes the place of the lightest series only with more than twice its bytes
+
+
+@dataclass
+class Delta:
+    """What one key did since the previous read: I/Os and bytes queued, and (per-cgroup latency) the
+    histograms of its I/O's phases (phase -> log-linear histogram, agg's)."""
+
+    ios: int = 0
+    bytes: int = 0
+    hists: dict[str, hist.Hist] = field(default_factory=dict)
+
 
 @dataclass
 class Counter:
+    """One exported series: cumulative I/Os, bytes and histograms since it started."""
+
     ios: int = 0
     bytes: int = 0
-    last_io: float = 0.0  # when it last grew (the collector's monotonic clock)
+    hists: dict[str, hist.Hist] = field(default_factory=dict)
+    since: float = 0.0     # when it (last) got its place
+    last_io: float = 0.0   # when it last grew (the collector's monotonic clock)
+
+    def add(self, d: Delta, now: float) -> None:
+        self.ios += d.ios
+        self.bytes += d.bytes
+        for phase, h in d.hists.items():
+            have = self.hists.get(phase)
+            self.hists[phase] = have.merge(h) if have is not None else h
+        self.last_io = now
+
+    def copy(self) -> Counter:
+        return replace(self, hists=dict(self.hists))  # Hist objects are never changed in place (merge makes new)
+
+
+@dataclass
+class SlidingBytes(Generic[K]):
+    """Bytes per key over the last `seconds`, in WINDOW_STEPS steps: a key's weight is what it did in
+    the current step and the WINDOW_STEPS - 1 before it."""
+
+    seconds: float
+    steps: dict[K, list[tuple[int, int]]] = field(default_factory=dict)  # key -> [(step, bytes)]
+
+    def _step(self, now: float) -> int:
+        return int(now // (self.seconds / WINDOW_STEPS))
+
+    def add(self, key: K, nbytes: int, now: float) -> None:
+        cur = self._step(now)
+        rows = self.steps.setdefault(key, [])
+        if rows and rows[-1][0] == cur:
+            rows[-1] = (cur, rows[-1][1] + nbytes)
+        else:
+            rows.append((cur, nbytes))
+
+    def weights(self, now: float) -> dict[K, int]:
+        """Every key with bytes in the window, and its bytes; keys without any are forgotten."""
+        first = self._step(now) - WINDOW_STEPS + 1
+        out = {}
+        for k in list(self.steps):
+            rows = [r for r in self.steps[k] if r[0] >= first]
+            if rows:
+                self.steps[k] = rows
+                out[k] = sum(b for _, b in rows)
+            else:
+                del self.steps[k]
+        return out
 
 
 @dataclass
 class SeriesSet(Generic[K]):
-    """Named counter series with a bound and an idle expiry, and `other` for the rest.
+    """Named series, the heaviest keys by bytes over a sliding window, at most `limit`, and `other` for
+    the rest; stable on a host where processes and cgroups come and go.
 
-    add() takes the I/Os and bytes each key did since the previous add() (any reader's: a tick or a
-    scrape; the result does not depend on how often it runs but for ties among new keys at the bound),
-    at time now:
-    - a key with a series adds to it (its counter never goes down);
-    - a series whose key did no I/O for idle_s seconds is dropped (Prometheus marks it stale); if the key
-      comes back it gets a new series from 0 (rate() and increase() read that as a counter reset);
-    - a new key gets a series while there are fewer than limit (the larger new keys first); when the set
-      is full its I/O is added to `other`, which therefore holds exactly the I/O no series shows.
-    So every series is monotonic, and the increases of all series over any window add up to the I/O of
-    that window."""
+    add() takes what each key did since the previous add() (any reader's: the tick or a scrape; the
+    result does not depend on how often it runs, but for where a window's step falls), at time now:
+    - a key with a series adds to it (its counters never go down); any other key's I/O is added to
+      `other`, which therefore holds exactly the I/O no series shows: the increases of all series over
+      any window (named and other) add up to the I/O of that window;
+    - a key without a series gets one (from 0, from the next read on) when fewer than `limit` exist
+      and it is among the heaviest keys without one; when `limit` exist, it takes the place of the
+      lightest series (by bytes over the window) if it did more than REPLACE_FACTOR times its bytes and
+      that series has held its place for at least the window (hysteresis: two keys of about the same
+      weight do not swap places, and none loses its place within a window of getting it);
+    - a series that lost its place is kept, frozen (its last values, no longer growing), for the
+      window, so that every scraper whose interval is at most the window sees its final value; a key
+      that gets its place back while frozen continues from those values (no counter reset);
+    - a series whose key did no I/O for idle_s seconds is dropped (idle long enough that every scraper
+      has seen its final value).
+    At most 2 x limit + 1 series are exported (limit named, at most limit frozen, other)."""
 
     limit: int
     idle_s: float = DEFAULT_SERIES_IDLE_S
+    window_s: float = DEFAULT_SERIES_WINDOW_S
     series: dict[K, Counter] = field(default_factory=dict)
+    frozen: dict[K, tuple[Counter, float]] = field(default_factory=dict)  # key -> (final values, frozen at)
     other: Counter = field(default_factory=Counter)
+    replaced: int = 0      # places given to a heavier key since the start
+    window: SlidingBytes[K] = field(init=False)
 
-    def add(self, deltas: Mapping[K, tuple[int, int]], now: float) -> None:
-        new: list[K] = []
-        for k, (ios, nbytes) in deltas.items():
-            if not ios and not nbytes:
+    def __post_init__(self) -> None:
+        self.window = SlidingBytes[K](self.window_s)
+
+    def add(self, deltas: Mapping[K, Delta], now: float) -> None:
+        for k, d in deltas.items():
+            if not d.ios and not d.bytes:
                 continue
             c = self.series.get(k)
-            if c is None:
-                new.append(k)
-                continue
-            c.ios += ios
-            c.bytes += nbytes
-            c.last_io = now
+            (c if c is not None else self.other).add(d, now)
+            self.window.add(k, d.bytes, now)
         self.expire(now)
-        new.sort(key=lambda k: (-deltas[k][1], -deltas[k][0], repr(k)))
-        for k in new:
-            ios, nbytes = deltas[k]
-            if len(self.series) < self.limit:
-                self.series[k] = Counter(ios, nbytes, now)
-            else:
-                self.other.ios += ios
-                self.other.bytes += nbytes
-                self.other.last_io = now
+        self._choose(now)
 
-    def snapshot(self) -> dict[K, Counter]:
-        return {k: replace(c) for k, c in self.series.items()}
+    def _choose(self, now: float) -> None:
+        w = self.window.weights(now)
+        waiting = sorted((k for k in w if k not in self.series and w[k] > 0), key=lambda k: (-w[k], repr(k)))
+        for k in waiting:
+            if len(self.series) >= self.limit:
+                held = [s for s, c in self.series.items() if now - c.since >= self.window_s]
+                if not held:
+                    return
+                lightest = min(held, key=lambda s: (w.get(s, 0), repr(s)))
+                if w[k] <= REPLACE_FACTOR * w.get(lightest, 0):
+                    return  # the others waiting are lighter still
+                self.frozen[lightest] = (self.series.pop(lightest), now)
+                self.replaced += 1
+            back = self.frozen.pop(k, None)
+            c = back[0] if back is not None else Counter()
+            c.since = c.last_io = now
+            self.series[k] = c
 
     def expire(self, now: float) -> None:
         for k in [k for k, c in self.series.items() if now - c.last_io >= self.idle_s]:
             del self.series[k]
+        for k in [k for k, (_, at) in self.frozen.items() if now - at >= self.window_s]:
+            del self.frozen[k]
+
+    def snapshot(self) -> dict[K, Counter]:
+        """Every exported series but other: the named ones and the frozen ones."""
+        out = {k: c.copy() for k, (c, _) in self.frozen.items()}
+        out.update((k, c.copy()) for k, c in self.series.items())
+        return out
 
 
 @dataclass
@@ -197,28 +283,31 @@ class ScrapeSample:
     """What the collector read for one scrape, in this order: /proc/diskstats, then lat's maps."""
 
     now: float                                  # the collector's monotonic clock
-    diskstats: dict[str, DiskStats]             # every disk the exporter exports (-d, or /sys/block)
+    diskstats: dict[str, DiskStats]             # every disk the exporter exports (-d, or /sys/block filtered)
     mq: list[str]                               # those of them that are blk-mq (have requests to count)
     hists: list[tuple[str, str, str, hist.Hist]]  # (disk, op, phase, histogram since the attach)
     losses: dict[str, int]                      # lat's counters since the previous sample
     loss_names: frozenset[str]                  # which of them are losses
     timing: dict[str, str]
+    unstamped: dict[str, int] = field(default_factory=dict)  # per disk: requests not stamped, since the attach
 
 
 @dataclass
 class AggDeltas:
-    """agg's maps, read with reset: I/Os and bytes queued per key since the previous read."""
+    """agg's maps, read with reset: what each process (comm, or (pid, comm)) and cgroup (its path)
+    queued since the previous read."""
 
     now: float
-    processes: dict[tuple[str, str], tuple[int, int]]  # (pid, comm) -> (ios, bytes)
-    cgroups: dict[str, tuple[int, int]]
+    processes: dict[Hashable, Delta]
+    cgroups: dict[str, Delta]
     losses: dict[str, int]
     loss_names: frozenset[str]
 
 
 # the completions of requests the programs did not time, per request, so not missed (CompletionCheck):
 # ended without the kernel's stamps, or (the probes) issued before the attach
-UNTIMED = ("not_stamped", "completed_without_start")
+NOT_STAMPED = "not_stamped"
+UNTIMED = (NOT_STAMPED, "completed_without_start")
 
 
 HistKey = tuple[str, str, str]  # (disk, op, phase)
@@ -248,18 +337,22 @@ class KernelHists:
         return out
 
 
+LossKey = tuple[str, str]  # (reason, device): device "" where the loss is not known per disk
+
+
 @dataclass
 class ExporterState:
     """Everything the exporter keeps between scrapes; scrape() and add_agg() are all that change it."""
 
     check: CompletionCheck
-    processes: SeriesSet[tuple[str, str]] | None = None
+    processes: SeriesSet[Hashable] | None = None
     cgroups: SeriesSet[str] | None = None
     idle_s: float = DEFAULT_SERIES_IDLE_S
     losses: dict[str, int] = field(default_factory=dict)   # reason -> count since the start (losses only)
     lat_counts: dict[str, int] = field(default_factory=dict)  # lat's every counter since the start
     hists: KernelHists = field(default_factory=KernelHists)
     _hist_changed: dict[HistKey, tuple[int, float]] = field(default_factory=dict)  # count, when it last changed
+    _unstamped: dict[str, int] = field(default_factory=dict)  # per disk, the largest read (never goes down)
 
     def _add_losses(self, counters: Mapping[str, int], names: frozenset[str]) -> None:
         for k, v in counters.items():
@@ -275,10 +368,31 @@ class ExporterState:
             self.cgroups.add(d.cgroups, d.now)
         self._add_losses(d.losses, d.loss_names)
 
+    def _losses_by_device(self, disks: Iterable[str]) -> dict[LossKey, int]:
+        """Each reason, on the disks where it is known per disk (not_stamped, completion_unseen) and
+        the rest (device "": the map-full and other reasons, which the kernel counts for all disks)."""
+        out: dict[LossKey, int] = {}
+        for reason, n in self.losses.items():
+            if reason == UNSEEN:
+                for d in self.check.disks:
+                    out[(UNSEEN, d)] = self.check.unseen(d)
+                continue
+            if reason == NOT_STAMPED:
+                per = {d: self._unstamped.get(d, 0) for d in disks}
+                for d, k in per.items():
+                    out[(reason, d)] = k
+                # the per-disk map of the kernel can be full; what it could not note has no disk
+                out[(reason, "")] = max(0, n - sum(self._unstamped.values()))
+                continue
+            out[(reason, "")] = n
+        return dict(sorted(out.items()))
+
     def scrape(self, s: ScrapeSample) -> Exposition:
         self._add_losses(s.losses, s.loss_names)
         for k, v in s.losses.items():
             self.lat_counts[k] = self.lat_counts.get(k, 0) + v
+        for d, n in s.unstamped.items():
+            self._unstamped[d] = max(n, self._unstamped.get(d, 0))
         totals = self.hists.update(s.hists)
         counted: dict[str, int] = {}
         for (disk, _op, phase), h in totals.items():
@@ -287,6 +401,7 @@ class ExporterState:
         kernel = {d: completed_requests(s.diskstats[d]) for d in s.mq if d in s.diskstats}
         self.check.update(kernel, counted, sum(self.lat_counts.get(k, 0) for k in UNTIMED))
         self.losses[UNSEEN] = self.check.total
+        self.losses.setdefault(NOT_STAMPED, 0)
         hists = []
         for key, h in totals.items():
             n, since = self._hist_changed.get(key, (-1, s.now))
@@ -296,22 +411,32 @@ class ExporterState:
             # a disk that went away keeps its series until they have been idle for idle_s
             if key[0] in s.diskstats or s.now - since < self.idle_s:
                 hists.append(hist_series(*key, h))
+        procs = cgs = None
         if self.processes is not None:
             self.processes.expire(s.now)
+            procs = SeriesView(self.processes.snapshot(), self.processes.other.copy(), self.processes.replaced)
         if self.cgroups is not None:
             self.cgroups.expire(s.now)
+            cgs = SeriesView(self.cgroups.snapshot(), self.cgroups.other.copy(), self.cgroups.replaced)
         return Exposition(
             hists=hists,
             diskstats=dict(s.diskstats),
             unseen={d: self.check.unseen(d) for d in self.check.disks},
-            losses=dict(sorted(self.losses.items())),
+            losses=self._losses_by_device(s.timing),
             timing=dict(s.timing),
             # copies: the tick adds to the series while the view writes this one out
-            processes=self.processes.snapshot() if self.processes is not None else None,
-            process_other=replace(self.processes.other) if self.processes is not None else Counter(),
-            cgroups=self.cgroups.snapshot() if self.cgroups is not None else None,
-            cgroup_other=replace(self.cgroups.other) if self.cgroups is not None else Counter(),
+            processes=procs,
+            cgroups=cgs,
         )
+
+
+@dataclass
+class SeriesView:
+    """A SeriesSet as one scrape exports it (copies)."""
+
+    series: dict[Any, Counter]   # key (comm, (pid, comm), cgroup path) -> its counters
+    other: Counter
+    replaced: int
 
 
 @dataclass
@@ -321,13 +446,12 @@ class Exposition:
     hists: list[HistSeries]
     diskstats: dict[str, DiskStats]            # the disks exported, as read at the scrape (first)
     unseen: dict[str, int]                     # per traced blk-mq disk: completions no program counted
-    losses: dict[str, int]                     # reason -> count since the start
+    losses: dict[LossKey, int]                 # (reason, device) -> count since the start
     timing: dict[str, str]                     # disk -> stamps.STAMPS / PROBES
-    processes: dict[tuple[str, str], Counter] | None = None  # (pid, comm) -> counter; None: not asked for
-    process_other: Counter = field(default_factory=Counter)
-    cgroups: dict[str, Counter] | None = None
-    cgroup_other: Counter = field(default_factory=Counter)
+    processes: SeriesView | None = None        # None: not asked for
+    cgroups: SeriesView | None = None
 
 
-__all__ = ["DEFAULT_SERIES_IDLE_S", "LE_NS", "UNTIMED", "AggDeltas", "CompletionCheck", "Counter", "ExporterState",
-           "Exposition", "HistSeries", "KernelHists", "ScrapeSample", "SeriesSet", "hist_series", "le_counts"]
+__all__ = ["DEFAULT_SERIES_IDLE_S", "DEFAULT_SERIES_WINDOW_S", "LE_NS", "NOT_STAMPED", "REPLACE_FACTOR", "UNTIMED",
+           "AggDeltas", "CompletionCheck", "Counter", "Delta", "ExporterState", "Exposition", "HistSeries",
+           "KernelHists", "ScrapeSample", "SeriesSet", "SeriesView", "SlidingBytes", "hist_series", "le_counts"]

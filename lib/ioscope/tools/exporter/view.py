@@ -1,38 +1,94 @@
 """The exporter's view: one Exposition as Prometheus metric families (prometheus_client writes the
-text format; nothing here formats it by hand), and the prometheus_client collector that serves them.
+text format; nothing here formats it by hand).
 
-Names and labels follow node_exporter's where it has the same thing (`device`, `*_seconds_total`,
-io_time, io_time_weighted), with one `op` label where node_exporter has a metric per operation."""
+Names and labels follow node_exporter's and ebpf_exporter's where they have the same thing: the label
+`device` (node_exporter), `operation` (ebpf_exporter's biolatency), `*_seconds_total`; the disk
+counters also under node_exporter's own names (`--disk-names node` or `both`: DISK_NODE)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from ioscope._version import __version__
+from ioscope.base import cgroups
 from ioscope.kernel.stamps import STAMPS
-from ioscope.tools.exporter.model import LE_NS, Counter, Exposition
+from ioscope.tools.exporter.model import LE_NS, Counter, Exposition, SeriesView, le_counts
 
 # as the client libraries print them: 1e-06, 2e-06, 5e-06, 1e-05, ..., 0.001, ..., 10.0 (the ns values are exact)
 LE_LABELS = [repr(b / 1e9) for b in LE_NS] + ["+Inf"]
-# /proc/diskstats fields per op: (op, completed, merged, sectors, ms); flushes have no sectors or merges
+# /proc/diskstats fields per operation: (operation, completed, merged, sectors, ms); flushes have no sectors
 OPS = (("read", "reads", "reads_merged", "sectors_read", "read_ms"),
        ("write", "writes", "writes_merged", "sectors_written", "write_ms"),
        ("discard", "discards", "discards_merged", "sectors_discarded", "discard_ms"),
        ("flush", "flushes", None, None, "flush_ms"))
+DISK_NAMES = ("ioscope", "node", "both")
+# The aggregates of what no named series shows. A process name is at most 15 bytes (the kernel's
+# TASK_COMM_LEN, less its NUL), so no process can be called "(other processes)" (17); a cgroup path
+# starts with "/", so none is "(other cgroups)".
+PROCESS_OTHER = "(other processes)"
+CGROUP_OTHER = "(other cgroups)"
+CGROUP_LABELS = ["cgroup", "kind", "name", "pod"]
+
+# node_exporter's diskstats names (collector/diskstats_linux.go), each with its /proc/diskstats field and
+# the factor it is exported with: ticks (ms) as seconds, sectors as bytes of 512, but for
+# node_disk_discarded_sectors_total, which node_exporter exports in sectors
+DISK_NODE = (
+    ("reads_completed_total", "reads", 1, "reads completed (/proc/diskstats)"),
+    ("reads_merged_total", "reads_merged", 1, "reads merged into others (/proc/diskstats)"),
+    ("read_bytes_total", "sectors_read", 512, "bytes read (/proc/diskstats, sectors x 512)"),
+    ("read_time_seconds_total", "read_ms", 0.001, "seconds the reads took (/proc/diskstats)"),
+    ("writes_completed_total", "writes", 1, "writes completed (/proc/diskstats)"),
+    ("writes_merged_total", "writes_merged", 1, "writes merged into others (/proc/diskstats)"),
+    ("written_bytes_total", "sectors_written", 512, "bytes written (/proc/diskstats, sectors x 512)"),
+    ("write_time_seconds_total", "write_ms", 0.001, "seconds the writes took (/proc/diskstats)"),
+    ("io_now", "in_flight", 1, "I/Os in progress (/proc/diskstats)"),
+    ("io_time_seconds_total", "io_ms", 0.001, "seconds the disk had I/O in progress (/proc/diskstats)"),
+    ("io_time_weighted_seconds_total", "weighted_ms", 0.001,
+     "I/Os in progress times the seconds they were (/proc/diskstats)"),
+    ("discards_completed_total", "discards", 1, "discards completed (/proc/diskstats)"),
+    ("discards_merged_total", "discards_merged", 1, "discards merged into others (/proc/diskstats)"),
+    ("discarded_sectors_total", "sectors_discarded", 1, "sectors discarded (/proc/diskstats; in sectors, as "
+                                                        "node_exporter exports it)"),
+    ("discard_time_seconds_total", "discard_ms", 0.001, "seconds the discards took (/proc/diskstats)"),
+    ("flush_requests_total", "flushes", 1, "flush requests completed (/proc/diskstats)"),
+    ("flush_requests_time_seconds_total", "flush_ms", 0.001, "seconds the flush requests took (/proc/diskstats)"),
+)
 
 
-def families(x: Exposition) -> Iterator[Metric]:
+@dataclass(frozen=True)
+class ViewOptions:
+    disk_names: str = "ioscope"                 # DISK_NAMES
+    process_pid: bool = False                   # process series keyed (pid, comm)
+    cgroup_hierarchy: tuple[str, str] | None = None  # (how: "v1 blkio" or "v2", its mount point)
+
+
+@functools.lru_cache(maxsize=4096)
+def cgroup_labels(path: str) -> tuple[str, str, str, str]:
+    """(cgroup, kind, name, pod) for a cgroup path as agg names it ('/x/y'; '[unknown]' or 'cgroup:ID'
+    when it has no path)."""
+    if not path.startswith("/"):
+        return path, "unknown", path, ""
+    n = cgroups.describe(path)
+    return path, n.kind, n.name, n.pod
+
+
+def families(x: Exposition, o: ViewOptions = ViewOptions()) -> Iterator[Metric]:
     lat = HistogramMetricFamily(
         "ioscope_io_latency_seconds",
         "block I/O latency per phase: q2c queued to completed, q2d queued to issued, d2c issued to completed "
         "(one d2c per request: the requests the kernel completed, less ioscope_disk_completions_unseen_total)",
-        labels=["device", "op", "phase"])
+        labels=["device", "operation", "phase"])
     for h in x.hists:
         lat.add_metric([h.disk, h.op, h.phase], list(zip(LE_LABELS, h.buckets)), h.sum_ns / 1e9)
     yield lat
-    yield from _disks(x)
+    if o.disk_names in ("ioscope", "both"):
+        yield from _disks(x)
+    if o.disk_names in ("node", "both"):
+        yield from _node_disks(x)
     unseen = CounterMetricFamily(
         "ioscope_disk_completions_unseen",
         "requests the kernel completed (/proc/diskstats) that no ioscope program counted, per disk (also in "
@@ -41,16 +97,14 @@ def families(x: Exposition) -> Iterator[Metric]:
         unseen.add_metric([disk], n)
     yield unseen
     if x.processes is not None:
-        procs: list[tuple[tuple[str, ...], Counter]] = sorted(x.processes.items())
-        yield from _series("process", ["pid", "comm"], procs, x.process_other, ("", "other"))
+        yield from _processes(x.processes, o.process_pid)
     if x.cgroups is not None:
-        cgs: list[tuple[tuple[str, ...], Counter]] = [((cg,), c) for cg, c in sorted(x.cgroups.items())]
-        yield from _series("cgroup", ["cgroup"], cgs, x.cgroup_other, ("other",))
+        yield from _cgroups(x.cgroups, o.cgroup_hierarchy)
     lost = CounterMetricFamily("ioscope_lost_events",
-                               "I/O or events ioscope could not count, by reason (docs/exporter.md, 'Losses')",
-                               labels=["reason"])
-    for reason, n in x.losses.items():
-        lost.add_metric([reason], n)
+                               "I/O or events ioscope could not count, by reason and, where the kernel says "
+                               "which, device (docs/exporter.md, 'Losses')", labels=["reason", "device"])
+    for (reason, device), n in x.losses.items():
+        lost.add_metric([reason, device], n)
     yield lost
     timing = GaugeMetricFamily("ioscope_disk_timing_info",
                                "how ioscope times each disk's I/O: stamps (the kernel's request stamps, "
@@ -65,7 +119,7 @@ def families(x: Exposition) -> Iterator[Metric]:
 
 
 def _disks(x: Exposition) -> Iterator[Metric]:
-    def counter(name: str, doc: str, labels: tuple[str, ...] = ("device", "op")) -> CounterMetricFamily:
+    def counter(name: str, doc: str, labels: tuple[str, ...] = ("device", "operation")) -> CounterMetricFamily:
         return CounterMetricFamily(f"ioscope_disk_{name}", f"{doc} (/proc/diskstats)", labels=list(labels))
 
     ios = counter("ios", "requests completed")
@@ -92,26 +146,68 @@ def _disks(x: Exposition) -> Iterator[Metric]:
     yield from (ios, byt, mrg, tim, busy, weighted, inf)
 
 
-def _series(what: str, labels: list[str], rows: list[tuple[tuple[str, ...], Counter]], other: Counter,
-            other_key: tuple[str, ...]) -> Iterator[Metric]:
-    doc = (f"per {what}, since its series started; a {what} without one (past --per-{what} series) is in "
-           f"{labels[-1]}=\"other\"")
-    ios = CounterMetricFamily(f"ioscope_{what}_ios", f"I/Os queued {doc}", labels=labels)
-    byt = CounterMetricFamily(f"ioscope_{what}_bytes", f"bytes queued {doc}", labels=labels)
-    for k, c in [*rows, (other_key, other)]:
-        ios.add_metric(list(k), c.ios)
-        byt.add_metric(list(k), c.bytes)
+def _node_disks(x: Exposition) -> Iterator[Metric]:
+    """The same /proc/diskstats counters under node_exporter's names, labels and units."""
+    for suffix, field, factor, doc in DISK_NODE:
+        cls = GaugeMetricFamily if suffix == "io_now" else CounterMetricFamily
+        fam = cls(f"node_disk_{suffix.removesuffix('_total')}", doc, labels=["device"])
+        for name, s in sorted(x.diskstats.items()):
+            fam.add_metric([name], getattr(s, field) * factor)
+        yield fam
+
+
+def _counters(name: str, what: str, labels: list[str], rows: list[tuple[list[str], Counter]]) -> Iterator[Metric]:
+    doc = f"per {what}, since its series started (docs/exporter.md, 'Series')"
+    ios = CounterMetricFamily(f"{name}_ios", f"I/Os queued {doc}", labels=labels)
+    byt = CounterMetricFamily(f"{name}_bytes", f"bytes queued {doc}", labels=labels)
+    for k, c in rows:
+        ios.add_metric(k, c.ios)
+        byt.add_metric(k, c.bytes)
     yield from (ios, byt)
 
 
-class RegistryCollector:
-    """What prometheus_client's registry calls at every scrape: one read, one Exposition, its families."""
+def _processes(v: SeriesView, pid: bool) -> Iterator[Metric]:
+    def labels(k: Hashable) -> list[str]:
+        return [str(x) for x in k] if isinstance(k, tuple) else [str(k)]
 
-    def __init__(self, scrape: Callable[[], Exposition]) -> None:
-        self.scrape = scrape
+    names = ["pid", "comm"] if pid else ["comm"]
+    rows = sorted((labels(k), c) for k, c in v.series.items())
+    rows.append(([""] * (len(names) - 1) + [PROCESS_OTHER], v.other))
+    yield from _counters("ioscope_process", "process name" if not pid else "process", names, rows)
+    yield _replaced("process", v.replaced)
 
-    def collect(self) -> Iterator[Metric]:
-        yield from families(self.scrape())
+
+def _cgroups(v: SeriesView, hierarchy: tuple[str, str] | None) -> Iterator[Metric]:
+    rows = sorted((list(cgroup_labels(str(k))), c) for k, c in v.series.items())
+    rows.append(([CGROUP_OTHER, "", "", ""], v.other))
+    where = f" of the {hierarchy[0]} hierarchy" if hierarchy else ""
+    yield from _counters("ioscope_cgroup", f"cgroup (its path{where}, where the block layer charges I/O)",
+                         CGROUP_LABELS, rows)
+    lat = HistogramMetricFamily(
+        "ioscope_cgroup_io_latency_seconds",
+        "block I/O latency per cgroup: q2c queued to completed (per bio), d2c issued to completed (per request)",
+        labels=[*CGROUP_LABELS, "phase"])
+    for k, c in rows:
+        for phase, h in sorted(c.hists.items()):
+            lat.add_metric([*k, phase], list(zip(LE_LABELS, le_counts(h.counts))), int(h.total) / 1e9)
+    yield lat
+    yield _replaced("cgroup", v.replaced)
+    if hierarchy is not None:
+        info = GaugeMetricFamily("ioscope_cgroup_hierarchy_info",
+                                 "the cgroup hierarchy the cgroup labels are paths of: the one the io controller "
+                                 "is on, where the block layer charges I/O (v1 blkio where mounted, else v2)",
+                                 labels=["version", "controller", "mountpoint"])
+        version, controller = ("1", "blkio") if hierarchy[0].startswith("v1") else ("2", "io")
+        info.add_metric([version, controller, hierarchy[1]], 1)
+        yield info
 
 
-__all__ = ["LE_LABELS", "RegistryCollector", "families"]
+def _replaced(what: str, n: int) -> Metric:
+    c = CounterMetricFamily(f"ioscope_{what}_series_replaced",
+                            f"named {what} series that gave their place to a heavier one (docs/exporter.md, 'Series')")
+    c.add_metric([], n)
+    return c
+
+
+__all__ = ["CGROUP_LABELS", "CGROUP_OTHER", "DISK_NAMES", "DISK_NODE", "LE_LABELS", "PROCESS_OTHER", "ViewOptions",
+           "cgroup_labels", "families"]

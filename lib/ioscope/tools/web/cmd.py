@@ -85,7 +85,7 @@ class LiveSource:
 def run(args: argparse.Namespace) -> int:
     from ioscope.base import devices, system
     from ioscope.base.errors import UsageError
-    from ioscope.base.http import parse_listen, serve
+    from ioscope.base.http import parse_listen, serve, url
     from ioscope.base.live import sleep_until, warn_unavailable
     from ioscope.kernel.stamps import TICK_S
     from ioscope.tools.web.model import LiveHeat
@@ -108,9 +108,8 @@ def run(args: argparse.Namespace) -> int:
     source = None
     try:
         source = LiveSource(by, disks, system.btf_path(args.btf))
-        shown = "[::]" if not host else f"[{host}]" if ":" in host else host
         warn_unavailable("web", source.collector.unavailable)
-        print(f"Serving the live heat map of {what} at http://{shown}:{port}/ ; Ctrl-C to end.", file=sys.stderr,
+        print(f"Serving the live heat map of {what} at {url(host, port)} ; Ctrl-C to end.", file=sys.stderr,
               flush=True)
         start = last = time.time()
         last_tick = start
