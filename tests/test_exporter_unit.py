@@ -133,7 +133,10 @@ def test_the_exporter_starts_and_serves_as_the_unit_runs_it(sig: int, status: in
 
 
 @pytest.mark.usefixtures("live")
-@pytest.mark.parametrize("cap", ["CAP_BPF", "CAP_PERFMON", "CAP_DAC_READ_SEARCH"])
+# CAP_DAC_READ_SEARCH is not among them: the exporter itself loads and attaches without it (tp_btf needs no
+# tracefs lookup), but an interpreter or checkout under a directory others cannot search (pyenv's under
+# /root, as on this project's machines) cannot even be executed without it, so the unit keeps it
+@pytest.mark.parametrize("cap", ["CAP_BPF", "CAP_PERFMON"])
 def test_each_capability_is_needed(tmp_path: Path, cap: str) -> None:
     unit = tmp_path / UNIT.name
     text = UNIT.read_text()
