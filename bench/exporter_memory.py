@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
-from ioscope.base.testbed import LoopDevice, TestCgroups
+from ioscope.base.testbed import LoopDevice, TestCgroups, fio_terse_read_iops
 from ioscope.engines.aggregate.names import io_cgroup_root
 
 NAMES = 200
@@ -181,8 +181,7 @@ def main() -> int:
             for th in threads:
                 th.join()
             fio.wait(timeout=60)
-            terse = (fio.stdout.read() if fio.stdout else "").split(";")
-            iops = float(terse[7]) if len(terse) > 7 else 0.0
+            iops = fio_terse_read_iops(fio.stdout.read() if fio.stdout else "")
         print(f"\n{args.seconds:g} s, fio {iops:,.0f} IOPS, {spawned[0]:,} short-lived processes ({NAMES} names, "
               f"{GROUPS} cgroups), scraped every second; exporter --per-process 50 --per-cgroup 20 --series-window 10")
         print(f"{'':<18}{'RSS first':>10}{'last':>8}{'max':>8}{'scrapes':>9}{'failed':>7}{'p50 ms':>8}{'p99 ms':>8}"

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
-from ioscope.base.testbed import LoopDevice
+from ioscope.base.testbed import LoopDevice, fio_terse_read_iops
 from rss_flat import rss_kib
 
 SAVED = re.compile(r"saved (\S+): .*\(([\d.]+) s\); ([\d,]+) events, (.*?); lost (\d+)")
@@ -102,8 +102,7 @@ def main() -> int:
                 for t in threads:
                     t.join(10)
                 fio.wait(timeout=120)
-        terse = (fio.stdout.read() if fio.stdout else "").split(";")
-        iops = float(terse[7]) if len(terse) > 7 else 0.0
+        iops = fio_terse_read_iops(fio.stdout.read() if fio.stdout else "")
         print(f"{args.seconds:g} s at full rate (fio {iops:,.0f} IOPS), record --ring {args.ring}, a save every "
               f"{args.save_every:g} s; VmRSS sampled every {args.every:g} s after {args.warmup:g} s of warm-up:")
         print(f"  VmRSS first {rss[0] / 1024:.1f} MiB, last {rss[-1] / 1024:.1f} MiB, max {max(rss) / 1024:.1f} MiB, "

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
-from ioscope.base.testbed import LoopDevice
+from ioscope.base.testbed import LoopDevice, fio_terse_read_iops
 
 
 def rss_kib(pid: int) -> int:
@@ -77,8 +77,7 @@ def main() -> int:
                     p.send_signal(signal.SIGINT)
             errs = {n: p.communicate(timeout=120)[1] for n, p in procs.items()}
             fio.wait(timeout=120)
-    terse = (fio.stdout.read() if fio.stdout else "").split(";")
-    iops = float(terse[7]) if len(terse) > 7 else 0.0
+    iops = fio_terse_read_iops(fio.stdout.read() if fio.stdout else "")
     print(f"{args.seconds:g} s at full rate (fio {iops:,.0f} IOPS beside the three tools), VmRSS sampled every "
           f"{args.every:g} s after {args.warmup:g} s of warm-up:")
     print(f"{'tool':<14}{'first MiB':>10}{'last MiB':>10}{'max MiB':>10}{'change':>10}{'samples':>9}")

@@ -260,6 +260,12 @@ def have_fio() -> bool:
     return shutil.which("fio") is not None
 
 
+def fio_terse_read_iops(out: str) -> float:
+    """The read IOPS of fio's terse output (--minimal: field 8, version 3), 0 when fio printed none."""
+    terse = out.split(";")
+    return float(terse[7]) if len(terse) > 7 else 0.0
+
+
 def run_fio(filename: str, *, rw: str = "randread", bs: str = "4k", iodepth: int = 1, runtime: float | None = None,
             number_ios: int | None = None, size: str | None = None, direct: bool = True, ioengine: str = "libaio",
             numjobs: int = 1, extra: list[str] | None = None) -> dict[str, Any]:
