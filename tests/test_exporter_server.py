@@ -7,6 +7,7 @@ certificates made by openssl, basic auth with bcrypt, headers, rate limit, read 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.client
 import socket
@@ -140,8 +141,10 @@ def test_bad_requests(server: tuple[srv.Server, Source]) -> None:
         b"HTTP/1.1 431 ")
     with socket.create_connection(("127.0.0.1", p), timeout=5) as c:  # a head arriving in pieces, too long
         c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
-        for _ in range(40):
-            c.sendall(b"X-Part: " + b"c" * 1000 + b"\r\n")
+        # the server answers 431 once the head passes its bound and closes: the pieces after may not go
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            for _ in range(40):
+                c.sendall(b"X-Part: " + b"c" * 1000 + b"\r\n")
         assert c.recv(100).startswith(b"HTTP/1.1 431 ")
     assert raw(p, b"NOT HTTP AT ALL\r\n\r\n").startswith(b"HTTP/1.1 400 ")
     assert get(p, "/metrics").status == 200  # the server is fine after them
