@@ -119,7 +119,24 @@ class _HangUp(KeyboardInterrupt):
     """SIGHUP: stop as on SIGTERM, then exit EXIT_SIGHUP."""
 
 
+_STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _stopping() -> None:
+    """The first stop signal stops the exporter; those after it, while it closes, change nothing (a second
+    SIGTERM had ended it by that signal in the middle of closing: -15 where the first gave 0)."""
+    for sig in _STOPS:
+        if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+            signal.signal(sig, signal.SIG_IGN)
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    _stopping()
+    raise KeyboardInterrupt
+
+
 def _hang_up(signum: int, frame: FrameType | None) -> None:
+    _stopping()
     raise _HangUp
 
 
@@ -189,6 +206,8 @@ def run(args: argparse.Namespace) -> int:
     exprs = parse_all(expressions(opts))
     system.require_bpf_privileges("exporter")
     _raise_descriptor_limit()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _stop)
     if signal.getsignal(signal.SIGHUP) not in (signal.SIG_IGN, None):  # not under nohup
         signal.signal(signal.SIGHUP, _hang_up)
 
@@ -233,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:  # SIGINT, SIGTERM (cli.py): a normal stop
             status = 0
     finally:
+        _stopping()
         if server is not None:
             server.shutdown()
         collector.close()
