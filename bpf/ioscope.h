@@ -53,6 +53,7 @@ enum ios_io_op {
 };
 
 struct lat_key {
+	__u64 cgroup; /* cgroup id the I/O is charged to (cgroup.bpf.h); 0 when --per-cgroup is not given */
 	__u32 dev;   /* kernel dev_t of the whole disk (major << 20 | minor); 0 = all */
 	__u32 pid;   /* submitting process (tgid); 0 when -P is not given */
 	__u8 op;     /* enum ios_io_op */
@@ -98,6 +99,7 @@ enum ios_stat_idx {
 /* ioscope top (bpf/top.bpf.c): per-process counters, keyed by the process
  * that queued the bio, and per-disk request latency histograms. */
 struct top_proc_key {
+	__u64 cgroup; /* cgroup id the I/O is charged to (cgroup.bpf.h); 0 without the cgroup view */
 	__u32 tgid;  /* 0: queued before tracing started (no latency) */
 	__u32 dev;   /* kernel dev_t of the whole disk */
 	__u8 op;     /* enum io_op */

@@ -236,6 +236,77 @@ def test_agg_throttle(disk: Any, tmp_path: Path) -> None:
     assert rows["max(throttle) by op"]["v"] >= 0.5e9 / THROTTLE_IOPS, rows
 
 
+CG_WRITES_B = 37   # direct writes of the second cgroup
+CG_READS_ROOT = 19  # direct reads left in the root cgroup
+
+
+def test_cgroups(disk: Any, tmp_path: Path) -> None:
+    """Every tool's cgroup: lat -G -c TOP (a histogram per cgroup, only TOP's subtree), top -G (the cgroup
+    view) and agg -c TOP/a (a child cgroup's I/O kept by its parent's filter), started together on one
+    workload: dd reads in TOP/a/child, dd writes in TOP/a and in TOP/b, dd reads in the root cgroup. The
+    cgroup is read from each bio's blkg in the kernel (bpf/cgroup.bpf.h) and the filter from the
+    cgroup's own ancestors (ancestor_ids[] before 6.0, ancestors[] after): each count equals its dd's,
+    in each cgroup, on every kernel."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ioscope.base.cgroups import io_cgroup_root
+    from ioscope.base.testbed import TestCgroups
+
+    io = io_cgroup_root()
+    assert io is not None, "no hierarchy with the io controller (tests/kernels/guest.sh mounts v1 blkio)"
+    cg = TestCgroups(io[0], "ioscope-cg", ["a", "a/child", "b"])
+    top = cg.top
+    try:
+        with ThreadPoolExecutor(3) as ex:  # three tools starting at once: under TCG each takes tens of seconds
+            starts = [ex.submit(Tool, tmp_path, *args, ready=ready) for args, ready in (
+                (("lat", "-d", disk.name, "-G", "-c", top, "-j"), "Tracing"),
+                (("top", "-d", disk.name, "-G", "-j"), "json"),
+                (("agg", "-d", disk.name, "-c", f"{top}/a", "-j", "-e", "count() by cgroup,op"), "Tracing"))]
+            lat, topt, agg = (f.result() for f in starts)
+        for group, cmd in (("a/child", f"dd if={disk.path} of=/dev/null bs=4k count={READS} iflag=direct"),
+                           ("a", f"dd if=/dev/zero of={disk.path} bs=4k count={WRITES} seek={READS} oflag=direct"),
+                           ("b", f"dd if=/dev/zero of={disk.path} bs=4k count={CG_WRITES_B} seek=2000 oflag=direct")):
+            subprocess.run(cg.shell(group, cmd), check=True, capture_output=True, timeout=600)
+        dd("if=" + disk.path, "of=/dev/null", "bs=4k", f"count={CG_READS_ROOT}", "skip=3000", "iflag=direct")
+        topt.wait_lines(len(topt.out.read_text().splitlines()) + 2)
+        settle()
+        outs = {t.args[0]: json_lines(t.stop(sig)[0]) for t, sig in ((lat, signal.SIGINT), (topt, signal.SIGTERM),
+                                                                      (agg, signal.SIGHUP))}
+    finally:
+        cg.remove()
+    want = {f"{top}/a/child": READS, f"{top}/a": WRITES, f"{top}/b": CG_WRITES_B}
+    # lat: d2c histograms per cgroup, TOP's subtree only (the root's reads are not in it)
+    unseen = sum(lost_unseen(d) for d in outs["lat"])
+    got: dict[str, int] = {}
+    for d in outs["lat"]:
+        for h in d["hists"]:
+            if h["phase"] == "d2c":
+                got[h["cgroup"]] = got.get(h["cgroup"], 0) + h["count"]
+    assert set(got) == set(want), got
+    for k, n in want.items():
+        assert_counted(got[k], n, unseen)
+    # top: the cgroup view, every cgroup of the disk (the root's too)
+    unseen = sum(lost_unseen(d) for d in outs["top"])
+    got = {}
+    for d in outs["top"]:
+        for c in d["cgroups"]:
+            got[c["cgroup"]] = got.get(c["cgroup"], 0) + c["ios"]
+    for k, n in want.items():
+        assert_counted(got.get(k, 0), n, unseen)
+    assert got.get("/", 0) + unseen >= CG_READS_ROOT, got
+    # agg -c TOP/a: the parent's filter keeps its child's I/O, and nothing of b's or the root's
+    unseen = sum(lost_unseen(d) for d in outs["agg"])
+    rows: dict[tuple[str, str], int] = {}
+    for d in outs["agg"]:
+        for a in d["aggs"]:
+            for r in a["rows"]:
+                k = (r["keys"]["cgroup"], r["keys"]["op"])
+                rows[k] = rows.get(k, 0) + int(r["count"])
+    assert {k[0] for k in rows} <= {f"{top}/a/child", f"{top}/a"}, rows
+    assert_counted(rows.get((f"{top}/a/child", "read"), 0), READS, unseen)
+    assert_counted(rows.get((f"{top}/a", "write"), 0), WRITES, unseen)
+
+
 @pytest.mark.parametrize("attach", VARIANTS)
 def test_snoop(disk: Any, tmp_path: Path, attach: str) -> None:
     t = Tool(tmp_path, "snoop", "-d", disk.name, "-j", attach=attach)

@@ -131,7 +131,7 @@ class LoopDevice:
 
 class TestCgroups:
     """Cgroups made for a test or a bench: `top` (a cgroup path, "/ioscope-NAME-PID") and one child per
-    name, under `mount` (a hierarchy's mount point: the io controller's, for I/O charged to them);
+    name ("a", "a/b": made in order, so a parent comes first), under `mount` (a hierarchy's mount point: the io controller's, for I/O charged to them);
     remove() takes them away, waiting for their last processes to leave."""
 
     __test__ = False  # not a pytest test class
@@ -151,7 +151,9 @@ class TestCgroups:
         """rmdir the children, then the top; a cgroup is busy until its last process has exited, which a
         loaded host can take seconds to finish: tried again until timeout."""
         deadline = time.monotonic() + timeout
-        dirs = [d for d in sorted(self.root.iterdir(), reverse=True) if d.is_dir()] if self.root.exists() else []
+        # the deepest first: a cgroup with a child cannot be removed
+        dirs = sorted((d for d in self.root.rglob("*") if d.is_dir()), key=lambda d: (len(d.parts), str(d)),
+                      reverse=True) if self.root.exists() else []
         for d in [*dirs, self.root]:
             while d.exists():
                 try:

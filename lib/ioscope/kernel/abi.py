@@ -52,6 +52,7 @@ HIST = np.dtype([
 ])
 
 LAT_KEY = np.dtype([
+    ("cgroup", np.uint64),
     ("dev", np.uint32),
     ("pid", np.uint32),
     ("op", np.uint8),
@@ -69,6 +70,7 @@ BIO_START = np.dtype([
 
 # ioscope top (bpf/top.bpf.c)
 TOP_PROC_KEY = np.dtype([
+    ("cgroup", np.uint64),
     ("tgid", np.uint32),
     ("dev", np.uint32),
     ("op", np.uint8),

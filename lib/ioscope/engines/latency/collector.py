@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ioscope.base import devices
+from ioscope.base import cgroups, devices
 from ioscope.base.collector import Tick
 from ioscope.base.losses import PENDING, Losses, StatsDelta
 from ioscope.engines.latency.model import LatHist, LatSample, stamps_shortfall
@@ -27,6 +27,8 @@ class LatOptions:
     per_disk: bool = False
     per_op: bool = False
     per_pid: bool = False
+    per_cgroup: bool = False
+    cgroup: str | None = None  # -c: this cgroup and those under it
     phases: tuple[str, ...] = ("q2c", "q2d", "d2c")
     btf: str | None = None
     timing: str = "auto"  # TIMINGS: auto uses the kernel's request stamps where they are kept
@@ -38,6 +40,8 @@ class LatCollector:
     def __init__(self, opts: LatOptions) -> None:
         self.opts = opts
         self.names = devices.DevNames()
+        self.cgroup = cgroups.cgroup_filter(opts.cgroup) if opts.cgroup else None
+        self.cgroup_names = cgroups.CgroupNames()
         self.bpf = BPFObject("lat", btf=opts.btf)
         names = [d.name for d in opts.disks] or [d.name for d in devices.list_disks()]
         self.cross_disks = [n for n in names if devices.is_mq(n)]
@@ -70,13 +74,16 @@ class LatCollector:
         b.set_global("targ_per_disk", o.per_disk or not o.per_pid, "?")
         b.set_global("targ_per_op", o.per_op, "?")
         b.set_global("targ_per_pid", o.per_pid, "?")
+        b.set_global("targ_per_cgroup", o.per_cgroup, "?")
+        for name, (value, fmt) in (self.cgroup.bpf_globals() if self.cgroup else {}).items():
+            b.set_global(name, value, fmt)
         b.set_global("targ_stamps", stamps, "?")
         b.filter_disks(d.dev for d in o.disks)
         b.set_global("targ_tgid", o.pid or 0, "I")
         mask = sum(1 << abi.PHASES[p] for p in o.phases)
         b.set_global("targ_phases", mask, "B")
-        if o.per_pid:
-            # per-CPU values for thousands of keys would cost ncpus x 7.4 KiB each
+        if o.per_pid or o.per_cgroup:
+            # per-CPU values for thousands of keys (processes, containers) would cost ncpus x 7.4 KiB each
             from ioscope.kernel import _libbpf
             b.set_map_type("hists", _libbpf.MAP_TYPE_HASH)
             b.set_global("targ_shared_hists", True, "?")
@@ -92,6 +99,11 @@ class LatCollector:
         self.comms = b.map("comms")
         self.stamps = StampTiming(b, self.names, self.cross_disks, o.timing, stamps, o.btf)
         self.stamps.attach("rq_complete", ["bio_queue", "rq_issue", "split", "task_rename"])
+
+    @property
+    def filtered(self) -> bool:
+        """-p or -c: /proc/diskstats counts every process's I/O, the histograms some."""
+        return self.opts.pid is not None or self.cgroup is not None
 
     @property
     def timing(self) -> dict[str, str]:
@@ -116,12 +128,13 @@ class LatCollector:
         comms: dict[int, str] = {}
         if self.opts.per_pid and n:
             comms = abi.comms_from_dump(*self.comms.dump())
-        out: dict[tuple[int, str, int | None, str], LatHist] = {}
+        out: dict[tuple[int, str, int | None, str | None, str], LatHist] = {}
         self._d2c_by_disk = {}
         for k, phases in zip(keys, vals):
             kdev = int(k["dev"])
             dev = kdev if self.opts.per_disk else 0
             pid = int(k["pid"]) if self.opts.per_pid else None
+            cg = self.cgroup_names.name(int(k["cgroup"])) if self.opts.per_cgroup else None
             op = abi.OP_NAMES.get(int(k["op"]), "other")
             for phase, h in zip(abi.PHASES, abi.hists_from_array(phases)):
                 if phase not in self.opts.phases or not h.count:
@@ -129,11 +142,11 @@ class LatCollector:
                 if phase == "d2c" and kdev:
                     name = self.names.name(kdev)
                     self._d2c_by_disk[name] = self._d2c_by_disk.get(name, 0) + h.count
-                have = out.get((dev, op, pid, phase))
+                have = out.get((dev, op, pid, cg, phase))
                 if have is not None:  # the disks merged (no -D)
                     have.hist = have.hist.merge(h)
                     continue
-                out[(dev, op, pid, phase)] = LatHist(
+                out[(dev, op, pid, cg, phase)] = LatHist(
                     dev=dev,
                     disk=self.names.name(dev) if dev else "all",
                     op=op,
@@ -141,6 +154,7 @@ class LatCollector:
                     comm=(comms.get(pid, "[unknown]") if pid else "[kernel]") if pid is not None else None,
                     phase=phase,
                     hist=h,
+                    cgroup=cg,
                 )
         return sorted(out.values(), key=LatHist.sort_key)
 
@@ -166,7 +180,7 @@ class LatCollector:
         hists = self.read(reset=reset)
         losses, in_flight = self.losses(since_last=True, final=final)
         shortfall = 0
-        if "d2c" in self.opts.phases and not self.opts.per_pid and self.opts.pid is None:
+        if "d2c" in self.opts.phases and not self.opts.per_pid and not self.filtered:
             for name, n in self._d2c_by_disk.items():  # without reset the histograms add up
                 self._d2c_total[name] = self._d2c_total.get(name, 0) + n if reset else n
             self._not_stamped_total += losses.counters.get("not_stamped", 0)
@@ -177,7 +191,7 @@ class LatCollector:
         return LatSample(wall=wall, started=started, hists=hists, losses=losses,
                          kernel_completed=self.kernel_completed(since_last=reset, cur=kernel_now),
                          kernel_in_flight=in_flight, final=final,
-                         pid_filtered=self.opts.pid is not None, stacks=self.stacks, timing=dict(self.timing),
+                         pid_filtered=self.filtered, stacks=self.stacks, timing=dict(self.timing),
                          programs=list(self.bpf.attached), stamps_shortfall=shortfall)
 
     def _kernel_counts(self) -> dict[str, int]:

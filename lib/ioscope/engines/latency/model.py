@@ -22,9 +22,10 @@ class LatHist:
     comm: str | None
     phase: str
     hist: Hist
+    cgroup: str | None = None  # the cgroup's path with --per-cgroup, else None
 
-    def sort_key(self) -> tuple[str, str, int, int]:
-        return (self.disk, self.op, self.pid or 0, list(abi.PHASES).index(self.phase))
+    def sort_key(self) -> tuple[str, str, str, int, int]:
+        return (self.disk, self.op, self.cgroup or "", self.pid or 0, list(abi.PHASES).index(self.phase))
 
 
 @dataclass
@@ -38,7 +39,7 @@ class LatSample:
     kernel_completed: dict[str, int]  # /proc/diskstats: requests completed per traced blk-mq disk
     kernel_in_flight: int             # /proc/diskstats: requests in flight now on those disks
     final: bool                       # the last sample: nothing more can complete
-    pid_filtered: bool                # -p: /proc/diskstats counts every process, we one
+    pid_filtered: bool                # -p or -c: /proc/diskstats counts every process, we some
     stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # devices.stack_meta() of the traced disks
     timing: dict[str, str] = field(default_factory=dict)  # traced disk -> how it is timed (stamps.STAMPS/PROBES)
     programs: list[str] = field(default_factory=list)     # the BPF programs attached

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ioscope.base import devices, units
+from ioscope.base import cgroups, devices, units
 from ioscope.base.fmt import fmt_ns, iso_time
 from ioscope.base.render import HistView
 from ioscope.engines.latency.model import PHASE_TITLES, LatHist, LatReport
@@ -22,6 +22,7 @@ class LatViewOptions:
     per_disk: bool = False
     per_op: bool = False
     per_pid: bool = False
+    per_cgroup: bool = False
     unit: str | None = None  # "ms" forces milliseconds
     fine: bool = False
 
@@ -32,7 +33,7 @@ def hist_json(h: LatHist) -> dict[str, Any]:
     ma, mi = devices.kdev_split(h.dev)
     return {
         "disk": h.disk, "dev": f"{ma}:{mi}" if h.dev else "all", "op": h.op,
-        "pid": h.pid, "comm": h.comm, "phase": h.phase, "unit": "ns",
+        "pid": h.pid, "comm": h.comm, "cgroup": h.cgroup, "phase": h.phase, "unit": "ns",
         "count": hi.count, "sum": hi.total, "min": hi.min, "max": hi.max,
         "p50": round(p[50], 1), "p90": round(p[90], 1), "p99": round(p[99], 1), "p999": round(p[99.9], 1),
         "buckets": [list(b) for b in hi.nonzero_buckets()],
@@ -74,6 +75,8 @@ def hist_title(h: LatHist, o: LatViewOptions) -> str:
         tags.append(f"disk {h.disk}")
     if o.per_op:
         tags.append(f"op {h.op}")
+    if o.per_cgroup:
+        tags.append(f"cgroup {cgroups.label(h.cgroup or '[unknown]')}")
     if o.per_pid:
         tags.append(f"pid {h.pid} ({h.comm})")
     return title + ("  [" + ", ".join(tags) + "]" if tags else "")

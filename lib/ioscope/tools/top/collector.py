@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ioscope.base import devices
+from ioscope.base import cgroups, devices
 from ioscope.base.collector import Tick
 from ioscope.base.losses import PENDING, Losses, StatsDelta, settle_unreported, unreported_completions
 from ioscope.kernel import abi
@@ -36,11 +36,15 @@ class TopCollector:
     """Owns the top BPF object. sample() returns a Sample; close() detaches everything."""
 
     def __init__(self, btf: str | None = None, proc_root: str = "/proc", sys_root: str = "/sys",
-                 disks: Sequence[int] = ()) -> None:
+                 disks: Sequence[int] = (), per_cgroup: bool = False, cgroup: str | None = None) -> None:
         self.proc_root = proc_root
         self.sys_root = sys_root
         self.filter = set(disks)
         self.names = devices.DevNames(sys_root)
+        # -c: only the I/O charged to this cgroup and those under it; per_cgroup: each row's cgroup
+        self.cgroup = cgroups.cgroup_filter(cgroup) if cgroup else None
+        self.per_cgroup = per_cgroup or self.cgroup is not None
+        self.cgroup_names = cgroups.CgroupNames()
         self._comms: dict[int, str] = {}              # tgid -> name seen by BPF at queue time
         self._live: dict[int, str] = {0: "[unknown]"}  # tgid -> name for the current refresh
         self.bpf = BPFObject("top", btf=btf)
@@ -50,6 +54,9 @@ class TopCollector:
             from ioscope.kernel import _libbpf
             b.set_max_entries("procs", proc_entries(_libbpf.num_possible_cpus()))
             b.filter_disks(disks)
+            b.set_global("targ_per_cgroup", self.per_cgroup, "?")
+            for name, (value, fmt) in (self.cgroup.bpf_globals() if self.cgroup else {}).items():
+                b.set_global(name, value, fmt)
             b.load()
             self.procs = b.map("procs")
             self.disks = b.map("disks")

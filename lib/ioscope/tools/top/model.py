@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ioscope.base import hist
+from ioscope.base import cgroups, hist
 from ioscope.base.devices import DiskStats
 from ioscope.base.heat import HeatGrid
 from ioscope.base.hist import Hist
@@ -68,6 +68,26 @@ class ProcRow:
     avg_ms: float | None = None  # mean queue-to-completion latency (None: nothing timed)
     p99_ms: float | None = None
     ios: int = 0                 # I/Os completed in the interval (all operations)
+    hist: Hist | None = field(default=None, repr=False, compare=False)
+    cgroup: str | None = None    # the cgroup its I/O was charged to (the cgroup view, -c), else None
+
+
+@dataclass
+class CgroupRow:
+    """One cgroup on one disk over one interval: the I/O charged to it (whoever queued it: a kworker that
+    queued a throttled or written-back bio is counted in the cgroup it served), from the process rows."""
+
+    cgroup: str
+    disk: str
+    label: str = ""              # the path as shown, with the container, pod or machine it is (cgroups.label)
+    procs: int = 0               # processes (kworkers included) that queued its I/O
+    r_s: float = 0.0
+    w_s: float = 0.0
+    rkB_s: float = 0.0
+    wkB_s: float = 0.0
+    avg_ms: float | None = None
+    p99_ms: float | None = None
+    ios: int = 0
     hist: Hist | None = field(default=None, repr=False, compare=False)
 
 
@@ -147,6 +167,7 @@ class Snapshot:
     # Optional panels' data (e.g. per-process balance, readahead), filled by extra sources of the Sampler
     # (cmd.py) and drawn by the panels registered in view.PANELS; JSON carries them under "extras".
     extras: dict[str, Any] = field(default_factory=dict)
+    cgroups: list[CgroupRow] | None = None  # the cgroup view (-G): None when not asked for
 
 
 def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],
@@ -160,14 +181,18 @@ def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],
 
 
 def proc_rows(keys: npt.NDArray[Any], vals: npt.NDArray[Any], seconds: float,
-              name_of: Callable[[int], str], comm_of: Callable[[int], str]) -> list[ProcRow]:
-    """One row per (process, disk) from the procs map dump (one record per tgid, dev, op)."""
+              name_of: Callable[[int], str], comm_of: Callable[[int], str],
+              cgroup_of: Callable[[int], str] | None = None) -> list[ProcRow]:
+    """One row per (process, disk), and cgroup when cgroup_of names them, from the procs map dump (one
+    record per tgid, dev, op, cgroup)."""
     if len(keys) == 0:
         return []
     t = seconds if seconds > 0 else 1e-9
     combo = (keys["tgid"].astype(np.uint64) << np.uint64(32)) | keys["dev"].astype(np.uint64)
-    uniq, inv = np.unique(combo, return_inverse=True)
-    inv = inv.astype(np.int64)
+    cgs = keys["cgroup"].astype(np.uint64) if cgroup_of is not None else np.zeros(len(keys), dtype=np.uint64)
+    uniq2, inv = np.unique(np.column_stack([combo, cgs]), axis=0, return_inverse=True)
+    uniq = uniq2[:, 0]
+    inv = inv.reshape(-1).astype(np.int64)
     n = len(uniq)
     ops = keys["op"]
     ios = vals["ios"].astype(np.float64)
@@ -199,16 +224,41 @@ def proc_rows(keys: npt.NDArray[Any], vals: npt.NDArray[Any], seconds: float,
             p99_ms=h.percentile(99) / NS_PER_MS if h.count else None,
             ios=int(all_ios[i]),
             hist=h,
+            cgroup=cgroup_of(int(uniq2[i, 1])) if cgroup_of is not None else None,
         ))
     return out
 
 
+def cgroup_rows(procs: Iterable[ProcRow]) -> list[CgroupRow]:
+    """The process rows (with their cgroup) added up per cgroup and disk, busiest first."""
+    rows: dict[tuple[str, str], CgroupRow] = {}
+    for p in procs:
+        if p.cgroup is None:
+            continue
+        r = rows.setdefault((p.cgroup, p.disk), CgroupRow(p.cgroup, p.disk, cgroups.label(p.cgroup)))
+        r.procs += 1
+        r.r_s += p.r_s
+        r.w_s += p.w_s
+        r.rkB_s += p.rkB_s
+        r.wkB_s += p.wkB_s
+        r.ios += p.ios
+        if p.hist is not None:
+            r.hist = p.hist if r.hist is None else r.hist.merge(p.hist)
+    for r in rows.values():
+        if r.hist is not None and r.hist.count:
+            r.avg_ms = r.hist.mean / NS_PER_MS
+            r.p99_ms = r.hist.percentile(99) / NS_PER_MS
+    return sorted(rows.values(), key=lambda r: (r.rkB_s + r.wkB_s, r.ios, r.cgroup), reverse=True)
+
+
 def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: Iterable[str],
                    name_of: Callable[[int], str], comm_of: Callable[[int], str], attach: str = "",
-                   show_idle: bool = False) -> Snapshot:
+                   show_idle: bool = False, cgroup_of: Callable[[int], str] | None = None,
+                   cgroup_view: bool = False) -> Snapshot:
     """The rows of one refresh. disks: the whole-disk names (partitions are left out). A disk that did
     nothing in the interval is left out (iostat -z), unless show_idle: the disks asked for by name (-d),
-    which iostat lists whatever they did."""
+    which iostat lists whatever they did. cgroup_of: names the cgroup of each process row (-G, -c);
+    cgroup_view: the rows per cgroup too."""
     seconds = cur.mono - prev.mono
     dh = device_hists(cur.disk_keys, cur.disk_hists, name_of)
     devs = []
@@ -225,9 +275,10 @@ def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: 
             row.lat_ios = h.count
             row.hist = h
         devs.append(row)
-    procs = proc_rows(cur.proc_keys, cur.proc_vals, seconds, name_of, comm_of)
+    procs = proc_rows(cur.proc_keys, cur.proc_vals, seconds, name_of, comm_of, cgroup_of)
     return Snapshot(wall=cur.wall, interval=seconds, host=host, kernel=kernel, devices=devs, procs=procs,
-                    lost=cur.lost, lost_detail=dict(cur.lost_detail), attach=attach, disk_hists=dh)
+                    lost=cur.lost, lost_detail=dict(cur.lost_detail), attach=attach, disk_hists=dh,
+                    cgroups=cgroup_rows(procs) if cgroup_view else None)
 
 
 # -- sorting and filtering ----------------------------------------------------
@@ -278,8 +329,9 @@ def filter_snapshot(s: Snapshot, disk: str | None = None, pid: int | None = None
     """The same snapshot restricted to one disk and/or one process (None: no restriction)."""
     devs = [d for d in s.devices if disk is None or d.disk == disk]
     procs = [p for p in s.procs if (disk is None or p.disk == disk) and (pid is None or p.pid == pid)]
+    cgs = None if s.cgroups is None else [c for c in s.cgroups if disk is None or c.disk == disk]
     return Snapshot(s.wall, s.interval, s.host, s.kernel, devs, procs, s.lost, s.lost_detail, s.attach,
-                    s.disk_hists, s.extras)
+                    s.disk_hists, s.extras, cgs)
 
 
 # -- heat map -----------------------------------------------------------------
