@@ -142,11 +142,6 @@ struct agg_disk {
 };
 
 /* A bio blk-throttle held back: when it was first held, and by whom (the task that submitted it). */
-struct agg_throttled {
-	__u64 ts;
-	__u32 pid;
-	__u32 tgid;
-};
 
 /* A bio-less flush request between issue and completion. */
 struct agg_rq {

@@ -130,6 +130,25 @@ struct top_disk_key {
 	__u8 pad[3];
 };
 
+/* throttle.bpf.h: the start of a hold in blk-throttle (fentry on throtl_add_bio_tg), per bio */
+struct throttle_note {
+	__u64 ts;    /* bpf_ktime_get_ns() when the hold began */
+	__u32 pid;   /* the submitting thread */
+	__u32 tgid;
+};
+
+/* throttle.bpf.h: bios blk-throttle held, per cgroup and disk */
+struct throttle_key {
+	__u64 cgroup; /* the cgroup the bio is charged to (cgroup.bpf.h) */
+	__u32 dev;    /* kernel dev_t of the whole disk */
+	__u32 pad;
+};
+
+struct throttle_val {
+	__u64 held;        /* queued from blk-throttle's dispatch work: held, exactly */
+	struct hist wait;  /* how long, for the holds fentry noted (wait.count of them) */
+};
+
 /* maperr.bpf.h: failed map operations, per op and error class (lib/ioscope/kernel/loader.py: MAPERR_*) */
 enum ios_maperr {
 	IOS_MAPERR_UPDATE = 0,

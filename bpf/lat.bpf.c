@@ -34,6 +34,7 @@
 #include "rqpath.bpf.h"
 #include "stamps.bpf.h"
 #include "cgroup.bpf.h"
+#include "throttle.bpf.h"
 
 #define LAT_MAX_CHAIN 32 /* bios of a request walked */
 
@@ -260,6 +261,10 @@ IOS_BLOCK_TP(bio_queue, block_bio_queue, rqpath_bio_queue(bio, true, btf), struc
 IOS_BLOCK_TP(split, block_split, slot_split(bio, true, btf), struct bio *bio)
 IOS_TP(rq_complete, block_rq_complete, lat_rq_complete(rq, nr_bytes, btf), struct request *rq, int error,
        unsigned int nr_bytes)
+
+/* bios blk-throttle held (throttle.bpf.h): attached once a limit is in force on a traced disk */
+THROTTLE_HELD_PROGRAMS
+THROTTLE_NOTE_PROGRAM
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

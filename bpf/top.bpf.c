@@ -38,6 +38,7 @@
 #include "inflight.bpf.h"
 #include "rqpath.bpf.h"
 #include "cgroup.bpf.h"
+#include "throttle.bpf.h"
 
 #define TOP_MAX_CHAIN 64 /* bios of a request walked */
 
@@ -171,6 +172,10 @@ IOS_BLOCK_TP(bio_queue, block_bio_queue, rqpath_bio_queue(bio, false, btf), stru
 IOS_BLOCK_TP(split, block_split, slot_split(bio, false, btf), struct bio *bio)
 IOS_TP(rq_complete, block_rq_complete, rqpath_rq_complete(rq, nr_bytes, TOP_MAX_CHAIN, bpf_ktime_get_ns(), btf),
        struct request *rq, int error, unsigned int nr_bytes)
+
+/* bios blk-throttle held (throttle.bpf.h): attached once a limit is in force on a traced disk */
+THROTTLE_HELD_PROGRAMS
+THROTTLE_NOTE_PROGRAM
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

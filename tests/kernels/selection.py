@@ -26,7 +26,7 @@ SELECTION: dict[str, dict[str, list[str]]] = {
         "readsize": ["test_readsize[tp_btf]"], "fair": ["test_fair[tp_btf]"], "demo": ["test_demo_main_job"],
         "signals": ["test_stopped_from_a_script[lat]", "test_stopped_from_a_script[readahead]"],
         "programs": ["test_every_program_loads"], "flight": ["test_flight_recorder"],
-        "throttle": ["test_agg_throttle"], "cgroups": ["test_cgroups"]},
+        "throttle": ["test_agg_throttle"], "cgroups": ["test_cgroups", "test_throttle_held"]},
     "test_readahead.py": {"readahead": ["*"]},
     # the exporter: scraped, counted exactly, stopped by SIGTERM (its TLS, auth and SIGHUP scenario runs on the host)
     "acceptance/test_acc_exporter.py": {"exporter": ["test_exporter_background_scrape_and_term"]},

@@ -20,6 +20,7 @@ import shlex
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -247,8 +248,6 @@ def test_cgroups(disk: Any, tmp_path: Path) -> None:
     cgroup is read from each bio's blkg in the kernel (bpf/cgroup.bpf.h) and the filter from the
     cgroup's own ancestors (ancestor_ids[] before 6.0, ancestors[] after): each count equals its dd's,
     in each cgroup, on every kernel."""
-    from concurrent.futures import ThreadPoolExecutor
-
     from ioscope.base.cgroups import io_cgroup_root
     from ioscope.base.testbed import TestCgroups
 
@@ -305,6 +304,67 @@ def test_cgroups(disk: Any, tmp_path: Path) -> None:
     assert {k[0] for k in rows} <= {f"{top}/a/child", f"{top}/a"}, rows
     assert_counted(rows.get((f"{top}/a/child", "read"), 0), READS, unseen)
     assert_counted(rows.get((f"{top}/a", "write"), 0), WRITES, unseen)
+
+
+def throtl_dispatched(text: str) -> int:
+    """Bios blk-throttle dispatched, by the kernel's own account: its "throtl bios disp=N" messages in the
+    ftrace blk tracer's output (block/blk-throttle.c, throtl_dispatch_work_fn and the pending timer)."""
+    return sum(int(m.group(1)) for m in re.finditer(r"throtl bios disp=(\d+)", text))
+
+
+def test_throttle_held(disk: Any, tmp_path: Path) -> None:
+    """lat -G and top -G while dd's direct writes in a v1 blkio cgroup limited to 20 write IOPS on the
+    disk wait in blk-throttle: both count the bios the throttle held, charged to the cgroup, exactly as
+    many as the kernel's own blk tracer says the throttle dispatched (tracepoints alone: the queue event
+    inside blk-throttle's dispatch work); where fentry on throtl_add_bio_tg loads, each held bio's wait is
+    measured and their waits add up to most of dd's own time and never more; where it does not (lockdown),
+    both say so."""
+    from blk_tracer import BlkTracer
+
+    from ioscope.base.testbed import TestCgroups
+
+    blkio = Path("/sys/fs/cgroup/blkio")
+    if not (blkio / "blkio.throttle.write_iops_device").exists():
+        pytest.fail("no v1 blkio hierarchy at /sys/fs/cgroup/blkio (tests/kernels/guest.sh mounts one)")
+    cg = TestCgroups(blkio, "ioscope-held", ["svc"])
+    limit = cg.root / "svc" / "blkio.throttle.write_iops_device"
+    try:
+        limit.write_text(f"{disk.device.majmin} {THROTTLE_IOPS}\n")
+        with ThreadPoolExecutor(2) as ex:
+            starts = [ex.submit(Tool, tmp_path, *args, ready=ready) for args, ready in (
+                (("lat", "-d", disk.name, "-G", "-j"), "Tracing"), (("top", "-d", disk.name, "-G", "-j"), "json"))]
+            lat, topt = (f.result() for f in starts)
+        time.sleep(3)  # the tools look for limits every 2 s, and attach the throttle's programs on the first
+        with BlkTracer(disk.name) as tracer:
+            p = subprocess.run(cg.shell("svc", f"dd if=/dev/zero of={disk.path} bs=4k count={THROTTLED_WRITES} "
+                                               "oflag=direct"), capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "LC_ALL": "C"})
+            assert p.returncode == 0, p.stderr
+            time.sleep(0.5)
+        truth = throtl_dispatched(tracer.text)
+        dd_s = float(re.search(r"copied, ([0-9.e+-]+) s", p.stderr).group(1))  # type: ignore[union-attr]
+        topt.wait_lines(len(topt.out.read_text().splitlines()) + 2)
+        settle()
+        docs = {t.args[0]: json_lines(t.stop(sig)[0]) for t, sig in ((lat, signal.SIGINT), (topt, signal.SIGTERM))}
+    finally:
+        limit.write_text(f"{disk.device.majmin} 0\n")
+        cg.remove()
+    # the throttle lets one in two of dd's writes through at once at this rate (test_agg_throttle)
+    assert THROTTLED_WRITES // 2 - 2 <= truth <= THROTTLED_WRITES, truth
+    svc = f"{cg.top}/svc"
+    for tool in ("lat", "top"):
+        held = [h for d in docs[tool] for h in d["throttle"]["held"]]
+        assert {h["cgroup"] for h in held} == {svc}, (tool, held)
+        assert sum(h["held"] for h in held) == truth, (tool, held, truth)
+        measured = sum(h["wait_measured"] for h in held)
+        if measured:  # fentry: every held bio's wait, adding up to most of dd's time
+            assert measured == truth, (tool, held)
+            waited_s = sum(h["wait_sum"] for h in held if h["wait_measured"]) / 1e9
+            assert 0.5 * dd_s <= waited_s <= dd_s, (tool, waited_s, dd_s)
+        else:
+            assert "fentry" in docs[tool][-1]["throttle"]["wait_not_measured"], docs[tool][-1]["throttle"]
+    cgrows = [c for d in docs["top"] for c in d["cgroups"] if c["cgroup"] == svc]
+    assert sum(c["held"] for c in cgrows) == truth
 
 
 @pytest.mark.parametrize("attach", VARIANTS)

@@ -131,7 +131,8 @@ class LoopDevice:
 
 class TestCgroups:
     """Cgroups made for a test or a bench: `top` (a cgroup path, "/ioscope-NAME-PID") and one child per
-    name ("a", "a/b": made in order, so a parent comes first), under `mount` (a hierarchy's mount point: the io controller's, for I/O charged to them);
+    name ("a", "a/b": made in order, so a parent comes first), under `mount` (a hierarchy's mount point:
+    the io controller's, for I/O charged to them);
     remove() takes them away, waiting for their last processes to leave."""
 
     __test__ = False  # not a pytest test class

@@ -10,6 +10,8 @@ import numpy as np
 from ioscope.base import cgroups, devices
 from ioscope.base.collector import Tick
 from ioscope.base.losses import PENDING, Losses, StatsDelta
+from ioscope.engines.context.throttle import HOOKS as THROTTLE_HOOKS
+from ioscope.engines.context.throttle import ThrottleWatch
 from ioscope.engines.latency.model import LatHist, LatSample, stamps_shortfall
 from ioscope.kernel import abi
 from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, SlotTable, kernel_in_flight
@@ -68,7 +70,9 @@ class LatCollector:
         o, b = self.opts, self.bpf
         # the kernel's stamps carry no process: -P and -p need the queue program
         stamps = o.timing != "probes" and not o.per_pid and o.pid is None
-        b.choose(required=["bio_queue", "rq_issue", "rq_complete"], optional=["split", "task_rename"])
+        b.choose(required=["bio_queue", "rq_issue", "rq_complete"], optional=["split", "task_rename", *THROTTLE_HOOKS])
+        self.throttle = ThrottleWatch(b, lambda: o.disks or devices.list_disks())
+        self.throttle.setup()
         # per disk in the map whenever the processes are not (-P): the kernel's count of completed
         # requests is compared per disk (sample()); merged here when -D was not asked for
         b.set_global("targ_per_disk", o.per_disk or not o.per_pid, "?")
@@ -92,6 +96,7 @@ class LatCollector:
             b.set_max_entries("hists", HIST_MAX_ENTRIES)
         b.load()
         self.hists = b.map("hists")
+        self.throttle.loaded()
         self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
                                 [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)] + ["not_stamped"],
                                 explain={**LOSS_EXPLAIN, **EXPLAIN})
@@ -112,6 +117,7 @@ class LatCollector:
     def tick(self) -> None:
         """Housekeeping, every second: disks without stamps, and stale slots every SWEEP_EVERY_S."""
         self.stamps.tick()
+        self.throttle.tick()
         # the slot table holds bios only where a disk is followed by the probes
         if not self.stamps.stamps_only:
             self.slots.tick()
@@ -192,7 +198,10 @@ class LatCollector:
                          kernel_completed=self.kernel_completed(since_last=reset, cur=kernel_now),
                          kernel_in_flight=in_flight, final=final,
                          pid_filtered=self.filtered, stacks=self.stacks, timing=dict(self.timing),
-                         programs=list(self.bpf.attached), stamps_shortfall=shortfall)
+                         programs=list(self.bpf.attached), stamps_shortfall=shortfall,
+                         throttled=self.throttle.read(self.names.name, self.cgroup_names.name),
+                         throttle_limits=list(self.throttle.limits), throttle_no_wait=self.throttle.no_wait,
+                         throttle_no_held=self.throttle.no_held)
 
     def _kernel_counts(self) -> dict[str, int]:
         stats = devices.read_diskstats()

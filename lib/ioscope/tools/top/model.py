@@ -26,6 +26,7 @@ from ioscope.base import cgroups, hist
 from ioscope.base.devices import DiskStats
 from ioscope.base.heat import HeatGrid
 from ioscope.base.hist import Hist
+from ioscope.engines.context.throttle import HeldBios
 from ioscope.kernel import abi
 
 NS_PER_MS = 1e6
@@ -89,6 +90,8 @@ class CgroupRow:
     p99_ms: float | None = None
     ios: int = 0
     hist: Hist | None = field(default=None, repr=False, compare=False)
+    held: int = 0                # bios blk-throttle held before their queue event (not in avg_ms, p99ms)
+    thr_p99_ms: float | None = None  # their wait in the throttle, where it is measured (fentry)
 
 
 def iostat(prev: DiskStats, cur: DiskStats, seconds: float) -> DeviceRow:
@@ -148,6 +151,7 @@ class Sample:
     disk_hists: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, dtype=abi.HIST))
     lost: int = 0
     lost_detail: dict[str, int] = field(default_factory=dict)
+    throttled: list[HeldBios] = field(default_factory=list)  # bios blk-throttle held since the last sample
 
 
 @dataclass
@@ -168,6 +172,8 @@ class Snapshot:
     # (cmd.py) and drawn by the panels registered in view.PANELS; JSON carries them under "extras".
     extras: dict[str, Any] = field(default_factory=dict)
     cgroups: list[CgroupRow] | None = None  # the cgroup view (-G): None when not asked for
+    throttled: list[HeldBios] = field(default_factory=list)  # bios blk-throttle held in the interval
+    throttle_no_wait: str = ""  # why their wait is not measured here ("" when it is)
 
 
 def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],
@@ -229,8 +235,9 @@ def proc_rows(keys: npt.NDArray[Any], vals: npt.NDArray[Any], seconds: float,
     return out
 
 
-def cgroup_rows(procs: Iterable[ProcRow]) -> list[CgroupRow]:
-    """The process rows (with their cgroup) added up per cgroup and disk, busiest first."""
+def cgroup_rows(procs: Iterable[ProcRow], throttled: Iterable[HeldBios] = ()) -> list[CgroupRow]:
+    """The process rows (with their cgroup) added up per cgroup and disk, with the bios blk-throttle held
+    in each, busiest first."""
     rows: dict[tuple[str, str], CgroupRow] = {}
     for p in procs:
         if p.cgroup is None:
@@ -244,6 +251,11 @@ def cgroup_rows(procs: Iterable[ProcRow]) -> list[CgroupRow]:
         r.ios += p.ios
         if p.hist is not None:
             r.hist = p.hist if r.hist is None else r.hist.merge(p.hist)
+    for t in throttled:
+        r = rows.setdefault((t.cgroup, t.disk), CgroupRow(t.cgroup, t.disk, cgroups.label(t.cgroup)))
+        r.held += t.held
+        if t.wait.count:
+            r.thr_p99_ms = t.wait.percentile(99) / NS_PER_MS
     for r in rows.values():
         if r.hist is not None and r.hist.count:
             r.avg_ms = r.hist.mean / NS_PER_MS
@@ -254,7 +266,7 @@ def cgroup_rows(procs: Iterable[ProcRow]) -> list[CgroupRow]:
 def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: Iterable[str],
                    name_of: Callable[[int], str], comm_of: Callable[[int], str], attach: str = "",
                    show_idle: bool = False, cgroup_of: Callable[[int], str] | None = None,
-                   cgroup_view: bool = False) -> Snapshot:
+                   cgroup_view: bool = False, throttle_no_wait: str = "") -> Snapshot:
     """The rows of one refresh. disks: the whole-disk names (partitions are left out). A disk that did
     nothing in the interval is left out (iostat -z), unless show_idle: the disks asked for by name (-d),
     which iostat lists whatever they did. cgroup_of: names the cgroup of each process row (-G, -c);
@@ -278,7 +290,8 @@ def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: 
     procs = proc_rows(cur.proc_keys, cur.proc_vals, seconds, name_of, comm_of, cgroup_of)
     return Snapshot(wall=cur.wall, interval=seconds, host=host, kernel=kernel, devices=devs, procs=procs,
                     lost=cur.lost, lost_detail=dict(cur.lost_detail), attach=attach, disk_hists=dh,
-                    cgroups=cgroup_rows(procs) if cgroup_view else None)
+                    cgroups=cgroup_rows(procs, cur.throttled) if cgroup_view else None,
+                    throttled=list(cur.throttled), throttle_no_wait=throttle_no_wait)
 
 
 # -- sorting and filtering ----------------------------------------------------
@@ -330,8 +343,9 @@ def filter_snapshot(s: Snapshot, disk: str | None = None, pid: int | None = None
     devs = [d for d in s.devices if disk is None or d.disk == disk]
     procs = [p for p in s.procs if (disk is None or p.disk == disk) and (pid is None or p.pid == pid)]
     cgs = None if s.cgroups is None else [c for c in s.cgroups if disk is None or c.disk == disk]
+    held = [t for t in s.throttled if disk is None or t.disk == disk]
     return Snapshot(s.wall, s.interval, s.host, s.kernel, devs, procs, s.lost, s.lost_detail, s.attach,
-                    s.disk_hists, s.extras, cgs)
+                    s.disk_hists, s.extras, cgs, held, s.throttle_no_wait)
 
 
 # -- heat map -----------------------------------------------------------------

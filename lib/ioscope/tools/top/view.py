@@ -29,6 +29,7 @@ from ioscope.base import cgroups, units
 from ioscope.base.fmt import fmt_ns, iso_time
 from ioscope.base.heat import HEAT_CHARS, HeatGrid
 from ioscope.base.heat import level as heat_level
+from ioscope.engines.context.throttle import held_json, summary
 from ioscope.tools.top.model import (
     CgroupRow,
     DeviceRow,
@@ -113,7 +114,14 @@ CGROUP_COLUMNS = (
     Column("wkB_s", "wkB/s", 8, 88),
     Column("avg_ms", "avg_ms", 7, 70),
     Column("p99_ms", "p99ms", 7, 75),
+    Column("held", "HELD", 6, 72, "int"),         # bios blk-throttle held (their wait is not in avg_ms, p99ms)
+    Column("thr_p99_ms", "thr_p99", 8, 71),       # their wait in it, where measured (fentry)
 )
+
+
+def throttle_text(s: Snapshot) -> list[str]:
+    """The bios blk-throttle held in the interval, one line per cgroup and disk (throttle.summary)."""
+    return summary(s.throttled, s.throttle_no_wait, fmt_ns)
 
 
 def proc_columns(s: Snapshot) -> tuple[Column, ...]:
@@ -232,6 +240,7 @@ def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: in
     lines.append("".join(c.head() for c in dev_cols).rstrip())
     for d in sort_devices(s.devices, "util"):
         lines.append("".join(c.cell(d) for c in dev_cols).rstrip())
+    lines += throttle_text(s)
     lines.append("")
     if s.cgroups is not None:
         cg_cols = fit_columns(CGROUP_COLUMNS, sum(c.width for c in CGROUP_COLUMNS) + 18, stretch="label", most=48)
@@ -453,6 +462,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
     dev_block = table_lines(devs[:dev_rows], dev_cols)
     if not devs:
         dev_block.append(Text(" no disk did I/O in this interval", style="dim"))
+    dev_block += [Text(line, style="bold yellow") for line in throttle_text(s)[:3]]
     if s.cgroups is not None:  # the cgroup view: up to a quarter of the body, after the devices
         cg_rows = min(len(s.cgroups), max(1, body_h // 4 - 1))
         cg_block = table_lines(s.cgroups[:cg_rows], fit_columns(CGROUP_COLUMNS, width, stretch="label", most=70))
@@ -678,5 +688,7 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
         **units.to_json(UNIT if s.cgroups is None else UNIT_CGROUPS),
         "devices": [device_json(d) for d in s.devices], "procs": [proc_json(p) for p in s.procs],
         **({"cgroups": [cgroup_json(c) for c in s.cgroups]} if s.cgroups is not None else {}),
+        "throttle": {"held": [held_json(h) for h in s.throttled],
+                     **({"wait_not_measured": s.throttle_no_wait} if s.throttle_no_wait else {})},
         **({"extras": s.extras} if s.extras else {}),
     }
