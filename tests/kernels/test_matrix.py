@@ -320,7 +320,6 @@ def test_throttle_held(disk: Any, tmp_path: Path) -> None:
     measured and their waits add up to most of dd's own time and never more; where it does not (lockdown),
     both say so."""
     from blk_tracer import BlkTracer
-
     from ioscope.base.testbed import TestCgroups
 
     blkio = Path("/sys/fs/cgroup/blkio")
