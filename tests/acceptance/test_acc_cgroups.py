@@ -61,8 +61,8 @@ def test_services_in_cgroups_and_a_throttled_backup(loopdev: Any) -> None:
                                                    f"--ioengine=psync --rate_iops=600 --number_ios={PG_READS}"),
                     _fio(cg, CONTAINER, f"--filename={disk.path} --rw=randread --bs=4k --size=256m "
                                         f"--ioengine=psync --rate_iops=200 --number_ios={APP_READS}"),
-                    _fio(cg, "backup.service", f"--filename={disk.path} --rw=write --bs=64k --offset=256m "
-                                               f"--size=128m --ioengine=libaio --iodepth=8 --number_ios={BACKUP_WRITES}")]
+                    _fio(cg, "backup.service", f"--filename={disk.path} --rw=write --bs=64k --offset=256m --size=128m "
+                                               f"--ioengine=libaio --iodepth=8 --number_ios={BACKUP_WRITES}")]
             assert all(j.wait(timeout=120) == 0 for j in jobs)
             time.sleep(0.5)
         truth = sum(int(n) for n in re.findall(r"throtl bios disp=(\d+)", tracer.text))
