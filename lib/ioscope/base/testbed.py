@@ -137,12 +137,24 @@ class TestCgroups:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, mount: Path, prefix: str, names: list[str]) -> None:
+    def __init__(self, mount: Path, prefix: str, names: list[str], controllers: str = "io") -> None:
         self.top = f"/{prefix}-{os.getpid()}"
         self.root = mount / self.top.lstrip("/")
         self.root.mkdir()
-        for n in names:
-            (self.root / n).mkdir()
+        # cgroup v2: a child has a controller's state of its own only when its parent enables it for its
+        # children (cgroup.subtree_control); without it, its I/O is charged to the nearest ancestor
+        # that has it. Processes then go in leaves only (v2's "no internal processes").
+        self.v2 = (mount / "cgroup.controllers").exists()
+        try:
+            for n in names:
+                d = self.root / n
+                if self.v2:
+                    (d.parent / "cgroup.subtree_control").write_text(
+                        " ".join(f"+{c}" for c in controllers.split(",")))
+                d.mkdir()
+        except BaseException:
+            self.remove()
+            raise
 
     def shell(self, group: str, cmd: str) -> list[str]:
         """sh that moves itself into the group, then runs cmd in its place (exec)."""
