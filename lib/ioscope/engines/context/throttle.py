@@ -61,8 +61,10 @@ class ThrottleWatch:
     on a traced disk (read every CHECK_EVERY_S until then), read() returns the held bios since the
     last read."""
 
-    def __init__(self, bpf: BPFObject, disks: Callable[[], Iterable[BlockDevice]], kallsyms: str = "/proc/kallsyms"):
+    def __init__(self, bpf: BPFObject, disks: Callable[[], Iterable[BlockDevice]], kallsyms: str = "/proc/kallsyms",
+                 enabled: bool = True) -> None:
         self.bpf = bpf
+        self.enabled = enabled  # False: the tool did not choose HOOKS (it reads no held bios)
         self.disks = disks
         self.work_fn = kernel_function(WORK_FN, kallsyms)
         self.limits: list[dict[str, Any]] = []
@@ -76,6 +78,9 @@ class ThrottleWatch:
         """After choose(), before load: the work function's address, whether fentry notes each hold; the
         hooks' absences are this watch's to explain (only when a limit is in force), not the tool's."""
         b = self.bpf
+        if not self.enabled:
+            self.no_held = "not asked for"
+            return
         missing = {h: b.absent(b.hooks[h]) for h in HOOKS if not b.hooks[h].chosen}
         b.unavailable[:] = [u for u in b.unavailable if u not in missing.values()]
         if "throtl_add" in missing:
@@ -94,7 +99,7 @@ class ThrottleWatch:
         """Attach the programs once a limit is in force on a traced disk (then they stay attached: limits
         come and go); the limits are read again at each check, for the views."""
         now = time.monotonic()
-        if now < self._next_check:
+        if not self.enabled or now < self._next_check:
             return
         self._next_check = now + CHECK_EVERY_S
         got = iolimits.in_force(list(self.disks()))

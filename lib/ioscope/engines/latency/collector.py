@@ -31,6 +31,9 @@ class LatOptions:
     per_pid: bool = False
     per_cgroup: bool = False
     cgroup: str | None = None  # -c: this cgroup and those under it
+    # the bios blk-throttle holds (engines/context/throttle.py), read by sample(): lat's; the exporter and
+    # the web page read the histograms alone and leave it off
+    throttle: bool = False
     phases: tuple[str, ...] = ("q2c", "q2d", "d2c")
     btf: str | None = None
     timing: str = "auto"  # TIMINGS: auto uses the kernel's request stamps where they are kept
@@ -70,8 +73,9 @@ class LatCollector:
         o, b = self.opts, self.bpf
         # the kernel's stamps carry no process: -P and -p need the queue program
         stamps = o.timing != "probes" and not o.per_pid and o.pid is None
-        b.choose(required=["bio_queue", "rq_issue", "rq_complete"], optional=["split", "task_rename", *THROTTLE_HOOKS])
-        self.throttle = ThrottleWatch(b, lambda: o.disks or devices.list_disks())
+        b.choose(required=["bio_queue", "rq_issue", "rq_complete"],
+                 optional=["split", "task_rename", *(THROTTLE_HOOKS if o.throttle else ())])
+        self.throttle = ThrottleWatch(b, lambda: o.disks or devices.list_disks(), enabled=o.throttle)
         self.throttle.setup()
         # per disk in the map whenever the processes are not (-P): the kernel's count of completed
         # requests is compared per disk (sample()); merged here when -D was not asked for

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     opts = LatOptions(
         disks=[devices.resolve_disk(d) for d in args.disk or []],
         pid=args.pid, per_disk=args.per_disk, per_op=args.per_op, per_pid=args.per_pid,
-        per_cgroup=args.per_cgroup, cgroup=args.cgroup,
+        per_cgroup=args.per_cgroup, cgroup=args.cgroup, throttle=True,
         phases=tuple(args.phase), btf=system.btf_path(args.btf), timing=args.timing,
     )
     if args.timing == "stamps" and (args.per_pid or args.pid is not None):
