@@ -387,6 +387,9 @@ def test_throttle_held(disk: Any, tmp_path: Path) -> None:
             assert "fentry" in docs[tool][-1]["throttle"]["wait_not_measured"], docs[tool][-1]["throttle"]
     cgrows = [c for d in docs["top"] for c in d["cgroups"] if c["cgroup"] == svc]
     assert sum(c["held"] for c in cgrows) == truth
+    if cg.v2:  # the cgroup's own PSI beside the held bios: its tasks stalled on I/O while the throttle held dd
+        for tool in ("lat", "top"):
+            assert max(h.get("io_pressure_some_avg10", 0) for d in docs[tool] for h in d["throttle"]["held"]) > 0
 
 
 @pytest.mark.parametrize("attach", VARIANTS)

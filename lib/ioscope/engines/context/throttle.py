@@ -14,10 +14,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ioscope.base.cgroups import io_cgroup_root
 from ioscope.base.devices import BlockDevice
 from ioscope.base.hist import Hist
 from ioscope.engines.context import iolimits
@@ -53,6 +55,28 @@ class HeldBios:
     cgroup: str
     held: int
     wait: Hist
+    # the cgroup's io.pressure "some avg10" (cgroup v2 with PSI): the share of the last 10 s in which some
+    # of its tasks stalled on I/O, the kernel's own figure of what the throttle cost it; None elsewhere
+    pressure: float | None = None
+
+
+def io_pressure_avg10(cgroup_dir: Path) -> float | None:
+    """io.pressure's "some avg10=N.NN" of a cgroup v2 directory, in percent; None without it."""
+    try:
+        text = (cgroup_dir / "io.pressure").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        w = line.split()
+        if w and w[0] == "some":
+            for kv in w[1:]:
+                k, _, v = kv.partition("=")
+                if k == "avg10":
+                    try:
+                        return float(v)
+                    except ValueError:
+                        return None
+    return None
 
 
 class ThrottleWatch:
@@ -120,6 +144,11 @@ class ThrottleWatch:
         waits = abi.hists_from_array(vals["wait"])
         out = [HeldBios(int(k["dev"]), disk_name(int(k["dev"])), cgroup_name(int(k["cgroup"])), int(v["held"]), w)
                for k, v, w in zip(keys, vals, waits)]
+        io = io_cgroup_root()
+        if io is not None and io[1] == "v2":
+            for h in out:
+                if h.cgroup.startswith("/"):
+                    h.pressure = io_pressure_avg10(io[0] / h.cgroup.lstrip("/"))
         return sorted(out, key=lambda h: (-h.held, h.disk, h.cgroup))
 
 
@@ -135,6 +164,8 @@ def summary(held: Sequence[HeldBios], no_wait: str, fmt: Callable[[float], str])
                      f"max {fmt(float(h.wait.max))}")
         else:
             line += f" and not measured ({no_wait or 'no hold was seen beginning'})"
+        if h.pressure is not None:
+            line += f"; the cgroup's io.pressure: some {h.pressure:.2f}% (avg10)"
         lines.append(line)
     return lines
 
@@ -142,6 +173,7 @@ def summary(held: Sequence[HeldBios], no_wait: str, fmt: Callable[[float], str])
 def held_json(h: HeldBios) -> dict[str, Any]:
     p = h.wait.percentiles((50, 90, 99)) if h.wait.count else {}
     return {"disk": h.disk, "cgroup": h.cgroup, "held": h.held, "wait_measured": h.wait.count,
+            **({"io_pressure_some_avg10": h.pressure} if h.pressure is not None else {}),
             "wait_unit": "ns", **({"wait_p50": round(p[50], 1), "wait_p90": round(p[90], 1),
                                    "wait_p99": round(p[99], 1), "wait_max": h.wait.max,
                                    "wait_sum": h.wait.total} if h.wait.count else {})}
