@@ -147,3 +147,13 @@ def parse_blk_tracer(text: str, dev: str) -> list[dict[str, Any]]:
         out.append({"cpu": int(cpu), "ts": float(ts), "action": action, "rwbs": rwbs, "sector": sector,
                     "nsec": nsec, "tail": tail})
     return out
+
+
+def throttle_released(text: str, dev: str) -> int:
+    """Bios blk-throttle held and let go on device "maj,min", by the kernel's own blk tracer: the queue
+    events (Q) its dispatch work made, whose task is the kworker running it ("[kworker/..]" at the end
+    of the line). The throttle's own "throtl bios disp=N" messages count a bio once per level of a cgroup
+    v2 hierarchy it is dispatched through (v2's throttle is hierarchical; v1's flat), so they equal this
+    on v1 only."""
+    return sum(1 for e in parse_blk_tracer(text, dev) if e["action"] == "Q" and e["tail"].endswith("]")
+               and e["tail"].rsplit("[", 1)[1].startswith("kworker/"))

@@ -6,7 +6,7 @@ Three cgroups in the io controller's hierarchy, named as systemd and Docker name
 `backup.service` writing 64 KiB blocks under a write IOPS limit (v1 `blkio.throttle.write_iops_device`,
 or v2 `io.max`). `lat -G -m 12 1` (text) and `top -G -b 12 1` (batch text) run over the same
 workload. Each service's histogram counts exactly its fio's reads; the container is named by its short
-id; the backup's held bios are as many as the kernel's own blk tracer says the throttle dispatched, and
+id; the backup's held bios are as many as the kernel's own blk tracer shows the throttle's kworker queued, and
 both tools say that their wait is not in q2c (and how long it was, where fentry loads). Both exit 0 by
 themselves and leave no BPF program behind; the cgroups are removed.
 """
@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any
 
-from blk_tracer import BlkTracer
+from blk_tracer import BlkTracer, throttle_released
 from conftest import assert_counted, bpf_prog_ids, ioscope_cmd, programs_left, text_losses
 from ioscope.base.cgroups import io_cgroup_root
 from ioscope.base.testbed import TestCgroups
@@ -65,7 +65,7 @@ def test_services_in_cgroups_and_a_throttled_backup(loopdev: Any) -> None:
                                                f"--ioengine=libaio --iodepth=8 --number_ios={BACKUP_WRITES}")]
             assert all(j.wait(timeout=120) == 0 for j in jobs)
             time.sleep(0.5)
-        truth = sum(int(n) for n in re.findall(r"throtl bios disp=(\d+)", tracer.text))
+        truth = throttle_released(tracer.text, disk.device.majmin.replace(":", ","))
         outs: dict[str, tuple[str, str]] = {}
 
         def finish(name: str, p: subprocess.Popen[str]) -> None:

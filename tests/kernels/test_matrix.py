@@ -328,20 +328,14 @@ def test_cgroups(disk: Any, tmp_path: Path) -> None:
     assert_counted(rows.get((f"{top}/a/sib", "write"), 0), CG_WRITES_SIB, unseen)
 
 
-def throtl_dispatched(text: str) -> int:
-    """Bios blk-throttle dispatched, by the kernel's own account: its "throtl bios disp=N" messages in the
-    ftrace blk tracer's output (block/blk-throttle.c, throtl_dispatch_work_fn and the pending timer)."""
-    return sum(int(m.group(1)) for m in re.finditer(r"throtl bios disp=(\d+)", text))
-
-
 def test_throttle_held(disk: Any, tmp_path: Path) -> None:
     """lat -G and top -G while dd's direct writes in a cgroup limited to 20 write IOPS on the disk (v1
     blkio.throttle.write_iops_device, or v2 io.max wiops=20) wait in blk-throttle: both count the bios the
-    throttle held, charged to the cgroup, exactly as many as the kernel's own blk tracer says the throttle
-    dispatched (tracepoints alone: the queue event inside blk-throttle's dispatch work); where fentry on
+    throttle held, charged to the cgroup, exactly as many as the kernel's own blk tracer shows the throttle's
+    kworker queued (tracepoints alone: the queue event inside blk-throttle's dispatch work); where fentry on
     throtl_add_bio_tg loads, each held bio's wait is measured and their waits add up to most of dd's own
     time and never more; where it does not (lockdown), both say so."""
-    from blk_tracer import BlkTracer
+    from blk_tracer import BlkTracer, throttle_released
     from ioscope.base.cgroups import io_cgroup_root
     from ioscope.base.testbed import TestCgroups
 
@@ -363,7 +357,7 @@ def test_throttle_held(disk: Any, tmp_path: Path) -> None:
                                env={**os.environ, "LC_ALL": "C"})
             assert p.returncode == 0, p.stderr
             time.sleep(0.5)
-        truth = throtl_dispatched(tracer.text)
+        truth = throttle_released(tracer.text, disk.device.majmin.replace(":", ","))
         dd_s = float(re.search(r"copied, ([0-9.e+-]+) s", p.stderr).group(1))  # type: ignore[union-attr]
         topt.wait_lines(len(topt.out.read_text().splitlines()) + 2)
         settle()
