@@ -46,6 +46,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -295,6 +296,9 @@ def _with_headers(name: str, command: str) -> str:
     return f"env BCC_KERNEL_SOURCE={shlex.quote(str(hd))} {command}" if hd else command
 
 
+STOPPING = threading.Event()  # a signal stopped the run: every guest is killed, no other boots
+
+
 def boot(name: str, command: str, out: Path, timeout: float, console: Path | None, cpus: int = 2) -> int | None:
     """Boot kernel NAME with CPUS vCPUs and run command in it; None when it did not finish in time."""
     got = installed(name)
@@ -316,12 +320,16 @@ def boot(name: str, command: str, out: Path, timeout: float, console: Path | Non
     try:
         p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log or None, stderr=subprocess.STDOUT,
                              env=env, cwd=str(ROOT), start_new_session=True)
+        deadline = time.monotonic() + timeout
         try:
-            return p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, 9)
-            p.wait()
-            return None
+            while True:  # in steps, so that a stop (STOPPING, set by run() on a signal) ends every guest
+                try:
+                    return p.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    if STOPPING.is_set() or time.monotonic() > deadline:
+                        os.killpg(p.pid, 9)
+                        p.wait()
+                        return None
         except BaseException:
             os.killpg(p.pid, 9)
             p.wait()
@@ -424,17 +432,22 @@ def run(kernels: list[str], pytest_args: list[str], timeout: float, outroot: Pat
         # two vCPUs on two cores: about 80 s a test; one vCPU each: 6.12's 22 tests in 288 s)
         cpus = max(1, (os.cpu_count() or 2) // max(1, min(jobs, len(names))))
         futures = {pool.submit(run_one, n, pytest_args, timeout, outroot, cpus): n for n in names}
-        for fut in concurrent.futures.as_completed(futures):
-            o = fut.result()
-            outcomes[o.name] = o
-            counts: dict[str, int] = {}
-            for _tool, tid, outcome, msg in o.rows:
-                counts[outcome] = counts.get(outcome, 0) + 1
-                if outcome in ("failed", "error"):
-                    print(f"kernels: {o.name}: FAILED {tid}: {msg}", file=sys.stderr)
-            summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no tests"
-            print(f"kernels: {o.name}: {summary} in {o.seconds:.0f} s" + (f"; {o.problem}" if o.problem else ""),
-                  file=sys.stderr, flush=True)
+        try:
+            for fut in concurrent.futures.as_completed(futures):
+                o = fut.result()
+                outcomes[o.name] = o
+                counts: dict[str, int] = {}
+                for _tool, tid, outcome, msg in o.rows:
+                    counts[outcome] = counts.get(outcome, 0) + 1
+                    if outcome in ("failed", "error"):
+                        print(f"kernels: {o.name}: FAILED {tid}: {msg}", file=sys.stderr)
+                summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no tests"
+                print(f"kernels: {o.name}: {summary} in {o.seconds:.0f} s" + (f"; {o.problem}" if o.problem else ""),
+                      file=sys.stderr, flush=True)
+        except BaseException:  # SIGINT, SIGTERM, SIGHUP (_stop): no more boots, the running guests killed
+            STOPPING.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     table: dict[str, dict[str, str]] = {}
     failed = False
     for name in names:
