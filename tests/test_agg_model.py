@@ -17,7 +17,6 @@ from ioscope.base.render import render_plain
 from ioscope.capture import events as ev
 from ioscope.engines.aggregate import abi
 from ioscope.engines.aggregate.capture import records as bio_records
-from ioscope.engines.pairing.bios import Bios
 from ioscope.engines.aggregate.expr import compile_cond, parse_all
 from ioscope.engines.aggregate.model import (
     AggResult,
@@ -29,6 +28,7 @@ from ioscope.engines.aggregate.model import (
     quantize_buckets,
 )
 from ioscope.engines.aggregate.names import flags_bits, flags_name, name_rows
+from ioscope.engines.pairing.bios import Bios
 from ioscope.kernel import abi as core_abi
 from ioscope.tools.agg.view import renderables, to_json
 

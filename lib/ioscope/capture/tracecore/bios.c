@@ -295,6 +295,7 @@ static void on_complete(Bios *b, const event_t *E, bdev_t *d, int32_t di)
 			d->inflight = d->inflight > 0 ? d->inflight - 1 : 0;
 			if ((r = emit(b)) != NULL) {
 				r->c = ts; r->q = NONE; r->d = dn; r->sector = E->sector; r->seek = -1; r->dev = E->dev;
+				r->pid = E->pid; r->tgid = E->tgid;   /* no Q: the context it completed in */
 				r->inflight = (int32_t)before; r->category = E->category; r->error = E->error;
 				r->flags = BR_FIRST | BR_FLUSH;
 			}
