@@ -24,7 +24,7 @@ from ioscope.capture.events import (
     TC_WRITE,
 )
 from ioscope.engines.pairing.bios import NO_TIME, Bios
-from ioscope.tools.snoop.snooper import Pairer, SnoopLine
+from ioscope.tools.snoop.snooper import LiveFeed, SnoopLine
 from ioscope.tools.snoop.view import fmt_line
 
 DEV = (7 << 20) | 5
@@ -48,7 +48,7 @@ def _rows(out: np.ndarray) -> list[tuple[int, int, int]]:
 
 
 def test_pairs_across_batches_and_keeps_only_unmatched() -> None:
-    p = Pairer()
+    p = LiveFeed()
     b1 = np.concatenate([ev(TA_QUEUE, 100, 8, pid=1), ev(TA_ISSUE, 150, 8, pid=2), ev(TA_QUEUE, 160, 64, pid=3)])
     assert len(p.feed(b1)) == 0 and p.bios.in_flight() == 2
     b2 = np.concatenate([ev(TA_COMPLETE, 400, 8, pid=0), ev(TA_ISSUE, 420, 64, pid=4),
@@ -61,7 +61,7 @@ def test_pairs_across_batches_and_keeps_only_unmatched() -> None:
 
 def test_events_after_the_horizon_wait_for_the_next_poll() -> None:
     """A poll reads one ring after another: a C can arrive one poll before the D of another CPU."""
-    p = Pairer()
+    p = LiveFeed()
     b1 = np.concatenate([ev(TA_QUEUE, 100, 8, pid=1), ev(TA_COMPLETE, 300, 8, pid=0),
                          ev(TA_QUEUE, 110, 16, pid=5), ev(TA_ISSUE, 120, 16), ev(TA_COMPLETE, 130, 16)])
     out = p.feed(b1, horizon_ns=200)  # the C at 300 is not older than the horizon: it waits
@@ -73,7 +73,7 @@ def test_events_after_the_horizon_wait_for_the_next_poll() -> None:
 
 
 def test_same_sector_reused_and_missing_phases() -> None:
-    p = Pairer()
+    p = LiveFeed()
     b = np.concatenate([
         ev(TA_QUEUE, 10, 0), ev(TA_ISSUE, 20, 0), ev(TA_COMPLETE, 30, 0),  # first I/O to sector 0
         ev(TA_QUEUE, 40, 0), ev(TA_ISSUE, 50, 0), ev(TA_COMPLETE, 65, 0),  # second one
@@ -92,7 +92,7 @@ def test_queue_event_is_used_once() -> None:
         e["category"] = TC_FLUSH
         return e
 
-    p = Pairer()
+    p = LiveFeed()
     b = np.concatenate([ev(TA_QUEUE, 10, 0), ev(TA_ISSUE, 20, 0), ev(TA_COMPLETE, 30, 0),
                         f(ev(TA_ISSUE, 5000, 0, 0)), f(ev(TA_COMPLETE, 5010, 0, 0)),   # no Q: flush machinery
                         ev(TA_QUEUE, 6000, 9), ev(TA_COMPLETE, 6001, 9),              # bio-based
@@ -103,7 +103,7 @@ def test_queue_event_is_used_once() -> None:
 def test_split_pieces_keep_the_bio_s_queue_time() -> None:
     """Each piece of a split bio is a line, queued when the bio was (ioscope's rule, report's and agg's: the
     split is not a queueing; the old snoop timed the second piece from the X)."""
-    p = Pairer()
+    p = LiveFeed()
     b = np.concatenate([ev(TA_QUEUE, 10, 0, 8192), ev(TA_SPLIT, 11, 0, 4096, aux=8),
                         ev(TA_ISSUE, 20, 0), ev(TA_ISSUE, 21, 8), ev(TA_COMPLETE, 30, 0), ev(TA_COMPLETE, 31, 8)])
     out = p.feed(b)
@@ -111,7 +111,7 @@ def test_split_pieces_keep_the_bio_s_queue_time() -> None:
 
 
 def test_unmatched_queue_events_age_out() -> None:
-    p = Pairer()
+    p = LiveFeed()
     p.feed(ev(TA_QUEUE, 1, 123))  # e.g. a bio merged into another request: never completes at its sector
     p.feed(ev(TA_QUEUE, 60 * 10**9, 7))
     assert p.dropped == 1 and p.bios.in_flight() == 1
@@ -179,7 +179,7 @@ def test_flush_sequence_write_is_one_line() -> None:
            w(ev(TA_COMPLETE, 79, 0, 0), wr),                                     # the write ended again
            w(ev(TA_QUEUE, 87, 0, 0), wr | TC_FLUSH), w(ev(TA_ISSUE, 94, 0, 0), flush),
            w(ev(TA_COMPLETE, 98, 0, 0), flush), w(ev(TA_COMPLETE, 99, 0, 0), wr)]   # the empty flush bio
-    p = Pairer()
+    p = LiveFeed()
     p.bios = Bios({DEV: False})   # the disk's write-back cache without FUA (the capture's device table)
     out = p.feed(np.concatenate(seq))
     # the empty bio timed from when it became a request (its G; none here: its Q), as agg does

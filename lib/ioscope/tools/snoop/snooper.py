@@ -32,7 +32,7 @@ COMM_HISTORY = 8   # names kept per pid: I/O in flight across that many renames 
 HORIZON_MARGIN_NS = 5_000_000
 
 
-class Pairer:
+class LiveFeed:
     """EVENT batches (in any order within a batch) in, the records (bios.BIOREC) of the completed requests
     out: the first bio of each (its queue time, issue, completion), flush requests and completions of I/O
     queued before the start."""
@@ -82,11 +82,11 @@ def _signed16(v: int) -> int:
 
 
 class Snooper:
-    """Recorder + Pairer: yields SnoopLines until stopped."""
+    """Recorder + LiveFeed: yields SnoopLines until stopped."""
 
     def __init__(self, opts: RecorderOptions) -> None:
         self.rec = Recorder(opts)
-        self.pairer = Pairer()
+        self.feed = LiveFeed()
         self.completed: dict[int, int] = {}  # kernel dev_t -> C events seen (the completions check)
         self.completed_attached: dict[int, int] = {}  # ... of them while every program ran
         self.names = devices.DevNames()
@@ -135,7 +135,7 @@ class Snooper:
         self.rec.count_completions(ev, self.completed, self.completed_attached)
         if len(ev) and (ev["action"] == 0).any():
             self.note_comms(ev[(ev["action"] == 0) & ((ev["flags"] & EV_NOTE_PROCESS) != 0)])
-        return list(self.lines(self.pairer.feed(ev, horizon_ns)))
+        return list(self.lines(self.feed.feed(ev, horizon_ns)))
 
     def finish(self) -> list[SnoopLine]:
         self.rec.detach()
