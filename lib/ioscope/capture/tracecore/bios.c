@@ -371,9 +371,9 @@ static PyObject *Bios_feed(Bios *b, PyObject *args)
 	for (Py_ssize_t k = 0; k < n && !b->oom; k++) {
 		const event_t *E = &ev[k];
 		int a = E->action;
+		b->last_ts = E->ts;
 		if (E->flags & EV_NOTE_PROCESS)
 			continue;
-		b->last_ts = E->ts;
 		if (a != A_QUEUE && a != A_GETRQ && a != A_SPLIT && a != A_ISSUE && a != A_COMPLETE)
 			continue;
 		int32_t di;
