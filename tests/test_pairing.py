@@ -124,7 +124,7 @@ def test_live_capture_both_rule_sets(loopdev: Callable[..., Any], tmp_path: Path
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout.splitlines()[0])
-    assert sum(r["value"] for r in doc["aggs"][0]["rows"]) == NIOS * PIECES
+    assert sum(r["count"] for r in doc["aggs"][0]["rows"]) == NIOS * PIECES
     with open_source(str(cap)) as s:
         machines = flush_machines(s.meta.get("devices") or {})
     assert len(bio_records(str(cap), machines)) == NIOS * PIECES
