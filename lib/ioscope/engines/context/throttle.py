@@ -102,6 +102,7 @@ class ThrottleWatch:
         """After choose(), before load: the work function's address, whether fentry notes each hold; the
         hooks' absences are this watch's to explain (only when a limit is in force), not the tool's."""
         b = self.bpf
+        b.deferred.update(HOOKS)
         if not self.enabled:
             self.no_held = "not asked for"
             return
