@@ -1,14 +1,15 @@
 """Acceptance: services in cgroups on one disk, one of them under a write limit, watched with `ioscope lat
--G` and `ioscope top -G` as an engineer on a container host would type them.
+-G` and `ioscope top -G -c` as an engineer on a container host would type them.
 
 Three cgroups in the io controller's hierarchy, named as systemd and Docker name theirs: a
 `postgresql.service` doing 8 KiB random reads, a `docker-<id>.scope` doing 4 KiB random reads, and a
 `backup.service` writing 64 KiB blocks under a write IOPS limit (v1 `blkio.throttle.write_iops_device`,
-or v2 `io.max`). `lat -G -m 12 1` (text) and `top -G -b 12 1` (batch text) run over the same
-workload. Each service's histogram counts exactly its fio's reads; the container is named by its short
-id; the backup's held bios are as many as the kernel's own blk tracer shows the throttle's kworker queued, and
-both tools say that their wait is not in q2c (and how long it was, where fentry loads). Both exit 0 by
-themselves and leave no BPF program behind; the cgroups are removed.
+or v2 `io.max`). `lat -G -m 12 1` (text) and `top -G -c TOP -b 12 1` (batch text, only the services'
+cgroups) run over the same workload. Each service's histogram counts exactly its fio's reads; the
+container is named by its short id; the backup's held bios are as many as the kernel's own blk tracer
+shows the throttle's kworker queued, and both tools say that their wait is not in q2c (and how long it
+was, where fentry loads). Both exit 0 by themselves and leave no BPF program behind; the cgroups are
+removed.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def test_services_in_cgroups_and_a_throttled_backup(loopdev: Any) -> None:
         limit.write_text(f"{disk.device.majmin} {LIMIT_IOPS}\n" if v1 else f"{disk.device.majmin} wiops={LIMIT_IOPS}\n")
         lat = subprocess.Popen(ioscope_cmd("lat", "-d", disk.name, "-G", "-m", "12", "1"), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-        top = subprocess.Popen(ioscope_cmd("top", "-d", disk.name, "-G", "-b", "12", "1"), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+        top = subprocess.Popen(ioscope_cmd("top", "-d", disk.name, "-G", "-c", cg.top, "-b", "12", "1"),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         tools += [lat, top]
         assert lat.stderr is not None
         assert lat.stderr.readline().startswith("Tracing block I/O latency"), "lat did not start"
@@ -114,5 +115,8 @@ def test_services_in_cgroups_and_a_throttled_backup(loopdev: Any) -> None:
     rows = {ln.split()[0]: ln.split() for ln in top_out.splitlines() if ln.startswith(f" {cg.top}/")}
     assert rows[f"{cg.top}/backup.service"][-2] == str(truth), rows
     assert f"{cg.top}/postgresql.service" in rows and "[docker 3f9c2e61b0d8]" in top_out, top_out[-3000:]
+    # top -c TOP: only the services' cgroups, none outside the filter (the root's I/O is not shown)
+    table = top_out[top_out.index(" CGROUP "):top_out.index("    PID ")]
+    assert all(ln.startswith((f" {cg.top}/", " …")) for ln in table.splitlines()[1:] if ln.strip()), table
     time.sleep(0.1)
     assert not programs_left(ids)
