@@ -368,11 +368,16 @@ def test_throttle_held(disk: Any, tmp_path: Path) -> None:
     # the throttle lets one in two of dd's writes through at once at this rate (test_agg_throttle)
     assert THROTTLED_WRITES // 2 - 2 <= truth <= THROTTLED_WRITES, truth
     svc = f"{cg.top}/svc"
+    from ioscope.kernel.loader import fentry_error
+
+    fentry = fentry_error("throtl_add_bio_tg") == 0  # the kernel lets fentry attach there (not under lockdown)
     for tool in ("lat", "top"):
         held = [h for d in docs[tool] for h in d["throttle"]["held"]]
         assert {h["cgroup"] for h in held} == {svc}, (tool, held)
         assert sum(h["held"] for h in held) == truth, (tool, held, truth)
         measured = sum(h["wait_measured"] for h in held)
+        if fentry:  # every held wait is measured (the matrix's Debian kernels)
+            assert measured == truth, (tool, held)
         if measured:  # fentry: every held bio's wait, adding up to most of dd's time
             assert measured == truth, (tool, held)
             waited_s = sum(h["wait_sum"] for h in held if h["wait_measured"]) / 1e9
