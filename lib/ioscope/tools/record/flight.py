@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ioscope.base.cgroups import CgroupNames
 from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.capture.events import EVENT, join_events, select_events
@@ -462,6 +463,8 @@ class FlightSession:
         self.window_ns = int(spec.window_s * 1e9) if spec.window_s else None
         keep = self.window_ns + self.after_ns if self.window_ns is not None else None
         self.ring = EventRing(keep, spec.memory, rec.capture_lost())
+        # the paths of the cgroups the saved queue events name, read when a window is saved
+        self.cgroup_names = CgroupNames()
         self.kernel_triggers = triggers
         self.max_saves = max_saves
         self.context = context
@@ -640,7 +643,7 @@ class FlightSession:
                "detached_mono_ns": job.end_ns, "completions_check": {}}
 
         def write(path: str, force: bool) -> None:
-            w = CaptureWriter(path, header, force=force)
+            w = CaptureWriter(path, header, force=force, cgroup_names=self.cgroup_names.name)
             try:
                 w.add_comms(job.comms)
                 w.set_lost(job.lost)
