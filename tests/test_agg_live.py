@@ -314,6 +314,9 @@ def test_cgroup_key_and_filter(loopdev: Any, io_cgroup: tuple[Path, str]) -> Non
         assert rows == want, (rows, want)
 
 
+BIG = 3   # 1 MiB direct writes
+
+
 def test_capture_holds_each_ios_cgroup(loopdev: Any, io_cgroup: tuple[Path, str], tmp_path: Path) -> None:
     """record stores the cgroup of each bio and names it: agg -r counts by cgroup what the workloads did in
     each (dd's own counts), and -c over the capture keeps a cgroup's I/O only."""
@@ -330,7 +333,8 @@ def test_capture_holds_each_ios_cgroup(loopdev: Any, io_cgroup: tuple[Path, str]
         assert rec.poll() is None, rec.communicate()
         subprocess.run(["sh", "-c", f"echo $$ > {cgdir}/cgroup.procs && exec dd if={dev.path} of=/dev/null "
                         f"bs=4k count={READS} iflag=direct 2>/dev/null"], check=True)
-        subprocess.run(["dd", "if=/dev/zero", f"of={dev.path}", "bs=64k", f"count={WRITES}", "seek=100",
+        # 1 MiB writes: split by the disk's max_sectors_kb, each piece one record over a capture
+        subprocess.run(["dd", "if=/dev/zero", f"of={dev.path}", "bs=1M", f"count={BIG}", "seek=10",
                         "oflag=direct"], check=True, stderr=subprocess.DEVNULL)
         time.sleep(0.2)
     finally:
@@ -338,11 +342,12 @@ def test_capture_holds_each_ios_cgroup(loopdev: Any, io_cgroup: tuple[Path, str]
         _out, err = rec.communicate(timeout=60)
     assert rec.returncode == 0, err
     mine = io_cgroup_of()
+    pieces = BIG * -(-1024 // int((Path("/sys/block") / dev.name / "queue/max_sectors_kb").read_text()))
     with open_capture(str(cap)) as c:
         ev = c.read_all()
         names = dict(c.cgroups)
     q = ev[(ev["action"] == TA_QUEUE) & (ev["dev"] == dev.device.dev)]
-    assert len(q) == READS + WRITES and ((q["flags"] & EV_CGROUP) != 0).all()
+    assert len(q) == READS + BIG and ((q["flags"] & EV_CGROUP) != 0).all()
     assert sorted(names[cg] for cg in set(q["aux"].tolist())) == sorted({cgpath, mine})
 
     def agg_r(*args: str) -> dict[tuple[str, ...], int]:
@@ -350,10 +355,11 @@ def test_capture_holds_each_ios_cgroup(loopdev: Any, io_cgroup: tuple[Path, str]
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         (res,) = [json.loads(ln) for ln in p.stdout.splitlines() if ln.strip()]
+        assert res["io_unit"] == "pieces"   # a split bio's pieces are a record each
         (agg,) = res["aggs"]
         return {(r["keys"]["cgroup"], r["keys"]["op"]): r["count"] for r in agg["rows"]}
 
-    assert agg_r() == {(cgpath, "read"): READS, (mine, "write"): WRITES}
+    assert agg_r() == {(cgpath, "read"): READS, (mine, "write"): pieces}
     assert agg_r("-c", cgpath) == {(cgpath, "read"): READS}
     # a cgroup the capture has no I/O of: one line, what it has
     p = subprocess.run(ioscope_cmd("agg", "-r", str(cap), "-e", "count()", "-c", "/no-such-cgroup"),

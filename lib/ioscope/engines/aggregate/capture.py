@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ioscope.base import devices
+from ioscope.base import devices, units
 from ioscope.base.errors import UsageError
 from ioscope.base.losses import Losses
 from ioscope.base.rate import Span
@@ -249,6 +249,7 @@ def _result(exprs: Sequence[Expr], progs: list[list[Insn]], records: list[dict[s
     sample = AggSample(wall=wall0 + end / 1e9, started=wall0 + start / 1e9, rows=rows, losses=losses, final=True)
     res = build_result(exprs, sample, limit)
     res.active_s = active_s
+    res.unit = units.PIECES   # bios.c cuts a split bio into its pieces, each a record
     return res
 
 
