@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ioscope.base.cgroups import CgroupNames
+from ioscope.base.cgroups import label as cgroup_label
 from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.capture.events import EVENT, join_events, select_events
@@ -288,6 +289,11 @@ class Trigger:
     kind: str                # "condition", "signal", "command", "exit"
 
 
+# a trigger's I/Os are counted by these: the save line names the disks and ops, and who did the worst one
+# (its process and the cgroup it is charged to: a service's throttled bios are the service's)
+TRIGGER_KEYS = ("disk", "op", "comm", "cgroup")
+
+
 def parse_triggers(texts: Sequence[str]) -> list[Expr]:
     """Each --trigger condition as the aggregation that counts the I/Os matching it, by disk and op; with
     the largest time it names (max(q2c) for 'q2c > 500ms'), to say how slow they were."""
@@ -302,7 +308,7 @@ def parse_triggers(texts: Sequence[str]) -> list[Expr]:
             raise ExprError(f"--trigger '{t}': {exc.msg}", exc.col, exc.hint) from None
         fields = cond_fields(cond)
         value = next((f for f in TIME_FIELDS if f in fields), None)
-        out.append(Expr(t, "max" if value else "count", value, ("disk", "op"), cond))
+        out.append(Expr(t, "max" if value else "count", value, TRIGGER_KEYS, cond))
     return out
 
 
@@ -341,11 +347,13 @@ class KernelTriggers:
             where = ", ".join(sorted({f"{r.keys.get('disk')} {r.keys.get('op')}s" for r in rows}))
             if e.value:
                 worst = max(rows, key=lambda r: r.stat.max)
-                what = f"{e.value} up to {fmt_ns(worst.stat.max)}"
+                what = f", {e.value} up to {fmt_ns(worst.stat.max)}"
             else:
+                worst = max(rows, key=lambda r: r.stat.count)
                 what = ""
+            who = f"{worst.keys.get('comm')} in {cgroup_label(str(worst.keys.get('cgroup')))}"
             ios = f"{n} I/O{'s' if n != 1 else ''}"
-            out.append(f"'{e.text}': {ios} ({where})" + (f", {what}" if what else ""))
+            out.append(f"'{e.text}': {ios} ({where}){what}, by {who}")
         return out
 
     def close(self) -> None:
