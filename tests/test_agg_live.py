@@ -245,10 +245,10 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
         live_counts[(dev.name, "read")]
     # flush requests have no bio, no slot: a completion of one that ran no BPF program is not reported
     # (not completion_unseen), so these two stay as they are
-    assert flags[("[unknown]", "flush", "FN", 0)] >= DSYNC  # at least one flush request per synchronous write
+    assert flags[("[kernel]", "flush", "FN", 0)] >= DSYNC  # at least one flush request per synchronous write
     # /proc/diskstats counts every write request (the empty ones too) and the flush requests as flushes
     assert after.writes - before.writes == fio_w + 2 * DSYNC
-    assert after.flushes - before.flushes == flags[("[unknown]", "flush", "FN", 0)]
+    assert after.flushes - before.flushes == flags[("[kernel]", "flush", "FN", 0)]
     # the capture was recorded beside agg: a completion that ran no BPF program ran none of either tool's
     # (docs/lat.md), so both miss the same ones and the counts by disk and op agree exactly, whatever
     # was missed. What the capture makes of a bio whose completion it missed is its own, though: it pairs
@@ -256,16 +256,13 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
     # which of two bios at one sector a completion ended it cannot tell when a missed completion leaves
     # both sizes open, so what reads size, bytes, process or q2c is compared only when nothing was missed
     # the cgroup of each bio: read by agg from the bio live, stored by record in the queue event, named
-    # from the io controller's hierarchy by both (the flush requests, bio-less, have none in either)
+    # from the io controller's hierarchy by both (the flush requests, bio-less, are '[none]' in both)
     same = ["count() by disk,op", "count() by cgroup,op"]
     if not unseen:
         same += ["count() by op where q2d > 0 and bytes >= 8k", "count() by comm,op,flags,size"]
     for e in same:
         lv_counts = {k: r["count"] for k, r in by(live, e).items()}
         of_counts = {k: r["count"] for k, r in by(offline[0], e).items()}
-        if e == "count() by cgroup,op":   # a flush request has no cgroup: '[unknown]' live, not recorded offline
-            lv_counts = {k: n for k, n in lv_counts.items() if k[1] != "flush"}
-            of_counts = {k: n for k, n in of_counts.items() if k[1] != "flush"}
         assert of_counts == lv_counts, e
     if not unseen:
         assert {k: r["sum"] for k, r in by(offline[0], "sum(bytes) by op").items()} == \

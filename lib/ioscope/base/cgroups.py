@@ -229,6 +229,10 @@ def cgroup_id(path: str) -> int:
     return cgroup_filter(path).id
 
 
+# the cgroup of a record with none: a flush request of the block layer's own has no bio, so no blkg
+NO_CGROUP = "[none]"
+
+
 class CgroupNames:
     """cgroup id -> path relative to the io controller's hierarchy ('/' for the root), by walking it.
 
@@ -261,7 +265,7 @@ class CgroupNames:
         if cg and cg not in self._names:
             self.refresh()
         self._used.add(cg)
-        return self._names.get(cg, f"cgroup:{cg}" if cg else "[unknown]")
+        return self._names.get(cg, f"cgroup:{cg}" if cg else NO_CGROUP)
 
 
 def label(path: str) -> str:

@@ -24,6 +24,10 @@ from ioscope.engines.aggregate.expr import Expr, ExprError, Literal, glob_match
 from ioscope.engines.aggregate.model import NamedRow, RawRow, cut_cycle
 from ioscope.kernel import abi as core_abi
 
+# the process of a record made in no process's name: a flush request of the block layer's own (btt names pid
+# 0 "kernel"; lat says [kernel] too)
+KERNEL = "[kernel]"
+
 OP_CODES = {name: code for code, name in core_abi.OP_NAMES.items() if name != "all"}
 RWBS_BITS = {"A": events.TC_AHEAD, "S": events.TC_SYNC, "M": events.TC_META}
 
@@ -312,7 +316,7 @@ def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> lis
         e = exprs[r.expr]
         if e.globs:  # comm == "kworker*": the rows carry the process (key_mask), its name decides
             tgid = r.key[abi.FIELDS["tgid"]]
-            if not glob_match(e.globs, namer.comm(tgid) if tgid else "[unknown]"):
+            if not glob_match(e.globs, namer.comm(tgid) if tgid else KERNEL):
                 continue
         keys: dict[str, str | int] = {}
         for k in e.keys:
@@ -324,7 +328,7 @@ def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> lis
             elif k == "flags":
                 keys[k] = flags_name(v)
             elif k == "comm":
-                keys[k] = namer.comm(v) if v else "[unknown]"
+                keys[k] = namer.comm(v) if v else KERNEL
             elif k == "cgroup":
                 keys[k] = namer.cgroup(v)
             elif k == "kstack":
