@@ -265,7 +265,7 @@ class CgroupNames:
         if cg and cg not in self._names:
             self.refresh()
         self._used.add(cg)
-        return self._names.get(cg, f"cgroup:{cg}" if cg else NO_CGROUP)
+        return self._names.get(cg, f"cgroup:{cg}" if cg else "[unknown]")
 
 
 def label(path: str) -> str:

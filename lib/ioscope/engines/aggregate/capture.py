@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from ioscope.base import devices, units
-from ioscope.base.cgroups import NO_CGROUP
 from ioscope.base.errors import UsageError
 from ioscope.base.losses import Losses
 from ioscope.base.rate import Span
@@ -119,8 +118,8 @@ class CaptureNamer:
         return self.comms.get(tgid, "[unknown]")
 
     def cgroup(self, cg: int) -> str:
-        if not cg:   # a flush request (no bio), or a capture recorded before cgroups were
-            return NO_CGROUP if self.cgroups else "[not recorded]"
+        if not cg:   # I/O whose queue event came before the capture's, or a capture recorded before cgroups were
+            return "[unknown]" if self.cgroups else "[not recorded]"
         return self.cgroups.get(cg, f"cgroup:{cg}")
 
     def kstack(self, sid: int) -> str:
