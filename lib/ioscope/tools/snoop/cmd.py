@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ioscope.base import live
 from ioscope.tools import common
@@ -61,6 +61,31 @@ def run(args: argparse.Namespace) -> int:
         snooper.close()
 
 
+class LimitNotes:
+    """A note on stderr when a cgroup I/O limit comes into force on a traced disk (read every CHECK_EVERY_S):
+    the bios blk-throttle holds wait before their queue event, in no line's QUE(ms)."""
+
+    def __init__(self, disks: list[Any]) -> None:
+        self.disks = disks
+        self.seen: set[str] = set()
+        self.next = 0.0
+
+    def check(self) -> None:
+        from ioscope.base import devices
+        from ioscope.engines.context import iolimits
+        from ioscope.engines.context.throttle import CHECK_EVERY_S
+        now = time.monotonic()
+        if now < self.next:
+            return
+        self.next = now + CHECK_EVERY_S
+        got = iolimits.in_force(self.disks or devices.list_disks())
+        new = [x for x in got if repr(sorted(x.items())) not in self.seen] if isinstance(got, list) else []
+        if new:
+            self.seen |= {repr(sorted(x.items())) for x in new}
+            print(f"ioscope snoop: note: {iolimits.describe(new)}; their wait is in no line's QUE(ms)",
+                  file=sys.stderr, flush=True)
+
+
 def _loop(sn: Snooper, args: argparse.Namespace) -> int:
     from ioscope.base import units
     from ioscope.engines.recording.recorder import POLL_MS, completions_warnings
@@ -75,8 +100,10 @@ def _loop(sn: Snooper, args: argparse.Namespace) -> int:
     if not args.json:
         print(CGROUP_HEADER if args.cgroups else HEADER, flush=True)
     deadline = time.monotonic() + args.duration if args.duration else None
+    limits = LimitNotes(sn.rec.opts.disks)
     try:
         while deadline is None or time.monotonic() < deadline:
+            limits.check()
             time.sleep(POLL_MS / 1000)   # Ctrl-C lands here, before the rings are read
             with live.signals_deferred():   # ... or after what was read is printed: never in between
                 emit(sn.poll(0), args.json, args.cgroups)
