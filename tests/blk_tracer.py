@@ -174,3 +174,17 @@ def throttle_released(text: str, dev: str) -> int:
     on v1 only."""
     return sum(1 for e in parse_blk_tracer(text, dev) if e["action"] == "Q" and e["tail"].endswith("]")
                and e["tail"].rsplit("[", 1)[1].startswith("kworker/"))
+
+
+def throttled_dd(cg: Any, group: str, disk: Any, count: int) -> tuple[int, float]:
+    """dd's `count` direct 4 KiB writes to `disk` (a LoopDevice) from `group` of `cg` (a TestCgroups), while the
+    blk tracer watches the disk: (the bios blk-throttle held, by the tracer (throttle_released); dd's own time
+    for its writes, s)."""
+    with BlkTracer(disk.name) as tracer:
+        p = subprocess.run(cg.shell(group, f"dd if=/dev/zero of={disk.path} bs=4k count={count} oflag=direct"),
+                           capture_output=True, text=True, timeout=600, env={**os.environ, "LC_ALL": "C"})
+        assert p.returncode == 0, p.stderr
+        time.sleep(0.5)
+    m = re.search(r"copied, ([0-9.e+-]+) s", p.stderr)
+    assert m, p.stderr
+    return throttle_released(tracer.text, disk.device.majmin.replace(":", ",")), float(m.group(1))

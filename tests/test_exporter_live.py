@@ -588,7 +588,7 @@ def test_throttled_bios_and_the_limit_are_exported(loop: LoopDevice) -> None:
     throttle's kworker queued; their waits are a histogram where fentry loads, and where it does not
     (lockdown) the exporter says why, with none measured."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from blk_tracer import BlkTracer, throttle_released
+    from blk_tracer import throttled_dd
     from ioscope.base.cgroups import io_cgroup_root
     from ioscope.base.testbed import TestCgroups
     from ioscope.kernel.loader import fentry_error
@@ -603,13 +603,7 @@ def test_throttled_bios_and_the_limit_are_exported(loop: LoopDevice) -> None:
     try:
         limit.write_text(f"{loop.device.majmin} {on}\n")
         time.sleep(3)  # the limits are looked for every 2 s; the throttle's programs attach on the first
-        with BlkTracer(loop.name) as tracer:
-            dd_p = subprocess.run(cg.shell("svc", f"dd if=/dev/zero of={loop.path} bs=4k count={THROTTLED_WRITES} "
-                                                  "oflag=direct"), capture_output=True, text=True, timeout=300,
-                                  env={**os.environ, "LC_ALL": "C"})
-            assert dd_p.returncode == 0, dd_p.stderr
-            time.sleep(0.5)
-        truth = throttle_released(tracer.text, loop.device.majmin.replace(":", ","))
+        truth, dd_s = throttled_dd(cg, "svc", loop, THROTTLED_WRITES)
         m = scrape(port)
     finally:
         limit.write_text(f"{loop.device.majmin} {off}\n")
@@ -619,12 +613,11 @@ def test_throttled_bios_and_the_limit_are_exported(loop: LoopDevice) -> None:
     assert THROTTLED_WRITES // 2 - 2 <= truth <= THROTTLED_WRITES, truth
     assert pick(m, "ioscope_io_limit", device=loop.name, cgroup=svc, limit="write_iops") == THROTTLE_IOPS
     held = series(m, "ioscope_throttled_bios_total")
-    assert held == {(("cgroup", svc), ("device", loop.name), ("kind", "cgroup"), ("name", "svc"), ("pod", "")): truth}, \
-        (held, truth)
+    want = {(("cgroup", svc), ("device", loop.name), ("kind", "cgroup"), ("name", "svc"), ("pod", "")): truth}
+    assert held == want, (held, truth)
     measured = pick(m, "ioscope_throttle_wait_seconds_count", device=loop.name, cgroup=svc)
     (reason,) = [dict(ls)["reason"] for (n, ls), _ in m.items() if n == "ioscope_throttle_wait_measured"]
     if fentry_error("throtl_add_bio_tg") == 0:   # every held bio's wait, adding up to less than dd's time
-        dd_s = float(dd_p.stderr.rsplit("copied, ", 1)[1].split(" s")[0])
         assert measured == truth and pick(m, "ioscope_throttle_wait_measured") == 1
         assert 0.5 * dd_s <= pick(m, "ioscope_throttle_wait_seconds_sum", device=loop.name, cgroup=svc) <= dd_s
     else:
