@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ioscope.base.devices import kdev_split, kdev_str
+from ioscope.base.hist import bucket_indexes
 from ioscope.capture.events import (
     ACTION_LETTERS,
     EV_CGROUP,
@@ -66,6 +67,7 @@ EVENTS_SCHEMA = pa.schema(
 QATTR = np.dtype([("ord", "<u8"), ("pid", "<u4"), ("tgid", "<u4"), ("cpu", "<u2"), ("category", "<u2"),
                   ("comm", "<i4"), ("cg", "<i8")])
 NO_CGROUP = -1
+QCGROUP = np.dtype([("ord", "<u8"), ("cg", "<i8")])   # the fields of QATTR report's cgroups need
 
 
 def capture_id(src: Source) -> str:
@@ -116,9 +118,9 @@ class _Strings:
         return taken
 
 
-def queue_cgroups(ev: npt.NDArray[np.void]) -> npt.NDArray[np.int64]:
-    """Each event's cgroup id (its aux where it has EV_CGROUP), else NO_CGROUP."""
-    return np.where((ev["flags"] & EV_CGROUP) != 0, ev["aux"].astype(np.int64), np.int64(NO_CGROUP))
+def queue_cgroups(ev: npt.NDArray[np.void], at: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+    """The cgroup id of the events ev[at] (their aux where they have EV_CGROUP), else NO_CGROUP."""
+    return np.where((ev["flags"][at] & EV_CGROUP) != 0, ev["aux"][at].astype(np.int64), np.int64(NO_CGROUP))
 
 
 class QueuedAttrs:
@@ -126,19 +128,23 @@ class QueuedAttrs:
     the Qs of each chunk the engine is fed, find() those of its per-I/O records, forget() the Qs no I/O
     in flight needs any more (an IoSink's three steps; memory bounded by the I/Os in flight)."""
 
-    def __init__(self) -> None:
-        self.pending = np.zeros(0, dtype=QATTR)
+    def __init__(self, dtype: np.dtype[np.void] = QATTR) -> None:
+        """dtype: QATTR, or the fields of it a sink needs ("ord" and "cg" for report's cgroups)."""
+        self.dtype = dtype
+        self.pending = np.zeros(0, dtype=dtype)
 
     def remember(self, ev: npt.NDArray[np.void], base: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.void]]:
-        """Add the chunk's Qs with data (ev[k] has ordinal base + k); returns their indexes in ev and their
-        rows, whose fields the caller may fill further (comm)."""
+        """The chunk's Qs with data (ev[k] has ordinal base + k): their indexes in ev and their rows, whose
+        fields the caller may fill further (comm) before add()."""
         q = np.flatnonzero((ev["action"] == TA_QUEUE) & (ev["bytes"] > 0))
-        add = np.zeros(len(q), dtype=QATTR)
+        add = np.zeros(len(q), dtype=self.dtype)
         if len(q):
             add["ord"] = q.astype(np.uint64) + np.uint64(base)
+            names = self.dtype.names or ()
             for f in ("pid", "tgid", "cpu", "category"):
-                add[f] = ev[f][q]
-            add["cg"] = queue_cgroups(ev[q])
+                if f in names:
+                    add[f] = ev[f][q]
+            add["cg"] = queue_cgroups(ev, q)
         return q, add
 
     def add(self, rows: npt.NDArray[np.void]) -> None:
@@ -150,7 +156,7 @@ class QueuedAttrs:
         n = len(recs)
         has_q = recs["ord_q"] != NO_TIME
         if not len(self.pending):
-            return np.zeros(n, dtype=QATTR), np.zeros(n, dtype=bool)
+            return np.zeros(n, dtype=self.dtype), np.zeros(n, dtype=bool)
         at = np.minimum(np.searchsorted(self.pending["ord"], recs["ord_q"]), len(self.pending) - 1)
         return self.pending[at], has_q & (self.pending["ord"][at] == recs["ord_q"])
 
@@ -260,7 +266,7 @@ class CgroupSink(btt.IoSink):
     per cgroup of its Q (totals: cgroup id, or NO_CGROUP, -> CgroupIOs)."""
 
     def __init__(self) -> None:
-        self.queued = QueuedAttrs()
+        self.queued = QueuedAttrs(QCGROUP)
         self.totals: dict[int, CgroupIOs] = {}
 
     def io(self, recs: npt.NDArray[np.void], ev: npt.NDArray[np.void] | None, base: int, comms: dict[int, str],
@@ -274,18 +280,20 @@ class CgroupSink(btt.IoSink):
             issued = done & (r["d"] != NO_TIME)
             q2c = np.where(r["c"] > r["t"], r["c"] - r["t"], np.uint64(1))
             d2c = np.where(r["c"] > r["d"], r["c"] - r["d"], np.uint64(1))
+            bq, bd = bucket_indexes(q2c), bucket_indexes(d2c)   # once per chunk, not per cgroup
             nbytes = ((r["e"] - r["s"]) * np.uint64(512)).astype(np.int64)
-            for c in np.unique(cg).tolist():
+            first = cg[0] if len(cg) else NO_CGROUP
+            for c in [int(first)] if bool((cg == first).all()) else np.unique(cg).tolist():
                 m = cg == c
                 acc = self.totals.get(c)
                 if acc is None:
                     acc = self.totals[c] = CgroupIOs()
-                md = m & done
+                md, mi = m & done, m & issued
                 acc.ios += int(md.sum())
                 acc.bytes += int(nbytes[md].sum())
                 acc.unfinished += int((m & ~done).sum())
-                acc.q2c.add(q2c[md])
-                acc.d2c.add(d2c[m & issued])
+                acc.q2c.add(q2c[md], bq[md])
+                acc.d2c.add(d2c[mi], bd[mi])
         if ev is not None:
             self.queued.forget(recs, min_ord)
 
