@@ -99,6 +99,8 @@ def test_labels_and_ids_without_a_path(tmp_path: Path) -> None:
     qs = [ln for ln in with_cg.splitlines() if "  Q " in ln]
     assert sum(" 4c5,1  Q   W " in ln for ln in qs) == NBIOS and sum(" 1221,0  Q   R " in ln for ln in qs) == 1
     assert with_cg.replace(" 4c5,1  Q ", "  Q ").replace(" 1221,0  Q ", "  Q ") == plain
+    # the lines -F leaves to the default format are written in Python (the others in C): the same
+    assert run_ioscope("parse", "-G", "-F", "B,%a\\n", cap, check=True).stdout == with_cg
     fmt = run_ioscope("parse", "-q", "-f", "%a %g %S\\n", cap, check=True).stdout.splitlines()
     assert fmt[0] == "Q 4c5,1 1000000" and fmt[-1] == "C 0,0 1000008"   # a C carries none: 0,0, as blkparse 1.3
     assert "Q 1221,0 1000008" in fmt

@@ -488,8 +488,8 @@ class Parser:
         text = _tracecore.format_blkparse(
             c(ev), rel=c(rel.astype(np.int64)), seq=c(seq.astype(np.uint32)), devidx=c(devidx.astype(np.int32)),
             pidx=c(pinv.astype(np.int32)), names=names, mask=self.mask, cpustats=self.cpustats,
-            devstats=self.devstats, text=not (self.formats or self.cgroups))
-        if not (self.formats or self.cgroups):
+            devstats=self.devstats, text=not self.formats, cgroups=self.cgroups)
+        if not self.formats:
             self.out.write(text.decode(errors="replace"))
             return
         lines = []
