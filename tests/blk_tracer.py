@@ -29,8 +29,11 @@ class BlkTracer:
 
     LOCK = "/dev/shm/ioscope-blk-tracer.lock"
 
-    def __init__(self, disk: str, output: str | None = None, buffer_kb: int = 131072) -> None:
+    def __init__(self, disk: str, output: str | None = None, buffer_kb: int = 131072, cgroup: bool = False) -> None:
+        """cgroup: the tracer's blk_cgroup option, each event with its bio's cgroup id after the device
+        (`7,2   4c5,0  Q  WS 0 + 8 [dd]`: LOW32,HIGH32 in hex)."""
         self.disk = disk
+        self.cgroup = cgroup
         self.output = output
         self.buffer_kb = buffer_kb
         self.tracefs = ""
@@ -67,6 +70,9 @@ class BlkTracer:
             self._enable("1")
             self._saved["enable"] = "0"
             self._w("current_tracer", "blk")
+            if self.cgroup:   # the option exists while the blk tracer is the current one
+                self._saved["options/blk_cgroup"] = self._r("options/blk_cgroup")
+                self._w("options/blk_cgroup", "1")
             if self.output:
                 self._out = open(self.output, "wb")
                 self._reader = subprocess.Popen(["cat", f"{self.tracefs}/trace_pipe"], stdout=self._out)
@@ -123,6 +129,8 @@ class BlkTracer:
         try:
             if self.tracefs:
                 self.stop()
+                if "options/blk_cgroup" in self._saved and self._r("current_tracer") == "blk":
+                    self._w("options/blk_cgroup", self._saved.pop("options/blk_cgroup"))
                 if self._r("current_tracer") == "blk":
                     self._w("current_tracer", "nop")
                 for key in ("buffer_size_kb", "tracing_on", "trace_clock"):
