@@ -264,6 +264,9 @@ class CgroupNames:
     def name(self, cg: int) -> str:
         if cg and cg not in self._names:
             self.refresh()
+            # an id the walk does not find is gone (ids are never reused): named once, not walked for again
+            # at each of its I/Os (snoop names every line)
+            self._names.setdefault(cg, f"cgroup:{cg}")
         self._used.add(cg)
         return self._names.get(cg, f"cgroup:{cg}" if cg else "[unknown]")
 
