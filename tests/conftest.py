@@ -79,6 +79,27 @@ def loopdev(live: None) -> Iterator[Callable[..., Any]]:
         d.__exit__(None, None, None)
 
 
+def drain(p: subprocess.Popen[str], timeout: float = 60) -> tuple[str, str]:
+    """The rest of a tool's stdout and stderr, and its exit. Popen.communicate() reads the pipes' file
+    descriptors, not their file objects: what a readline() before it buffered (a note printed right after
+    the start line) is lost. This reads through the file objects, each in a thread of its own."""
+    import threading
+
+    got: dict[str, str] = {}
+
+    def read(name: str) -> None:
+        f = getattr(p, name)
+        got[name] = f.read() if f is not None else ""
+
+    readers = [threading.Thread(target=read, args=(n,)) for n in ("stdout", "stderr")]
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join(timeout)
+    p.wait(timeout)
+    return got.get("stdout", ""), got.get("stderr", "")
+
+
 def ioscope_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "ioscope.cli", *args]
 

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from blk_tracer import BlkTracer, throttle_released
-from conftest import assert_counted, bpf_prog_ids, ioscope_cmd, programs_left, text_losses
+from conftest import assert_counted, bpf_prog_ids, drain, ioscope_cmd, programs_left, text_losses
 from ioscope.base.cgroups import io_cgroup_root
 from ioscope.base.testbed import TestCgroups
 
@@ -73,11 +73,11 @@ def test_services_in_cgroups_and_a_throttled_backup(loopdev: Any) -> None:
             time.sleep(0.5)
         truth = throttle_released(tracer.text, disk.device.majmin.replace(":", ","))
         snoop.send_signal(signal.SIGINT)
-        outs: dict[str, tuple[str, str]] = {"snoop": snoop.communicate(timeout=60)}
+        outs: dict[str, tuple[str, str]] = {"snoop": drain(snoop)}   # with what readline() buffered
         assert snoop.returncode == 0, outs["snoop"][1]
 
         def finish(name: str, p: subprocess.Popen[str]) -> None:
-            outs[name] = p.communicate(timeout=60)
+            outs[name] = drain(p)
 
         waits = [threading.Thread(target=finish, args=(n, p)) for n, p in (("lat", lat), ("top", top))]
         for t in waits:
@@ -138,5 +138,8 @@ def test_services_in_cgroups_and_a_throttled_backup(loopdev: Any) -> None:
     assert_counted(by_cg[f"{cg.top}/postgresql.service"], PG_READS, s_unseen)
     assert_counted(by_cg[f"{cg.top}/{CONTAINER}"], APP_READS, s_unseen)
     assert f"{cg.top}/backup.service" in by_cg and "[docker 3f9c2e61b0d8]" in outs["snoop"][0]
+    # the limit, in force when snoop started, is said once on stderr: the held wait is in no line
+    notes = [ln for ln in outs["snoop"][1].splitlines() if ln.startswith("ioscope snoop: note: ")]
+    assert len(notes) == 1 and f"cgroup {cg.top}/backup.service" in notes[0] and "write_iops=" in notes[0], notes
     time.sleep(0.1)
     assert not programs_left(ids)
