@@ -47,7 +47,7 @@ from ioscope.base.outfile import create_private
 from ioscope.capture import _tracecore
 from ioscope.capture.events import EV_CGROUP, EV_NOTE_PROCESS, EVENT, join_events, select_events
 
-# pyarrow is imported when a capture is written (_require_pyarrow), not when one is read: the
+# pyarrow is imported when a capture is written (require_writer), not when one is read: the
 # reader below decodes the Arrow IPC messages itself (one flatbuffer reader, _Flat), with numpy.
 # Measured 2026-11-22 on a 1.44-million-event whole-host capture (80 MB), reading every chunk into
 # EVENT arrays with checksums: this reader 0.19-0.20 s and 112 MiB peak RSS; pyarrow's stream reader
@@ -85,7 +85,10 @@ _MSG_RECORD_BATCH = 3
 _CONTINUATION = 0xFFFFFFFF
 
 
-def _require_pyarrow() -> None:
+def require_writer() -> None:
+    """Import what writing a capture needs (pyarrow: ~35 MiB of RSS, its libraries mapped). A writer calls
+    it when it starts; the flight recorder too, so that its first save neither grows the process nor
+    finds pyarrow missing after the incident it was kept for."""
     global pa, paipc
     if pa is not None:
         return
@@ -255,7 +258,7 @@ class CaptureWriter:
                  cgroup_names: Callable[[int], str] | None = None) -> None:
         """cgroup_names: cgroup id -> path, for the cgroups the queue events name (the recorder's, reading the
         host's hierarchy while the cgroups exist); without it only names given to add_cgroups are stored."""
-        _require_pyarrow()
+        require_writer()
         self.path = path
         self.meta: dict[str, Any] = {**base_meta(), **meta, "format": FORMAT, "format_version": FORMAT_VERSION}
         self.meta.setdefault("start", clock_pair())

@@ -38,6 +38,7 @@ from ioscope.base.cgroups import label as cgroup_label
 from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.capture.events import EVENT, join_events, select_events
+from ioscope.capture.store import require_writer
 
 if TYPE_CHECKING:
     from ioscope.engines.aggregate.collector import AggCollector
@@ -471,6 +472,7 @@ class FlightSession:
         self.window_ns = int(spec.window_s * 1e9) if spec.window_s else None
         keep = self.window_ns + self.after_ns if self.window_ns is not None else None
         self.ring = EventRing(keep, spec.memory, rec.capture_lost())
+        require_writer()   # now, not at the first save (its memory said from the start, its absence too)
         # the paths of the cgroups the saved queue events name, read when a window is saved
         self.cgroup_names = CgroupNames()
         self.kernel_triggers = triggers
