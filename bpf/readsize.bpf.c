@@ -50,6 +50,9 @@ const volatile __s32 nr_pwrite64 = -1;
 const volatile __s32 nr_writev = -1;
 const volatile __s32 nr_pwritev = -1;
 const volatile __s32 nr_pwritev2 = -1;
+const volatile __s32 nr_io_submit = -1;
+const volatile __s32 nr_io_getevents = -1;
+const volatile __s32 nr_io_pgetevents = -1;
 
 /* sys_enter -> sys_exit (not on x86-64). LRU: a thread killed inside a syscall leaves no leak. */
 struct {
@@ -88,6 +91,15 @@ struct {
 	__type(key, struct rs_disk_key);
 	__type(value, struct rs_disk_val);
 } proc_disks SEC(".maps");
+
+/* libaio iocbs and io_uring requests in flight (submitted, not completed). LRU: a request whose
+ * completion is never seen (the process died, io_destroy) leaves no leak. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct rs_async_key);
+	__type(value, struct rs_async);
+} async_reqs SEC(".maps");
 
 static struct rs_val zero_val;
 static struct rs_disk_val zero_disk_val;
@@ -240,9 +252,11 @@ static __always_inline int classify(long id, bool *vec)
 	return 0;
 }
 
-static __always_inline void record_syscall(__u32 tgid, __u32 op, __u64 req, long ret, __u32 dev)
+/* One read or write done (a syscall, or an async request at its completion): comm NULL = the current
+ * process's. */
+static __always_inline void record_io(__u32 tgid, __u32 op, __u64 req, long ret, __u32 dev, const char *comm)
 {
-	struct rs_val *v = proc_val(tgid, op, NULL);
+	struct rs_val *v = proc_val(tgid, op, comm);
 
 	if (targ_per_disk && ret > 0)
 		per_disk_add(tgid, op, dev, (__u64)ret, true, false);
@@ -256,6 +270,159 @@ static __always_inline void record_syscall(__u32 tgid, __u32 op, __u64 req, long
 	hist_add(&v->app_ret, (__u64)ret);
 	if ((__u64)ret < req)
 		__sync_fetch_and_add(&v->app_short, 1);
+}
+
+
+/* --- async I/O --------------------------------------------------------------------------------
+ * A libaio or io_uring read/write is remembered at its submission (who, which direction, which file's
+ * device, the size asked) and counted at its completion with the bytes done, as a syscall is at its
+ * return: the same per-process values, so readsize and fair see it like a read or write. */
+
+/* rs_inflight.op of a libaio call (sys_enter + sys_exit): RS_IN_AIO + 1 io_submit, + 2 io_getevents,
+ * the user array (iocbpp, events) in req */
+#define RS_IN_AIO 16
+#define AIO_MAX_BATCH 32 /* iocbs per io_submit, events per io_getevents, read by the program */
+#define IOCB_CMD_PREAD 0
+#define IOCB_CMD_PWRITE 1
+#define IOCB_CMD_PREADV 7
+#define IOCB_CMD_PWRITEV 8
+#define IORING_OP_READV 1
+#define IORING_OP_WRITEV 2
+#define IORING_OP_READ_FIXED 4
+#define IORING_OP_WRITE_FIXED 5
+#define IORING_OP_READ 22
+#define IORING_OP_WRITE 23
+
+/* struct iocb's first fields and struct io_event (uapi linux/aio_abi.h: fixed layout, x86-64/arm64) */
+struct rs_user_iocb {
+	__u64 data;
+	__u32 key;
+	__u32 rw_flags;
+	__u16 opcode;
+	__s16 reqprio;
+	__u32 fildes;
+	__u64 buf;
+	__u64 nbytes;
+};
+
+struct rs_user_event {
+	__u64 data;
+	__u64 obj; /* the iocb's user address */
+	__s64 res;
+	__s64 res2;
+};
+
+/* The device of an open file: s_dev of a regular file's filesystem, i_rdev of a block device, else 0. */
+static __always_inline __u32 file_dev(struct file *file)
+{
+	struct inode *inode = BPF_CORE_READ(file, f_inode);
+	__u32 mode;
+
+	if (!inode)
+		return 0;
+	mode = BPF_CORE_READ(inode, i_mode) & S_IFMT;
+	if (mode == S_IFREG)
+		return BPF_CORE_READ(inode, i_sb, s_dev);
+	if (mode == S_IFBLK)
+		return BPF_CORE_READ(inode, i_rdev);
+	return 0;
+}
+
+/* A request submitted: remember it until its completion. comm NULL: the current process's. */
+static __always_inline void async_start(struct rs_async_key *key, __u32 tgid, __u32 op, __u64 req, __u32 dev,
+					 const char *comm)
+{
+	struct rs_async a = { .req = req, .tgid = tgid, .op = op, .dev = dev };
+
+	if (comm)
+		bpf_probe_read_kernel_str(a.comm, sizeof(a.comm), comm);
+	else
+		process_comm(a.comm);
+	map_update(&async_reqs, key, &a, BPF_ANY);
+}
+
+/* A request completed with res (bytes or -errno): count it for its submitter. dev: the file's device
+ * when the submission could not tell it (0: unknown). */
+static __always_inline void async_done(struct rs_async_key *key, long res, __u32 dev)
+{
+	struct rs_async *a = bpf_map_lookup_elem(&async_reqs, key);
+	struct rs_async seen;
+
+	if (!a) {
+		stat_inc(RS_STAT_ASYNC_UNSEEN);
+		return;
+	}
+	seen = *a;
+	map_delete(&async_reqs, key, true);
+	if (seen.dev)
+		dev = seen.dev;
+	if (!dev || !dev_wanted(dev))
+		return;
+	record_io(seen.tgid, seen.op, seen.req, res, dev, seen.comm);
+}
+
+/* io_submit returned ret: the first ret iocbs of iocbpp were accepted. */
+static __always_inline void aio_submitted(__u32 tgid, const __u64 *iocbpp, long ret, const bool btf)
+{
+	struct rs_async_key key = { .b = tgid, .kind = RS_ASYNC_AIO };
+	int i;
+
+	for (i = 0; i < AIO_MAX_BATCH; i++) {
+		struct rs_user_iocb cb;
+		__u64 p, req;
+		__u32 op, dev;
+		bool vec;
+
+		if (i >= ret)
+			break;
+		if (bpf_probe_read_user(&p, sizeof(p), &iocbpp[i]) || bpf_probe_read_user(&cb, sizeof(cb), (void *)p))
+			continue;
+		vec = cb.opcode == IOCB_CMD_PREADV || cb.opcode == IOCB_CMD_PWRITEV;
+		if (cb.opcode == IOCB_CMD_PREAD || cb.opcode == IOCB_CMD_PREADV)
+			op = RS_OP_READ;
+		else if ((cb.opcode == IOCB_CMD_PWRITE || cb.opcode == IOCB_CMD_PWRITEV) && targ_writes)
+			op = RS_OP_WRITE;
+		else
+			continue;
+		dev = fd_dev((int)cb.fildes, btf);
+		if (!dev || !dev_wanted(dev))
+			continue;
+		req = vec ? iov_bytes((const struct iovec *)cb.buf, cb.nbytes) : cb.nbytes;
+		key.a = p;
+		async_start(&key, tgid, op, req, dev, NULL);
+	}
+	if (ret > AIO_MAX_BATCH)
+		stat_inc(RS_LOST_AIO_BATCH);
+}
+
+/* io_getevents / io_pgetevents returned ret events in the user array events. */
+static __always_inline void aio_reaped(__u32 tgid, const struct rs_user_event *events, long ret)
+{
+	struct rs_async_key key = { .b = tgid, .kind = RS_ASYNC_AIO };
+	int i;
+
+	for (i = 0; i < AIO_MAX_BATCH; i++) {
+		struct rs_user_event ev;
+
+		if (i >= ret)
+			break;
+		if (bpf_probe_read_user(&ev, sizeof(ev), &events[i]))
+			continue;
+		key.a = ev.obj;
+		async_done(&key, ev.res, 0);
+	}
+	if (ret > AIO_MAX_BATCH)
+		stat_inc(RS_LOST_AIO_BATCH);
+}
+
+/* The libaio syscalls: 1 io_submit, 2 io_getevents or io_pgetevents, 0 neither. */
+static __always_inline int aio_call(long id)
+{
+	if (id == nr_io_submit)
+		return 1;
+	if (id == nr_io_getevents || id == nr_io_pgetevents)
+		return 2;
+	return 0;
 }
 
 #if defined(__TARGET_ARCH_x86) && !defined(RS_ENTER_EXIT)
@@ -274,16 +441,25 @@ static __always_inline int on_sys_exit_regs(struct pt_regs *regs, long ret, cons
 	long id;
 	__u32 tgid, dev;
 	bool vec;
-	int op;
+	int op, aio = 0;
 
 	id = (long)IOS_READ(btf, regs, orig_ax);
 	op = classify(id, &vec);
-	if (!op)
-		return 0;
+	if (!op) {
+		aio = aio_call(id);
+		if (!aio || ret <= 0)
+			return 0;
+	}
 	tgid = bpf_get_current_pid_tgid() >> 32;
 	if (targ_tgid && tgid != targ_tgid)
 		return 0;
 	if (!comm_matches(NULL))
+		return 0;
+	if (aio == 1) /* io_submit(ctx, nr, iocbpp) */
+		aio_submitted(tgid, (const __u64 *)IOS_READ(btf, regs, dx), ret, btf);
+	else if (aio == 2) /* io_getevents(ctx, min_nr, nr, events, timeout) */
+		aio_reaped(tgid, (const struct rs_user_event *)IOS_READ(btf, regs, r10), ret);
+	if (aio)
 		return 0;
 	a1 = IOS_READ(btf, regs, di);
 	a2 = IOS_READ(btf, regs, si);
@@ -292,7 +468,7 @@ static __always_inline int on_sys_exit_regs(struct pt_regs *regs, long ret, cons
 	if (!dev || !dev_wanted(dev))
 		return 0;
 	req = vec ? iov_bytes((const struct iovec *)a2, a3) : a3;
-	record_syscall(tgid, op - 1, req, ret, dev);
+	record_io(tgid, op - 1, req, ret, dev, NULL);
 	return 0;
 }
 
@@ -306,17 +482,22 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id, const boo
 	__u64 pid_tgid, a3;
 	__u32 tid, dev;
 	bool vec;
-	int op, fd;
+	int op, fd, aio;
 
 	op = classify(id, &vec);
-	if (!op)
+	aio = op ? 0 : aio_call(id);
+	if (!op && !aio)
 		return 0;
-	in.op = op - 1;
+	in.op = op ? op - 1 : RS_IN_AIO + aio;
 	pid_tgid = bpf_get_current_pid_tgid();
 	if (targ_tgid && (pid_tgid >> 32) != targ_tgid)
 		return 0;
 	if (!comm_matches(NULL))
 		return 0;
+	if (aio) { /* the user array: io_submit's iocbpp (arg 3), io_getevents' events (arg 4) */
+		in.req = aio == 1 ? PT_REGS_PARM3_CORE_SYSCALL(regs) : PT_REGS_PARM4_CORE_SYSCALL(regs);
+		goto remember;
+	}
 	fd = (int)PT_REGS_PARM1_CORE_SYSCALL(regs);
 	dev = fd_dev(fd, btf);
 	if (!dev || !dev_wanted(dev))
@@ -327,6 +508,7 @@ static __always_inline int on_sys_enter(struct pt_regs *regs, long id, const boo
 		in.req = iov_bytes((const struct iovec *)PT_REGS_PARM2_CORE_SYSCALL(regs), a3);
 	else
 		in.req = a3;
+remember:
 	tid = (__u32)pid_tgid;
 	if (map_update(&inflight, &tid, &in, BPF_ANY))
 		stat_inc(RS_LOST_INFLIGHT_FULL);
@@ -348,7 +530,12 @@ static __always_inline int on_sys_exit(long ret)
 	op = in->op;
 	dev = in->dev;
 	map_delete(&inflight, &tid, false);
-	record_syscall(pid_tgid >> 32, op, req, ret, dev);
+	if (op == RS_IN_AIO + 1 && ret > 0)
+		aio_submitted(pid_tgid >> 32, (const __u64 *)req, ret, false);
+	else if (op == RS_IN_AIO + 2 && ret > 0)
+		aio_reaped(pid_tgid >> 32, (const struct rs_user_event *)req, ret);
+	else if (op < RS_IN_AIO)
+		record_io(pid_tgid >> 32, op, req, ret, dev, NULL);
 	return 0;
 }
 
@@ -357,7 +544,108 @@ IOS_TP(sys_exit, sys_exit, on_sys_exit(ret), struct pt_regs *regs, long ret)
 
 #endif /* __TARGET_ARCH_x86 */
 
+
+/* --- io_uring: the submit and complete tracepoints, whose arguments changed across kernels; user
+ * space picks the programs that match this kernel's (their BTF, collector.py: URING_HOOKS). ---- */
+
 #define PF_KTHREAD 0x00200000
+
+/* What io_uring_submit_req/sqe's request is: op + 1 (0: not a read/write); its size in *req and,
+ * where the file is already set (5.10), its device in *dev. */
+static __always_inline int uring_classify(struct io_kiocb *r, __u64 *req, __u32 *dev, bool user)
+{
+	struct io_rw *rw = (void *)r; /* a read/write's io_rw is the request's first member on 5.10-6.18 */
+	__u8 opcode = BPF_CORE_READ(r, opcode);
+	struct file *file;
+	__u32 len = 0;
+	__u64 addr;
+	int op;
+
+	if (opcode == IORING_OP_READ || opcode == IORING_OP_READV || opcode == IORING_OP_READ_FIXED)
+		op = RS_OP_READ;
+	else if ((opcode == IORING_OP_WRITE || opcode == IORING_OP_WRITEV || opcode == IORING_OP_WRITE_FIXED) &&
+		 targ_writes)
+		op = RS_OP_WRITE;
+	else
+		return 0;
+	file = BPF_CORE_READ(r, file);
+	*dev = file ? file_dev(file) : 0; /* 6.1+: set at issue, read at completion */
+	if (*dev && !dev_wanted(*dev))
+		return 0;
+	/* len is u64 on 5.10, u32 later: its low half (little-endian) is the size either way */
+	bpf_probe_read_kernel(&len, sizeof(len), __builtin_preserve_access_index(&rw->len));
+	*req = len;
+	if (opcode == IORING_OP_READV || opcode == IORING_OP_WRITEV) {
+		addr = BPF_CORE_READ(rw, addr);
+		*req = user ? iov_bytes((const struct iovec *)addr, len) : 0;
+	}
+	return op + 1;
+}
+
+struct io_kiocb___task {
+	struct task_struct *task;
+} __attribute__((preserve_access_index));
+
+static __always_inline int uring_submit(struct io_kiocb *r, __u64 a, __u64 b)
+{
+	struct task_struct *task = (void *)bpf_get_current_task();
+	struct rs_async_key key = { .a = a, .b = b, .kind = RS_ASYNC_URING };
+	const char *comm = NULL;
+	__u32 tgid, dev = 0;
+	bool user = true;
+	__u64 req = 0;
+	int op;
+
+	if (BPF_CORE_READ(task, flags) & PF_KTHREAD) {
+		/* 5.10's SQPOLL thread is a kernel thread: the request's task submitted it */
+		struct io_kiocb___task *rt = (void *)r;
+
+		if (!bpf_core_field_exists(rt->task))
+			return 0;
+		task = BPF_CORE_READ(rt, task);
+		if (!task)
+			return 0;
+		comm = BPF_CORE_READ(task, group_leader, comm);
+		user = false;
+	}
+	op = uring_classify(r, &req, &dev, user);
+	if (!op)
+		return 0;
+	tgid = BPF_CORE_READ(task, tgid);
+	if (targ_tgid && tgid != targ_tgid)
+		return 0;
+	if (!comm_matches(comm))
+		return 0;
+	async_start(&key, tgid, op - 1, req, dev, comm);
+	return 0;
+}
+
+static __always_inline int uring_done(struct io_kiocb *r, __u64 a, __u64 b, long res)
+{
+	struct rs_async_key key = { .a = a, .b = b, .kind = RS_ASYNC_URING };
+	struct file *file = r ? BPF_CORE_READ(r, file) : NULL;
+
+	async_done(&key, res, file ? file_dev(file) : 0);
+	return 0;
+}
+
+/* 5.10 (Debian's, with the request): io_uring_submit_sqe(ctx, req, opcode, user_data, flags,
+ * force_nonblock, sq_thread); io_uring_complete(ctx, user_data, res, cflags): joined on (ctx, user_data) */
+IOS_TP(uring_sqe_ud, io_uring_submit_sqe, uring_submit(req, (__u64)ring, user_data),
+       void *ring, struct io_kiocb *req, __u8 opcode, __u64 user_data)
+IOS_TP(uring_cqe_ud, io_uring_complete, uring_done(NULL, (__u64)ring, user_data, res),
+       void *ring, __u64 user_data, int res)
+/* 6.1: io_uring_submit_sqe(req, force_nonblock); 6.5+: io_uring_submit_req(req) */
+IOS_TP(uring_sqe, io_uring_submit_sqe, uring_submit(req, (__u64)req, 0), struct io_kiocb *req)
+IOS_TP(uring_req, io_uring_submit_req, uring_submit(req, (__u64)req, 0), struct io_kiocb *req)
+/* 6.1-6.12: io_uring_complete(ctx, req, user_data, res, cflags, extra1, extra2) (req NULL for a
+ * completion of no request); 6.18: io_uring_complete(ctx, req, cqe) */
+IOS_TP(uring_cqe, io_uring_complete, req ? uring_done(req, (__u64)req, 0, res) : 0,
+       void *ring, struct io_kiocb *req, __u64 user_data, int res)
+IOS_TP(uring_cqe_ptr, io_uring_complete,
+       req ? uring_done(req, (__u64)req, 0, BPF_CORE_READ(cqe, res)) : 0,
+       void *ring, struct io_kiocb *req, struct io_uring_cqe *cqe)
+
 #define PAGE_MAPPING_FLAGS 0x3
 
 /* The reader a kernel thread's read bio belongs to: owner of the first page's file. */

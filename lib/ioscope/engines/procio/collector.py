@@ -63,6 +63,31 @@ def _comm_bytes(comm: str) -> bytes:
     return b + b"\0" * (16 - len(b))
 
 
+def uring_hooks(b: BPFObject) -> tuple[list[str], str | None]:
+    """The io_uring submit and complete programs that match this kernel's tracepoints (their arguments
+    in BTF: they changed in 5.10, 6.1, 6.5 and 6.18), or ([], why not)."""
+    sqe, req, cqe = (b.tp_param_types(f"io_uring_{t}") for t in ("submit_sqe", "submit_req", "complete"))
+    if req == ["struct io_kiocb *"]:
+        submit = "uring_req"                 # 6.5+: io_uring_submit_req(req)
+    elif sqe and sqe[0] == "struct io_kiocb *":
+        submit = "uring_sqe"                 # 6.1: io_uring_submit_sqe(req, force_nonblock)
+    elif sqe and len(sqe) >= 4 and sqe[1].endswith("*") and sqe[3] == "u64":
+        submit = "uring_sqe_ud"              # 5.10: io_uring_submit_sqe(ctx, req, opcode, user_data, ...)
+    else:
+        return [], f"io_uring requests not counted: no io_uring submit tracepoint with the request ({sqe or req})"
+    if cqe and len(cqe) == 3 and cqe[2].endswith("io_uring_cqe *"):
+        complete = "uring_cqe_ptr"           # 6.18: io_uring_complete(ctx, req, cqe)
+    elif cqe and len(cqe) >= 4 and cqe[1].endswith("*") and cqe[2] == "u64":
+        complete = "uring_cqe"               # 6.1-6.12: io_uring_complete(ctx, req, user_data, res, ...)
+    elif cqe and len(cqe) >= 3 and cqe[1] == "u64":
+        complete = "uring_cqe_ud"            # 5.10: io_uring_complete(ctx, user_data, res, cflags)
+    else:
+        return [], f"io_uring requests not counted: io_uring_complete has arguments ioscope does not know ({cqe})"
+    if (submit == "uring_sqe_ud") != (complete == "uring_cqe_ud"):
+        return [], "io_uring requests not counted: its submit and complete tracepoints name requests differently"
+    return [submit, complete], None
+
+
 def _need_kfunc(b: BPFObject, kfunc: str, hooks: list[str], force: bool = False) -> None:
     """tp_btf variants of these hooks call kfunc: without it in the kernel (before 6.2), use raw_tp."""
     import ioscope.kernel._libbpf as _libbpf
@@ -97,7 +122,13 @@ class ReadsizeCollector:
         o, b = self.opts, self.bpf
         # x86-64 builds see syscalls at sys_exit alone (see readsize.bpf.c)
         syscalls = ["sys_enter", "sys_exit"] if "sys_enter" in b.hooks else ["sys_exit"]
-        b.choose(required=[*syscalls, "bio_queue"], optional=["sync_ra", "async_ra", "rq_issue", "task_rename"])
+        uring, no_uring = uring_hooks(b)
+        b.choose(required=[*syscalls, "bio_queue"],
+                 optional=["sync_ra", "async_ra", "rq_issue", "task_rename", *uring])
+        if no_uring:
+            b.unavailable.append(no_uring)
+        elif any(b.hooks[h].chosen is None for h in uring):
+            b.unavailable.append("io_uring requests not counted (its tracepoints are not available)")
         _need_kfunc(b, "bpf_rdonly_cast", syscalls, force_raw)
         self._syscalls_on_btf = any(b.hooks[h].chosen == "tp_btf" for h in syscalls)
         if any("page_cache" in u for u in b.unavailable):
