@@ -41,9 +41,10 @@ struct rs_disk_key {
 };
 
 struct rs_disk_val {
-	__u64 app_bytes; /* returned by read/write syscalls on files of dev */
+	__u64 app_bytes; /* returned by read/write syscalls and async requests on files of dev */
 	__u64 dev_bytes; /* bios queued on dev */
 	__u64 ra_bytes;  /* of which readahead (REQ_RAHEAD) */
+	__u64 app_count; /* the reads/writes (syscalls, async requests) that returned app_bytes */
 };
 
 /* Requests as issued to the driver, per disk and direction (after merges and splits). */

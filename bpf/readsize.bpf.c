@@ -117,6 +117,7 @@ static __always_inline void per_disk_add(__u32 tgid, __u32 op, __u32 dev, __u64 
 	}
 	if (app) {
 		__sync_fetch_and_add(&v->app_bytes, bytes);
+		__sync_fetch_and_add(&v->app_count, 1);
 		return;
 	}
 	__sync_fetch_and_add(&v->dev_bytes, bytes);

@@ -252,3 +252,114 @@ def test_processes_are_judged_per_disk(fs2: Any, fs_small: Any) -> None:
     assert set(pids) <= set(bal["pids"])
     xs = [40 * MB, 40 * MB, 4 * MB]
     assert bal["jain"] == pytest.approx(sum(xs) ** 2 / (3 * sum(x * x for x in xs)), abs=0.01) and bal["poor"]
+
+
+# -- async I/O (issue 24, finding 6): libaio and io_uring are counted, and only processes that did I/O
+# on a disk are balanced --------------------------------------------------------------------------------
+
+BYSTANDER = ("import sys,time\n"
+             "end = time.time() + float(sys.argv[2])\n"
+             "while time.time() < end:\n"
+             "    open(sys.argv[1], 'rb').read()\n"
+             "    time.sleep(0.01)\n")
+
+
+def _fio(path: str, engine: str, rw: str, bs: str, ios: int) -> subprocess.Popen[str]:
+    """fio with its I/O threads in its own process (--thread: one pid to compare), its report as JSON."""
+    return subprocess.Popen(["fio", "--name=fair", f"--filename={path}", f"--ioengine={engine}", "--direct=1",
+                             f"--rw={rw}", f"--bs={bs}", "--iodepth=8", f"--number_ios={ios}", "--size=24m",
+                             "--thread", "--randrepeat=0", "--norandommap", "--output-format=json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _fio_job(p: subprocess.Popen[str]) -> dict[str, Any]:
+    import json
+
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    job: dict[str, Any] = json.loads(out[out.index("{"):])["jobs"][0]
+    return job
+
+
+@pytest.mark.parametrize("engine", ["libaio", "io_uring"])
+def test_async_io_counted_and_only_disk_io_balanced(fs2: Any, engine: str) -> None:
+    """Two fio processes (engine libaio or io_uring, O_DIRECT, QD8) on one loop disk: fair's reads, writes
+    and bytes per process equal fio's own (--output-format=json); before, libaio counted 0. A third process
+    reads a file on tmpfs all along (no disk): it is in the table of processes, never in a balance, and
+    no group is made for tmpfs. The read balance is Jain's index over exactly the two fio processes, by hand
+    from fio's bytes; the write balance over the one that wrote."""
+    from ioscope.base.testbed import have_fio
+
+    assert have_fio(), "fio is installed by scripts/bootstrap.sh"
+    files = [fs2.make_file(f"f{i}", 24 * MB) for i in range(2)]
+    shm = f"/dev/shm/ioscope-fair-{os.getpid()}"
+    with open(shm, "wb") as f:
+        f.write(os.urandom(256 * 1024))
+    t = Traced("fair", "-j")
+    try:
+        by = subprocess.Popen([sys.executable, "-c", BYSTANDER, shm, "60"])
+        a = _fio(files[0], engine, "randrw", "4k", 3000)
+        b = _fio(files[1], engine, "randread", "16k", 1000)
+        jobs = {a.pid: _fio_job(a), b.pid: _fio_job(b)}
+        time.sleep(0.3)
+    finally:
+        out, err = t.stop()
+        if locals().get("by") is not None:
+            by.kill()
+            by.wait()
+        os.unlink(shm)
+    (doc,) = json_lines(out)
+    assert doc["lost"] == 0, doc["lost_detail"]
+    assert doc["io_unit"]["read and write bytes"] == "syscalls"
+    procs = {p["pid"]: p for p in doc["procs"]}
+    for pid, job in jobs.items():
+        p = procs[pid]
+        assert (p["reads"], p["read_bytes"]) == (job["read"]["total_ios"], job["read"]["io_bytes"]), (p, engine)
+        assert (p["writes"], p["write_bytes"]) == (job["write"]["total_ios"], job["write"]["io_bytes"]), (p, engine)
+        # O_DIRECT: one bio per request, the same bytes
+        assert (p["dev_read_bytes"], p["dev_write_bytes"]) == (p["read_bytes"], p["write_bytes"])
+    assert jobs[a.pid]["write"]["total_ios"] > 0 and jobs[b.pid]["write"]["total_ios"] == 0
+    assert procs[by.pid]["read_bytes"] > 0  # seen, on a filesystem with no disk
+    groups = {g["disk"]: g for g in doc["groups"]}
+    assert ":" not in "".join(groups), list(groups)  # no group for tmpfs (major:minor)
+    g = groups[fs2.name]
+    for bal in (g["balance"], g["cumulative_balance"]):
+        assert bal["read"]["pids"] == sorted(jobs)
+        xs = [jobs[pid]["read"]["io_bytes"] for pid in sorted(jobs)]
+        assert bal["read"]["jain"] == pytest.approx(sum(xs) ** 2 / (2 * sum(x * x for x in xs)), abs=1e-6)
+        assert bal["write"]["pids"] == [a.pid] and bal["write"]["n"] == 1
+    assert all(by.pid not in v["pids"] for gr in doc["groups"] for v in gr["balance"].values())
+
+
+def test_across_disks_balances_only_disk_io(fs2: Any) -> None:
+    """--across-disks judges every process against every other whatever its disk, but only I/O on disks:
+    a process reading a tmpfs file is not in the balance; a process that moved no bytes of an operation
+    is not in that operation's balance even with --min-share 0."""
+    files = [fs2.make_file(f"f{i}", 24 * MB) for i in range(2)]
+    shm = f"/dev/shm/ioscope-fair-{os.getpid()}"
+    with open(shm, "wb") as f:
+        f.write(os.urandom(256 * 1024))
+    t = Traced("fair", "-j", "--across-disks", "--min-share", "0")
+    try:
+        by = subprocess.Popen([sys.executable, "-c", BYSTANDER, shm, "60"])
+        a = _fio(files[0], "libaio", "randread", "4k", 2000)
+        b = _fio(files[1], "libaio", "randwrite", "4k", 1000)
+        jobs = {a.pid: _fio_job(a), b.pid: _fio_job(b)}
+        time.sleep(0.3)
+    finally:
+        out, _err = t.stop()
+        if locals().get("by") is not None:
+            by.kill()
+            by.wait()
+        os.unlink(shm)
+    (doc,) = json_lines(out)
+    (g,) = doc["groups"]
+    assert g["disk"] is None
+    assert a.pid in g["balance"]["read"]["pids"] and b.pid not in g["balance"]["read"]["pids"]
+    assert b.pid in g["balance"]["write"]["pids"] and a.pid not in g["balance"]["write"]["pids"]
+    assert all(by.pid not in v["pids"] for v in g["balance"].values())
+    rows = {p["pid"]: p for p in g["procs"]}
+    assert rows[a.pid]["read_bytes"] == jobs[a.pid]["read"]["io_bytes"]
+    assert rows[b.pid]["write_bytes"] == jobs[b.pid]["write"]["io_bytes"]
+    for op in ("read", "write"):   # every process balanced moved bytes of the op on a disk
+        assert all(rows[pid][f"{op}_bytes"] > 0 for pid in g["balance"][op]["pids"])

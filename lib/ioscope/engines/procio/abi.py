@@ -30,7 +30,8 @@ RS_VAL = np.dtype([
 ])
 
 RS_DISK_KEY = np.dtype([("tgid", np.uint32), ("op", np.uint32), ("dev", np.uint32)])
-RS_DISK_VAL = np.dtype([("app_bytes", np.uint64), ("dev_bytes", np.uint64), ("ra_bytes", np.uint64)])
+RS_DISK_VAL = np.dtype([("app_bytes", np.uint64), ("dev_bytes", np.uint64), ("ra_bytes", np.uint64),
+                        ("app_count", np.uint64)])
 
 # enum rs_async_kind
 RS_ASYNC_AIO, RS_ASYNC_URING = 1, 2
@@ -76,7 +77,7 @@ RA_TASK = np.dtype([
 # C struct name -> (object, dtype), for the ABI test
 STRUCTS = {
     "rs_key": RS_KEY, "rs_val": RS_VAL, "rs_inflight": RS_INFLIGHT, "rs_owner": RS_OWNER, "rs_rq_key": RS_RQ_KEY,
-    "rs_async_key": RS_ASYNC_KEY, "rs_async": RS_ASYNC,
+    "rs_async_key": RS_ASYNC_KEY, "rs_async": RS_ASYNC, "rs_disk_key": RS_DISK_KEY, "rs_disk_val": RS_DISK_VAL,
     "ra_key": RA_KEY, "ra_stats": RA_STATS, "ra_file": RA_FILE, "ra_page_key": RA_PAGE_KEY, "ra_page": RA_PAGE,
     "ra_task": RA_TASK,
 }   # readahead's names map holds agg's struct agg_file (bpf/fname.bpf.h): mirrored once, in aggregate/abi.py

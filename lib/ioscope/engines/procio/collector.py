@@ -200,6 +200,7 @@ class ReadsizeCollector:
             d.app_bytes += int(v["app_bytes"])
             d.dev_bytes += int(v["dev_bytes"])
             d.ra_bytes += int(v["ra_bytes"])
+            d.app_count += int(v["app_count"])
         return sorted(merged.values(), key=lambda d: (d.disk, d.op, d.pid))
 
     def disk_of(self, dev: int) -> str:

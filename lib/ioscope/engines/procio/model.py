@@ -15,7 +15,7 @@ class ProcIO:
     pid: int
     comm: str
     op: str
-    app_req: Hist    # sizes asked for
+    app_req: Hist    # sizes asked for (read/write syscalls, libaio and io_uring requests)
     app_ret: Hist    # sizes returned
     dev: Hist        # bios queued by the process
     app_errors: int = 0
@@ -57,13 +57,15 @@ class DiskIO:
     pid: int
     op: str
     disk: str
-    app_bytes: int = 0  # returned by syscalls on files of this disk
+    app_bytes: int = 0  # returned by syscalls and async requests on files of this disk
     dev_bytes: int = 0  # bios the process queued on it
     ra_bytes: int = 0   # of which readahead
+    app_count: int = 0  # the syscalls and async requests that returned app_bytes
 
     def merge(self, other: DiskIO) -> DiskIO:
         return DiskIO(self.pid, self.op, self.disk, self.app_bytes + other.app_bytes,
-                      self.dev_bytes + other.dev_bytes, self.ra_bytes + other.ra_bytes)
+                      self.dev_bytes + other.dev_bytes, self.ra_bytes + other.ra_bytes,
+                      self.app_count + other.app_count)
 
 
 @dataclass

@@ -21,8 +21,9 @@ examples:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("fair", help="per-process throughput and its balance (Jain's index), with likely causes",
                        description="Per-process throughput each interval and cumulatively: bytes returned by "
-                                   "read/write syscalls on files and block devices, and block I/O bytes queued "
-                                   "by the process. Then the balance across the processes on each disk: min, max, "
+                                   "read/write syscalls and libaio/io_uring requests on files and block devices, and "
+                                   "block I/O bytes queued by the process. Then the balance across the processes "
+                                   "that did I/O on each disk (never one that did none): min, max, "
                                    "mean, coefficient of variation, max/min and Jain's fairness index, flagged when "
                                    "poor, with the device settings and the likely causes ioscope can see.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)

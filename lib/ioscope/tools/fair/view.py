@@ -24,7 +24,8 @@ def disk_json(d: DiskState) -> dict[str, Any]:
 def row_json(row: ProcRow) -> dict[str, Any]:
     r, cum = row.rate, row.cum
     doc: dict[str, Any] = {
-        "pid": r.pid, "comm": r.comm, "read_bytes": r.read, "dev_read_bytes": r.dev_read,
+        "pid": r.pid, "comm": r.comm, "reads": r.reads, "read_bytes": r.read, "dev_read_bytes": r.dev_read,
+        "writes": r.writes,
         "write_bytes": r.write, "dev_write_bytes": r.dev_write, "ra_bytes": r.ra_bytes,
         "read_Bps": round(row.read_Bps, 1), "dev_read_Bps": round(row.dev_read_Bps, 1),
         "write_Bps": round(row.write_Bps, 1), "dev_write_Bps": round(row.dev_write_Bps, 1),
@@ -45,7 +46,8 @@ def group_json(g: Group) -> dict[str, Any]:
     }
 
 
-# fair counts bytes: read_/write_ those of the read/write system calls, dev_ those of the bios queued
+# fair counts bytes: read_/write_ (and reads/writes) those of the read/write system calls and of the libaio
+# and io_uring requests, at their return or completion; dev_ those of the bios queued
 UNIT = {"read and write bytes": units.SYSCALLS, "dev bytes": units.BIOS}
 
 

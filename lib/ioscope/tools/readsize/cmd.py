@@ -19,12 +19,14 @@ examples:
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("readsize", help="per process: application read sizes vs the block I/O they caused",
                        description="Per process: the sizes of read syscalls (read, pread64, readv, preadv, "
-                                   "preadv2) on files and block devices, asked for and returned, beside the "
+                                   "preadv2) and of libaio and io_uring reads (counted at completion) on files "
+                                   "and block devices, asked for and returned, beside the "
                                    "block I/O the process queued (bio sizes, readahead or not), and the "
                                    "amplification between the two. Aggregated in the kernel.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_proc_filters(p)
-    p.add_argument("--writes", action="store_true", help="also writes (write, pwrite64, writev, pwritev, pwritev2)")
+    p.add_argument("--writes", action="store_true",
+                   help="also writes (write, pwrite64, writev, pwritev, pwritev2, libaio and io_uring writes)")
     common.add_json(p)
     common.add_rows(p, "processes, the busiest first (JSON has all)", default=20)
     common.add_deprecated_flag(p, "--top", dest="rows", instead="-r/--rows", takes_value=True,
