@@ -97,7 +97,7 @@ enum rs_stat_idx {
 	RS_LOST_AIO_BATCH = 2,     /* io_submit/io_getevents with more iocbs/events than read: the rest not counted */
 	RS_STAT_IOV_TRUNC = 3,     /* readv with more iovecs than summed: request size is a lower bound */
 	RS_STAT_KTHREAD_OWNER = 4, /* read bios queued by a kernel thread, given to the file's reader */
-	RS_STAT_ASYNC_UNSEEN = 5,  /* an async completion whose submission was not seen (submitted before the start) */
+	RS_STAT_ASYNC_UNSEEN = 5,  /* an io_uring read/write completed whose submission was not seen (before the start; 6.1+) */
 	RS_NR_STATS = 6,
 };
 #define RS_NR_LOST_STATS 3

@@ -343,14 +343,16 @@ static __always_inline void async_start(struct rs_async_key *key, __u32 tgid, __
 }
 
 /* A request completed with res (bytes or -errno): count it for its submitter. dev: the file's device
- * when the submission could not tell it (0: unknown). */
-static __always_inline void async_done(struct rs_async_key *key, long res, __u32 dev)
+ * when the submission could not tell it (0: unknown). rw: the completion is known to be of a read or
+ * write this tool counts (io_uring 6.1+), so a missing submission was one made before the start. */
+static __always_inline void async_done(struct rs_async_key *key, long res, __u32 dev, bool rw)
 {
 	struct rs_async *a = bpf_map_lookup_elem(&async_reqs, key);
 	struct rs_async seen;
 
 	if (!a) {
-		stat_inc(RS_STAT_ASYNC_UNSEEN);
+		if (rw && !targ_tgid && !targ_filter_comm && dev && dev_wanted(dev))
+			stat_inc(RS_STAT_ASYNC_UNSEEN);
 		return;
 	}
 	seen = *a;
@@ -410,7 +412,7 @@ static __always_inline void aio_reaped(__u32 tgid, const struct rs_user_event *e
 		if (bpf_probe_read_user(&ev, sizeof(ev), &events[i]))
 			continue;
 		key.a = ev.obj;
-		async_done(&key, ev.res, 0);
+		async_done(&key, ev.res, 0, false);
 	}
 	if (ret > AIO_MAX_BATCH)
 		stat_inc(RS_LOST_AIO_BATCH);
@@ -624,9 +626,19 @@ static __always_inline int uring_submit(struct io_kiocb *r, __u64 a, __u64 b)
 static __always_inline int uring_done(struct io_kiocb *r, __u64 a, __u64 b, long res)
 {
 	struct rs_async_key key = { .a = a, .b = b, .kind = RS_ASYNC_URING };
-	struct file *file = r ? BPF_CORE_READ(r, file) : NULL;
+	struct file *file;
+	__u8 opcode;
 
-	async_done(&key, res, file ? file_dev(file) : 0);
+	if (!r) { /* 5.10: no request, the completion of any operation */
+		async_done(&key, res, 0, false);
+		return 0;
+	}
+	opcode = BPF_CORE_READ(r, opcode);
+	if (opcode != IORING_OP_READ && opcode != IORING_OP_READV && opcode != IORING_OP_READ_FIXED &&
+	    opcode != IORING_OP_WRITE && opcode != IORING_OP_WRITEV && opcode != IORING_OP_WRITE_FIXED)
+		return 0; /* never remembered: no lookup */
+	file = BPF_CORE_READ(r, file);
+	async_done(&key, res, file ? file_dev(file) : 0, true);
 	return 0;
 }
 
