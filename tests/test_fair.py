@@ -363,3 +363,34 @@ def test_across_disks_balances_only_disk_io(fs2: Any) -> None:
     assert rows[b.pid]["write_bytes"] == jobs[b.pid]["write"]["io_bytes"]
     for op in ("read", "write"):   # every process balanced moved bytes of the op on a disk
         assert all(rows[pid][f"{op}_bytes"] > 0 for pid in g["balance"][op]["pids"])
+
+
+def test_only_disk_io_is_balanced_model() -> None:
+    """Pure model: a process whose bytes are on a filesystem with no disk (tmpfs, 0:45) is in the table
+    but in no group; one that only wrote is not in the read balance, even with min_share 0; --across-disks
+    sums a process's bytes over disks only."""
+    from ioscope.base.devices import DiskStats
+    from ioscope.base.hist import Hist
+    from ioscope.base.losses import Losses
+    from ioscope.engines.procio.model import DiskIO, ProcIO
+    from ioscope.tools.fair.model import FairSample, build_report
+
+    def proc(pid: int, op: str, app: int) -> ProcIO:
+        return ProcIO(pid, f"p{pid}", op, Hist.from_values([app]), Hist.from_values([app]), Hist.from_values([]))
+
+    procs = [proc(1, "read", 8 * MB), proc(2, "read", 2 * MB), proc(3, "write", 4 * MB), proc(4, "read", 9 * MB)]
+    per_disk = [DiskIO(1, "read", "loop1", 8 * MB, app_count=8), DiskIO(2, "read", "loop1", 2 * MB, app_count=2),
+                DiskIO(3, "write", "loop1", 4 * MB, app_count=1), DiskIO(4, "read", "0:45", 9 * MB, app_count=9)]
+    ds = {"loop1": DiskStats("loop1", 7, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)}
+    s = FairSample(wall=0.0, seconds=1.0, procs=procs, cumulative=procs, losses=Losses(), diskstats_before=ds,
+                   diskstats_after=ds, disks=[], whole_disks=["loop1"], settings={}, per_disk=per_disk,
+                   cum_per_disk=per_disk)
+    r = build_report(s, min_share=0.0)
+    assert {row.rate.pid for row in r.rows} == {1, 2, 3, 4}   # the table: every process
+    (g,) = r.groups
+    assert g.disk == "loop1"
+    assert g.balance["read"].pids == [1, 2] and g.balance["write"].pids == [3]
+    assert {row.rate.pid: row.rate.reads for row in g.rows} == {1: 8, 2: 2, 3: 0}
+    s.across_disks = True
+    (g,) = build_report(s, min_share=0.0).groups
+    assert g.disk is None and g.balance["read"].pids == [1, 2] and g.balance["write"].pids == [3]
