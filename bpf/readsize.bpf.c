@@ -169,6 +169,23 @@ static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char 
  * do not call it (collector.py: _need_kfunc). */
 extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
 
+/* The device of an open file: s_dev of a regular file's filesystem, i_rdev of a block device, else 0.
+ * btf: file is a BTF pointer (plain loads). */
+static __always_inline __u32 file_dev(struct file *file, const bool btf)
+{
+	struct inode *inode = IOS_READ(btf, file, f_inode);
+	__u32 mode;
+
+	if (!inode)
+		return 0;
+	mode = IOS_READ(btf, inode, i_mode) & S_IFMT;
+	if (mode == S_IFREG)
+		return IOS_READ(btf, inode, i_sb, s_dev);
+	if (mode == S_IFBLK)
+		return IOS_READ(btf, inode, i_rdev);
+	return 0;
+}
+
 /* The device a syscall on fd reads: s_dev of a file's filesystem, i_rdev of a
  * block device; 0 (do not count) for pipes, sockets, terminals and the like.
  * btf: the program may load through BTF pointers directly (tp_btf, and the
@@ -182,9 +199,7 @@ static __always_inline __u32 fd_dev(int fd, const bool btf)
 	struct fdtable *fdt = IOS_READ(btf, task, files, fdt);
 	struct file **arr;
 	struct file *file = NULL;
-	struct inode *inode;
 	unsigned int max;
-	__u32 mode;
 
 	if (!fdt)
 		return 0;
@@ -204,15 +219,7 @@ static __always_inline __u32 fd_dev(int fd, const bool btf)
 	}
 	if (!file)
 		return 0;
-	inode = IOS_READ(btf, file, f_inode);
-	if (!inode)
-		return 0;
-	mode = IOS_READ(btf, inode, i_mode) & S_IFMT;
-	if (mode == S_IFREG)
-		return IOS_READ(btf, inode, i_sb, s_dev);
-	if (mode == S_IFBLK)
-		return IOS_READ(btf, inode, i_rdev);
-	return 0;
+	return file_dev(file, btf);
 }
 
 static __always_inline __u64 iov_bytes(const struct iovec *iov, __u64 cnt)
@@ -312,22 +319,6 @@ struct rs_user_event {
 	__s64 res;
 	__s64 res2;
 };
-
-/* The device of an open file: s_dev of a regular file's filesystem, i_rdev of a block device, else 0. */
-static __always_inline __u32 file_dev(struct file *file)
-{
-	struct inode *inode = BPF_CORE_READ(file, f_inode);
-	__u32 mode;
-
-	if (!inode)
-		return 0;
-	mode = BPF_CORE_READ(inode, i_mode) & S_IFMT;
-	if (mode == S_IFREG)
-		return BPF_CORE_READ(inode, i_sb, s_dev);
-	if (mode == S_IFBLK)
-		return BPF_CORE_READ(inode, i_rdev);
-	return 0;
-}
 
 /* A request submitted: remember it until its completion. comm NULL: the current process's. */
 static __always_inline void async_start(struct rs_async_key *key, __u32 tgid, __u32 op, __u64 req, __u32 dev,
@@ -572,7 +563,7 @@ static __always_inline int uring_classify(struct io_kiocb *r, __u64 *req, __u32 
 	else
 		return 0;
 	file = BPF_CORE_READ(r, file);
-	*dev = file ? file_dev(file) : 0; /* 6.1+: set at issue, read at completion */
+	*dev = file ? file_dev(file, false) : 0; /* 6.1+: set at issue, read at completion */
 	if (*dev && !dev_wanted(*dev))
 		return 0;
 	/* len is u64 on 5.10, u32 later: its low half (little-endian) is the size either way */
@@ -638,7 +629,7 @@ static __always_inline int uring_done(struct io_kiocb *r, __u64 a, __u64 b, long
 	    opcode != IORING_OP_WRITE && opcode != IORING_OP_WRITEV && opcode != IORING_OP_WRITE_FIXED)
 		return 0; /* never remembered: no lookup */
 	file = BPF_CORE_READ(r, file);
-	async_done(&key, res, file ? file_dev(file) : 0, true);
+	async_done(&key, res, file ? file_dev(file, false) : 0, true);
 	return 0;
 }
 

@@ -281,6 +281,31 @@ def _fio_job(p: subprocess.Popen[str]) -> dict[str, Any]:
     return job
 
 
+def _fair_with_fio(fair_args: list[str], files: list[str], runs: list[tuple[str, str, str, int]]
+                   ) -> tuple[dict[str, Any], list[int], dict[int, dict[str, Any]], int]:
+    """fair (JSON, stopped with SIGINT: one report of the whole run) while a process reads a tmpfs file all
+    along and one fio per (engine, rw, bs, ios) runs on each file: (report, fio pids, their jobs, tmpfs pid)."""
+    shm = f"/dev/shm/ioscope-fair-{os.getpid()}"
+    with open(shm, "wb") as f:
+        f.write(os.urandom(256 * 1024))
+    t = Traced("fair", "-j", *fair_args)
+    by: subprocess.Popen[bytes] | None = None
+    try:
+        by = subprocess.Popen([sys.executable, "-c", BYSTANDER, shm, "60"])
+        fios = [_fio(path, *run) for path, run in zip(files, runs)]
+        jobs = {p.pid: _fio_job(p) for p in fios}
+        time.sleep(0.3)
+    finally:
+        out, err = t.stop()
+        if by is not None:
+            by.kill()
+            by.wait()
+        os.unlink(shm)
+    docs = json_lines(out)
+    assert len(docs) == 1 and by is not None, err
+    return docs[0], [p.pid for p in fios], jobs, by.pid
+
+
 @pytest.mark.parametrize("engine", ["libaio", "io_uring"])
 def test_async_io_counted_and_only_disk_io_balanced(fs2: Any, engine: str) -> None:
     """Two fio processes (engine libaio or io_uring, O_DIRECT, QD8) on one loop disk: fair's reads, writes
@@ -292,23 +317,8 @@ def test_async_io_counted_and_only_disk_io_balanced(fs2: Any, engine: str) -> No
 
     assert have_fio(), "fio is installed by scripts/bootstrap.sh"
     files = [fs2.make_file(f"f{i}", 24 * MB) for i in range(2)]
-    shm = f"/dev/shm/ioscope-fair-{os.getpid()}"
-    with open(shm, "wb") as f:
-        f.write(os.urandom(256 * 1024))
-    t = Traced("fair", "-j")
-    try:
-        by = subprocess.Popen([sys.executable, "-c", BYSTANDER, shm, "60"])
-        a = _fio(files[0], engine, "randrw", "4k", 3000)
-        b = _fio(files[1], engine, "randread", "16k", 1000)
-        jobs = {a.pid: _fio_job(a), b.pid: _fio_job(b)}
-        time.sleep(0.3)
-    finally:
-        out, err = t.stop()
-        if locals().get("by") is not None:
-            by.kill()
-            by.wait()
-        os.unlink(shm)
-    (doc,) = json_lines(out)
+    doc, (a, b), jobs, by = _fair_with_fio([], files, [(engine, "randrw", "4k", 3000),
+                                                        (engine, "randread", "16k", 1000)])
     assert doc["lost"] == 0, doc["lost_detail"]
     assert doc["io_unit"]["read and write bytes"] == "syscalls"
     procs = {p["pid"]: p for p in doc["procs"]}
@@ -318,8 +328,8 @@ def test_async_io_counted_and_only_disk_io_balanced(fs2: Any, engine: str) -> No
         assert (p["writes"], p["write_bytes"]) == (job["write"]["total_ios"], job["write"]["io_bytes"]), (p, engine)
         # O_DIRECT: one bio per request, the same bytes
         assert (p["dev_read_bytes"], p["dev_write_bytes"]) == (p["read_bytes"], p["write_bytes"])
-    assert jobs[a.pid]["write"]["total_ios"] > 0 and jobs[b.pid]["write"]["total_ios"] == 0
-    assert procs[by.pid]["read_bytes"] > 0  # seen, on a filesystem with no disk
+    assert jobs[a]["write"]["total_ios"] > 0 and jobs[b]["write"]["total_ios"] == 0
+    assert procs[by]["read_bytes"] > 0  # seen, on a filesystem with no disk
     groups = {g["disk"]: g for g in doc["groups"]}
     assert ":" not in "".join(groups), list(groups)  # no group for tmpfs (major:minor)
     g = groups[fs2.name]
@@ -327,8 +337,8 @@ def test_async_io_counted_and_only_disk_io_balanced(fs2: Any, engine: str) -> No
         assert bal["read"]["pids"] == sorted(jobs)
         xs = [jobs[pid]["read"]["io_bytes"] for pid in sorted(jobs)]
         assert bal["read"]["jain"] == pytest.approx(sum(xs) ** 2 / (2 * sum(x * x for x in xs)), abs=1e-6)
-        assert bal["write"]["pids"] == [a.pid] and bal["write"]["n"] == 1
-    assert all(by.pid not in v["pids"] for gr in doc["groups"] for v in gr["balance"].values())
+        assert bal["write"]["pids"] == [a] and bal["write"]["n"] == 1
+    assert all(by not in v["pids"] for gr in doc["groups"] for v in gr["balance"].values())
 
 
 def test_across_disks_balances_only_disk_io(fs2: Any) -> None:
@@ -336,31 +346,16 @@ def test_across_disks_balances_only_disk_io(fs2: Any) -> None:
     a process reading a tmpfs file is not in the balance; a process that moved no bytes of an operation
     is not in that operation's balance even with --min-share 0."""
     files = [fs2.make_file(f"f{i}", 24 * MB) for i in range(2)]
-    shm = f"/dev/shm/ioscope-fair-{os.getpid()}"
-    with open(shm, "wb") as f:
-        f.write(os.urandom(256 * 1024))
-    t = Traced("fair", "-j", "--across-disks", "--min-share", "0")
-    try:
-        by = subprocess.Popen([sys.executable, "-c", BYSTANDER, shm, "60"])
-        a = _fio(files[0], "libaio", "randread", "4k", 2000)
-        b = _fio(files[1], "libaio", "randwrite", "4k", 1000)
-        jobs = {a.pid: _fio_job(a), b.pid: _fio_job(b)}
-        time.sleep(0.3)
-    finally:
-        out, _err = t.stop()
-        if locals().get("by") is not None:
-            by.kill()
-            by.wait()
-        os.unlink(shm)
-    (doc,) = json_lines(out)
+    doc, (a, b), jobs, by = _fair_with_fio(["--across-disks", "--min-share", "0"], files,
+                                           [("libaio", "randread", "4k", 2000), ("libaio", "randwrite", "4k", 1000)])
     (g,) = doc["groups"]
     assert g["disk"] is None
-    assert a.pid in g["balance"]["read"]["pids"] and b.pid not in g["balance"]["read"]["pids"]
-    assert b.pid in g["balance"]["write"]["pids"] and a.pid not in g["balance"]["write"]["pids"]
-    assert all(by.pid not in v["pids"] for v in g["balance"].values())
+    assert a in g["balance"]["read"]["pids"] and b not in g["balance"]["read"]["pids"]
+    assert b in g["balance"]["write"]["pids"] and a not in g["balance"]["write"]["pids"]
+    assert all(by not in v["pids"] for v in g["balance"].values())
     rows = {p["pid"]: p for p in g["procs"]}
-    assert rows[a.pid]["read_bytes"] == jobs[a.pid]["read"]["io_bytes"]
-    assert rows[b.pid]["write_bytes"] == jobs[b.pid]["write"]["io_bytes"]
+    assert rows[a]["read_bytes"] == jobs[a]["read"]["io_bytes"]
+    assert rows[b]["write_bytes"] == jobs[b]["write"]["io_bytes"]
     for op in ("read", "write"):   # every process balanced moved bytes of the op on a disk
         assert all(rows[pid][f"{op}_bytes"] > 0 for pid in g["balance"][op]["pids"])
 
