@@ -34,8 +34,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
+from ioscope.base.cgroups import io_cgroup_root
 from ioscope.base.testbed import LoopDevice, TestCgroups, fio_terse_read_iops
-from ioscope.engines.aggregate.names import io_cgroup_root
 
 NAMES = 200
 GROUPS = 20

@@ -6,8 +6,9 @@ device, with each scheduler asked for (default: none and mq-deadline). In every
 round, in an order rotated from round to round: nothing attached;
 `ioscope lat -D -O` (timed from the kernel's request stamps: one program per
 I/O); the same with `--timing probes` (queue, issue and completion programs);
-`ioscope lat -P` (per process: the probes); and the bpftrace one-liner that
-does lat's job (issue->complete latency histogram keyed by (dev, sector)).
+`ioscope lat -P` (per process: the probes); `ioscope lat -D -O -G` (per cgroup,
+from the stamps); and the bpftrace one-liner that does lat's job
+(issue->complete latency histogram keyed by (dev, sector)).
 Prints IOPS per configuration (median over rounds), ratios to the untraced
 baseline (also paired with each round's own baseline), and the time each tracer
 needs from start to tracing. With --profile, one more run of each tracer with
@@ -123,6 +124,8 @@ def main() -> int:
         "ioscope lat -D -O": [*ioscope, "lat", "-D", "-O"],
         "lat -D -O --timing probes": [*ioscope, "lat", "-D", "-O", "--timing", "probes"],
         "ioscope lat -P": [*ioscope, "lat", "-P"],
+        # per cgroup: the cgroup of each request's bios read at its completion (four dependent loads)
+        "ioscope lat -D -O -G": [*ioscope, "lat", "-D", "-O", "-G"],
     }
     out: dict[str, Any] = {}
     for sched in args.schedulers.split(","):

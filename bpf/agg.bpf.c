@@ -42,15 +42,14 @@
 #include "agg.h"
 #include "fname.bpf.h"
 #include "cgroup.bpf.h"
+#include "throttle.bpf.h"
 
 #define AGG_MAX_CHAIN 32 /* bios of a request walked */
 
 const volatile __u32 targ_tgid = 0;
-const volatile __u64 targ_cgroup = 0;   /* -c: only I/O charged to this cgroup (bio_cgroup_id) */
 const volatile __u32 targ_need = 0;     /* bit per enum agg_field some expression reads */
 const volatile bool targ_issue = false; /* the issue program is attached (q2d, d2c, inflight are read) */
 const volatile bool targ_at_queue = false; /* records made at queue, by the queue program alone (agg_at_queue) */
-const volatile bool targ_throttle = false; /* fn_throtl_add is attached: bios blk-throttle holds are noted */
 const volatile __u32 targ_nexprs = 0;
 const volatile struct agg_expr targ_exprs[AGG_MAX_EXPRS] = {};
 const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
@@ -101,14 +100,6 @@ struct {
 	__type(value, struct agg_file);
 } file_scratch SEC(".maps");
 
-/* Bios blk-throttle holds back (fn_throtl_add), until their queue event: LRU, so that a bio that never
- * reaches it (an error, a device going away) ages out. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64); /* struct bio * */
-	__type(value, struct agg_throttled);
-} throttled SEC(".maps");
 
 /* Beside inflight.bpf.h's slots: extras[i] belongs to the bio in inflight[i]. */
 struct {
@@ -415,26 +406,16 @@ static __always_inline struct agg_extra *extra_of(__u64 bio)
 
 static __always_inline struct agg_rec *rec_start(__u32 dev, __u8 op, __u32 flags);
 
-/* How long blk-throttle held the bio before this, its queue event (0: it did not hold it). */
-static __always_inline __u64 throttle_wait(struct bio *bio, const bool btf)
-{
-	__u64 key = ptr_value(bio, btf);
-	struct agg_throttled *t = bpf_map_lookup_elem(&throttled, &key);
-	__u64 wait;
-
-	if (!t)
-		return 0;
-	wait = bpf_ktime_get_ns() - t->ts;
-	bpf_map_delete_elem(&throttled, &key);
-	return wait;
-}
 
 /* The queueing task's details of a bio: thread, CPU, cgroup, stacks, file, seek (what NEED asks). */
 static __always_inline void fill_extra(void *ctx, struct bio *bio, struct agg_extra *x, __u32 dev, const bool btf)
 {
+	struct cgroup *cg = (NEED(AGG_F_CGROUP) || targ_cgroup) ? bio_cgroup(bio) : NULL;
+
 	x->pid = (__u32)bpf_get_current_pid_tgid();
 	x->cpu = bpf_get_smp_processor_id();
-	x->cgroup = (NEED(AGG_F_CGROUP) || targ_cgroup) ? bio_cgroup_id(bio) : 0;
+	x->cgroup = NEED(AGG_F_CGROUP) ? cgroup_kn_id(cg) : 0;
+	x->cg_out = !cgroup_wanted(cg);
 	x->have = 0;
 	x->inflight = 0;
 	x->throttle = 0;
@@ -530,8 +511,8 @@ static __always_inline int agg_at_queue(void *ctx, struct bio *bio, const bool b
 	if (!x)
 		return 0;
 	fill_extra(ctx, bio, x, dev, btf);
-	if (targ_cgroup && x->cgroup != targ_cgroup)
-		return 0;
+	if (x->cg_out)
+		return 0; /* -c: charged to another cgroup */
 	last = bpf_map_lookup_elem(&last_queued, &zero);
 	if (last && last->tgid != tgid) {
 		note_comm(last, tgid);
@@ -609,8 +590,10 @@ static __always_inline int agg_split(struct bio *bio, const bool btf)
 		from = bpf_map_lookup_elem(&last_extra, &zero);
 	x->have = 0;
 	x->file = 0;
+	x->cg_out = 0;
 	if (from) {
 		x->cgroup = from->cgroup;
+		x->cg_out = from->cg_out;
 		x->pid = from->pid;
 		x->cpu = from->cpu;
 		x->kstack = from->kstack;
@@ -765,8 +748,8 @@ static __always_inline void bio_rec(struct bio_slot *sl, __u32 dev, __u8 op, __u
 		cur->have = x ? x->have & (1u << AGG_F_INFLIGHT) : 0;
 		cur->inflight = x ? x->inflight : 0;
 	}
-	if (targ_cgroup && (!x || x->cgroup != targ_cgroup))
-		return;
+	if (targ_cgroup && (!x || x->cg_out))
+		return; /* -c: charged to another cgroup (or its details were lost: not known to be in it) */
 	r = rec_start(dev, op, opf_to_tc(opf));
 	if (!r)
 		return;
@@ -813,7 +796,8 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 	bio_rec(sl, dev, op, opf, size, d_ns, i == 0, i == 0 && whole, now);
 }
 
-static __always_inline void bio_done_rest(struct bio_slot *sl, __u32 dev, __u8 op, __u32 opf, __u32 size, __u64 now)
+static __always_inline void bio_done_rest(struct bio_slot *sl, __u64 bio, __u32 dev, __u8 op, __u32 opf, __u32 size,
+					  __u64 now)
 {
 	bio_rec(sl, dev, op, opf, size, sl ? sl->d_ns : 0, false, false, now);
 }
@@ -885,20 +869,6 @@ IOS_TP(rq_complete, block_rq_complete, agg_rq_complete(rq, nr_bytes, btf), struc
 
 COMMS_RENAME_PROGRAMS
 
-/*
- * blk-throttle holding a bio back (block/blk-throttle.c: throtl_add_bio_tg, the same three arguments
- * in 5.10 to 6.18): its first hold is noted (a bio moved up a hierarchy is added again, BPF_NOEXIST
- * keeps the first), with the submitting task; the queue program reads and drops it when the throttle
- * lets the bio go. A static function: fentry only, where the kernel allows it (not under lockdown).
- */
-SEC("fentry/throtl_add_bio_tg")
-int BPF_PROG(fn_throtl_add, struct bio *bio)
-{
-	__u64 key = ptr_value(bio, true), id = bpf_get_current_pid_tgid();
-	struct agg_throttled t = {.ts = bpf_ktime_get_ns(), .pid = (__u32)id, .tgid = id >> 32};
-
-	bpf_map_update_elem(&throttled, &key, &t, BPF_NOEXIST);
-	return 0;
-}
+THROTTLE_NOTE_PROGRAM
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -123,7 +123,7 @@ struct agg_extra {
 	__u32 have;     /* bits of enum agg_field: AGG_F_SEEK, AGG_F_INFLIGHT, AGG_F_KSTACK, AGG_F_USTACK, AGG_F_THROTTLE */
 	__s32 kstack;   /* the queueing task's kernel stack (stacks map id) */
 	__s32 ustack;   /* and its user stack */
-	__u32 pad;
+	__u32 cg_out;   /* -c: charged to a cgroup outside the filter (cgroup.bpf.h), not counted */
 };
 
 /* A file's name as the files map holds it: its path components from the file up to its file
@@ -142,11 +142,6 @@ struct agg_disk {
 };
 
 /* A bio blk-throttle held back: when it was first held, and by whom (the task that submitted it). */
-struct agg_throttled {
-	__u64 ts;
-	__u32 pid;
-	__u32 tgid;
-};
 
 /* A bio-less flush request between issue and completion. */
 struct agg_rq {

@@ -53,6 +53,7 @@ enum ios_io_op {
 };
 
 struct lat_key {
+	__u64 cgroup; /* cgroup id the I/O is charged to (cgroup.bpf.h); 0 when --per-cgroup is not given */
 	__u32 dev;   /* kernel dev_t of the whole disk (major << 20 | minor); 0 = all */
 	__u32 pid;   /* submitting process (tgid); 0 when -P is not given */
 	__u8 op;     /* enum ios_io_op */
@@ -98,6 +99,7 @@ enum ios_stat_idx {
 /* ioscope top (bpf/top.bpf.c): per-process counters, keyed by the process
  * that queued the bio, and per-disk request latency histograms. */
 struct top_proc_key {
+	__u64 cgroup; /* cgroup id the I/O is charged to (cgroup.bpf.h); 0 without the cgroup view */
 	__u32 tgid;  /* 0: queued before tracing started (no latency) */
 	__u32 dev;   /* kernel dev_t of the whole disk */
 	__u8 op;     /* enum io_op */
@@ -126,6 +128,25 @@ struct top_disk_key {
 	__u32 dev;
 	__u8 op;
 	__u8 pad[3];
+};
+
+/* throttle.bpf.h: the start of a hold in blk-throttle (fentry on throtl_add_bio_tg), per bio */
+struct throttle_note {
+	__u64 ts;    /* bpf_ktime_get_ns() when the hold began */
+	__u32 pid;   /* the submitting thread */
+	__u32 tgid;
+};
+
+/* throttle.bpf.h: bios blk-throttle held, per cgroup and disk */
+struct throttle_key {
+	__u64 cgroup; /* the cgroup the bio is charged to (cgroup.bpf.h) */
+	__u32 dev;    /* kernel dev_t of the whole disk */
+	__u32 pad;
+};
+
+struct throttle_val {
+	__u64 held;        /* queued from blk-throttle's dispatch work: held, exactly */
+	struct hist wait;  /* how long, for the holds fentry noted (wait.count of them) */
 };
 
 /* maperr.bpf.h: failed map operations, per op and error class (lib/ioscope/kernel/loader.py: MAPERR_*) */

@@ -33,12 +33,15 @@
 #include "inflight.bpf.h"
 #include "rqpath.bpf.h"
 #include "stamps.bpf.h"
+#include "cgroup.bpf.h"
+#include "throttle.bpf.h"
 
 #define LAT_MAX_CHAIN 32 /* bios of a request walked */
 
 const volatile bool targ_per_disk = false;
 const volatile bool targ_per_op = false;
 const volatile bool targ_per_pid = false;
+const volatile bool targ_per_cgroup = false; /* --per-cgroup: a histogram per cgroup (cgroup.bpf.h) */
 const volatile bool targ_shared_hists = false; /* hists is a shared (not per-CPU) hash: -P */
 const volatile __u32 targ_tgid = 0;
 const volatile __u8 targ_phases = 0x7; /* bit per enum ios_lat_phase */
@@ -67,10 +70,12 @@ static struct lat_val zero_val;
  * per call site inside the bio-chain loops (the object loads in tens of ms).
  * op_have: the op in the low byte, and above it which of q2c, q2d, d2c were
  * measured (bits of enum ios_lat_phase); q_ns/d_ns: the bio's queue and
- * issue times (the completion time is now).
+ * issue times (the completion time is now). dev_tgid: the disk << 32 | the
+ * queueing process (five arguments at most); cgroup: the cgroup's id.
  */
-__noinline int record(__u32 dev, __u32 tgid, __u32 op_have, __u64 q_ns, __u64 d_ns)
+__noinline int record(__u64 dev_tgid, __u64 cgroup, __u32 op_have, __u64 q_ns, __u64 d_ns)
 {
+	__u32 dev = dev_tgid >> 32, tgid = (__u32)dev_tgid;
 	__u64 now = bpf_ktime_get_ns();
 	__u32 op = op_have & 0xff, have = (op_have >> 8) & targ_phases;
 	struct lat_key key = {};
@@ -78,6 +83,7 @@ __noinline int record(__u32 dev, __u32 tgid, __u32 op_have, __u64 q_ns, __u64 d_
 
 	if (!have)
 		return 0;
+	key.cgroup = cgroup;
 	key.dev = targ_per_disk ? dev : 0;
 	key.pid = targ_per_pid ? tgid : 0;
 	key.op = targ_per_op ? op : IOS_OP_ALL;
@@ -130,7 +136,7 @@ static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64
 	struct bio_start rs = {};
 	__u64 key;
 
-	if (targ_tgid)
+	if (targ_tgid || targ_cgroup)
 		return; /* no submitter to match the filter against */
 	key = ptr_value(rq, btf);
 	rs.d_ns = now;
@@ -145,23 +151,27 @@ static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op
 	struct bio_start *rs = bpf_map_lookup_elem(&rq_starts, &key);
 
 	if (rs) {
-		record(dev, 0, op | (1 << IOS_PHASE_D2C) << 8, 0, rs->d_ns);
+		record((__u64)dev << 32, 0, op | (1 << IOS_PHASE_D2C) << 8, 0, rs->d_ns);
 		map_delete(&rq_starts, &key, false);
 	}
 }
 
 /* One bio's q2c and q2d (and the request's d2c with its first bio): one record(). */
-static __always_inline void bio_record(struct bio_slot *sl, __u32 dev, __u8 op, __u64 d_ns, bool d2c)
+static __always_inline void bio_record(struct bio_slot *sl, struct bio *bio, __u32 dev, __u8 op, __u64 d_ns,
+				       bool d2c)
 {
 	__u32 have = 0;
+	__u64 cgroup;
 
+	if (!bio_cgroup_pass(bio, targ_per_cgroup, &cgroup))
+		return; /* -c: charged to another cgroup */
 	if (d2c && d_ns)
 		have |= 1 << IOS_PHASE_D2C;
 	if (sl->q_ns)
 		have |= 1 << IOS_PHASE_Q2C;
 	if (sl->q_ns && d_ns)
 		have |= 1 << IOS_PHASE_Q2D;
-	record(dev, sl->tgid, op | have << 8, sl->q_ns, d_ns);
+	record((__u64)dev << 32 | sl->tgid, cgroup, op | have << 8, sl->q_ns, d_ns);
 }
 
 static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
@@ -188,16 +198,17 @@ static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __
 		d_ns = start > sl->q_ns ? start : sl->q_ns;
 	}
 	/* d2c once per request, from the first bio's issue time */
-	bio_record(sl, dev, op, d_ns, i == 0 && whole);
+	bio_record(sl, IOS_READ(btf, rq, bio), dev, op, d_ns, i == 0 && whole);
 }
 
-static __always_inline void bio_done_rest(struct bio_slot *sl, __u32 dev, __u8 op, __u32 opf, __u32 size, __u64 now)
+static __always_inline void bio_done_rest(struct bio_slot *sl, __u64 bio, __u32 dev, __u8 op, __u32 opf, __u32 size,
+					  __u64 now)
 {
 	if (!sl) {
 		stat_inc(IOS_STAT_C_NOENTRY);
 		return;
 	}
-	bio_record(sl, dev, op, sl->d_ns, false);
+	bio_record(sl, (struct bio *)bio, dev, op, sl->d_ns, false);
 }
 
 static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u64 first_q, __u64 now,
@@ -209,14 +220,20 @@ static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u6
 static __always_inline int stamps_complete(struct request *rq, unsigned int nr_bytes, __u32 dev, const bool btf)
 {
 	struct stamps st;
+	__u64 cgroup;
 
 	switch (stamps_read(rq, nr_bytes, btf, &st)) {
 	case STAMPS_REQUEST:
-		record(dev, 0, st.op | ((1 << IOS_PHASE_Q2C) | (1 << IOS_PHASE_Q2D) | (1 << IOS_PHASE_D2C)) << 8,
+		/* the request's bios are charged to one cgroup: blk-mq merges no bios across cgroups */
+		if (!bio_cgroup_pass(IOS_READ(btf, rq, bio), targ_per_cgroup, &cgroup))
+			break;
+		record((__u64)dev << 32, cgroup, st.op | ((1 << IOS_PHASE_Q2C) | (1 << IOS_PHASE_Q2D) | (1 << IOS_PHASE_D2C)) << 8,
 		       st.start, st.io);
 		break;
 	case STAMPS_FLUSH_RQ:
-		record(dev, 0, st.op | (1 << IOS_PHASE_D2C) << 8, 0, st.io);
+		if (targ_cgroup)
+			break; /* a flush request of the block layer's own: no cgroup to match -c against */
+		record((__u64)dev << 32, 0, st.op | (1 << IOS_PHASE_D2C) << 8, 0, st.io);
 		break;
 	case STAMPS_NONE:
 		not_stamped(dev);
@@ -244,6 +261,10 @@ IOS_BLOCK_TP(bio_queue, block_bio_queue, rqpath_bio_queue(bio, true, btf), struc
 IOS_BLOCK_TP(split, block_split, slot_split(bio, true, btf), struct bio *bio)
 IOS_TP(rq_complete, block_rq_complete, lat_rq_complete(rq, nr_bytes, btf), struct request *rq, int error,
        unsigned int nr_bytes)
+
+/* bios blk-throttle held (throttle.bpf.h): attached once a limit is in force on a traced disk */
+THROTTLE_HELD_PROGRAMS
+THROTTLE_NOTE_PROGRAM
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

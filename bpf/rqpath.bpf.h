@@ -46,8 +46,9 @@
  *   bio_done(rq, sl, dev, op, size, i, whole, now, btf): the first bio of the request (i is 0) is
  *       ended (sl: its slot, NULL if its queue was not seen); whole: the request ends with it
  *       (once per request, what /proc/diskstats counts, is i == 0 && whole).
- *   bio_done_rest(sl, dev, op, opf, size, now): a later bio of the chain is ended (called from a
- *       global function: no request, the request's cmd_flags in opf).
+ *   bio_done_rest(sl, bio, dev, op, opf, size, now): a later bio of the chain is ended (called from
+ *       a global function: no request, the request's cmd_flags in opf; bio: the bio's address, to
+ *       read it while it lives, e.g. its cgroup).
  *   rq_done(rq, dev, op, first_q, now, btf): after the walk of a request that ended whole
  *       (first_q: its first bio's queue time, 0 if unknown).
  */
@@ -58,7 +59,8 @@ static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64
 static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op, __u64 now, const bool btf);
 static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
 				     int i, bool whole, __u64 now, const bool btf);
-static __always_inline void bio_done_rest(struct bio_slot *sl, __u32 dev, __u8 op, __u32 opf, __u32 size, __u64 now);
+static __always_inline void bio_done_rest(struct bio_slot *sl, __u64 bio, __u32 dev, __u8 op, __u32 opf, __u32 size,
+					  __u64 now);
 static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u64 first_q, __u64 now,
 				    const bool btf);
 
@@ -165,7 +167,7 @@ __noinline int rqpath_bio_rest(__u64 key, __u64 dev_op, __u64 opf_size, __u64 no
 	 * compiler, which the verifier refuses ("R4 is not a scalar") */
 	barrier_var(now);
 	sl = slot_get(key);
-	bio_done_rest(sl, (__u32)(dev_op >> 8), (__u8)dev_op, (__u32)(opf_size >> 32), (__u32)opf_size, now);
+	bio_done_rest(sl, key, (__u32)(dev_op >> 8), (__u8)dev_op, (__u32)(opf_size >> 32), (__u32)opf_size, now);
 	if (sl)
 		sl->bio = 0; /* free the slot */
 	return 0;

@@ -4,11 +4,14 @@
  * histograms, aggregated in the kernel and read (and emptied) once per
  * refresh by user space. Nothing is sent to user space per event.
  *
- *  - procs: key (tgid, dev, op) of the process that QUEUED the bio (the
+ *  - procs: key (tgid, dev, op, cgroup) of the process that QUEUED the bio (the
  *    process in context at completion is usually someone else: an interrupt,
  *    a kworker, the loop worker), per-CPU. Value: bios and bytes completed,
  *    and the bio's queue-to-completion latency histogram. A bio queued
- *    before tracing started is counted under tgid 0 without latency.
+ *    before tracing started is counted under tgid 0 without latency. The
+ *    cgroup (with the cgroup view, or -c) is the one the bio is charged to,
+ *    read from the bio at its completion (cgroup.bpf.h): a kworker that
+ *    queues a throttled or written-back bio gets a row per cgroup it served.
  *  - inflight: the queue time and process of each bio in flight, in a
  *    direct-mapped array indexed by a hash of the bio pointer: a plain store
  *    at queue and a load at completion, no hash-map locking per I/O.
@@ -34,8 +37,12 @@
 #include "comms.bpf.h"
 #include "inflight.bpf.h"
 #include "rqpath.bpf.h"
+#include "cgroup.bpf.h"
+#include "throttle.bpf.h"
 
 #define TOP_MAX_CHAIN 64 /* bios of a request walked */
+
+const volatile bool targ_per_cgroup = false; /* the cgroup view: procs keyed by cgroup too */
 
 
 /* Per-CPU: no cache line is shared between CPUs on the I/O path. User space
@@ -58,11 +65,14 @@ struct {
 static struct top_proc_val zero_proc;
 static struct hist zero_hist;
 
-static __always_inline void proc_add(__u32 tgid, __u32 dev, __u8 op, __u32 bytes, __u64 lat, bool timed)
+static __always_inline void proc_add(struct bio *bio, __u32 tgid, __u32 dev, __u8 op, __u32 bytes, __u64 lat,
+				     bool timed)
 {
 	struct top_proc_key key = {};
 	struct top_proc_val *v;
 
+	if (!bio_cgroup_pass(bio, targ_per_cgroup, &key.cgroup))
+		return; /* -c: charged to another cgroup */
 	key.tgid = tgid;
 	key.dev = dev;
 	key.op = op;
@@ -129,12 +139,13 @@ static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op
 		disk_add(dev, op, now - rq_start);
 }
 
-static __always_inline void bio_done_rest(struct bio_slot *sl, __u32 dev, __u8 op, __u32 opf, __u32 size, __u64 now)
+static __always_inline void bio_done_rest(struct bio_slot *sl, __u64 bio, __u32 dev, __u8 op, __u32 opf, __u32 size,
+					  __u64 now)
 {
 	if (sl) {
-		proc_add(sl->tgid, dev, op, size, now - sl->q_ns, true);
+		proc_add((struct bio *)bio, sl->tgid, dev, op, size, now - sl->q_ns, true);
 	} else {
-		proc_add(0, dev, op, size, 0, false);
+		proc_add((struct bio *)bio, 0, dev, op, size, 0, false);
 		stat_inc(IOS_INFLIGHT_AT_START);
 	}
 }
@@ -142,7 +153,7 @@ static __always_inline void bio_done_rest(struct bio_slot *sl, __u32 dev, __u8 o
 static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
 				     int i, bool whole, __u64 now, const bool btf)
 {
-	bio_done_rest(sl, dev, op, 0, size, now);
+	bio_done_rest(sl, (__u64)IOS_READ(btf, rq, bio), dev, op, 0, size, now);
 }
 
 static __always_inline void rq_done(struct request *rq, __u32 dev, __u8 op, __u64 first_q, __u64 now,
@@ -161,6 +172,10 @@ IOS_BLOCK_TP(bio_queue, block_bio_queue, rqpath_bio_queue(bio, false, btf), stru
 IOS_BLOCK_TP(split, block_split, slot_split(bio, false, btf), struct bio *bio)
 IOS_TP(rq_complete, block_rq_complete, rqpath_rq_complete(rq, nr_bytes, TOP_MAX_CHAIN, bpf_ktime_get_ns(), btf),
        struct request *rq, int error, unsigned int nr_bytes)
+
+/* bios blk-throttle held (throttle.bpf.h): attached once a limit is in force on a traced disk */
+THROTTLE_HELD_PROGRAMS
+THROTTLE_NOTE_PROGRAM
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 

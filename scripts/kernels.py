@@ -12,11 +12,16 @@ tool, with exact counts). The running kernel is the matrix's last column;
 
     scripts/kernels.py list                  the matrix and what is cached
     scripts/kernels.py fetch [NAME...]       download and unpack (idempotent)
-    scripts/kernels.py run [NAME...] [-- PYTEST ARGS]
+    scripts/kernels.py run [NAME...] [--cgroup v1|v2|both] [-- PYTEST ARGS]
                                              boot each, run the guest suite,
                                              print the tool x kernel table;
                                              exit 1 if any test failed or a
-                                             kernel did not finish
+                                             kernel did not finish. Each kernel
+                                             boots twice: the io controller on
+                                             v1 blkio (the suite), then on
+                                             cgroup v2 ("NAME v2": the cgroup
+                                             tests); with PYTEST ARGS once (v1)
+                                             unless --cgroup says otherwise
     scripts/kernels.py exec NAME -- CMD      boot one and run CMD in it (a
                                              developer's loop; output on the
                                              terminal, exit code CMD's)
@@ -41,6 +46,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -290,6 +296,9 @@ def _with_headers(name: str, command: str) -> str:
     return f"env BCC_KERNEL_SOURCE={shlex.quote(str(hd))} {command}" if hd else command
 
 
+STOPPING = threading.Event()  # a signal stopped the run: every guest is killed, no other boots
+
+
 def boot(name: str, command: str, out: Path, timeout: float, console: Path | None, cpus: int = 2) -> int | None:
     """Boot kernel NAME with CPUS vCPUs and run command in it; None when it did not finish in time."""
     got = installed(name)
@@ -311,12 +320,16 @@ def boot(name: str, command: str, out: Path, timeout: float, console: Path | Non
     try:
         p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log or None, stderr=subprocess.STDOUT,
                              env=env, cwd=str(ROOT), start_new_session=True)
+        deadline = time.monotonic() + timeout
         try:
-            return p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, 9)
-            p.wait()
-            return None
+            while True:  # in steps, so that a stop (STOPPING, set by run() on a signal) ends every guest
+                try:
+                    return p.wait(timeout=1.0)
+                except subprocess.TimeoutExpired:
+                    if STOPPING.is_set() or time.monotonic() > deadline:
+                        os.killpg(p.pid, 9)
+                        p.wait()
+                        return None
         except BaseException:
             os.killpg(p.pid, 9)
             p.wait()
@@ -328,12 +341,21 @@ def boot(name: str, command: str, out: Path, timeout: float, console: Path | Non
 
 
 
-def guest_tests() -> list[str]:
+def guest_tests(v2: bool = False) -> list[str]:
     """The guest suite: the tests tests/kernels/selection.py marks (each with its tool as a junit
-    property), given by file, so that collection imports no other test module (seconds each under TCG)."""
+    property), given by file, so that collection imports no other test module (seconds each under TCG);
+    v2: those of its cgroup v2 boot (CGROUP_V2, marked kernels_v2)."""
     sys.path.insert(0, str(ROOT / "tests"))
-    selection: dict[str, object] = importlib.import_module("kernels.selection").SELECTION
-    return ["-m", "kernels", *sorted(f"tests/{f}" for f in selection)]
+    sel = importlib.import_module("kernels.selection")
+    selection: dict[str, object] = sel.CGROUP_V2 if v2 else sel.SELECTION
+    return ["-m", "kernels_v2" if v2 else "kernels", *sorted(f"tests/{f}" for f in selection)]
+
+
+V2 = " v2"  # the label of a kernel's cgroup v2 boot: "6.12 v2"
+
+
+def kernel_of(label: str) -> str:
+    return label.removesuffix(V2)
 
 
 def tool_of(case: ET.Element) -> str:
@@ -368,18 +390,22 @@ class Outcome:
 
 
 def run_one(name: str, pytest_args: list[str], timeout: float, outroot: Path, cpus: int = 2) -> Outcome:
-    """Boot one kernel and run the guest suite in it; its results from OUT/junit.xml and OUT/rc."""
-    out = outroot / name
+    """Boot one kernel and run the guest suite in it; its results from OUT/junit.xml and OUT/rc. name:
+    the kernel's, or with V2 its cgroup v2 boot (guest.sh with IOSCOPE_GUEST_CGROUP=v2)."""
+    v2 = name.endswith(V2)
+    kernel = kernel_of(name)
+    out = outroot / name.replace(" ", "-")
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     os.chmod(out, 0o755)
-    cmd = " ".join(shlex.quote(a) for a in ["sh", str(GUEST), str(out), *(pytest_args or guest_tests())])
-    got = installed(name)
+    cmd = " ".join(shlex.quote(a) for a in [*(["env", "IOSCOPE_GUEST_CGROUP=v2"] if v2 else []), "sh", str(GUEST),
+                                            str(out), *(pytest_args or guest_tests(v2))])
+    got = installed(kernel)
     assert got is not None
     print(f"kernels: {name}: booting {got[1]} and running the guest suite (console: {out / 'console.log'})",
           file=sys.stderr, flush=True)
     t0 = time.monotonic()
-    rc = boot(name, cmd, out, timeout, out / "console.log", cpus)
+    rc = boot(kernel, cmd, out, timeout, out / "console.log", cpus)
     took = time.monotonic() - t0
     junit = out / "junit.xml"
     guest_rc = (out / "rc").read_text().strip() if (out / "rc").is_file() else None
@@ -393,26 +419,35 @@ def run_one(name: str, pytest_args: list[str], timeout: float, outroot: Path, cp
     return Outcome(name, results(junit) if junit.is_file() else [], problem, took)
 
 
-def run(names: list[str], pytest_args: list[str], timeout: float, outroot: Path, jobs: int) -> int:
-    """Every kernel named, jobs at a time (each guest one QEMU process, its vCPUs sharing the cores)."""
-    fetch(names)
+def run(kernels: list[str], pytest_args: list[str], timeout: float, outroot: Path, jobs: int,
+        cgroup: str = "both") -> int:
+    """Every kernel named, in its v1 and/or cgroup v2 boot, jobs at a time (each guest one QEMU process,
+    its vCPUs sharing the cores)."""
+    fetch(kernels)
+    # the v1 boots first (the long suites), the short v2 boots after them
+    names = [k for k in kernels if cgroup != "v2"] + [k + V2 for k in kernels if cgroup != "v1"]
     outcomes: dict[str, Outcome] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         # a TCG vCPU is a host thread: guests that share the cores get one vCPU each (two guests of
         # two vCPUs on two cores: about 80 s a test; one vCPU each: 6.12's 22 tests in 288 s)
         cpus = max(1, (os.cpu_count() or 2) // max(1, min(jobs, len(names))))
         futures = {pool.submit(run_one, n, pytest_args, timeout, outroot, cpus): n for n in names}
-        for fut in concurrent.futures.as_completed(futures):
-            o = fut.result()
-            outcomes[o.name] = o
-            counts: dict[str, int] = {}
-            for _tool, tid, outcome, msg in o.rows:
-                counts[outcome] = counts.get(outcome, 0) + 1
-                if outcome in ("failed", "error"):
-                    print(f"kernels: {o.name}: FAILED {tid}: {msg}", file=sys.stderr)
-            summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no tests"
-            print(f"kernels: {o.name}: {summary} in {o.seconds:.0f} s" + (f"; {o.problem}" if o.problem else ""),
-                  file=sys.stderr, flush=True)
+        try:
+            for fut in concurrent.futures.as_completed(futures):
+                o = fut.result()
+                outcomes[o.name] = o
+                counts: dict[str, int] = {}
+                for _tool, tid, outcome, msg in o.rows:
+                    counts[outcome] = counts.get(outcome, 0) + 1
+                    if outcome in ("failed", "error"):
+                        print(f"kernels: {o.name}: FAILED {tid}: {msg}", file=sys.stderr)
+                summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no tests"
+                print(f"kernels: {o.name}: {summary} in {o.seconds:.0f} s" + (f"; {o.problem}" if o.problem else ""),
+                      file=sys.stderr, flush=True)
+        except BaseException:  # SIGINT, SIGTERM, SIGHUP (_stop): no more boots, the running guests killed
+            STOPPING.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     table: dict[str, dict[str, str]] = {}
     failed = False
     for name in names:
@@ -459,6 +494,9 @@ def main() -> int:
     r.add_argument("--timeout", type=float, default=2400, help="seconds per kernel (default 2400)")
     r.add_argument("--out", type=Path, default=Path("/tmp/ioscope-kernels"), help="results (default %(default)s)")
     r.add_argument("-j", "--jobs", type=int, default=2, help="guests at once (default 2)")
+    r.add_argument("--cgroup", choices=("v1", "v2", "both"), default=None,
+                   help="the boots: v1 (io on v1 blkio: the suite), v2 (io on cgroup v2: the cgroup tests) or "
+                        "both (the default without PYTEST ARGS; with them, v1)")
     e = sub.add_parser("exec")
     e.add_argument("name")
     e.add_argument("--timeout", type=float, default=1800)
@@ -486,7 +524,7 @@ def main() -> int:
         fetch(names)
         return 0
     if a.cmd == "run":
-        return run(names, rest, a.timeout, a.out, a.jobs)
+        return run(names, rest, a.timeout, a.out, a.jobs, a.cgroup or ("v1" if rest else "both"))
     if a.cmd == "exec":
         fetch([a.name])
         if not rest:

@@ -3,6 +3,7 @@ compare ioscope's event streams with. Test code: not part of the ioscope package
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import subprocess
@@ -63,7 +64,7 @@ class BlkTracer:
             self._w("trace_clock", "mono")  # timestamps on CLOCK_MONOTONIC, as BPF's bpf_ktime_get_ns()
             self._w("trace", "")
             self._w("tracing_on", "1")
-            Path(f"/sys/block/{self.disk}/trace/enable").write_text("1")
+            self._enable("1")
             self._saved["enable"] = "0"
             self._w("current_tracer", "blk")
             if self.output:
@@ -74,10 +75,26 @@ class BlkTracer:
             raise
         return self
 
+    def _enable(self, value: str) -> None:
+        """Write the disk's trace/enable. 5.10 finds the disk's queue there through the block device's
+        bd_disk, set only while the device is open (kernel/trace/blktrace.c: blk_trace_get_queue), and
+        answers ENXIO otherwise: then the device is held open for the write."""
+        enable = Path(f"/sys/block/{self.disk}/trace/enable")
+        try:
+            enable.write_text(value)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            fd = os.open(f"/dev/{self.disk}", os.O_RDONLY)
+            try:
+                enable.write_text(value)
+            finally:
+                os.close(fd)
+
     def stop(self) -> None:
         """Stop tracing this disk (idempotent); the buffer stays readable."""
         if "enable" in self._saved:
-            Path(f"/sys/block/{self.disk}/trace/enable").write_text("0")
+            self._enable("0")
             del self._saved["enable"]
         if self._reader is not None:
             last = -1
@@ -147,3 +164,13 @@ def parse_blk_tracer(text: str, dev: str) -> list[dict[str, Any]]:
         out.append({"cpu": int(cpu), "ts": float(ts), "action": action, "rwbs": rwbs, "sector": sector,
                     "nsec": nsec, "tail": tail})
     return out
+
+
+def throttle_released(text: str, dev: str) -> int:
+    """Bios blk-throttle held and let go on device "maj,min", by the kernel's own blk tracer: the queue
+    events (Q) its dispatch work made, whose task is the kworker running it ("[kworker/..]" at the end
+    of the line). The throttle's own "throtl bios disp=N" messages count a bio once per level of a cgroup
+    v2 hierarchy it is dispatched through (v2's throttle is hierarchical; v1's flat), so they equal this
+    on v1 only."""
+    return sum(1 for e in parse_blk_tracer(text, dev) if e["action"] == "Q" and e["tail"].endswith("]")
+               and e["tail"].rsplit("[", 1)[1].startswith("kworker/"))

@@ -46,16 +46,20 @@ def live() -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from kernels.selection import tool_of
+    from kernels.selection import CGROUP_V2, tool_of
 
+    v2_boot = os.environ.get("IOSCOPE_GUEST_CGROUP") == "v2"
     for item in items:
         if "live" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.live)
         rel = Path(str(item.fspath)).resolve().relative_to(ROOT / "tests").as_posix()
-        tool = tool_of(rel, item.name)
+        tool, tool_v2 = tool_of(rel, item.name), tool_of(rel, item.name, CGROUP_V2)
         if tool:
             item.add_marker(pytest.mark.kernels)
-            item.user_properties.append(("tool", tool))
+        if tool_v2:
+            item.add_marker(pytest.mark.kernels_v2)
+        if tool_v2 if v2_boot else tool:  # the table's row (scripts/kernels.py)
+            item.user_properties.append(("tool", tool_v2 if v2_boot else tool))
 
 
 @pytest.fixture

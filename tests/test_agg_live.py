@@ -290,7 +290,7 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
 def io_cgroup_of(pid: int | str = "self") -> str:
     """The cgroup a process's I/O is charged to, as a path of the io controller's hierarchy: its v1
     blkio cgroup, or in v2 its nearest cgroup whose parent enables io for its children (or the root)."""
-    from ioscope.engines.aggregate.names import io_cgroup_root
+    from ioscope.base.cgroups import io_cgroup_root
 
     io = io_cgroup_root()
     assert io is not None
@@ -312,7 +312,7 @@ def io_cgroup_of(pid: int | str = "self") -> str:
 def io_cgroup(live: None) -> Iterator[tuple[Path, str]]:
     """A cgroup made for the test in the io controller's hierarchy (v1 blkio here, v2 on a pure-v2
     host): (its directory, its path relative to the mount)."""
-    from ioscope.engines.aggregate.names import io_cgroup_root
+    from ioscope.base.cgroups import io_cgroup_root
 
     io = io_cgroup_root()
     assert io is not None, "no cgroup hierarchy with the io controller mounted"

@@ -16,7 +16,7 @@ from ioscope.base.losses import Losses
 from ioscope.base.render import render_plain
 from ioscope.capture import events as ev
 from ioscope.engines.aggregate import abi
-from ioscope.engines.aggregate.capture import Pairing
+from ioscope.engines.aggregate.capture import records as bio_records
 from ioscope.engines.aggregate.expr import compile_cond, parse_all
 from ioscope.engines.aggregate.model import (
     AggResult,
@@ -28,6 +28,7 @@ from ioscope.engines.aggregate.model import (
     quantize_buckets,
 )
 from ioscope.engines.aggregate.names import flags_bits, flags_name, name_rows
+from ioscope.engines.pairing.bios import Bios
 from ioscope.kernel import abi as core_abi
 from ioscope.tools.agg.view import renderables, to_json
 
@@ -200,15 +201,15 @@ def test_capture_pairing_is_the_kernel_s() -> None:
     put(6, 410, ev.TA_ISSUE, 100, 8192, ev.TC_WRITE)
     put(7, 420, ev.TA_ISSUE, 116, 8192, ev.TC_WRITE)
     put(8, 500, ev.TA_COMPLETE, 100, 8192, ev.TC_WRITE)
-    p = Pairing()
-    out = list(p.feed(rows))
+    p = Bios()
+    out = list(bio_records(p.feed(rows)))
     assert [t for t, _r in out] == [400, 400, 500]   # the completion time of each record
     recs = [r for _t, r in out]
     assert [(r["op"], r["bytes"], r["q2c"], r.get("q2d"), r.get("d2c")) for r in recs] == [
         (0, 4096, 300, 100, 200), (0, 4096, 290, 90, None), (1, 8192, 200, 110, 90)]
     assert [r["seek"] for r in recs] == [None, 0, 84]     # 100 - (8 + 8)
     assert [r["inflight"] for r in recs] == [0, 0, 0]
-    assert len(p.bios) == 1 and p.inflight[5] == 1      # the split's second piece: issued, not completed
+    assert p.in_flight() == 1 and p.requests(5) == 1     # the split's second piece: issued, not completed
 
 
 def test_comm_and_tgid_share_one_kernel_key_field() -> None:
@@ -235,8 +236,8 @@ def test_capture_pairing_two_ios_of_one_sector_in_flight() -> None:
         rows[i]["ts"], rows[i]["action"], rows[i]["sector"] = ts, act, sector
         rows[i]["bytes"], rows[i]["aux"] = nbytes, aux
         rows[i]["category"], rows[i]["pid"], rows[i]["tgid"], rows[i]["dev"] = ev.TC_READ, 7, 7, 5
-    p = Pairing()
-    recs = [r for _t, r in p.feed(rows)]
+    p = Bios()
+    recs = [r for _t, r in bio_records(p.feed(rows))]
     assert [(r["q2c"], r["q2d"], r["d2c"]) for r in recs] == [(190, 100, 90), (210, 100, 110)]
     more = np.zeros(5, dtype=ev.EVENT)
     for i, (ts, act, sector, nbytes) in enumerate([(402, ev.TA_QUEUE, 16, 8192), (500, ev.TA_ISSUE, 0, 8192),
@@ -244,9 +245,9 @@ def test_capture_pairing_two_ios_of_one_sector_in_flight() -> None:
                                                    (610, ev.TA_COMPLETE, 16, 8192)]):
         more[i]["ts"], more[i]["action"], more[i]["sector"], more[i]["bytes"] = ts, act, sector, nbytes
         more[i]["category"], more[i]["pid"], more[i]["tgid"], more[i]["dev"] = ev.TC_READ, 7, 7, 5
-    recs = [r for _t, r in p.feed(more)]
+    recs = [r for _t, r in bio_records(p.feed(more))]
     assert [(r["bytes"], r["q2c"]) for r in recs] == [(8192, 200), (8192, 210)]  # both keep the first Q time
-    assert not p.bios
+    assert not p.in_flight()
 
 
 def test_capture_pairing_keeps_a_read_and_a_write_of_one_sector_apart() -> None:
@@ -260,11 +261,11 @@ def test_capture_pairing_keeps_a_read_and_a_write_of_one_sector_apart() -> None:
     for i, (ts, act, nbytes, cat) in enumerate(spec):
         rows[i]["ts"], rows[i]["action"], rows[i]["sector"], rows[i]["bytes"] = ts, act, 64, nbytes
         rows[i]["category"], rows[i]["pid"], rows[i]["tgid"], rows[i]["dev"] = cat, 7, 7, 5
-    p = Pairing()
-    recs = [r for _t, r in p.feed(rows)]
+    p = Bios()
+    recs = [r for _t, r in bio_records(p.feed(rows))]
     assert [(r["op"], r["bytes"], r["q2c"], r["d2c"]) for r in recs] == [
         (core_abi.OP_WRITE, 4096, 100, 90), (core_abi.OP_READ, 16384, 140, 130)]
-    assert not p.bios
+    assert not p.in_flight()
 
 
 def test_capture_pairing_leaves_an_orphan_behind() -> None:
@@ -279,10 +280,11 @@ def test_capture_pairing_leaves_an_orphan_behind() -> None:
     for i, (ts, act) in enumerate(spec):
         rows[i]["ts"], rows[i]["action"], rows[i]["sector"], rows[i]["bytes"] = ts, act, 64, 4096
         rows[i]["category"], rows[i]["pid"], rows[i]["tgid"], rows[i]["dev"] = ev.TC_READ, 7, 7, 5
-    p = Pairing()
-    recs = [r for _t, r in p.feed(rows)]
+    p = Bios()
+    recs = [r for _t, r in bio_records(p.feed(rows))]
     assert [(r["q2c"], r["q2d"], r["d2c"]) for r in recs] == [(40, 10, 30), (30, 5, 25)]
-    assert [b.q_ns for b in p.bios[(5, 64)]] == [100, 9100]   # the orphan, and the last read still queued
+    assert p.in_flight() == 2                                 # the orphan, and the last read still queued
+    assert p.expire(9100) == 1 and p.in_flight() == 1         # the orphan was the one queued before 9100
 
 
 def test_kernel_symbols_and_stack_text(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ import blk_scenarios as bs
 TRACES = Path(__file__).resolve().parent / "traces"
 # per-CPU sets: name -> the other sets blkparse is given with it (-i NAME -i OTHER)
 SETS = {"splits": [], "nostamp": [], "unnamed": [], "renamed": [], "bigend": [], "missing": [], "partition": [],
-        "parttraced": [], "dm-0": ["sda"], "messages": []}
+        "parttraced": [], "dm-0": ["sda"], "messages": [], "batched": []}
 DUMPS = ["splits.dump", "nostamp.dump", "bigend.dump", "partition.dump", "parttraced.dump", "dm.dump",
          "messages.dump", "misnamed.blktrace.0"]
 CUT = "==================== Latency percentiles (ioscope)"

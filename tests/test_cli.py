@@ -100,6 +100,14 @@ def test_unknown_disk(live: None) -> None:
     _one_line_error(run_ioscope("lat", "-d", "nosuchdisk"), 1, "unknown disk 'nosuchdisk'", "/sys/block")
 
 
+@pytest.mark.parametrize("tool", ["lat", "top", "agg"])
+def test_unknown_cgroup(live: None, tool: str) -> None:
+    """-c with a cgroup that does not exist: the tool says where it looked, in one line, before loading."""
+    args = ["-e", "count()"] if tool == "agg" else (["-b"] if tool == "top" else [])
+    p = run_ioscope(tool, "-c", "/no-such-cgroup/x", *args, "1", "1")
+    _one_line_error(p, 2, "cgroup '/no-such-cgroup/x' does not exist (looked for ", "/proc/PID/cgroup")
+
+
 def test_missing_btf(live: None) -> None:
     p = run_ioscope("lat", "--btf", "/nonexistent/vmlinux")
     _one_line_error(p, 1, "kernel BTF not found at /nonexistent/vmlinux", "--btf")

@@ -532,7 +532,7 @@ def test_cgroup_series_name_containers_pods_and_services(loop: LoopDevice) -> No
     series is named as people know it (kind, the container's 12 digits, the pod's UID, the unit), and
     its latency histograms count the second dd's 13 writes, bio by bio (q2c) and request by request
     (d2c)."""
-    from ioscope.engines.aggregate.names import io_cgroup_root
+    from ioscope.base.cgroups import io_cgroup_root
 
     io = io_cgroup_root()
     assert io is not None

@@ -35,8 +35,8 @@ from typing import Any
 import pytest
 
 from conftest import ROOT, unreported_bound
+from ioscope.base.cgroups import io_cgroup_root
 from ioscope.base.testbed import LoopDevice, TestCgroups, run_fio
-from ioscope.engines.aggregate.names import io_cgroup_root
 from test_exporter_live import NIOS, free_port, scrape, settle_udev, start, stop
 from test_exporter_server import HASH, make_pki, storm
 

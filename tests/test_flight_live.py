@@ -306,3 +306,40 @@ def test_a_save_asked_while_it_starts_is_kept(loopdev: Callable[..., Any], tmp_p
     (line,) = [ln for ln in out.splitlines() if ln.startswith("ioscope record: saved ")]
     assert SAVED.match(line) and ": SIGUSR1; window " in line, line
     assert "1 window saved" in err, err
+
+
+def test_a_q2c_trigger_fires_on_pieces_the_throttle_holds_again(flight: Callable[..., Flight],
+                                                                  loopdev: Callable[..., Any], tmp_path: Path) -> None:
+    """Issue 24 finding 1: `--trigger 'q2c > 200ms'` on 1 MiB direct writes split in 128 KiB pieces, in a
+    cgroup limited to 8 write IOPS. On kernels whose throttle counts each piece against an iops limit
+    (6.1 on), the remainder of each write is held again after the write's queue event, so a piece becomes
+    a request only when the throttle lets it go: its request's own start misses that wait, and the
+    trigger, timed from it, never fired. Timed from each bio's queue event it fires, and the window saved
+    holds writes whose q2c (from the same events, agg -r) is over 200 ms, inside dd's own time."""
+    from ioscope.base.cgroups import io_cgroup_root
+    from ioscope.base.testbed import TestCgroups
+
+    disk = loopdev(size_mb=128)
+    disk.set_queue("max_sectors_kb", "128")
+    io = io_cgroup_root()
+    assert io is not None
+    cg = TestCgroups(io[0], "ioscope-trig", ["w"])
+    v1 = io[1] == "v1 blkio"
+    limit = cg.root / "w" / ("blkio.throttle.write_iops_device" if v1 else "io.max")
+    try:
+        limit.write_text(f"{disk.device.majmin} 8\n" if v1 else f"{disk.device.majmin} wiops=8\n")
+        f = flight(tmp_path / "thr", "30s", "--after", "1s", "-d", disk.name, "--trigger", "q2c > 200ms")
+        p = subprocess.run(cg.shell("w", f"dd if=/dev/zero of={disk.path} bs=1M count=2 oflag=direct"),
+                           capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"}, timeout=60)
+        assert p.returncode == 0, p.stderr
+        dd_s = float(re.search(r"copied, ([0-9.e+-]+) s", p.stderr).group(1))  # type: ignore[union-attr]
+        (m,) = f.saves(1)
+        assert f.stop() == 0
+    finally:
+        limit.write_text(f"{disk.device.majmin} 0\n" if v1 else f"{disk.device.majmin} wiops=max\n")
+        cg.remove()
+    assert re.match(r"'q2c > 200ms': \d+ I/Os? \(\w+ writes\), q2c up to \d+ms", m[2]), m[2]
+    assert dd_s > 0.5, dd_s  # 16 pieces at 8 IOPS: the throttle held most of them
+    slow = agg_r(m[1], "count() where q2c > 200ms")
+    assert slow and slow[0]["count"] >= 1, slow
+    assert agg_r(m[1], "max(q2c)")[0]["max"] <= dd_s * 1e9

@@ -23,7 +23,8 @@ from ioscope.capture.events import (
     TC_SYNC,
     TC_WRITE,
 )
-from ioscope.tools.snoop.snooper import Pairer, SnoopLine
+from ioscope.engines.pairing.bios import NO_TIME, Bios
+from ioscope.tools.snoop.snooper import LiveFeed, SnoopLine
 from ioscope.tools.snoop.view import fmt_line
 
 DEV = (7 << 20) | 5
@@ -37,69 +38,83 @@ def ev(action: int, ts: int, sector: int, nbytes: int = 4096, pid: int = 10, aux
     return e
 
 
+def _t(v: int) -> int:
+    return 0 if v == int(NO_TIME) else v
+
+
+def _rows(out: np.ndarray) -> list[tuple[int, int, int]]:
+    """(completion, queue, issue) of each line; 0 where the event was not seen."""
+    return [(int(r["c"]), _t(int(r["q"])), _t(int(r["d"]))) for r in out]
+
+
 def test_pairs_across_batches_and_keeps_only_unmatched() -> None:
-    p = Pairer()
+    p = LiveFeed()
     b1 = np.concatenate([ev(TA_QUEUE, 100, 8, pid=1), ev(TA_ISSUE, 150, 8, pid=2), ev(TA_QUEUE, 160, 64, pid=3)])
-    assert len(p.feed(b1)) == 0 and len(p.pending) == 3
+    assert len(p.feed(b1)) == 0 and p.bios.in_flight() == 2
     b2 = np.concatenate([ev(TA_COMPLETE, 400, 8, pid=0), ev(TA_ISSUE, 420, 64, pid=4),
                          ev(TA_COMPLETE, 500, 64, pid=0)])
     out = p.feed(b2)
-    assert out["ts"].tolist() == [400, 500]
-    assert out["q_ts"].tolist() == [100, 160] and out["d_ts"].tolist() == [150, 420]
+    assert _rows(out) == [(400, 100, 150), (500, 160, 420)]
     assert out["pid"].tolist() == [1, 3]  # the process that queued it, not the completion context
-    assert len(p.pending) == 0
+    assert p.bios.in_flight() == 0
 
 
-def test_completion_after_the_horizon_waits_for_its_issue() -> None:
+def test_events_after_the_horizon_wait_for_the_next_poll() -> None:
     """A poll reads one ring after another: a C can arrive one poll before the D of another CPU."""
-    p = Pairer()
+    p = LiveFeed()
     b1 = np.concatenate([ev(TA_QUEUE, 100, 8, pid=1), ev(TA_COMPLETE, 300, 8, pid=0),
                          ev(TA_QUEUE, 110, 16, pid=5), ev(TA_ISSUE, 120, 16), ev(TA_COMPLETE, 130, 16)])
     out = p.feed(b1, horizon_ns=200)  # the C at 300 is not older than the horizon: it waits
-    assert [(int(r["ts"]), int(r["q_ts"]), int(r["d_ts"])) for r in out] == [(130, 110, 120)]
-    assert sorted(p.pending["ts"].tolist()) == [100, 300]
+    assert _rows(out) == [(130, 110, 120)]
+    assert p.held["ts"].tolist() == [300]
     out = p.feed(ev(TA_ISSUE, 150, 8, pid=2), horizon_ns=1000)  # its D arrives with the next poll
-    assert [(int(r["ts"]), int(r["q_ts"]), int(r["d_ts"]), int(r["pid"])) for r in out] == [(300, 100, 150, 1)]
-    assert len(p.pending) == 0
+    assert _rows(out) == [(300, 100, 150)] and out["pid"].tolist() == [1]
+    assert p.bios.in_flight() == 0 and not len(p.held)
 
 
 def test_same_sector_reused_and_missing_phases() -> None:
-    p = Pairer()
+    p = LiveFeed()
     b = np.concatenate([
         ev(TA_QUEUE, 10, 0), ev(TA_ISSUE, 20, 0), ev(TA_COMPLETE, 30, 0),  # first I/O to sector 0
         ev(TA_QUEUE, 40, 0), ev(TA_ISSUE, 50, 0), ev(TA_COMPLETE, 65, 0),  # second one
         ev(TA_ISSUE, 70, 99), ev(TA_COMPLETE, 90, 99),                      # queued before tracing
         ev(TA_QUEUE, 95, 500), ev(TA_COMPLETE, 99, 500),                    # bio-based: no issue
+        ev(TA_COMPLETE, 120, 700),                                          # queued and issued before
     ])
     out = p.feed(b)
-    rows = [(int(r["ts"]), int(r["q_ts"]), int(r["d_ts"])) for r in out]
-    assert rows == [(30, 10, 20), (65, 40, 50), (90, 0, 70), (99, 95, 0)]
+    assert _rows(out) == [(30, 10, 20), (65, 40, 50), (90, 0, 70), (99, 95, 0), (120, 0, 0)]
+    assert p.bios.unpaired == 2
 
 
 def test_queue_event_is_used_once() -> None:
     """Flush requests without a Q of their own must not inherit an old Q of the same sector."""
-    p = Pairer()
-    b = np.concatenate([ev(TA_QUEUE, 10, 0, 0), ev(TA_ISSUE, 20, 0, 0), ev(TA_COMPLETE, 30, 0, 0),
-                        ev(TA_ISSUE, 5000, 0, 0), ev(TA_COMPLETE, 5010, 0, 0),   # no Q: flush machinery
-                        ev(TA_QUEUE, 6000, 9, 0), ev(TA_COMPLETE, 6001, 9, 0),   # bio-based
-                        ev(TA_COMPLETE, 7000, 9, 0)])                             # no Q left for this one
-    rows = [(int(r["ts"]), int(r["q_ts"]), int(r["d_ts"])) for r in p.feed(b)]
-    assert rows == [(30, 10, 20), (5010, 0, 5000), (6001, 6000, 0), (7000, 0, 0)]
+    def f(e: np.ndarray) -> np.ndarray:
+        e["category"] = TC_FLUSH
+        return e
+
+    p = LiveFeed()
+    b = np.concatenate([ev(TA_QUEUE, 10, 0), ev(TA_ISSUE, 20, 0), ev(TA_COMPLETE, 30, 0),
+                        f(ev(TA_ISSUE, 5000, 0, 0)), f(ev(TA_COMPLETE, 5010, 0, 0)),   # no Q: flush machinery
+                        ev(TA_QUEUE, 6000, 9), ev(TA_COMPLETE, 6001, 9),              # bio-based
+                        ev(TA_COMPLETE, 7000, 9)])                                     # no Q left for this one
+    assert _rows(p.feed(b)) == [(30, 10, 20), (5010, 0, 5000), (6001, 6000, 0), (7000, 0, 0)]
 
 
-def test_split_remainder_gets_queue_time() -> None:
-    p = Pairer()
+def test_split_pieces_keep_the_bio_s_queue_time() -> None:
+    """Each piece of a split bio is a line, queued when the bio was (ioscope's rule, report's and agg's: the
+    split is not a queueing; the old snoop timed the second piece from the X)."""
+    p = LiveFeed()
     b = np.concatenate([ev(TA_QUEUE, 10, 0, 8192), ev(TA_SPLIT, 11, 0, 4096, aux=8),
                         ev(TA_ISSUE, 20, 0), ev(TA_ISSUE, 21, 8), ev(TA_COMPLETE, 30, 0), ev(TA_COMPLETE, 31, 8)])
     out = p.feed(b)
-    assert [(int(r["q_ts"]), int(r["d_ts"])) for r in out] == [(10, 20), (11, 21)]
+    assert [(int(r["q"]), int(r["d"]), int(r["bytes"])) for r in out] == [(10, 20, 4096), (10, 21, 4096)]
 
 
 def test_unmatched_queue_events_age_out() -> None:
-    p = Pairer()
+    p = LiveFeed()
     p.feed(ev(TA_QUEUE, 1, 123))  # e.g. a bio merged into another request: never completes at its sector
     p.feed(ev(TA_QUEUE, 60 * 10**9, 7))
-    assert p.dropped == 1 and p.pending["sector"].tolist() == [7]
+    assert p.dropped == 1 and p.bios.in_flight() == 1
 
 
 def test_fmt_line_golden() -> None:
@@ -151,19 +166,22 @@ def test_flush_sequence_write_is_one_line() -> None:
     """What `dd oflag=direct,dsync` does on a write-back disk without FUA (recorded on a loop device):
     the FUA write's data completes, a flush request runs, the write's request is ended again (0 bytes,
     same sector, no Q between), then fsync's empty PREFLUSH bio has its own Q, flush and 0-byte end.
-    The kernel counts 2 writes and 2 flushes; snoop prints 4 lines, not 5."""
+    The kernel counts 2 writes and 2 flushes; snoop prints 4 lines, not 5: the write's at its last
+    completion (the kernel ends the bio there, as agg's kernel object sees it; the old snoop printed it
+    at its data's completion, 48), with the write's size."""
     def w(e: np.ndarray, cat: int) -> np.ndarray:
         e["category"] = cat
         return e
 
     fua, flush, wr = TC_WRITE | TC_SYNC | TC_FUA, TC_FLUSH, TC_WRITE | TC_SYNC
-    seq = [w(ev(TA_QUEUE, 0, 0), fua), w(ev(TA_ISSUE, 19, 0), wr), w(ev(TA_COMPLETE, 48, 0), wr),
+    seq = [w(ev(TA_QUEUE, 1, 0), fua), w(ev(TA_ISSUE, 19, 0), wr), w(ev(TA_COMPLETE, 48, 0), wr),
            w(ev(TA_ISSUE, 58, 0, 0), flush), w(ev(TA_COMPLETE, 78, 0, 0), flush),
            w(ev(TA_COMPLETE, 79, 0, 0), wr),                                     # the write ended again
            w(ev(TA_QUEUE, 87, 0, 0), wr | TC_FLUSH), w(ev(TA_ISSUE, 94, 0, 0), flush),
            w(ev(TA_COMPLETE, 98, 0, 0), flush), w(ev(TA_COMPLETE, 99, 0, 0), wr)]   # the empty flush bio
-    out = Pairer().feed(np.concatenate(seq))
-    assert out["ts"].tolist() == [48, 78, 98, 99]
-    assert out["bytes"].tolist() == [4096, 0, 0, 0]
-    # the write's queue time (0); the empty bio's Q (87) for its flush and its end
-    assert out["q_ts"].tolist() == [0, 0, 87, 87]
+    p = LiveFeed()
+    p.bios = Bios({DEV: False})   # the disk's write-back cache without FUA (the capture's device table)
+    out = p.feed(np.concatenate(seq))
+    # the empty bio timed from when it became a request (its G; none here: its Q), as agg does
+    assert _rows(out) == [(78, 0, 58), (79, 1, 19), (98, 0, 94), (99, 87, 87)]
+    assert [int(r["c_bytes"]) or int(r["bytes"]) for r in out] == [0, 4096, 0, 0]

@@ -75,11 +75,13 @@ def test_counters_going_back_count_as_zero(samples: tuple[dict, dict]) -> None: 
     assert row.r_s == 0 and row.util == 0
 
 
-def _proc_arrays(recs: list[tuple[int, int, int, int, int, list[int]]]) -> tuple[np.ndarray, np.ndarray]:
+def _proc_arrays(recs: list[tuple[int, int, int, int, int, list[int]]],
+                 cgroups: list[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
     keys = np.zeros(len(recs), dtype=abi.TOP_PROC_KEY)
     vals = np.zeros(len(recs), dtype=abi.TOP_PROC_VAL)
     for i, (tgid, dev, op, ios, nbytes, lats) in enumerate(recs):
         keys[i]["tgid"], keys[i]["dev"], keys[i]["op"] = tgid, dev, op
+        keys[i]["cgroup"] = cgroups[i] if cgroups else 0
         vals[i]["ios"], vals[i]["bytes"] = ios, nbytes
         h = hist.Hist.from_values(lats)
         vals[i]["lat"]["slots"] = h.counts
@@ -117,6 +119,41 @@ def test_proc_rows_merge_ops_and_keep_disks_apart() -> None:
     top = model.sort_procs(rows)
     assert top[0].pid == 4242 and top[0].disk == "loop2"
     assert [r.pid for r in model.sort_procs(rows, "pid", reverse=False)] == [17, 4242, 4242]
+
+
+def test_cgroup_view_adds_up_processes_per_cgroup_and_splits_a_kworker() -> None:
+    """With cgroup names (-G): a process row per (process, disk, cgroup), so a kworker that queued two
+    cgroups' throttled writes has a row in each; the cgroup rows add up the rows of their cgroup, the
+    latency histograms merged (not averaged)."""
+    dev = 7 << 20 | 2
+    keys, vals = _proc_arrays([
+        (100, dev, abi.OP_WRITE, 40, 40 * 4096, [1_000_000] * 40),     # fio in /svc-a
+        (100, dev, abi.OP_READ, 10, 10 * 4096, [100_000] * 10),
+        (7, dev, abi.OP_WRITE, 30, 30 * 4096, [900_000_000] * 30),    # kworker, /svc-a's held writes
+        (7, dev, abi.OP_WRITE, 5, 5 * 4096, [200_000] * 5),           # kworker, /svc-b's
+        (200, dev, abi.OP_READ, 20, 20 * 8192, [50_000] * 20),        # db in /svc-b
+    ], cgroups=[11, 11, 11, 12, 12])
+    names = {11: "/svc-a", 12: "/system.slice/docker-" + "ab" * 32 + ".scope"}
+    rows = model.proc_rows(keys, vals, 1.0, {dev: "loop2"}.__getitem__,
+                           {100: "fio", 7: "kworker/0:1", 200: "db"}.__getitem__, names.__getitem__)
+    by = {(r.pid, r.cgroup): r for r in rows}
+    assert set(by) == {(100, "/svc-a"), (7, "/svc-a"), (7, names[12]), (200, names[12])}
+    assert by[(7, "/svc-a")].ios == 30 and by[(7, names[12])].ios == 5
+    cgs = {c.cgroup: c for c in model.cgroup_rows(rows)}
+    a, b = cgs["/svc-a"], cgs[names[12]]
+    assert (a.procs, a.ios, b.procs, b.ios) == (2, 80, 2, 25)
+    assert a.w_s == pytest.approx(70.0) and a.r_s == pytest.approx(10.0)
+    assert a.wkB_s == pytest.approx(280.0) and b.rkB_s == pytest.approx(160.0)
+    # the kworker's 30 held writes at 900 ms are 30 of /svc-a's 80 I/Os: its p99 is theirs
+    assert a.p99_ms is not None and hist.check_relative_error(a.p99_ms * 1e6, 900_000_000)
+    assert a.hist is not None and a.hist.count == 80
+    assert b.label == names[12] + " [docker " + "ab" * 6 + "]" and a.label == "/svc-a"
+    assert [c.cgroup for c in model.cgroup_rows(rows)] == ["/svc-a", names[12]]  # busiest first
+    # without names (no -G, no -c): the rows are per process and disk, as before
+    plain = model.proc_rows(keys, vals, 1.0, {dev: "loop2"}.__getitem__,
+                            {100: "fio", 7: "kworker/0:1", 200: "db"}.__getitem__)
+    assert sorted((r.pid, r.ios) for r in plain) == [(7, 35), (100, 50), (200, 20)]
+    assert all(r.cgroup is None for r in plain) and model.cgroup_rows(plain) == []
 
 
 def test_snapshot_filters_and_json(samples: tuple[dict, dict]) -> None:  # type: ignore[type-arg]

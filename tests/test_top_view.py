@@ -198,3 +198,44 @@ def test_optional_sources_are_loaded_when_present() -> None:
     assert srcs["count"](1.0) == {"calls": 1, "interval_s": 1.0}
     srcs["count"].close()
     assert top_fixture.CountingSource.closed
+
+
+def test_cgroup_view_in_batch_screen_and_json() -> None:
+    """The cgroup view (-G): the cgroups' table after the devices (HELD: the bios blk-throttle held,
+    thr_p99 their wait where measured), a CGROUP column in the process rows, and the held bios' line
+    under the devices in batch text and on the screen; JSON carries the same."""
+    from dataclasses import replace
+
+    from ioscope.base.hist import Hist
+    from ioscope.engines.context.throttle import HeldBios
+    from ioscope.tools.top.model import cgroup_rows
+
+    snap = top_fixture.snapshot()
+    docker = "/system.slice/docker-" + "ab" * 32 + ".scope"
+    cgs = {31337: "/batch.slice/backup.service", 4021: docker, 1: "/", 0: "/"}
+    snap.procs = [replace(p, cgroup=cgs[p.pid]) for p in snap.procs]
+    held = [HeldBios(7 << 20 | 2, "loop2", "/batch.slice/backup.service", 27,
+                     Hist.from_values([250_000_000] * 26 + [1_020_000_000]))]
+    snap.cgroups, snap.throttled = cgroup_rows(snap.procs, held), held
+    text = view.batch_text(snap)
+    lines = text.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith(" CGROUP"))
+    assert lines[head].split()[-2:] == ["HELD", "thr_p99"]
+    backup = next(ln for ln in lines[head:] if ln.startswith(" /batch.slice/backup.service"))
+    assert backup.split()[1:3] == ["loop2", "1"] and backup.split()[-2] == "27", backup
+    assert "[docker abababababab]" in text
+    assert ("blk-throttle held 27 bios of cgroup /batch.slice/backup.service on loop2: their wait is not in q2c; "
+            "waited (measured for 27) p50 ") in text
+    assert " CGROUP " in next(ln for ln in lines if ln.lstrip().startswith("PID"))
+    screen = _screen_of(snap, 160, 40)
+    assert "blk-throttle held 27 bios" in screen and "HELD" in screen and "[docker abababababab]" in screen
+    doc = view.snapshot_json(snap)
+    row = next(c for c in doc["cgroups"] if c["cgroup"] == docker)
+    assert (row["kind"], row["name"], row["procs"]) == ("docker", "ab" * 6, 1)
+    assert doc["throttle"]["held"][0]["held"] == 27 and doc["throttle"]["held"][0]["wait_measured"] == 27
+    assert {p["cgroup"] for p in doc["procs"]} == set(cgs.values())
+
+
+def _screen_of(snap: Any, width: int, height: int) -> str:
+    lines = view.screen_lines(view.ViewState(), snap, top_fixture.heat(), width, height)
+    return "\n".join(t.plain for t in lines)

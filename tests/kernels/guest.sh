@@ -5,6 +5,8 @@
 # host has it, then runs them (or, with --exec, one command) and leaves the
 # exit code in OUT/rc: virtme-ng does not pass it back.
 #   guest.sh OUT [PYTEST ARGS]        the guest suite; OUT/junit.xml, OUT/pytest.log
+# IOSCOPE_GUEST_CGROUP=v2: the io controller on cgroup v2 (the unified hierarchy at /sys/fs/cgroup, as
+# Debian 11+, RHEL 9 and Ubuntu 22.04+ mount it) instead of v1 blkio beside an io-less v2 (the host's).
 #   guest.sh --exec OUT CMD [ARGS]    one command, its output on the console
 mode=pytest
 if [ "$1" = --exec ]; then mode=exec; shift; fi
@@ -17,7 +19,12 @@ modprobe loop max_loop=64 2>/dev/null
 mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
 mountpoint -q /sys/kernel/debug || mount -t debugfs nodev /sys/kernel/debug 2>/dev/null
 mountpoint -q /dev/shm || mount -t tmpfs -o size=3G tmpfs /dev/shm
-if ! mountpoint -q /sys/fs/cgroup/blkio; then
+if [ "${IOSCOPE_GUEST_CGROUP:-v1}" = v2 ]; then
+    for m in /sys/fs/cgroup/blkio /sys/fs/cgroup/unified /sys/fs/cgroup; do umount "$m" 2>/dev/null; done
+    mount -t cgroup2 cgroup2 /sys/fs/cgroup
+    echo "+io +memory" >/sys/fs/cgroup/cgroup.subtree_control
+    grep -qw io /sys/fs/cgroup/cgroup.subtree_control || echo "guest: io is not on cgroup v2" >&2
+elif ! mountpoint -q /sys/fs/cgroup/blkio; then
     umount /sys/fs/cgroup 2>/dev/null
     mount -t tmpfs -o mode=755 tmpfs /sys/fs/cgroup
     mkdir -p /sys/fs/cgroup/blkio /sys/fs/cgroup/unified
@@ -35,7 +42,8 @@ fi
 export PYTHONDONTWRITEBYTECODE=1 HOME=/tmp TMPDIR=/tmp
 export CI="${CI:-1}"
 export IOSCOPE_GUEST=1  # tests scale time budgets meant for real hardware (conftest.EMULATION_FACTOR)
-echo "guest: $(uname -r), lockdown: $(cat /sys/kernel/security/lockdown 2>/dev/null || echo none)" >"$out/kernel"
+echo "guest: $(uname -r), lockdown: $(cat /sys/kernel/security/lockdown 2>/dev/null || echo none)," \
+    "cgroup: ${IOSCOPE_GUEST_CGROUP:-v1}" >"$out/kernel"
 
 if [ $mode = exec ]; then
     "$@"

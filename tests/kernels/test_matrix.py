@@ -20,6 +20,7 @@ import shlex
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -234,6 +235,160 @@ def test_agg_throttle(disk: Any, tmp_path: Path) -> None:
     # each held write waited in turn while dd waited for it: the waits add up to most of dd's time
     assert 0.5 * dd_s <= waited_s <= dd_s, (waited_s, dd_s, rows)
     assert rows["max(throttle) by op"]["v"] >= 0.5e9 / THROTTLE_IOPS, rows
+
+
+CG_WRITES_SIB = 53  # direct writes of a second child of the same parent
+CG_WRITES_B = 37    # direct writes of another top-level cgroup
+CG_READS_ROOT = 19  # direct reads left in the root cgroup
+
+
+def io_stat(path: Path, majmin: str) -> dict[str, int]:
+    """cgroup v2's io.stat line of one disk: {"rbytes": ..., "wios": ...} (nothing: no I/O yet)."""
+    for line in (path / "io.stat").read_text().splitlines():
+        w = line.split()
+        if w and w[0] == majmin:
+            return {k: int(v) for k, v in (x.split("=", 1) for x in w[1:])}
+    return {}
+
+
+def test_cgroups(disk: Any, tmp_path: Path) -> None:
+    """Every tool's cgroup: lat -G -c TOP (a histogram per cgroup, only TOP's subtree), top -G (the cgroup
+    view) and agg -c TOP/a (the children's I/O kept by their parent's filter), started together on one
+    workload: dd reads in TOP/a/child, dd writes in TOP/a/sib and in TOP/b, dd reads in the root cgroup
+    (processes in leaves only, as cgroup v2 wants them). The cgroup is read from each bio's blkg in the
+    kernel (bpf/cgroup.bpf.h) and the filter from the cgroup's own ancestors (ancestor_ids[] before 6.0,
+    ancestors[] after): each count equals its dd's, in each cgroup, on every kernel, with the io
+    controller on v1 blkio (the host's way) and on cgroup v2 (the v2 boot), where io.stat's own counts
+    of each cgroup agree too."""
+    from ioscope.base.cgroups import io_cgroup_root
+    from ioscope.base.testbed import TestCgroups
+
+    io = io_cgroup_root()
+    assert io is not None, "no hierarchy with the io controller (tests/kernels/guest.sh mounts one)"
+    if os.environ.get("IOSCOPE_GUEST_CGROUP") == "v2":
+        assert io[1] == "v2", io
+    cg = TestCgroups(io[0], "ioscope-cg", ["a", "a/child", "a/sib", "b"])
+    top = cg.top
+    leaves = {"a/child": READS, "a/sib": CG_WRITES_SIB, "b": CG_WRITES_B}
+    want = {f"{top}/{k}": n for k, n in leaves.items()}
+    try:
+        with ThreadPoolExecutor(3) as ex:  # three tools starting at once: under TCG each takes tens of seconds
+            starts = [ex.submit(Tool, tmp_path, *args, ready=ready) for args, ready in (
+                (("lat", "-d", disk.name, "-G", "-c", top, "-j"), "Tracing"),
+                (("top", "-d", disk.name, "-G", "-j"), "json"),
+                (("agg", "-d", disk.name, "-c", f"{top}/a", "-j", "-e", "count() by cgroup,op"), "Tracing"))]
+            lat, topt, agg = (f.result() for f in starts)
+        before = {k: io_stat(cg.root / k, disk.device.majmin) for k in leaves} if cg.v2 else {}
+        for group, cmd in (("a/child", f"dd if={disk.path} of=/dev/null bs=4k count={READS} iflag=direct"),
+                           ("a/sib", f"dd if=/dev/zero of={disk.path} bs=4k count={CG_WRITES_SIB} seek={READS} "
+                                     "oflag=direct"),
+                           ("b", f"dd if=/dev/zero of={disk.path} bs=4k count={CG_WRITES_B} seek=2000 oflag=direct")):
+            subprocess.run(cg.shell(group, cmd), check=True, capture_output=True, timeout=600)
+        after = {k: io_stat(cg.root / k, disk.device.majmin) for k in leaves} if cg.v2 else {}
+        dd("if=" + disk.path, "of=/dev/null", "bs=4k", f"count={CG_READS_ROOT}", "skip=3000", "iflag=direct")
+        topt.wait_lines(len(topt.out.read_text().splitlines()) + 2)
+        settle()
+        outs = {t.args[0]: json_lines(t.stop(sig)[0]) for t, sig in ((lat, signal.SIGINT), (topt, signal.SIGTERM),
+                                                                      (agg, signal.SIGHUP))}
+    finally:
+        cg.remove()
+    if cg.v2:  # io.stat: pieces after split, before merge; 4 KiB direct I/O is one each
+        for k, n in leaves.items():
+            ios = {x: after[k].get(x, 0) - before[k].get(x, 0) for x in ("rios", "wios")}
+            assert ios == ({"rios": n, "wios": 0} if k == "a/child" else {"rios": 0, "wios": n}), (k, ios)
+    # lat: d2c histograms per cgroup, TOP's subtree only (the root's reads are not in it)
+    unseen = sum(lost_unseen(d) for d in outs["lat"])
+    got: dict[str, int] = {}
+    for d in outs["lat"]:
+        for h in d["hists"]:
+            if h["phase"] == "d2c":
+                got[h["cgroup"]] = got.get(h["cgroup"], 0) + h["count"]
+    assert set(got) == set(want), got
+    for k, n in want.items():
+        assert_counted(got[k], n, unseen)
+    # top: the cgroup view, every cgroup of the disk (the root's too)
+    unseen = sum(lost_unseen(d) for d in outs["top"])
+    got = {}
+    for d in outs["top"]:
+        for c in d["cgroups"]:
+            got[c["cgroup"]] = got.get(c["cgroup"], 0) + c["ios"]
+    for k, n in want.items():
+        assert_counted(got.get(k, 0), n, unseen)
+    assert got.get("/", 0) + unseen >= CG_READS_ROOT, got
+    # agg -c TOP/a: the parent's filter keeps its children's I/O, and nothing of b's or the root's
+    unseen = sum(lost_unseen(d) for d in outs["agg"])
+    rows: dict[tuple[str, str], int] = {}
+    for d in outs["agg"]:
+        for a in d["aggs"]:
+            for r in a["rows"]:
+                k = (r["keys"]["cgroup"], r["keys"]["op"])
+                rows[k] = rows.get(k, 0) + int(r["count"])
+    assert {k[0] for k in rows} <= {f"{top}/a/child", f"{top}/a/sib"}, rows
+    assert_counted(rows.get((f"{top}/a/child", "read"), 0), READS, unseen)
+    assert_counted(rows.get((f"{top}/a/sib", "write"), 0), CG_WRITES_SIB, unseen)
+
+
+def test_throttle_held(disk: Any, tmp_path: Path) -> None:
+    """lat -G and top -G while dd's direct writes in a cgroup limited to 20 write IOPS on the disk (v1
+    blkio.throttle.write_iops_device, or v2 io.max wiops=20) wait in blk-throttle: both count the bios the
+    throttle held, charged to the cgroup, exactly as many as the kernel's own blk tracer shows the throttle's
+    kworker queued (tracepoints alone: the queue event inside blk-throttle's dispatch work); where fentry on
+    throtl_add_bio_tg loads, each held bio's wait is measured and their waits add up to most of dd's own
+    time and never more; where it does not (lockdown), both say so."""
+    from blk_tracer import BlkTracer, throttle_released
+    from ioscope.base.cgroups import io_cgroup_root
+    from ioscope.base.testbed import TestCgroups
+
+    io = io_cgroup_root()
+    assert io is not None, "no hierarchy with the io controller (tests/kernels/guest.sh mounts one)"
+    cg = TestCgroups(io[0], "ioscope-held", ["svc"])
+    limit = cg.root / "svc" / ("io.max" if cg.v2 else "blkio.throttle.write_iops_device")
+    on, off = (f"wiops={THROTTLE_IOPS}", "wiops=max") if cg.v2 else (str(THROTTLE_IOPS), "0")
+    try:
+        limit.write_text(f"{disk.device.majmin} {on}\n")
+        with ThreadPoolExecutor(2) as ex:
+            starts = [ex.submit(Tool, tmp_path, *args, ready=ready) for args, ready in (
+                (("lat", "-d", disk.name, "-G", "-j"), "Tracing"), (("top", "-d", disk.name, "-G", "-j"), "json"))]
+            lat, topt = (f.result() for f in starts)
+        time.sleep(3)  # the tools look for limits every 2 s, and attach the throttle's programs on the first
+        with BlkTracer(disk.name) as tracer:
+            p = subprocess.run(cg.shell("svc", f"dd if=/dev/zero of={disk.path} bs=4k count={THROTTLED_WRITES} "
+                                               "oflag=direct"), capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "LC_ALL": "C"})
+            assert p.returncode == 0, p.stderr
+            time.sleep(0.5)
+        truth = throttle_released(tracer.text, disk.device.majmin.replace(":", ","))
+        dd_s = float(re.search(r"copied, ([0-9.e+-]+) s", p.stderr).group(1))  # type: ignore[union-attr]
+        topt.wait_lines(len(topt.out.read_text().splitlines()) + 2)
+        settle()
+        docs = {t.args[0]: json_lines(t.stop(sig)[0]) for t, sig in ((lat, signal.SIGINT), (topt, signal.SIGTERM))}
+    finally:
+        limit.write_text(f"{disk.device.majmin} {off}\n")
+        cg.remove()
+    # the throttle lets one in two of dd's writes through at once at this rate (test_agg_throttle)
+    assert THROTTLED_WRITES // 2 - 2 <= truth <= THROTTLED_WRITES, truth
+    svc = f"{cg.top}/svc"
+    from ioscope.kernel.loader import fentry_error
+
+    fentry = fentry_error("throtl_add_bio_tg") == 0  # the kernel lets fentry attach there (not under lockdown)
+    for tool in ("lat", "top"):
+        held = [h for d in docs[tool] for h in d["throttle"]["held"]]
+        assert {h["cgroup"] for h in held} == {svc}, (tool, held)
+        assert sum(h["held"] for h in held) == truth, (tool, held, truth)
+        measured = sum(h["wait_measured"] for h in held)
+        if fentry:  # every held wait is measured (the matrix's Debian kernels)
+            assert measured == truth, (tool, held)
+        if measured:  # fentry: every held bio's wait, adding up to most of dd's time
+            assert measured == truth, (tool, held)
+            waited_s = sum(h["wait_sum"] for h in held if h["wait_measured"]) / 1e9
+            assert 0.5 * dd_s <= waited_s <= dd_s, (tool, waited_s, dd_s)
+        else:
+            assert "fentry" in docs[tool][-1]["throttle"]["wait_not_measured"], docs[tool][-1]["throttle"]
+    cgrows = [c for d in docs["top"] for c in d["cgroups"] if c["cgroup"] == svc]
+    assert sum(c["held"] for c in cgrows) == truth
+    if cg.v2:  # the cgroup's own PSI beside the held bios: its tasks stalled on I/O while the throttle held dd
+        for tool in ("lat", "top"):
+            assert max(h.get("io_pressure_some_avg10", 0) for d in docs[tool] for h in d["throttle"]["held"]) > 0
 
 
 @pytest.mark.parametrize("attach", VARIANTS)

@@ -293,6 +293,10 @@ def build(out: Path) -> None:
     # big-endian (a POWER or s390 host's files)
     write_set(out, "bigend", with_notes(splits.recs, disk, stamp), order=">")
     blkparse_dump(out, "bigend", "bigend.dump")
+    # direct writes submitted eight at a time, each split in four: fewer Qs than Ds, and Qs that come while
+    # others wait (btt raises its Q count to the D count in its merge table, and divides "Avg Reqs @ Q" by it)
+    batch = read_source(SRC / "batched.blk.txt")
+    write_set(out, "batched", with_notes(batch.recs, batch.recs[0].dev, (0, 1, batch.mono_ns, batch.wall_ns)))
     # a CPU file missing: the host had 4 CPUs, CPU 2's file was not copied
     spread = [replace(r, cpu=r.cpu * 3) for r in splits.recs]   # CPUs 0 and 3
     write_set(out, "missing", with_notes(spread, disk, stamp), ncpus=4, skip=(2,))
@@ -318,14 +322,14 @@ def build(out: Path) -> None:
 
 # ----------------------------------------------------------------------------- recording (live)
 
-def record(out: Path) -> None:
+def record(out: Path, only: list[str]) -> None:
     sys.path.insert(0, str(HERE.parent))
     import mmap
 
     from blk_tracer import BlkTracer
     from ioscope.base.testbed import LoopDevice
 
-    def direct(path: str, ops: list[tuple[str, int, int]], cpu: int) -> None:
+    def direct(path: str, ops: list[tuple[str, int, int]], cpu: int, wait: bool = True) -> int:
         pid = os.fork()
         if pid == 0:
             try:
@@ -340,9 +344,13 @@ def record(out: Path) -> None:
                 os.close(fd)
             finally:
                 os._exit(0)
-        os.waitpid(pid, 0)
+        if wait:
+            os.waitpid(pid, 0)
+        return pid
 
     def session(name: str, ld: LoopDevice, work: object) -> None:
+        if only and name not in only:
+            return
         opt = Path("/sys/kernel/tracing/options/blk_classic")
         with BlkTracer(ld.name) as bt:
             opt.write_text("1")
@@ -381,15 +389,27 @@ def record(out: Path) -> None:
             direct(p1, [("w", 0, 192 << 10), ("r", 1 << 20, 8192), ("r", 2 << 20, 4096)], 0)
             direct(p1, [("r", 0, 4096), ("w", 4 << 20, 16 << 10)], 1)
         session("partition", ld, partition)
+    with LoopDevice(64, scheduler="mq-deadline") as ld:
+        ld.set_queue("max_sectors_kb", "64")
+
+        def batched() -> None:
+            # 256 KiB direct writes submitted eight at a time (one io_submit, one plug), each split in four:
+            # Qs come while others wait, and there are more Ds than Qs
+            subprocess.run(["fio", "--name=batched", f"--filename={ld.path}", "--rw=write", "--bs=256k", "--size=4M",
+                            "--direct=1", "--ioengine=libaio", "--iodepth=8", "--iodepth_batch_submit=8",
+                            "--iodepth_batch_complete_min=8", "--cpus_allowed=0"], check=True, capture_output=True)
+        session("batched", ld, batched)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("step", choices=("record", "build"))
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="record only this session (splits, partition, batched); repeatable")
     ap.add_argument("--out", default=None, help="where to write (default: src/ for record, this directory for build)")
     a = ap.parse_args()
     if a.step == "record":
-        record(Path(a.out) if a.out else SRC)
+        record(Path(a.out) if a.out else SRC, a.only)
     else:
         build(Path(a.out) if a.out else HERE)
     return 0

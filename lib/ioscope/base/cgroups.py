@@ -27,8 +27,12 @@ container's I/O); without one, the deepest systemd unit; without one, the path i
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
+
+from ioscope.base.errors import UsageError
 
 # kinds, most specific first in describe()'s search
 KUBERNETES = "kubernetes"          # a container of a pod: id the container's, pod the pod's UID
@@ -148,6 +152,127 @@ def describe(path: str) -> CgroupName:
     return CgroupName(CGROUP, p, unescape(parts[-1]))
 
 
+
+# ---------------------------------------------------------------------------------------------------
+# The hierarchy block I/O is charged in, and a cgroup's id there (what the BPF objects read from a bio's
+# blkg: bpf/cgroup.bpf.h)
+
+
+def _mount_fields(mounts: str) -> list[list[str]]:
+    try:
+        return [line.split() for line in Path(mounts).read_text().splitlines()]
+    except OSError:
+        return []
+
+
+def cgroup2_root(mounts: str = "/proc/self/mounts") -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified beside v1)."""
+    return next((Path(f[1]) for f in _mount_fields(mounts) if len(f) > 2 and f[2] == "cgroup2"), None)
+
+
+def io_cgroup_root(mounts: str = "/proc/self/mounts") -> tuple[Path, str] | None:
+    """The hierarchy the io controller is on, where the BPF objects' cgroup ids come from (the bio's
+    blkg): (its mount, "v1 blkio") when a cgroup v1 hierarchy carries blkio, else (the v2 mount, "v2")."""
+    for f in _mount_fields(mounts):
+        if len(f) > 3 and f[2] == "cgroup" and "blkio" in f[3].split(","):
+            return Path(f[1]), "v1 blkio"
+    root = cgroup2_root(mounts)
+    return (root, "v2") if root is not None else None
+
+
+@dataclass(frozen=True)
+class CgroupFilter:
+    """-c CGROUP, resolved: the cgroup's id (its directory's inode number, the kernel's kernfs id), its
+    depth below the hierarchy's root (the kernel's cgroup->level: '/' is 0, '/a/b' is 2), its path
+    relative to the mount, and which hierarchy ("v1 blkio" or "v2"). The BPF objects keep the I/O
+    charged to it or to any cgroup under it (bpf/cgroup.bpf.h: cgroup_wanted)."""
+
+    id: int
+    level: int
+    path: str
+    hierarchy: str
+
+    def bpf_globals(self) -> dict[str, tuple[int, str]]:
+        """The objects' read-only globals for the filter: name -> (value, struct format)."""
+        return {"targ_cgroup": (self.id, "Q"), "targ_cgroup_level": (self.level, "I")}
+
+    def label(self) -> str:
+        return f"{self.path} and below ({self.hierarchy})"
+
+
+def cgroup_filter(path: str) -> CgroupFilter:
+    """A cgroup path ('/system.slice/x.service', or a full path under the mount) of the io controller's
+    hierarchy (io_cgroup_root) -> its CgroupFilter. A one-line error when it is not there."""
+    io = io_cgroup_root()
+    if io is None:
+        raise UsageError("no cgroup hierarchy with the io (blkio) controller is mounted",
+                         "mount cgroup v2 with the io controller enabled, or v1 blkio")
+    root = io[0]
+    p = Path(path)
+    full = p if p.is_absolute() and str(p).startswith(str(root) + "/") else root / str(p).lstrip("/")
+    try:
+        full = full.resolve()
+        ino = os.stat(full).st_ino
+    except OSError:
+        raise UsageError(f"cgroup '{path}' does not exist (looked for {full}: the {io[1]} hierarchy, "
+                         "where the io controller is)", "give a path as in /proc/PID/cgroup") from None
+    rel = os.path.relpath(full, root)
+    if rel.startswith(".."):
+        raise UsageError(f"cgroup '{path}' is outside the {io[1]} hierarchy ({root})",
+                         "give a path relative to its mount")
+    rel_path = "/" if rel == "." else "/" + rel
+    return CgroupFilter(ino, 0 if rel == "." else len(rel.split("/")), rel_path, io[1])
+
+
+def cgroup_id(path: str) -> int:
+    """A cgroup path of the io controller's hierarchy -> its id (see cgroup_filter)."""
+    return cgroup_filter(path).id
+
+
+class CgroupNames:
+    """cgroup id -> path relative to the io controller's hierarchy ('/' for the root), by walking it.
+
+    A walk keeps the cgroups that exist, and of those gone only the ones named since the walk before
+    (their I/O may still be read): on a host where cgroups come and go (containers, pods) it does not
+    grow without bound."""
+
+    def __init__(self) -> None:
+        io = io_cgroup_root()
+        self.root = io[0] if io else None
+        self.hierarchy = io[1] if io else ""
+        self._names: dict[int, str] = {}
+        self._used: set[int] = set()
+
+    def refresh(self) -> None:
+        if self.root is None:
+            return
+        found: dict[int, str] = {}
+        for dirpath, _dirs, _files in os.walk(self.root):
+            try:
+                ino = os.stat(dirpath).st_ino
+            except OSError:
+                continue
+            rel = "/" + os.path.relpath(dirpath, self.root)
+            found[ino] = "/" if rel == "/." else rel
+        self._names = {**{c: self._names[c] for c in self._used if c in self._names}, **found}
+        self._used = set()
+
+    def name(self, cg: int) -> str:
+        if cg and cg not in self._names:
+            self.refresh()
+        self._used.add(cg)
+        return self._names.get(cg, f"cgroup:{cg}" if cg else "[unknown]")
+
+
+def label(path: str) -> str:
+    """A cgroup path as a view shows it: the path, and the container, pod or machine it is, when it is
+    one ('/system.slice/docker-0123…scope [docker 0123456789ab]'); units and plain paths as they are."""
+    n = describe(path) if path.startswith("/") else None
+    if n is None or n.kind in (ROOT, CGROUP, SERVICE, SCOPE, SLICE):
+        return path
+    return f"{path} [{n.kind} {n.name}" + (f", pod {n.pod}" if n.pod else "") + "]"
+
 __all__ = ["CGROUP", "CONTAINER", "CONTAINERD", "CRIO", "DOCKER", "KINDS", "KUBERNETES", "KUBERNETES_POD", "LXC",
-           "MACHINE", "NSPAWN", "PODMAN", "ROOT", "SCOPE", "SERVICE", "SHORT_ID", "SLICE", "CgroupName", "describe",
+           "MACHINE", "NSPAWN", "PODMAN", "ROOT", "SCOPE", "SERVICE", "SHORT_ID", "SLICE", "CgroupFilter", "CgroupName",
+           "CgroupNames", "cgroup2_root", "cgroup_filter", "cgroup_id", "describe", "io_cgroup_root", "label",
            "unescape"]

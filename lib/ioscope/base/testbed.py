@@ -131,17 +131,30 @@ class LoopDevice:
 
 class TestCgroups:
     """Cgroups made for a test or a bench: `top` (a cgroup path, "/ioscope-NAME-PID") and one child per
-    name, under `mount` (a hierarchy's mount point: the io controller's, for I/O charged to them);
+    name ("a", "a/b": made in order, so a parent comes first), under `mount` (a hierarchy's mount point:
+    the io controller's, for I/O charged to them);
     remove() takes them away, waiting for their last processes to leave."""
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, mount: Path, prefix: str, names: list[str]) -> None:
+    def __init__(self, mount: Path, prefix: str, names: list[str], controllers: str = "io") -> None:
         self.top = f"/{prefix}-{os.getpid()}"
         self.root = mount / self.top.lstrip("/")
         self.root.mkdir()
-        for n in names:
-            (self.root / n).mkdir()
+        # cgroup v2: a child has a controller's state of its own only when its parent enables it for its
+        # children (cgroup.subtree_control); without it, its I/O is charged to the nearest ancestor
+        # that has it. Processes then go in leaves only (v2's "no internal processes").
+        self.v2 = (mount / "cgroup.controllers").exists()
+        try:
+            for n in names:
+                d = self.root / n
+                if self.v2:
+                    (d.parent / "cgroup.subtree_control").write_text(
+                        " ".join(f"+{c}" for c in controllers.split(",")))
+                d.mkdir()
+        except BaseException:
+            self.remove()
+            raise
 
     def shell(self, group: str, cmd: str) -> list[str]:
         """sh that moves itself into the group, then runs cmd in its place (exec)."""
@@ -151,7 +164,9 @@ class TestCgroups:
         """rmdir the children, then the top; a cgroup is busy until its last process has exited, which a
         loaded host can take seconds to finish: tried again until timeout."""
         deadline = time.monotonic() + timeout
-        dirs = [d for d in sorted(self.root.iterdir(), reverse=True) if d.is_dir()] if self.root.exists() else []
+        # the deepest first: a cgroup with a child cannot be removed
+        dirs = sorted((d for d in self.root.rglob("*") if d.is_dir()), key=lambda d: (len(d.parts), str(d)),
+                      reverse=True) if self.root.exists() else []
         for d in [*dirs, self.root]:
             while d.exists():
                 try:

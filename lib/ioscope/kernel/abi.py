@@ -52,6 +52,7 @@ HIST = np.dtype([
 ])
 
 LAT_KEY = np.dtype([
+    ("cgroup", np.uint64),
     ("dev", np.uint32),
     ("pid", np.uint32),
     ("op", np.uint8),
@@ -69,6 +70,7 @@ BIO_START = np.dtype([
 
 # ioscope top (bpf/top.bpf.c)
 TOP_PROC_KEY = np.dtype([
+    ("cgroup", np.uint64),
     ("tgid", np.uint32),
     ("dev", np.uint32),
     ("op", np.uint8),
@@ -95,10 +97,28 @@ TOP_DISK_KEY = np.dtype([
     ("pad", np.uint8, (3,)),
 ])
 
+THROTTLE_KEY = np.dtype([
+    ("cgroup", np.uint64),
+    ("dev", np.uint32),
+    ("pad", np.uint32),
+])
+
+THROTTLE_VAL = np.dtype([
+    ("held", np.uint64),
+    ("wait", HIST),
+])
+
+THROTTLE_NOTE = np.dtype([
+    ("ts", np.uint64),
+    ("pid", np.uint32),
+    ("tgid", np.uint32),
+])
+
 # C struct name -> dtype, for the ABI test
 STRUCTS = {"hist": HIST, "lat_key": LAT_KEY, "lat_val": LAT_VAL, "bio_start": BIO_START,
            "top_proc_key": TOP_PROC_KEY, "top_proc_val": TOP_PROC_VAL, "top_disk_key": TOP_DISK_KEY,
-           "bio_slot": BIO_SLOT}
+           "bio_slot": BIO_SLOT, "throttle_key": THROTTLE_KEY, "throttle_val": THROTTLE_VAL,
+           "throttle_note": THROTTLE_NOTE}
 
 
 def combine_percpu_hists(raw: bytes, n: int, ncpus: int, per_value: int = 1) -> np.ndarray:

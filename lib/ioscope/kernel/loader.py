@@ -117,6 +117,7 @@ class BPFObject:
         self._filter_devs: list[int] = []
         self.unavailable: list[str] = []
         self.attached: list[str] = []
+        self.deferred: set[str] = set()  # hooks attached later, when needed (variant_summary leaves them out)
         self.preallocated: list[str] = []  # maps preallocated on this kernel (see _prealloc_where_needed)
         self._signatures: dict[str, list[str] | None] = {}
         for prog, section, _auto in self.obj.programs():
@@ -157,6 +158,14 @@ class BPFObject:
             return False
         if variant == "tp_btf":
             return bool(_libbpf.tp_params(h.tracepoint, self.btf) >= 0)
+        if variant == "tracepoint":
+            # a classic tracepoint's program is attached by its id in tracefs: a process with the BPF
+            # capabilities but not root cannot read it (lat's throttle hooks then stay unavailable, and
+            # the tool says so where it matters), so tracefs refusing it means the variant is not ours
+            try:
+                return system.tracepoint_exists(h.category, h.tracepoint, system.ensure_tracefs())
+            except (OSError, IoscopeError):
+                return False
         tracefs = system.ensure_tracefs()
         return system.tracepoint_exists(h.category, h.tracepoint, tracefs)
 
@@ -257,8 +266,10 @@ class BPFObject:
         return next(fn for prog, fn in h.functions if prog == h.prog)
 
     def variant_summary(self) -> str:
-        """e.g. 'tp_btf' or 'tp_btf+raw_tp' when hooks differ."""
-        used = sorted({h.chosen for h in self.hooks.values() if h.chosen}, key=VARIANTS.index)
+        """e.g. 'tp_btf' or 'tp_btf+raw_tp' when hooks differ; the hooks a tool attaches later, when
+        needed (deferred: the throttle's), only once they are attached."""
+        used = sorted({h.chosen for name, h in self.hooks.items()
+                       if h.chosen and (name not in self.deferred or h.prog in self.attached)}, key=VARIANTS.index)
         return "+".join(used)
 
     # -- configuring ----------------------------------------------------
@@ -312,9 +323,9 @@ class BPFObject:
                 filt.update(struct.pack("=I", dev), b"\x01")
 
     def attach(self, hooks: Iterable[str] | None = None) -> None:
-        """Attach the chosen programs of every hook, or of the hooks named; each once."""
+        """Attach the chosen programs of every hook but the deferred ones, or of the hooks named; each once."""
         for name, h in self.hooks.items():
-            if not h.prog or (hooks is not None and name not in hooks):
+            if not h.prog or (name not in hooks if hooks is not None else name in self.deferred):
                 continue
             prog = h.prog
             if prog in self.attached:

@@ -96,6 +96,13 @@ def add_proc_filters(p: argparse.ArgumentParser) -> None:
     add_deprecated_flag(p, "-c", dest="comm", instead="--comm", takes_value=True)
 
 
+def add_cgroup(p: argparse.ArgumentParser) -> None:
+    """-c CGROUP: the I/O charged to a cgroup and to every cgroup under it, filtered in the kernel."""
+    p.add_argument("-c", "--cgroup", metavar="CGROUP",
+                   help="only I/O charged to this cgroup or one under it: its path in the io controller's "
+                        "hierarchy, as /proc/PID/cgroup gives it (/system.slice/x.service, /kubepods.slice/...)")
+
+
 DEFAULT_INTERVAL = 1.0  # seconds, with -n N and no interval (iotop's delay; top's own refresh)
 
 

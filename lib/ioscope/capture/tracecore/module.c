@@ -5,6 +5,7 @@
 #include "tracecore.h"
 
 int tc_module_sizes(PyObject *m);   /* pairing.c: REC_SIZE, IOREC_SIZE */
+int tc_bios_sizes(PyObject *m);     /* bios.c: BIOREC_SIZE */
 
 int tc_get_buf(PyObject *obj, Py_buffer *b, Py_ssize_t itemsize, Py_ssize_t n, const char *what)
 {
@@ -51,7 +52,7 @@ static struct PyModuleDef mod = {
 
 PyMODINIT_FUNC PyInit__tracecore(void)
 {
-	if (PyType_Ready(&tc_CoreType) < 0)
+	if (PyType_Ready(&tc_CoreType) < 0 || PyType_Ready(&tc_BiosType) < 0)
 		return NULL;
 	PyObject *m = PyModule_Create(&mod);
 	if (!m)
@@ -62,7 +63,13 @@ PyMODINIT_FUNC PyInit__tracecore(void)
 		Py_DECREF(m);
 		return NULL;
 	}
-	if (tc_module_sizes(m) < 0) {
+	Py_INCREF(&tc_BiosType);
+	if (PyModule_AddObject(m, "Bios", (PyObject *)&tc_BiosType) < 0) {
+		Py_DECREF(&tc_BiosType);
+		Py_DECREF(m);
+		return NULL;
+	}
+	if (tc_module_sizes(m) < 0 || tc_bios_sizes(m) < 0) {
 		Py_DECREF(m);
 		return NULL;
 	}

@@ -5,6 +5,7 @@
  *   scan.c      blktrace record scanning: find the records of a stream, gather their fixed parts
  *   pairing.c   Core: ioscope's pairing of Q/G/I/M/D/C events (each split piece its own I/O, remaps
  *               on their target), the per-I/O records, and btt's view (bttsim.c) fed from the same loop
+ *   bios.c      Bios: ioscope's per-bio pairing (the kernel agg object's rules), for agg -r and snoop
  *   bttsim.c    btt's own rules, to the byte: its devices, processes, pairing and every number it prints
  *   rbtree.c    btt's red-black trees: the tree of Qs in flight and the trees of seek distances
  *   blkparse.c  blkparse's default lines and its per-CPU / per-device counters
@@ -107,5 +108,7 @@ PyObject *tc_format_blkparse(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *tc_pack_events(PyObject *self, PyObject *args);
 /* pairing.c */
 extern PyTypeObject tc_CoreType;
+/* bios.c */
+extern PyTypeObject tc_BiosType;
 
 #endif

@@ -84,7 +84,7 @@ EXTRA = np.dtype([
     ("have", np.uint32),
     ("kstack", np.int32),
     ("ustack", np.int32),
-    ("pad", np.uint32),
+    ("cg_out", np.uint32),
 ])
 
 FILE = np.dtype([

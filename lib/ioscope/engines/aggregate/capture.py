@@ -1,62 +1,32 @@
-"""ioscope agg over a capture (-r): the capture's events paired into one record per bio, the way the
-agg BPF object builds them at completion, then the same evaluation (model.aggregate, which runs the
-kernel's WHERE program) and the same naming, model and views.
+"""ioscope agg over a capture (-r): the capture's events paired into one record per bio by ioscope's
+per-bio pairing (engines/pairing/bios.py: the rules of the agg BPF object, so that a question asked live
+and of a capture of the same I/O gets the same answer), then the same evaluation (model.aggregate, which
+runs the kernel's WHERE program) and the same naming, model and views.
 
-Why a pairing of its own and not report's engine (engines/pairing/btt.py): btt's core emits one record per
-*phase* (q2c, q2d, d2c separately, keyed by device and process), not one record per I/O carrying
-its size, op, flags, thread, CPU, seek and in-flight count together, which is what a WHERE
-condition such as `d2c > 1ms and bytes >= 64k` needs. The rules here are the kernel object's
-(bpf/agg.bpf.c over bpf/rqpath.bpf.h), so that a question asked live and of a capture of the
-same I/O gets the same answer:
-
-- a Q starts a bio (its thread, process, CPU, category; the seek from the end of the previous Q on
-  the disk); a Q of the same range while the bio is not yet issued is a split's remainder queued
-  again and keeps the first queue time; an X (split) cuts the bio in two at the new sector, both
-  pieces keeping the Q's details;
-- a D issues every bio in flight inside its range, walked as a request's chain from its sector
-  (only the first issue counts); the request's in-flight count is the disk's requests issued and
-  not completed before it;
-- a C ends every bio inside its range, each one record; the request's first bio (at the C's
-  sector) carries d2c; a bio-less flush request (D and C of 0 bytes, FLUSH) is one op=flush record
-  with d2c only;
-- on a disk with a write-back cache (the capture's device table), a write with PREFLUSH (or FUA,
-  when the disk has no FUA) goes through the flush sequence: its data's C is a step, and the
-  write ends with the 0-byte C at its sector, as the kernel object sees it; an empty PREFLUSH
-  write (fsync's) is a 0-byte bio timed from when it became a request (its G), as live;
-- other events without data are ignored (as btt does); I/O already in flight when the capture
-  started (a C or D without its Q) is left out, where live it is counted with d2c only.
+Why not report's btt records: they are one per *phase* (q2c, q2d, d2c separately, keyed by device and
+process), not one per I/O carrying its size, op, flags, thread, CPU, seek and in-flight count together,
+which is what a WHERE condition such as `d2c > 1ms and bytes >= 64k` needs. I/O already in flight when the
+capture started (a C or D without its Q) is left out (counted as completed_without_start), where live it
+is counted with d2c only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ioscope.base import devices
 from ioscope.base.errors import UsageError
-from ioscope.base.fmt import comm_str
 from ioscope.base.losses import Losses
 from ioscope.base.rate import Span
-from ioscope.capture.events import (
-    EV_NOTE_PROCESS,
-    TA_COMPLETE,
-    TA_GETRQ,
-    TA_ISSUE,
-    TA_QUEUE,
-    TA_SPLIT,
-    TC_DISCARD,
-    TC_FLUSH,
-    TC_FUA,
-    TC_WRITE,
-    action_mask_note,
-)
+from ioscope.capture.events import EV_NOTE_PROCESS, TC_DISCARD, TC_FLUSH, TC_WRITE, action_mask_note, note_comm
 from ioscope.capture.store import open_capture
 from ioscope.engines.aggregate import names
 from ioscope.engines.aggregate.expr import Expr, ExprError, Insn, Resolver, compile_cond
 from ioscope.engines.aggregate.model import AggResult, AggSample, RawRow, aggregate, build_result
+from ioscope.engines.pairing.bios import BR_FIRST, BR_FLUSH, BR_UNPAIRED, NO_TIME, Bios
 from ioscope.kernel import abi as core_abi
 
 TC_SHOWN = 0x1 | 0x2 | 0x4 | 0x8 | 0x800 | 0x1000 | 0x2000 | 0x8000  # bpf/agg.bpf.c TC_SHOWN
@@ -65,23 +35,6 @@ MISSING_IN_CAPTURES = {"cgroup": "cgroup ids (record does not store them)",
                        "ustack": "stacks (record does not store them)",
                        "file": "file names (record does not store them)",
                        "throttle": "blk-throttle's waits (record does not store them)"}
-
-
-@dataclass
-class _Bio:
-    sector: int
-    nbytes: int
-    q_ns: int
-    pid: int
-    tgid: int
-    cpu: int
-    seek: int | None
-    seq: bool = False    # ends with its request's 0-byte completion (the flush sequence; an empty PREFLUSH write)
-    split: bool = False  # the remainder of a split, whose Q comes (again) next
-    d_ns: int = 0
-    g_ns: int = 0        # an empty PREFLUSH write: when it became a request
-    inflight: int | None = None
-    write: bool = False  # its direction (TC_WRITE): a completion ends a bio of its own direction
 
 
 def op_of(category: int, nbytes: int) -> int:
@@ -96,188 +49,53 @@ def op_of(category: int, nbytes: int) -> int:
 
 
 Record = dict[str, int | None]
+NO_TIME_INT = int(NO_TIME)
 
 
-class Pairing:
-    """Events in time order in, one record per completed bio (and flush request) out.
+def comm_words(name: str) -> tuple[int, int]:
+    """A process name as the kernel's two comm words (the comm condition compares them)."""
+    raw = name.encode()[:15].ljust(16, b"\0")
+    return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:], "little")
 
-    machines: the disks whose writes with PREFLUSH (or FUA, when the disk has no FUA) go through the
-    block layer's flush sequence (kernel dev_t -> the disk has FUA), from the capture's device table
-    (trace.recorder.flush_machines): such a write ends with a 0-byte completion after its data's.
-    """
 
-    def __init__(self, comm_words: bool = False, comms: dict[int, str] | None = None,
-                 machines: dict[int, bool] | None = None) -> None:
-        # bios in flight by (disk, sector): a list, as two I/Os of one sector can be in flight at once
-        self.bios: dict[tuple[int, int], list[_Bio]] = {}
-        self.last_end: dict[int, int] = {}
-        self.inflight: dict[int, int] = {}
-        self.flushes: dict[int, list[tuple[int, int]]] = {}
-        self.machines = machines or {}
-        self.comm_words = comm_words
-        self.comms = comms if comms is not None else {}
-        self.unpaired = 0  # completions of I/O queued before the capture started
-        self.last_ts = 0
+def records(recs: np.ndarray, comms: dict[int, str] | None = None) -> Iterator[tuple[int, Record]]:
+    """(completion time, agg record) of each bio the pairing completed (bios.BIOREC), as the kernel object
+    builds them; comms (tgid -> name): add the comm words. Completions of I/O queued before the events
+    began are left out (the pairing counts them)."""
+    keep = recs[(recs["flags"] & BR_UNPAIRED) == 0]
+    words: dict[int, tuple[int, int]] = {}
+    for c, q, d, _sector, seek, dev, nbytes, c_bytes, pid, tgid, infl, cpu, cat, _err, flags in keep.tolist():
+        if flags & BR_FLUSH:
+            yield c, {"disk": dev, "op": core_abi.OP_FLUSH, "flags": cat & TC_SHOWN, "pid": 0, "tgid": 0,
+                      "cgroup": 0, "cpu": 0, "size": 0, "bytes": 0, "d2c": c - d, "inflight": infl}
+            continue
+        rec: Record = {"disk": dev, "op": op_of(cat, c_bytes), "flags": cat & TC_SHOWN, "pid": pid, "tgid": tgid,
+                       "cgroup": 0, "cpu": cpu, "size": nbytes, "bytes": nbytes, "q2c": c - q,
+                       "seek": None if seek < 0 else seek, "inflight": None if infl < 0 else infl}
+        if d != NO_TIME_INT and d:
+            rec["q2d"] = d - q
+            if flags & BR_FIRST:
+                rec["d2c"] = c - d
+        if comms is not None:
+            w = words.get(tgid)
+            if w is None and (name := comms.get(tgid)) is not None:
+                w = words[tgid] = comm_words(name)
+            if w is not None:
+                rec["comm0"], rec["comm1"] = w
+        yield c, rec
 
-    def _comm(self, rec: Record, tgid: int) -> None:
-        if not self.comm_words:
-            return
-        name = self.comms.get(tgid)
-        if name is None:
-            return
-        raw = name.encode()[:15].ljust(16, b"\0")
-        rec["comm0"] = int.from_bytes(raw[:8], "little")
-        rec["comm1"] = int.from_bytes(raw[8:], "little")
 
-    def _get(self, dev: int, sector: int, issued: bool | None = None, newest: bool = False,
-             write: bool | None = None) -> _Bio | None:
-        """The oldest (or newest) bio in flight at sector (issued or not, of one direction, when asked)."""
-        bios = self.bios.get((dev, sector), ())
-        for b in (reversed(bios) if newest else bios):
-            if (issued is None or bool(b.d_ns) == issued) and (write is None or b.write == write):
-                return b
-        return None
-
-    def _put(self, dev: int, b: _Bio) -> None:
-        self.bios.setdefault((dev, b.sector), []).append(b)
-
-    def _drop(self, dev: int, b: _Bio) -> None:
-        lst = self.bios.get((dev, b.sector))
-        if lst is None:
-            return
-        lst.remove(b)
-        if not lst:
-            del self.bios[(dev, b.sector)]
-
-    def _in_sequence(self, dev: int, cat: int) -> bool:
-        if dev not in self.machines:
-            return False
-        return bool(cat & TC_FLUSH) or bool(cat & TC_FUA and not self.machines[dev])
-
-    def feed(self, ev: np.ndarray) -> Iterator[tuple[int, Record]]:
-        """(completion time, record) of every bio the events complete."""
-        for e in ev.tolist():
-            ts, sector, aux, nbytes, dev, _auxdev, pid, tgid, cpu, _err, action, cat, flags = e
-            self.last_ts = ts
-            if action == 0:
-                if flags & EV_NOTE_PROCESS and pid == tgid:
-                    self.comms[tgid] = comm_str(np.array([sector, aux], dtype="<u8").tobytes())
-                continue
-            if action == TA_QUEUE:
-                self._queue(ts, dev, sector, nbytes, pid, tgid, cpu, cat)
-            elif action == TA_GETRQ and not nbytes:
-                b = self._get(dev, sector, issued=False)
-                if b is not None and not b.nbytes and not b.g_ns:
-                    b.g_ns = ts
-            elif action == TA_SPLIT:
-                self._split(dev, sector, aux)
-            elif action == TA_ISSUE:
-                self._issue(ts, dev, sector, nbytes, cat)
-            elif action == TA_COMPLETE:
-                yield from self._complete(ts, dev, sector, nbytes, cat)
-
-    def _queue(self, ts: int, dev: int, sector: int, nbytes: int, pid: int, tgid: int, cpu: int, cat: int) -> None:
-        if not nbytes and not cat & TC_FLUSH:
-            return  # no data and no flush: nothing the kernel object times
-        for old in self.bios.get((dev, sector), ()):
-            if old.split and nbytes and not old.d_ns and old.nbytes == nbytes:
-                old.split = False
-                return  # a split's remainder queued again: its first queue time stays
-        seek = abs(sector - self.last_end[dev]) if dev in self.last_end else None
-        self.last_end[dev] = sector + (nbytes >> 9)
-        self._put(dev, _Bio(sector, nbytes, ts, pid, tgid, cpu, seek, seq=not nbytes or self._in_sequence(dev, cat),
-                            write=bool(cat & TC_WRITE)))
-
-    def _split(self, dev: int, sector: int, new_sector: int) -> None:
-        b = self._get(dev, sector, issued=False)
-        if b is None or not (sector < new_sector < sector + (b.nbytes >> 9)):
-            return
-        front = (new_sector - sector) << 9
-        self._drop(dev, b)
-        self._put(dev, _Bio(sector, front, b.q_ns, b.pid, b.tgid, b.cpu, b.seek, b.seq, write=b.write))
-        self._put(dev, _Bio(new_sector, b.nbytes - front, b.q_ns, b.pid, b.tgid, b.cpu, None, b.seq, split=True,
-                            write=b.write))
-
-    def _issue(self, ts: int, dev: int, sector: int, nbytes: int, cat: int) -> None:
-        if not nbytes:
-            if cat & TC_FLUSH:  # a flush request of the block layer's own
-                before = self.inflight.get(dev, 0)
-                self.inflight[dev] = before + 1
-                self.flushes.setdefault(dev, []).append((ts, before))
-            return
-        chain = self._chain(dev, sector, nbytes, False, bool(cat & TC_WRITE))
-        if not chain:
-            return
-        first = chain[0]
-        if first.inflight is None:
-            first.inflight = self.inflight.get(dev, 0)
-            self.inflight[dev] = first.inflight + 1
-        for b in chain:
-            if not b.d_ns:
-                b.d_ns = ts
-
-    def _complete(self, ts: int, dev: int, sector: int, nbytes: int, cat: int) -> Iterator[tuple[int, Record]]:
-        if not nbytes and cat & TC_FLUSH:
-            pend = self.flushes.get(dev)
-            if pend:
-                d_ns, before = pend.pop(0)
-                self.inflight[dev] = max(0, self.inflight.get(dev, 0) - 1)
-                yield ts, {"disk": dev, "op": core_abi.OP_FLUSH, "flags": cat & TC_SHOWN, "pid": 0, "tgid": 0,
-                           "cgroup": 0, "cpu": 0, "size": 0, "bytes": 0, "d2c": ts - d_ns, "inflight": before}
-            return
-        if not nbytes:  # the end of a flush-sequence write, or of an empty PREFLUSH write
-            b = next((x for x in self.bios.get((dev, sector), ()) if x.seq and x.write == bool(cat & TC_WRITE)), None)
-            if b is None:
-                return
-            chain = [b]
-        else:
-            chain = self._chain(dev, sector, nbytes, True, bool(cat & TC_WRITE))
-            if not chain:
-                self.unpaired += 1
-                return
-            if chain[0].seq:
-                return  # the data step of a flush sequence: the write ends with its 0-byte completion
-        op = op_of(cat, nbytes)
-        first = chain[0]
-        if first.inflight is not None:
-            self.inflight[dev] = max(0, self.inflight.get(dev, 0) - 1)
-        for i, b in enumerate(chain):
-            self._drop(dev, b)
-            rec: Record = {
-                "disk": dev, "op": op, "flags": cat & TC_SHOWN, "pid": b.pid, "tgid": b.tgid,
-                "cgroup": 0, "cpu": b.cpu, "size": b.nbytes, "bytes": b.nbytes,
-                "q2c": ts - b.q_ns, "seek": b.seek, "inflight": first.inflight,
-            }
-            d_ns = b.d_ns
-            if i == 0 and not d_ns and not b.nbytes:
-                d_ns = max(b.g_ns, b.q_ns)  # as the kernel object: from when it became a request
-            if d_ns:
-                rec["q2d"] = d_ns - b.q_ns
-                if i == 0:
-                    rec["d2c"] = ts - d_ns
-            self._comm(rec, b.tgid)
-            yield ts, rec
-
-    def _chain(self, dev: int, sector: int, nbytes: int, issued: bool, write: bool) -> list[_Bio]:
-        """The bios in flight that make up the request [sector, sector + nbytes) of one direction: a chain
-        from sector (at issue, of bios not issued yet; at completion, of issued ones, or any when none is).
-        A read and a write of one sector in flight at once (fio's randrw) are told apart by direction."""
-        out = []
-        end = sector + (nbytes >> 9)
-        s = sector
-        while s < end:
-            # a completion ends the newest issued bio at the sector: a bio whose completion the capture
-            # missed (completion_unseen, docs/lat.md) stays behind as an orphan, and the oldest would pair
-            # every later I/O at that sector with the queue time of the one before (q2c of 220-450 ms
-            # among fio's 30-70 us reads, in diff's p99.9 and not in report's or fleet's)
-            b = self._get(dev, s, issued, newest=issued, write=write)
-            if b is None and issued:
-                b = self._get(dev, s, write=write)  # completed without its issue in view
-            if b is None or not b.nbytes:
-                break
-            out.append(b)
-            s += b.nbytes >> 9
-        return out
+def paired(bios: Bios, ev: np.ndarray, comms: dict[int, str], want_comm: bool) -> Iterator[tuple[int, Record]]:
+    """The records of a chunk, each process note applied where it is (a rename names the I/Os that
+    complete after it)."""
+    notes = np.flatnonzero((ev["action"] == 0) & ((ev["flags"] & EV_NOTE_PROCESS) != 0) & (ev["pid"] == ev["tgid"]))
+    start = 0
+    for k in [*notes.tolist(), len(ev)]:
+        if k > start:
+            yield from records(bios.feed(ev[start:k]), comms if want_comm else None)
+        if k < len(ev):
+            comms[int(ev["tgid"][k])] = note_comm(ev[k])
+        start = k + 1
 
 
 class CaptureNamer:
@@ -356,10 +174,11 @@ def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None =
                     raise UsageError(f"disk '{d}' is not in the capture",
                                      f"it has {', '.join(namer.devs.values()) or 'no device table'}")
                 want_devs |= set(got)
-        comm_words = any("comm" in e.fields() for e in exprs)
+        want_comm = any("comm" in e.fields() for e in exprs)
         from ioscope.engines.recording.recorder import flush_machines
-        pairing = Pairing(comm_words, dict(cap.comms), flush_machines(cap.meta.get("devices") or {}))
-        namer.comms = pairing.comms
+        bios = Bios(flush_machines(cap.meta.get("devices") or {}))
+        comms = dict(cap.comms)
+        namer.comms = comms
         window_ns = int(every * 1e9) if every else None
         records: list[Record] = []
         span = Span()  # the window's active span (ioscope.base.rate): its first I/O queued to its last completed
@@ -371,7 +190,7 @@ def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None =
             if t0 is None:
                 t0 = int(ev["ts"][0])
                 w_start = t0
-            for rec_ts, rec in pairing.feed(ev):
+            for rec_ts, rec in paired(bios, ev, comms, want_comm):
                 if window_ns is not None:
                     while rec_ts >= w_start + window_ns:
                         yield _result(exprs, progs, records, namer, w_start, w_start + window_ns, t0, cap, limit,
@@ -388,8 +207,8 @@ def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None =
                 if q2c is not None:
                     span.add(rec_ts - q2c, rec_ts)
         end = int((cap.meta.get("end") or {}).get("mono_ns") or 0)
-        last = w_start + window_ns if window_ns is not None else max(end, pairing.last_ts, w_start)
-        yield _result(exprs, progs, records, namer, w_start, last, t0 or 0, cap, limit, unpaired=pairing.unpaired,
+        last = w_start + window_ns if window_ns is not None else max(end, bios.last_ts, w_start)
+        yield _result(exprs, progs, records, namer, w_start, last, t0 or 0, cap, limit, unpaired=bios.unpaired,
                       active_s=span.seconds)
 
 
@@ -407,4 +226,4 @@ def _result(exprs: Sequence[Expr], progs: list[list[Insn]], records: list[dict[s
     return res
 
 
-__all__ = ["Pairing", "op_of", "results_from_capture"]
+__all__ = ["op_of", "records", "results_from_capture"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ioscope.base import devices
+from ioscope.base import cgroups, devices
 from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError
 from ioscope.base.losses import PENDING, Losses, StatsDelta
@@ -107,7 +107,7 @@ def config_arrays(exprs: Sequence[Expr], progs: Sequence[list[Insn]]) -> tuple[n
 class LiveNamer:
     def __init__(self, comms: dict[int, str], stacks: Any = None) -> None:
         self.devs = devices.DevNames()
-        self.cgroups = names.CgroupNames()
+        self.cgroups = cgroups.CgroupNames()
         self.comms = comms
         self.stacks = stacks          # the stacks map (a _libbpf.Map), when kstack is used
         self.syms = names.KernelSymbols()
@@ -166,7 +166,7 @@ class AggCollector:
     def __init__(self, opts: AggOptions) -> None:
         self.opts = opts
         self.progs = opts.programs if opts.programs is not None else programs(opts.exprs)
-        self.cgroup_id = names.cgroup_id(opts.cgroup) if opts.cgroup else 0
+        self.cgroup = cgroups.cgroup_filter(opts.cgroup) if opts.cgroup else None
         self.bpf = BPFObject("agg", btf=opts.btf)
         self._namer = LiveNamer({})
         try:
@@ -182,7 +182,7 @@ class AggCollector:
         # (q2d, d2c) or the disk's in-flight count; count() by comm,disk runs two programs per I/O
         issue = bool(need & sum(1 << abi.FIELDS[f] for f in ("q2d", "d2c", "inflight")))
         # the kernel's stamps carry no process, cgroup or queue-time detail, and no -p/-c to filter on
-        stamps = o.timing in ("auto", "stamps") and request_level(o.exprs) and not o.pid and not self.cgroup_id
+        stamps = o.timing in ("auto", "stamps") and request_level(o.exprs) and not o.pid and self.cgroup is None
         # else, with nothing read at issue or completion: every record made at queue, one program
         self.at_queue = not stamps and o.timing in ("auto", "queue") and queue_level(o.exprs)
         throttle = bool(need & (1 << abi.FIELDS["throttle"]))
@@ -198,7 +198,8 @@ class AggCollector:
         b.set_global("targ_at_queue", self.at_queue, "?")
         b.filter_disks(d.dev for d in o.disks)
         b.set_global("targ_tgid", o.pid or 0, "I")
-        b.set_global("targ_cgroup", self.cgroup_id, "Q")
+        for name, (value, fmt) in (self.cgroup.bpf_globals() if self.cgroup else {}).items():
+            b.set_global(name, value, fmt)
         b.set_global("targ_need", need, "I")
         b.set_global("targ_issue", issue, "?")
         if not need & ((1 << abi.FIELDS["kstack"]) | (1 << abi.FIELDS["ustack"])):

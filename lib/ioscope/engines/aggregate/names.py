@@ -16,7 +16,7 @@ from typing import Protocol
 
 import numpy as np
 
-from ioscope.base import devices
+from ioscope.base import cgroups, devices
 from ioscope.base.errors import IoscopeError
 from ioscope.capture import events
 from ioscope.engines.aggregate import abi
@@ -55,81 +55,6 @@ def flags_bits(text: str, col: int) -> int:
     return cat
 
 
-def _mount_fields(mounts: str) -> list[list[str]]:
-    """The mount table's lines, split (device, mount point, type, options, ...); [] when unreadable."""
-    try:
-        return [line.split() for line in Path(mounts).read_text().splitlines()]
-    except OSError:
-        return []
-
-
-def cgroup2_root(mounts: str = "/proc/self/mounts") -> Path | None:
-    """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or /sys/fs/cgroup/unified beside v1)."""
-    return next((Path(f[1]) for f in _mount_fields(mounts) if len(f) > 2 and f[2] == "cgroup2"), None)
-
-
-def io_cgroup_root(mounts: str = "/proc/self/mounts") -> tuple[Path, str] | None:
-    """The hierarchy the io controller is on, where agg's cgroup ids come from (the bio's blkg):
-    (its mount, "v1 blkio") when a cgroup v1 hierarchy carries blkio, else (the v2 mount, "v2")."""
-    for f in _mount_fields(mounts):
-        if len(f) > 3 and f[2] == "cgroup" and "blkio" in f[3].split(","):
-            return Path(f[1]), "v1 blkio"
-    root = cgroup2_root(mounts)
-    return (root, "v2") if root is not None else None
-
-
-def cgroup_id(path: str) -> int:
-    """A cgroup path ('/system.slice/x.service', or a full path under the mount) of the io controller's
-    hierarchy (io_cgroup_root) -> its id (the inode number of its directory: the kernel's kernfs id,
-    what agg's BPF program reads from the bio's blkg)."""
-    io = io_cgroup_root()
-    if io is None:
-        raise ExprError("no cgroup hierarchy with the io (blkio) controller is mounted", 1)
-    root = io[0]
-    p = Path(path)
-    full = p if p.is_absolute() and str(p).startswith(str(root)) else root / str(p).lstrip("/")
-    try:
-        return os.stat(full).st_ino
-    except OSError:
-        from ioscope.base.errors import UsageError
-        raise UsageError(f"cgroup '{path}' does not exist (looked for {full}: the {io[1]} hierarchy, "
-                         "where the io controller is)") from None
-
-
-class CgroupNames:
-    """cgroup id -> path relative to the io controller's hierarchy ('/' for the root), by walking it.
-
-    A walk keeps the cgroups that exist, and of those gone only the ones named since the walk before
-    (their I/O may still be read): on a host where cgroups come and go (containers, pods) it does not
-    grow without bound."""
-
-    def __init__(self) -> None:
-        io = io_cgroup_root()
-        self.root = io[0] if io else None
-        self._names: dict[int, str] = {}
-        self._used: set[int] = set()
-
-    def refresh(self) -> None:
-        if self.root is None:
-            return
-        found: dict[int, str] = {}
-        for dirpath, _dirs, _files in os.walk(self.root):
-            try:
-                ino = os.stat(dirpath).st_ino
-            except OSError:
-                continue
-            rel = "/" + os.path.relpath(dirpath, self.root)
-            found[ino] = "/" if rel == "/." else rel
-        self._names = {**{c: self._names[c] for c in self._used if c in self._names}, **found}
-        self._used = set()
-
-    def name(self, cg: int) -> str:
-        if cg and cg not in self._names:
-            self.refresh()
-        self._used.add(cg)
-        return self._names.get(cg, f"cgroup:{cg}" if cg else "[unknown]")
-
-
 def resolve(field: str, lit: Literal) -> int:
     """A WHERE string literal -> the number the kernel compares (the live system's names)."""
     text = str(lit.value)
@@ -145,7 +70,7 @@ def resolve(field: str, lit: Literal) -> int:
     if field == "flags":
         return flags_bits(text, lit.col)
     if field == "cgroup":
-        return cgroup_id(text)
+        return cgroups.cgroup_id(text)
     raise ExprError(f"'{field}' cannot be compared with a string", lit.col)
 
 
@@ -416,12 +341,10 @@ def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> lis
 
 
 __all__ = [
-    "CgroupNames",
     "ElfSymbols",
     "KernelSymbols",
     "Namer",
     "UserSymbols",
-    "cgroup_id",
     "file_path",
     "flags_bits",
     "flags_name",

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ioscope.base import devices
+from ioscope.base import cgroups, devices
 from ioscope.base.collector import Tick
 from ioscope.base.losses import PENDING, Losses, StatsDelta
+from ioscope.engines.context.throttle import HOOKS as THROTTLE_HOOKS
+from ioscope.engines.context.throttle import ThrottleWatch
 from ioscope.engines.latency.model import LatHist, LatSample, stamps_shortfall
 from ioscope.kernel import abi
 from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, SlotTable, kernel_in_flight
@@ -27,6 +29,11 @@ class LatOptions:
     per_disk: bool = False
     per_op: bool = False
     per_pid: bool = False
+    per_cgroup: bool = False
+    cgroup: str | None = None  # -c: this cgroup and those under it
+    # the bios blk-throttle holds (engines/context/throttle.py), read by sample(): lat's; the exporter and
+    # the web page read the histograms alone and leave it off
+    throttle: bool = False
     phases: tuple[str, ...] = ("q2c", "q2d", "d2c")
     btf: str | None = None
     timing: str = "auto"  # TIMINGS: auto uses the kernel's request stamps where they are kept
@@ -38,6 +45,8 @@ class LatCollector:
     def __init__(self, opts: LatOptions) -> None:
         self.opts = opts
         self.names = devices.DevNames()
+        self.cgroup = cgroups.cgroup_filter(opts.cgroup) if opts.cgroup else None
+        self.cgroup_names = cgroups.CgroupNames()
         self.bpf = BPFObject("lat", btf=opts.btf)
         names = [d.name for d in opts.disks] or [d.name for d in devices.list_disks()]
         self.cross_disks = [n for n in names if devices.is_mq(n)]
@@ -64,19 +73,25 @@ class LatCollector:
         o, b = self.opts, self.bpf
         # the kernel's stamps carry no process: -P and -p need the queue program
         stamps = o.timing != "probes" and not o.per_pid and o.pid is None
-        b.choose(required=["bio_queue", "rq_issue", "rq_complete"], optional=["split", "task_rename"])
+        b.choose(required=["bio_queue", "rq_issue", "rq_complete"],
+                 optional=["split", "task_rename", *(THROTTLE_HOOKS if o.throttle else ())])
+        self.throttle = ThrottleWatch(b, lambda: o.disks or devices.list_disks(), enabled=o.throttle)
+        self.throttle.setup()
         # per disk in the map whenever the processes are not (-P): the kernel's count of completed
         # requests is compared per disk (sample()); merged here when -D was not asked for
         b.set_global("targ_per_disk", o.per_disk or not o.per_pid, "?")
         b.set_global("targ_per_op", o.per_op, "?")
         b.set_global("targ_per_pid", o.per_pid, "?")
+        b.set_global("targ_per_cgroup", o.per_cgroup, "?")
+        for name, (value, fmt) in (self.cgroup.bpf_globals() if self.cgroup else {}).items():
+            b.set_global(name, value, fmt)
         b.set_global("targ_stamps", stamps, "?")
         b.filter_disks(d.dev for d in o.disks)
         b.set_global("targ_tgid", o.pid or 0, "I")
         mask = sum(1 << abi.PHASES[p] for p in o.phases)
         b.set_global("targ_phases", mask, "B")
-        if o.per_pid:
-            # per-CPU values for thousands of keys would cost ncpus x 7.4 KiB each
+        if o.per_pid or o.per_cgroup:
+            # per-CPU values for thousands of keys (processes, containers) would cost ncpus x 7.4 KiB each
             from ioscope.kernel import _libbpf
             b.set_map_type("hists", _libbpf.MAP_TYPE_HASH)
             b.set_global("targ_shared_hists", True, "?")
@@ -85,6 +100,7 @@ class LatCollector:
             b.set_max_entries("hists", HIST_MAX_ENTRIES)
         b.load()
         self.hists = b.map("hists")
+        self.throttle.loaded()
         self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
                                 [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)] + ["not_stamped"],
                                 explain={**LOSS_EXPLAIN, **EXPLAIN})
@@ -94,12 +110,18 @@ class LatCollector:
         self.stamps.attach("rq_complete", ["bio_queue", "rq_issue", "split", "task_rename"])
 
     @property
+    def filtered(self) -> bool:
+        """-p or -c: /proc/diskstats counts every process's I/O, the histograms some."""
+        return self.opts.pid is not None or self.cgroup is not None
+
+    @property
     def timing(self) -> dict[str, str]:
         return self.stamps.timing
 
     def tick(self) -> None:
         """Housekeeping, every second: disks without stamps, and stale slots every SWEEP_EVERY_S."""
         self.stamps.tick()
+        self.throttle.tick()
         # the slot table holds bios only where a disk is followed by the probes
         if not self.stamps.stamps_only:
             self.slots.tick()
@@ -116,12 +138,13 @@ class LatCollector:
         comms: dict[int, str] = {}
         if self.opts.per_pid and n:
             comms = abi.comms_from_dump(*self.comms.dump())
-        out: dict[tuple[int, str, int | None, str], LatHist] = {}
+        out: dict[tuple[int, str, int | None, str | None, str], LatHist] = {}
         self._d2c_by_disk = {}
         for k, phases in zip(keys, vals):
             kdev = int(k["dev"])
             dev = kdev if self.opts.per_disk else 0
             pid = int(k["pid"]) if self.opts.per_pid else None
+            cg = self.cgroup_names.name(int(k["cgroup"])) if self.opts.per_cgroup else None
             op = abi.OP_NAMES.get(int(k["op"]), "other")
             for phase, h in zip(abi.PHASES, abi.hists_from_array(phases)):
                 if phase not in self.opts.phases or not h.count:
@@ -129,11 +152,11 @@ class LatCollector:
                 if phase == "d2c" and kdev:
                     name = self.names.name(kdev)
                     self._d2c_by_disk[name] = self._d2c_by_disk.get(name, 0) + h.count
-                have = out.get((dev, op, pid, phase))
+                have = out.get((dev, op, pid, cg, phase))
                 if have is not None:  # the disks merged (no -D)
                     have.hist = have.hist.merge(h)
                     continue
-                out[(dev, op, pid, phase)] = LatHist(
+                out[(dev, op, pid, cg, phase)] = LatHist(
                     dev=dev,
                     disk=self.names.name(dev) if dev else "all",
                     op=op,
@@ -141,6 +164,7 @@ class LatCollector:
                     comm=(comms.get(pid, "[unknown]") if pid else "[kernel]") if pid is not None else None,
                     phase=phase,
                     hist=h,
+                    cgroup=cg,
                 )
         return sorted(out.values(), key=LatHist.sort_key)
 
@@ -166,7 +190,7 @@ class LatCollector:
         hists = self.read(reset=reset)
         losses, in_flight = self.losses(since_last=True, final=final)
         shortfall = 0
-        if "d2c" in self.opts.phases and not self.opts.per_pid and self.opts.pid is None:
+        if "d2c" in self.opts.phases and not self.opts.per_pid and not self.filtered:
             for name, n in self._d2c_by_disk.items():  # without reset the histograms add up
                 self._d2c_total[name] = self._d2c_total.get(name, 0) + n if reset else n
             self._not_stamped_total += losses.counters.get("not_stamped", 0)
@@ -177,8 +201,11 @@ class LatCollector:
         return LatSample(wall=wall, started=started, hists=hists, losses=losses,
                          kernel_completed=self.kernel_completed(since_last=reset, cur=kernel_now),
                          kernel_in_flight=in_flight, final=final,
-                         pid_filtered=self.opts.pid is not None, stacks=self.stacks, timing=dict(self.timing),
-                         programs=list(self.bpf.attached), stamps_shortfall=shortfall)
+                         pid_filtered=self.filtered, stacks=self.stacks, timing=dict(self.timing),
+                         programs=list(self.bpf.attached), stamps_shortfall=shortfall,
+                         throttled=self.throttle.read(self.names.name, self.cgroup_names.name),
+                         throttle_limits=list(self.throttle.limits), throttle_no_wait=self.throttle.no_wait,
+                         throttle_no_held=self.throttle.no_held)
 
     def _kernel_counts(self) -> dict[str, int]:
         stats = devices.read_diskstats()

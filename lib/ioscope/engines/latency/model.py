@@ -9,6 +9,7 @@ from typing import Any
 from ioscope.base.hist import Hist
 from ioscope.base.losses import RECURSION_MISSES, Losses, settle_unreported, unreported_completions
 from ioscope.base.phases import PHASE_TITLES
+from ioscope.engines.context.throttle import HeldBios
 from ioscope.kernel import abi
 from ioscope.kernel.stamps import stamps_only
 
@@ -22,9 +23,10 @@ class LatHist:
     comm: str | None
     phase: str
     hist: Hist
+    cgroup: str | None = None  # the cgroup's path with --per-cgroup, else None
 
-    def sort_key(self) -> tuple[str, str, int, int]:
-        return (self.disk, self.op, self.pid or 0, list(abi.PHASES).index(self.phase))
+    def sort_key(self) -> tuple[str, str, str, int, int]:
+        return (self.disk, self.op, self.cgroup or "", self.pid or 0, list(abi.PHASES).index(self.phase))
 
 
 @dataclass
@@ -38,13 +40,19 @@ class LatSample:
     kernel_completed: dict[str, int]  # /proc/diskstats: requests completed per traced blk-mq disk
     kernel_in_flight: int             # /proc/diskstats: requests in flight now on those disks
     final: bool                       # the last sample: nothing more can complete
-    pid_filtered: bool                # -p: /proc/diskstats counts every process, we one
+    pid_filtered: bool                # -p or -c: /proc/diskstats counts every process, we some
     stacks: dict[str, dict[str, Any]] = field(default_factory=dict)  # devices.stack_meta() of the traced disks
     timing: dict[str, str] = field(default_factory=dict)  # traced disk -> how it is timed (stamps.STAMPS/PROBES)
     programs: list[str] = field(default_factory=list)     # the BPF programs attached
     # with the kernel's stamps alone: requests the kernel completed that the program did not end, found
     # in this sample (stamps_shortfall())
     stamps_shortfall: int = 0
+    # blk-throttle (engines/context/throttle.py): the bios it held in the interval, the limits in force on
+    # the traced disks, and why the wait (or the held bios) cannot be seen here ("" when they can)
+    throttled: list[HeldBios] = field(default_factory=list)
+    throttle_limits: list[dict[str, Any]] = field(default_factory=list)
+    throttle_no_wait: str = ""
+    throttle_no_held: str = ""
 
 
 @dataclass
@@ -75,6 +83,10 @@ class LatReport:
     stacks: list[StackShare] = field(default_factory=list)
     timing: dict[str, str] = field(default_factory=dict)
     programs: list[str] = field(default_factory=list)
+    throttled: list[HeldBios] = field(default_factory=list)
+    throttle_limits: list[dict[str, Any]] = field(default_factory=list)
+    throttle_no_wait: str = ""
+    throttle_no_held: str = ""
 
 
 def stack_shares(hists: list[LatHist], stacks: dict[str, dict[str, Any]]) -> list[StackShare]:
@@ -151,6 +163,8 @@ def build_report(s: LatSample, attach: str = "", phases: tuple[str, ...] = ("q2c
         attach=attach, phases=phases,
         stacks=stack_shares(hists, s.stacks) if "d2c" in phases else [],
         timing=dict(s.timing), programs=list(s.programs),
+        throttled=list(s.throttled), throttle_limits=list(s.throttle_limits),
+        throttle_no_wait=s.throttle_no_wait, throttle_no_held=s.throttle_no_held,
     )
 
 

@@ -41,9 +41,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("-e", "--expr", action="append", metavar="EXPR",
                    help="an aggregation, e.g. 'count() by comm,disk'; repeatable")
     common.add_disk_pid(p)
-    p.add_argument("-c", "--cgroup", metavar="CGROUP",
-                   help="trace only I/O charged to this cgroup: its path in the io controller's hierarchy "
-                        "(cgroup v2, or v1 blkio where mounted; live only)")
+    common.add_cgroup(p)  # live only
     common.add_rows(p, letter=False)  # -r reads a capture here
     common.add_json(p)
     p.add_argument("--cumulative", action="store_true", help="do not clear the aggregations every interval")

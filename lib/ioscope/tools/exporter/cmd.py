@@ -188,10 +188,10 @@ def run(args: argparse.Namespace) -> int:
 
     from ioscope._version import __version__
     from ioscope.base import system
+    from ioscope.base.cgroups import io_cgroup_root
     from ioscope.base.http import parse_listen, url
     from ioscope.engines.aggregate.collector import AggCollector, AggOptions
     from ioscope.engines.aggregate.expr import parse_all
-    from ioscope.engines.aggregate.names import io_cgroup_root
     from ioscope.engines.latency.collector import LatCollector, LatOptions
     from ioscope.kernel.stamps import TICK_S
     from ioscope.tools.exporter import server as srv

@@ -15,6 +15,8 @@ examples:
   ioscope lat -d loop0 -O      # one disk, one histogram per operation
   ioscope lat -D -m            # per disk, values in milliseconds
   ioscope lat -P -p 1234       # only I/O queued by process 1234, per process
+  ioscope lat -G               # one histogram per cgroup (the one each I/O is charged to)
+  ioscope lat -c /system.slice/postgresql.service -O   # a service's I/O (and its children's)
   ioscope lat --phase d2c -j 5 # device time only, JSON lines every 5 s
 """
 
@@ -26,6 +28,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "(issue to completion: the device).",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_disk_pid(p)
+    common.add_cgroup(p)
     p.add_argument("-D", "--per-disk", "--disks", dest="per_disk", action="store_true",
                    help="one histogram per disk")
     p.add_argument("-O", "--per-op", dest="per_op", action="store_true",
@@ -33,6 +36,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     common.add_deprecated_flag(p, "-F", "--flags", dest="per_op", instead="-O/--per-op")
     p.add_argument("-P", "--per-pid", "--pids", dest="per_pid", action="store_true",
                    help="one histogram per submitting process")
+    p.add_argument("-G", "--per-cgroup", dest="per_cgroup", action="store_true",
+                   help="one histogram per cgroup the I/O is charged to (a throttled or written-back bio "
+                        "under its submitter's cgroup, not the kworker's)")
     p.add_argument("-m", "--milliseconds", action="store_true", help="print values in milliseconds")
     common.add_json(p)
     p.add_argument("--phase", default="q2c,q2d,d2c", type=common.phases_type,
@@ -59,16 +65,19 @@ def run(args: argparse.Namespace) -> int:
     opts = LatOptions(
         disks=[devices.resolve_disk(d) for d in args.disk or []],
         pid=args.pid, per_disk=args.per_disk, per_op=args.per_op, per_pid=args.per_pid,
+        per_cgroup=args.per_cgroup, cgroup=args.cgroup, throttle=True,
         phases=tuple(args.phase), btf=system.btf_path(args.btf), timing=args.timing,
     )
     if args.timing == "stamps" and (args.per_pid or args.pid is not None):
         raise UsageError("--timing stamps cannot tell which process queued an I/O (-P, -p)",
                          "leave --timing out, or use --timing probes")
-    view = LatViewOptions(per_disk=args.per_disk, per_op=args.per_op, per_pid=args.per_pid,
+    view = LatViewOptions(per_disk=args.per_disk, per_op=args.per_op, per_pid=args.per_pid, per_cgroup=args.per_cgroup,
                           unit="ms" if args.milliseconds else None, fine=args.fine)
     collector = LatCollector(opts)
     try:
         where = ", ".join(d.name for d in opts.disks) or "all disks"
+        if collector.cgroup is not None:
+            where += f", I/O charged to {collector.cgroup.label()}"
         attach = collector.bpf.variant_summary()
         timed = timing_summary(collector.timing)
 

@@ -10,9 +10,10 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from ioscope.base import devices, units
+from ioscope.base import cgroups, devices, units
 from ioscope.base.fmt import fmt_ns, iso_time
 from ioscope.base.render import HistView
+from ioscope.engines.context.throttle import held_json, summary
 from ioscope.engines.latency.model import PHASE_TITLES, LatHist, LatReport
 from ioscope.kernel.stamps import io_unit, timing_summary
 
@@ -22,6 +23,7 @@ class LatViewOptions:
     per_disk: bool = False
     per_op: bool = False
     per_pid: bool = False
+    per_cgroup: bool = False
     unit: str | None = None  # "ms" forces milliseconds
     fine: bool = False
 
@@ -32,7 +34,7 @@ def hist_json(h: LatHist) -> dict[str, Any]:
     ma, mi = devices.kdev_split(h.dev)
     return {
         "disk": h.disk, "dev": f"{ma}:{mi}" if h.dev else "all", "op": h.op,
-        "pid": h.pid, "comm": h.comm, "phase": h.phase, "unit": "ns",
+        "pid": h.pid, "comm": h.comm, "cgroup": h.cgroup, "phase": h.phase, "unit": "ns",
         "count": hi.count, "sum": hi.total, "min": hi.min, "max": hi.max,
         "p50": round(p[50], 1), "p90": round(p[90], 1), "p99": round(p[99], 1), "p999": round(p[99.9], 1),
         "buckets": [list(b) for b in hi.nonzero_buckets()],
@@ -61,6 +63,9 @@ def to_json(r: LatReport) -> dict[str, Any]:
         "kernel_completed": r.kernel_completed,
         "completions_unreported": r.completions_unreported,
         "hists": [hist_json(h) for h in r.hists],
+        "throttle": {"held": [held_json(h) for h in r.throttled], "limits": r.throttle_limits,
+                     **({"wait_not_measured": r.throttle_no_wait} if r.throttle_no_wait else {}),
+                     **({"held_not_seen": r.throttle_no_held} if r.throttle_no_held else {})},
         "stacks": [{"name": st.name, "kind": st.kind, "label": st.label,
                     "members": [{"disk": m, "d2c_count": n, "share": share, "d2c_p99": p99}
                                 for m, n, share, p99 in st.members]} for st in r.stacks],
@@ -74,9 +79,25 @@ def hist_title(h: LatHist, o: LatViewOptions) -> str:
         tags.append(f"disk {h.disk}")
     if o.per_op:
         tags.append(f"op {h.op}")
+    if o.per_cgroup:
+        tags.append(f"cgroup {cgroups.label(h.cgroup or '[unknown]')}")
     if o.per_pid:
         tags.append(f"pid {h.pid} ({h.comm})")
     return title + ("  [" + ", ".join(tags) + "]" if tags else "")
+
+
+def throttle_lines(r: LatReport) -> Iterator[Text]:
+    """What blk-throttle held in the interval, or, with a limit in force and nothing held, that it would
+    not be in these histograms."""
+    for line in summary(r.throttled, r.throttle_no_wait, fmt_ns):
+        yield Text(line, style="bold yellow")
+    if r.throttle_limits and not r.throttled:
+        where = ", ".join(sorted({f"{e.get('cgroup')} on {e.get('disk')}" for e in r.throttle_limits}))
+        if r.throttle_no_held:
+            yield Text(f"blk-throttle limits in force ({where}): bios they hold wait before their queue event, "
+                       f"not in q2c, and cannot be counted here: {r.throttle_no_held}", style="yellow")
+        else:
+            yield Text(f"blk-throttle limits in force ({where}): none held a bio in this interval", style="dim")
 
 
 def renderables(r: LatReport, o: LatViewOptions) -> Iterator[RenderableType]:
@@ -98,6 +119,7 @@ def renderables(r: LatReport, o: LatViewOptions) -> Iterator[RenderableType]:
                    f"{', '.join(r.kernel_completed)}; ioscope timed {r.timed_d2c} (d2c)", style="dim")
     if r.timing:
         yield Text(f"timing: {timing_summary(r.timing)}", style="dim")
+    yield from throttle_lines(r)
     if r.completions_unreported:
         yield Text(f"{r.completions_unreported} issued requests completed without their completion running a "
                    "BPF program: not timed, counted as lost (docs/lat.md, 'Completions no BPF program saw')",

@@ -314,8 +314,14 @@ class KernelTriggers:
         from ioscope.engines.aggregate.collector import AggCollector, AggOptions
         from ioscope.kernel.stamps import TICK_S
         self.exprs = exprs
+        # a condition on the time from the queue (q2c, q2d) is timed from each bio's queue event, not from
+        # its request's stamps: the remainder of a split bio that blk-throttle holds again (an iops limit,
+        # 6.1 on) becomes a request only when the throttle lets it go, and a request's own start would
+        # miss that wait (issue 24 finding 1: 'q2c > 200ms' never fired on writes that took a second)
+        from_queue = any(f in ("q2c", "q2d") for e in exprs for f in e.fields())
         self.collector: AggCollector = AggCollector(AggOptions(exprs=exprs, disks=list(disks), pid=pid, btf=btf,
-                                                               programs=progs))
+                                                               programs=progs,
+                                                               timing="probes" if from_queue else "auto"))
         self._tick_every = TICK_S
         self._ticked = time.monotonic()
 

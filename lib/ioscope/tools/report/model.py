@@ -165,11 +165,24 @@ class ReportModel:
     stacks: list[StackRow] = field(default_factory=list)
 
 
+def btt_n_qs(d: BttDev) -> int:
+    """The Q count btt prints, and divides by, from its merge table on: printing that table raises a device's
+    Q count to its D count where fewer Qs than Ds were seen (split bios: one Q, several Ds), and the later
+    "Avg Reqs @ Q" divides by the raised count (btt's output.c, __output_dip_merge_ratio)."""
+    return max(d.n_qs, d.n_ds) if d.n_qs and d.n_ds else d.n_qs
+
+
+def avg_reqs_at_q(d: BttDev) -> float:
+    """btt's "Avg Reqs @ Q": the requests active (queued, neither merged nor issued) when a Q came, averaged
+    over btt's Q count."""
+    return d.t_act_q / btt_n_qs(d) if d.n_qs else 0.0
+
+
 def merge_info(d: BttDev) -> tuple[int, int, float, int] | None:
     """(#Q, #D, ratio, BLKavg) as btt computes them, or None when btt leaves the device out."""
     if d.n_qs == 0 or d.n_ds == 0:
         return None
-    nq = max(d.n_qs, d.n_ds)
+    nq = btt_n_qs(d)
     return nq, d.n_ds, nq / d.n_ds, int(d.avgs["blks"].total / d.n_ds)
 
 
@@ -306,8 +319,8 @@ def _active(v: BttView) -> list[ActiveRow]:
     tq = ta = 0
     for d in v.devices:
         if d.n_qs > 0 and not is_remapper(d.dev):
-            rows.append(ActiveRow(d.dev, d.t_act_q / d.n_qs))
-            tq += d.n_qs
+            rows.append(ActiveRow(d.dev, avg_reqs_at_q(d)))
+            tq += btt_n_qs(d)
             ta += d.t_act_q
     if len(rows) > 1:
         rows.append(ActiveRow(None, ta / tq))

@@ -30,6 +30,8 @@ examples:
   ioscope top -j 2 10          # one JSON object every 2 s, 10 of them: {"devices": [...], "procs": [...]}
   ioscope top -d loop0         # only this disk (filtered in the kernel; -d is repeatable)
   ioscope top -b -s p99_ms -r 10   # batch, the 10 processes with the highest p99 latency
+  ioscope top -G               # and the cgroups: I/O charged to each (containers, services), its latency
+  ioscope top -c /kubepods.slice -G   # only the pods' I/O, per cgroup and per process
 """
 
 
@@ -42,6 +44,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("-d", "--disk", action="append", metavar="DISK",
                    help="trace only this disk (name, /dev/name or major:minor; filtered in the kernel); repeatable")
     p.add_argument("-p", "--pid", type=common.pid_type, help="show only I/O queued by this process")
+    common.add_cgroup(p)
+    p.add_argument("-G", "--cgroups", action="store_true",
+                   help="the cgroup view: a table of the cgroups the I/O was charged to, beside the processes, "
+                        "and each process row's cgroup (a kworker that queued a cgroup's throttled or "
+                        "written-back I/O is counted in that cgroup)")
     p.add_argument("-b", "--batch", action="store_true",
                    help="plain-text snapshots, one per interval (the default when stdout is not a terminal)")
     common.add_json(p)
@@ -96,8 +103,10 @@ class Sampler:
     stored in snapshot.extras[name] and drawn by the panel registered under the same name in view.PANELS
     (the extension point for the balance and readahead panels)."""
 
-    def __init__(self, collector: TopCollector, sources: dict[str, Callable[[float], Any]] | None = None) -> None:
+    def __init__(self, collector: TopCollector, sources: dict[str, Callable[[float], Any]] | None = None,
+                 cgroup_view: bool = False) -> None:
         self.c = collector
+        self.cgroup_view = cgroup_view
         self.sources = dict(sources or {})
         self.host = platform.node()
         self.kernel = platform.release()
@@ -113,7 +122,9 @@ class Sampler:
         cur = self.c.sample(Tick(self.prev.wall, reset=True, final=final))
         snap = build_snapshot(self.prev, cur, host=self.host, kernel=self.kernel, disks=self.c.whole_disks(),
                               name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary(),
-                              show_idle=bool(self.c.filter))
+                              show_idle=bool(self.c.filter),
+                              cgroup_of=self.c.cgroup_names.name if self.c.per_cgroup else None,
+                              cgroup_view=self.cgroup_view, throttle_no_wait=self.c.throttle.no_wait)
         self.prev = cur
         if self.stacks:
             from ioscope.tools.top.model import stack_rows
@@ -138,12 +149,15 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("the interactive screen needs a terminal on stdin", "use --batch or -j")
     system.require_bpf_privileges("top")
     btf = system.btf_path(args.btf)
-    collector = TopCollector(btf=btf, disks=[d.dev for d in disks])
+    collector = TopCollector(btf=btf, disks=[d.dev for d in disks], per_cgroup=args.cgroups, cgroup=args.cgroup)
     sources: dict[str, Source] = {}
     try:
         live.warn_unavailable("top", collector.unavailable)
         sources = optional_sources(btf)
-        sampler = Sampler(collector, dict(sources))
+        sampler = Sampler(collector, dict(sources), cgroup_view=args.cgroups)
+        if collector.cgroup is not None and not args.json:
+            print(f"ioscope top: processes and cgroups: only I/O charged to {collector.cgroup.label()}; the devices' "
+                  "rows are the whole disks' (/proc/diskstats)", file=sys.stderr)
         if batch:
             return _batch(sampler, args, interval, count, disk)
         st = ViewState(sort=args.sort, interval=interval, disk=disk, pid=args.pid, heat_disk=disk)
@@ -168,10 +182,12 @@ def _batch(sample: Callable[[bool], Snapshot], args: argparse.Namespace, interva
         while count is None or done < count:
             live.sleep_until(start + interval * (done + 1))
             snap = filter_snapshot(sample(count is not None and done == count - 1), disk, args.pid)
-            reverse = args.sort not in ("pid", "comm", "disk")
+            reverse = args.sort not in ("pid", "comm", "disk", "cgroup")
             common.rows_note_if_cut(args, len(snap.procs))   # -n N the procps way: a note only if N rows would cut
             if args.json:
                 snap.procs = sort_procs(snap.procs, args.sort, reverse)[: args.rows]
+                if snap.cgroups is not None:
+                    snap.cgroups = snap.cgroups[: args.rows]
                 snap.devices = sort_devices(snap.devices, "util")
                 print(json.dumps(snapshot_json(snap)), flush=True)
             else:

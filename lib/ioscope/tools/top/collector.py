@@ -13,9 +13,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ioscope.base import devices
+from ioscope.base import cgroups, devices
 from ioscope.base.collector import Tick
 from ioscope.base.losses import PENDING, Losses, StatsDelta, settle_unreported, unreported_completions
+from ioscope.engines.context.throttle import HOOKS as THROTTLE_HOOKS
+from ioscope.engines.context.throttle import ThrottleWatch
 from ioscope.kernel import abi
 from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, SlotTable
 from ioscope.kernel.loader import BPFObject
@@ -36,20 +38,30 @@ class TopCollector:
     """Owns the top BPF object. sample() returns a Sample; close() detaches everything."""
 
     def __init__(self, btf: str | None = None, proc_root: str = "/proc", sys_root: str = "/sys",
-                 disks: Sequence[int] = ()) -> None:
+                 disks: Sequence[int] = (), per_cgroup: bool = False, cgroup: str | None = None) -> None:
         self.proc_root = proc_root
         self.sys_root = sys_root
         self.filter = set(disks)
         self.names = devices.DevNames(sys_root)
+        # -c: only the I/O charged to this cgroup and those under it; per_cgroup: each row's cgroup
+        self.cgroup = cgroups.cgroup_filter(cgroup) if cgroup else None
+        self.per_cgroup = per_cgroup or self.cgroup is not None
+        self.cgroup_names = cgroups.CgroupNames()
         self._comms: dict[int, str] = {}              # tgid -> name seen by BPF at queue time
         self._live: dict[int, str] = {0: "[unknown]"}  # tgid -> name for the current refresh
         self.bpf = BPFObject("top", btf=btf)
         try:
             b = self.bpf
-            b.choose(required=["bio_queue", "rq_complete"], optional=["split", "task_rename"])
+            b.choose(required=["bio_queue", "rq_complete"], optional=["split", "task_rename", *THROTTLE_HOOKS])
+            self.throttle = ThrottleWatch(b, lambda: [d for d in devices.list_disks(sys_root)
+                                                      if not self.filter or d.dev in self.filter])
+            self.throttle.setup()
             from ioscope.kernel import _libbpf
             b.set_max_entries("procs", proc_entries(_libbpf.num_possible_cpus()))
             b.filter_disks(disks)
+            b.set_global("targ_per_cgroup", self.per_cgroup, "?")
+            for name, (value, fmt) in (self.cgroup.bpf_globals() if self.cgroup else {}).items():
+                b.set_global(name, value, fmt)
             b.load()
             self.procs = b.map("procs")
             self.disks = b.map("disks")
@@ -57,7 +69,8 @@ class TopCollector:
             self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
                                     [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)], explain=EXPLAIN)
             self.slots = SlotTable(b.map("inflight"))
-            b.attach()
+            self.throttle.loaded()
+            b.attach(["bio_queue", "rq_complete", "split", "task_rename"])  # the throttle's: ThrottleWatch.tick
         except BaseException:
             self.bpf.close()
             raise
@@ -96,6 +109,7 @@ class TopCollector:
         run (final) also counts the bios issued and never seen completing beyond what the kernel has
         in flight as completion_unseen (inflight.py: completions no BPF program saw)."""
         final = tick.final
+        self.throttle.tick()
         mono, wall = time.monotonic(), time.time()
         ds = devices.read_diskstats(self.proc_root)
         pk, pv, pn = self.procs.dump(sum=False, delete=True)
@@ -111,7 +125,7 @@ class TopCollector:
             losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(traced, settle_s=SETTLE_S)
             settle_unreported(losses, unreported_completions(losses, in_flight))
         return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
-                      dict(losses.counters))
+                      dict(losses.counters), self.throttle.read(self.names.name, self.cgroup_names.name))
 
     def losses(self) -> Losses:
         """Losses since the previous call."""

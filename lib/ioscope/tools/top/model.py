@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ioscope.base import hist
+from ioscope.base import cgroups, hist
 from ioscope.base.devices import DiskStats
 from ioscope.base.heat import HeatGrid
 from ioscope.base.hist import Hist
+from ioscope.engines.context.throttle import HeldBios
 from ioscope.kernel import abi
 
 NS_PER_MS = 1e6
@@ -69,6 +70,28 @@ class ProcRow:
     p99_ms: float | None = None
     ios: int = 0                 # I/Os completed in the interval (all operations)
     hist: Hist | None = field(default=None, repr=False, compare=False)
+    cgroup: str | None = None    # the cgroup its I/O was charged to (the cgroup view, -c), else None
+
+
+@dataclass
+class CgroupRow:
+    """One cgroup on one disk over one interval: the I/O charged to it (whoever queued it: a kworker that
+    queued a throttled or written-back bio is counted in the cgroup it served), from the process rows."""
+
+    cgroup: str
+    disk: str
+    label: str = ""              # the path as shown, with the container, pod or machine it is (cgroups.label)
+    procs: int = 0               # processes (kworkers included) that queued its I/O
+    r_s: float = 0.0
+    w_s: float = 0.0
+    rkB_s: float = 0.0
+    wkB_s: float = 0.0
+    avg_ms: float | None = None
+    p99_ms: float | None = None
+    ios: int = 0
+    hist: Hist | None = field(default=None, repr=False, compare=False)
+    held: int = 0                # bios blk-throttle held before their queue event (not in avg_ms, p99ms)
+    thr_p99_ms: float | None = None  # their wait in the throttle, where it is measured (fentry)
 
 
 def iostat(prev: DiskStats, cur: DiskStats, seconds: float) -> DeviceRow:
@@ -128,6 +151,7 @@ class Sample:
     disk_hists: npt.NDArray[Any] = field(default_factory=lambda: np.zeros(0, dtype=abi.HIST))
     lost: int = 0
     lost_detail: dict[str, int] = field(default_factory=dict)
+    throttled: list[HeldBios] = field(default_factory=list)  # bios blk-throttle held since the last sample
 
 
 @dataclass
@@ -147,6 +171,9 @@ class Snapshot:
     # Optional panels' data (e.g. per-process balance, readahead), filled by extra sources of the Sampler
     # (cmd.py) and drawn by the panels registered in view.PANELS; JSON carries them under "extras".
     extras: dict[str, Any] = field(default_factory=dict)
+    cgroups: list[CgroupRow] | None = None  # the cgroup view (-G): None when not asked for
+    throttled: list[HeldBios] = field(default_factory=list)  # bios blk-throttle held in the interval
+    throttle_no_wait: str = ""  # why their wait is not measured here ("" when it is)
 
 
 def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],
@@ -160,14 +187,18 @@ def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],
 
 
 def proc_rows(keys: npt.NDArray[Any], vals: npt.NDArray[Any], seconds: float,
-              name_of: Callable[[int], str], comm_of: Callable[[int], str]) -> list[ProcRow]:
-    """One row per (process, disk) from the procs map dump (one record per tgid, dev, op)."""
+              name_of: Callable[[int], str], comm_of: Callable[[int], str],
+              cgroup_of: Callable[[int], str] | None = None) -> list[ProcRow]:
+    """One row per (process, disk), and cgroup when cgroup_of names them, from the procs map dump (one
+    record per tgid, dev, op, cgroup)."""
     if len(keys) == 0:
         return []
     t = seconds if seconds > 0 else 1e-9
     combo = (keys["tgid"].astype(np.uint64) << np.uint64(32)) | keys["dev"].astype(np.uint64)
-    uniq, inv = np.unique(combo, return_inverse=True)
-    inv = inv.astype(np.int64)
+    cgs = keys["cgroup"].astype(np.uint64) if cgroup_of is not None else np.zeros(len(keys), dtype=np.uint64)
+    uniq2, inv = np.unique(np.column_stack([combo, cgs]), axis=0, return_inverse=True)
+    uniq = uniq2[:, 0]
+    inv = inv.reshape(-1).astype(np.int64)
     n = len(uniq)
     ops = keys["op"]
     ios = vals["ios"].astype(np.float64)
@@ -199,16 +230,47 @@ def proc_rows(keys: npt.NDArray[Any], vals: npt.NDArray[Any], seconds: float,
             p99_ms=h.percentile(99) / NS_PER_MS if h.count else None,
             ios=int(all_ios[i]),
             hist=h,
+            cgroup=cgroup_of(int(uniq2[i, 1])) if cgroup_of is not None else None,
         ))
     return out
 
 
+def cgroup_rows(procs: Iterable[ProcRow], throttled: Iterable[HeldBios] = ()) -> list[CgroupRow]:
+    """The process rows (with their cgroup) added up per cgroup and disk, with the bios blk-throttle held
+    in each, busiest first."""
+    rows: dict[tuple[str, str], CgroupRow] = {}
+    for p in procs:
+        if p.cgroup is None:
+            continue
+        r = rows.setdefault((p.cgroup, p.disk), CgroupRow(p.cgroup, p.disk, cgroups.label(p.cgroup)))
+        r.procs += 1
+        r.r_s += p.r_s
+        r.w_s += p.w_s
+        r.rkB_s += p.rkB_s
+        r.wkB_s += p.wkB_s
+        r.ios += p.ios
+        if p.hist is not None:
+            r.hist = p.hist if r.hist is None else r.hist.merge(p.hist)
+    for t in throttled:
+        r = rows.setdefault((t.cgroup, t.disk), CgroupRow(t.cgroup, t.disk, cgroups.label(t.cgroup)))
+        r.held += t.held
+        if t.wait.count:
+            r.thr_p99_ms = t.wait.percentile(99) / NS_PER_MS
+    for r in rows.values():
+        if r.hist is not None and r.hist.count:
+            r.avg_ms = r.hist.mean / NS_PER_MS
+            r.p99_ms = r.hist.percentile(99) / NS_PER_MS
+    return sorted(rows.values(), key=lambda r: (r.rkB_s + r.wkB_s, r.ios, r.cgroup), reverse=True)
+
+
 def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: Iterable[str],
                    name_of: Callable[[int], str], comm_of: Callable[[int], str], attach: str = "",
-                   show_idle: bool = False) -> Snapshot:
+                   show_idle: bool = False, cgroup_of: Callable[[int], str] | None = None,
+                   cgroup_view: bool = False, throttle_no_wait: str = "") -> Snapshot:
     """The rows of one refresh. disks: the whole-disk names (partitions are left out). A disk that did
     nothing in the interval is left out (iostat -z), unless show_idle: the disks asked for by name (-d),
-    which iostat lists whatever they did."""
+    which iostat lists whatever they did. cgroup_of: names the cgroup of each process row (-G, -c);
+    cgroup_view: the rows per cgroup too."""
     seconds = cur.mono - prev.mono
     dh = device_hists(cur.disk_keys, cur.disk_hists, name_of)
     devs = []
@@ -225,9 +287,11 @@ def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: 
             row.lat_ios = h.count
             row.hist = h
         devs.append(row)
-    procs = proc_rows(cur.proc_keys, cur.proc_vals, seconds, name_of, comm_of)
+    procs = proc_rows(cur.proc_keys, cur.proc_vals, seconds, name_of, comm_of, cgroup_of)
     return Snapshot(wall=cur.wall, interval=seconds, host=host, kernel=kernel, devices=devs, procs=procs,
-                    lost=cur.lost, lost_detail=dict(cur.lost_detail), attach=attach, disk_hists=dh)
+                    lost=cur.lost, lost_detail=dict(cur.lost_detail), attach=attach, disk_hists=dh,
+                    cgroups=cgroup_rows(procs, cur.throttled) if cgroup_view else None,
+                    throttled=list(cur.throttled), throttle_no_wait=throttle_no_wait)
 
 
 # -- sorting and filtering ----------------------------------------------------
@@ -278,8 +342,10 @@ def filter_snapshot(s: Snapshot, disk: str | None = None, pid: int | None = None
     """The same snapshot restricted to one disk and/or one process (None: no restriction)."""
     devs = [d for d in s.devices if disk is None or d.disk == disk]
     procs = [p for p in s.procs if (disk is None or p.disk == disk) and (pid is None or p.pid == pid)]
+    cgs = None if s.cgroups is None else [c for c in s.cgroups if disk is None or c.disk == disk]
+    held = [t for t in s.throttled if disk is None or t.disk == disk]
     return Snapshot(s.wall, s.interval, s.host, s.kernel, devs, procs, s.lost, s.lost_detail, s.attach,
-                    s.disk_hists, s.extras)
+                    s.disk_hists, s.extras, cgs, held, s.throttle_no_wait)
 
 
 # -- heat map -----------------------------------------------------------------

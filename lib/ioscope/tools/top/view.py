@@ -25,11 +25,13 @@ from rich.control import Control
 from rich.segment import ControlType
 from rich.text import Text
 
-from ioscope.base import units
+from ioscope.base import cgroups, units
 from ioscope.base.fmt import fmt_ns, iso_time
 from ioscope.base.heat import HEAT_CHARS, HeatGrid
 from ioscope.base.heat import level as heat_level
+from ioscope.engines.context.throttle import held_json, summary
 from ioscope.tools.top.model import (
+    CgroupRow,
     DeviceRow,
     HeatHistory,
     ProcRow,
@@ -46,10 +48,14 @@ class Column:
     header: str
     width: int     # characters, including the separating space
     keep: int      # columns with the lowest keep are dropped first when the screen is narrow
-    kind: str = "num"  # num | ms | str | int
+    kind: str = "num"  # num | ms | str | int | tail (a string cut at its start: a path's last parts)
 
     def cell(self, row: Any) -> str:
         v = getattr(row, self.key)
+        if self.kind == "tail":
+            s = "-" if v is None else str(v)
+            s = s if len(s) <= self.width - 1 else "…" + s[len(s) - self.width + 2:]
+            return (" " + s).ljust(self.width)
         if self.kind == "str":
             s = str(v)[: self.width - 1]
             return (" " + s).ljust(self.width) if self.key != "pid" else s.rjust(self.width)
@@ -60,7 +66,7 @@ class Column:
         return fmt_num(float(v), self.width - 1).rjust(self.width)
 
     def head(self) -> str:
-        if self.kind == "str":
+        if self.kind in ("str", "tail"):
             return (" " + self.header).ljust(self.width)
         return self.header.rjust(self.width)
 
@@ -94,6 +100,35 @@ PROC_COLUMNS = (
     Column("avg_ms", "avg_ms", 7, 70),
     Column("p99_ms", "p99ms", 7, 75),
 )
+
+# with the cgroup view (-G) or -c: each process row's cgroup, after its disk
+PROC_CGROUP_COLUMN = Column("cgroup", "CGROUP", 24, 97, "tail")
+
+CGROUP_COLUMNS = (
+    Column("label", "CGROUP", 30, 100, "tail"),
+    Column("disk", "DISK", 8, 98, "str"),
+    Column("procs", "PROCS", 6, 50, "int"),
+    Column("r_s", "r/s", 7, 90),
+    Column("w_s", "w/s", 7, 90),
+    Column("rkB_s", "rkB/s", 8, 88),
+    Column("wkB_s", "wkB/s", 8, 88),
+    Column("avg_ms", "avg_ms", 7, 70),
+    Column("p99_ms", "p99ms", 7, 75),
+    Column("held", "HELD", 6, 72, "int"),         # bios blk-throttle held (their wait is not in avg_ms, p99ms)
+    Column("thr_p99_ms", "thr_p99", 8, 71),       # their wait in it, where measured (fentry)
+)
+
+
+def throttle_text(s: Snapshot) -> list[str]:
+    """The bios blk-throttle held in the interval, one line per cgroup and disk (throttle.summary)."""
+    return summary(s.throttled, s.throttle_no_wait, fmt_ns)
+
+
+def proc_columns(s: Snapshot) -> tuple[Column, ...]:
+    """The process table's columns: with a CGROUP column when the rows carry their cgroup."""
+    if not any(p.cgroup is not None for p in s.procs):
+        return PROC_COLUMNS
+    return (*PROC_COLUMNS[:3], PROC_CGROUP_COLUMN, *PROC_COLUMNS[3:])
 
 
 def fmt_num(v: float, width: int) -> str:
@@ -186,6 +221,7 @@ def panel_lines(s: Snapshot, width: int, rows: int, hidden: set[str] | frozenset
 # the device rows are iostat's, from /proc/diskstats; a process row adds up what it queued at each completion
 # of a bio piece (bpf/top.bpf.c: a split piece is completed, and counted, on its own)
 UNIT = {"devices": units.REQUESTS, "processes": units.PIECES}
+UNIT_CGROUPS = {**UNIT, "cgroups": units.PIECES}
 
 def header_words(s: Snapshot) -> str:
     return (f"host {s.host}  kernel {s.kernel}  interval {s.interval:.3f}s  devices {len(s.devices)}  "
@@ -195,7 +231,8 @@ def header_words(s: Snapshot) -> str:
 def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: int | None = None) -> str:
     """One plain-text snapshot, like top -b: header, every device, every process with I/O."""
     from ioscope.base.fmt import iso_time
-    lines = [f"ioscope top - {iso_time(s.wall)}  {header_words(s)}", units.says(UNIT)]
+    unit = UNIT if s.cgroups is None else UNIT_CGROUPS
+    lines = [f"ioscope top - {iso_time(s.wall)}  {header_words(s)}", units.says(unit)]
     if s.lost:
         lines.append("lost: " + ", ".join(f"{k} {v}" for k, v in s.lost_detail.items() if v))
     lines.append("")
@@ -203,8 +240,18 @@ def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: in
     lines.append("".join(c.head() for c in dev_cols).rstrip())
     for d in sort_devices(s.devices, "util"):
         lines.append("".join(c.cell(d) for c in dev_cols).rstrip())
+    lines += throttle_text(s)
     lines.append("")
-    proc_cols = fit_columns(PROC_COLUMNS, sum(c.width for c in PROC_COLUMNS) + 9, stretch="comm")
+    if s.cgroups is not None:
+        cg_cols = fit_columns(CGROUP_COLUMNS, sum(c.width for c in CGROUP_COLUMNS) + 18, stretch="label", most=48)
+        lines.append("".join(c.head() for c in cg_cols).rstrip())
+        for c in s.cgroups[:limit] if limit else s.cgroups:
+            lines.append("".join(col.cell(c) for col in cg_cols).rstrip())
+        if not s.cgroups:
+            lines.append(" no cgroup's I/O completed in this interval")
+        lines.append("")
+    cols = proc_columns(s)
+    proc_cols = fit_columns(cols, sum(c.width for c in cols) + 9, stretch="comm")
     lines.append("".join(c.head() for c in proc_cols).rstrip())
     procs = sort_procs(s.procs, sort, reverse)
     for p in procs[:limit] if limit else procs:
@@ -330,7 +377,7 @@ def handle_key(st: ViewState, key: str) -> None:
         cur = SORT_KEYS.index(st.sort) if st.sort in SORT_KEYS else SORT_KEYS.index("rkB_s")
         step = -1 if key in ("<", "LEFT") else 1
         st.sort = SORT_KEYS[(cur + step) % len(SORT_KEYS)]
-        st.reverse = st.sort not in ("pid", "comm", "disk")
+        st.reverse = st.sort not in ("pid", "comm", "disk", "cgroup")
     elif key == "r":
         st.reverse = not st.reverse
     elif key == "t":
@@ -407,7 +454,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
         body += [Text(f"  {k:<12}{h}") for k, (_, h) in PANEL_KEYS.items()]
         return [top, info, *body[:body_h], footer][:height]
     dev_cols = fit_columns(DEV_COLUMNS, width)
-    proc_cols = fit_columns(PROC_COLUMNS, width, stretch="comm")
+    proc_cols = fit_columns(proc_columns(s), width, stretch="comm")
     devs = sort_devices(s.devices, "util")
     procs = sort_procs(s.procs, st.sort, st.reverse)
     # space: devices first (up to a third of the body), the heat map when there is room, processes get the rest
@@ -415,6 +462,13 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
     dev_block = table_lines(devs[:dev_rows], dev_cols)
     if not devs:
         dev_block.append(Text(" no disk did I/O in this interval", style="dim"))
+    dev_block += [Text(line, style="bold yellow") for line in throttle_text(s)[:3]]
+    if s.cgroups is not None:  # the cgroup view: up to a quarter of the body, after the devices
+        cg_rows = min(len(s.cgroups), max(1, body_h // 4 - 1))
+        cg_block = table_lines(s.cgroups[:cg_rows], fit_columns(CGROUP_COLUMNS, width, stretch="label", most=70))
+        if not s.cgroups:
+            cg_block.append(Text(" no cgroup's I/O completed in this interval", style="dim"))
+        dev_block += cg_block
     rest = body_h - len(dev_block)
     heat_block: list[Text] = []
     hdisk = heat_disk(st, devs, heat)
@@ -605,7 +659,7 @@ def interactive(sample_fn: Callable[[], Snapshot], st: ViewState, heat: HeatHist
     return 0
 
 
-def _rounded(row: DeviceRow | ProcRow) -> dict[str, Any]:
+def _rounded(row: DeviceRow | ProcRow | CgroupRow) -> dict[str, Any]:
     d = asdict(row)
     d.pop("hist")
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in d.items()}
@@ -619,11 +673,22 @@ def proc_json(p: ProcRow) -> dict[str, Any]:
     return _rounded(p)
 
 
+def cgroup_json(c: CgroupRow) -> dict[str, Any]:
+    d = _rounded(c)
+    d.pop("label")
+    n = cgroups.describe(c.cgroup) if c.cgroup.startswith("/") else None
+    return {**d, **({"kind": n.kind, "name": n.name, "pod": n.pod or None} if n else {})}
+
+
 def snapshot_json(s: Snapshot) -> dict[str, Any]:
     """One refresh as JSON (--batch -j: one object per line)."""
     return {
         "time": iso_time(s.wall), "interval_s": round(s.interval, 6), "host": s.host,
-        "kernel": s.kernel, "lost": s.lost, "lost_detail": s.lost_detail, "attach": s.attach, **units.to_json(UNIT),
+        "kernel": s.kernel, "lost": s.lost, "lost_detail": s.lost_detail, "attach": s.attach,
+        **units.to_json(UNIT if s.cgroups is None else UNIT_CGROUPS),
         "devices": [device_json(d) for d in s.devices], "procs": [proc_json(p) for p in s.procs],
+        **({"cgroups": [cgroup_json(c) for c in s.cgroups]} if s.cgroups is not None else {}),
+        "throttle": {"held": [held_json(h) for h in s.throttled],
+                     **({"wait_not_measured": s.throttle_no_wait} if s.throttle_no_wait else {})},
         **({"extras": s.extras} if s.extras else {}),
     }
