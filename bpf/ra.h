@@ -94,7 +94,7 @@ struct rs_owner {
 enum rs_stat_idx {
 	RS_LOST_PROC_FULL = 0,     /* per-process map full: value dropped */
 	RS_LOST_INFLIGHT_FULL = 1, /* syscall entry not remembered: syscall not counted */
-	RS_LOST_AIO_BATCH = 2,     /* io_submit/io_getevents with more iocbs/events than read: the rest not counted */
+	RS_LOST_AIO = 2,           /* libaio iocbs/events not read (past the batch, or not resident): not counted */
 	RS_STAT_IOV_TRUNC = 3,     /* readv with more iovecs than summed: request size is a lower bound */
 	RS_STAT_KTHREAD_OWNER = 4, /* read bios queued by a kernel thread, given to the file's reader */
 	RS_STAT_ASYNC_UNSEEN = 5,  /* an io_uring read/write completed whose submission was not seen (before the start; 6.1+) */

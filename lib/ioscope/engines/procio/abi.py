@@ -11,7 +11,7 @@ RS_OP_READ, RS_OP_WRITE = 0, 1
 RS_OP_NAMES = {RS_OP_READ: "read", RS_OP_WRITE: "write"}
 
 # enum rs_stat_idx
-RS_STAT_NAMES = {0: "proc_map_full", 1: "inflight_map_full", 2: "aio_batch_truncated", 3: "iov_truncated",
+RS_STAT_NAMES = {0: "proc_map_full", 1: "inflight_map_full", 2: "aio_not_read", 3: "iov_truncated",
                  4: "kthread_bios_to_reader", 5: "async_submission_unseen"}
 RS_NR_STATS = 6
 RS_NR_LOST_STATS = 3
