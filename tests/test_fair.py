@@ -259,6 +259,8 @@ def test_processes_are_judged_per_disk(fs2: Any, fs_small: Any) -> None:
 
 BYSTANDER = ("import sys,time\n"
              "end = time.time() + float(sys.argv[2])\n"
+             "open(sys.argv[1], 'rb').read()\n"
+             "print('ready', flush=True)\n"
              "while time.time() < end:\n"
              "    open(sys.argv[1], 'rb').read()\n"
              "    time.sleep(0.01)\n")
@@ -284,35 +286,48 @@ def _fio_job(p: subprocess.Popen[str]) -> dict[str, Any]:
 def _fair_with_fio(fair_args: list[str], files: list[str], runs: list[tuple[str, str, str, int]]
                    ) -> tuple[dict[str, Any], list[int], dict[int, dict[str, Any]], int]:
     """fair (JSON, stopped with SIGINT: one report of the whole run) while a process reads a tmpfs file all
-    along and one fio per (engine, rw, bs, ios) runs on each file: (report, fio pids, their jobs, tmpfs pid)."""
+    along and one fio per (engine, rw, bs, ios) runs on each file: (report, fio pids, their jobs, tmpfs pid).
+    The tmpfs reader is started, and has read once, before fair: python's start reads its modules from the
+    root disk, I/O on a disk that would rightly put it in that disk's group."""
     shm = f"/dev/shm/ioscope-fair-{os.getpid()}"
     with open(shm, "wb") as f:
         f.write(os.urandom(256 * 1024))
-    t = Traced("fair", "-j", *fair_args)
-    by: subprocess.Popen[bytes] | None = None
+    by = subprocess.Popen([sys.executable, "-c", BYSTANDER, shm, "60"], stdout=subprocess.PIPE, text=True)
+    t: Traced | None = None
     try:
-        by = subprocess.Popen([sys.executable, "-c", BYSTANDER, shm, "60"])
+        assert by.stdout is not None and by.stdout.readline() == "ready\n"
+        t = Traced("fair", "-j", *fair_args)
         fios = [_fio(path, *run) for path, run in zip(files, runs)]
         jobs = {p.pid: _fio_job(p) for p in fios}
         time.sleep(0.3)
     finally:
-        out, err = t.stop()
-        if by is not None:
-            by.kill()
-            by.wait()
+        out, err = t.stop() if t is not None else ("", "")
+        by.kill()
+        by.wait()
         os.unlink(shm)
     docs = json_lines(out)
-    assert len(docs) == 1 and by is not None, err
+    assert len(docs) == 1, err
     return docs[0], [p.pid for p in fios], jobs, by.pid
+
+
+def _as_fio(row: dict[str, Any]) -> tuple[int, int, int, int]:
+    return row["reads"], row["read_bytes"], row["writes"], row["write_bytes"]
+
+
+def _fio_counts(job: dict[str, Any]) -> tuple[int, int, int, int]:
+    return job["read"]["total_ios"], job["read"]["io_bytes"], job["write"]["total_ios"], job["write"]["io_bytes"]
 
 
 @pytest.mark.parametrize("engine", ["libaio", "io_uring"])
 def test_async_io_counted_and_only_disk_io_balanced(fs2: Any, engine: str) -> None:
-    """Two fio processes (engine libaio or io_uring, O_DIRECT, QD8) on one loop disk: fair's reads, writes
-    and bytes per process equal fio's own (--output-format=json); before, libaio counted 0. A third process
-    reads a file on tmpfs all along (no disk): it is in the table of processes, never in a balance, and
-    no group is made for tmpfs. The read balance is Jain's index over exactly the two fio processes, by hand
-    from fio's bytes; the write balance over the one that wrote."""
+    """Two fio processes (engine libaio or io_uring, O_DIRECT, QD8) on one loop disk, fair on every disk:
+    in the disk's group, fair's reads, writes and bytes per process equal fio's own (--output-format=json);
+    before, libaio counted 0. A process's row in the table of processes counts its reads on every file
+    (fio's also those of /proc, /sys and the ELF headers the dynamic loader reads from the root disk: at
+    least fio's). A third process reads a file on tmpfs all along (no disk): it is in the table of
+    processes, never in a group or a balance, and no group is made for tmpfs. The read balance is Jain's
+    index over exactly the two fio processes, by hand from fio's bytes; the write balance over the one
+    that wrote."""
     from ioscope.base.testbed import have_fio
 
     assert have_fio(), "fio is installed by scripts/bootstrap.sh"
@@ -322,39 +337,60 @@ def test_async_io_counted_and_only_disk_io_balanced(fs2: Any, engine: str) -> No
     assert doc["lost"] == 0, doc["lost_detail"]
     assert doc["io_unit"]["read and write bytes"] == "syscalls"
     procs = {p["pid"]: p for p in doc["procs"]}
-    for pid, job in jobs.items():
-        p = procs[pid]
-        assert (p["reads"], p["read_bytes"]) == (job["read"]["total_ios"], job["read"]["io_bytes"]), (p, engine)
-        assert (p["writes"], p["write_bytes"]) == (job["write"]["total_ios"], job["write"]["io_bytes"]), (p, engine)
-        # O_DIRECT: one bio per request, the same bytes
-        assert (p["dev_read_bytes"], p["dev_write_bytes"]) == (p["read_bytes"], p["write_bytes"])
-    assert jobs[a]["write"]["total_ios"] > 0 and jobs[b]["write"]["total_ios"] == 0
-    assert procs[by]["read_bytes"] > 0  # seen, on a filesystem with no disk
     groups = {g["disk"]: g for g in doc["groups"]}
     assert ":" not in "".join(groups), list(groups)  # no group for tmpfs (major:minor)
     g = groups[fs2.name]
+    on_disk = {p["pid"]: p for p in g["procs"]}
+    # besides fio, only kernel threads of the filesystem (ext4lazyinit reads block bitmaps up to 5 s after
+    # the mount, jbd2): bios, no reads or writes of their own
+    assert set(jobs) <= set(on_disk), (g["procs"], by)
+    assert all(_as_fio(p) == (0, 0, 0, 0) for pid, p in on_disk.items() if pid not in jobs), g["procs"]
+    for pid, job in jobs.items():
+        p = on_disk[pid]
+        assert _as_fio(p) == _fio_counts(job), (p, engine)
+        # O_DIRECT: one bio per request, the same bytes
+        assert (p["dev_read_bytes"], p["dev_write_bytes"]) == (p["read_bytes"], p["write_bytes"])
+        assert all(x >= y for x, y in zip(_as_fio(procs[pid]), _as_fio(p))), (procs[pid], p)
+    assert jobs[a]["write"]["total_ios"] > 0 and jobs[b]["write"]["total_ios"] == 0
+    assert procs[by]["read_bytes"] > 0  # seen, on a filesystem with no disk
     for bal in (g["balance"], g["cumulative_balance"]):
         assert bal["read"]["pids"] == sorted(jobs)
         xs = [jobs[pid]["read"]["io_bytes"] for pid in sorted(jobs)]
         assert bal["read"]["jain"] == pytest.approx(sum(xs) ** 2 / (2 * sum(x * x for x in xs)), abs=1e-6)
         assert bal["write"]["pids"] == [a] and bal["write"]["n"] == 1
+    assert all(by not in {p["pid"] for p in gr["procs"]} for gr in doc["groups"])
     assert all(by not in v["pids"] for gr in doc["groups"] for v in gr["balance"].values())
 
 
-def test_across_disks_balances_only_disk_io(fs2: Any) -> None:
-    """--across-disks judges every process against every other whatever its disk, but only I/O on disks:
-    a process reading a tmpfs file is not in the balance; a process that moved no bytes of an operation
-    is not in that operation's balance even with --min-share 0."""
-    files = [fs2.make_file(f"f{i}", 24 * MB) for i in range(2)]
-    doc, (a, b), jobs, by = _fair_with_fio(["--across-disks", "--min-share", "0"], files,
-                                           [("libaio", "randread", "4k", 2000), ("libaio", "randwrite", "4k", 1000)])
+def test_across_disks_balances_only_disk_io(fs2: Any, fs_small: Any) -> None:
+    """--across-disks judges every process against every other whatever its disk, but only I/O on disks,
+    and never a process that moved no bytes of an operation, even with --min-share 0. fio randread on one
+    loop disk, fio randwrite on another. With -d on both disks: each fio's row is its bytes as fio counts
+    them, the reader is not in the write balance nor the writer in the read balance. On every disk: the
+    process reading a tmpfs file all along is in no balance, every process balanced moved bytes of the op
+    (each fio reads its libraries' ELF headers from the root disk: the writer may be in the read balance
+    there, by those bytes), and the reader, which wrote nothing, is not in the write balance."""
+    files = [fs2.make_file("f0", 24 * MB), fs_small.make_file("f1", 24 * MB)]
+    runs = [("libaio", "randread", "4k", 2000), ("libaio", "randwrite", "4k", 1000)]
+    doc, (a, b), jobs, by = _fair_with_fio(["-d", fs2.name, "-d", fs_small.name, "--across-disks",
+                                            "--min-share", "0"], files, runs)
     (g,) = doc["groups"]
     assert g["disk"] is None
-    assert a in g["balance"]["read"]["pids"] and b not in g["balance"]["read"]["pids"]
-    assert b in g["balance"]["write"]["pids"] and a not in g["balance"]["write"]["pids"]
-    assert all(by not in v["pids"] for v in g["balance"].values())
+    assert g["balance"]["read"]["pids"] == [a] and g["balance"]["write"]["pids"] == [b]
     rows = {p["pid"]: p for p in g["procs"]}
-    assert rows[a]["read_bytes"] == jobs[a]["read"]["io_bytes"]
+    assert set(jobs) <= set(rows)   # and the filesystems' kernel threads, with bios only
+    assert all(_as_fio(p) == (0, 0, 0, 0) for pid, p in rows.items() if pid not in jobs), g["procs"]
+    for pid, job in jobs.items():
+        assert _as_fio(rows[pid]) == _fio_counts(job), rows[pid]
+
+    doc, (a, b), jobs, by = _fair_with_fio(["--across-disks", "--min-share", "0"], files, runs)
+    (g,) = doc["groups"]
+    assert g["disk"] is None
+    rows = {p["pid"]: p for p in g["procs"]}
+    assert by not in rows and all(by not in v["pids"] for v in g["balance"].values())
+    assert a in g["balance"]["read"]["pids"] and a not in g["balance"]["write"]["pids"]
+    assert b in g["balance"]["write"]["pids"]
+    assert rows[a]["read_bytes"] >= jobs[a]["read"]["io_bytes"] and rows[a]["write_bytes"] == 0
     assert rows[b]["write_bytes"] == jobs[b]["write"]["io_bytes"]
     for op in ("read", "write"):   # every process balanced moved bytes of the op on a disk
         assert all(rows[pid][f"{op}_bytes"] > 0 for pid in g["balance"][op]["pids"])
