@@ -70,10 +70,11 @@ def prog_ids(pid: int) -> set[int]:
     return ids
 
 
-def kernel_cost(path: str, seconds: float) -> dict[str, Any]:
+def kernel_cost(path: str, seconds: float, *extra: str) -> dict[str, Any]:
     """ns per I/O spent in top's BPF programs, from the kernel's own per-program run time (bpf_stats, on
-    for this run only): insensitive to what else the machine is doing."""
-    top = Top("--batch", "1")
+    for this run only): insensitive to what else the machine is doing. extra: top's options (-G: the
+    cgroup view, each process's I/O keyed by its cgroup too)."""
+    top = Top("--batch", *extra, "1")
     top.wait_first("ioscope top - ")
     ids = prog_ids(top.p.pid)
     stats_fd = enable_bpf_stats()
@@ -197,6 +198,7 @@ def main() -> int:
     with LoopDevice(size_mb=512, scheduler="none") as dev:
         res = {"overhead": overhead(dev.path, a.seconds, a.rounds),
                "kernel": kernel_cost(dev.path, a.seconds),
+               "kernel_cgroups": kernel_cost(dev.path, a.seconds, "-G"),
                "many_procs": many_procs(dev.path, a.procs, max(5.0, a.seconds))}
     if a.json:
         print(json.dumps(res, indent=1))
@@ -212,6 +214,9 @@ def main() -> int:
     calls = ", ".join(f"{n} {v:.0f} ns" for n, v in sorted(k["ns_per_call"].items()))
     print(f"  in-kernel cost        {k['bpf_ns_per_io']:.0f} ns per 4 KiB read (bio_queue + rq_complete; per run: "
           f"{calls}; measured with bpf_stats on, which adds its own clock reads)")
+    kg = res["kernel_cgroups"]
+    print(f"  ... with -G           {kg['bpf_ns_per_io']:.0f} ns per 4 KiB read (the cgroup view: each process's I/O "
+          f"keyed by its cgroup too; measured right after, same workload)")
     ncpu = os.cpu_count() or 1
     for iops in (statistics.mean(o["baseline_iops"]), QUIET_IOPS):
         share = k["bpf_ns_per_io"] * iops / (ncpu * 1e9)

@@ -56,6 +56,7 @@
 #include "block.bpf.h"
 #include "blktrace.bpf.h"
 #include "trace_event.h"
+#include "cgroup.bpf.h"
 #include "record.h"
 #include "maperr.bpf.h"
 #define COMMS_MAP 0
@@ -252,7 +253,7 @@ static __always_inline void note_process(__u64 pid_tgid, __u64 ts, struct level_
 }
 
 static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 action, __u16 category, __u64 sector,
-				__u32 bytes, __u64 aux, __u32 aux_dev, int error)
+				__u32 bytes, __u64 aux, __u32 aux_dev, int error, __u32 flags)
 {
 	struct rec_ring_pos *pos = NULL;
 	struct trace_event *e;
@@ -306,7 +307,7 @@ static __always_inline int emit(__u64 ts, __u64 pid_tgid, __u32 dev, __u16 actio
 	e->error = (__u16)error;
 	e->action = action;
 	e->category = category;
-	e->flags = 0;
+	e->flags = flags;
 	slot_put(pos, head);
 out:
 	*(volatile __u64 *)&cs->nest = lvl;
@@ -386,8 +387,16 @@ static __always_inline int on_bio(struct bio *bio, __u16 action, __u16 actbits, 
 		}
 	}
 	opf = IOS_READ(btf, bio, bi_opf);
+	if (action == IOS_TA_QUEUE) {
+		/* the cgroup the bio is charged to, in the queue event's aux (a queue event has no other use
+		 * for it): what names the service whose I/O this is, kworkers' writeback and throttled bios
+		 * included (cgroup.bpf.h) */
+		aux = bio_cgroup_id(bio);
+		return emit(ts, pid_tgid, dev, action, opf_to_tc(opf) | actbits, IOS_READ(btf, bio, bi_iter.bi_sector),
+			    IOS_READ(btf, bio, bi_iter.bi_size), aux, aux_dev, 0, aux ? IOS_EV_CGROUP : 0);
+	}
 	return emit(ts, pid_tgid, dev, action, opf_to_tc(opf) | actbits, IOS_READ(btf, bio, bi_iter.bi_sector),
-		    IOS_READ(btf, bio, bi_iter.bi_size), aux, aux_dev, 0);
+		    IOS_READ(btf, bio, bi_iter.bi_size), aux, aux_dev, 0, 0);
 }
 
 static __always_inline int on_bio_complete(struct bio *bio, const bool btf)
@@ -413,7 +422,7 @@ static __always_inline int on_bio_complete(struct bio *bio, const bool btf)
 	opf = IOS_READ(btf, bio, bi_opf);
 	return emit(ts, pid_tgid, dev, IOS_TA_COMPLETE, opf_to_tc(opf) | IOS_TC_COMPLETE,
 		    IOS_READ(btf, bio, bi_iter.bi_sector), IOS_READ(btf, bio, bi_iter.bi_size), 0, 0,
-		    blk_status_errno(IOS_READ(btf, bio, bi_status)));
+		    blk_status_errno(IOS_READ(btf, bio, bi_status)), 0);
 }
 
 /* ---- request events ----------------------------------------------------- */
@@ -448,7 +457,7 @@ static __always_inline int on_rq(struct request *rq, __u16 action, __u16 actbits
 			sector = 0;
 	}
 	bytes = has_bytes ? nr_bytes : IOS_READ(btf, rq, __data_len);
-	return emit(ts, pid_tgid, dev, action, tc, sector, bytes, aux, aux_dev, error);
+	return emit(ts, pid_tgid, dev, action, tc, sector, bytes, aux, aux_dev, error, 0);
 }
 
 /* ---- plug and unplug ---------------------------------------------------- */
@@ -466,7 +475,7 @@ static __always_inline int on_plug(struct request_queue *q, __u16 action, __u64 
 		return 0;
 	if (targ_tgid && (pid_tgid >> 32) != targ_tgid)
 		return 0;
-	return emit(ts, pid_tgid, dev, action, IOS_TC_QUEUE, 0, 0, depth, 0, 0);
+	return emit(ts, pid_tgid, dev, action, IOS_TC_QUEUE, 0, 0, depth, 0, 0, 0);
 }
 
 /* ---- the programs ------------------------------------------------------- */

@@ -7,6 +7,9 @@
  * action and category use blktrace's codes (BLK_TA_* low 16 bits and the
  * BLK_TC_* bits: blktrace.bpf.h), so export to blktrace version 7 is a field copy.
  *
+ * Queue events (BLK_TA_QUEUE) carry in aux the id of the cgroup the bio is charged to (the io
+ * controller's hierarchy: kernfs id = the directory's inode), flagged IOS_EV_CGROUP.
+ *
  * Process notes: action 0 with category IOS_TC_NOTIFY carries the 16-byte
  * command name of pid/tgid in sector+aux (sent when a pid is first seen or
  * its name changes), the way blktrace sends its process notes.
@@ -31,5 +34,6 @@ struct trace_event {
 };
 
 #define IOS_EV_NOTE_PROCESS 1 /* a process note, see above */
+#define IOS_EV_CGROUP 4       /* a queue event whose aux is the id of the cgroup its bio is charged to */
 
 #endif /* TRACE_EVENT_H */

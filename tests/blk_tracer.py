@@ -29,8 +29,11 @@ class BlkTracer:
 
     LOCK = "/dev/shm/ioscope-blk-tracer.lock"
 
-    def __init__(self, disk: str, output: str | None = None, buffer_kb: int = 131072) -> None:
+    def __init__(self, disk: str, output: str | None = None, buffer_kb: int = 131072, cgroup: bool = False) -> None:
+        """cgroup: the tracer's blk_cgroup option, each event with its bio's cgroup id after the device
+        (`7,2   4c5,0  Q  WS 0 + 8 [dd]`: LOW32,HIGH32 in hex)."""
         self.disk = disk
+        self.cgroup = cgroup
         self.output = output
         self.buffer_kb = buffer_kb
         self.tracefs = ""
@@ -67,6 +70,9 @@ class BlkTracer:
             self._enable("1")
             self._saved["enable"] = "0"
             self._w("current_tracer", "blk")
+            if self.cgroup:   # the option exists while the blk tracer is the current one
+                self._saved["options/blk_cgroup"] = self._r("options/blk_cgroup")
+                self._w("options/blk_cgroup", "1")
             if self.output:
                 self._out = open(self.output, "wb")
                 self._reader = subprocess.Popen(["cat", f"{self.tracefs}/trace_pipe"], stdout=self._out)
@@ -123,6 +129,8 @@ class BlkTracer:
         try:
             if self.tracefs:
                 self.stop()
+                if "options/blk_cgroup" in self._saved and self._r("current_tracer") == "blk":
+                    self._w("options/blk_cgroup", self._saved.pop("options/blk_cgroup"))
                 if self._r("current_tracer") == "blk":
                     self._w("current_tracer", "nop")
                 for key in ("buffer_size_kb", "tracing_on", "trace_clock"):
@@ -174,3 +182,17 @@ def throttle_released(text: str, dev: str) -> int:
     on v1 only."""
     return sum(1 for e in parse_blk_tracer(text, dev) if e["action"] == "Q" and e["tail"].endswith("]")
                and e["tail"].rsplit("[", 1)[1].startswith("kworker/"))
+
+
+def throttled_dd(cg: Any, group: str, disk: Any, count: int) -> tuple[int, float]:
+    """dd's `count` direct 4 KiB writes to `disk` (a LoopDevice) from `group` of `cg` (a TestCgroups), while the
+    blk tracer watches the disk: (the bios blk-throttle held, by the tracer (throttle_released); dd's own time
+    for its writes, s)."""
+    with BlkTracer(disk.name) as tracer:
+        p = subprocess.run(cg.shell(group, f"dd if=/dev/zero of={disk.path} bs=4k count={count} oflag=direct"),
+                           capture_output=True, text=True, timeout=600, env={**os.environ, "LC_ALL": "C"})
+        assert p.returncode == 0, p.stderr
+        time.sleep(0.5)
+    m = re.search(r"copied, ([0-9.e+-]+) s", p.stderr)
+    assert m, p.stderr
+    return throttle_released(tracer.text, disk.device.majmin.replace(":", ",")), float(m.group(1))

@@ -211,6 +211,48 @@ def readme_setup_commands() -> list[str]:
 
 # the harness (tests/harness.py): programs under test start with default signal dispositions however the
 # suite was started, and whatever a test leaves running is stopped after it
+def io_cgroup_of(pid: int | str = "self") -> str:
+    """The cgroup a process's I/O is charged to, as a path of the io controller's hierarchy: its v1
+    blkio cgroup, or in v2 its nearest cgroup whose parent enables io for its children (or the root)."""
+    from ioscope.base.cgroups import io_cgroup_root
+
+    io = io_cgroup_root()
+    assert io is not None
+    root, kind = io
+    for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = ln.split(":", 2)
+        if kind == "v1 blkio" and "blkio" in ctrls.split(","):
+            return path
+        if kind == "v2" and ctrls == "":
+            p = Path(path)
+            while p != Path("/") and "io" not in (root / str(p.parent).lstrip("/") / "cgroup.subtree_control"
+                                                   ).read_text().split():
+                p = p.parent
+            return str(p)
+    raise AssertionError(f"no {kind} cgroup in /proc/{pid}/cgroup")
+
+
+@pytest.fixture
+def io_cgroup(live: None) -> Iterator[tuple[Path, str]]:
+    """A cgroup made for the test in the io controller's hierarchy (v1 blkio here, v2 on a pure-v2
+    host): (its directory, its path relative to the mount)."""
+    from ioscope.base.cgroups import io_cgroup_root
+
+    io = io_cgroup_root()
+    assert io is not None, "no cgroup hierarchy with the io controller mounted"
+    d = io[0] / f"ioscope-agg-{os.getpid()}"
+    d.mkdir()
+    try:
+        yield d, "/" + d.name
+    finally:
+        for _ in range(50):
+            try:
+                d.rmdir()
+                break
+            except OSError:  # a process of the test still in it: it is exiting
+                time.sleep(0.1)
+
+
 from harness import (  # noqa: E402
     pytest_configure,
     pytest_runtest_call,

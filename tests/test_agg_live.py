@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_counted, assert_lost_only_unseen, ioscope_cmd
+from conftest import assert_counted, assert_lost_only_unseen, io_cgroup_of, ioscope_cmd
 from ioscope.base.hist import bucket_index
 
 READS = 1009    # 4 KiB direct reads by one process: a prime
@@ -188,7 +188,7 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
 
     dev = loopdev(size_mb=128, scheduler="mq-deadline")
     exprs = ["count() by disk,op", "sum(bytes) by op", "llquantize(q2c) by op", "quantize(d2c) by op",
-             "count() by op where q2d > 0 and bytes >= 8k", "count() by comm,op,flags,size"]
+             "count() by op where q2d > 0 and bytes >= 8k", "count() by comm,op,flags,size", "count() by cgroup,op"]
     cap = tmp_path / "agg.ioscope"
     args = ["-d", dev.name]
     for e in exprs:
@@ -245,22 +245,25 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
         live_counts[(dev.name, "read")]
     # flush requests have no bio, no slot: a completion of one that ran no BPF program is not reported
     # (not completion_unseen), so these two stay as they are
-    assert flags[("[unknown]", "flush", "FN", 0)] >= DSYNC  # at least one flush request per synchronous write
+    assert flags[("[kernel]", "flush", "FN", 0)] >= DSYNC  # at least one flush request per synchronous write
     # /proc/diskstats counts every write request (the empty ones too) and the flush requests as flushes
     assert after.writes - before.writes == fio_w + 2 * DSYNC
-    assert after.flushes - before.flushes == flags[("[unknown]", "flush", "FN", 0)]
+    assert after.flushes - before.flushes == flags[("[kernel]", "flush", "FN", 0)]
     # the capture was recorded beside agg: a completion that ran no BPF program ran none of either tool's
     # (docs/lat.md), so both miss the same ones and the counts by disk and op agree exactly, whatever
     # was missed. What the capture makes of a bio whose completion it missed is its own, though: it pairs
     # completions by sector (the newest issued bio at it, so the orphan stays behind, uncounted), and
     # which of two bios at one sector a completion ended it cannot tell when a missed completion leaves
     # both sizes open, so what reads size, bytes, process or q2c is compared only when nothing was missed
-    same = ["count() by disk,op"]
+    # the cgroup of each bio: read by agg from the bio live, stored by record in the queue event, named
+    # from the io controller's hierarchy by both (the flush requests, bio-less, are '[none]' in both)
+    same = ["count() by disk,op", "count() by cgroup,op"]
     if not unseen:
         same += ["count() by op where q2d > 0 and bytes >= 8k", "count() by comm,op,flags,size"]
     for e in same:
-        assert {k: r["count"] for k, r in by(offline[0], e).items()} == \
-            {k: r["count"] for k, r in by(live, e).items()}, e
+        lv_counts = {k: r["count"] for k, r in by(live, e).items()}
+        of_counts = {k: r["count"] for k, r in by(offline[0], e).items()}
+        assert of_counts == lv_counts, e
     if not unseen:
         assert {k: r["sum"] for k, r in by(offline[0], "sum(bytes) by op").items()} == \
             {k: r["sum"] for k, r in by(live, "sum(bytes) by op").items()}
@@ -280,53 +283,11 @@ def test_live_and_capture_agree(loopdev: Any, tmp_path: Path) -> None:
                 gap = abs(bucket_index(int(lv[k][p])) - bucket_index(int(of[k][p])))
                 assert gap <= 1 or abs(lv[k][p] - of[k][p]) < 16_000, (e, k, p, lv[k][p], of[k][p])
     # what a capture does not hold is refused in one line, before reading it
-    for key in ("cgroup", "kstack", "ustack", "file"):
+    for key in ("kstack", "ustack", "file"):
         p = subprocess.run(ioscope_cmd("agg", "-e", f"count() by {key}", "-r", str(cap)), capture_output=True,
                            text=True, timeout=60)
         assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
         assert len(p.stderr.strip().splitlines()) == 1 and "a capture does not hold" in p.stderr, p.stderr
-
-
-def io_cgroup_of(pid: int | str = "self") -> str:
-    """The cgroup a process's I/O is charged to, as a path of the io controller's hierarchy: its v1
-    blkio cgroup, or in v2 its nearest cgroup whose parent enables io for its children (or the root)."""
-    from ioscope.base.cgroups import io_cgroup_root
-
-    io = io_cgroup_root()
-    assert io is not None
-    root, kind = io
-    for ln in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, ctrls, path = ln.split(":", 2)
-        if kind == "v1 blkio" and "blkio" in ctrls.split(","):
-            return path
-        if kind == "v2" and ctrls == "":
-            p = Path(path)
-            while p != Path("/") and "io" not in (root / str(p.parent).lstrip("/") / "cgroup.subtree_control"
-                                                   ).read_text().split():
-                p = p.parent
-            return str(p)
-    raise AssertionError(f"no {kind} cgroup in /proc/{pid}/cgroup")
-
-
-@pytest.fixture
-def io_cgroup(live: None) -> Iterator[tuple[Path, str]]:
-    """A cgroup made for the test in the io controller's hierarchy (v1 blkio here, v2 on a pure-v2
-    host): (its directory, its path relative to the mount)."""
-    from ioscope.base.cgroups import io_cgroup_root
-
-    io = io_cgroup_root()
-    assert io is not None, "no cgroup hierarchy with the io controller mounted"
-    d = io[0] / f"ioscope-agg-{os.getpid()}"
-    d.mkdir()
-    try:
-        yield d, "/" + d.name
-    finally:
-        for _ in range(50):
-            try:
-                d.rmdir()
-                break
-            except OSError:  # a process of the test still in it: it is exiting
-                time.sleep(0.1)
 
 
 def test_cgroup_key_and_filter(loopdev: Any, io_cgroup: tuple[Path, str]) -> None:
@@ -348,6 +309,59 @@ def test_cgroup_key_and_filter(loopdev: Any, io_cgroup: tuple[Path, str]) -> Non
         mine = io_cgroup_of()
         want = {(cgpath, "read"): READS} if filtered else {(cgpath, "read"): READS, (mine, "read"): WRITES}
         assert rows == want, (rows, want)
+
+
+BIG = 3   # 1 MiB direct writes
+
+
+def test_capture_holds_each_ios_cgroup(loopdev: Any, io_cgroup: tuple[Path, str], tmp_path: Path) -> None:
+    """record stores the cgroup of each bio and names it: agg -r counts by cgroup what the workloads did in
+    each (dd's own counts), and -c over the capture keeps a cgroup's I/O only."""
+    from ioscope.capture.events import EV_CGROUP, TA_QUEUE
+    from ioscope.capture.store import open_capture
+
+    cgdir, cgpath = io_cgroup
+    dev = loopdev(size_mb=64)
+    cap = tmp_path / "cg.ioscope"
+    rec = subprocess.Popen(ioscope_cmd("record", "-d", dev.name, "-o", str(cap), "-q"),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(1.5)  # the recorder attaches
+        assert rec.poll() is None, rec.communicate()
+        subprocess.run(["sh", "-c", f"echo $$ > {cgdir}/cgroup.procs && exec dd if={dev.path} of=/dev/null "
+                        f"bs=4k count={READS} iflag=direct 2>/dev/null"], check=True)
+        # 1 MiB writes: split by the disk's max_sectors_kb, each piece one record over a capture
+        subprocess.run(["dd", "if=/dev/zero", f"of={dev.path}", "bs=1M", f"count={BIG}", "seek=10",
+                        "oflag=direct"], check=True, stderr=subprocess.DEVNULL)
+        time.sleep(0.2)
+    finally:
+        rec.send_signal(signal.SIGINT)
+        _out, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    mine = io_cgroup_of()
+    pieces = BIG * -(-1024 // int((Path("/sys/block") / dev.name / "queue/max_sectors_kb").read_text()))
+    with open_capture(str(cap)) as c:
+        ev = c.read_all()
+        names = dict(c.cgroups)
+    q = ev[(ev["action"] == TA_QUEUE) & (ev["dev"] == dev.device.dev)]
+    assert len(q) == READS + BIG and ((q["flags"] & EV_CGROUP) != 0).all()
+    assert sorted(names[cg] for cg in set(q["aux"].tolist())) == sorted({cgpath, mine})
+
+    def agg_r(*args: str) -> dict[tuple[str, ...], int]:
+        p = subprocess.run(ioscope_cmd("agg", "-r", str(cap), "-j", "-e", "count() by cgroup,op", *args),
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        (res,) = [json.loads(ln) for ln in p.stdout.splitlines() if ln.strip()]
+        assert res["io_unit"] == "pieces"   # a split bio's pieces are a record each
+        (agg,) = res["aggs"]
+        return {(r["keys"]["cgroup"], r["keys"]["op"]): r["count"] for r in agg["rows"]}
+
+    assert agg_r() == {(cgpath, "read"): READS, (mine, "write"): pieces}
+    assert agg_r("-c", cgpath) == {(cgpath, "read"): READS}
+    # a cgroup the capture has no I/O of: one line, what it has
+    p = subprocess.run(ioscope_cmd("agg", "-r", str(cap), "-e", "count()", "-c", "/no-such-cgroup"),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and cgpath in p.stderr, p.stderr
 
 
 BPFTRACE_PROG = """

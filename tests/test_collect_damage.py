@@ -238,3 +238,40 @@ def test_version_1_bundles_are_still_read(bundle: tuple[str, bytes, dict[str, by
     assert note is not None and "does not decode" in note, note
     p = run_ioscope("report", str(v1), timeout=120)
     assert "Traceback" not in p.stderr and len([ln for ln in p.stderr.splitlines() if str(v1) in ln]) >= 1, p.stderr
+
+
+def test_a_flipped_pax_size_costs_one_member(tmp_path: Path) -> None:
+    """A member's size is in its PAX record, which no checksum covers, and in its ustar field, which the
+    header's checksum covers. A flip in the PAX record (seen in CI: "manifest.json cut short (2,260,992
+    of 2,020,202,020,202,020,234 bytes read)", and every member after it missing) is refused as a
+    damaged header: that member is lost, reading resumes at the next one."""
+    from ioscope.capture.bundle import BundleWriter, read_bundle
+    path = str(tmp_path / "b.ioscope")
+    w = BundleWriter(path, True, 1_700_000_000)
+    docs = {"manifest.json": json.dumps({"version": 2, "members": ["manifest.json", "capture.ioscope",
+                                                                   "context-end.json"]}).encode()}
+    w.member("manifest.json", docs["manifest.json"])
+    w.begin_stream("capture.ioscope")
+    cap = os.urandom(300_000)   # incompressible: several frames
+    w.stream_write(cap)
+    w.end_stream()
+    docs["context-end.json"] = json.dumps({"end": list(range(2000))}).encode()
+    w.member("context-end.json", docs["context-end.json"])
+    w.close()
+    data = Path(path).read_bytes()
+    at = data.find(b" size=")   # the capture's header: a stored frame, its records as written
+    assert at > 0 and data.find(b" size=", at + 1) < 0
+    bad = tmp_path / "flip.ioscope"
+    lost = set()
+    for off in range(at - 2, data.index(b"\n", at) + 1):   # the record: its length, key, value, newline
+        for bit in (0x01, 0x10):
+            d = bytearray(data)
+            d[off] ^= bit
+            bad.write_bytes(bytes(d))
+            res = read_bundle(str(bad))
+            assert len(res.problems()) <= 1, (off, bit, res.problems())
+            for m in res.members:
+                if m.problem is None:
+                    assert m.got == (len(cap) if m.name == "capture.ioscope" else len(docs[m.name])), (off, m)
+            lost |= {m.name for m in res.members if m.problem} | {p.split()[0] for p in res.problems()}
+    assert lost == {"capture.ioscope"}, lost   # only the member whose header was hit

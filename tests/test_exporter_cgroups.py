@@ -4,6 +4,9 @@ Docker, Podman, containerd, CRI-O, kubelet (both cgroup drivers, also inside kin
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from ioscope.base import cgroups
@@ -103,3 +106,26 @@ def test_unescape() -> None:
     assert cgroups.unescape(r"machine-qemu\x2d1\x2dvm.scope") == "machine-qemu-1-vm.scope"
     assert cgroups.unescape(r"a\x5cb") == "a\\b"
     assert cgroups.unescape("plain") == "plain"
+
+
+def test_a_gone_cgroup_is_walked_for_once(tmp_path: Path) -> None:
+    """CgroupNames names the ids of a hierarchy by walking it; an id the walk does not find (its cgroup
+    removed before its I/O was named) is named cgroup:ID and not walked for again at each lookup (snoop
+    names every line, the exporter and top every interval)."""
+    from ioscope.base.cgroups import CgroupNames
+
+    (tmp_path / "svc").mkdir()
+    n = CgroupNames()
+    n.root = tmp_path
+    walks = 0
+    walk = n.refresh
+
+    def counted() -> None:
+        nonlocal walks
+        walks += 1
+        walk()
+
+    n.refresh = counted  # type: ignore[method-assign]
+    assert n.name(os.stat(tmp_path / "svc").st_ino) == "/svc" and walks == 1
+    gone = 2**40 + 7
+    assert [n.name(gone) for _ in range(100)] == [f"cgroup:{gone}"] * 100 and walks == 2

@@ -158,12 +158,14 @@ def test_a_slow_io_is_saved_with_the_events_before_it(flight: Callable[..., Flig
         (m,) = f.saves(1)
         after = devices.read_diskstats()[sd.upper]
         assert f.stop() == 0
+        cgroup = sd.cgroup.name   # the slow reads' cgroup: the save line names it
     path = m[1]
     assert re.fullmatch(re.escape(str(tmp_path / "slow")) + r"-\d{8}T\d{6}Z-1\.ioscope", path), path
     assert_private(path)
     # the first slow read triggers; the second, half a second later, joins the save waiting for --after
     assert re.fullmatch(f"'d2c > 300ms where disk == \"{name}\"': 1 I/O \\({name} reads\\), d2c up to "
-                        r"(\d+)ms \(and 1 more trigger while waiting\)", m[2]), m[2]
+                        r"(\d+)ms, by dd in " + re.escape(f"/{cgroup}") + r" \(and 1 more trigger while waiting\)",
+                        m[2]), m[2]
     ev = events_of(path, dev.dev)
     reads = after.reads - before.reads
     assert reads == fast + slow
@@ -338,7 +340,9 @@ def test_a_q2c_trigger_fires_on_pieces_the_throttle_holds_again(flight: Callable
     finally:
         limit.write_text(f"{disk.device.majmin} 0\n" if v1 else f"{disk.device.majmin} wiops=max\n")
         cg.remove()
-    assert re.match(r"'q2c > 200ms': \d+ I/Os? \(\w+ writes\), q2c up to \d+ms", m[2]), m[2]
+    # the save line names the cgroup the slow writes were charged to (the throttled one), whoever queued them
+    assert re.match(r"'q2c > 200ms': \d+ I/Os? \(\w+ writes\), q2c up to \d+ms, by \S+ in "
+                    + re.escape(f"/{cg.root.name}/w") + r"\b", m[2]), m[2]
     assert dd_s > 0.5, dd_s  # 16 pieces at 8 IOPS: the throttle held most of them
     slow = agg_r(m[1], "count() where q2c > 200ms")
     assert slow and slow[0]["count"] >= 1, slow

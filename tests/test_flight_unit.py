@@ -157,7 +157,7 @@ def test_save_names_do_not_collide(tmp_path: Path) -> None:
 
 def test_trigger_conditions_become_aggregations() -> None:
     q, d, c = parse_triggers(['q2c > 500ms', 'd2c > 100ms where disk == "sda" and op == "write"', 'bytes >= 1M'])
-    assert (q.func, q.value, q.keys) == ("max", "q2c", ("disk", "op"))
+    assert (q.func, q.value, q.keys) == ("max", "q2c", ("disk", "op", "comm", "cgroup"))
     assert (d.func, d.value) == ("max", "d2c")
     assert d.where is not None and {"d2c", "disk", "op"} <= {f for f in d.fields()}
     assert (c.func, c.value) == ("count", None)

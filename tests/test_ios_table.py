@@ -132,7 +132,7 @@ def test_chunking_changes_nothing_and_memory_stays_bounded() -> None:
     n = 0
     for chunk in report_speed.synth_chunks(200_000, seed=3, ios_per_chunk=5_000):
         b.feed(chunk)
-        peak = max(peak, len(table.pending))
+        peak = max(peak, len(table.queued.pending))
         n += sum(x.num_rows for x in table.take())
     b.result()
     n += sum(x.num_rows for x in table.take())

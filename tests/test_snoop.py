@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from conftest import ioscope_cmd, json_lines, unreported_bound
+from conftest import io_cgroup_of, ioscope_cmd, json_lines, unreported_bound
 from ioscope.capture.events import (
     EVENT,
     TA_COMPLETE,
@@ -160,6 +160,39 @@ def test_snoop_lines_match_workload(loopdev: Callable[..., Any]) -> None:
     assert all(x["comm"] == "fio" for x in reads) and all(x["comm"] == "dd" for x in writes)
     assert all(x["queue_ns"] is not None and x["service_ns"] is not None for x in lines)
     assert all(x["service_ns"] > 0 and x["queue_ns"] >= 0 for x in lines)
+
+
+def test_snoop_names_and_filters_cgroups(loopdev: Callable[..., Any], io_cgroup: tuple[Any, str]) -> None:
+    """Each line carries the cgroup its bio is charged to (-G shows it, JSON always); -c keeps only a
+    cgroup's I/O. Ground truth: dd's own counts, one in the test's cgroup, one outside. The snoops are
+    stopped (SIGINT) as soon as dd ends, as a script stops them: every line must be out (a Ctrl-C that
+    landed between reading the rings and printing used to lose the last I/Os: 0 of 5 printed)."""
+    cgdir, cgpath = io_cgroup
+    ld = loopdev(size_mb=64)
+    inside, outside = 37, 23
+    runs = [subprocess.Popen(ioscope_cmd("snoop", "-d", ld.name, *extra), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for extra in (["-j"], ["-G"], ["-j", "-c", cgpath])]
+    for p in runs:
+        assert p.stderr is not None
+        assert p.stderr.readline().startswith("Tracing block I/O")
+    subprocess.run(["sh", "-c", f"echo $$ > {cgdir}/cgroup.procs && exec dd if=/dev/zero of={ld.path} bs=4k "
+                    f"count={inside} oflag=direct status=none"], check=True)
+    subprocess.run(["dd", "if=/dev/zero", f"of={ld.path}", "bs=4k", f"count={outside}", "seek=4096",
+                    "oflag=direct", "status=none"], check=True)
+    outs = []
+    for p in runs:
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+        outs.append(out)
+    mine = io_cgroup_of()
+    every = json_lines(outs[0])
+    assert sorted((x["cgroup"], x["op"]) for x in every) == sorted([(cgpath, "WS")] * inside + [(mine, "WS")] * outside)
+    text = outs[1].splitlines()
+    assert text[0].split()[-1] == "CGROUP"
+    assert sorted(ln.split()[-1] for ln in text[1:]) == sorted([cgpath] * inside + [mine] * outside)
+    only = json_lines(outs[2])
+    assert len(only) == inside and {x["cgroup"] for x in only} == {cgpath}
 
 
 def test_flush_sequence_write_is_one_line() -> None:

@@ -108,6 +108,10 @@ def test_record_report_fair_say_a_limit_is_in_force(throttled: tuple[Any, Thrott
     assert disk["disk"] == ld.name and disk["io_limits"] == want
     ft = run_ioscope("fair", "-d", ld.name, "0.5", "1", check=True)
     assert note in ft.stdout
+    # snoop: one note on stderr, at its start, naming the limit; its lines' QUE(ms) holds no held wait
+    sn = run_ioscope("snoop", "-d", ld.name, "-w", "0.5", check=True)
+    said = [ln for ln in sn.stderr.splitlines() if "throttling" in ln]
+    assert len(said) == 1 and note in said[0] and said[0].startswith("ioscope snoop: note: "), sn.stderr
 
 
 SLOW_IOPS = 4

@@ -15,6 +15,7 @@ removed.
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 import threading
 import time
@@ -52,9 +53,13 @@ def test_services_in_cgroups_and_a_throttled_backup(loopdev: Any) -> None:
                                stderr=subprocess.PIPE, text=True)
         top = subprocess.Popen(ioscope_cmd("top", "-d", disk.name, "-G", "-c", cg.top, "-b", "12", "1"),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        tools += [lat, top]
-        assert lat.stderr is not None
+        # snoop -G -c: a line per I/O of the services' cgroups, each with its cgroup (Ctrl-C ends it)
+        snoop = subprocess.Popen(ioscope_cmd("snoop", "-d", disk.name, "-G", "-c", cg.top), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        tools += [lat, top, snoop]
+        assert lat.stderr is not None and snoop.stderr is not None
         assert lat.stderr.readline().startswith("Tracing block I/O latency"), "lat did not start"
+        assert snoop.stderr.readline().startswith("Tracing block I/O"), "snoop did not start"
         ids = bpf_prog_ids(lat.pid) | bpf_prog_ids(top.pid)
         time.sleep(2.5)  # the tools look for limits every 2 s, and attach the throttle's programs at the first
         with BlkTracer(disk.name) as tracer:
@@ -67,7 +72,9 @@ def test_services_in_cgroups_and_a_throttled_backup(loopdev: Any) -> None:
             assert all(j.wait(timeout=120) == 0 for j in jobs)
             time.sleep(0.5)
         truth = throttle_released(tracer.text, disk.device.majmin.replace(":", ","))
-        outs: dict[str, tuple[str, str]] = {}
+        snoop.send_signal(signal.SIGINT)
+        outs: dict[str, tuple[str, str]] = {"snoop": snoop.communicate(timeout=60)}
+        assert snoop.returncode == 0, outs["snoop"][1]
 
         def finish(name: str, p: subprocess.Popen[str]) -> None:
             outs[name] = p.communicate(timeout=60)
@@ -118,5 +125,18 @@ def test_services_in_cgroups_and_a_throttled_backup(loopdev: Any) -> None:
     # top -c TOP: only the services' cgroups, none outside the filter (the root's I/O is not shown)
     table = top_out[top_out.index(" CGROUP "):top_out.index("    PID ")]
     assert all(ln.startswith((f" {cg.top}/", " …")) for ln in table.splitlines()[1:] if ln.strip()), table
+    # snoop -G -c TOP: each service's reads a line each with its cgroup, the container named, nothing else
+    lines = outs["snoop"][0].splitlines()
+    assert lines[0].split()[-1] == "CGROUP"
+    by_cg: dict[str, int] = {}
+    for ln in lines[1:]:
+        cgpath = ln.split()[9]
+        assert cgpath.startswith(f"{cg.top}/"), ln
+        by_cg[cgpath] = by_cg.get(cgpath, 0) + 1
+    m = re.search(r"completions were seen: ([\d,]+) (?:was|were) not", outs["snoop"][1])
+    s_unseen = int(m.group(1).replace(",", "")) if m else 0
+    assert_counted(by_cg[f"{cg.top}/postgresql.service"], PG_READS, s_unseen)
+    assert_counted(by_cg[f"{cg.top}/{CONTAINER}"], APP_READS, s_unseen)
+    assert f"{cg.top}/backup.service" in by_cg and "[docker 3f9c2e61b0d8]" in outs["snoop"][0]
     time.sleep(0.1)
     assert not programs_left(ids)

@@ -83,8 +83,15 @@ def run(live: None) -> Iterator[Run]:
                                         stderr=subprocess.PIPE, text=True) for name, args in TOOLS.items()}
         procs["record"] = subprocess.Popen(ioscope_cmd("record", "-d", ld.name, "-o", str(cap)),
                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        early: dict[str, tuple[str, str]] = {}
         try:
-            time.sleep(4)   # every tool attached (each prints its start line; top prints after 1 s)
+            # every tool attached: its start line (top -j: its first report, after 1 s), however long a
+            # loaded machine takes to start it
+            for name, p in procs.items():
+                assert p.stdout is not None and p.stderr is not None
+                line = p.stdout.readline() if name == "top" else p.stderr.readline()
+                assert line, (name, p.communicate(timeout=30))
+                early[name] = (line, "") if name == "top" else ("", line)
             # the user's script: each worker in the background, then wait for it; the disk's page cache
             # is emptied first so that every worker's shell reads the disk itself
             lines = [f"blockdev --flushbufs {ld.path}\nsh {script} {ld.path} {d}/w{i} {4096 + 512 * i} &\nwait"
@@ -96,6 +103,8 @@ def run(live: None) -> Iterator[Run]:
             for p in procs.values():
                 p.send_signal(signal.SIGINT)
             outputs = {name: p.communicate(timeout=30) for name, p in procs.items()}
+            outputs = {name: (early.get(name, ("", ""))[0] + out, early.get(name, ("", ""))[1] + err)
+                       for name, (out, err) in outputs.items()}
         workers = [int((d / f"w{i}").read_text()) for i in range(NWORKERS)]
         for name, p in procs.items():
             assert p.returncode == 0, (name, outputs[name][1])

@@ -42,6 +42,8 @@ SELECTION: dict[str, dict[str, list[str]]] = {
 # fresh boot: a v1 blkio cgroup once made keeps io off v2, docs/design/containers.md 3.2). Marked kernels_v2.
 CGROUP_V2: dict[str, dict[str, list[str]]] = {
     "kernels/test_matrix.py": {"cgroups-v2": ["test_cgroups", "test_throttle_held"]},
+    # the exporter's throttle series on io.max, where fentry measures every held bio's wait
+    "test_exporter_live.py": {"exporter-throttle": ["test_throttled_bios_and_the_limit_are_exported"]},
 }
 
 

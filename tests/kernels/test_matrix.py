@@ -335,7 +335,7 @@ def test_throttle_held(disk: Any, tmp_path: Path) -> None:
     kworker queued (tracepoints alone: the queue event inside blk-throttle's dispatch work); where fentry on
     throtl_add_bio_tg loads, each held bio's wait is measured and their waits add up to most of dd's own
     time and never more; where it does not (lockdown), both say so."""
-    from blk_tracer import BlkTracer, throttle_released
+    from blk_tracer import throttled_dd
     from ioscope.base.cgroups import io_cgroup_root
     from ioscope.base.testbed import TestCgroups
 
@@ -351,14 +351,7 @@ def test_throttle_held(disk: Any, tmp_path: Path) -> None:
                 (("lat", "-d", disk.name, "-G", "-j"), "Tracing"), (("top", "-d", disk.name, "-G", "-j"), "json"))]
             lat, topt = (f.result() for f in starts)
         time.sleep(3)  # the tools look for limits every 2 s, and attach the throttle's programs on the first
-        with BlkTracer(disk.name) as tracer:
-            p = subprocess.run(cg.shell("svc", f"dd if=/dev/zero of={disk.path} bs=4k count={THROTTLED_WRITES} "
-                                               "oflag=direct"), capture_output=True, text=True, timeout=600,
-                               env={**os.environ, "LC_ALL": "C"})
-            assert p.returncode == 0, p.stderr
-            time.sleep(0.5)
-        truth = throttle_released(tracer.text, disk.device.majmin.replace(":", ","))
-        dd_s = float(re.search(r"copied, ([0-9.e+-]+) s", p.stderr).group(1))  # type: ignore[union-attr]
+        truth, dd_s = throttled_dd(cg, "svc", disk, THROTTLED_WRITES)
         topt.wait_lines(len(topt.out.read_text().splitlines()) + 2)
         settle()
         docs = {t.args[0]: json_lines(t.stop(sig)[0]) for t, sig in ((lat, signal.SIGINT), (topt, signal.SIGTERM))}

@@ -229,6 +229,10 @@ def cgroup_id(path: str) -> int:
     return cgroup_filter(path).id
 
 
+# the cgroup of a record with none: a flush request of the block layer's own has no bio, so no blkg
+NO_CGROUP = "[none]"
+
+
 class CgroupNames:
     """cgroup id -> path relative to the io controller's hierarchy ('/' for the root), by walking it.
 
@@ -260,6 +264,9 @@ class CgroupNames:
     def name(self, cg: int) -> str:
         if cg and cg not in self._names:
             self.refresh()
+            # an id the walk does not find is gone (ids are never reused): named once, not walked for again
+            # at each of its I/Os (snoop names every line)
+            self._names.setdefault(cg, f"cgroup:{cg}")
         self._used.add(cg)
         return self._names.get(cg, f"cgroup:{cg}" if cg else "[unknown]")
 

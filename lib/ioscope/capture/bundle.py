@@ -474,20 +474,45 @@ def read_bundle(path: str, capture_to: IO[bytes] | None = None) -> BundleRead:
     return res
 
 
+class _TarInfo(tarfile.TarInfo):
+    """A member header that keeps its ustar size field (which the header's checksum covers) beside the
+    PAX size record (which nothing covers): a flipped digit there would send tar past the next members."""
+    ustar_size = 0
+
+    @classmethod
+    def frombuf(cls, buf: bytes, encoding: str, errors: str) -> _TarInfo:  # type: ignore[override]
+        obj = super().frombuf(buf, encoding, errors)
+        obj.ustar_size = obj.size
+        return obj
+
+
+def _sizes_disagree(m: tarfile.TarInfo) -> str | None:
+    """Why the PAX size cannot be trusted: it differs from the ustar field written with it (which is 0
+    only for a member too large for it)."""
+    ustar = getattr(m, "ustar_size", 0)
+    if "size" in m.pax_headers and ustar and ustar != m.size:
+        return f"{m.name}: its PAX size {m.pax_headers['size']!r} differs from its header's {ustar:,}"
+    return None
+
+
 def _read_members(res: BundleRead, raw: _Frames, capture_to: IO[bytes] | None) -> None:
     import pyarrow as pa
 
     cur: MemberState | None = None
     t: tarfile.TarFile | None = None
     try:
-        t = tarfile.open(fileobj=io.BufferedReader(raw, 1 << 16), mode="r|")
+        t = tarfile.open(fileobj=io.BufferedReader(raw, 1 << 16), mode="r|", tarinfo=_TarInfo)
         for m in t:
             if not m.isfile():
                 continue
-            cur = MemberState(m.name, m.size, sha256=m.pax_headers.get(SHA_KEY))
-            res.members.append(cur)
             hf = raw.frame_at(m.offset)
             raw.last_header_at = hf[1] if hf is not None else None
+            why = _sizes_disagree(m)
+            if why is not None:   # read on at the next member's header frame
+                _bad_header(raw, m.offset, why)
+                break
+            cur = MemberState(m.name, m.size, sha256=m.pax_headers.get(SHA_KEY))
+            res.members.append(cur)
             f = t.extractfile(m)
             assert f is not None
             h = hashlib.sha256()

@@ -55,6 +55,8 @@ def select_events(ev: npt.NDArray[np.void], which: npt.NDArray[Any] | slice) -> 
 EV_NOTE_PROCESS = 1
 # a blktrace message record (BLK_TN_MESSAGE): read from a blktrace file for btt's view only, never in a capture
 EV_MESSAGE = 2
+# a queue event whose aux is the id of the cgroup its bio is charged to (bpf/trace_event.h IOS_EV_CGROUP)
+EV_CGROUP = 4
 
 # blktrace action codes (low 16 bits of blk_io_trace.action)
 TA_QUEUE, TA_BACKMERGE, TA_FRONTMERGE, TA_GETRQ, TA_SLEEPRQ, TA_REQUEUE, TA_ISSUE, TA_COMPLETE = 1, 2, 3, 4, 5, 6, 7, 8

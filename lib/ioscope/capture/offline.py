@@ -25,6 +25,7 @@ class Source:
     kind: str                                   # "capture" or "blktrace"
     meta: dict[str, Any] = field(default_factory=dict)
     comms: dict[int, str] = field(default_factory=dict)
+    cgroups: dict[int, str] = field(default_factory=dict)   # cgroup id -> path (a capture's, EV_CGROUP)
     truncation: str | None = None
     files: list[str] = field(default_factory=list)
     _capture: Any = None
@@ -132,8 +133,8 @@ def open_source(path: str) -> Source:
         raise IoscopeError(f"{path}: corrupt capture ({type(exc).__name__}: {exc})".split("\n")[0],
                            "it cannot be read; was it damaged in transfer?") from None
     cap.drop_read_pages()   # opening read every chunk's header: let those pages go too
-    return Source(path, "capture", meta=dict(cap.meta), comms=dict(cap.comms), truncation=cap.truncation,
-                  _capture=cap)
+    return Source(path, "capture", meta=dict(cap.meta), comms=dict(cap.comms), cgroups=dict(cap.cgroups),
+                  truncation=cap.truncation, _capture=cap)
 
 
 def wall_at(src: Source, mono_ns: int) -> int | None:

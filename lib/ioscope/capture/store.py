@@ -34,7 +34,7 @@ import struct
 import sys
 import time
 import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -45,7 +45,7 @@ from ioscope.base.errors import IoscopeError
 from ioscope.base.fmt import comm_str
 from ioscope.base.outfile import create_private
 from ioscope.capture import _tracecore
-from ioscope.capture.events import EV_NOTE_PROCESS, EVENT, join_events, select_events
+from ioscope.capture.events import EV_CGROUP, EV_NOTE_PROCESS, EVENT, join_events, select_events
 
 # pyarrow is imported when a capture is written (_require_pyarrow), not when one is read: the
 # reader below decodes the Arrow IPC messages itself (one flatbuffer reader, _Flat), with numpy.
@@ -135,6 +135,30 @@ def notes_to_comms(events: np.ndarray) -> dict[int, str]:
     raw[:, 1] = sel["aux"]
     names = raw.view("S16").ravel()
     return {int(p): comm_str(n) for p, n in zip(sel["pid"], names)}
+
+
+def queue_cgroups(events: np.ndarray) -> np.ndarray:
+    """The ids of the cgroups the queue events of an EVENT array name (EV_CGROUP: the recorder puts the
+    cgroup a bio is charged to in its queue event's aux), each once."""
+    return np.unique(events["aux"][(events["flags"] & EV_CGROUP) != 0])
+
+
+class _Names:
+    """Names a capture stores as it learns them (pid -> command, cgroup id -> path): each written once, with
+    the next chunk, and kept pending until a chunk that holds them is in the file."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, str] = {}
+        self.new: dict[int, str] = {}
+
+    def add(self, names: Mapping[int, str]) -> None:
+        for k, v in names.items():
+            if self.known.get(int(k)) != v:
+                self.known[int(k)] = v
+                self.new[int(k)] = v
+
+    def pending(self) -> dict[str, str] | None:
+        return {str(k): v for k, v in self.new.items()} if self.new else None
 
 
 def clock_pair() -> dict[str, int]:
@@ -227,7 +251,10 @@ class CaptureWriter:
 
     def __init__(self, path: str, meta: Mapping[str, Any], *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
                  flush_interval: float = DEFAULT_FLUSH_INTERVAL,
-                 reorder_window_ns: int = DEFAULT_REORDER_WINDOW_NS, force: bool = False) -> None:
+                 reorder_window_ns: int = DEFAULT_REORDER_WINDOW_NS, force: bool = False,
+                 cgroup_names: Callable[[int], str] | None = None) -> None:
+        """cgroup_names: cgroup id -> path, for the cgroups the queue events name (the recorder's, reading the
+        host's hierarchy while the cgroups exist); without it only names given to add_cgroups are stored."""
         _require_pyarrow()
         self.path = path
         self.meta: dict[str, Any] = {**base_meta(), **meta, "format": FORMAT, "format_version": FORMAT_VERSION}
@@ -243,8 +270,9 @@ class CaptureWriter:
         self._max_ts = 0
         self._last_written_ts = 0
         self._last_flush = time.monotonic()
-        self._new_comms: dict[int, str] = {}
-        self._comms: dict[int, str] = {}
+        self._comms = _Names()
+        self._cgroups = _Names()
+        self._cgroup_names = cgroup_names
         self._lost: dict[str, Any] | None = None
         self._lost_dirty = False
         self.events_written = 0
@@ -301,6 +329,10 @@ class CaptureWriter:
             comms = notes_to_comms(events) if (events["action"] == 0).any() else {}
             if comms:
                 self.add_comms(comms)
+            if self._cgroup_names is not None:
+                namer = self._cgroup_names
+                self.add_cgroups({cg: namer(cg) for cg in queue_cgroups(events).tolist()
+                                  if cg not in self._cgroups.known})
             self._pending.append(events)
             self._pending_rows += len(events)
             self._max_ts = max(self._max_ts, int(events["ts"].max()))
@@ -312,10 +344,11 @@ class CaptureWriter:
         return time.monotonic() - self._last_flush >= self.flush_interval
 
     def add_comms(self, comms: Mapping[int, str]) -> None:
-        for pid, comm in comms.items():
-            if self._comms.get(int(pid)) != comm:
-                self._comms[int(pid)] = comm
-                self._new_comms[int(pid)] = comm
+        self._comms.add(comms)
+
+    def add_cgroups(self, cgroups: Mapping[int, str]) -> None:
+        """cgroup id -> path (relative to the io controller's hierarchy), for readers' cgroup names."""
+        self._cgroups.add(cgroups)
 
     def set_lost(self, lost: Mapping[str, Any]) -> None:
         """Loss counters so far (stored with the next chunk and at close)."""
@@ -369,7 +402,7 @@ class CaptureWriter:
                 self._held = np.empty(0, EVENT)
                 break
         else:
-            if not cut and (self._new_comms or self._lost_dirty) and self.flush_due():
+            if not cut and (self._comms.new or self._cgroups.new or self._lost_dirty) and self.flush_due():
                 try:
                     self._write_chunk(allev[:0])  # names and loss counts reach the file even when idle
                 except _FileFull as exc:
@@ -429,6 +462,17 @@ class CaptureWriter:
             raise IoscopeError(f"cannot write capture file {self.path}: {exc.strerror}") from None
         self._pos = pos + len(view)
 
+    def _names_into(self, info: dict[str, Any]) -> None:
+        for key, names in (("comms", self._comms), ("cgroups", self._cgroups)):
+            new = names.pending()
+            if new:
+                info[key] = new
+
+    def _names_written(self, info: Mapping[str, Any]) -> None:
+        for key, names in (("comms", self._comms), ("cgroups", self._cgroups)):
+            if key in info:
+                names.new = {}
+
     def _write_chunk(self, ev: np.ndarray, order: np.ndarray | None = None) -> None:
         """One record batch: the rows of ev (those at order's indices, in that order, if given).
         _FileFull when it does not fit (nothing of it is in the file then, and nothing is counted)."""
@@ -441,8 +485,7 @@ class CaptureWriter:
             ts = np.frombuffer(cols[0], dtype=np.uint64)
             info["first_ts"] = int(ts[0])
             info["last_ts"] = int(ts[-1])
-        if self._new_comms:
-            info["comms"] = {str(k): v for k, v in self._new_comms.items()}
+        self._names_into(info)
         if self._lost_dirty and self._lost is not None:
             info["lost"] = self._lost
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
@@ -451,8 +494,7 @@ class CaptureWriter:
         except (OSError, pa.ArrowException) as exc:
             raise IoscopeError(f"cannot write capture file {self.path}: {exc}") from None
         self._emit(self._stage.take())
-        if "comms" in info:
-            self._new_comms = {}
+        self._names_written(info)
         if "lost" in info:
             self._lost_dirty = False
         self.chunks_written += 1
@@ -498,9 +540,8 @@ class CaptureWriter:
                                             "unwritten_by_action": self.unwritten_by_action()}
             if lost is not None:
                 info["lost"] = lost
-            if self._new_comms:
-                info["comms"] = {str(k): v for k, v in self._new_comms.items()}
-                self._new_comms = {}
+            self._names_into(info)
+            self._names_written(info)
             info.update(end or {})
             empty = pa.RecordBatch.from_arrays([pa.array(np.empty(0, DTYPES[n])) for n in NAMES],
                                                schema=self.schema)
@@ -651,6 +692,7 @@ class Capture:
         self.truncated = False
         self.truncation: str | None = None  # one-line description when truncated
         self.comms: dict[int, str] = {}
+        self.cgroups: dict[int, str] = {}   # cgroup id -> path, for the ids queue events carry (EV_CGROUP)
         self.meta: dict[str, Any] = {}
         self.end: dict[str, Any] | None = None
         self._spans: list[tuple[int, int]] = []  # (offset, length) of each record batch message
@@ -859,14 +901,17 @@ class Capture:
 
     def _absorb(self, off: int, info: dict[str, Any]) -> None:
         comms = info.get("comms", {})
+        cgroups = info.get("cgroups", {})
         lost = info.get("lost")
-        if not isinstance(comms, dict) or (lost is not None and not isinstance(lost, dict)):
+        if not isinstance(comms, dict) or not isinstance(cgroups, dict) or (lost is not None
+                                                                           and not isinstance(lost, dict)):
             raise self._err(off, "corrupt chunk metadata")
-        for k, v in comms.items():
-            try:
-                self.comms[int(k)] = str(v)
-            except ValueError:
-                raise self._err(off, "corrupt chunk metadata (process names)") from None
+        for names, into, what in ((comms, self.comms, "process names"), (cgroups, self.cgroups, "cgroup names")):
+            for k, v in names.items():
+                try:
+                    into[int(k)] = str(v)
+                except ValueError:
+                    raise self._err(off, f"corrupt chunk metadata ({what})") from None
         if lost is not None:
             self.meta["lost"] = lost
 

@@ -16,10 +16,11 @@ typedef struct {
 	uint32_t dev, bytes, c_bytes, pid, tgid;   /* bytes: the bio's; c_bytes: its completion's */
 	int32_t inflight;             /* -1: none */
 	uint16_t cpu, category, error, flags;
+	uint64_t cgroup;              /* the id of the cgroup its Q names (EV_CGROUP), 0: none */
 } biorec_t;
 
 typedef struct {
-	uint64_t sector, q, d, g;
+	uint64_t sector, q, d, g, cgroup;
 	int64_t seek;
 	int32_t inflight, next, dev;  /* next: the next bio of the hash bucket (-1: none); dev: index */
 	uint32_t nbytes, pid, tgid;
@@ -220,7 +221,8 @@ static void on_queue(Bios *b, const event_t *E, bdev_t *d, int32_t di)
 			}
 		}
 	bio_t x = {.sector = E->sector, .q = E->ts, .d = NONE, .g = NONE, .inflight = -1, .dev = di, .nbytes = nb,
-		   .pid = E->pid, .tgid = E->tgid, .cpu = E->cpu, .write = (E->category & TC_WRITE_) != 0};
+		   .pid = E->pid, .tgid = E->tgid, .cpu = E->cpu, .write = (E->category & TC_WRITE_) != 0,
+		   .cgroup = (E->flags & EV_CGROUP) ? E->aux : 0};
 	x.seek = d->has_end ? (int64_t)(E->sector > d->last_end ? E->sector - d->last_end : d->last_end - E->sector) : -1;
 	d->has_end = 1;
 	d->last_end = E->sector + (nb >> 9);
@@ -351,7 +353,7 @@ static void on_complete(Bios *b, const event_t *E, bdev_t *d, int32_t di)
 			dn = x.g != NONE && x.g > x.q ? x.g : x.q;   /* as the kernel object: from when it became a request */
 		r->c = ts; r->q = x.q; r->d = dn; r->sector = x.sector; r->seek = x.seek; r->dev = E->dev;
 		r->bytes = x.nbytes; r->c_bytes = E->bytes; r->pid = x.pid; r->tgid = x.tgid; r->inflight = infl;
-		r->cpu = x.cpu; r->category = E->category; r->error = E->error;
+		r->cpu = x.cpu; r->category = E->category; r->error = E->error; r->cgroup = x.cgroup;
 		r->flags = (uint16_t)((i == 0 ? BR_FIRST : 0) | (x.noq ? BR_UNPAIRED : 0));
 	}
 }

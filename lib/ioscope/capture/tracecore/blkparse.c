@@ -70,7 +70,8 @@ static int get_counters(PyObject *obj, Py_buffer *b, int ndim, Py_ssize_t last, 
 }
 
 /*
- * format_blkparse(events, *, rel, seq, devidx, pidx, names, mask, cpustats, devstats, text=True) -> bytes
+ * format_blkparse(events, *, rel, seq, devidx, pidx, names, mask, cpustats, devstats, text=True,
+ *                 cgroups=False) -> bytes
  *
  * events: EVENT records in the order blkparse prints them (no process notes); rel (int64): each one's
  * time from blkparse's time zero; seq (uint32): its sequence number; devidx (int32): the totals block
@@ -79,14 +80,16 @@ static int get_counters(PyObject *obj, Py_buffer *b, int ndim, Py_ssize_t last, 
  * Counters are updated in place (cpustats: int64 [blocks][cpus][S_NFIELDS], devstats: int64
  * [blocks][D_NFIELDS]); events outside mask (category bits) are counted but not printed; actions
  * blkparse prints nothing for (driver data, unknown) are counted only. text=False: count, print nothing.
+ * cgroups: a Q that carries its bio's cgroup (EV_CGROUP) has the id before its action, LOW32,HIGH32 in
+ * hex, as the kernel's blk tracer prints it with blk_cgroup (parse -G).
  */
 PyObject *tc_format_blkparse(PyObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"events", "rel", "seq", "devidx", "pidx", "names", "mask", "cpustats", "devstats",
-				 "text", NULL};
+				 "text", "cgroups", NULL};
 	PyObject *oev, *o[4] = {NULL}, *names = NULL, *omask = NULL, *ocs = NULL, *ods = NULL;
 	unsigned long mask;
-	int text = 1;
+	int text = 1, cgroups = 0;
 	Py_buffer bev, b[4], bcs, bds;
 	static const Py_ssize_t sz[4] = {8, 4, 4, 4};
 	static const char *what[4] = {"rel", "seq", "devidx", "pidx"};
@@ -95,8 +98,8 @@ PyObject *tc_format_blkparse(PyObject *self, PyObject *args, PyObject *kw)
 	PyObject *res = NULL;
 	sbuf_t sb = {0};
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOOO!OOOp", kwlist, &oev, &o[0], &o[1], &o[2], &o[3],
-					 &PyList_Type, &names, &omask, &ocs, &ods, &text))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOOO!OOOpp", kwlist, &oev, &o[0], &o[1], &o[2], &o[3],
+					 &PyList_Type, &names, &omask, &ocs, &ods, &text, &cgroups))
 		return NULL;
 	if (!o[0] || !o[1] || !o[2] || !o[3] || !names || !omask || !ocs || !ods) {
 		PyErr_SetString(PyExc_TypeError, "format_blkparse() needs rel, seq, devidx, pidx, names, mask, cpustats "
@@ -187,12 +190,16 @@ PyObject *tc_format_blkparse(PyObject *self, PyObject *args, PyObject *kw)
 		fill_rwbs(rw, e->category, nb);
 		PyObject *nm = PyList_GET_ITEM(names, pidx[k]);
 		const char *name = nm == Py_None ? "(null)" : PyBytes_AS_STRING(nm);
-		sb_reserve(&sb, 160 + strlen(name));
+		char cg[24] = "";
+		if (cgroups && a == A_QUEUE && (e->flags & EV_CGROUP))
+			sprintf(cg, "%x,%x ", (unsigned)(e->aux & 0xffffffffu), (unsigned)(e->aux >> 32));
+		sb_reserve(&sb, 184 + strlen(name));
 		if (sb.oom)
 			break;
 		char *q = sb.p + sb.n;
-		int len = sprintf(q, "%3u,%-3u %2u %8u %5lld.%09lld %5u %2s %3s ", e->dev >> 20, e->dev & 0xfffff, e->cpu,
-				  seq[k], (long long)(t[k] / 1000000000), (long long)(t[k] % 1000000000), e->pid, letters, rw);
+		int len = sprintf(q, "%3u,%-3u %2u %8u %5lld.%09lld %5u %s%2s %3s ", e->dev >> 20, e->dev & 0xfffff,
+				  e->cpu, seq[k], (long long)(t[k] / 1000000000), (long long)(t[k] % 1000000000), e->pid, cg,
+				  letters, rw);
 		unsigned nsec = nb >> 9;
 		unsigned long long sec = (unsigned long long)e->sector;
 		switch (a) {

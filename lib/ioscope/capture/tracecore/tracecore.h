@@ -40,6 +40,7 @@ enum {  /* blktrace action codes */
 #define TC_FUA_ (1 << 15)
 
 #define EV_NOTE_PROCESS 1   /* events.py: a process note (its name in sector and aux) */
+#define EV_CGROUP 4         /* events.py: a queue event whose aux is its bio's cgroup id */
 
 /* struct trace_event (bpf/trace_event.h, events.py:EVENT): 56 bytes, no padding */
 #pragma pack(push, 1)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ioscope.base import devices
+from ioscope.base import devices, units
 from ioscope.base.errors import UsageError
 from ioscope.base.losses import Losses
 from ioscope.base.rate import Span
@@ -30,8 +30,7 @@ from ioscope.engines.pairing.bios import BR_FIRST, BR_FLUSH, BR_UNPAIRED, NO_TIM
 from ioscope.kernel import abi as core_abi
 
 TC_SHOWN = 0x1 | 0x2 | 0x4 | 0x8 | 0x800 | 0x1000 | 0x2000 | 0x8000  # bpf/agg.bpf.c TC_SHOWN
-MISSING_IN_CAPTURES = {"cgroup": "cgroup ids (record does not store them)",
-                       "kstack": "stacks (record does not store them)",
+MISSING_IN_CAPTURES = {"kstack": "stacks (record does not store them)",
                        "ustack": "stacks (record does not store them)",
                        "file": "file names (record does not store them)",
                        "throttle": "blk-throttle's waits (record does not store them)"}
@@ -64,13 +63,13 @@ def records(recs: np.ndarray, comms: dict[int, str] | None = None) -> Iterator[t
     began are left out (the pairing counts them)."""
     keep = recs[(recs["flags"] & BR_UNPAIRED) == 0]
     words: dict[int, tuple[int, int]] = {}
-    for c, q, d, _sector, seek, dev, nbytes, c_bytes, pid, tgid, infl, cpu, cat, _err, flags in keep.tolist():
+    for c, q, d, _sector, seek, dev, nbytes, c_bytes, pid, tgid, infl, cpu, cat, _err, flags, cg in keep.tolist():
         if flags & BR_FLUSH:
             yield c, {"disk": dev, "op": core_abi.OP_FLUSH, "flags": cat & TC_SHOWN, "pid": 0, "tgid": 0,
                       "cgroup": 0, "cpu": 0, "size": 0, "bytes": 0, "d2c": c - d, "inflight": infl}
             continue
         rec: Record = {"disk": dev, "op": op_of(cat, c_bytes), "flags": cat & TC_SHOWN, "pid": pid, "tgid": tgid,
-                       "cgroup": 0, "cpu": cpu, "size": nbytes, "bytes": nbytes, "q2c": c - q,
+                       "cgroup": cg, "cpu": cpu, "size": nbytes, "bytes": nbytes, "q2c": c - q,
                        "seek": None if seek < 0 else seek, "inflight": None if infl < 0 else infl}
         if d != NO_TIME_INT and d:
             rec["q2d"] = d - q
@@ -99,8 +98,9 @@ def paired(bios: Bios, ev: np.ndarray, comms: dict[int, str], want_comm: bool) -
 
 
 class CaptureNamer:
-    def __init__(self, meta: dict[str, Any], comms: dict[int, str]) -> None:
+    def __init__(self, meta: dict[str, Any], comms: dict[int, str], cgroups: dict[int, str] | None = None) -> None:
         self.devs: dict[int, str] = {}
+        self.cgroups = cgroups or {}   # id -> path, as the capture stores them
         for d in (meta.get("devices") or {}).values():
             try:
                 self.devs[devices.kdev(int(d["major"]), int(d["minor"]))] = str(d["name"])
@@ -118,7 +118,9 @@ class CaptureNamer:
         return self.comms.get(tgid, "[unknown]")
 
     def cgroup(self, cg: int) -> str:
-        return "[not recorded]"
+        if not cg:   # I/O whose queue event came before the capture's, or a capture recorded before cgroups were
+            return "[unknown]" if self.cgroups else "[not recorded]"
+        return self.cgroups.get(cg, f"cgroup:{cg}")
 
     def kstack(self, sid: int) -> str:
         return "[not recorded]"
@@ -143,15 +145,36 @@ def _capture_resolver(namer: CaptureNamer) -> Resolver:
                     return devices.kdev(int(ma), int(mi))
             raise ExprError(f"disk '{text}' is not in the capture (it has {', '.join(namer.devs.values())})",
                             lit.col)
+        if field == "cgroup":
+            text = str(lit.value)
+            for cg, p in namer.cgroups.items():
+                if p == text or p == "/" + text.lstrip("/"):
+                    return cg
+            raise ExprError(f"cgroup '{text}' has no I/O in the capture (it has "
+                            f"{', '.join(sorted(namer.cgroups.values())) or 'no cgroups: recorded without them'})",
+                            lit.col)
         return names.resolve(field, lit)
     return resolve
 
 
+def capture_cgroups(cgroups: dict[int, str], path: str) -> set[int]:
+    """The ids of a cgroup and those under it among a capture's cgroups (-c CGROUP over a capture)."""
+    top = "/" + path.strip("/")
+    got = {cg for cg, p in cgroups.items() if top == "/" or p == top or p.startswith(top + "/")}
+    if not got:
+        raise UsageError(f"cgroup '{path}' has no I/O in the capture",
+                         f"it has {', '.join(sorted(cgroups.values()))}" if cgroups else
+                         "it holds no cgroups (recorded by an ioscope that did not store them, or imported "
+                         "from blktrace files)")
+    return got
+
+
 def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None = None,
-                         disks: Sequence[str] | None = None, pid: int | None = None,
+                         disks: Sequence[str] | None = None, pid: int | None = None, cgroup: str | None = None,
                          limit: int | None = None, note: Callable[[str], None] | None = None) -> Iterator[AggResult]:
     """One AggResult per --every window of the capture's time (or one for all of it); note() gets a
-    line for a capture recorded with `record -a` (what it holds; what it cannot answer)."""
+    line for a capture recorded with `record -a` (what it holds; what it cannot answer). cgroup: only
+    the I/O of this cgroup and those under it (-c), by the paths the capture stores."""
     for e in exprs:
         for f in e.fields():
             if f in MISSING_IN_CAPTURES:
@@ -161,7 +184,7 @@ def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None =
         masked = action_mask_note(path, cap.meta.get("action_mask"))
         if masked and note is not None:  # agg pairs each I/O from its queue event on
             note(masked)
-        namer = CaptureNamer(cap.meta, {})
+        namer = CaptureNamer(cap.meta, {}, dict(cap.cgroups))
         resolve = _capture_resolver(namer)
         progs: list[list[Insn]] = [compile_cond(w, resolve) if (w := e.kernel_where) is not None else []
                                    for e in exprs]
@@ -174,6 +197,7 @@ def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None =
                     raise UsageError(f"disk '{d}' is not in the capture",
                                      f"it has {', '.join(namer.devs.values()) or 'no device table'}")
                 want_devs |= set(got)
+        want_cgs = capture_cgroups(cap.cgroups, cgroup) if cgroup is not None else None
         want_comm = any("comm" in e.fields() for e in exprs)
         from ioscope.engines.recording.recorder import flush_machines
         bios = Bios(flush_machines(cap.meta.get("devices") or {}))
@@ -202,6 +226,8 @@ def results_from_capture(path: str, exprs: Sequence[Expr], every: float | None =
                     continue
                 if pid is not None and rec.get("tgid") != pid:
                     continue
+                if want_cgs is not None and rec.get("cgroup") not in want_cgs:
+                    continue
                 records.append(rec)
                 q2c = rec.get("q2c")
                 if q2c is not None:
@@ -223,6 +249,7 @@ def _result(exprs: Sequence[Expr], progs: list[list[Insn]], records: list[dict[s
     sample = AggSample(wall=wall0 + end / 1e9, started=wall0 + start / 1e9, rows=rows, losses=losses, final=True)
     res = build_result(exprs, sample, limit)
     res.active_s = active_s
+    res.unit = units.PIECES   # bios.c cuts a split bio into its pieces, each a record
     return res
 
 

@@ -24,6 +24,12 @@ from ioscope.engines.aggregate.expr import Expr, ExprError, Literal, glob_match
 from ioscope.engines.aggregate.model import NamedRow, RawRow, cut_cycle
 from ioscope.kernel import abi as core_abi
 
+# the process and cgroup of a flush request of the block layer's own (no bio: made in no process's name, charged
+# to no cgroup; btt names pid 0 "kernel", lat says [kernel] too), where the row says it is one (keyed by op);
+# other records without them (I/O queued before the tool started) are [unknown]
+KERNEL = "[kernel]"
+UNKNOWN = "[unknown]"
+
 OP_CODES = {name: code for code, name in core_abi.OP_NAMES.items() if name != "all"}
 RWBS_BITS = {"A": events.TC_AHEAD, "S": events.TC_SYNC, "M": events.TC_META}
 
@@ -312,9 +318,10 @@ def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> lis
         e = exprs[r.expr]
         if e.globs:  # comm == "kworker*": the rows carry the process (key_mask), its name decides
             tgid = r.key[abi.FIELDS["tgid"]]
-            if not glob_match(e.globs, namer.comm(tgid) if tgid else "[unknown]"):
+            if not glob_match(e.globs, namer.comm(tgid) if tgid else UNKNOWN):
                 continue
         keys: dict[str, str | int] = {}
+        flush = "op" in e.keys and r.key[abi.FIELDS["op"]] == core_abi.OP_FLUSH
         for k in e.keys:
             v = r.key[abi.FIELDS[abi.KEY_FIELD[k]]]
             if k == "disk":
@@ -324,9 +331,9 @@ def name_rows(exprs: Sequence[Expr], raw: Sequence[RawRow], namer: Namer) -> lis
             elif k == "flags":
                 keys[k] = flags_name(v)
             elif k == "comm":
-                keys[k] = namer.comm(v) if v else "[unknown]"
+                keys[k] = namer.comm(v) if v else KERNEL if flush else UNKNOWN
             elif k == "cgroup":
-                keys[k] = namer.cgroup(v)
+                keys[k] = namer.cgroup(v) if v or not flush else cgroups.NO_CGROUP
             elif k == "kstack":
                 keys[k] = namer.kstack(v - 1) if v else "[no stack]"
             elif k == "ustack":

@@ -2,10 +2,11 @@
 bio out (C: capture/tracecore/bios.c). The rules are the kernel agg object's (bpf/agg.bpf.c over
 bpf/rqpath.bpf.h), so that a question asked live and of a capture of the same I/O gets the same answer:
 
-- a Q starts a bio (its thread, process, CPU; the seek from the end of the previous Q on the disk); a Q of
-  the same range while the bio is not yet issued is a split's remainder queued again and keeps the first
-  queue time; an X (split) cuts the bio in two at the new sector, both pieces keeping the Q's details
-  and queue time (each piece an I/O, as report's ioscope view counts them);
+- a Q starts a bio (its thread, process, CPU, the cgroup it names (EV_CGROUP); the seek from the end of
+  the previous Q on the disk); a Q of the same range while the bio is not yet issued is a split's
+  remainder queued again and keeps the first queue time; an X (split) cuts the bio in two at the new
+  sector, both pieces keeping the Q's details and queue time (each piece an I/O, as report's ioscope
+  view counts them);
 - a D issues every bio in flight inside its range, walked as a request's chain from its sector (only the
   first issue counts); the request's in-flight count is the disk's requests issued and not completed
   before it;
@@ -31,7 +32,8 @@ from ioscope.capture import _tracecore
 
 BIOREC = np.dtype([("c", "<u8"), ("q", "<u8"), ("d", "<u8"), ("sector", "<u8"), ("seek", "<i8"),
                    ("dev", "<u4"), ("bytes", "<u4"), ("c_bytes", "<u4"), ("pid", "<u4"), ("tgid", "<u4"),
-                   ("inflight", "<i4"), ("cpu", "<u2"), ("category", "<u2"), ("error", "<u2"), ("flags", "<u2")])
+                   ("inflight", "<i4"), ("cpu", "<u2"), ("category", "<u2"), ("error", "<u2"), ("flags", "<u2"),
+                   ("cgroup", "<u8")])
 assert BIOREC.itemsize == _tracecore.BIOREC_SIZE
 NO_TIME = np.uint64(2**64 - 1)
 BR_FIRST, BR_FLUSH, BR_UNPAIRED = 1, 2, 4

@@ -130,6 +130,19 @@ class Stat:
 
 
 @dataclass
+class CgroupIOs:
+    """The I/Os of one cgroup (the one its bio was charged to when queued): completed I/Os (each piece
+    of a split bio one, as Q2C counts them), their bytes, their Q2C and D2C; unfinished: queued but not
+    completed (in flight at the end, or replaced by a newer Q at their sector)."""
+
+    ios: int = 0
+    bytes: int = 0
+    unfinished: int = 0
+    q2c: Stat = field(default_factory=Stat)
+    d2c: Stat = field(default_factory=Stat)
+
+
+@dataclass
 class Seeks:
     """Seek distances (sectors) between consecutive Qs or Ds of a device, as btt measures them.
 
@@ -308,6 +321,9 @@ class BttResult:
     # sent to the device below it)
     remaps: dict[tuple[int, int], list[int]] = field(default_factory=dict)
     btt: BttView | None = None                    # btt's view of the same records (None: not kept)
+    # cgroup id (ios.NO_CGROUP: a Q that carries none) -> its I/Os; empty when not asked for
+    # (ios.CgroupSink) or the capture holds no cgroups
+    cgroups: dict[int, CgroupIOs] = field(default_factory=dict)
 
     def stat(self, phase: str, dev: int = -1) -> Stat:
         return self.stats.get((phase, dev), Stat())

@@ -3,7 +3,9 @@ raw events, as Arrow record batches, streamed chunk by chunk with bounded memory
 
 Btt's core emits one record per I/O (btt.IOREC) when it completes, is replaced by a newer Q at its start
 sector, or is still in flight at the end; the attributes of its Q event (pid, tgid, cpu, flags, command)
-are kept here from the Q until no I/O in flight needs them any more.
+are kept here from the Q until no I/O in flight needs them any more (QueuedAttrs), with the cgroup its bio
+was charged to (the Q's aux where it has EV_CGROUP: every piece of a split bio, and the request it went
+into, is that bio's cgroup).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ioscope.base.devices import kdev_split, kdev_str
+from ioscope.base.hist import bucket_indexes
 from ioscope.capture.events import (
     ACTION_LETTERS,
+    EV_CGROUP,
     EV_NOTE_PROCESS,
     TA_QUEUE,
     TC_DISCARD,
@@ -30,7 +34,7 @@ from ioscope.capture.events import (
 )
 from ioscope.capture.offline import Source
 from ioscope.engines.pairing import btt
-from ioscope.engines.pairing.btt import IO_DUP, IO_END, IO_SPLIT, IO_START, NO_TIME, Btt
+from ioscope.engines.pairing.btt import IO_DUP, IO_END, IO_SPLIT, IO_START, NO_TIME, Btt, CgroupIOs
 
 SCHEMA_VERSION = 1
 PHASE_COLS = ("q2g", "g2i", "i2d", "q2m", "m2d", "d2c", "q2c", "q2d")
@@ -48,7 +52,8 @@ IOS_SCHEMA = pa.schema(
     + [(f"{x}_time", TS) for x in EVENT_LETTERS]
     + [(p, pa.int64()) for p in PHASE_COLS]
     + [("merged", pa.bool_()), ("split", pa.bool_()), ("requeues", pa.int32()), ("error", pa.int32()),
-       ("in_flight_start", pa.bool_()), ("in_flight_end", pa.bool_()), ("replaced", pa.bool_())],
+       ("in_flight_start", pa.bool_()), ("in_flight_end", pa.bool_()), ("replaced", pa.bool_()),
+       ("cgroup_id", pa.int64()), ("cgroup", pa.string())],
     metadata={b"ioscope.table": b"ios", b"ioscope.schema_version": str(SCHEMA_VERSION).encode()})
 
 EVENTS_SCHEMA = pa.schema(
@@ -58,8 +63,11 @@ EVENTS_SCHEMA = pa.schema(
      ("aux", pa.int64()), ("aux_dev", pa.string())],
     metadata={b"ioscope.table": b"events", b"ioscope.schema_version": str(SCHEMA_VERSION).encode()})
 
+# cg: the cgroup id of the Q, NO_CGROUP where it carries none (older captures, blktrace imports)
 QATTR = np.dtype([("ord", "<u8"), ("pid", "<u4"), ("tgid", "<u4"), ("cpu", "<u2"), ("category", "<u2"),
-                  ("comm", "<i4")])
+                  ("comm", "<i4"), ("cg", "<i8")])
+NO_CGROUP = -1
+QCGROUP = np.dtype([("ord", "<u8"), ("cg", "<i8")])   # the fields of QATTR report's cgroups need
 
 
 def capture_id(src: Source) -> str:
@@ -110,6 +118,59 @@ class _Strings:
         return taken
 
 
+def queue_cgroups(ev: npt.NDArray[np.void], at: npt.NDArray[np.intp]) -> npt.NDArray[np.int64]:
+    """The cgroup id of the events ev[at] (their aux where they have EV_CGROUP), else NO_CGROUP."""
+    return np.where((ev["flags"][at] & EV_CGROUP) != 0, ev["aux"][at].astype(np.int64), np.int64(NO_CGROUP))
+
+
+class QueuedAttrs:
+    """The attributes (QATTR) of the Qs whose I/O may still be in flight, by the Q's ordinal: remember()
+    the Qs of each chunk the engine is fed, find() those of its per-I/O records, forget() the Qs no I/O
+    in flight needs any more (an IoSink's three steps; memory bounded by the I/Os in flight)."""
+
+    def __init__(self, dtype: np.dtype[np.void] = QATTR) -> None:
+        """dtype: QATTR, or the fields of it a sink needs ("ord" and "cg" for report's cgroups)."""
+        self.dtype = dtype
+        self.pending = np.zeros(0, dtype=dtype)
+
+    def remember(self, ev: npt.NDArray[np.void], base: int) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.void]]:
+        """The chunk's Qs with data (ev[k] has ordinal base + k): their indexes in ev and their rows, whose
+        fields the caller may fill further (comm) before add()."""
+        q = np.flatnonzero((ev["action"] == TA_QUEUE) & (ev["bytes"] > 0))
+        add = np.zeros(len(q), dtype=self.dtype)
+        if len(q):
+            add["ord"] = q.astype(np.uint64) + np.uint64(base)
+            names = self.dtype.names or ()
+            for f in ("pid", "tgid", "cpu", "category"):
+                if f in names:
+                    add[f] = ev[f][q]
+            add["cg"] = queue_cgroups(ev, q)
+        return q, add
+
+    def add(self, rows: npt.NDArray[np.void]) -> None:
+        if len(rows):
+            self.pending = np.concatenate([self.pending, rows])
+
+    def find(self, recs: npt.NDArray[np.void]) -> tuple[npt.NDArray[np.void], npt.NDArray[np.bool_]]:
+        """The attributes of each record's Q, and whether it was found (records without a Q: not)."""
+        n = len(recs)
+        has_q = recs["ord_q"] != NO_TIME
+        if not len(self.pending):
+            return np.zeros(n, dtype=self.dtype), np.zeros(n, dtype=bool)
+        at = np.minimum(np.searchsorted(self.pending["ord"], recs["ord_q"]), len(self.pending) - 1)
+        return self.pending[at], has_q & (self.pending["ord"][at] == recs["ord_q"])
+
+    def forget(self, recs: npt.NDArray[np.void], min_ord: int) -> None:
+        """Drop the Qs older than min_ord (the oldest Q in flight; -1: none is) and those of the whole
+        (not split) I/Os just emitted."""
+        keep = self.pending["ord"] >= np.uint64(min_ord) if min_ord >= 0 else np.zeros(len(self.pending), bool)
+        if len(recs):
+            done = recs["ord_q"][(recs["flags"] & IO_SPLIT) == 0]
+            keep &= ~np.isin(self.pending["ord"], done)
+        if not keep.all():
+            self.pending = self.pending[keep]
+
+
 class IosTable(btt.IoSink):
     """Collects the per-I/O rows of one capture as Arrow record batches (batches())."""
 
@@ -118,43 +179,29 @@ class IosTable(btt.IoSink):
         self.cap_id = cap_id
         self.wall = wall_offset(src)
         self.batch_rows = batch_rows
-        self.pending = np.zeros(0, dtype=QATTR)   # attributes of Qs whose I/O may still be in flight
+        self.queued = QueuedAttrs()   # attributes of Qs whose I/O may still be in flight
         self.comms = _Strings()
+        self.cgroups: dict[int, str] = src.cgroups
         self.out: list[pa.RecordBatch] = []
         self.rows = 0
 
     def io(self, recs: npt.NDArray[np.void], ev: npt.NDArray[np.void] | None, base: int, comms: dict[int, str],
            dev_of: list[int], min_ord: int) -> None:
         if ev is not None:
-            q = np.flatnonzero((ev["action"] == TA_QUEUE) & (ev["bytes"] > 0))
+            q, add = self.queued.remember(ev, base)
             if len(q):
-                add = np.zeros(len(q), dtype=QATTR)
-                add["ord"] = q.astype(np.uint64) + np.uint64(base)
-                for f in ("pid", "tgid", "cpu", "category"):
-                    add[f] = ev[f][q]
                 upid, inv = np.unique(ev["pid"][q], return_inverse=True)
                 ids = np.array([self.comms.id(comms[p]) if p in comms else -1 for p in upid.tolist()], dtype=np.int32)
                 add["comm"] = ids[inv.reshape(-1)]
-                self.pending = np.concatenate([self.pending, add])
+                self.queued.add(add)
         if len(recs):
             self._rows(recs, ev, base, dev_of)
         if ev is not None:   # forget the Qs no I/O in flight needs
-            keep = self.pending["ord"] >= np.uint64(min_ord) if min_ord >= 0 else np.zeros(len(self.pending), bool)
-            if len(recs):
-                done = recs["ord_q"][(recs["flags"] & IO_SPLIT) == 0]
-                keep &= ~np.isin(self.pending["ord"], done)
-            if not keep.all():
-                self.pending = self.pending[keep]
+            self.queued.forget(recs, min_ord)
 
     def _rows(self, r: npt.NDArray[np.void], ev: npt.NDArray[np.void] | None, base: int, dev_of: list[int]) -> None:
         n = len(r)
-        has_q = r["ord_q"] != NO_TIME
-        at = np.searchsorted(self.pending["ord"], r["ord_q"])
-        at = np.minimum(at, max(len(self.pending) - 1, 0))
-        found = has_q & (len(self.pending) > 0)
-        if len(self.pending):
-            found &= self.pending["ord"][at] == r["ord_q"]
-        attrs = self.pending[at] if len(self.pending) else np.zeros(n, dtype=QATTR)
+        attrs, found = self.queued.find(r)
         devs = np.array(dev_of, dtype=np.int64)[r["dev"]]
         err = np.zeros(n, dtype=np.int32)
         has_c = r["ord_c"] != NO_TIME
@@ -202,12 +249,67 @@ class IosTable(btt.IoSink):
         cols["in_flight_start"] = pa.array((r["flags"] & IO_START) != 0)
         cols["in_flight_end"] = pa.array((r["flags"] & IO_END) != 0)
         cols["replaced"] = pa.array((r["flags"] & IO_DUP) != 0)
+        cg = np.where(found, attrs["cg"], np.int64(NO_CGROUP))
+        has_cg = cg != NO_CGROUP
+        cols["cgroup_id"] = pa.array(cg, mask=~has_cg)
+        cols["cgroup"] = _cgroup_column(cg, self.cgroups)
         self.out.append(pa.RecordBatch.from_arrays([cols[f.name] for f in IOS_SCHEMA], schema=IOS_SCHEMA))
         self.rows += n
 
     def take(self) -> list[pa.RecordBatch]:
         out, self.out = self.out, []
         return out
+
+
+class CgroupSink(btt.IoSink):
+    """Report's per-cgroup view: each I/O's Q2C and D2C, as the ios table's columns have them, summed
+    per cgroup of its Q (totals: cgroup id, or NO_CGROUP, -> CgroupIOs)."""
+
+    def __init__(self) -> None:
+        self.queued = QueuedAttrs(QCGROUP)
+        self.totals: dict[int, CgroupIOs] = {}
+
+    def io(self, recs: npt.NDArray[np.void], ev: npt.NDArray[np.void] | None, base: int, comms: dict[int, str],
+           dev_of: list[int], min_ord: int) -> None:
+        if ev is not None:
+            self.queued.add(self.queued.remember(ev, base)[1])
+        if len(recs):
+            attrs, found = self.queued.find(recs)
+            r, cg = recs[found], attrs["cg"][found]
+            done = r["c"] != NO_TIME
+            issued = done & (r["d"] != NO_TIME)
+            q2c = np.where(r["c"] > r["t"], r["c"] - r["t"], np.uint64(1))
+            d2c = np.where(r["c"] > r["d"], r["c"] - r["d"], np.uint64(1))
+            bq, bd = bucket_indexes(q2c), bucket_indexes(d2c)   # once per chunk, not per cgroup
+            nbytes = ((r["e"] - r["s"]) * np.uint64(512)).astype(np.int64)
+            first = cg[0] if len(cg) else NO_CGROUP
+            for c in [int(first)] if bool((cg == first).all()) else np.unique(cg).tolist():
+                m = cg == c
+                acc = self.totals.get(c)
+                if acc is None:
+                    acc = self.totals[c] = CgroupIOs()
+                md, mi = m & done, m & issued
+                acc.ios += int(md.sum())
+                acc.bytes += int(nbytes[md].sum())
+                acc.unfinished += int((m & ~done).sum())
+                acc.q2c.add(q2c[md], bq[md])
+                acc.d2c.add(d2c[mi], bd[mi])
+        if ev is not None:
+            self.queued.forget(recs, min_ord)
+
+
+def cgroup_path(cg: int, cgroups: dict[int, str]) -> str:
+    """A cgroup id's path as the capture stored it; "cgroup:ID" for an id it has no path for."""
+    return cgroups.get(cg) or f"cgroup:{cg}"
+
+
+def _cgroup_column(cg: npt.NDArray[np.int64], cgroups: dict[int, str]) -> pa.Array:
+    """The paths of cgroup ids (null for NO_CGROUP)."""
+    if not (cg != NO_CGROUP).any():
+        return pa.nulls(len(cg), pa.string())
+    u, inv = np.unique(cg, return_inverse=True)
+    names = [None if c == NO_CGROUP else cgroup_path(c, cgroups) for c in u.tolist()]
+    return pa.array(names, pa.string()).take(pa.array(inv.reshape(-1).astype(np.int32)))
 
 
 def _masked(a: pa.Array, valid: npt.NDArray[np.bool_]) -> pa.Array:

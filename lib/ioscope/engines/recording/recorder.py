@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ioscope.base import devices, system
+from ioscope.base.cgroups import io_cgroup_root
 from ioscope.base.losses import RECURSION_MISSES, Losses
 from ioscope.capture.events import (
     EVENT,
@@ -440,6 +441,8 @@ def capture_meta(rec: Recorder, argv: Sequence[str] | None = None) -> dict[str, 
         "attach": rec.bpf.variant_summary(),
         "unavailable": list(rec.unavailable),
         "filters": {"disks": [d.name for d in o.disks], "pid": o.pid},
+        # the hierarchy whose cgroup ids the queue events carry (their paths: the capture's cgroup names)
+        "cgroup_hierarchy": (io_cgroup_root() or (None, None))[1],
         # cgroup throttle limits on the traced disks: their bios wait before the queue event (iolimits)
         "io_limits": iolimits.in_force(o.disks or devices.list_disks()),
         # blktrace -a: the action categories recorded (an event of another category is not in the capture)

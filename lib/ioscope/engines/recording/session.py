@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ioscope.base import live, outfile
+from ioscope.base.cgroups import CgroupNames
 from ioscope.base.errors import IoscopeError
 
 if TYPE_CHECKING:
@@ -151,7 +152,7 @@ def record(req: RecordRequest) -> int:
                   "capture adds I/O to the trace (write it to another disk or /dev/shm)", file=sys.stderr)
         live.warn_unavailable("record", rec.unavailable)
         meta = capture_meta(rec, req.argv)
-        writer = CaptureWriter(out, meta, force=req.force)
+        writer = CaptureWriter(out, meta, force=req.force, cgroup_names=CgroupNames().name)
         session = RecordSession(rec, writer, max_size=req.max_size)
         return _record(session, req, disks)
     finally:

@@ -87,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
                          "for example: ioscope agg -e 'count() by comm,disk' 1")
     exprs = parse_exprs(args.expr)  # a bad expression: one line, exit 2, nothing attached
     if args.read:
-        if args.interval is not None or args.cgroup or args.cumulative:
-            raise UsageError("with -r the capture is read once: no interval, count (-n), -c or --cumulative",
+        if args.interval is not None or args.cumulative:
+            raise UsageError("with -r the capture is read once: no interval, count (-n) or --cumulative",
                              "--every SECONDS gives one result per window of the capture's time")
         return run_capture(args, exprs)
     if args.every is not None:
@@ -164,7 +164,7 @@ def run_capture(args: argparse.Namespace, exprs: list) -> int:  # type: ignore[t
         sys.stderr.write(f"ioscope agg: note: {line}\n")
 
     for result in results_from_capture(args.read, exprs, every=args.every, disks=args.disk, pid=args.pid,
-                                       limit=args.rows, note=note):
+                                       cgroup=args.cgroup, limit=args.rows, note=note):
         _print(result, args.json)
     return 0
 

@@ -21,8 +21,10 @@ DIST_WIDTH = 40  # DTrace's: 40 '@' are the whole count
 
 
 def unit_of(r: AggResult) -> str | dict[str, str]:
-    """What one record counts: a request under the kernel's stamps, else a bio (at queue or completed;
-    over a capture, every bio paired from its queue event)."""
+    """What one record counts: a request under the kernel's stamps, a bio piece under the probes and over a
+    capture (the pairing cuts a split bio into its pieces, each a record), else a bio."""
+    if r.unit is not None:
+        return r.unit
     return io_unit(r.timing) if r.timing else units.BIOS
 
 

@@ -203,6 +203,8 @@ def rewrite_capture(src: str, dst: str, red: object) -> None:
             end["comms"] = {k: red.comm(v) for k, v in end["comms"].items()}
         w = CaptureWriter(dst, meta, force=True)
         try:
+            # cgroup paths name services, containers and hosts' units: redacted like the context's text
+            w.add_cgroups({k: red.text(v) for k, v in cap.cgroups.items()})
             for ev in cap.iter_chunks():
                 notes = np.nonzero((ev["action"] == 0) & ((ev["flags"] & EV_NOTE_PROCESS) != 0))[0]
                 if len(notes):

@@ -215,7 +215,9 @@ def run(args: argparse.Namespace) -> int:
     vopts = view.ViewOptions(disk_names=args.disk_names, process_pid=opts.process_pid,
                              cgroup_hierarchy=(io[1], str(io[0])) if io else None)
     btf = system.btf_path(args.btf)
-    lat = LatCollector(LatOptions(disks=opts.disks, per_disk=True, per_op=True, btf=btf, timing=args.timing))
+    # throttle: the bios blk-throttle holds, per disk and cgroup (its programs attach once a limit is in force)
+    lat = LatCollector(LatOptions(disks=opts.disks, per_disk=True, per_op=True, btf=btf, timing=args.timing,
+                                  throttle=True))
     try:
         collector = ExporterCollector(lat, opts)  # at once: the kernel's counts right after the attach
     except BaseException:

@@ -183,11 +183,15 @@ class ExporterCollector:
             lo = self.lat.losses(since_last=True)[0]
             unstamped = {self.lat.names.name(dev): n for dev, n in self.lat.stamps.unstamped().items()}
             self._read_agg()
+            thr = self.lat.throttle
+            held = [h for h in thr.read(self.lat.names.name, self.lat.cgroup_names.name) if self.wanted(h.disk)]
             return self.state.scrape(ScrapeSample(
                 now=self.clock(), diskstats=stats, mq=self._mq_of(stats), hists=hists,
                 losses=dict(lo.counters), loss_names=lo.loss_names,
                 timing={d: t for d, t in self.lat.timing.items() if self.wanted(d)},
-                unstamped={d: n for d, n in unstamped.items() if self.wanted(d)}))
+                unstamped={d: n for d, n in unstamped.items() if self.wanted(d)},
+                held=held, limits=[x for x in thr.limits if self.wanted(str(x.get("disk")))],
+                throttle_no_wait=thr.no_wait, throttle_no_held=thr.no_held))
 
     def close(self) -> None:
         with self.lock:  # not while a scrape (the server's worker thread) reads the maps

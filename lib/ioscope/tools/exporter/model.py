@@ -11,7 +11,10 @@ Everything exported is cumulative and every series is stable (docs/exporter.md, 
   the I/O of keys without a series is summed in one `other` series;
 - completions no program counted (CompletionCheck): per disk, the requests the kernel completed since
   the attach (/proc/diskstats, read before the maps) beyond those counted, as a counter that never
-  goes down.
+  goes down;
+- bios blk-throttle held (ThrottleSeries): per disk and cgroup, the held bios (exact) and the waits
+  measured where fentry loads, read with reset and added up; at most MAX_THROTTLE_SERIES series, the
+  rest in one `other`; a series idle for `idle_s` (no bio held, no limit in force) goes.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any, Generic, TypeVar
 from ioscope.base import hist
 from ioscope.base.devices import DiskStats, completed_requests
 from ioscope.base.losses import UNSEEN
+from ioscope.engines.context.throttle import HeldBios
 from ioscope.engines.latency.model import completion_shortfall
 
 DEFAULT_SERIES_IDLE_S = 600.0
@@ -278,6 +282,46 @@ class CompletionCheck:
         return sum(self.unseen(d) for d in self.base)
 
 
+MAX_THROTTLE_SERIES = 256   # (disk, cgroup) series of held bios; the rest is summed in THROTTLE_OTHER
+THROTTLE_OTHER = ("", "")      # the key of the other series: no disk, no cgroup
+
+
+@dataclass
+class HeldTotal:
+    """The bios blk-throttle held of one cgroup on one disk since the exporter started: all of them
+    (exact) and the waits measured (wait.count of them), and when the series last changed."""
+
+    held: int = 0
+    wait: hist.Hist = field(default_factory=hist.Hist)
+    changed: float = 0.0
+
+
+@dataclass
+class ThrottleSeries:
+    """Held bios per (disk, cgroup), cumulative (docs/exporter.md, 'Throttled I/O')."""
+
+    limit: int = MAX_THROTTLE_SERIES
+    series: dict[tuple[str, str], HeldTotal] = field(default_factory=dict)
+
+    def add(self, held: Iterable[HeldBios], now: float) -> None:
+        for h in held:
+            key = (h.disk, h.cgroup)
+            if key not in self.series and len(self.series) >= self.limit:
+                key = THROTTLE_OTHER
+            t = self.series.setdefault(key, HeldTotal(changed=now))
+            t.held += h.held
+            t.wait = t.wait.merge(h.wait)
+            t.changed = now
+
+    def expire(self, now: float, idle_s: float, limited: set[tuple[str, str]]) -> None:
+        """Series idle for idle_s whose cgroup has no limit on the disk any more go (a pod that ended)."""
+        for key in [k for k, t in self.series.items() if now - t.changed >= idle_s and k not in limited]:
+            del self.series[key]
+
+    def snapshot(self) -> dict[tuple[str, str], HeldTotal]:
+        return {k: HeldTotal(t.held, t.wait, t.changed) for k, t in sorted(self.series.items())}
+
+
 @dataclass
 class ScrapeSample:
     """What the collector read for one scrape, in this order: /proc/diskstats, then lat's maps."""
@@ -290,6 +334,12 @@ class ScrapeSample:
     loss_names: frozenset[str]                  # which of them are losses
     timing: dict[str, str]
     unstamped: dict[str, int] = field(default_factory=dict)  # per disk: requests not stamped, since the attach
+    # blk-throttle: the bios it held since the previous sample, the limits in force on the exported disks
+    # (iolimits.in_force), and why the waits (or the held bios) cannot be seen here ("" when they can)
+    held: list[HeldBios] = field(default_factory=list)
+    limits: list[dict[str, Any]] = field(default_factory=list)
+    throttle_no_wait: str = ""
+    throttle_no_held: str = ""
 
 
 @dataclass
@@ -351,6 +401,7 @@ class ExporterState:
     losses: dict[str, int] = field(default_factory=dict)   # reason -> count since the start (losses only)
     lat_counts: dict[str, int] = field(default_factory=dict)  # lat's every counter since the start
     hists: KernelHists = field(default_factory=KernelHists)
+    throttle: ThrottleSeries = field(default_factory=ThrottleSeries)
     _hist_changed: dict[HistKey, tuple[int, float]] = field(default_factory=dict)  # count, when it last changed
     _unstamped: dict[str, int] = field(default_factory=dict)  # per disk, the largest read (never goes down)
 
@@ -418,6 +469,8 @@ class ExporterState:
         if self.cgroups is not None:
             self.cgroups.expire(s.now)
             cgs = SeriesView(self.cgroups.snapshot(), self.cgroups.other.copy(), self.cgroups.replaced)
+        self.throttle.add(s.held, s.now)
+        self.throttle.expire(s.now, self.idle_s, {(str(x.get("disk")), str(x.get("cgroup"))) for x in s.limits})
         return Exposition(
             hists=hists,
             diskstats=dict(s.diskstats),
@@ -427,6 +480,10 @@ class ExporterState:
             # copies: the tick adds to the series while the view writes this one out
             processes=procs,
             cgroups=cgs,
+            held=self.throttle.snapshot(),
+            limits=list(s.limits),
+            throttle_no_wait=s.throttle_no_wait,
+            throttle_no_held=s.throttle_no_held,
         )
 
 
@@ -450,8 +507,35 @@ class Exposition:
     timing: dict[str, str]                     # disk -> stamps.STAMPS / PROBES
     processes: SeriesView | None = None        # None: not asked for
     cgroups: SeriesView | None = None
+    held: dict[tuple[str, str], HeldTotal] = field(default_factory=dict)   # (disk, cgroup) -> held since start
+    limits: list[dict[str, Any]] = field(default_factory=list)             # the limits in force (iolimits)
+    throttle_no_wait: str = ""
+    throttle_no_held: str = ""
 
 
-__all__ = ["DEFAULT_SERIES_IDLE_S", "DEFAULT_SERIES_WINDOW_S", "LE_NS", "NOT_STAMPED", "REPLACE_FACTOR", "UNTIMED",
-           "AggDeltas", "CompletionCheck", "Counter", "Delta", "ExporterState", "Exposition", "HistSeries",
-           "KernelHists", "ScrapeSample", "SeriesSet", "SeriesView", "SlidingBytes", "hist_series", "le_counts"]
+__all__ = [
+    "DEFAULT_SERIES_IDLE_S",
+    "DEFAULT_SERIES_WINDOW_S",
+    "LE_NS",
+    "MAX_THROTTLE_SERIES",
+    "NOT_STAMPED",
+    "REPLACE_FACTOR",
+    "THROTTLE_OTHER",
+    "UNTIMED",
+    "AggDeltas",
+    "CompletionCheck",
+    "Counter",
+    "Delta",
+    "ExporterState",
+    "Exposition",
+    "HeldTotal",
+    "HistSeries",
+    "KernelHists",
+    "ScrapeSample",
+    "SeriesSet",
+    "SeriesView",
+    "SlidingBytes",
+    "ThrottleSeries",
+    "hist_series",
+    "le_counts",
+]

@@ -4,9 +4,11 @@ address is parsed and bound by base/http.py, as for every tool that listens.
 One thread runs an asyncio event loop that owns every connection (h11 parses and writes HTTP/1.1); a
 connection costs a descriptor and a few KiB, never a thread, whatever the client does. The limits:
 
-- `max_connections` connections at once; one more closes the connection that has waited longest
-  without a request in progress (an idle or slow client loses its place to a new one; a scrape
-  being answered is never closed), so a flood of idle sockets cannot keep a scraper out;
+- `max_connections` connections at once; one more closes a connection without a request in
+  progress: first those that have not sent a byte since they connected, then idle keep-alive ones,
+  then those part-way through a request's head, each time the one waiting longest (a scrape being
+  answered is never closed). A flood of idle sockets cannot keep a scraper out, nor close the
+  keep-alive connection of a scraper that has already been answered between two of its scrapes;
 - a request's head must arrive within `read_timeout` of the connection (or of its first byte after
   an idle keep-alive), an idle keep-alive connection is closed after `idle_timeout`, a response must
   be taken within `write_timeout`; TLS handshakes get `read_timeout` too;
@@ -276,6 +278,7 @@ class Connection(asyncio.Protocol):
         self.deadline = 0.0         # closed by the sweep past it (0: none)
         self.deadline_why = "read_timeout"
         self.waiting_since = 0.0    # since when it waits without a request in progress
+        self.spoken = False         # it has sent a byte (a client, not one of a flood of idle sockets)
         self.task: asyncio.Task[None] | None = None
 
     # asyncio.Protocol
@@ -292,6 +295,7 @@ class Connection(asyncio.Protocol):
         self.task = self.server.loop.create_task(self.run())
 
     def data_received(self, data: bytes) -> None:
+        self.spoken = self.spoken or bool(data)
         if not self.busy and self.h11.their_state is h11.IDLE and not self.h11.trailing_data[0] and data:
             # the first byte of a request after an idle keep-alive: its head has read_timeout from now
             self.deadline = min(self.deadline, time.monotonic() + self.server.app.limits.read_timeout_s)
@@ -319,6 +323,14 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.writable.set()
+
+    @property
+    def evict_rank(self) -> int:
+        """Which connections a new one closes first (lowest): 0 silent since it connected, 1 idle after
+        a request answered, 2 a request's head on its way."""
+        if not self.spoken:
+            return 0
+        return 1 if self.h11.their_state is h11.IDLE and not self.h11.trailing_data[0] else 2
 
     # the connection's life
     def close(self, why: str) -> None:
@@ -510,13 +522,14 @@ class Server:
 
     # connections
     def admit(self, c: Connection) -> bool:
-        """Room for one more connection: the one waiting longest without a request in progress goes."""
+        """Room for one more connection: one without a request in progress goes, the silent before the
+        idle keep-alive before the half-sent, each the one waiting longest (Connection.evict_rank)."""
         if len(self.conns) >= self.app.limits.max_connections:
             idle = [x for x in self.conns if not x.busy]
             if not idle:
                 c.close("limit")
                 return False
-            min(idle, key=lambda x: x.waiting_since).close("evicted")
+            min(idle, key=lambda x: (x.evict_rank, x.waiting_since)).close("evicted")
         self.conns[c] = None
         self.stats.connections = len(self.conns)
         return True

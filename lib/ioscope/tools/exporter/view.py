@@ -100,6 +100,7 @@ def families(x: Exposition, o: ViewOptions = ViewOptions()) -> Iterator[Metric]:
         yield from _processes(x.processes, o.process_pid)
     if x.cgroups is not None:
         yield from _cgroups(x.cgroups, o.cgroup_hierarchy)
+    yield from _throttle(x)
     lost = CounterMetricFamily("ioscope_lost_events",
                                "I/O or events ioscope could not count, by reason and, where the kernel says "
                                "which, device (docs/exporter.md, 'Losses')", labels=["reason", "device"])
@@ -200,6 +201,46 @@ def _cgroups(v: SeriesView, hierarchy: tuple[str, str] | None) -> Iterator[Metri
         version, controller = ("1", "blkio") if hierarchy[0].startswith("v1") else ("2", "io")
         info.add_metric([version, controller, hierarchy[1]], 1)
         yield info
+
+
+LIMIT_LABELS = ["device", *CGROUP_LABELS, "limit"]
+
+
+def _throttle(x: Exposition) -> Iterator[Metric]:
+    """blk-throttle: the limits in force, the bios it held per disk and cgroup, and their waits where
+    measured (docs/exporter.md, 'Throttled I/O')."""
+    limits = GaugeMetricFamily(
+        "ioscope_io_limit", "cgroup I/O limits in force on the exported disks (v1 blkio.throttle.*, v2 io.max): "
+        "bytes or I/Os per second; a held bio waits before the queue event, in no latency here",
+        labels=LIMIT_LABELS)
+    for x_ in sorted(x.limits, key=lambda d: (str(d.get("disk")), str(d.get("cgroup")))):
+        for k, v in sorted((x_.get("limits") or {}).items()):
+            limits.add_metric([str(x_.get("disk")), *cgroup_labels(str(x_.get("cgroup"))), k], float(v))
+    yield limits
+
+    def labels(key: tuple[str, str]) -> list[str]:
+        disk, cg = key
+        return [disk, *cgroup_labels(cg)] if cg else ["", CGROUP_OTHER, "", "", ""]
+
+    held = CounterMetricFamily(
+        "ioscope_throttled_bios", "bios blk-throttle held back before their queue event, per disk and the cgroup "
+        "they are charged to (exact: counted in its dispatch work, tracepoints only)",
+        labels=["device", *CGROUP_LABELS])
+    wait = HistogramMetricFamily(
+        "ioscope_throttle_wait_seconds", "how long blk-throttle held a bio, from its hold to its queue event, where "
+        "measured (fentry on throtl_add_bio_tg); _count is the bios measured, ioscope_throttled_bios_total all held",
+        labels=["device", *CGROUP_LABELS])
+    for key, t in x.held.items():
+        held.add_metric(labels(key), t.held)
+        wait.add_metric(labels(key), list(zip(LE_LABELS, le_counts(t.wait.counts))), int(t.wait.total) / 1e9)
+    yield held
+    yield wait
+    measured = GaugeMetricFamily(
+        "ioscope_throttle_wait_measured", "1 where the waits of held bios are measured here, else 0 with the reason "
+        "(no fentry under lockdown: held bios are still counted)", labels=["reason"])
+    measured.add_metric([x.throttle_no_wait or x.throttle_no_held], 0 if (x.throttle_no_wait or x.throttle_no_held)
+                        else 1)
+    yield measured
 
 
 def _replaced(what: str, n: int) -> Metric:

@@ -28,6 +28,7 @@ from ioscope.capture.blktrace import Sequencer
 from ioscope.capture.blktrace import bit_dtype as blktrace_dtype
 from ioscope.capture.events import (
     ACTION_LETTERS,
+    EV_CGROUP,
     EV_MESSAGE,
     EV_NOTE_PROCESS,
     EVENT,
@@ -106,7 +107,8 @@ def parse_window(text: str) -> tuple[int, int]:
 
 
 class Formatter:
-    """blkparse's -f/-F format strings: %a %c %C %d %D %e %M %m %n %N %p %P %s %S %t %T %U %z, widths."""
+    """blkparse's -f/-F format strings: %a %c %C %d %D %e %g %M %m %n %N %p %P %s %S %t %T %U %z, widths (%g:
+    blkparse 1.3's cgroup id, LOW32,HIGH32 in hex, 0,0 for an event that carries none)."""
 
     def __init__(self, fmt: str, wall_base: int | None) -> None:
         self.fmt = fmt
@@ -182,6 +184,7 @@ class Formatter:
             val: Any
             # %C of a process with no name: blkparse hands printf a NULL string
             val = {"a": e["act"], "c": e["cpu"], "C": e["comm"] or "(null)", "d": e["rwbs"], "e": e["error"],
+                   "g": cgroup_text(e.get("cgroup")),
                    "M": e["major"], "m": e["minor"], "n": e["nblocks"], "N": e["bytes"], "p": e["pid"],
                    "s": e["seq"], "S": e["sector"], "T": e["sec"], "U": e["pdu_int"],
                    "z": self._clock(e["time"])}.get(f, f)
@@ -196,6 +199,13 @@ class Formatter:
         w = (self.wall_base or 0) + t
         sec, ns = divmod(w, 1_000_000_000)
         return time.strftime("%H:%M:%S", time.localtime(sec)) + f".{ns // 1000:06d}"
+
+
+def cgroup_text(cg: int | None) -> str:
+    """A cgroup id as the kernel's blk tracer (option blk_cgroup) and blkparse 1.3's %g print it: its low
+    and high 32 bits in hex, "LOW,HIGH" (id 1221: "4c5,0"); "0,0" for none, as blkparse's %g."""
+    cg = cg or 0
+    return f"{cg & 0xFFFFFFFF:x},{cg >> 32:x}"
 
 
 def dump_pdu(pdu: bytes) -> str:
@@ -228,7 +238,7 @@ class Parser:
                  window: tuple[int, int] | None = None, fmt_all: str | None = None,
                  fmt_per: dict[str, str] | None = None, wall_base: int | None = None,
                  wall_of: Callable[[int], int | None] | None = None, names: str = "blkparse",
-                 first_names: bool = False) -> None:
+                 first_names: bool = False, cgroups: bool = False) -> None:
         """wall_base: wall-clock ns at the first event; or wall_of(mono_ns), asked once the first
         block event is seen (a capture may begin with empty chunks or only process notes).
 
@@ -236,8 +246,14 @@ class Parser:
         it, from then on and for good, "(null)" before and without one; comms is not used), or "ioscope"
         (ioscope's: comms first, then each process note renames its pid from its time on, so that a pid
         that exec'd has its I/O under each name it had). first_names: blkparse's naming of a capture
-        recorded by ioscope, as blkparse names the pids reading its export (events.FirstNames)."""
+        recorded by ioscope, as blkparse names the pids reading its export (events.FirstNames).
+
+        cgroups: the default line of a Q that carries a cgroup (EV_CGROUP) has its id before the action, as
+        the kernel's blk tracer prints it with blk_cgroup (`7,2 4c5,0 Q WS ...`) and blkparse 1.3 its
+        messages (`... 0 4c5,0  m N ...`): `  7,0    1   3   0.000001  4242 36b5,0  Q  WS 0 + 8 [dd]`;
+        every other line as blkparse's."""
         self.out = out
+        self.cgroups = cgroups
         self.wall_of = wall_of
         self.comms = comms
         self.naming = names
@@ -472,20 +488,21 @@ class Parser:
         text = _tracecore.format_blkparse(
             c(ev), rel=c(rel.astype(np.int64)), seq=c(seq.astype(np.uint32)), devidx=c(devidx.astype(np.int32)),
             pidx=c(pinv.astype(np.int32)), names=names, mask=self.mask, cpustats=self.cpustats,
-            devstats=self.devstats, text=not self.formats)
+            devstats=self.devstats, text=not self.formats, cgroups=self.cgroups)
         if not self.formats:
             self.out.write(text.decode(errors="replace"))
             return
         lines = []
-        for t, s, dev, owner, cpu, pid, act, cat, sec, nb, err, aux, auxdev, ni in zip(
+        for t, s, dev, owner, cpu, pid, act, cat, sec, nb, err, aux, auxdev, ni, fl in zip(
                 rel.tolist(), seq.tolist(), ev["dev"].tolist(), own.tolist(), ev["cpu"].tolist(), ev["pid"].tolist(),
                 ev["action"].tolist(), ev["category"].tolist(), ev["sector"].tolist(), ev["bytes"].tolist(),
-                ev["error"].tolist(), ev["aux"].tolist(), ev["aux_dev"].tolist(), pinv.tolist()):
+                ev["error"].tolist(), ev["aux"].tolist(), ev["aux_dev"].tolist(), pinv.tolist(), ev["flags"].tolist()):
             if not cat & self.mask or act not in FS_ACTIONS or act == TA_DRV_DATA:
                 continue
             letters = ACTION_LETTERS[act]
             fm = self.formats.get(letters[0])
             fields = self._fields(t, s, dev, cpu, pid, act, cat, sec, nb, err, aux, auxdev, letters)
+            fields["cgroup"] = aux if fl & EV_CGROUP else None
             nm = names[ni]
             fields["comm"] = "(null)" if nm is None else nm.decode(errors="replace")
             if fm is not None:
@@ -495,8 +512,9 @@ class Parser:
 
     def _default(self, e: dict[str, Any], act: int, aux: int, auxdev: int) -> str:
         """One default line (for actions without a -F format when others have one)."""
+        cg = f"{cgroup_text(e['cgroup'])} " if self.cgroups and e["cgroup"] is not None else ""
         head = (f"{e['major']:3d},{e['minor']:<3d} {e['cpu']:2d} {e['seq']:8d} {e['sec']:5d}.{e['nsec']:09d} "
-                f"{e['pid']:5d} {e['act']:>2s} {e['rwbs']:>3s} ")
+                f"{e['pid']:5d} {cg}{e['act']:>2s} {e['rwbs']:>3s} ")
         sec, nsec, name = e["sector"], e["nblocks"], e["comm"]
         if act in (TA_REQUEUE, TA_COMPLETE):
             return f"{head}{sec} + {nsec} [{e['error']}]\n" if nsec else f"{head}{sec} [{e['error']}]\n"
@@ -590,7 +608,8 @@ class Parser:
                 "major": major, "minor": minor, "error": err, "nblocks": nb >> 9, "bytes": nb,
                 "pid": pid, "seq": s, "sector": sec, "sec": t // 1_000_000_000, "nsec": t % 1_000_000_000,
                 # %P dumps the payload of SCSI pass-through (PC) events only, as blkparse does
-                "time": t, "pdu": b"", "pdu_int": int.from_bytes(pdu[:8], "big") & 0xFFFFFFFF if pdu else 0}
+                "time": t, "pdu": b"", "pdu_int": int.from_bytes(pdu[:8], "big") & 0xFFFFFFFF if pdu else 0,
+                "cgroup": None}
 
     def summary(self) -> str:
         out: list[str] = []
@@ -697,7 +716,7 @@ def run(args: argparse.Namespace) -> int:
                 fs = whole.fs if whole is not None else None
             native = src.kind == "capture" and src.meta.get("source") != "blktrace"
             parser = Parser(out, dict(src.comms), mask, window, fmt_all, fmt_per, wall_of=wall_of, names=naming,
-                            first_names=native)
+                            first_names=native, cgroups=getattr(args, "cgroups", False))
             if fs is not None and not fs.dumps_only:
                 chunks = whole.chunks() if whole is not None else src.chunks()
                 comms = whole.comms if whole is not None else src.comms

@@ -14,6 +14,7 @@ examples:
   ioscope parse -w 1.5:3 trace.ioscope             # events between 1.5 s and 3 s
   ioscope parse -f '%T.%t %d %S %n\\n' trace.ioscope
   ioscope parse -F 'C,%p %C completed %n blocks at %S\\n' trace.ioscope
+  ioscope parse -G trace.ioscope                   # each Q with its cgroup's id: 7,0 ... 4242 36b5,0  Q  WS
 """
 
 
@@ -36,6 +37,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--names", choices=("blkparse", "ioscope"), default="blkparse",
                    help="process names: blkparse's (default: a pid's first process note, for good; (null) "
                         "without one) or ioscope's (each event under the name its pid had then)")
+    p.add_argument("-G", "--cgroups", action="store_true",
+                   help="print the id of the cgroup a Q's bio was charged to before its action, as the kernel's "
+                        "blk tracer does with blk_cgroup (LOW32,HIGH32 in hex: 4c5,0), on the Qs of a capture "
+                        "that carry one (-f/-F: %%g, as blkparse 1.3); the paths are in ioscope sql's cgroup column")
     p.set_defaults(func=run, tool="parse")
 
 

@@ -33,6 +33,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ioscope.base.cgroups import CgroupNames
+from ioscope.base.cgroups import label as cgroup_label
 from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.capture.events import EVENT, join_events, select_events
@@ -287,6 +289,11 @@ class Trigger:
     kind: str                # "condition", "signal", "command", "exit"
 
 
+# a trigger's I/Os are counted by these: the save line names the disks and ops, and who did the worst one
+# (its process and the cgroup it is charged to: a service's throttled bios are the service's)
+TRIGGER_KEYS = ("disk", "op", "comm", "cgroup")
+
+
 def parse_triggers(texts: Sequence[str]) -> list[Expr]:
     """Each --trigger condition as the aggregation that counts the I/Os matching it, by disk and op; with
     the largest time it names (max(q2c) for 'q2c > 500ms'), to say how slow they were."""
@@ -301,7 +308,7 @@ def parse_triggers(texts: Sequence[str]) -> list[Expr]:
             raise ExprError(f"--trigger '{t}': {exc.msg}", exc.col, exc.hint) from None
         fields = cond_fields(cond)
         value = next((f for f in TIME_FIELDS if f in fields), None)
-        out.append(Expr(t, "max" if value else "count", value, ("disk", "op"), cond))
+        out.append(Expr(t, "max" if value else "count", value, TRIGGER_KEYS, cond))
     return out
 
 
@@ -340,11 +347,13 @@ class KernelTriggers:
             where = ", ".join(sorted({f"{r.keys.get('disk')} {r.keys.get('op')}s" for r in rows}))
             if e.value:
                 worst = max(rows, key=lambda r: r.stat.max)
-                what = f"{e.value} up to {fmt_ns(worst.stat.max)}"
+                what = f", {e.value} up to {fmt_ns(worst.stat.max)}"
             else:
+                worst = max(rows, key=lambda r: r.stat.count)
                 what = ""
+            who = f"{worst.keys.get('comm')} in {cgroup_label(str(worst.keys.get('cgroup')))}"
             ios = f"{n} I/O{'s' if n != 1 else ''}"
-            out.append(f"'{e.text}': {ios} ({where})" + (f", {what}" if what else ""))
+            out.append(f"'{e.text}': {ios} ({where}){what}, by {who}")
         return out
 
     def close(self) -> None:
@@ -462,6 +471,8 @@ class FlightSession:
         self.window_ns = int(spec.window_s * 1e9) if spec.window_s else None
         keep = self.window_ns + self.after_ns if self.window_ns is not None else None
         self.ring = EventRing(keep, spec.memory, rec.capture_lost())
+        # the paths of the cgroups the saved queue events name, read when a window is saved
+        self.cgroup_names = CgroupNames()
         self.kernel_triggers = triggers
         self.max_saves = max_saves
         self.context = context
@@ -640,7 +651,7 @@ class FlightSession:
                "detached_mono_ns": job.end_ns, "completions_check": {}}
 
         def write(path: str, force: bool) -> None:
-            w = CaptureWriter(path, header, force=force)
+            w = CaptureWriter(path, header, force=force, cgroup_names=self.cgroup_names.name)
             try:
                 w.add_comms(job.comms)
                 w.set_lost(job.lost)

@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
+from ioscope.base import cgroups as cgnames
 from ioscope.base import devices, heat
 from ioscope.engines.pairing import btt
 from ioscope.engines.pairing.btt import Avg, BttDev, BttResult, BttView, Stat, is_remapper, live_summary
+from ioscope.engines.pairing.ios import NO_CGROUP, cgroup_path
 
 OVERHEAD_PHASES = ("q2g", "g2i", "q2m", "i2d", "d2c")
 Q2D_HEADS = ("<.005", "<.010", "<.025", "<.050", "<.075", "<.100", "<.250", "<.500", "< 1.0", ">=1.0")
@@ -138,6 +140,20 @@ class StackRow:
 
 
 @dataclass
+class CgroupRow:
+    """One cgroup's I/Os (BttResult.cgroups): path None for the I/Os whose Q carries no cgroup."""
+
+    id: int | None
+    path: str | None
+    label: str                       # base.cgroups.label: the path, and the container or pod it is
+    ios: int                         # completed (each piece of a split bio one, as Q2C counts them)
+    bytes: int
+    unfinished: int                  # queued, not completed (in flight at the end, or replaced)
+    q2c: Stat
+    d2c: Stat
+
+
+@dataclass
 class AvgTable:
     """One of btt's MIN AVG MAX N tables: its header label and (row label, Avg) rows with N > 0."""
 
@@ -163,6 +179,8 @@ class ReportModel:
     heat: HeatMap
     procs: list[str] = field(default_factory=list)
     stacks: list[StackRow] = field(default_factory=list)
+    cgroups: list[CgroupRow] = field(default_factory=list)   # empty: the capture holds no cgroups
+    cgroup_hierarchy: str | None = None                       # "v1 blkio", "v2"
 
 
 def btt_n_qs(d: BttDev) -> int:
@@ -430,13 +448,27 @@ def _stacks(r: BttResult, meta: dict[str, Any]) -> list[StackRow]:
     return out
 
 
-def build(r: BttResult, meta: dict[str, Any] | None = None) -> ReportModel:
+def _cgroups(r: BttResult, paths: dict[int, str]) -> list[CgroupRow]:
+    """The cgroups' rows by path (the I/Os of Qs without one last); none when no Q carries a cgroup."""
+    if not any(cg != NO_CGROUP for cg in r.cgroups):
+        return []
+    rows = []
+    for cg, acc in r.cgroups.items():
+        path = None if cg == NO_CGROUP else cgroup_path(cg, paths)
+        label = "(no cgroup)" if path is None else cgnames.label(path)
+        rows.append(CgroupRow(None if path is None else cg, path, label, acc.ios, acc.bytes, acc.unfinished,
+                              acc.q2c, acc.d2c))
+    return sorted(rows, key=lambda x: (x.path is None, x.path or ""))
+
+
+def build(r: BttResult, meta: dict[str, Any] | None = None, cgroups: dict[int, str] | None = None) -> ReportModel:
     v = r.btt if r.btt is not None else BttView([], [], {k: Avg() for k in btt.BTT_AVGS}, (0, 0, 0), r.time_zero)
     seeks = {"q2q": _seeks(v, "q2q_seek"), "d2d": _seeks(v, "d2d_seek")}
     plug, unplug = _plugs(v)
     everything, procs, devs = _avg_tables(v)
     return ReportModel(r, everything, procs, devs, _overhead(v), _merge(v), seeks, plug, unplug, _active(v), _live(v),
-                       _q2d(v), _iostat(r), _heat(r), sorted({p for (_ph, p) in r.proc_stats}), _stacks(r, meta or {}))
+                       _q2d(v), _iostat(r), _heat(r), sorted({p for (_ph, p) in r.proc_stats}), _stacks(r, meta or {}),
+                       _cgroups(r, cgroups or {}), (meta or {}).get("cgroup_hierarchy"))
 
 
 def stacks_json(m: ReportModel) -> list[dict[str, Any]]:
@@ -447,6 +479,16 @@ def stacks_json(m: ReportModel) -> list[dict[str, Any]]:
              "members": [{"name": x.name, "ios": x.ios, "bytes": x.bytes, "share_ios": x.share_ios,
                           "share_bytes": x.share_bytes, "q2c": lat(x.q2c), "d2c": lat(x.d2c)} for x in s.members]}
             for s in m.stacks]
+
+
+def cgroups_json(m: ReportModel, pcts: tuple[float, ...]) -> list[dict[str, Any]] | None:
+    """The per-cgroup table as JSON (None: the capture holds no cgroups); path null for the I/Os whose Q
+    carries none."""
+    if not m.cgroups:
+        return None
+    return [{"id": c.id, "path": c.path, "label": c.label, "ios": c.ios, "bytes": c.bytes, "unfinished": c.unfinished,
+             "q2c": c.q2c.to_json(pcts) if c.q2c.n else None, "d2c": c.d2c.to_json(pcts) if c.d2c.n else None}
+            for c in m.cgroups]
 
 
 def summary_json(m: ReportModel) -> dict[str, Any]:
@@ -487,4 +529,5 @@ def heat_json(h: HeatMap) -> dict[str, Any] | None:
             "counts": h.grid.counts.astype(np.int64).tolist()}
 
 
-__all__ = ["Q2D_HEADS", "ReportModel", "build", "heat_json", "merge_info", "plug_pct", "summary_json"]
+__all__ = ["Q2D_HEADS", "CgroupRow", "ReportModel", "build", "cgroups_json", "heat_json", "merge_info", "plug_pct",
+           "summary_json"]

@@ -19,7 +19,7 @@ from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.base.fmt import fmt_ns
 from ioscope.capture.events import EV_MESSAGE, EV_NOTE_PROCESS, action_mask_note, join_events
 from ioscope.engines.context import iolimits
-from ioscope.engines.pairing import btt
+from ioscope.engines.pairing import btt, ios
 from ioscope.engines.pairing.btt import Avg, BttResult, DevState, Stat, live_summary
 from ioscope.tools.report import model as report_model
 from ioscope.tools.report.model import (
@@ -29,6 +29,7 @@ from ioscope.tools.report.model import (
     AvgTable,
     ReportModel,
     avg_reqs_at_q,
+    cgroups_json,
     dev_label,
     heat_json,
     merge_info,
@@ -199,6 +200,30 @@ def render_percentiles(r: BttResult, name: Callable[[int], str]) -> list[str]:
             s = r.proc_stats.get((ph, p))
             if s is not None:
                 row(p, ph, s)
+    out.append("")
+    return out
+
+
+def render_cgroups(m: ReportModel) -> list[str]:
+    """Per cgroup (ioscope): each cgroup's completed I/Os, bytes, Q2C and D2C percentiles; only for a capture
+    whose queue events carry cgroups."""
+    if not m.cgroups:
+        return []
+    out = ["==================== Per cgroup (ioscope) ====================", "",
+           f"the cgroup ({m.cgroup_hierarchy or 'io controller'}) each bio was charged to when queued; "
+           "I/Os: completed bio pieces (as Q2C counts them), seconds", ""]
+    head = (f"{'I/Os':>10s} {'BYTES':>14s} {'Q2C p50':>12s} {'Q2C p99':>12s} {'Q2C MAX':>12s} {'D2C p99':>12s} "
+            f"{'UNFINISHED':>10s}  CGROUP")
+    out += [head, "-" * len(head)]
+
+    def pct(st: Stat, p: float | None) -> str:
+        if not st.n:
+            return f"{'-':>12s}"
+        return f"{(st.max if p is None else st.hist().percentile(p)) / 1e9:12.9f}"
+
+    for c in m.cgroups:
+        out.append(f"{c.ios:10d} {c.bytes:14d} {pct(c.q2c, 50)} {pct(c.q2c, 99)} {pct(c.q2c, None)} "
+                   f"{pct(c.d2c, 99)} {c.unfinished:10d}  {c.label}")
     out.append("")
     return out
 
@@ -436,6 +461,7 @@ def to_json(m: ReportModel, src_meta: dict[str, Any], name: Callable[[int], str]
             "processes": {p: {"phases": btt_phases_json(a)} for p, a in r.btt.processes}},
         "heat_map": heat_json(m.heat),
         "stacks": stacks_json(m),
+        "cgroups": cgroups_json(m, PCTS),
         "capture": {k: src_meta.get(k) for k in ("host", "kernel", "truncated", "lost", "action_mask")
                     if k in src_meta},
     }
@@ -570,7 +596,10 @@ def analyse_source(path: str, interval_ns: int = 1_000_000_000, csv_paths: dict[
     src = open_source(path)
     with src:
         records, how = btt_input(src, path, warn)
-        engine = btt.Btt(src.comms, iostat_interval_ns=interval_ns, **how)
+        # the capture's cgroups (record's EV_CGROUP): the per-I/O records, for the per-cgroup table
+        by_cgroup = ios.CgroupSink() if src.kind == "capture" and (src.cgroups or src.meta.get(
+            "cgroup_hierarchy")) else None
+        engine = btt.Btt(src.comms, iostat_interval_ns=interval_ns, on_io=by_cgroup, **how)
         dumps = None
         if csv_paths:   # times from the trace's time zero, like btt's files
             dumps = CsvDumps(csv_paths, lambda d: dev_key(d), engine.proc_names, lambda: engine.time_zero or 0)
@@ -584,6 +613,8 @@ def analyse_source(path: str, interval_ns: int = 1_000_000_000, csv_paths: dict[
             if dumps is not None:
                 dumps.close()
         res = engine.result()
+        if by_cgroup is not None:
+            res.cgroups = by_cgroup.totals
         return res, src
 
 
@@ -616,7 +647,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"ioscope report: note: {limited}\n")
     empty = (f"{args.capture} holds no block events: nothing was queued on the traced disks while it was "
              "recorded" + (" (up to the point where it was cut short)" if src.truncation else ""))
-    model = report_model.build(r, src.meta)
+    model = report_model.build(r, src.meta, src.cgroups)
     if args.json:
         doc = {**to_json(model, src.meta, name), **units.to_json(UNIT)}
         if src.truncation:
@@ -638,6 +669,7 @@ def run(args: argparse.Namespace) -> int:
     lines = render_btt(model, all_data=not args.btt)
     if not args.btt:
         lines += render_percentiles(r, name)
+        lines += render_cgroups(model)
         lines += render_unclean(r, name)
         lines += render_btt_differences(r, name)
         lines += render_heatmap(model)

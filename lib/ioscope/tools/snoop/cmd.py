@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ioscope.base import live
 from ioscope.tools import common
@@ -21,6 +21,8 @@ examples:
   ioscope snoop -d sda -d sdb   # two disks
   ioscope snoop -p 1234         # I/O queued by process 1234
   ioscope snoop -j | jq .       # JSON lines
+  ioscope snoop -G              # with the cgroup each I/O is charged to (containers, services named)
+  ioscope snoop -c /system.slice/mysql.service   # only that service's I/O (and its children's)
 """
 
 
@@ -31,6 +33,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "time (issued to completed).",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_disk_pid(p)
+    common.add_cgroup(p)
+    p.add_argument("-G", "--cgroups", action="store_true",
+                   help="a CGROUP column: the cgroup each I/O is charged to (a kworker's writeback or a throttled "
+                        "bio: its service's), containers and pods named")
     p.add_argument("-j", "--json", action="store_true", help="one JSON object per I/O")
     p.add_argument("-w", "--duration", type=common.positive_float, metavar="SECONDS",
                    help="stop after SECONDS")
@@ -39,37 +45,71 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def run(args: argparse.Namespace) -> int:
     from ioscope.base import devices, system
+    from ioscope.base.cgroups import cgroup_filter
     from ioscope.engines.recording.recorder import RecorderOptions
     from ioscope.tools.snoop.snooper import SNOOP_HOOKS, Snooper
 
     system.require_bpf_privileges("snoop")
     btf = system.btf_path(getattr(args, "btf", None))
     disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
-    snooper = Snooper(RecorderOptions(disks=disks, pid=args.pid, btf=btf, hooks=SNOOP_HOOKS, buffer_bytes=8 << 20))
+    top = cgroup_filter(args.cgroup).path if args.cgroup else None   # an unknown cgroup: one line, exit 2
+    snooper = Snooper(RecorderOptions(disks=disks, pid=args.pid, btf=btf, hooks=SNOOP_HOOKS, buffer_bytes=8 << 20),
+                      cgroup_filter=top)
     try:
         return _loop(snooper, args)
     finally:
         snooper.close()
 
 
+class LimitNotes:
+    """A note on stderr when a cgroup I/O limit comes into force on a traced disk (read every CHECK_EVERY_S):
+    the bios blk-throttle holds wait before their queue event, in no line's QUE(ms)."""
+
+    def __init__(self, disks: list[Any]) -> None:
+        self.disks = disks
+        self.seen: set[str] = set()
+        self.next = 0.0
+
+    def check(self) -> None:
+        from ioscope.base import devices
+        from ioscope.engines.context import iolimits
+        from ioscope.engines.context.throttle import CHECK_EVERY_S
+        now = time.monotonic()
+        if now < self.next:
+            return
+        self.next = now + CHECK_EVERY_S
+        got = iolimits.in_force(self.disks or devices.list_disks())
+        new = [x for x in got if repr(sorted(x.items())) not in self.seen] if isinstance(got, list) else []
+        if new:
+            self.seen |= {repr(sorted(x.items())) for x in new}
+            print(f"ioscope snoop: note: {iolimits.describe(new)}; their wait is in no line's QUE(ms)",
+                  file=sys.stderr, flush=True)
+
+
 def _loop(sn: Snooper, args: argparse.Namespace) -> int:
     from ioscope.base import units
     from ioscope.engines.recording.recorder import POLL_MS, completions_warnings
-    from ioscope.tools.snoop.view import HEADER, UNIT, emit
+    from ioscope.tools.snoop.view import CGROUP_HEADER, HEADER, UNIT, emit
 
     live.warn_unavailable("snoop", sn.rec.unavailable)
     where = ", ".join(d.name for d in sn.rec.opts.disks) or "all disks"
+    if sn.cgroup_filter is not None:
+        where += f", cgroup {sn.cgroup_filter} and below"
     print(f"Tracing block I/O on {where} ({sn.rec.bpf.variant_summary()}); {units.says(UNIT)}; Ctrl-C to end.",
           file=sys.stderr, flush=True)
     if not args.json:
-        print(HEADER, flush=True)
+        print(CGROUP_HEADER if args.cgroups else HEADER, flush=True)
     deadline = time.monotonic() + args.duration if args.duration else None
+    limits = LimitNotes(sn.rec.opts.disks)
     try:
         while deadline is None or time.monotonic() < deadline:
-            emit(sn.poll(POLL_MS), args.json)
+            limits.check()
+            time.sleep(POLL_MS / 1000)   # Ctrl-C lands here, before the rings are read
+            with live.signals_deferred():   # ... or after what was read is printed: never in between
+                emit(sn.poll(0), args.json, args.cgroups)
     except KeyboardInterrupt:
         pass
-    emit(sn.finish(), args.json)
+    emit(sn.finish(), args.json, args.cgroups)
     losses = sn.rec.losses()
     if losses.lost:
         print(f"ioscope snoop: lost {losses.lost} events ({losses.describe()})", file=sys.stderr)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ioscope.base import devices
+from ioscope.base.cgroups import CgroupNames
 from ioscope.capture.events import EV_NOTE_PROCESS, EVENT, join_events, note_comm, rwbs, select_events
 from ioscope.capture.store import clock_pair
 from ioscope.engines.pairing.bios import BR_FIRST, NO_TIME, Bios
@@ -74,6 +75,7 @@ class SnoopLine:
     queue_ns: int | None
     service_ns: int | None
     error: int  # -errno, 0 = success
+    cgroup: str = ""  # the cgroup the bio is charged to, as a path of the io controller's hierarchy ("": none)
 
 
 def _signed16(v: int) -> int:
@@ -84,7 +86,7 @@ def _signed16(v: int) -> int:
 class Snooper:
     """Recorder + LiveFeed: yields SnoopLines until stopped."""
 
-    def __init__(self, opts: RecorderOptions) -> None:
+    def __init__(self, opts: RecorderOptions, cgroup_filter: str | None = None) -> None:
         self.rec = Recorder(opts)
         self.feed = LiveFeed()
         self.completed: dict[int, int] = {}  # kernel dev_t -> C events seen (the completions check)
@@ -93,6 +95,15 @@ class Snooper:
         self.comms: dict[int, list[tuple[int, str]]] = {}   # pid -> its last names, from when (exec, prctl)
         self.clock = clock_pair()
         self.start_ns = self.clock["mono_ns"]
+        self.cgroups = CgroupNames()
+        self.cgroup_filter = cgroup_filter   # -c: only the I/O of this cgroup and those under it
+
+    def cgroup_path(self, cg: int) -> str:
+        return self.cgroups.name(cg) if cg else ""
+
+    def wanted(self, path: str) -> bool:
+        top = self.cgroup_filter
+        return top is None or top == "/" or path == top or path.startswith(top + "/")
 
     def lines(self, rows: np.ndarray) -> Iterator[SnoopLine]:
         none = int(NO_TIME)
@@ -102,13 +113,16 @@ class Snooper:
             nbytes = int(r["c_bytes"]) or int(r["bytes"])   # a flush sequence's end: 0 bytes, the write's
             pid = int(r["pid"])
             dev = int(r["dev"])
+            cg = self.cgroup_path(int(r["cgroup"]))
+            if not self.wanted(cg):
+                continue
             ma, mi = devices.kdev_split(dev)
             yield SnoopLine(
                 t=(ts - self.start_ns) / 1e9, wall_ns=self.clock["wall_ns"] + ts - self.clock["mono_ns"],
                 comm=self.comm_at(pid, q or ts), pid=int(r["tgid"]), disk=self.names.name(dev), dev=f"{ma},{mi}",
                 op=rwbs(int(r["category"]), nbytes), sector=int(r["sector"]), bytes=nbytes,
                 queue_ns=d - q if q and d else None, service_ns=ts - d if d else None,
-                error=_signed16(int(r["error"])))
+                error=_signed16(int(r["error"])), cgroup=cg)
 
     def note_comms(self, notes: np.ndarray) -> None:
         """Keep each pid's names with their times: an I/O is named as its process was when it was queued
@@ -127,8 +141,14 @@ class Snooper:
         return names[max(i - 1, 0)][1]
 
     def poll(self, timeout_ms: int) -> list[SnoopLine]:
+        """The lines of the I/Os completed by now. The rings are read after the wait, not during it: a
+        signal that stops the tool lands in the wait (nothing taken yet) or, when the caller holds signals
+        around poll() and its output (the cmd does), after the lines are out, so none is lost between the
+        rings and the screen."""
+        if timeout_ms > 0:
+            time.sleep(timeout_ms / 1000)
         horizon = time.monotonic_ns() - HORIZON_MARGIN_NS  # before the rings are read
-        ev = self.rec.poll(timeout_ms)
+        ev = self.rec.poll(0)
         return self._take(ev, horizon)
 
     def _take(self, ev: np.ndarray, horizon_ns: int | None) -> list[SnoopLine]:
