@@ -8,11 +8,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import json_lines
+from conftest import json_lines, run_ioscope
 from ioscope.base.fairness import balance, jain_index, select_active
 from ioscope.tools.fair.view import balance_json
 from test_readsize import Traced
@@ -116,11 +117,12 @@ def _reader(path: str, cgroup: str | None = None) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", READER, path])
 
 
-def _run_pair(fs: Any, files: list[str], cgroup: str | None, seconds: float) -> tuple[dict[str, Any], list[int]]:
+def _run_pair(fs: Any, files: list[str], cgroup: str | None, seconds: float,
+              tool: tuple[str, ...] = ("fair",)) -> tuple[dict[str, Any], list[int]]:
     from ioscope.base.testbed import drop_caches
 
     drop_caches()
-    t = Traced("fair", "-d", fs.name, "-j")
+    t = Traced(*tool, "-d", fs.name, "-j")
     try:
         a = _reader(files[0])
         b = _reader(files[1], cgroup)
@@ -149,6 +151,92 @@ def test_two_identical_readers_are_fair(fs2: Any) -> None:
     bal = group["balance"]["read"]
     assert set(bal["pids"]) == set(pids)
     assert bal["jain"] > 0.99 and not bal["poor"]
+
+
+LINGER = READER + "print('done', flush=True)\nsys.stdin.read()\n"   # reads, then lives until its stdin closes
+
+
+def _pair_in_cgroup(fs: Any, files: list[str], cg_dir: Path, *tool: str) -> tuple[dict[str, Any], list[int]]:
+    """Two readers of a file each, the second in cg_dir, alive until the tool has stopped (a process's
+    cgroup is read from /proc at the end of its interval)."""
+    from ioscope.base.testbed import drop_caches
+
+    drop_caches()
+    t = Traced(*tool, "-d", fs.name, "-j")
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        procs = [subprocess.Popen(["sh", "-c", (f"echo $$ > {cg}/cgroup.procs && " if cg else "")
+                                   + 'exec "$0" -c "$1" "$2"', sys.executable, LINGER, f],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                 for f, cg in zip(files, (None, cg_dir), strict=True)]
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline() == "done\n"
+    finally:
+        out, err = t.stop()
+        for p in procs:
+            p.communicate(timeout=30)
+    docs = json_lines(out)
+    assert len(docs) == 1, err
+    return docs[0], [p.pid for p in procs]
+
+
+def test_cgroup_filter_and_column(fs2: Any, io_cgroup: tuple[Path, str]) -> None:
+    """Two readers of 40 MiB, one in a cgroup of its own. fair and readsize with -G -c CGROUP: only that
+    reader, its bytes exact, its cgroup named; with -G alone both, each with its own cgroup (the other
+    reader's is the test's, as /proc gives it). A reader that exited before the interval ended has no
+    cgroup left to read: [exited]."""
+    from ioscope.base.cgroups import GONE, io_cgroup_root, process_cgroup
+    cg_dir, cg = io_cgroup
+    io = io_cgroup_root()
+    assert io is not None
+    mine = process_cgroup(os.getpid(), io[1])
+    files = [fs2.make_file(f"f{i}", 40 * MB) for i in range(2)]
+    doc, (out_pid, in_pid) = _pair_in_cgroup(fs2, files, cg_dir, "fair", "-G", "-c", cg)
+    assert [(p["pid"], p["cgroup"], p["read_bytes"]) for p in doc["procs"]] == [(in_pid, cg, 40 * MB)]
+    (group,) = doc["groups"]
+    assert [p["pid"] for p in group["procs"]] == [in_pid] and group["procs"][0]["cgroup"] == cg
+    doc, (out_pid, in_pid) = _pair_in_cgroup(fs2, files, cg_dir, "fair", "-G")
+    got = {p["pid"]: (p["cgroup"], p["read_bytes"]) for p in doc["procs"]}
+    assert got[in_pid] == (cg, 40 * MB) and got[out_pid] == (mine, 40 * MB)
+    doc, (out_pid, in_pid) = _pair_in_cgroup(fs2, files, cg_dir, "readsize", "-G", "-c", cg)
+    assert [(p["pid"], p["cgroup"], p["app"]["bytes"]) for p in doc["procs"]] == [(in_pid, cg, 40 * MB)]
+    doc, (a, b) = _run_pair(fs2, files, str(cg_dir), 1.0, ("fair", "-G"))   # readers that exit at once
+    got = {p["pid"]: (p["cgroup"], p["read_bytes"]) for p in doc["procs"]}
+    assert got[a] == got[b] == (GONE, 40 * MB)
+
+
+def test_a_zombie_has_no_cgroup(io_cgroup: tuple[Path, str]) -> None:
+    """A process that has exited and is not yet reaped: /proc/PID/cgroup says '/' (it left its cgroups),
+    so process_cgroup says nothing rather than the root; alive, its own cgroup."""
+    from ioscope.base.cgroups import io_cgroup_root, process_cgroup
+    io = io_cgroup_root()
+    assert io is not None
+    cg_dir, cg = io_cgroup
+    p = subprocess.Popen(["sh", "-c", f"echo $$ > {cg_dir}/cgroup.procs && read x"], stdin=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 10
+        while process_cgroup(p.pid, io[1]) != cg and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert process_cgroup(p.pid, io[1]) == cg
+        assert p.stdin is not None
+        p.stdin.close()
+        while Path(f"/proc/{p.pid}/stat").read_text().split(") ")[1][0] != "Z":
+            time.sleep(0.01)
+        lines = Path(f"/proc/{p.pid}/cgroup").read_text().splitlines()
+        io_line = next(ln for ln in lines if ("blkio" in ln.split(":")[1].split(",") if io[1] == "v1 blkio"
+                                              else ln.startswith("0::")))
+        assert io_line.endswith(":/") and process_cgroup(p.pid, io[1]) is None, io_line
+    finally:
+        p.wait()
+
+
+def test_cgroup_filter_errors() -> None:
+    """-c was --comm's letter in fair and readsize: a command name given to it says so, in one line."""
+    for tool in ("fair", "readsize"):
+        p = run_ioscope(tool, "-c", "python3", "1", "1")
+        assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr
+        (line,) = p.stderr.strip().splitlines()
+        assert "cgroup 'python3' does not exist" in line and "use --comm" in line, line
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ioscope.base import devices
+from ioscope.base.cgroups import ProcessCgroups
 from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError
 from ioscope.base.fmt import comm_str
@@ -56,6 +57,8 @@ class ReadsizeOptions:
     writes: bool = False
     btf: str | None = None
     per_disk: bool = False  # fair: also bytes per process, direction and disk (read_disks)
+    cgroup: str | None = None  # -c: only processes in this cgroup (a path, cgroup_filter's) or one under it
+    cgroups: bool = False   # -G: each process's cgroup read (ProcIO.cgroup)
 
 
 def _comm_bytes(comm: str) -> bytes:
@@ -102,6 +105,8 @@ class ReadsizeCollector:
 
     def __init__(self, opts: ReadsizeOptions) -> None:
         self.opts = opts
+        # a process's cgroup: /proc/PID/cgroup, read in user space for the processes read (a few per interval)
+        self.pcg = ProcessCgroups(opts.cgroup) if opts.cgroup is not None or opts.cgroups else None
         self.bpf = BPFObject("readsize", btf=opts.btf)
         try:
             try:
@@ -184,6 +189,11 @@ class ReadsizeCollector:
                 app_errors=int(v["app_errors"]), app_short=int(v["app_short"]),
                 ra_count=int(v["ra_count"]), ra_bytes=int(v["ra_bytes"]),
             ))
+        if self.pcg is not None:
+            self.pcg.forget({p.pid for p in out})
+            out = [p for p in out if self.pcg.wanted(p.pid)]
+            for p in out:
+                p.cgroup = self.pcg.path(p.pid)
         out.sort(key=ProcIO.sort_key)
         return out
 
@@ -196,6 +206,8 @@ class ReadsizeCollector:
         merged: dict[tuple[int, str, str], DiskIO] = {}
         for k, v in zip(keys, vals):
             pid, op, disk = int(k["tgid"]), abi.RS_OP_NAMES.get(int(k["op"]), "?"), self.disk_of(int(k["dev"]))
+            if self.pcg is not None and not self.pcg.wanted(pid):
+                continue
             d = merged.setdefault((pid, op, disk), DiskIO(pid, op, disk))
             d.app_bytes += int(v["app_bytes"])
             d.dev_bytes += int(v["dev_bytes"])

@@ -22,6 +22,7 @@ class ProcIO:
     app_short: int = 0
     ra_count: int = 0
     ra_bytes: int = 0
+    cgroup: str = ""  # the process's cgroup (-G, -c; "" when not read)
 
     @property
     def app_bytes(self) -> int:
@@ -44,7 +45,7 @@ class ProcIO:
         return ProcIO(self.pid, other.comm or self.comm, self.op, self.app_req.merge(other.app_req),
                       self.app_ret.merge(other.app_ret), self.dev.merge(other.dev),
                       self.app_errors + other.app_errors, self.app_short + other.app_short,
-                      self.ra_count + other.ra_count, self.ra_bytes + other.ra_bytes)
+                      self.ra_count + other.ra_count, self.ra_bytes + other.ra_bytes, other.cgroup or self.cgroup)
 
     def sort_key(self) -> tuple[str, int, int]:
         return (self.op, -(self.dev.total + self.app_bytes), self.pid)

@@ -15,6 +15,7 @@ examples:
   ioscope fair -d sdb --by dev 5   # balance of block I/O bytes instead of bytes returned to the readers
   ioscope fair -j 10 6             # JSON lines, six 10 s intervals
   ioscope fair --across-disks 1    # every process against every other, not per disk
+  ioscope fair -G -c /system.slice 1   # the services' processes only, each with its cgroup
 """
 
 
@@ -28,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "poor, with the device settings and the likely causes ioscope can see.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_proc_filters(p)
+    common.add_process_cgroup(p)
     p.add_argument("--by", choices=("app", "dev"), default="app",
                    help="bytes the balance is computed on: app = returned by the syscalls (default), "
                         "dev = block I/O queued by the process")
@@ -56,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
     system.require_bpf_privileges("fair")
     opts = FairOptions(disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid, comm=args.comm,
-                       btf=system.btf_path(args.btf), per_disk=not args.across_disks)
+                       btf=system.btf_path(args.btf), per_disk=not args.across_disks,
+                       cgroup=common.process_cgroup_arg(args.cgroup), cgroups=args.cgroups)
     collector = FairCollector(opts)
     try:
         attach = collector.bpf.variant_summary()
@@ -67,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             common.print_result("fair", report, args.json, to_json, renderables, report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
+        where += f", processes in cgroup {opts.cgroup} and below" if opts.cgroup else ""
         return common.run_intervals("fair", f"per-process throughput on {where} ({attach}); {says(UNIT)}",
                                         args.interval, args.count, emit, collector.unavailable)
     finally:

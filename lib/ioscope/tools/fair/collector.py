@@ -56,6 +56,8 @@ class FairOptions:
     comm: str | None = None
     btf: str | None = None
     per_disk: bool = True  # group processes by disk (False: --across-disks, every process against every other)
+    cgroup: str | None = None  # -c: only processes in this cgroup (its path) or one under it
+    cgroups: bool = False      # -G: each process's cgroup
 
 
 class FairCollector:
@@ -65,7 +67,8 @@ class FairCollector:
         self.opts = opts
         # bytes per disk in both modes: only I/O on disks is judged (--across-disks sums a process's disks)
         self.rs = ReadsizeCollector(ReadsizeOptions(disks=opts.disks, pid=opts.pid, comm=opts.comm, writes=True,
-                                                    btf=opts.btf, per_disk=True))
+                                                    btf=opts.btf, per_disk=True, cgroup=opts.cgroup,
+                                                    cgroups=opts.cgroups))
         self.bpf = self.rs.bpf
         self._cumulative: dict[tuple[int, str], ProcIO] = {}
         self._cum_disks: dict[tuple[int, str, str], DiskIO] = {}

@@ -24,6 +24,7 @@ class ProcRate:
     ra_bytes: int = 0
     reads: int = 0      # read syscalls and async read requests that returned (the read bytes' count)
     writes: int = 0
+    cgroup: str = ""    # the process's cgroup (-G, -c; "" when not read)
 
     def metric(self, op: str, by: str) -> int:
         if op == "read":
@@ -109,7 +110,7 @@ class FairReport:
 def per_process(procs: list[ProcIO]) -> dict[int, ProcRate]:
     out: dict[int, ProcRate] = {}
     for p in procs:
-        r = out.setdefault(p.pid, ProcRate(p.pid, p.comm))
+        r = out.setdefault(p.pid, ProcRate(p.pid, p.comm, cgroup=p.cgroup))
         if p.op == "read":
             r.read += p.app_bytes
             r.dev_read += p.dev.total
@@ -216,11 +217,14 @@ def likely_causes(rates: dict[int, ProcRate], bal: Balance, pids: list[int], dis
     return causes
 
 
-def per_disk_rates(rows: list[DiskIO], comms: dict[int, str]) -> dict[str, dict[int, ProcRate]]:
+def per_disk_rates(rows: list[DiskIO], comms: dict[int, str],
+                   cgroups: dict[int, str] | None = None) -> dict[str, dict[int, ProcRate]]:
     """disk -> pid -> the process's bytes on that disk."""
     out: dict[str, dict[int, ProcRate]] = {}
+    cg = cgroups or {}
     for d in rows:
-        r = out.setdefault(d.disk, {}).setdefault(d.pid, ProcRate(d.pid, comms.get(d.pid, "?")))
+        r = out.setdefault(d.disk, {}).setdefault(d.pid, ProcRate(d.pid, comms.get(d.pid, "?"),
+                                                                  cgroup=cg.get(d.pid, "")))
         if d.op == "read":
             r.read += d.app_bytes
             r.dev_read += d.dev_bytes
@@ -263,15 +267,16 @@ def build_report(s: FairSample, by: str = "app", min_share: float = 0.01, min_by
         return Group(disk, table(rs, cs), bal, balances(cs, by, min_share, min_bytes), poor)
 
     comms = {p.pid: p.comm for p in [*s.cumulative, *s.procs]}
+    cgroups = {p.pid: p.cgroup for p in [*s.cumulative, *s.procs] if p.cgroup}
     if on_disks is None:  # no bytes per disk: every process's bytes
         groups = [group(None, rates, cum, disks)]
     elif s.across_disks:  # every process against every other, with its bytes on all disks together
         def summed(rows: list[DiskIO]) -> dict[int, ProcRate]:
             return per_disk_rates([DiskIO(d.pid, d.op, "", d.app_bytes, d.dev_bytes, d.ra_bytes, d.app_count)
-                                   for d in rows], comms).get("", {})
+                                   for d in rows], comms, cgroups).get("", {})
         groups = [group(None, summed(on_disks), summed(cum_on_disks), disks)]
     else:
-        now, since = per_disk_rates(on_disks, comms), per_disk_rates(cum_on_disks, comms)
+        now, since = per_disk_rates(on_disks, comms, cgroups), per_disk_rates(cum_on_disks, comms, cgroups)
         groups = [group(name, now.get(name, {}), since.get(name, {}), [d for d in disks if d.name == name])
                   for name in sorted(set(now) | set(since))]
     return FairReport(wall=s.wall, seconds=s.seconds, by=by, disks=disks, rows=table(rates, cum), groups=groups,

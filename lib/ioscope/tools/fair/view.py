@@ -11,6 +11,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from ioscope.base import units
+from ioscope.base.cgroups import label as cgroup_label
 from ioscope.base.fairness import POOR_JAIN, Balance, Verdict
 from ioscope.base.fmt import fmt_bytes, iso_time
 from ioscope.engines.context import iolimits
@@ -30,6 +31,8 @@ def row_json(row: ProcRow) -> dict[str, Any]:
         "read_Bps": round(row.read_Bps, 1), "dev_read_Bps": round(row.dev_read_Bps, 1),
         "write_Bps": round(row.write_Bps, 1), "dev_write_Bps": round(row.dev_write_Bps, 1),
     }
+    if r.cgroup:
+        doc["cgroup"] = r.cgroup
     if cum is not None:
         doc.update({"cum_read_bytes": cum.read, "cum_dev_read_bytes": cum.dev_read, "cum_write_bytes": cum.write,
                     "cum_dev_write_bytes": cum.dev_write})
@@ -93,13 +96,15 @@ def text_lines(r: FairReport) -> list[str]:
     if not r.rows:
         out.append("no file I/O or block I/O in this interval")
         return out
+    with_cg = any(row.rate.cgroup for row in r.rows)
     out.append(f"{'PID':>7} {'COMM':<16} {'READ/s':>8} {'DEVRD/s':>8} {'WRITE/s':>8} {'DEVWR/s':>8} "
-               f"{'CUM_READ':>9} {'CUM_DEVRD':>9}")
+               f"{'CUM_READ':>9} {'CUM_DEVRD':>9}" + (" CGROUP" if with_cg else ""))
     for row in r.rows:
         p, c = row.rate, row.cum or row.rate
         out.append(f"{p.pid:>7} {p.comm[:16]:<16} {fmt_bytes(row.read_Bps):>8} {fmt_bytes(row.dev_read_Bps):>8} "
                    f"{fmt_bytes(row.write_Bps):>8} {fmt_bytes(row.dev_write_Bps):>8} "
-                   f"{fmt_bytes(c.read):>9} {fmt_bytes(c.dev_read):>9}")
+                   f"{fmt_bytes(c.read):>9} {fmt_bytes(c.dev_read):>9}"
+                   + (f" {cgroup_label(p.cgroup)}" if with_cg else ""))
     for g in r.groups:
         out += group_lines(g, r.by, r.seconds)
     return out

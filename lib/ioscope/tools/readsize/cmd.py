@@ -13,6 +13,7 @@ examples:
   ioscope readsize -d loop0 5 1       # files and I/O on loop0, one 5 s report
   ioscope readsize --comm dd 1        # only processes named dd, every second
   ioscope readsize --writes -j 10     # reads and writes, JSON lines every 10 s
+  ioscope readsize -G -c /docker 5    # the containers' processes, each with its cgroup
 """
 
 
@@ -25,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                                    "amplification between the two. Aggregated in the kernel.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_proc_filters(p)
+    common.add_process_cgroup(p)
     p.add_argument("--writes", action="store_true",
                    help="also writes (write, pwrite64, writev, pwritev, pwritev2, libaio and io_uring writes)")
     common.add_json(p)
@@ -45,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     system.require_bpf_privileges("readsize")
     opts = ReadsizeOptions(disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid,
-                           comm=args.comm, writes=args.writes, btf=system.btf_path(args.btf))
+                           comm=args.comm, writes=args.writes, btf=system.btf_path(args.btf),
+                           cgroup=common.process_cgroup_arg(args.cgroup), cgroups=args.cgroups)
     view = ReadsizeViewOptions(rows=args.rows)
     collector = ReadsizeCollector(opts)
     try:
@@ -57,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
                                     lambda rep: renderables(rep, view), report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
+        where += f", processes in cgroup {opts.cgroup} and below" if opts.cgroup else ""
         return common.run_intervals("readsize", f"read sizes and block I/O per process on {where} ({attach}); "
                                     f"{says(UNIT)}",
                                         args.interval, args.count, emit, collector.unavailable)
