@@ -38,11 +38,6 @@ static __always_inline void hist_add(struct hist *h, __u64 v)
 {
 	__u64 idx = hist_bucket(v);
 
-	/* the clamp is kept, on the index's own register: where clang knows v < IOS_HIST_SUB it dropped
-	 * it and took the index from another copy of v, one 5.10's and 6.1's verifiers had no bound on
-	 * when v was an int sign-extended (readsize's io_uring completions: "math between map_value
-	 * pointer and register with unbounded min value") */
-	barrier_var(idx);
 	if (idx >= IOS_HIST_NBUCKETS)
 		idx = IOS_HIST_NBUCKETS - 1;
 	barrier_var(idx); /* the clamped value is the one used */

@@ -265,6 +265,7 @@ static __always_inline int classify(long id, bool *vec)
 static __always_inline void record_io(__u32 tgid, __u32 op, __u64 req, long ret, __u32 dev, const char *comm)
 {
 	struct rs_val *v = proc_val(tgid, op, comm);
+	__u64 got;
 
 	if (targ_per_disk && ret > 0)
 		per_disk_add(tgid, op, dev, (__u64)ret, true, false);
@@ -275,8 +276,15 @@ static __always_inline void record_io(__u32 tgid, __u32 op, __u64 req, long ret,
 		__sync_fetch_and_add(&v->app_errors, 1);
 		return;
 	}
-	hist_add(&v->app_ret, (__u64)ret);
-	if ((__u64)ret < req)
+	/* one unsigned value from here: of io_uring's int res clang kept sign-extended copies, bounded one
+	 * and indexed the histogram with another where it knew the value small (hist_bucket's v < 8 path),
+	 * which 5.10's and 6.1's verifiers refused ("math between map_value pointer and register with
+	 * unbounded min value"). Here, not in hist_add: a barrier there made 6.1 walk impossible paths of
+	 * lat's throttle program and refuse it (misaligned access). */
+	got = (__u64)ret;
+	barrier_var(got);
+	hist_add(&v->app_ret, got);
+	if (got < req)
 		__sync_fetch_and_add(&v->app_short, 1);
 }
 
