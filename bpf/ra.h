@@ -41,9 +41,10 @@ struct rs_disk_key {
 };
 
 struct rs_disk_val {
-	__u64 app_bytes; /* returned by read/write syscalls on files of dev */
+	__u64 app_bytes; /* returned by read/write syscalls and async requests on files of dev */
 	__u64 dev_bytes; /* bios queued on dev */
 	__u64 ra_bytes;  /* of which readahead (REQ_RAHEAD) */
+	__u64 app_count; /* the reads/writes (syscalls, async requests) that returned app_bytes */
 };
 
 /* Requests as issued to the driver, per disk and direction (after merges and splits). */
@@ -59,6 +60,30 @@ struct rs_inflight {
 	__u32 dev; /* the file's device (s_dev or i_rdev) */
 };
 
+/* Async I/O between submission and completion (libaio's iocbs, io_uring's requests), keyed by
+ * kind and two words: libaio {iocb user address, tgid}; io_uring {struct io_kiocb *, 0} where the
+ * completion tracepoint passes the request, else {ring ctx, user_data} (5.10). */
+enum rs_async_kind {
+	RS_ASYNC_AIO = 1,
+	RS_ASYNC_URING = 2,
+};
+
+struct rs_async_key {
+	__u64 a;
+	__u64 b;
+	__u32 kind; /* enum rs_async_kind */
+	__u32 pad;
+};
+
+struct rs_async {
+	char comm[16]; /* the submitter's: a completion may run in another context */
+	__u64 req;     /* bytes asked for */
+	__u32 tgid;    /* the submitter's */
+	__u32 op;      /* enum rs_op */
+	__u32 dev;     /* the file's device; 0: not known at submission (io_uring 6.1+: at completion) */
+	__u32 pad;
+};
+
 /* The process whose readahead last touched a file (for bios a kernel thread queues). */
 struct rs_owner {
 	char comm[16];
@@ -69,11 +94,13 @@ struct rs_owner {
 enum rs_stat_idx {
 	RS_LOST_PROC_FULL = 0,     /* per-process map full: value dropped */
 	RS_LOST_INFLIGHT_FULL = 1, /* syscall entry not remembered: syscall not counted */
-	RS_STAT_IOV_TRUNC = 2,     /* readv with more iovecs than summed: request size is a lower bound */
-	RS_STAT_KTHREAD_OWNER = 3, /* read bios queued by a kernel thread, given to the file's reader */
-	RS_NR_STATS = 4,
+	RS_LOST_AIO = 2,           /* libaio iocbs/events not read (past the batch, or not resident): not counted */
+	RS_STAT_IOV_TRUNC = 3,     /* readv with more iovecs than summed: request size is a lower bound */
+	RS_STAT_KTHREAD_OWNER = 4, /* read bios queued by a kernel thread, given to the file's reader */
+	RS_STAT_ASYNC_UNSEEN = 5,  /* an io_uring read/write completed whose submission was not seen (before the start; 6.1+) */
+	RS_NR_STATS = 6,
 };
-#define RS_NR_LOST_STATS 2
+#define RS_NR_LOST_STATS 3
 
 /* --- readahead ----------------------------------------------------------- */
 

@@ -229,6 +229,66 @@ def cgroup_id(path: str) -> int:
     return cgroup_filter(path).id
 
 
+def within(path: str, top: str) -> bool:
+    """Whether cgroup path is top or one under it ('/' holds every cgroup): -c's rule where the filter
+    runs in user space."""
+    return top == "/" or path == top or path.startswith(top.rstrip("/") + "/")
+
+
+PF_EXITING = 0x4   # include/linux/sched.h: the task is exiting (/proc/PID/stat's flags)
+
+
+def process_cgroup(pid: int, hierarchy: str, proc_root: str = "/proc") -> str | None:
+    """A process's cgroup in the io controller's hierarchy (io_cgroup_root's "v1 blkio" or "v2"), from
+    /proc/PID/cgroup; None when the process is gone, exiting, or in neither. An exiting process has left
+    its cgroups (cgroup_exit, before it is a zombie): /proc then says '/' for it, which would be wrong;
+    its state is read after its cgroup, so a cgroup read before it began exiting is kept."""
+    try:
+        lines = Path(proc_root, str(pid), "cgroup").read_text().splitlines()
+        stat = Path(proc_root, str(pid), "stat").read_text()
+    except OSError:
+        return None
+    after = stat[stat.rfind(")") + 2:].split()
+    if len(after) < 7 or after[0] in ("Z", "X", "x") or int(after[6]) & PF_EXITING:
+        return None
+    for line in lines:
+        hid, ctrls, path = [*line.split(":", 2), "", ""][:3]
+        if (hierarchy == "v1 blkio" and "blkio" in ctrls.split(",")) or (hierarchy == "v2" and hid == "0"):
+            return path or "/"
+    return None
+
+
+GONE = "[exited]"   # a process that exited before its cgroup was read
+
+
+class ProcessCgroups:
+    """pid -> its cgroup (process_cgroup), for tools whose rows are processes (fair, readsize): read at
+    each lookup while the process lives, the last one read once it has exited. top: -c's cgroup path."""
+
+    def __init__(self, top: str | None = None) -> None:
+        io = io_cgroup_root()
+        self.hierarchy = io[1] if io else ""
+        self.top = top
+        self._last: dict[int, str] = {}
+
+    def path(self, pid: int) -> str:
+        got = process_cgroup(pid, self.hierarchy) if self.hierarchy else None
+        if got is not None:
+            self._last[pid] = got
+        return self._last.get(pid, GONE)
+
+    def wanted(self, pid: int) -> bool:
+        """-c: the process is in the cgroup or one under it (one that exited unseen is not)."""
+        if self.top is None:
+            return True
+        path = self.path(pid)
+        return path != GONE and within(path, self.top)
+
+    def forget(self, live: set[int]) -> None:
+        """Keep only these pids' last cgroups (the map does not grow with every process that ever ran)."""
+        self._last = {p: c for p, c in self._last.items() if p in live}
+
+
 # the cgroup of a record with none: a flush request of the block layer's own has no bio, so no blkg
 NO_CGROUP = "[none]"
 

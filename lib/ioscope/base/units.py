@@ -12,7 +12,8 @@ sequential 4 KiB writes are 4096 bios and 4065 requests (31 merged). Bytes agree
   6.12+). Equal to REQUESTS when nothing merges, to BIOS when nothing splits.
 - REQUESTS: requests as dispatched to the driver (block_rq_issue/complete), after split and merge:
   the unit of /proc/diskstats and iostat.
-- SYSCALLS: read/write system calls (and their async submissions), before the page cache.
+- SYSCALLS: read/write system calls and async read/write requests (libaio iocbs, io_uring requests), each
+  counted when it returns or completes, before the page cache (fair, readsize).
 
 A tool says its unit in the line it starts with ("Tracing ...; counts requests ..."), in its JSON
 ("io_unit": "requests", or {"section": unit} when its parts count differently) and on its doc page.
@@ -31,7 +32,7 @@ MEANING = {
     BIOS: "bios (as queued, before any split)",
     PIECES: "bio pieces (after any split, before merge)",
     REQUESTS: "requests (as dispatched to the driver, after split and merge: /proc/diskstats' unit)",
-    SYSCALLS: "read/write system calls",
+    SYSCALLS: "read/write syscalls and aio/io_uring requests",
 }
 
 

@@ -92,8 +92,31 @@ def add_proc_filters(p: argparse.ArgumentParser) -> None:
     """-d, -p and --comm, filtered in the kernel (readsize and fair share the BPF object)."""
     add_disk_pid(p)
     p.add_argument("--comm", metavar="COMM", help="only processes with this command name (as in /proc/PID/comm)")
-    # -c is the cgroup letter in every tool (docs/cli.md); -c COMM was readsize's and fair's
-    add_deprecated_flag(p, "-c", dest="comm", instead="--comm", takes_value=True)
+
+
+def add_process_cgroup(p: argparse.ArgumentParser) -> None:
+    """-c CGROUP and -G where a tool's rows are processes (fair, readsize): a process's cgroup is the one
+    /proc/PID/cgroup names, read in user space (-c was --comm's letter in these two tools before)."""
+    p.add_argument("-c", "--cgroup", metavar="CGROUP",
+                   help="only processes in this cgroup or one under it: its path in the io controller's "
+                        "hierarchy, as /proc/PID/cgroup gives it (/system.slice/x.service, /kubepods.slice/...); "
+                        "for a command name use --comm")
+    p.add_argument("-G", "--cgroups", action="store_true",
+                   help="a CGROUP column: each process's cgroup (containers, services and pods named)")
+
+
+def process_cgroup_arg(path: str | None) -> str | None:
+    """-c CGROUP of add_process_cgroup, resolved to its path (a one-line error when it does not exist,
+    which names --comm: -c was that option's letter in these tools)."""
+    from ioscope.base.cgroups import cgroup_filter
+    from ioscope.base.errors import UsageError
+    if path is None:
+        return None
+    try:
+        return cgroup_filter(path).path
+    except UsageError as e:
+        raise UsageError(e.what, "give a path as in /proc/PID/cgroup; for a command name use --comm "
+                                         "(-c was its letter before)") from None
 
 
 def add_cgroup(p: argparse.ArgumentParser) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ioscope.base import devices, units
+from ioscope.base.cgroups import within
 from ioscope.base.errors import UsageError
 from ioscope.base.losses import Losses
 from ioscope.base.rate import Span
@@ -160,7 +161,7 @@ def _capture_resolver(namer: CaptureNamer) -> Resolver:
 def capture_cgroups(cgroups: dict[int, str], path: str) -> set[int]:
     """The ids of a cgroup and those under it among a capture's cgroups (-c CGROUP over a capture)."""
     top = "/" + path.strip("/")
-    got = {cg for cg, p in cgroups.items() if top == "/" or p == top or p.startswith(top + "/")}
+    got = {cg for cg, p in cgroups.items() if within(p, top)}
     if not got:
         raise UsageError(f"cgroup '{path}' has no I/O in the capture",
                          f"it has {', '.join(sorted(cgroups.values()))}" if cgroups else

@@ -11,9 +11,10 @@ RS_OP_READ, RS_OP_WRITE = 0, 1
 RS_OP_NAMES = {RS_OP_READ: "read", RS_OP_WRITE: "write"}
 
 # enum rs_stat_idx
-RS_STAT_NAMES = {0: "proc_map_full", 1: "inflight_map_full", 2: "iov_truncated", 3: "kthread_bios_to_reader"}
-RS_NR_STATS = 4
-RS_NR_LOST_STATS = 2
+RS_STAT_NAMES = {0: "proc_map_full", 1: "inflight_map_full", 2: "aio_not_read", 3: "iov_truncated",
+                 4: "kthread_bios_to_reader", 5: "async_submission_unseen"}
+RS_NR_STATS = 6
+RS_NR_LOST_STATS = 3
 
 RS_KEY = np.dtype([("tgid", np.uint32), ("op", np.uint32)])
 
@@ -29,7 +30,14 @@ RS_VAL = np.dtype([
 ])
 
 RS_DISK_KEY = np.dtype([("tgid", np.uint32), ("op", np.uint32), ("dev", np.uint32)])
-RS_DISK_VAL = np.dtype([("app_bytes", np.uint64), ("dev_bytes", np.uint64), ("ra_bytes", np.uint64)])
+RS_DISK_VAL = np.dtype([("app_bytes", np.uint64), ("dev_bytes", np.uint64), ("ra_bytes", np.uint64),
+                        ("app_count", np.uint64)])
+
+# enum rs_async_kind
+RS_ASYNC_AIO, RS_ASYNC_URING = 1, 2
+RS_ASYNC_KEY = np.dtype([("a", np.uint64), ("b", np.uint64), ("kind", np.uint32), ("pad", np.uint32)])
+RS_ASYNC = np.dtype([("comm", "S16"), ("req", np.uint64), ("tgid", np.uint32), ("op", np.uint32), ("dev", np.uint32),
+                     ("pad", np.uint32)])
 
 RS_INFLIGHT = np.dtype([("req", np.uint64), ("op", np.uint32), ("dev", np.uint32)])
 RS_RQ_KEY = np.dtype([("dev", np.uint32), ("op", np.uint32)])
@@ -69,6 +77,7 @@ RA_TASK = np.dtype([
 # C struct name -> (object, dtype), for the ABI test
 STRUCTS = {
     "rs_key": RS_KEY, "rs_val": RS_VAL, "rs_inflight": RS_INFLIGHT, "rs_owner": RS_OWNER, "rs_rq_key": RS_RQ_KEY,
+    "rs_async_key": RS_ASYNC_KEY, "rs_async": RS_ASYNC, "rs_disk_key": RS_DISK_KEY, "rs_disk_val": RS_DISK_VAL,
     "ra_key": RA_KEY, "ra_stats": RA_STATS, "ra_file": RA_FILE, "ra_page_key": RA_PAGE_KEY, "ra_page": RA_PAGE,
     "ra_task": RA_TASK,
 }   # readahead's names map holds agg's struct agg_file (bpf/fname.bpf.h): mirrored once, in aggregate/abi.py
@@ -76,10 +85,12 @@ STRUCTS = {
 # Syscall numbers per architecture (uname -m). x86_64: arch/x86/entry/syscalls/syscall_64.tbl;
 # aarch64/riscv64 use the generic table (include/uapi/asm-generic/unistd.h).
 _GENERIC = {"read": 63, "pread64": 67, "readv": 65, "preadv": 69, "preadv2": 286,
-            "write": 64, "pwrite64": 68, "writev": 66, "pwritev": 70, "pwritev2": 287}
+            "write": 64, "pwrite64": 68, "writev": 66, "pwritev": 70, "pwritev2": 287,
+            "io_submit": 2, "io_getevents": 4, "io_pgetevents": 292}
 SYSCALL_NRS: dict[str, dict[str, int]] = {
     "x86_64": {"read": 0, "pread64": 17, "readv": 19, "preadv": 295, "preadv2": 327,
-               "write": 1, "pwrite64": 18, "writev": 20, "pwritev": 296, "pwritev2": 328},
+               "write": 1, "pwrite64": 18, "writev": 20, "pwritev": 296, "pwritev2": 328,
+               "io_submit": 209, "io_getevents": 208, "io_pgetevents": 333},
     "aarch64": _GENERIC,
     "riscv64": _GENERIC,
 }

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ioscope.base import devices
+from ioscope.base.cgroups import ProcessCgroups
 from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError
 from ioscope.base.fmt import comm_str
@@ -56,11 +57,38 @@ class ReadsizeOptions:
     writes: bool = False
     btf: str | None = None
     per_disk: bool = False  # fair: also bytes per process, direction and disk (read_disks)
+    cgroup: str | None = None  # -c: only processes in this cgroup (a path, cgroup_filter's) or one under it
+    cgroups: bool = False   # -G: each process's cgroup read (ProcIO.cgroup)
 
 
 def _comm_bytes(comm: str) -> bytes:
     b = comm.encode()[:15]
     return b + b"\0" * (16 - len(b))
+
+
+def uring_hooks(b: BPFObject) -> tuple[list[str], str | None]:
+    """The io_uring submit and complete programs that match this kernel's tracepoints (their arguments
+    in BTF: they changed in 5.10, 6.1, 6.5 and 6.18), or ([], why not)."""
+    sqe, req, cqe = (b.tp_param_types(f"io_uring_{t}") for t in ("submit_sqe", "submit_req", "complete"))
+    if req == ["struct io_kiocb *"]:
+        submit = "uring_req"                 # 6.5+: io_uring_submit_req(req)
+    elif sqe and sqe[0] == "struct io_kiocb *":
+        submit = "uring_sqe"                 # 6.1: io_uring_submit_sqe(req, force_nonblock)
+    elif sqe and len(sqe) >= 4 and sqe[1].endswith("*") and sqe[3] == "u64":
+        submit = "uring_sqe_ud"              # 5.10: io_uring_submit_sqe(ctx, req, opcode, user_data, ...)
+    else:
+        return [], f"io_uring requests not counted: no io_uring submit tracepoint with the request ({sqe or req})"
+    if cqe and len(cqe) == 3 and cqe[2].endswith("io_uring_cqe *"):
+        complete = "uring_cqe_ptr"           # 6.18: io_uring_complete(ctx, req, cqe)
+    elif cqe and len(cqe) >= 4 and cqe[1].endswith("*") and cqe[2] == "u64":
+        complete = "uring_cqe"               # 6.1-6.12: io_uring_complete(ctx, req, user_data, res, ...)
+    elif cqe and len(cqe) >= 3 and cqe[1] == "u64":
+        complete = "uring_cqe_ud"            # 5.10: io_uring_complete(ctx, user_data, res, cflags)
+    else:
+        return [], f"io_uring requests not counted: io_uring_complete has arguments ioscope does not know ({cqe})"
+    if (submit == "uring_sqe_ud") != (complete == "uring_cqe_ud"):
+        return [], "io_uring requests not counted: its submit and complete tracepoints name requests differently"
+    return [submit, complete], None
 
 
 def _need_kfunc(b: BPFObject, kfunc: str, hooks: list[str], force: bool = False) -> None:
@@ -77,6 +105,8 @@ class ReadsizeCollector:
 
     def __init__(self, opts: ReadsizeOptions) -> None:
         self.opts = opts
+        # a process's cgroup: /proc/PID/cgroup, read in user space for the processes read (a few per interval)
+        self.pcg = ProcessCgroups(opts.cgroup) if opts.cgroup is not None or opts.cgroups else None
         self.bpf = BPFObject("readsize", btf=opts.btf)
         try:
             try:
@@ -97,7 +127,13 @@ class ReadsizeCollector:
         o, b = self.opts, self.bpf
         # x86-64 builds see syscalls at sys_exit alone (see readsize.bpf.c)
         syscalls = ["sys_enter", "sys_exit"] if "sys_enter" in b.hooks else ["sys_exit"]
-        b.choose(required=[*syscalls, "bio_queue"], optional=["sync_ra", "async_ra", "rq_issue", "task_rename"])
+        uring, no_uring = uring_hooks(b)
+        b.choose(required=[*syscalls, "bio_queue"],
+                 optional=["sync_ra", "async_ra", "rq_issue", "task_rename", *uring])
+        if no_uring:
+            b.unavailable.append(no_uring)
+        elif any(b.hooks[h].chosen is None for h in uring):
+            b.unavailable.append("io_uring requests not counted (its tracepoints are not available)")
         _need_kfunc(b, "bpf_rdonly_cast", syscalls, force_raw)
         self._syscalls_on_btf = any(b.hooks[h].chosen == "tp_btf" for h in syscalls)
         if any("page_cache" in u for u in b.unavailable):
@@ -153,6 +189,11 @@ class ReadsizeCollector:
                 app_errors=int(v["app_errors"]), app_short=int(v["app_short"]),
                 ra_count=int(v["ra_count"]), ra_bytes=int(v["ra_bytes"]),
             ))
+        if self.pcg is not None:
+            self.pcg.forget({p.pid for p in out})
+            out = [p for p in out if self.pcg.wanted(p.pid)]
+            for p in out:
+                p.cgroup = self.pcg.path(p.pid)
         out.sort(key=ProcIO.sort_key)
         return out
 
@@ -165,10 +206,13 @@ class ReadsizeCollector:
         merged: dict[tuple[int, str, str], DiskIO] = {}
         for k, v in zip(keys, vals):
             pid, op, disk = int(k["tgid"]), abi.RS_OP_NAMES.get(int(k["op"]), "?"), self.disk_of(int(k["dev"]))
+            if self.pcg is not None and not self.pcg.wanted(pid):
+                continue
             d = merged.setdefault((pid, op, disk), DiskIO(pid, op, disk))
             d.app_bytes += int(v["app_bytes"])
             d.dev_bytes += int(v["dev_bytes"])
             d.ra_bytes += int(v["ra_bytes"])
+            d.app_count += int(v["app_count"])
         return sorted(merged.values(), key=lambda d: (d.disk, d.op, d.pid))
 
     def disk_of(self, dev: int) -> str:

@@ -15,13 +15,14 @@ class ProcIO:
     pid: int
     comm: str
     op: str
-    app_req: Hist    # sizes asked for
+    app_req: Hist    # sizes asked for (read/write syscalls, libaio and io_uring requests)
     app_ret: Hist    # sizes returned
     dev: Hist        # bios queued by the process
     app_errors: int = 0
     app_short: int = 0
     ra_count: int = 0
     ra_bytes: int = 0
+    cgroup: str = ""  # the process's cgroup (-G, -c; "" when not read)
 
     @property
     def app_bytes(self) -> int:
@@ -44,7 +45,7 @@ class ProcIO:
         return ProcIO(self.pid, other.comm or self.comm, self.op, self.app_req.merge(other.app_req),
                       self.app_ret.merge(other.app_ret), self.dev.merge(other.dev),
                       self.app_errors + other.app_errors, self.app_short + other.app_short,
-                      self.ra_count + other.ra_count, self.ra_bytes + other.ra_bytes)
+                      self.ra_count + other.ra_count, self.ra_bytes + other.ra_bytes, other.cgroup or self.cgroup)
 
     def sort_key(self) -> tuple[str, int, int]:
         return (self.op, -(self.dev.total + self.app_bytes), self.pid)
@@ -57,13 +58,15 @@ class DiskIO:
     pid: int
     op: str
     disk: str
-    app_bytes: int = 0  # returned by syscalls on files of this disk
+    app_bytes: int = 0  # returned by syscalls and async requests on files of this disk
     dev_bytes: int = 0  # bios the process queued on it
     ra_bytes: int = 0   # of which readahead
+    app_count: int = 0  # the syscalls and async requests that returned app_bytes
 
     def merge(self, other: DiskIO) -> DiskIO:
         return DiskIO(self.pid, self.op, self.disk, self.app_bytes + other.app_bytes,
-                      self.dev_bytes + other.dev_bytes, self.ra_bytes + other.ra_bytes)
+                      self.dev_bytes + other.dev_bytes, self.ra_bytes + other.ra_bytes,
+                      self.app_count + other.app_count)
 
 
 @dataclass

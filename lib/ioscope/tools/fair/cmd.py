@@ -15,18 +15,21 @@ examples:
   ioscope fair -d sdb --by dev 5   # balance of block I/O bytes instead of bytes returned to the readers
   ioscope fair -j 10 6             # JSON lines, six 10 s intervals
   ioscope fair --across-disks 1    # every process against every other, not per disk
+  ioscope fair -G -c /system.slice 1   # the services' processes only, each with its cgroup
 """
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("fair", help="per-process throughput and its balance (Jain's index), with likely causes",
                        description="Per-process throughput each interval and cumulatively: bytes returned by "
-                                   "read/write syscalls on files and block devices, and block I/O bytes queued "
-                                   "by the process. Then the balance across the processes on each disk: min, max, "
+                                   "read/write syscalls and libaio/io_uring requests on files and block devices, and "
+                                   "block I/O bytes queued by the process. Then the balance across the processes "
+                                   "that did I/O on each disk (never one that did none): min, max, "
                                    "mean, coefficient of variation, max/min and Jain's fairness index, flagged when "
                                    "poor, with the device settings and the likely causes ioscope can see.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_proc_filters(p)
+    common.add_process_cgroup(p)
     p.add_argument("--by", choices=("app", "dev"), default="app",
                    help="bytes the balance is computed on: app = returned by the syscalls (default), "
                         "dev = block I/O queued by the process")
@@ -55,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
     system.require_bpf_privileges("fair")
     opts = FairOptions(disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid, comm=args.comm,
-                       btf=system.btf_path(args.btf), per_disk=not args.across_disks)
+                       btf=system.btf_path(args.btf), per_disk=not args.across_disks,
+                       cgroup=common.process_cgroup_arg(args.cgroup), cgroups=args.cgroups)
     collector = FairCollector(opts)
     try:
         attach = collector.bpf.variant_summary()
@@ -66,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             common.print_result("fair", report, args.json, to_json, renderables, report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
+        where += f", processes in cgroup {opts.cgroup} and below" if opts.cgroup else ""
         return common.run_intervals("fair", f"per-process throughput on {where} ({attach}); {says(UNIT)}",
                                         args.interval, args.count, emit, collector.unavailable)
     finally:

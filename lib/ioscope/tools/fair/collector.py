@@ -56,6 +56,8 @@ class FairOptions:
     comm: str | None = None
     btf: str | None = None
     per_disk: bool = True  # group processes by disk (False: --across-disks, every process against every other)
+    cgroup: str | None = None  # -c: only processes in this cgroup (its path) or one under it
+    cgroups: bool = False      # -G: each process's cgroup
 
 
 class FairCollector:
@@ -63,8 +65,10 @@ class FairCollector:
 
     def __init__(self, opts: FairOptions) -> None:
         self.opts = opts
+        # bytes per disk in both modes: only I/O on disks is judged (--across-disks sums a process's disks)
         self.rs = ReadsizeCollector(ReadsizeOptions(disks=opts.disks, pid=opts.pid, comm=opts.comm, writes=True,
-                                                    btf=opts.btf, per_disk=opts.per_disk))
+                                                    btf=opts.btf, per_disk=True, cgroup=opts.cgroup,
+                                                    cgroups=opts.cgroups))
         self.bpf = self.rs.bpf
         self._cumulative: dict[tuple[int, str], ProcIO] = {}
         self._cum_disks: dict[tuple[int, str, str], DiskIO] = {}
@@ -80,7 +84,7 @@ class FairCollector:
         wall, now = time.time(), time.monotonic()
         reset = tick.reset
         procs = self.rs.read(reset=reset)
-        per_disk = self.rs.read_disks(reset=reset) if self.opts.per_disk else []
+        per_disk = self.rs.read_disks(reset=reset)
         losses = self.rs.losses()
         stats = devices.read_diskstats()
         seconds = now - (self._t0 if reset else self._start)
@@ -103,7 +107,7 @@ class FairCollector:
         lims = lim if isinstance(lim, list) else []
         return FairSample(
             wall=wall, seconds=seconds, procs=procs, cumulative=cumulative, losses=losses,
-            per_disk=per_disk if self.opts.per_disk else None, cum_per_disk=cum_disks if self.opts.per_disk else None,
+            per_disk=per_disk, cum_per_disk=cum_disks, across_disks=not self.opts.per_disk,
             diskstats_before=before, diskstats_after=stats, disks=names, whole_disks=whole,
             settings={n: {**devices.queue_settings(n), "io_limits": [e for e in lims if e["disk"] == n]}
                       for n in shown},

@@ -22,6 +22,9 @@ class ProcRate:
     write: int = 0
     dev_write: int = 0
     ra_bytes: int = 0
+    reads: int = 0      # read syscalls and async read requests that returned (the read bytes' count)
+    writes: int = 0
+    cgroup: str = ""    # the process's cgroup (-G, -c; "" when not read)
 
     def metric(self, op: str, by: str) -> int:
         if op == "read":
@@ -55,8 +58,9 @@ class FairSample:
     whole_disks: list[str]                 # every whole disk (not partitions)
     settings: dict[str, dict[str, object]]  # disk -> queue settings
     limits: dict[int, list[str]] = field(default_factory=dict)  # pid -> cgroup I/O limit lines
-    per_disk: list[DiskIO] | None = None      # this interval, per process and disk (None: --across-disks)
+    per_disk: list[DiskIO] | None = None      # this interval, per process and disk (None: not collected)
     cum_per_disk: list[DiskIO] | None = None  # since the start
+    across_disks: bool = False                # one group of every process, whatever disk (--across-disks)
 
 
 @dataclass
@@ -106,23 +110,27 @@ class FairReport:
 def per_process(procs: list[ProcIO]) -> dict[int, ProcRate]:
     out: dict[int, ProcRate] = {}
     for p in procs:
-        r = out.setdefault(p.pid, ProcRate(p.pid, p.comm))
+        r = out.setdefault(p.pid, ProcRate(p.pid, p.comm, cgroup=p.cgroup))
         if p.op == "read":
             r.read += p.app_bytes
             r.dev_read += p.dev.total
             r.ra_bytes += p.ra_bytes
+            r.reads += p.app_ret.count
         else:
             r.write += p.app_bytes
             r.dev_write += p.dev.total
+            r.writes += p.app_ret.count
     return out
 
 
 def balances(rates: dict[int, ProcRate], by: str, min_share: float,
              min_bytes: float = MIN_VERDICT_BYTES) -> dict[str, Verdict]:
-    """Per op: the balance over the processes that count, and whether there was enough to judge."""
+    """Per op: the balance over the processes that count, and whether there was enough to judge. A process
+    that moved no bytes of the op is never among them, whatever min_share (0 included)."""
     out = {}
     for op in ("read", "write"):
-        active = select_active({pid: float(r.metric(op, by)) for pid, r in rates.items()}, min_share)
+        moved = {pid: float(r.metric(op, by)) for pid, r in rates.items() if r.metric(op, by) > 0}
+        active = select_active(moved, min_share)
         if active:
             out[op] = Verdict(op, balance(list(active.values())), sorted(active), min_bytes)
     return out
@@ -209,18 +217,23 @@ def likely_causes(rates: dict[int, ProcRate], bal: Balance, pids: list[int], dis
     return causes
 
 
-def per_disk_rates(rows: list[DiskIO], comms: dict[int, str]) -> dict[str, dict[int, ProcRate]]:
+def per_disk_rates(rows: list[DiskIO], comms: dict[int, str],
+                   cgroups: dict[int, str] | None = None) -> dict[str, dict[int, ProcRate]]:
     """disk -> pid -> the process's bytes on that disk."""
     out: dict[str, dict[int, ProcRate]] = {}
+    cg = cgroups or {}
     for d in rows:
-        r = out.setdefault(d.disk, {}).setdefault(d.pid, ProcRate(d.pid, comms.get(d.pid, "?")))
+        r = out.setdefault(d.disk, {}).setdefault(d.pid, ProcRate(d.pid, comms.get(d.pid, "?"),
+                                                                  cgroup=cg.get(d.pid, "")))
         if d.op == "read":
             r.read += d.app_bytes
             r.dev_read += d.dev_bytes
             r.ra_bytes += d.ra_bytes
+            r.reads += d.app_count
         else:
             r.write += d.app_bytes
             r.dev_write += d.dev_bytes
+            r.writes += d.app_count
     return out
 
 
@@ -228,11 +241,15 @@ def build_report(s: FairSample, by: str = "app", min_share: float = 0.01, min_by
                  attach: str = "") -> FairReport:
     rates = per_process(s.procs)
     cum = per_process(s.cumulative)
-    if s.per_disk is None:
+    # only I/O on disks is judged: bytes of files on proc, sysfs, tmpfs and the like (a filesystem with no
+    # disk, named by its major:minor) are in the table of processes, never in a balance
+    on_disks = None if s.per_disk is None else [d for d in s.per_disk if d.disk in s.whole_disks]
+    cum_on_disks = [d for d in s.cum_per_disk or [] if d.disk in s.whole_disks]
+    if on_disks is None or s.across_disks:
         names = s.disks or active_disks(s.diskstats_before, s.diskstats_after, s.whole_disks)
     else:  # the disks named, or that moved, and every disk a process did I/O on
         names = sorted(set(s.disks or active_disks(s.diskstats_before, s.diskstats_after, s.whole_disks))
-                       | {d.disk for d in s.per_disk if d.disk in s.whole_disks})
+                       | {d.disk for d in on_disks})
     disks = disk_states(s.diskstats_before, s.diskstats_after, names, s.seconds, s.settings)
 
     def per_s(b: int) -> float:
@@ -249,11 +266,17 @@ def build_report(s: FairSample, by: str = "app", min_share: float = 0.01, min_by
                 for op, v in bal.items() if v.poor}
         return Group(disk, table(rs, cs), bal, balances(cs, by, min_share, min_bytes), poor)
 
-    if s.per_disk is None:
+    comms = {p.pid: p.comm for p in [*s.cumulative, *s.procs]}
+    cgroups = {p.pid: p.cgroup for p in [*s.cumulative, *s.procs] if p.cgroup}
+    if on_disks is None:  # no bytes per disk: every process's bytes
         groups = [group(None, rates, cum, disks)]
+    elif s.across_disks:  # every process against every other, with its bytes on all disks together
+        def summed(rows: list[DiskIO]) -> dict[int, ProcRate]:
+            return per_disk_rates([DiskIO(d.pid, d.op, "", d.app_bytes, d.dev_bytes, d.ra_bytes, d.app_count)
+                                   for d in rows], comms, cgroups).get("", {})
+        groups = [group(None, summed(on_disks), summed(cum_on_disks), disks)]
     else:
-        comms = {p.pid: p.comm for p in [*s.cumulative, *s.procs]}
-        now, since = per_disk_rates(s.per_disk, comms), per_disk_rates(s.cum_per_disk or [], comms)
+        now, since = per_disk_rates(on_disks, comms, cgroups), per_disk_rates(cum_on_disks, comms, cgroups)
         groups = [group(name, now.get(name, {}), since.get(name, {}), [d for d in disks if d.name == name])
                   for name in sorted(set(now) | set(since))]
     return FairReport(wall=s.wall, seconds=s.seconds, by=by, disks=disks, rows=table(rates, cum), groups=groups,

@@ -11,6 +11,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from ioscope.base import units
+from ioscope.base.cgroups import label as cgroup_label
 from ioscope.base.fairness import POOR_JAIN, Balance, Verdict
 from ioscope.base.fmt import fmt_bytes, iso_time
 from ioscope.engines.context import iolimits
@@ -24,11 +25,14 @@ def disk_json(d: DiskState) -> dict[str, Any]:
 def row_json(row: ProcRow) -> dict[str, Any]:
     r, cum = row.rate, row.cum
     doc: dict[str, Any] = {
-        "pid": r.pid, "comm": r.comm, "read_bytes": r.read, "dev_read_bytes": r.dev_read,
+        "pid": r.pid, "comm": r.comm, "reads": r.reads, "read_bytes": r.read, "dev_read_bytes": r.dev_read,
+        "writes": r.writes,
         "write_bytes": r.write, "dev_write_bytes": r.dev_write, "ra_bytes": r.ra_bytes,
         "read_Bps": round(row.read_Bps, 1), "dev_read_Bps": round(row.dev_read_Bps, 1),
         "write_Bps": round(row.write_Bps, 1), "dev_write_Bps": round(row.dev_write_Bps, 1),
     }
+    if r.cgroup:
+        doc["cgroup"] = r.cgroup
     if cum is not None:
         doc.update({"cum_read_bytes": cum.read, "cum_dev_read_bytes": cum.dev_read, "cum_write_bytes": cum.write,
                     "cum_dev_write_bytes": cum.dev_write})
@@ -45,7 +49,8 @@ def group_json(g: Group) -> dict[str, Any]:
     }
 
 
-# fair counts bytes: read_/write_ those of the read/write system calls, dev_ those of the bios queued
+# fair counts bytes: read_/write_ (and reads/writes) those of the read/write system calls and of the libaio
+# and io_uring requests, at their return or completion; dev_ those of the bios queued
 UNIT = {"read and write bytes": units.SYSCALLS, "dev bytes": units.BIOS}
 
 
@@ -91,13 +96,15 @@ def text_lines(r: FairReport) -> list[str]:
     if not r.rows:
         out.append("no file I/O or block I/O in this interval")
         return out
+    with_cg = any(row.rate.cgroup for row in r.rows)
     out.append(f"{'PID':>7} {'COMM':<16} {'READ/s':>8} {'DEVRD/s':>8} {'WRITE/s':>8} {'DEVWR/s':>8} "
-               f"{'CUM_READ':>9} {'CUM_DEVRD':>9}")
+               f"{'CUM_READ':>9} {'CUM_DEVRD':>9}" + (" CGROUP" if with_cg else ""))
     for row in r.rows:
         p, c = row.rate, row.cum or row.rate
         out.append(f"{p.pid:>7} {p.comm[:16]:<16} {fmt_bytes(row.read_Bps):>8} {fmt_bytes(row.dev_read_Bps):>8} "
                    f"{fmt_bytes(row.write_Bps):>8} {fmt_bytes(row.dev_write_Bps):>8} "
-                   f"{fmt_bytes(c.read):>9} {fmt_bytes(c.dev_read):>9}")
+                   f"{fmt_bytes(c.read):>9} {fmt_bytes(c.dev_read):>9}"
+                   + (f" {cgroup_label(p.cgroup)}" if with_cg else ""))
     for g in r.groups:
         out += group_lines(g, r.by, r.seconds)
     return out

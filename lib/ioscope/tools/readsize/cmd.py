@@ -13,18 +13,22 @@ examples:
   ioscope readsize -d loop0 5 1       # files and I/O on loop0, one 5 s report
   ioscope readsize --comm dd 1        # only processes named dd, every second
   ioscope readsize --writes -j 10     # reads and writes, JSON lines every 10 s
+  ioscope readsize -G -c /docker 5    # the containers' processes, each with its cgroup
 """
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("readsize", help="per process: application read sizes vs the block I/O they caused",
                        description="Per process: the sizes of read syscalls (read, pread64, readv, preadv, "
-                                   "preadv2) on files and block devices, asked for and returned, beside the "
+                                   "preadv2) and of libaio and io_uring reads (counted at completion) on files "
+                                   "and block devices, asked for and returned, beside the "
                                    "block I/O the process queued (bio sizes, readahead or not), and the "
                                    "amplification between the two. Aggregated in the kernel.",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_proc_filters(p)
-    p.add_argument("--writes", action="store_true", help="also writes (write, pwrite64, writev, pwritev, pwritev2)")
+    common.add_process_cgroup(p)
+    p.add_argument("--writes", action="store_true",
+                   help="also writes (write, pwrite64, writev, pwritev, pwritev2, libaio and io_uring writes)")
     common.add_json(p)
     common.add_rows(p, "processes, the busiest first (JSON has all)", default=20)
     common.add_deprecated_flag(p, "--top", dest="rows", instead="-r/--rows", takes_value=True,
@@ -43,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     system.require_bpf_privileges("readsize")
     opts = ReadsizeOptions(disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid,
-                           comm=args.comm, writes=args.writes, btf=system.btf_path(args.btf))
+                           comm=args.comm, writes=args.writes, btf=system.btf_path(args.btf),
+                           cgroup=common.process_cgroup_arg(args.cgroup), cgroups=args.cgroups)
     view = ReadsizeViewOptions(rows=args.rows)
     collector = ReadsizeCollector(opts)
     try:
@@ -55,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
                                     lambda rep: renderables(rep, view), report.losses)
 
         where = ", ".join(d.name for d in opts.disks) or "all disks"
+        where += f", processes in cgroup {opts.cgroup} and below" if opts.cgroup else ""
         return common.run_intervals("readsize", f"read sizes and block I/O per process on {where} ({attach}); "
                                     f"{says(UNIT)}",
                                         args.interval, args.count, emit, collector.unavailable)

@@ -11,6 +11,7 @@ from rich.console import RenderableType
 from rich.text import Text
 
 from ioscope.base import units
+from ioscope.base.cgroups import label as cgroup_label
 from ioscope.base.fmt import fmt_bytes, iso_time
 from ioscope.base.hist import Hist
 from ioscope.engines.procio.model import DevRequests, ProcIO, ReadsizeReport
@@ -38,6 +39,7 @@ def proc_json(p: ProcIO) -> dict[str, Any]:
                 "ra_bytes": p.ra_bytes, "buckets": _buckets(p.dev)},
         "amplification": None if amp is None else round(amp, 4),
         "size_ratio": None if ratio is None else round(ratio, 4),
+        **({"cgroup": p.cgroup} if p.cgroup else {}),
     }
 
 
@@ -75,7 +77,7 @@ def size_rows(app: Hist, dev: Hist) -> list[tuple[str, int, int]]:
 
 def proc_lines(p: ProcIO) -> list[str]:
     verb = "reads" if p.op == "read" else "writes"
-    head = f"pid {p.pid} ({p.comm}) {p.op}:"
+    head = f"pid {p.pid} ({p.comm}) {p.op}" + (f" in {cgroup_label(p.cgroup)}" if p.cgroup else "") + ":"
     app = (f"  app: {p.app_req.count} {verb}, asked {fmt_bytes(p.app_req.total, unit=True)}, "
            f"got {fmt_bytes(p.app_bytes, unit=True)}, avg {fmt_bytes(p.app_req.mean, unit=True)}")
     if p.app_errors:
@@ -100,14 +102,16 @@ def proc_lines(p: ProcIO) -> list[str]:
 def proc_table(procs: list[ProcIO], rows: int) -> list[str]:
     if not procs:
         return ["no file reads or block I/O seen"]
+    with_cg = any(p.cgroup for p in procs)
     out = [f"{'PID':>7} {'COMM':<16} {'OP':<5} {'APP#':>8} {'APP_B':>7} {'APP_AVG':>7} {'DEV#':>7} {'DEV_B':>7} "
-           f"{'DEV_AVG':>7} {'RA_B':>7} {'AMP':>6}"]
+           f"{'DEV_AVG':>7} {'RA_B':>7} {'AMP':>6}" + (" CGROUP" if with_cg else "")]
     for p in procs[:rows]:
         amp = p.amplification
         out.append(f"{p.pid:>7} {p.comm[:16]:<16} {p.op:<5} {p.app_req.count:>8} {fmt_bytes(p.app_bytes):>7} "
                    f"{fmt_bytes(p.app_req.mean):>7} {p.dev.count:>7} {fmt_bytes(p.dev.total):>7} "
                    f"{fmt_bytes(p.dev.mean):>7} {fmt_bytes(p.ra_bytes):>7} "
-                   f"{(f'{amp:.2f}' if amp is not None else '-'):>6}")
+                   f"{(f'{amp:.2f}' if amp is not None else '-'):>6}"
+                   + (f" {cgroup_label(p.cgroup)}" if with_cg else ""))
     if len(procs) > rows:
         out.append(f"... {len(procs) - rows} more processes (-r to show more)")
     for p in procs[:min(rows, DETAILS)]:

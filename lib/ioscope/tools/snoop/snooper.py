@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ioscope.base import devices
-from ioscope.base.cgroups import CgroupNames
+from ioscope.base.cgroups import CgroupNames, within
 from ioscope.capture.events import EV_NOTE_PROCESS, EVENT, join_events, note_comm, rwbs, select_events
 from ioscope.capture.store import clock_pair
 from ioscope.engines.pairing.bios import BR_FIRST, NO_TIME, Bios
@@ -102,8 +102,7 @@ class Snooper:
         return self.cgroups.name(cg) if cg else ""
 
     def wanted(self, path: str) -> bool:
-        top = self.cgroup_filter
-        return top is None or top == "/" or path == top or path.startswith(top + "/")
+        return self.cgroup_filter is None or within(path, self.cgroup_filter)
 
     def lines(self, rows: np.ndarray) -> Iterator[SnoopLine]:
         none = int(NO_TIME)
