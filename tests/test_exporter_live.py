@@ -610,7 +610,10 @@ def test_throttled_bios_and_the_limit_are_exported(loop: LoopDevice) -> None:
         cg.remove()
         assert stop(p) == 0
     svc = f"{cg.top}/svc"
-    assert THROTTLED_WRITES // 2 - 2 <= truth <= THROTTLED_WRITES, truth
+    # the workload held enough to count: about one in two of dd's writes at this rate, fewer when the host is
+    # loaded and dd's writes come slower (17 of 41 in a 6.1 guest beside a busy host); the tools' counts are
+    # checked against this truth, exactly, below
+    assert THROTTLED_WRITES // 4 <= truth <= THROTTLED_WRITES, truth
     assert pick(m, "ioscope_io_limit", device=loop.name, cgroup=svc, limit="write_iops") == THROTTLE_IOPS
     held = series(m, "ioscope_throttled_bios_total")
     want = {(("cgroup", svc), ("device", loop.name), ("kind", "cgroup"), ("name", "svc"), ("pod", "")): truth}

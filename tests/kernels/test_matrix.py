@@ -358,8 +358,10 @@ def test_throttle_held(disk: Any, tmp_path: Path) -> None:
     finally:
         limit.write_text(f"{disk.device.majmin} {off}\n")
         cg.remove()
-    # the throttle lets one in two of dd's writes through at once at this rate (test_agg_throttle)
-    assert THROTTLED_WRITES // 2 - 2 <= truth <= THROTTLED_WRITES, truth
+    # the workload held enough to count: about one in two of dd's writes at this rate, fewer when the host is
+    # loaded and dd's writes come slower (17 of 41 in a 6.1 guest beside a busy host); the tools' counts are
+    # checked against this truth, exactly, below
+    assert THROTTLED_WRITES // 4 <= truth <= THROTTLED_WRITES, truth
     svc = f"{cg.top}/svc"
     from ioscope.kernel.loader import fentry_error
 
