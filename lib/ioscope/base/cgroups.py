@@ -278,10 +278,11 @@ class ProcessCgroups:
         return self._last.get(pid, GONE)
 
     def wanted(self, pid: int) -> bool:
-        """-c: the process is in the cgroup or one under it (one that exited unseen is not)."""
+        """-c: the process is in the cgroup or one under it (one that exited unseen is not); the path read
+        last for it (this interval's, by path()), /proc read only for a pid not read yet."""
         if self.top is None:
             return True
-        path = self.path(pid)
+        path = self._last.get(pid) or self.path(pid)
         return path != GONE and within(path, self.top)
 
     def forget(self, live: set[int]) -> None:

@@ -191,9 +191,9 @@ class ReadsizeCollector:
             ))
         if self.pcg is not None:
             self.pcg.forget({p.pid for p in out})
-            out = [p for p in out if self.pcg.wanted(p.pid)]
-            for p in out:
+            for p in out:   # one /proc read per process and interval; read_disks() keeps the same ones
                 p.cgroup = self.pcg.path(p.pid)
+            out = [p for p in out if self.pcg.wanted(p.pid)]
         out.sort(key=ProcIO.sort_key)
         return out
 
