@@ -44,6 +44,20 @@ static __always_inline __u64 cgroup_kn_id(struct cgroup *cg)
 	return cg ? BPF_CORE_READ(cg, kn, id) : 0;
 }
 
+/* The current task's cgroup of the io controller (task->cgroups->subsys[io_cgrp_id]): the hierarchy of the
+ * ids bio_blkg_cgroup() gives. */
+static __always_inline struct cgroup *task_io_cgroup(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct css_set *cset = BPF_CORE_READ(task, cgroups);
+	struct cgroup_subsys_state *css = NULL;
+	__u32 io = bpf_core_enum_value(enum cgroup_subsys_id, io_cgrp_id);
+
+	if (cset)
+		bpf_core_read(&css, sizeof(css), &cset->subsys[io]);
+	return css ? BPF_CORE_READ(css, cgroup) : NULL;
+}
+
 /*
  * The cgroup a bio is charged to, in the submitter's context (the queue event): its blkg's, and
  * without a blkg the queueing task's cgroup of the io controller (task->cgroups->subsys[io_cgrp_id]),
@@ -53,18 +67,7 @@ static __always_inline struct cgroup *bio_cgroup(struct bio *bio)
 {
 	struct cgroup *cg = bio_blkg_cgroup(bio);
 
-	if (!cg) {
-		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-		struct css_set *cset = BPF_CORE_READ(task, cgroups);
-		struct cgroup_subsys_state *css = NULL;
-		__u32 io = bpf_core_enum_value(enum cgroup_subsys_id, io_cgrp_id);
-
-		if (cset)
-			bpf_core_read(&css, sizeof(css), &cset->subsys[io]);
-		if (css)
-			cg = BPF_CORE_READ(css, cgroup);
-	}
-	return cg;
+	return cg ? cg : task_io_cgroup();
 }
 
 static __always_inline __u64 bio_cgroup_id(struct bio *bio)

@@ -130,23 +130,27 @@ struct top_disk_key {
 	__u8 pad[3];
 };
 
-/* throttle.bpf.h: the start of a hold in blk-throttle (fentry on throtl_add_bio_tg), per bio */
+/* throttle.bpf.h: when and by whom a bio was submitted, noted in the submitter's context: the start of
+ * its hold in blk-throttle (fentry on throtl_add_bio_tg), or, where fentry is refused, a submit note
+ * (the bio's allocation, its partition remap or its submitter's syscall entry) */
 struct throttle_note {
-	__u64 ts;    /* bpf_ktime_get_ns() when the hold began */
-	__u32 pid;   /* the submitting thread */
+	__u64 ts;      /* bpf_ktime_get_ns() at the note */
+	__u32 pid;     /* the submitting thread */
 	__u32 tgid;
+	char comm[16]; /* its command */
 };
 
 /* throttle.bpf.h: bios blk-throttle held, per cgroup and disk */
 struct throttle_key {
-	__u64 cgroup; /* the cgroup the bio is charged to (cgroup.bpf.h) */
-	__u32 dev;    /* kernel dev_t of the whole disk */
-	__u32 pad;
+	__u64 cgroup;  /* the cgroup the bio is charged to (cgroup.bpf.h) */
+	__u32 dev;     /* kernel dev_t of the whole disk */
+	__u32 tgid;    /* the submitting process, from the bio's note (0: no note, not known) */
+	char comm[16]; /* its command ("" when not known) */
 };
 
 struct throttle_val {
 	__u64 held;        /* queued from blk-throttle's dispatch work: held, exactly */
-	struct hist wait;  /* how long, for the holds fentry noted (wait.count of them) */
+	struct hist wait;  /* how long, for the bios with a note (wait.count of them) */
 };
 
 /* maperr.bpf.h: failed map operations, per op and error class (lib/ioscope/kernel/loader.py: MAPERR_*) */

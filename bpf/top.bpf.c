@@ -175,6 +175,7 @@ IOS_TP(rq_complete, block_rq_complete, rqpath_rq_complete(rq, nr_bytes, TOP_MAX_
 
 /* bios blk-throttle held (throttle.bpf.h): attached once a limit is in force on a traced disk */
 THROTTLE_HELD_PROGRAMS
+THROTTLE_SUBMIT_PROGRAMS
 THROTTLE_NOTE_PROGRAM
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -9,13 +9,14 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import assert_counted, assert_lost_only_unseen, ioscope_cmd, run_ioscope
+from conftest import assert_counted, assert_lost_only_unseen, drain, ioscope_cmd, run_ioscope
 from test_agg_live import agg_running
 from test_flight_live import Flight
 
@@ -199,3 +200,55 @@ def test_agg_charges_throttled_writes_to_their_cgroup(throttled: tuple[Any, Thro
         assert set(by_comm) - {"fio"} == {c for c in by_comm if c.startswith("kworker")}, by_comm
         # fio queued iodepth-deep bursts beyond the limit: the throttle's kworker queued some of them
         assert 0 < kworkers < WRITES and by_comm.get("fio", 0) + kworkers == by_cg[t.cgroup], by_comm
+
+
+NOTE_IOPS = 20   # the write limit while lat measures the held bios' waits from their submit notes
+NOTE_WRITES = 41
+
+
+@pytest.mark.parametrize("engine", ["libaio", "io_uring"])
+def test_lat_measures_each_held_wait_and_names_the_submitter(loopdev: Callable[..., Any], tmp_path: Path,
+                                                             engine: str) -> None:
+    """fio's 4 KiB direct writes (libaio, io_uring: slab-allocated bios) in a cgroup limited to 20 write IOPS,
+    under lat -G. The throttle's kworker queues them; lat counts the bios it held exactly as the kernel's
+    blk tracer does, measures each one's wait from its submit note (tracepoints only: this host refuses
+    fentry) and credits them to fio, not to the kworker. Each note is taken after fio began the I/O, so the
+    waits add up to no more than fio's own latencies of its writes, and, held at 20 a second, to most of
+    them."""
+    from blk_tracer import BlkTracer, throttle_released
+
+    ld = loopdev(size_mb=64)
+    t = Throttled(ld.device.majmin, iops=NOTE_IOPS)
+    lat = subprocess.Popen(ioscope_cmd("lat", "-d", ld.name, "-G", "-j"), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    try:
+        assert lat.stderr is not None
+        line = lat.stderr.readline()
+        assert line.startswith("Tracing"), line + lat.stderr.read()
+        time.sleep(2.5)  # lat reads the limits every 2 s and attaches the throttle's programs on the first
+        with BlkTracer(ld.name) as tracer:
+            fio = ["fio", "--name=notes", f"--filename={ld.path}", "--rw=randwrite", "--bs=4k", "--direct=1",
+                   f"--ioengine={engine}", "--iodepth=4", f"--number_ios={NOTE_WRITES}", "--size=48M",
+                   "--randrepeat=0", "--norandommap", "--output-format=json"]
+            out = t.run(fio).stdout
+            time.sleep(0.5)
+        job = json.loads(out[out.index("{"):])["jobs"][0]
+    finally:
+        lat.send_signal(signal.SIGINT)
+        stdout, err = drain(lat)
+        t.remove()
+    assert lat.returncode == 0, err
+    assert "Traceback" not in err
+    truth = throttle_released(tracer.text, ld.device.majmin.replace(":", ","))
+    assert job["write"]["total_ios"] == NOTE_WRITES
+    assert truth >= NOTE_WRITES // 2, truth  # 20 a second, 4 at a time: most of them wait their turn
+    held = [h for ln in stdout.splitlines() if ln.startswith("{") for h in json.loads(ln)["throttle"]["held"]]
+    assert {h["cgroup"] for h in held} == {t.cgroup}, held
+    assert sum(h["held"] for h in held) == truth, (held, truth)
+    assert sum(h["wait_measured"] for h in held) == truth, held
+    assert {h["wait_from"] for h in held} == {"submit notes"}, held
+    assert {s["comm"] for h in held for s in h["submitters"]} == {"fio"}, held
+    assert sum(s["held"] for h in held for s in h["submitters"]) == truth, held
+    waited = sum(h["wait_sum"] for h in held)
+    fio_lat = job["write"]["lat_ns"]["mean"] * job["write"]["total_ios"]
+    assert 0.5 * fio_lat <= waited <= fio_lat, (waited, fio_lat)

@@ -100,7 +100,8 @@ TOP_DISK_KEY = np.dtype([
 THROTTLE_KEY = np.dtype([
     ("cgroup", np.uint64),
     ("dev", np.uint32),
-    ("pad", np.uint32),
+    ("tgid", np.uint32),
+    ("comm", "S16"),
 ])
 
 THROTTLE_VAL = np.dtype([
@@ -112,6 +113,7 @@ THROTTLE_NOTE = np.dtype([
     ("ts", np.uint64),
     ("pid", np.uint32),
     ("tgid", np.uint32),
+    ("comm", "S16"),
 ])
 
 # C struct name -> dtype, for the ABI test

@@ -237,6 +237,14 @@ class BPFObject:
                     raise IoscopeError(what, "ioscope cannot run this tool here")
                 self.unavailable.append(what)
 
+    def leave_out(self, hooks: Iterable[str]) -> None:
+        """Load none of these hooks' programs (chosen, but not wanted after all: a twin the kernel's
+        signature rules out, or a second way to the same figure)."""
+        for name in hooks:
+            h = self.hooks[name]
+            if h.chosen:
+                self._select(h, None)
+
     def absent(self, h: Hook) -> str:
         """Why no variant of the hook can run here, in one line."""
         parts = [f"tracepoint {h.category}:{h.tracepoint}" if h.tracepoint else ""]
@@ -274,10 +282,11 @@ class BPFObject:
 
     # -- configuring ----------------------------------------------------
 
-    def set_global(self, name: str, value: bool | int, fmt: str) -> None:
-        """Set a const volatile global; fmt is its struct format ('?', 'B', 'I', 'Q', ...)."""
+    def set_global(self, name: str, value: bool | int | tuple[int, ...], fmt: str) -> None:
+        """Set a const volatile global; fmt is its struct format ('?', 'B', 'I', 'Q', '8Q' with a tuple, ...)."""
         try:
-            self.obj.set_global(name, struct.pack("=" + fmt, value))
+            self.obj.set_global(name, struct.pack("=" + fmt, *value) if isinstance(value, tuple)
+                                else struct.pack("=" + fmt, value))
         except _libbpf.BPFError as exc:
             raise IoscopeError(str(exc)) from None
 
@@ -405,7 +414,7 @@ def _fentry_reason(err: int) -> str:
 
 
 _CATEGORIES = {"block_": "block", "page_cache_": "filemap", "mm_filemap_": "filemap", "sys_": "syscalls",
-               "task_": "task", "io_uring_": "io_uring"}
+               "task_": "task", "io_uring_": "io_uring", "kmem_": "kmem"}
 
 
 def _category_of(tp: str) -> str:
