@@ -99,26 +99,30 @@ def test_throttled_bios_are_said_in_text_and_json() -> None:
     """Bios blk-throttle held in the interval: one line per cgroup and disk, in text and JSON from one
     report; their wait where fentry measured it (p50, p99, max from the histogram), else why not; with a
     limit in force and nothing held, a dim line says so."""
-    from ioscope.engines.context.throttle import HeldBios
+    from ioscope.engines.context.throttle import HeldBios, Submitter
 
     s = _sample(final=False, pending=0, in_flight=0)
     s.throttled = [HeldBios(7 << 20, "loop0", "/svc-batch", 27, Hist()),
-                   HeldBios(7 << 20, "loop0", "/svc-b", 4, Hist.from_values([250_000_000] * 3 + [1_020_000_000]))]
+                   HeldBios(7 << 20, "loop0", "/svc-b", 4, Hist.from_values([250_000_000] * 3 + [1_020_000_000]),
+                            submitters=[Submitter(4321, "fio", 3)], wait_from="submit notes")]
     s.throttle_no_wait = "their wait needs fentry: refused"
     s.throttle_limits = [{"cgroup": "/svc-batch", "disk": "loop0", "dev": "7:0", "limits": {"write_iops": 4}}]
     r = build_report(s)
-    text = render_plain(Group(*renderables(r, LatViewOptions())), width=200)
+    text = render_plain(Group(*renderables(r, LatViewOptions())), width=400)
     assert ("blk-throttle held 27 bios of cgroup /svc-batch on loop0: their wait is not in q2c and not measured "
             "(their wait needs fentry: refused)") in text
     line = next(ln for ln in text.splitlines() if "of cgroup /svc-b on" in ln)
-    assert line.startswith("blk-throttle held 4 bios of cgroup /svc-b on loop0: their wait is not in q2c; waited "
-                           "(measured for 4) p50 "), line
+    assert line.startswith("blk-throttle held 4 bios of cgroup /svc-b on loop0: their wait is not in q2c "
+                           "(submitted by fio pid 4321: 3, not known: 1); waited (measured for 4, from the bio's "
+                           "submission) p50 "), line
     assert line.endswith("max 1.02s"), line
     doc = json.loads(json.dumps(to_json(r)))
     held = {h["cgroup"]: h for h in doc["throttle"]["held"]}
     assert held["/svc-batch"] == {"disk": "loop0", "cgroup": "/svc-batch", "held": 27, "wait_measured": 0,
-                                  "wait_unit": "ns"}
+                                  "submitters": [], "wait_unit": "ns"}
     assert held["/svc-b"]["wait_measured"] == 4 and held["/svc-b"]["wait_max"] == 1_020_000_000
+    assert held["/svc-b"]["wait_from"] == "submit notes"
+    assert held["/svc-b"]["submitters"] == [{"pid": 4321, "comm": "fio", "held": 3}]
     assert doc["throttle"]["wait_not_measured"] == "their wait needs fentry: refused"
     s.throttled = []
     text = render_plain(Group(*renderables(build_report(s), LatViewOptions())), width=200)

@@ -7,8 +7,8 @@ Three cgroups in the io controller's hierarchy, named as systemd and Docker name
 or v2 `io.max`). `lat -G -m 12 1` (text) and `top -G -c TOP -b 12 1` (batch text, only the services'
 cgroups) run over the same workload. Each service's histogram counts exactly its fio's reads; the
 container is named by its short id; the backup's held bios are as many as the kernel's own blk tracer
-shows the throttle's kworker queued, and both tools say that their wait is not in q2c (and how long it
-was, where fentry loads). Both exit 0 by themselves and leave no BPF program behind; the cgroups are
+shows the throttle's kworker queued, and both tools say that their wait is not in q2c, how long it was and
+that the backup's fio submitted them. Both exit 0 by themselves and leave no BPF program behind; the cgroups are
 removed.
 """
 
@@ -118,6 +118,9 @@ def test_services_in_cgroups_and_a_throttled_backup(loopdev: Any) -> None:
     for out in (lat_out, top_out):
         held = [(int(m.group(1)), m.group(2)) for m in map(_HELD.match, out.splitlines()) if m]
         assert held == [(truth, f"{cg.top}/backup.service")], (held, truth, out[-2000:])
+        # each held bio's wait measured (fentry, or its submit note under lockdown), credited to the backup's fio
+        line = next(ln for ln in out.splitlines() if _HELD.match(ln))
+        assert re.search(rf"\(submitted by fio pid \d+: {truth}\); waited \(measured for {truth}, ", line), line
     # top: the cgroup view's rows, the backup's HELD column
     rows = {ln.split()[0]: ln.split() for ln in top_out.splitlines() if ln.startswith(f" {cg.top}/")}
     assert rows[f"{cg.top}/backup.service"][-2] == str(truth), rows

@@ -323,7 +323,8 @@ def summary(held: Sequence[HeldBios], no_wait: str, fmt: Callable[[float], str])
             line += f" ({who})"
         if h.wait.count:
             p = h.wait.percentiles((50, 99))
-            line += (f"; waited (measured for {h.wait.count}, from {WAIT_FROM.get(h.wait_from, h.wait_from)}) "
+            src = f", from {WAIT_FROM.get(h.wait_from, h.wait_from)}" if h.wait_from else ""
+            line += (f"; waited (measured for {h.wait.count}{src}) "
                      f"p50 {fmt(p[50])} p99 {fmt(p[99])} max {fmt(float(h.wait.max))}")
             if h.wait.count < h.held:
                 line += f"; not measured for {h.held - h.wait.count} (no note of their submission was found)"
