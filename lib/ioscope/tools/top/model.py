@@ -91,7 +91,7 @@ class CgroupRow:
     ios: int = 0
     hist: Hist | None = field(default=None, repr=False, compare=False)
     held: int = 0                # bios blk-throttle held before their queue event (not in avg_ms, p99ms)
-    thr_p99_ms: float | None = None  # their wait in the throttle, where it is measured (fentry)
+    thr_p99_ms: float | None = None  # their wait in the throttle, where it is measured (fentry or submit notes)
 
 
 def iostat(prev: DiskStats, cur: DiskStats, seconds: float) -> DeviceRow:

@@ -115,7 +115,7 @@ CGROUP_COLUMNS = (
     Column("avg_ms", "avg_ms", 7, 70),
     Column("p99_ms", "p99ms", 7, 75),
     Column("held", "HELD", 6, 72, "int"),         # bios blk-throttle held (their wait is not in avg_ms, p99ms)
-    Column("thr_p99_ms", "thr_p99", 8, 71),       # their wait in it, where measured (fentry)
+    Column("thr_p99_ms", "thr_p99", 8, 71),       # their wait in it, where measured (fentry or submit notes)
 )
 
 
