@@ -30,6 +30,8 @@ struct rs_val {
 	__u64 ra_count;      /* bios flagged REQ_RAHEAD */
 	__u64 ra_bytes;
 	char comm[16];
+	__u64 cgroup;        /* its cgroup (io controller's hierarchy), read at its first I/O of the interval in
+			      * its own context, with targ_proc_cgroup; 0: not read */
 };
 
 /* fair's groups: bytes per process, direction and device (filled only when targ_per_disk is set). dev is

@@ -28,6 +28,7 @@
 #include "common.bpf.h"
 #define COMMS_MAP 0
 #include "comms.bpf.h"
+#include "cgroup.bpf.h"
 
 #define MAX_IOV 16
 #define S_IFMT 00170000
@@ -38,6 +39,7 @@ const volatile __u32 targ_tgid = 0;
 const volatile bool targ_filter_comm = false;
 const volatile bool targ_writes = false;
 const volatile bool targ_per_disk = false; /* fair: also count bytes per process and device */
+const volatile bool targ_proc_cgroup = false; /* -c/-G: each process's cgroup id in its rs_val */
 const volatile char targ_comm[16] = {};
 /* syscall numbers of this architecture, set by user space; -1 = none */
 const volatile __s32 nr_read = -1;
@@ -161,6 +163,10 @@ static __always_inline struct rs_val *proc_val(__u32 tgid, __u32 op, const char 
 		else
 			process_comm(v->comm);
 	}
+	/* -c/-G: the process's cgroup while it lives (user space reads /proc/PID/cgroup too late for a process
+	 * that exits within the interval); only in its own context (an async completion may run elsewhere) */
+	if (targ_proc_cgroup && !v->cgroup && (bpf_get_current_pid_tgid() >> 32) == tgid)
+		v->cgroup = cgroup_kn_id(task_io_cgroup());
 	return v;
 }
 

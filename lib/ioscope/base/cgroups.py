@@ -263,16 +263,25 @@ GONE = "[exited]"   # a process that exited before its cgroup was read
 
 class ProcessCgroups:
     """pid -> its cgroup (process_cgroup), for tools whose rows are processes (fair, readsize): read at
-    each lookup while the process lives, the last one read once it has exited. top: -c's cgroup path."""
+    each lookup while the process lives, the last one read once it has exited, and for one that exited
+    before any read the cgroup the kernel saw it in (an id, named by CgroupNames). top: -c's cgroup path."""
 
     def __init__(self, top: str | None = None) -> None:
         io = io_cgroup_root()
         self.hierarchy = io[1] if io else ""
         self.top = top
         self._last: dict[int, str] = {}
+        self._names: CgroupNames | None = None
 
-    def path(self, pid: int) -> str:
+    def path(self, pid: int, cgroup_id: int = 0) -> str:
+        """cgroup_id: the cgroup the kernel saw the process in at its I/O (readsize's map), named when the
+        process has exited before /proc could be read (a short-lived worker)."""
         got = process_cgroup(pid, self.hierarchy) if self.hierarchy else None
+        if got is None and cgroup_id and pid not in self._last:
+            if self._names is None:
+                self._names = CgroupNames()
+            name = self._names.name(cgroup_id)
+            got = None if name.startswith("cgroup:") else name
         if got is not None:
             self._last[pid] = got
         return self._last.get(pid, GONE)

@@ -27,6 +27,7 @@ RS_VAL = np.dtype([
     ("ra_count", np.uint64),
     ("ra_bytes", np.uint64),
     ("comm", "S16"),
+    ("cgroup", np.uint64),
 ])
 
 RS_DISK_KEY = np.dtype([("tgid", np.uint32), ("op", np.uint32), ("dev", np.uint32)])

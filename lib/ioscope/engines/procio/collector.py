@@ -144,6 +144,7 @@ class ReadsizeCollector:
         b.filter_disks(dev for d in o.disks for dev in filter_devs(d))
         b.set_global("targ_writes", o.writes, "?")
         b.set_global("targ_per_disk", o.per_disk, "?")
+        b.set_global("targ_proc_cgroup", self.pcg is not None, "?")
         if o.comm:
             b.set_global("targ_filter_comm", True, "?")
             b.obj.set_global("targ_comm", _comm_bytes(o.comm))
@@ -181,7 +182,10 @@ class ReadsizeCollector:
         keys = np.frombuffer(kb, dtype=abi.RS_KEY, count=n)
         vals = np.frombuffer(vb, dtype=abi.RS_VAL, count=n)
         out = []
+        cgroup_ids: dict[int, int] = {}
         for k, v in zip(keys, vals):
+            if int(v["cgroup"]):
+                cgroup_ids[int(k["tgid"])] = int(v["cgroup"])
             req, ret, dev = (core_abi.hists_from_array(v[name].reshape(1))[0] for name in ("app_req", "app_ret", "dev"))
             out.append(ProcIO(
                 pid=int(k["tgid"]), comm=comm_str(bytes(v["comm"])),
@@ -192,7 +196,7 @@ class ReadsizeCollector:
         if self.pcg is not None:
             self.pcg.forget({p.pid for p in out})
             for p in out:   # one /proc read per process and interval; read_disks() keeps the same ones
-                p.cgroup = self.pcg.path(p.pid)
+                p.cgroup = self.pcg.path(p.pid, cgroup_ids.get(p.pid, 0))
             out = [p for p in out if self.pcg.wanted(p.pid)]
         out.sort(key=ProcIO.sort_key)
         return out
