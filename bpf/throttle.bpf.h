@@ -312,13 +312,21 @@ static __always_inline int throttle_queue_prog(struct bio *bio, const bool btf)
 /* The submit notes, where fn_throtl_add cannot attach (the top of this file): attached with the held
  * programs, once a limit is in force. sn_alloc has the kmem_cache_alloc arguments of 6.1 on (the cache
  * third), sn_alloc_site those of 5.10 (bytes_req third): user space keeps the one the kernel's BTF
- * says (lib/ioscope/engines/context/throttle.py). */
+ * says (lib/ioscope/engines/context/throttle.py). Both raw_tp only: a tp_btf program may not read their
+ * `const void *ptr` argument on 6.1 and 6.12 (the verifier: "arg1 type UNKNOWN is not a struct"; 6.18
+ * allows it), and nothing here needs a typed pointer. */
 #define THROTTLE_SUBMIT_PROGRAMS                                                                       \
 	IOS_BLOCK_TP(sn_remap, block_bio_remap, (submit_note(ptr_value(bio, btf)), 0), struct bio *bio) \
-	IOS_TP(sn_alloc, kmem_cache_alloc, note_alloc(ptr_value(ptr, btf), ptr_value(s, btf)),         \
-	       unsigned long call_site, const void *ptr, struct kmem_cache *s)                        \
-	IOS_TP(sn_alloc_site, kmem_cache_alloc, note_alloc_site(call_site, ptr_value(ptr, btf)),       \
-	       unsigned long call_site, const void *ptr)                                              \
+	SEC("raw_tp/kmem_cache_alloc")                                                                 \
+	int BPF_PROG(raw_sn_alloc, unsigned long call_site, const void *ptr, struct kmem_cache *s)    \
+	{                                                                                             \
+		return note_alloc((__u64)ptr, (__u64)s);                                              \
+	}                                                                                             \
+	SEC("raw_tp/kmem_cache_alloc")                                                                 \
+	int BPF_PROG(raw_sn_alloc_site, unsigned long call_site, const void *ptr)                     \
+	{                                                                                             \
+		return note_alloc_site(call_site, (__u64)ptr);                                        \
+	}                                                                                             \
 	IOS_TP(sn_sys, sys_enter, note_syscall(nr), struct pt_regs *regs, long nr)
 
 #endif /* THROTTLE_BPF_H */
