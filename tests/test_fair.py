@@ -37,6 +37,34 @@ def test_jain_by_hand() -> None:
     assert jain_index(xs) == pytest.approx(105.0 ** 2 / (4 * (2 * 48 ** 2 + 2 * 4.5 ** 2)))
 
 
+def test_balance_between_cgroups() -> None:
+    """-G: each cgroup's processes' bytes added up and judged against the other cgroups': three readers of
+    10 MB in one service and one in another is 30 against 10, Jain 0.8, poor; a process whose cgroup is not
+    known and one that moved no bytes of the op are in no sum; no cgroup read, no cgroup balance."""
+    from ioscope.base.cgroups import GONE
+    from ioscope.tools.fair.model import ProcRate, cgroup_balances
+    from ioscope.tools.fair.view import group_lines
+
+    mb = 10_000_000
+    rates = {1: ProcRate(1, "a", read=mb, cgroup="/svc-a"), 2: ProcRate(2, "a", read=mb, cgroup="/svc-a"),
+             3: ProcRate(3, "a", read=mb, cgroup="/svc-a"), 4: ProcRate(4, "b", read=mb, cgroup="/svc-b"),
+             5: ProcRate(5, "gone", read=mb, cgroup=GONE), 6: ProcRate(6, "w", write=mb, cgroup="/svc-c")}
+    got = cgroup_balances(rates, "app", 0.01)
+    r = got["read"]
+    assert r.cgroups == {"/svc-a": 3 * mb, "/svc-b": mb}
+    assert r.verdict.pids == [1, 2, 3, 4]
+    assert math.isclose(r.verdict.balance.jain, 0.8) and r.verdict.poor
+    assert got["write"].cgroups == {"/svc-c": mb} and got["write"].verdict.balance.n == 1
+    assert cgroup_balances({k: ProcRate(k, "x", read=mb) for k in (1, 2)}, "app", 0.01) == {}
+    from ioscope.tools.fair.model import Group
+
+    lines = group_lines(Group("loop0", [], {}, {}, {}, got), "app", 1.0)
+    assert any(ln.strip().startswith("between cgroups, read balance over 2 cgroups (app bytes):") and "Jain 0.800"
+               in ln and "POOR" in ln for ln in lines), lines
+    assert "    /svc-a 28.6MiB/s, /svc-b 9.54MiB/s" in lines, lines
+    assert "between cgroups, write: one active cgroup, no balance to compute" in [ln.strip() for ln in lines]
+
+
 def test_balance_fields() -> None:
     b = balance([2.0, 4.0, 6.0])
     assert (b.n, b.total, b.min, b.max, b.mean) == (3, 12.0, 2.0, 6.0, 4.0)
@@ -198,6 +226,12 @@ def test_cgroup_filter_and_column(fs2: Any, io_cgroup: tuple[Path, str]) -> None
     doc, (out_pid, in_pid) = _pair_in_cgroup(fs2, files, cg_dir, "fair", "-G")
     got = {p["pid"]: (p["cgroup"], p["read_bytes"]) for p in doc["procs"]}
     assert got[in_pid] == (cg, 40 * MB) and got[out_pid] == (mine, 40 * MB)
+    # the two cgroups judged against each other, each with its reader's 40 MiB: even
+    (group,) = doc["groups"]
+    between = group["cgroup_balance"]["read"]
+    assert between["cgroups"] == {cg: 40 * MB, mine: 40 * MB} and between["n"] == 2, between
+    assert between["total"] == 80 * MB and between["jain"] > 0.99 and not between["poor"]
+    assert sorted(between["pids"]) == sorted([in_pid, out_pid])
     doc, (out_pid, in_pid) = _pair_in_cgroup(fs2, files, cg_dir, "readsize", "-G", "-c", cg)
     assert [(p["pid"], p["cgroup"], p["app"]["bytes"]) for p in doc["procs"]] == [(in_pid, cg, 40 * MB)]
     # readers that exit at once, before the interval ends: /proc has nothing left to say, the kernel's note of

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 # Below this index the balance is called poor: with two processes, J = 0.9
 # means one gets about twice what the other gets (x/y ~ 2.0).
@@ -81,8 +82,11 @@ def balance(xs: Sequence[float]) -> Balance:
     )
 
 
-def select_active(values: dict[int, float], min_share: float) -> dict[int, float]:
-    """The processes that count for the balance: at least min_share of the busiest one.
+K = TypeVar("K")
+
+
+def select_active(values: dict[K, float], min_share: float) -> dict[K, float]:
+    """The processes (or cgroups) that count for the balance: at least min_share of the busiest one.
 
     A shell that read one small file next to 64 streaming readers would otherwise
     make any workload look unfair.

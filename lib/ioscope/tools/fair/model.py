@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ioscope.base.cgroups import GONE
 from ioscope.base.devices import DiskStats
 from ioscope.base.fairness import MIN_VERDICT_BYTES, Balance, Verdict, balance, select_active
 from ioscope.base.losses import Losses
@@ -84,6 +85,14 @@ class Poor:
 
 
 @dataclass
+class CgroupBalance:
+    """The balance of one operation between cgroups (-G, -c): each cgroup's processes' bytes added up."""
+
+    verdict: Verdict           # its pids: the processes of the cgroups compared
+    cgroups: dict[str, float]  # cgroup path -> its bytes of the op, for the cgroups compared
+
+
+@dataclass
 class Group:
     """The processes judged against each other: those that did I/O on one disk (disk: its name), or with
     --across-disks every process whatever its disk (disk None)."""
@@ -93,6 +102,7 @@ class Group:
     balance: dict[str, Verdict]     # op -> this interval
     cumulative: dict[str, Verdict]  # op -> since the start
     poor: dict[str, Poor]           # op -> verdict, for the ops whose interval balance is poor
+    cgroup_balance: dict[str, CgroupBalance] = field(default_factory=dict)  # op -> between cgroups (-G, -c)
 
 
 @dataclass
@@ -133,6 +143,27 @@ def balances(rates: dict[int, ProcRate], by: str, min_share: float,
         active = select_active(moved, min_share)
         if active:
             out[op] = Verdict(op, balance(list(active.values())), sorted(active), min_bytes)
+    return out
+
+
+def cgroup_balances(rates: dict[int, ProcRate], by: str, min_share: float,
+                    min_bytes: float = MIN_VERDICT_BYTES) -> dict[str, CgroupBalance]:
+    """Per op, the balance between the cgroups whose processes moved bytes of it (their bytes added up,
+    the same min_share between cgroups as between processes); empty when no process's cgroup was read.
+    A process whose cgroup is not known ([exited]) is in no cgroup's sum."""
+    out = {}
+    for op in ("read", "write"):
+        moved: dict[str, float] = {}
+        pids: dict[str, list[int]] = {}
+        for pid, r in rates.items():
+            if r.cgroup and r.cgroup != GONE and r.metric(op, by) > 0:
+                moved[r.cgroup] = moved.get(r.cgroup, 0.0) + r.metric(op, by)
+                pids.setdefault(r.cgroup, []).append(pid)
+        active = select_active(moved, min_share)
+        if active:
+            members = sorted(p for cg in active for p in pids[cg])
+            out[op] = CgroupBalance(Verdict(op, balance(list(active.values())), members, min_bytes),
+                                    dict(sorted(active.items(), key=lambda kv: (-kv[1], kv[0]))))
     return out
 
 
@@ -264,7 +295,8 @@ def build_report(s: FairSample, by: str = "app", min_share: float = 0.01, min_by
         busy = [d.name for d in states if d.util >= BUSY_UTIL]
         poor = {op: Poor(busy, likely_causes(rs, v.balance, v.pids, states, op, by, s.limits))
                 for op, v in bal.items() if v.poor}
-        return Group(disk, table(rs, cs), bal, balances(cs, by, min_share, min_bytes), poor)
+        return Group(disk, table(rs, cs), bal, balances(cs, by, min_share, min_bytes), poor,
+                     cgroup_balances(rs, by, min_share, min_bytes))
 
     comms = {p.pid: p.comm for p in [*s.cumulative, *s.procs]}
     cgroups = {p.pid: p.cgroup for p in [*s.cumulative, *s.procs] if p.cgroup}
@@ -283,6 +315,6 @@ def build_report(s: FairSample, by: str = "app", min_share: float = 0.01, min_by
                       losses=Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain), attach=attach)
 
 
-__all__ = ["BUSY_UTIL", "DiskState", "FairReport", "FairSample", "Group", "Poor", "ProcRate", "ProcRow", "active_disks",
-           "balances", "build_report", "disk_states", "likely_causes", "limit_applies", "per_disk_rates",
-           "per_process"]
+__all__ = ["BUSY_UTIL", "CgroupBalance", "DiskState", "FairReport", "FairSample", "Group", "Poor", "ProcRate",
+           "ProcRow", "active_disks", "balances", "build_report", "cgroup_balances", "disk_states", "likely_causes",
+           "limit_applies", "per_disk_rates", "per_process"]

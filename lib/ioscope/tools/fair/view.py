@@ -46,6 +46,8 @@ def group_json(g: Group) -> dict[str, Any]:
         "balance": {op: verdict_json(v) for op, v in g.balance.items()},
         "cumulative_balance": {op: verdict_json(v) for op, v in g.cumulative.items()},
         "poor": {op: {"busy": bool(p.busy), "busy_disks": p.busy, "causes": p.causes} for op, p in g.poor.items()},
+        **({"cgroup_balance": {op: {**verdict_json(c.verdict), "cgroups": c.cgroups}
+                               for op, c in g.cgroup_balance.items()}} if g.cgroup_balance else {}),
     }
 
 
@@ -64,11 +66,13 @@ def to_json(r: FairReport) -> dict[str, Any]:
     }
 
 
-def balance_line(v: Verdict, by: str, seconds: float, label: str) -> str:
-    """One balance; values per second over the interval, or bytes when seconds is 0 (cumulative)."""
+def balance_line(v: Verdict, by: str, seconds: float, label: str, of: str = "process") -> str:
+    """One balance; values per second over the interval, or bytes when seconds is 0 (cumulative). of: what
+    is compared ("process", "cgroup")."""
     b, op = v.balance, v.op
+    plural = of + ("es" if of.endswith("s") else "s")
     if b.n < 2:
-        return f"{label} {op}: one active process, no balance to compute"
+        return f"{label} {op}: one active {of}, no balance to compute"
 
     def per_s(x: float) -> str:
         return fmt_bytes(x / seconds, unit=True) + "/s" if seconds > 0 else fmt_bytes(x, unit=True)
@@ -79,7 +83,7 @@ def balance_line(v: Verdict, by: str, seconds: float, label: str) -> str:
                 f"{fmt_bytes(v.min_bytes, unit=True)})")
     else:
         flag = f"  POOR (Jain < {POOR_JAIN})" if v.poor else ""
-    return (f"{label} {op} balance over {b.n} processes ({by} bytes): min {per_s(b.min)} max {per_s(b.max)} "
+    return (f"{label} {op} balance over {b.n} {plural} ({by} bytes): min {per_s(b.min)} max {per_s(b.max)} "
             f"mean {per_s(b.mean)} cv {b.cv:.2f} max/min {mm} Jain {b.jain:.3f}{flag}")
 
 
@@ -129,7 +133,15 @@ def group_lines(g: Group, by: str, seconds: float) -> list[str]:
             out += [f"    - {c}" for c in poor.causes] or ["    - none ioscope can see"]
     for v in g.cumulative.values():
         out.append("  " + balance_line(v, by, 0, "cumulative"))
+    for c in g.cgroup_balance.values():
+        out.append("  " + balance_line(c.verdict, by, seconds, "between cgroups,", of="cgroup"))
+        if c.verdict.balance.n >= 2:
+            out.append("    " + ", ".join(f"{cgroup_label(cg)} {_amount(b, seconds)}" for cg, b in c.cgroups.items()))
     return out
+
+
+def _amount(b: float, seconds: float) -> str:
+    return fmt_bytes(b / seconds, unit=True) + "/s" if seconds > 0 else fmt_bytes(b, unit=True)
 
 
 def renderables(r: FairReport) -> Iterator[RenderableType]:
