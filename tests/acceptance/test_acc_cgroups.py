@@ -8,8 +8,8 @@ or v2 `io.max`). `lat -G -m 12 1` (text) and `top -G -c TOP -b 12 1` (batch text
 cgroups) run over the same workload. Each service's histogram counts exactly its fio's reads; the
 container is named by its short id; the backup's held bios are as many as the kernel's own blk tracer
 shows the throttle's kworker queued, and both tools say that their wait is not in q2c, how long it was and
-that the backup's fio submitted them. Both exit 0 by themselves and leave no BPF program behind; the cgroups are
-removed.
+that the backup's fio submitted them; snoop says so too, on stderr. Both exit 0 by themselves and leave no
+BPF program behind; the cgroups are removed.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ PG_READS, APP_READS, BACKUP_WRITES = 1201, 401, 131
 LIMIT_IOPS = 40
 _Q2C = re.compile(r"^q2c: .*\[cgroup (\S+)(?: \[(\w+) (\w+)\])?\]$")
 _N = re.compile(r"^n=(\d+) ")
-_HELD = re.compile(r"^blk-throttle held (\d+) bios of cgroup (\S+) on (\S+): their wait is not in q2c")
+_HELD = re.compile(r"^blk-throttle held (\d+) bios? of cgroup (\S+) on (\S+): (?:their|its) wait is not in q2c")
 
 
 def _fio(cg: TestCgroups, group: str, args: str) -> subprocess.Popen[bytes]:
@@ -141,8 +141,16 @@ def test_services_in_cgroups_and_a_throttled_backup(loopdev: Any) -> None:
     assert_counted(by_cg[f"{cg.top}/postgresql.service"], PG_READS, s_unseen)
     assert_counted(by_cg[f"{cg.top}/{CONTAINER}"], APP_READS, s_unseen)
     assert f"{cg.top}/backup.service" in by_cg and "[docker 3f9c2e61b0d8]" in outs["snoop"][0]
-    # the limit, in force when snoop started, is said once on stderr: the held wait is in no line
+    # the limit, in force when snoop started, is said once on stderr: the held wait is in no line; then what the
+    # throttle held, as it goes: every held bio counted once, credited to the backup's fio, its wait measured
     notes = [ln for ln in outs["snoop"][1].splitlines() if ln.startswith("ioscope snoop: note: ")]
-    assert len(notes) == 1 and f"cgroup {cg.top}/backup.service" in notes[0] and "write_iops=" in notes[0], notes
+    limit_notes = [ln for ln in notes if "throttling limit in force" in ln]
+    assert len(limit_notes) == 1 and f"cgroup {cg.top}/backup.service" in limit_notes[0], notes
+    assert "write_iops=" in limit_notes[0], limit_notes
+    held_notes = [_HELD.match(ln.removeprefix("ioscope snoop: note: ")) for ln in notes if ln not in limit_notes]
+    assert all(m and m.group(2) == f"{cg.top}/backup.service" for m in held_notes), notes
+    assert sum(int(m.group(1)) for m in held_notes if m) == truth, (notes, truth)
+    assert all(re.search(r"\(submitted by fio pid \d+: \d+\); waited \(measured for \d+, ", ln)
+               for ln in notes if ln not in limit_notes), notes
     time.sleep(0.1)
     assert not programs_left(ids)

@@ -301,6 +301,78 @@ class ThrottleWatch:
         return sorted(out, key=lambda h: (-h.held, h.disk, h.cgroup))
 
 
+class HeldWatch:
+    """blk-throttle's held bios for a tool whose own BPF object has no throttle programs (snoop, fair):
+    lat's object with those programs alone, opened, loaded and attached only once a limit is in force on a
+    traced disk (a host without limits pays nothing). tick() at least every CHECK_EVERY_S; read() gives
+    the held bios since the last read. A kernel that refuses the object leaves why in `failed`."""
+
+    def __init__(self, disks: Callable[[], Iterable[BlockDevice]], devs: Iterable[int] = ()) -> None:
+        self.disks = disks
+        self.devs = list(devs)
+        self.watch: ThrottleWatch | None = None
+        self.failed = ""
+        self._next = 0.0
+        self._names: Any = None
+        self._cgroups: Any = None
+
+    def tick(self) -> None:
+        if self.watch is not None:
+            self.watch.tick()
+            return
+        now = time.monotonic()
+        if self.failed or now < self._next:
+            return
+        self._next = now + CHECK_EVERY_S
+        got = iolimits.in_force(list(self.disks()))
+        if isinstance(got, list) and got:
+            self._open()
+
+    def _open(self) -> None:
+        from ioscope.base import devices
+        from ioscope.base.cgroups import CgroupNames
+        from ioscope.base.errors import IoscopeError
+
+        try:
+            b = BPFObject("lat")
+        except IoscopeError as exc:
+            self.failed = str(exc)
+            return
+        try:
+            b.choose(required=[], optional=list(HOOKS))
+            w = ThrottleWatch(b, self.disks)
+            w.setup()
+            if self.devs:
+                b.filter_disks(self.devs)
+            b.load()
+            w.loaded()
+            w.tick()
+        except IoscopeError as exc:
+            b.close()
+            self.failed = str(exc)
+            return
+        self.watch = w
+        self._names, self._cgroups = devices.DevNames(), CgroupNames()
+
+    @property
+    def no_wait(self) -> str:
+        return self.watch.no_wait if self.watch is not None else ""
+
+    @property
+    def no_held(self) -> str:
+        return self.failed or (self.watch.no_held if self.watch is not None else "")
+
+    def read(self) -> list[HeldBios]:
+        if self.watch is None:
+            return []
+        return self.watch.read(self._names.name, self._cgroups.name)
+
+    def close(self) -> None:
+        if self.watch is not None:
+            self.watch.bpf.close()
+            self.watch = None
+
+
 def submitted_by(h: HeldBios) -> str:
     """Who submitted the held bios (the notes' processes, busiest first), and how many no note names."""
     parts = [f"{s.comm} pid {s.pid}: {s.held}" for s in h.submitters[:3]]
@@ -317,7 +389,8 @@ def summary(held: Sequence[HeldBios], no_wait: str, fmt: Callable[[float], str])
     or why it is not measured. fmt formats nanoseconds."""
     lines = []
     for h in held:
-        line = f"blk-throttle held {h.held} bios of cgroup {h.cgroup} on {h.disk}: their wait is not in q2c"
+        line = (f"blk-throttle held {h.held} bio{'s' if h.held != 1 else ''} of cgroup {h.cgroup} on {h.disk}: "
+                f"{'their' if h.held != 1 else 'its'} wait is not in q2c")
         who = submitted_by(h)
         if who:
             line += f" ({who})"
@@ -347,5 +420,5 @@ def held_json(h: HeldBios) -> dict[str, Any]:
                                    "wait_sum": h.wait.total} if h.wait.count else {})}
 
 
-__all__ = ["CHECK_EVERY_S", "HOOKS", "SUBMIT_HOOKS", "HeldBios", "Submitter", "ThrottleWatch", "held_json",
+__all__ = ["CHECK_EVERY_S", "HOOKS", "SUBMIT_HOOKS", "HeldBios", "HeldWatch", "Submitter", "ThrottleWatch", "held_json",
            "kernel_function", "kernel_function_range", "limited_cgroup_ids", "submitted_by", "summary"]

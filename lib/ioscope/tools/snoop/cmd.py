@@ -86,6 +86,49 @@ class LimitNotes:
                   file=sys.stderr, flush=True)
 
 
+class HeldNotes:
+    """Once a limit is in force, the bios blk-throttle held (engines/context/throttle.py HeldWatch: lat's
+    throttle programs alone): a note on stderr every CHECK_EVERY_S in which some were held, and at the end,
+    with who submitted them and how long they waited, a wait no line's QUE(ms) holds."""
+
+    def __init__(self, sn: Snooper) -> None:
+        from ioscope.base import devices
+        from ioscope.engines.context.throttle import HeldWatch
+
+        disks = sn.rec.opts.disks
+        self.top = sn.cgroup_filter
+        self.watch = HeldWatch(lambda: disks or devices.list_disks(), [d.dev for d in disks])
+        self.said_failed = False
+        self.next = 0.0
+
+    def check(self) -> None:
+        """Every CHECK_EVERY_S: attach once a limit is in force, then say what was held since the last note."""
+        from ioscope.engines.context.throttle import CHECK_EVERY_S
+
+        now = time.monotonic()
+        if now < self.next:
+            return
+        self.next = now + CHECK_EVERY_S
+        self.watch.tick()
+        self.say()
+
+    def say(self) -> None:
+        from ioscope.base.cgroups import within
+        from ioscope.base.fmt import fmt_ns
+        from ioscope.engines.context.throttle import summary
+
+        if self.watch.failed and not self.said_failed:
+            self.said_failed = True
+            print(f"ioscope snoop: note: the bios blk-throttle holds cannot be counted here: {self.watch.failed}",
+                  file=sys.stderr, flush=True)
+        held = [h for h in self.watch.read() if self.top is None or within(h.cgroup, self.top)]
+        for line in summary(held, self.watch.no_wait, fmt_ns):
+            print(f"ioscope snoop: note: {line}, nor in any line's QUE(ms)", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.watch.close()
+
+
 def _loop(sn: Snooper, args: argparse.Namespace) -> int:
     from ioscope.base import units
     from ioscope.engines.recording.recorder import POLL_MS, completions_warnings
@@ -101,15 +144,21 @@ def _loop(sn: Snooper, args: argparse.Namespace) -> int:
         print(CGROUP_HEADER if args.cgroups else HEADER, flush=True)
     deadline = time.monotonic() + args.duration if args.duration else None
     limits = LimitNotes(sn.rec.opts.disks)
+    held = HeldNotes(sn)
     try:
-        while deadline is None or time.monotonic() < deadline:
-            limits.check()
-            time.sleep(POLL_MS / 1000)   # Ctrl-C lands here, before the rings are read
-            with live.signals_deferred():   # ... or after what was read is printed: never in between
-                emit(sn.poll(0), args.json, args.cgroups)
-    except KeyboardInterrupt:
-        pass
-    emit(sn.finish(), args.json, args.cgroups)
+        try:
+            while deadline is None or time.monotonic() < deadline:
+                limits.check()
+                held.check()
+                time.sleep(POLL_MS / 1000)   # Ctrl-C lands here, before the rings are read
+                with live.signals_deferred():   # ... or after what was read is printed: never in between
+                    emit(sn.poll(0), args.json, args.cgroups)
+        except KeyboardInterrupt:
+            pass
+        emit(sn.finish(), args.json, args.cgroups)
+        held.say()
+    finally:
+        held.close()
     losses = sn.rec.losses()
     if losses.lost:
         print(f"ioscope snoop: lost {losses.lost} events ({losses.describe()})", file=sys.stderr)
