@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ioscope.base import devices
+from ioscope.base.cgroups import within
 from ioscope.base.collector import Tick
 from ioscope.engines.context import iolimits
+from ioscope.engines.context.throttle import HeldWatch
 from ioscope.engines.procio.collector import ReadsizeCollector, ReadsizeOptions
 from ioscope.engines.procio.model import DiskIO, ProcIO, merge_procs
 from ioscope.tools.fair.model import FairSample, active_disks
@@ -74,6 +76,10 @@ class FairCollector:
         self._cum_disks: dict[tuple[int, str, str], DiskIO] = {}
         self._stats = devices.read_diskstats()
         self._start = self._t0 = time.monotonic()
+        # the bios blk-throttle holds (lat's throttle programs alone, loaded once a limit is in force on a
+        # traced disk: looked for now and at each sample; one set while an interval runs is watched from its end)
+        self.held = HeldWatch(lambda: opts.disks or devices.list_disks(), [d.dev for d in opts.disks])
+        self.held.tick()
 
     @property
     def unavailable(self) -> list[str]:
@@ -105,8 +111,13 @@ class FairCollector:
         shown = sorted(set(names or active_disks(before, stats, whole)) | {d.disk for d in per_disk if d.disk in whole})
         lim = iolimits.in_force(d for d in devices.list_disks() if d.name in shown)
         lims = lim if isinstance(lim, list) else []
+        self.held.tick()
+        held = self.held.read()
+        if self.opts.cgroup is not None:   # -c: the limit's bios of the cgroup and those under it
+            held = [h for h in held if within(h.cgroup, self.opts.cgroup)]
         return FairSample(
             wall=wall, seconds=seconds, procs=procs, cumulative=cumulative, losses=losses,
+            held=held, held_no_wait=self.held.no_wait or self.held.no_held,
             per_disk=per_disk, cum_per_disk=cum_disks, across_disks=not self.opts.per_disk,
             diskstats_before=before, diskstats_after=stats, disks=names, whole_disks=whole,
             settings={n: {**devices.queue_settings(n), "io_limits": [e for e in lims if e["disk"] == n]}
@@ -115,6 +126,7 @@ class FairCollector:
         )
 
     def close(self) -> None:
+        self.held.close()
         self.rs.close()
 
 

@@ -9,6 +9,7 @@ from ioscope.base.cgroups import GONE
 from ioscope.base.devices import DiskStats
 from ioscope.base.fairness import MIN_VERDICT_BYTES, Balance, Verdict, balance, select_active
 from ioscope.base.losses import Losses
+from ioscope.engines.context.throttle import HeldBios
 from ioscope.engines.procio.model import DiskIO, ProcIO
 
 BUSY_UTIL = 0.5  # a disk with I/O in flight at least half the interval is busy
@@ -42,6 +43,7 @@ class DiskState:
     util: float                  # fraction of the interval with I/O in flight
     read_bytes: int              # /proc/diskstats
     settings: dict[str, object]  # sysfs queue settings (devices.queue_settings)
+    held: list[HeldBios] = field(default_factory=list)  # bios blk-throttle held on it in the interval
 
 
 @dataclass
@@ -62,6 +64,8 @@ class FairSample:
     per_disk: list[DiskIO] | None = None      # this interval, per process and disk (None: not collected)
     cum_per_disk: list[DiskIO] | None = None  # since the start
     across_disks: bool = False                # one group of every process, whatever disk (--across-disks)
+    held: list[HeldBios] = field(default_factory=list)  # bios blk-throttle held in the interval (HeldWatch)
+    held_no_wait: str = ""                    # why their wait is not measured here ("" when it is)
 
 
 @dataclass
@@ -115,6 +119,7 @@ class FairReport:
     groups: list[Group]             # per disk (by name), or one group of every process (--across-disks)
     losses: Losses
     attach: str = ""
+    held_no_wait: str = ""          # why the held bios' wait is not measured here ("" when it is)
 
 
 def per_process(procs: list[ProcIO]) -> dict[int, ProcRate]:
@@ -282,6 +287,8 @@ def build_report(s: FairSample, by: str = "app", min_share: float = 0.01, min_by
         names = sorted(set(s.disks or active_disks(s.diskstats_before, s.diskstats_after, s.whole_disks))
                        | {d.disk for d in on_disks})
     disks = disk_states(s.diskstats_before, s.diskstats_after, names, s.seconds, s.settings)
+    for d in disks:
+        d.held = [h for h in s.held if h.disk == d.name]
 
     def per_s(b: int) -> float:
         return b / s.seconds if s.seconds > 0 else 0.0
@@ -312,7 +319,8 @@ def build_report(s: FairSample, by: str = "app", min_share: float = 0.01, min_by
         groups = [group(name, now.get(name, {}), since.get(name, {}), [d for d in disks if d.name == name])
                   for name in sorted(set(now) | set(since))]
     return FairReport(wall=s.wall, seconds=s.seconds, by=by, disks=disks, rows=table(rates, cum), groups=groups,
-                      losses=Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain), attach=attach)
+                      losses=Losses(dict(s.losses.counters), s.losses.loss_names, s.losses.explain), attach=attach,
+                      held_no_wait=s.held_no_wait)
 
 
 __all__ = ["BUSY_UTIL", "CgroupBalance", "DiskState", "FairReport", "FairSample", "Group", "Poor", "ProcRate",

@@ -13,13 +13,15 @@ from rich.text import Text
 from ioscope.base import units
 from ioscope.base.cgroups import label as cgroup_label
 from ioscope.base.fairness import POOR_JAIN, Balance, Verdict
-from ioscope.base.fmt import fmt_bytes, iso_time
+from ioscope.base.fmt import fmt_bytes, fmt_ns, iso_time
 from ioscope.engines.context import iolimits
+from ioscope.engines.context.throttle import held_json, summary
 from ioscope.tools.fair.model import DiskState, FairReport, Group, ProcRow
 
 
 def disk_json(d: DiskState) -> dict[str, Any]:
-    return {"disk": d.name, "util": round(d.util, 4), "read_bytes": d.read_bytes, **d.settings}
+    return {"disk": d.name, "util": round(d.util, 4), "read_bytes": d.read_bytes, **d.settings,
+            **({"throttle_held": [held_json(h) for h in d.held]} if d.held else {})}
 
 
 def row_json(row: ProcRow) -> dict[str, Any]:
@@ -97,6 +99,7 @@ def text_lines(r: FairReport) -> list[str]:
         limited = iolimits.describe(s.get("io_limits"))
         if limited:   # a cgroup throttle on this disk: its processes' share is set by the limit
             out.append(limited)
+        out += summary(d.held, r.held_no_wait, fmt_ns)   # what it held in the interval: the time it cost
     if not r.rows:
         out.append("no file I/O or block I/O in this interval")
         return out
