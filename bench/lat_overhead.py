@@ -77,9 +77,9 @@ class Tracer:
         self.tmp.close()
 
 
-def bpf_ns(pid: int) -> tuple[int, int, int]:
-    """(programs, run_time_ns, run_cnt) summed over the BPF programs process pid holds
-    (their ids from /proc/PID/fdinfo, their counters from bpftool)."""
+def held_progs(pid: int) -> list[dict[str, Any]]:
+    """bpftool's records (name, run_time_ns, run_cnt, ...) of the BPF programs process pid holds (their ids
+    from /proc/PID/fdinfo)."""
     ids = set()
     base = Path(f"/proc/{pid}/fdinfo")
     for fd in os.listdir(base):
@@ -89,7 +89,12 @@ def bpf_ns(pid: int) -> tuple[int, int, int]:
             continue
     progs = json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True,
                                       check=True).stdout)
-    mine = [p for p in progs if int(p["id"]) in ids and int(p.get("run_cnt", 0))]
+    return [p for p in progs if int(p["id"]) in ids]
+
+
+def bpf_ns(pid: int) -> tuple[int, int, int]:
+    """(programs, run_time_ns, run_cnt) summed over the BPF programs process pid holds (bpftool's counters)."""
+    mine = [p for p in held_progs(pid) if int(p.get("run_cnt", 0))]
     return len(mine), sum(int(p.get("run_time_ns", 0)) for p in mine), sum(int(p.get("run_cnt", 0)) for p in mine)
 
 

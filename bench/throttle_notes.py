@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ioscope.base.cgroups import io_cgroup_root
 from ioscope.base.testbed import LoopDevice, TestCgroups
-from lat_overhead import Tracer
+from lat_overhead import Tracer, held_progs
 
 NO_HOLD_IOPS = 10_000_000  # a limit in force that holds nothing at these rates
 ENGINES = {"libaio": ["--ioengine=libaio", "--iodepth=32"], "psync": ["--ioengine=psync", "--iodepth=1"]}
@@ -65,17 +64,7 @@ def lat(disk: Any) -> Tracer:
 
 def prog_times(pid: int) -> dict[str, tuple[int, int]]:
     """name -> (run_time_ns, run_cnt) of the BPF programs process pid holds."""
-    ids = set()
-    base = Path(f"/proc/{pid}/fdinfo")
-    for fd in os.listdir(base):
-        try:
-            ids |= {int(ln.split()[1]) for ln in (base / fd).read_text().splitlines() if ln.startswith("prog_id:")}
-        except OSError:
-            continue
-    progs = json.loads(subprocess.run(["bpftool", "prog", "show", "-j"], capture_output=True, text=True,
-                                      check=True).stdout)
-    return {str(p.get("name")): (int(p.get("run_time_ns", 0)), int(p.get("run_cnt", 0)))
-            for p in progs if int(p["id"]) in ids}
+    return {str(p.get("name")): (int(p.get("run_time_ns", 0)), int(p.get("run_cnt", 0))) for p in held_progs(pid)}
 
 
 def run(cg: TestCgroups, disk: Any, config: str, engine: str, seconds: float) -> float:

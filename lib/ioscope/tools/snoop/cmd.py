@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ioscope.base import live
 from ioscope.tools import common
@@ -61,14 +61,22 @@ def run(args: argparse.Namespace) -> int:
         snooper.close()
 
 
-class LimitNotes:
-    """A note on stderr when a cgroup I/O limit comes into force on a traced disk (read every CHECK_EVERY_S):
-    the bios blk-throttle holds wait before their queue event, in no line's QUE(ms)."""
+class ThrottleNotes:
+    """What snoop says on stderr of blk-throttle, read every CHECK_EVERY_S: each limit once, when it comes
+    into force on a traced disk (the bios it holds wait before their queue event, in no line's QUE(ms));
+    then, once one is in force, the bios it held (engines/context/throttle.py HeldWatch: lat's throttle
+    programs alone), with who submitted them and how long they waited, when some were held and at the end."""
 
-    def __init__(self, disks: list[Any]) -> None:
-        self.disks = disks
+    def __init__(self, sn: Snooper) -> None:
+        from ioscope.base import devices
+        from ioscope.engines.context.throttle import HeldWatch
+
+        self.disks = sn.rec.opts.disks
+        self.top = sn.cgroup_filter
         self.seen: set[str] = set()
         self.next = 0.0
+        self.watch = HeldWatch(lambda: self.disks or devices.list_disks(), [d.dev for d in self.disks])
+        self.said_failed = False
 
     def check(self) -> None:
         from ioscope.base import devices
@@ -84,35 +92,10 @@ class LimitNotes:
             self.seen |= {repr(sorted(x.items())) for x in new}
             print(f"ioscope snoop: note: {iolimits.describe(new)}; their wait is in no line's QUE(ms)",
                   file=sys.stderr, flush=True)
-
-
-class HeldNotes:
-    """Once a limit is in force, the bios blk-throttle held (engines/context/throttle.py HeldWatch: lat's
-    throttle programs alone): a note on stderr every CHECK_EVERY_S in which some were held, and at the end,
-    with who submitted them and how long they waited, a wait no line's QUE(ms) holds."""
-
-    def __init__(self, sn: Snooper) -> None:
-        from ioscope.base import devices
-        from ioscope.engines.context.throttle import HeldWatch
-
-        disks = sn.rec.opts.disks
-        self.top = sn.cgroup_filter
-        self.watch = HeldWatch(lambda: disks or devices.list_disks(), [d.dev for d in disks])
-        self.said_failed = False
-        self.next = 0.0
-
-    def check(self) -> None:
-        """Every CHECK_EVERY_S: attach once a limit is in force, then say what was held since the last note."""
-        from ioscope.engines.context.throttle import CHECK_EVERY_S
-
-        now = time.monotonic()
-        if now < self.next:
-            return
-        self.next = now + CHECK_EVERY_S
         self.watch.tick()
-        self.say()
+        self.say_held()
 
-    def say(self) -> None:
+    def say_held(self) -> None:
         from ioscope.base.cgroups import within
         from ioscope.base.fmt import fmt_ns
         from ioscope.engines.context.throttle import summary
@@ -143,22 +126,20 @@ def _loop(sn: Snooper, args: argparse.Namespace) -> int:
     if not args.json:
         print(CGROUP_HEADER if args.cgroups else HEADER, flush=True)
     deadline = time.monotonic() + args.duration if args.duration else None
-    limits = LimitNotes(sn.rec.opts.disks)
-    held = HeldNotes(sn)
+    throttle = ThrottleNotes(sn)
     try:
         try:
             while deadline is None or time.monotonic() < deadline:
-                limits.check()
-                held.check()
+                throttle.check()
                 time.sleep(POLL_MS / 1000)   # Ctrl-C lands here, before the rings are read
                 with live.signals_deferred():   # ... or after what was read is printed: never in between
                     emit(sn.poll(0), args.json, args.cgroups)
         except KeyboardInterrupt:
             pass
         emit(sn.finish(), args.json, args.cgroups)
-        held.say()
+        throttle.say_held()
     finally:
-        held.close()
+        throttle.close()
     losses = sn.rec.losses()
     if losses.lost:
         print(f"ioscope snoop: lost {losses.lost} events ({losses.describe()})", file=sys.stderr)
