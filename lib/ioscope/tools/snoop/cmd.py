@@ -77,6 +77,7 @@ class ThrottleNotes:
         self.next = 0.0
         self.watch = HeldWatch(lambda: self.disks or devices.list_disks(), [d.dev for d in self.disks])
         self.said_failed = False
+        self.watch.tick()   # a limit in force at the start: its held bios are watched before "Tracing" is said
 
     def check(self) -> None:
         from ioscope.base import devices
@@ -117,17 +118,18 @@ def _loop(sn: Snooper, args: argparse.Namespace) -> int:
     from ioscope.engines.recording.recorder import POLL_MS, completions_warnings
     from ioscope.tools.snoop.view import CGROUP_HEADER, HEADER, UNIT, emit
 
-    live.warn_unavailable("snoop", sn.rec.unavailable)
-    where = ", ".join(d.name for d in sn.rec.opts.disks) or "all disks"
-    if sn.cgroup_filter is not None:
-        where += f", cgroup {sn.cgroup_filter} and below"
-    print(f"Tracing block I/O on {where} ({sn.rec.bpf.variant_summary()}); {units.says(UNIT)}; Ctrl-C to end.",
-          file=sys.stderr, flush=True)
-    if not args.json:
-        print(CGROUP_HEADER if args.cgroups else HEADER, flush=True)
-    deadline = time.monotonic() + args.duration if args.duration else None
-    throttle = ThrottleNotes(sn)
+    throttle: ThrottleNotes | None = None
     try:
+        throttle = ThrottleNotes(sn)
+        live.warn_unavailable("snoop", sn.rec.unavailable)
+        where = ", ".join(d.name for d in sn.rec.opts.disks) or "all disks"
+        if sn.cgroup_filter is not None:
+            where += f", cgroup {sn.cgroup_filter} and below"
+        print(f"Tracing block I/O on {where} ({sn.rec.bpf.variant_summary()}); {units.says(UNIT)}; Ctrl-C to end.",
+              file=sys.stderr, flush=True)
+        if not args.json:
+            print(CGROUP_HEADER if args.cgroups else HEADER, flush=True)
+        deadline = time.monotonic() + args.duration if args.duration else None
         try:
             while deadline is None or time.monotonic() < deadline:
                 throttle.check()
@@ -139,7 +141,8 @@ def _loop(sn: Snooper, args: argparse.Namespace) -> int:
         emit(sn.finish(), args.json, args.cgroups)
         throttle.say_held()
     finally:
-        throttle.close()
+        if throttle is not None:
+            throttle.close()
     losses = sn.rec.losses()
     if losses.lost:
         print(f"ioscope snoop: lost {losses.lost} events ({losses.describe()})", file=sys.stderr)
