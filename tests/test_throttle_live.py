@@ -292,3 +292,44 @@ def test_fair_says_what_the_throttle_held(loopdev: Callable[..., Any]) -> None:
     assert (held["cgroup"], held["held"], held["wait_measured"]) == (t.cgroup, truth, truth), held
     assert [(s["comm"], s["held"]) for s in held["submitters"]] == [("dd", truth)], held
     assert 0.5 * dd_s <= held["wait_sum"] / 1e9 <= dd_s, (held, dd_s)
+
+
+def test_record_keeps_what_the_throttle_held_and_report_says_it(loopdev: Callable[..., Any], tmp_path: Path) -> None:
+    """record while dd's direct writes wait in blk-throttle (a cgroup limited to 20 write IOPS): the capture's
+    end record keeps the bios it held, as many as the kernel's blk tracer shows its kworker queued, credited to
+    dd, each one's wait measured and adding up to most of dd's own time; report says so (JSON and stderr)."""
+    import re
+
+    from blk_tracer import BlkTracer, throttle_released
+
+    ld = loopdev(size_mb=64)
+    t = Throttled(ld.device.majmin, iops=NOTE_IOPS)
+    cap = tmp_path / "held.ioscope"
+    rec = subprocess.Popen(ioscope_cmd("record", "-o", str(cap), "-d", ld.name, "-q"), stderr=subprocess.PIPE,
+                           text=True)
+    try:
+        assert rec.stderr is not None
+        line = rec.stderr.readline()
+        assert line.startswith("Recording block I/O events"), line + rec.stderr.read()
+        with BlkTracer(ld.name) as tracer:
+            dd = t.run(["dd", "if=/dev/zero", f"of={ld.path}", "bs=4k", f"count={NOTE_WRITES}", "oflag=direct"])
+            time.sleep(0.5)
+    finally:
+        rec.send_signal(signal.SIGINT)
+        _out, err = drain(rec)
+        t.remove()
+    assert rec.returncode == 0, err
+    truth = throttle_released(tracer.text, ld.device.majmin.replace(":", ","))
+    m = re.search(r"copied, ([0-9.]+) s", dd.stderr)
+    assert m, dd.stderr
+    dd_s = float(m.group(1))
+    assert truth >= NOTE_WRITES // 4, truth
+    p = run_ioscope("report", "--json", str(cap), check=True)
+    (held,) = json.loads(p.stdout)["capture"]["throttle_held"]
+    assert (held["cgroup"], held["disk"], held["held"], held["wait_measured"]) == (t.cgroup, ld.name, truth, truth)
+    assert [(s["comm"], s["held"]) for s in held["submitters"]] == [("dd", truth)], held
+    assert 0.5 * dd_s <= held["wait_sum"] / 1e9 <= dd_s, (held, dd_s)
+    said = [ln for ln in p.stderr.splitlines() if "blk-throttle held" in ln]
+    want = (f"ioscope report: note: blk-throttle held {truth} bios of cgroup {t.cgroup} on {ld.name}: their wait is "
+            "not in q2c (submitted by dd")
+    assert len(said) == 1 and said[0].startswith(want), said

@@ -899,6 +899,9 @@ class Capture:
         if self.end is not None:
             self.meta["end"] = self.end.get("end")
             self.meta["late_events"] = self.end.get("late_events", 0)
+            for k in ("throttle_held", "throttle_wait_not_measured", "throttle_held_not_seen"):
+                if k in self.end:   # what blk-throttle held while recording (engines/recording/session.py)
+                    self.meta[k] = self.end[k]
         self.meta["chunks"] = len(self._spans)
         self.meta["events"] = sum(int(i["rows"]) for i in infos)
 

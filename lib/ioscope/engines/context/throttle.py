@@ -307,7 +307,10 @@ class HeldWatch:
     traced disk (a host without limits pays nothing). tick() at least every CHECK_EVERY_S; read() gives
     the held bios since the last read. A kernel that refuses the object leaves why in `failed`."""
 
-    def __init__(self, disks: Callable[[], Iterable[BlockDevice]], devs: Iterable[int] = ()) -> None:
+    def __init__(self, disks: Callable[[], Iterable[BlockDevice]], devs: Iterable[int] = (),
+                 eager: bool = False) -> None:
+        """eager: load the programs now, whether a limit is in force or not (they attach once one is), so
+        that a later tick() never pauses its caller for a load (record's consumer thread)."""
         self.disks = disks
         self.devs = list(devs)
         self.watch: ThrottleWatch | None = None
@@ -315,6 +318,8 @@ class HeldWatch:
         self._next = 0.0
         self._names: Any = None
         self._cgroups: Any = None
+        if eager:
+            self._open()
 
     def tick(self) -> None:
         if self.watch is not None:
@@ -373,40 +378,69 @@ class HeldWatch:
             self.watch = None
 
 
-def submitted_by(h: HeldBios) -> str:
-    """Who submitted the held bios (the notes' processes, busiest first), and how many no note names."""
-    parts = [f"{s.comm} pid {s.pid}: {s.held}" for s in h.submitters[:3]]
-    if len(h.submitters) > 3:
-        parts.append(f"{len(h.submitters) - 3} more: {sum(s.held for s in h.submitters[3:])}")
-    unknown = h.held - sum(s.held for s in h.submitters)
+def submitted_by(doc: dict[str, Any]) -> str:
+    """Who submitted the held bios (the notes' processes, busiest first), and how many no note names; doc:
+    held_json()'s."""
+    subs = doc.get("submitters") or []
+    parts = [f"{s['comm']} pid {s['pid']}: {s['held']}" for s in subs[:3]]
+    if len(subs) > 3:
+        parts.append(f"{len(subs) - 3} more: {sum(int(s['held']) for s in subs[3:])}")
+    unknown = int(doc["held"]) - sum(int(s["held"]) for s in subs)
     if unknown and parts:
         parts.append(f"not known: {unknown}")
     return f"submitted by {', '.join(parts)}" if parts else ""
 
 
+def held_line(doc: dict[str, Any], no_wait: str, fmt: Callable[[float], str]) -> str:
+    """One cgroup and disk: how many bios the throttle held, who submitted them, and their wait or why it is
+    not measured; doc: held_json()'s (a live read's, or one a capture stored), fmt formats nanoseconds."""
+    n, measured = int(doc["held"]), int(doc.get("wait_measured", 0))
+    line = (f"blk-throttle held {n} bio{'s' if n != 1 else ''} of cgroup {doc['cgroup']} on {doc['disk']}: "
+            f"{'their' if n != 1 else 'its'} wait is not in q2c")
+    who = submitted_by(doc)
+    if who:
+        line += f" ({who})"
+    if measured:
+        src = doc.get("wait_from", "")
+        src = f", from {WAIT_FROM.get(src, src)}" if src else ""
+        line += (f"; waited (measured for {measured}{src}) "
+                 f"p50 {fmt(float(doc['wait_p50']))} p99 {fmt(float(doc['wait_p99']))} "
+                 f"max {fmt(float(doc['wait_max']))}")
+        if measured < n:
+            line += f"; not measured for {n - measured} (no note of their submission was found)"
+    else:
+        line += f" and not measured ({no_wait or 'no note of their submission was found'})"
+    if doc.get("io_pressure_some_avg10") is not None:
+        line += f"; the cgroup's io.pressure: some {float(doc['io_pressure_some_avg10']):.2f}% (avg10)"
+    return line
+
+
 def summary(held: Sequence[HeldBios], no_wait: str, fmt: Callable[[float], str]) -> list[str]:
-    """One line per cgroup and disk: how many bios the throttle held, who submitted them, and their wait
-    or why it is not measured. fmt formats nanoseconds."""
-    lines = []
-    for h in held:
-        line = (f"blk-throttle held {h.held} bio{'s' if h.held != 1 else ''} of cgroup {h.cgroup} on {h.disk}: "
-                f"{'their' if h.held != 1 else 'its'} wait is not in q2c")
-        who = submitted_by(h)
-        if who:
-            line += f" ({who})"
-        if h.wait.count:
-            p = h.wait.percentiles((50, 99))
-            src = f", from {WAIT_FROM.get(h.wait_from, h.wait_from)}" if h.wait_from else ""
-            line += (f"; waited (measured for {h.wait.count}{src}) "
-                     f"p50 {fmt(p[50])} p99 {fmt(p[99])} max {fmt(float(h.wait.max))}")
-            if h.wait.count < h.held:
-                line += f"; not measured for {h.held - h.wait.count} (no note of their submission was found)"
-        else:
-            line += f" and not measured ({no_wait or 'no note of their submission was found'})"
-        if h.pressure is not None:
-            line += f"; the cgroup's io.pressure: some {h.pressure:.2f}% (avg10)"
-        lines.append(line)
-    return lines
+    """One line per cgroup and disk (held_line)."""
+    return [held_line(held_json(h), no_wait, fmt) for h in held]
+
+
+def merge_held(into: dict[tuple[int, str], HeldBios], new: Iterable[HeldBios]) -> None:
+    """Add reads of held bios up per disk and cgroup (a recording's total): counts and waits summed, the
+    submitters' counts per process."""
+    for h in new:
+        key = (h.dev, h.cgroup)
+        got = into.get(key)
+        if got is None:
+            into[key] = HeldBios(h.dev, h.disk, h.cgroup, h.held, h.wait, h.pressure, list(h.submitters),
+                                 h.wait_from)
+            continue
+        got.held += h.held
+        got.wait = got.wait.merge(h.wait)
+        got.wait_from = got.wait_from or h.wait_from
+        got.pressure = h.pressure if h.pressure is not None else got.pressure
+        by_pid = {s.pid: s for s in got.submitters}
+        for s in h.submitters:
+            if s.pid in by_pid:
+                by_pid[s.pid].held += s.held
+            else:
+                by_pid[s.pid] = Submitter(s.pid, s.comm, s.held)
+        got.submitters = sorted(by_pid.values(), key=lambda x: (-x.held, x.comm, x.pid))
 
 
 def held_json(h: HeldBios) -> dict[str, Any]:
@@ -421,4 +455,5 @@ def held_json(h: HeldBios) -> dict[str, Any]:
 
 
 __all__ = ["CHECK_EVERY_S", "HOOKS", "SUBMIT_HOOKS", "HeldBios", "HeldWatch", "Submitter", "ThrottleWatch", "held_json",
-           "kernel_function", "kernel_function_range", "limited_cgroup_ids", "submitted_by", "summary"]
+           "held_line", "kernel_function", "kernel_function_range", "limited_cgroup_ids", "merge_held",
+           "submitted_by", "summary"]

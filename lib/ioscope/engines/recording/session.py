@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from ioscope.base import devices
     from ioscope.capture.store import CaptureWriter
+    from ioscope.engines.context.throttle import HeldWatch
     from ioscope.engines.recording.recorder import Recorder
 
 
@@ -56,10 +57,15 @@ class Status:
 class RecordSession:
     """Recorder -> CaptureWriter in a consumer thread; stop() ends it cleanly."""
 
-    def __init__(self, rec: Recorder, writer: CaptureWriter, max_size: int | None = None) -> None:
+    def __init__(self, rec: Recorder, writer: CaptureWriter, max_size: int | None = None,
+                 held: HeldWatch | None = None) -> None:
         self.rec = rec
         self.writer = writer
         self.max_size = max_size
+        # the bios blk-throttle held while recording (their wait is before any event of theirs): read every
+        # CHECK_EVERY_S, added up, kept in the capture's end record (report prints them)
+        self.held = held
+        self.held_total: dict[tuple[int, str], Any] = {}
         self.status = Status()
         self.completed: dict[int, int] = {}  # kernel dev_t -> C events recorded
         self.completed_attached: dict[int, int] = {}  # ... of them inside rec.attached_window()
@@ -86,10 +92,11 @@ class RecordSession:
 
     def _run(self) -> None:
         from ioscope.capture.store import CaptureFull
+        from ioscope.engines.context.throttle import CHECK_EVERY_S
         from ioscope.engines.recording.recorder import FAST_POLL_FILL, FAST_POLL_MS, POLL_MS
 
         rec, w = self.rec, self.writer
-        last_lost = 0.0
+        last_lost = last_held = 0.0
         try:
             wait = POLL_MS
             while not self._stop.is_set():
@@ -103,6 +110,9 @@ class RecordSession:
                     w.set_lost(lost)
                     self.status.lost = lost["total"]
                     last_lost = now
+                if self.held is not None and now - last_held >= CHECK_EVERY_S:
+                    self._take_held()
+                    last_held = now
                 if self.max_size and self.status.bytes >= self.max_size:
                     self.stop(f"--max-size reached ({self.status.bytes} bytes)")
             rec.detach()
@@ -115,7 +125,7 @@ class RecordSession:
                 if rec.records_completions else {}
             try:
                 w.close(end={"stop_reason": self.status.stop_reason, "detached_mono_ns": rec.detached_ns,
-                             "completions_check": self.check})
+                             "completions_check": self.check, **self._held_end()})
             except CaptureFull as exc:  # the file ended cleanly: the main thread says what it cost
                 self.status.full = exc
             self.status.bytes = w.bytes_written() or os.path.getsize(w.path)
@@ -123,6 +133,35 @@ class RecordSession:
             self.status.error = exc
         finally:
             self.done.set()
+
+
+    def _take_held(self) -> None:
+        from ioscope.engines.context.throttle import merge_held
+
+        if self.held is not None:
+            self.held.tick()
+            merge_held(self.held_total, self.held.read())
+
+    def _held_end(self) -> dict[str, Any]:
+        """The end record's throttle_held (held_json per disk and cgroup) and why a wait or the held bios
+        could not be seen; nothing when no limit was in force."""
+        from ioscope.engines.context.throttle import held_json
+
+        if self.held is None:
+            return {}
+        self._take_held()
+        out: dict[str, Any] = {}
+        if self.held_total:
+            out["throttle_held"] = [held_json(h) for h in sorted(self.held_total.values(),
+                                                                 key=lambda h: (-h.held, h.disk, h.cgroup))]
+        if self.held.watch is not None and self.held.watch.watching:
+            if self.held.no_wait:
+                out["throttle_wait_not_measured"] = self.held.no_wait
+            if self.held.no_held:
+                out["throttle_held_not_seen"] = self.held.no_held
+        elif self.held.failed:
+            out["throttle_held_not_seen"] = self.held.failed
+        return out
 
 
 def _fmt_count(n: float) -> str:
@@ -136,6 +175,7 @@ def record(req: RecordRequest) -> int:
     """One recording, start to summary; the exit code."""
     from ioscope.base import devices, system
     from ioscope.capture.store import CaptureWriter
+    from ioscope.engines.context.throttle import HeldWatch
     from ioscope.engines.recording.recorder import Recorder, RecorderOptions, capture_meta
 
     out = req.output
@@ -145,6 +185,7 @@ def record(req: RecordRequest) -> int:
     btf = system.btf_path(req.btf)
     disks = list(dict.fromkeys(devices.resolve_disk(d) for d in req.disks or []))
     rec = Recorder(RecorderOptions(disks=disks, pid=req.pid, buffer_bytes=req.buffer, btf=btf, act_mask=req.act_mask))
+    held: HeldWatch | None = None
     try:
         traced_disk = _output_on_traced_disk(parent, disks)
         if traced_disk:
@@ -153,9 +194,12 @@ def record(req: RecordRequest) -> int:
         live.warn_unavailable("record", rec.unavailable)
         meta = capture_meta(rec, req.argv)
         writer = CaptureWriter(out, meta, force=req.force, cgroup_names=CgroupNames().name)
-        session = RecordSession(rec, writer, max_size=req.max_size)
+        held = HeldWatch(lambda: disks or devices.list_disks(), [d.dev for d in disks], eager=True)
+        session = RecordSession(rec, writer, max_size=req.max_size, held=held)
         return _record(session, req, disks)
     finally:
+        if held is not None:
+            held.close()
         rec.close()
 
 

@@ -19,6 +19,7 @@ from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.base.fmt import fmt_ns
 from ioscope.capture.events import EV_MESSAGE, EV_NOTE_PROCESS, action_mask_note, join_events
 from ioscope.engines.context import iolimits
+from ioscope.engines.context.throttle import held_line
 from ioscope.engines.pairing import btt, ios
 from ioscope.engines.pairing.btt import Avg, BttResult, DevState, Stat, live_summary
 from ioscope.tools.report import model as report_model
@@ -645,6 +646,11 @@ def run(args: argparse.Namespace) -> int:
     limited = iolimits.describe(limits)
     if limited:
         sys.stderr.write(f"ioscope report: note: {limited}\n")
+    # what blk-throttle held while it was recorded (record's end record): how many, whose, how long
+    held = [d for d in src.meta.get("throttle_held") or [] if isinstance(d, dict)]
+    no_wait = str(src.meta.get("throttle_wait_not_measured", ""))
+    for d in held:
+        sys.stderr.write(f"ioscope report: note: {held_line(d, no_wait, fmt_ns)}, nor in any figure below\n")
     empty = (f"{args.capture} holds no block events: nothing was queued on the traced disks while it was "
              "recorded" + (" (up to the point where it was cut short)" if src.truncation else ""))
     model = report_model.build(r, src.meta, src.cgroups)
@@ -658,6 +664,8 @@ def run(args: argparse.Namespace) -> int:
         doc["capture"]["io_limits"] = limits
         if limited:
             doc["capture"]["io_limits_note"] = limited
+        if "throttle_held" in src.meta:
+            doc["capture"]["throttle_held"] = held
         if r.n_events == 0:
             doc["capture"]["note"] = empty
         json.dump(doc, sys.stdout, indent=1)
