@@ -372,8 +372,9 @@ def test_throttle_held(disk: Any, tmp_path: Path) -> None:
     wait_from = {"lat": "submit notes", "top": "fentry" if fentry else "submit notes"}
     for tool in ("lat", "top"):
         held = [h for d in docs[tool] for h in d["throttle"]["held"]]
+        lost = [d.get("lost_detail") for d in docs[tool] if d.get("lost")]
         assert {h["cgroup"] for h in held} == {svc}, (tool, held)
-        assert sum(h["held"] for h in held) == truth, (tool, held, truth)
+        assert sum(h["held"] for h in held) == truth, (tool, held, truth, lost)
         # every held wait measured, the way this kernel allows, each credited to dd (the submitter)
         assert sum(h["wait_measured"] for h in held) == truth, (tool, held)
         assert {h["wait_from"] for h in held} == {wait_from[tool]}, (tool, held)
