@@ -374,12 +374,16 @@ def test_throttle_held(disk: Any, tmp_path: Path) -> None:
         held = [h for d in docs[tool] for h in d["throttle"]["held"]]
         lost = [d.get("lost_detail") for d in docs[tool] if d.get("lost")]
         assert {h["cgroup"] for h in held} == {svc}, (tool, held)
-        assert sum(h["held"] for h in held) == truth, (tool, held, truth, lost)
+        # exact, but for queue events the tool itself reports its program did not run for (recursion misses:
+        # a program preempted by another run of itself on its CPU, which PREEMPT_RT allows)
+        n = sum(h["held"] for h in held)
+        missed = sum(int((d.get("lost_detail") or {}).get("recursion_misses", 0)) for d in docs[tool])
+        assert truth - missed <= n <= truth, (tool, held, truth, lost)
         # every held wait measured, the way this kernel allows, each credited to dd (the submitter)
-        assert sum(h["wait_measured"] for h in held) == truth, (tool, held)
+        assert sum(h["wait_measured"] for h in held) == n, (tool, held)
         assert {h["wait_from"] for h in held} == {wait_from[tool]}, (tool, held)
         assert {s["comm"] for h in held for s in h["submitters"]} == {"dd"}, (tool, held)
-        assert sum(s["held"] for h in held for s in h["submitters"]) == truth, (tool, held)
+        assert sum(s["held"] for h in held for s in h["submitters"]) == n, (tool, held)
         waited_s = sum(h["wait_sum"] for h in held) / 1e9
         assert 0.5 * dd_s <= waited_s <= dd_s, (tool, waited_s, dd_s)
     cgrows = [c for d in docs["top"] for c in d["cgroups"] if c["cgroup"] == svc]
