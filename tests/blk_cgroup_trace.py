@@ -27,9 +27,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from blk_tracer import BlkTracer  # noqa: E402
-from ioscope.base.cgroups import io_cgroup_root  # noqa: E402
-from ioscope.base.testbed import LoopDevice, TestCgroups  # noqa: E402
+from blk_tracer import BlkTracer
+from ioscope.base.cgroups import io_cgroup_root
+from ioscope.base.testbed import LoopDevice, TestCgroups
 
 HEAD = struct.Struct("<IIQQIIIIIHH")
 NOTIFY_PROCESS = (1 << 10) << 16
