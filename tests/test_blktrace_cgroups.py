@@ -56,6 +56,11 @@ def _check_trace(d: Path, name: str, tmp: Path) -> None:
     rows = _agg_rows(run_ioscope("agg", "-r", cap, "-j", "-e", "count() by cgroup", check=True).stdout)
     assert {k: v for k, v in rows.items() if k in {f"cgroup:{i}" for i in truth}} == \
         {f"cgroup:{i}": n for i, n in truth.items()}
+    # the import gives the kernel's files back, byte for byte (the cgroup records kept whole)
+    back = tmp / "back"
+    run_ioscope("export", cap, "--per-cpu", "-o", str(back), check=True)
+    for f in d.glob(f"{name}.blktrace.*"):
+        assert (back / f.name).read_bytes() == f.read_bytes(), f.name
     # parse: the default lines are blkparse's of the same records without the cgroup ids (1.3's default line
     # does not show the id); -G shows it on the Qs, LOW32,HIGH32 in hex
     stripped = tmp / "stripped"
