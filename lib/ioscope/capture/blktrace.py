@@ -30,8 +30,11 @@ from ioscope.base.errors import IoscopeError
 from ioscope.base.fmt import comm_str
 from ioscope.capture import _tracecore
 from ioscope.capture.events import (
+    EV_CGROUP,
+    EV_MESSAGE,
     EV_NOTE_PROCESS,
     EVENT,
+    TA_QUEUE,
     TA_REMAP,
     TA_SPLIT,
     TA_UNPLUG_IO,
@@ -155,6 +158,67 @@ def timestamp_note(dev: int, cpu: int, time_ns: int, wall_ns: int, order: str = 
     return hdr.tobytes() + np.array([sec & 0xFFFFFFFF, nsec], dtype=order + "u4").tobytes()
 
 
+def message_note(dev: int, cpu: int, time_ns: int, text: str, order: str = "<") -> bytes:
+    """A BLK_TN_MESSAGE record (pid 0, sequence 0, as the kernel's trace_note writes one) with text as its
+    payload: blkparse prints it as an `m   N text` line, btt copies it to its .msg file."""
+    data = text.encode(errors="replace")
+    hdr = np.zeros(1, dtype=bit_dtype(order))
+    hdr["magic"] = MAGIC | VERSION
+    hdr["time"] = max(int(time_ns), 0)
+    hdr["action"] = NOTIFY_ACTION | TN_MESSAGE
+    hdr["device"] = dev
+    hdr["cpu"] = cpu
+    hdr["pdu_len"] = len(data)
+    return hdr.tobytes() + data
+
+
+CGROUP_NOTE = re.compile(r"^cgroup (?P<id>\d+) (?P<path>\S.*)$")
+
+
+def cgroup_note_text(cg: int, path: str) -> str:
+    """The message note an export writes for a cgroup: `cgroup <id> <path>` (docs/export.md)."""
+    return f"cgroup {int(cg)} {path}"
+
+
+def cgroup_of_note(text: str) -> tuple[int, str] | None:
+    """(id, path) of a message note `cgroup <id> <path>`, else None."""
+    m = CGROUP_NOTE.match(text)
+    return (int(m.group("id")), m.group("path")) if m else None
+
+
+def first_cgroup_queues(events: npt.NDArray[np.void], noted: set[int]) -> list[tuple[int, int]]:
+    """(index, cgroup id) of the first queue event in events of each cgroup id (EV_CGROUP) not in noted,
+    in order of those events; noted gets them."""
+    qi = np.flatnonzero(((events["flags"] & EV_CGROUP) != 0) & (events["action"] == TA_QUEUE))
+    if not len(qi):
+        return []
+    ids, first = np.unique(events["aux"][qi], return_index=True)
+    out = sorted((int(qi[i]), int(cg)) for cg, i in zip(ids.tolist(), first.tolist()) if int(cg) not in noted)
+    noted.update(cg for _i, cg in out)
+    return out
+
+
+def with_cgroup_messages(events: npt.NDArray[np.void], cgroups: dict[int, str], noted: set[int]
+                         ) -> tuple[npt.NDArray[np.void], dict[int, str]]:
+    """events with a message row (EV_MESSAGE: pid 0, the Q's time, device and CPU) before the first queue
+    event of each cgroup not in noted, as an export writes its `cgroup <id> <path>` notes; and each
+    message row's text by its index (what parse feeds to print them where blkparse prints them). An id
+    without a path in cgroups is written as `cgroup:<id>`."""
+    at = first_cgroup_queues(events, noted)
+    if not at:
+        return events, {}
+    rows = np.zeros(len(at), dtype=EVENT)
+    idx = np.array([i for i, _cg in at], dtype=np.int64)
+    rows["ts"] = events["ts"][idx]
+    rows["dev"] = events["dev"][idx]
+    rows["cpu"] = events["cpu"][idx]
+    rows["category"] = TC_NOTIFY
+    rows["flags"] = EV_MESSAGE
+    merged = np.insert(events, idx, rows)
+    texts = {int(i) + k: cgroup_note_text(cg, cgroups.get(cg, f"cgroup:{cg}")) for k, (i, cg) in enumerate(at)}
+    return merged, texts
+
+
 def process_notes(comms: dict[int, str], pids: Iterable[int], dev: int, cpu: int, ts: int) -> npt.NDArray[np.void]:
     """EVENT process notes for pids, with names from comms ("pid<N>" style names are left to the reader)."""
     pids = [int(p) for p in pids]
@@ -197,6 +261,10 @@ class BlktraceWriter:
     _noted: set[int] = field(default_factory=set)
     _devs: set[int] = field(default_factory=set)
     sequencer: Sequencer = field(default_factory=lambda: Sequencer())
+    # the capture's cgroups (id -> path): a `cgroup <id> <path>` message note before the first Q of each id
+    # (blkparse and btt 1.2.0 read those; they reject records with __BLK_TA_CGROUP); None: no notes
+    cgroups: dict[int, str] | None = None
+    cg_noted: set[int] = field(default_factory=set)   # ids noted already (shared by the writers of one export)
 
     def write(self, events: npt.NDArray[np.void]) -> None:
         if len(events) == 0:
@@ -233,8 +301,27 @@ class BlktraceWriter:
             at.append(i)
             rows.append(process_notes({pid: name}, [pid], int(e["dev"]), int(e["cpu"]), int(e["ts"])))
         merged = np.insert(events, np.array(at, dtype=np.int64), join_events(rows)) if rows else events
+        texts: dict[int, str] = {}
+        if self.cgroups is not None:
+            merged, texts = with_cgroup_messages(merged, self.cgroups, self.cg_noted)
         seq = self._sequences(merged)
-        parts.append(encode(merged, seq, self.base_ts, self.order))
+        if not texts:
+            parts.append(encode(merged, seq, self.base_ts, self.order))
+        else:   # the notes spliced in before their Qs
+            blk = (merged["flags"] & EV_MESSAGE) == 0
+            rows_b, length = encode_rows(select_events(merged, blk), seq[blk], self.base_ts, self.order)
+            keep = np.arange(64)[None, :] < length[:, None]
+            enc = rows_b[keep].tobytes()
+            ends = np.r_[0, np.cumsum(length)]
+            at_byte = 0
+            for k, (i, text) in enumerate(sorted(texts.items())):
+                cut = int(ends[i - k])
+                parts.append(enc[at_byte:cut])
+                m = merged[i]
+                parts.append(message_note(int(m["dev"]), int(m["cpu"]), int(m["ts"]) - self.base_ts, text,
+                                          self.order))
+                at_byte = cut
+            parts.append(enc[at_byte:])
         data = b"".join(parts)
         self.out.write(data)
         self.records += len(merged) + (len(parts) - 1)
@@ -251,7 +338,7 @@ class Sequencer:
         self.next: dict[tuple[int, int], int] = {}
 
     def number(self, ev: npt.NDArray[np.void]) -> npt.NDArray[np.uint32]:
-        notes = (ev["flags"] & EV_NOTE_PROCESS) != 0
+        notes = (ev["flags"] & (EV_NOTE_PROCESS | EV_MESSAGE)) != 0
         seq = np.zeros(len(ev), dtype=np.uint32)
         data_idx = np.flatnonzero(~notes)
         if not len(data_idx):
@@ -354,7 +441,9 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
     cat = (action >> np.uint32(16)).astype(np.uint32)
     plen = hdr["pdu_len"].astype(np.int64)
     cg = ((code & TA_CGROUP) != 0) & (plen >= 8)
-    if cg.any():   # an 8-byte cgroup id comes first: shift those payloads
+    cg_ids: npt.NDArray[np.uint64] | None = None
+    if cg.any():   # an 8-byte cgroup id comes first (the file's byte order): kept, and those payloads shifted
+        cg_ids = pay[:, :8].copy().view(order + "u8").reshape(-1).astype(np.uint64)
         pay = pay.copy()
         pay[cg, :8] = pay[cg, 8:]
         pay[cg, 8:] = 0
@@ -386,6 +475,11 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
             own = hdr["device"].astype(np.uint32)
             ev["dev"][rm] = r["t"]
 
+    if cg_ids is not None:   # a Q keeps its bio's cgroup as ioscope's recorder writes it: EV_CGROUP, the id in aux
+        q = cg & ~notify & (code == TA_QUEUE)
+        ev["flags"][q] |= EV_CGROUP
+        ev["aux"][q] = cg_ids[q]
+
     comms: dict[int, str] = {}
     stamps: list[tuple[int, int]] = []
     keep = ~notify
@@ -408,7 +502,6 @@ def decode(buf: bytes | memoryview, offs: npt.NDArray[np.int64], order: str, pat
     is_msg = notify & (code == TN_MESSAGE) & ((action & np.uint32(0xFFFF)) == TN_MESSAGE)
     texts: dict[int, str] | None = None
     if messages and is_msg.any():
-        from ioscope.capture.events import EV_MESSAGE
         ev["flags"][is_msg] = EV_MESSAGE
         keep = keep | is_msg
         pos = np.cumsum(keep) - 1

@@ -10,7 +10,7 @@ import os
 import sys
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,7 +21,7 @@ from ioscope.base.devices import kdev_split, kdev_str
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.base.fmt import comm_str
 from ioscope.capture import blktrace
-from ioscope.capture.events import EV_NOTE_PROCESS, EVENT
+from ioscope.capture.events import EV_CGROUP, EV_NOTE_PROCESS, EVENT, TA_QUEUE
 
 PER_CPU = blktrace.PER_CPU_NAME
 DUMP_CPU = -1   # the "CPU" of a dump's one file in a FileSets record: a stream of every CPU's records
@@ -370,9 +370,13 @@ class _Collect:
     def __init__(self) -> None:
         self.parts: list[npt.NDArray[np.void]] = []
         self.comms: dict[int, str] = {}
+        self.cgroups: dict[int, str] = {}
 
     def add_comms(self, comms: dict[int, str]) -> None:
         self.comms.update(comms)
+
+    def add_cgroups(self, cgroups: dict[int, str]) -> None:
+        self.cgroups.update(cgroups)
 
     def write(self, ev: npt.NDArray[np.void]) -> None:
         self.parts.append(ev)
@@ -531,10 +535,13 @@ class ImportedSets:
     max_cpu: int
     orders: list[str]                       # byte order of each file
     span: tuple[int, int] | None            # first and last block event's time
+    cgroups: dict[int, str] = field(default_factory=dict)   # id -> path of the ids the Qs carry, and noted ones
 
     def write(self, w: Any) -> None:
         if self.comms:
             w.add_comms(self.comms)
+        if self.cgroups:
+            w.add_cgroups(self.cgroups)
         step = 1 << 16
         for i in range(0, len(self.events), step):
             w.write(self.events[i:i + step])
@@ -640,7 +647,23 @@ def read_sets(groups: list[Group]) -> ImportedSets:
             named = not g.dump and (not traced or dev in traced)
             devices.setdefault(int(dev), g.name if named else "")
     span = (int(ev["ts"].min()), int(ev["ts"].max())) if n else None
-    return ImportedSets(allev, n, comms, side, devices, stamps, int(ev["cpu"].max()) if n else 0, orders, span)
+    return ImportedSets(allev, n, comms, side, devices, stamps, int(ev["cpu"].max()) if n else 0, orders, span,
+                        cgroup_names(fs, ev))
+
+
+def cgroup_names(fs: FileSets, ev: npt.NDArray[np.void]) -> dict[int, str]:
+    """The cgroups of imported files: each id a Q carries (a record with __BLK_TA_CGROUP: EV_CGROUP) and each
+    id a message note `cgroup <id> <path>` names (as ioscope export writes them), with that path (the first
+    note of an id read wins); an id no note names is `cgroup:<id>`. Nothing comes from the importing host:
+    the ids are those of the host that traced, which need not be this one."""
+    noted: dict[int, str] = {}
+    for k in range(len(fs.notes)):
+        if fs.note_kind(k) == "message":
+            got = blktrace.cgroup_of_note(fs.note_text(k))
+            if got is not None:
+                noted.setdefault(*got)
+    ids = np.unique(ev["aux"][((ev["flags"] & EV_CGROUP) != 0) & (ev["action"] == TA_QUEUE)]).tolist()
+    return {**noted, **{int(cg): noted.get(int(cg), f"cgroup:{int(cg)}") for cg in ids}}
 
 
 def file_clock(sets: ImportedSets) -> tuple[dict[str, Any] | None, str | None]:
@@ -721,6 +744,7 @@ def import_blktrace(inputs: list[str], out: str, warn: Any = None) -> dict[str, 
     except OSError as exc:
         raise IoscopeError(f"cannot write {out}: {exc.strerror}") from None
     return {"files": files, "events": sets.n_events, "devices": sets.devices, "comms": len(sets.comms),
+            "cgroups": len(sets.cgroups),
             "missing": {g.name: g.missing for g in groups if g.missing}}
 
 
@@ -728,7 +752,8 @@ def run(args: argparse.Namespace) -> int:
     outfile.check_output(args.output, args.force)
     info = import_blktrace(args.inputs, args.output, lambda line: sys.stderr.write(f"ioscope import: note: {line}\n"))
     sys.stderr.write(f"ioscope import: {info['events']} events from {len(info['files'])} file(s), "
-                     f"{len(info['devices'])} device(s), {info['comms']} process names -> {args.output}\n")
+                     f"{len(info['devices'])} device(s), {info['comms']} process names"
+                     f"{', ' + str(info['cgroups']) + ' cgroups' if info['cgroups'] else ''} -> {args.output}\n")
     if not info["events"]:
         sys.stderr.write("ioscope import: note: the input holds no block events (an idle disk, or not the files "
                          "you meant); the capture is empty\n")

@@ -196,6 +196,9 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False, force: bool = Fa
     dump: tuple[BinaryIO, BlktraceWriter] | None = None
     written: list[str] = []
     names = FirstNames(src.comms)   # each pid's name, as every file of the export gives it
+    # the capture's cgroups: a `cgroup <id> <path>` message note before the first Q of each (once per export)
+    cgroups = dict(src.cgroups) if src.cgroups else None
+    cg_noted: set[int] = set()
     # a capture imported from blktrace files keeps their times: they are written as they are
     imported = src.meta.get("source") == "blktrace"
     try:
@@ -216,7 +219,8 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False, force: bool = Fa
                 f = _create(out, force)
                 written.append(out)
                 base = 0 if imported else int(chunk["ts"][0]) - EXPORT_BASE_OFFSET
-                dump = (f, BlktraceWriter(f, base, wall_at(src, base), names=names))
+                dump = (f, BlktraceWriter(f, base, wall_at(src, base), names=names, cgroups=cgroups,
+                                          cg_noted=cg_noted))
             if dump is not None:
                 dump[1].write(chunk)
                 continue
@@ -229,7 +233,8 @@ def export_blktrace(path: str, out: str, per_cpu: bool = False, force: bool = Fa
                     fn = os.path.join(out, f"{file_stem(src, dev)}.blktrace.{cpu}")
                     f = _create(fn, force)
                     written.append(fn)
-                    files[(dev, cpu)] = (f, BlktraceWriter(f, files_base, wall_at(src, files_base), names=names))
+                    files[(dev, cpu)] = (f, BlktraceWriter(f, files_base, wall_at(src, files_base), names=names,
+                                                         cgroups=cgroups, cg_noted=cg_noted))
                 files[(dev, cpu)][1].write(chunk[keys == k])
         if dump is None and not per_cpu:  # no block event: an empty stream, as blktrace leaves for an idle disk
             dump = (_create(out, force), BlktraceWriter(io.BytesIO(), 0))

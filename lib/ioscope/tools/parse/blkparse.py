@@ -738,8 +738,9 @@ def run(args: argparse.Namespace) -> int:
                     if parser.stopped:
                         break
             else:
+                noted: set[int] = set()
                 for d in (src.decoded() if src.kind == "blktrace" else
-                          (blktrace_decoded(c) for c in src.chunks())):
+                          (blktrace_decoded(c, src.cgroups, noted) for c in src.chunks())):
                     for pid, comm in src.comms.items():  # ioscope's naming: pids not seen yet; then the notes
                         parser.comms.setdefault(pid, comm)
                     parser.feed(d.events, d.seq, d.own_dev, d.texts)
@@ -760,9 +761,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def blktrace_decoded(ev: npt.NDArray[np.void]) -> Any:
-    """A capture's chunk as a decoded blktrace piece (no sequence numbers, no other devices)."""
-    from ioscope.capture.blktrace import Decoded
+def blktrace_decoded(ev: npt.NDArray[np.void], cgroups: dict[int, str] | None = None,
+                     noted: set[int] | None = None) -> Any:
+    """A capture's chunk as a decoded blktrace piece (no sequence numbers, no other devices). cgroups (the
+    capture's): the `cgroup <id> <path>` message notes its export writes before the first Q of each id
+    (noted: the ids done in chunks before), as rows where blkparse prints them."""
+    from ioscope.capture.blktrace import Decoded, with_cgroup_messages
+    if cgroups and noted is not None and len(ev):
+        ev, texts = with_cgroup_messages(ev, cgroups, noted)
+        return Decoded(ev, {}, [], texts=texts or None)
     return Decoded(ev, {}, [])
 
 
