@@ -108,6 +108,7 @@ class LatCollector:
         self.comms = b.map("comms")
         self.stamps = StampTiming(b, self.names, self.cross_disks, o.timing, stamps, o.btf)
         self.stamps.attach("rq_complete", ["bio_queue", "rq_issue", "split", "task_rename"])
+        self.throttle.tick()   # a limit in force at the start: its programs attached before "Tracing" is said
 
     @property
     def filtered(self) -> bool:

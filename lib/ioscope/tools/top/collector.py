@@ -71,6 +71,7 @@ class TopCollector:
             self.slots = SlotTable(b.map("inflight"))
             self.throttle.loaded()
             b.attach(["bio_queue", "rq_complete", "split", "task_rename"])  # the throttle's: ThrottleWatch.tick
+            self.throttle.tick()   # a limit in force at the start: attached before the first snapshot's interval
         except BaseException:
             self.bpf.close()
             raise
