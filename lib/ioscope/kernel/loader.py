@@ -166,8 +166,12 @@ class BPFObject:
                 return system.tracepoint_exists(h.category, h.tracepoint, system.ensure_tracefs())
             except (OSError, IoscopeError):
                 return False
-        tracefs = system.ensure_tracefs()
-        return system.tracepoint_exists(h.category, h.tracepoint, tracefs)
+        try:
+            return system.tracepoint_exists(h.category, h.tracepoint, system.ensure_tracefs())
+        except (OSError, IoscopeError):
+            # tracefs not readable (the BPF capabilities without root): a raw_tp program attaches by the
+            # tracepoint's name, without tracefs; the kernel's BTF says whether the tracepoint exists
+            return bool(_libbpf.tp_params(h.tracepoint, self.btf) >= 0)
 
     def tp_param_types(self, tracepoint: str) -> list[str] | None:
         """The C types of a tracepoint's arguments in this kernel's BTF, None without BTF for it."""
