@@ -254,15 +254,26 @@ def test_lat_measures_each_held_wait_and_names_the_submitter(loopdev: Callable[.
     assert 0.5 * fio_lat <= waited <= fio_lat, (waited, fio_lat)
 
 
+def _held_dd(t: Throttled, ld: Any) -> tuple[int, float]:
+    """dd's NOTE_WRITES direct 4 KiB writes from t's cgroup while the kernel's blk tracer watches: (the bios
+    blk-throttle held, by the tracer; dd's own time for its writes, s)."""
+    import re
+
+    from blk_tracer import BlkTracer, throttle_released
+
+    with BlkTracer(ld.name) as tracer:
+        dd = t.run(["dd", "if=/dev/zero", f"of={ld.path}", "bs=4k", f"count={NOTE_WRITES}", "oflag=direct"])
+        time.sleep(0.5)
+    m = re.search(r"copied, ([0-9.]+) s", dd.stderr)
+    assert m, dd.stderr
+    return throttle_released(tracer.text, ld.device.majmin.replace(":", ",")), float(m.group(1))
+
+
 def test_fair_says_what_the_throttle_held(loopdev: Callable[..., Any]) -> None:
     """fair over dd's direct writes in a cgroup limited to 20 write IOPS: under the disk's limit line, the bios
     blk-throttle held in the interval (as many as the kernel's blk tracer shows its kworker queued), credited
     to dd, each one's wait measured (submit notes: this host refuses fentry) and adding up to most of dd's own
     time; in JSON the disk's throttle_held."""
-    import re
-
-    from blk_tracer import BlkTracer, throttle_released
-
     ld = loopdev(size_mb=64)
     t = Throttled(ld.device.majmin, iops=NOTE_IOPS)
     fair = subprocess.Popen(ioscope_cmd("fair", "-d", ld.name, "-j", "6", "1"), stdout=subprocess.PIPE,
@@ -271,9 +282,7 @@ def test_fair_says_what_the_throttle_held(loopdev: Callable[..., Any]) -> None:
         assert fair.stderr is not None
         line = fair.stderr.readline()
         assert line.startswith("Tracing per-process throughput"), line + fair.stderr.read()
-        with BlkTracer(ld.name) as tracer:
-            dd = t.run(["dd", "if=/dev/zero", f"of={ld.path}", "bs=4k", f"count={NOTE_WRITES}", "oflag=direct"])
-            time.sleep(0.5)
+        truth, dd_s = _held_dd(t, ld)
         stdout, err = drain(fair)
     finally:
         if fair.poll() is None:
@@ -281,10 +290,6 @@ def test_fair_says_what_the_throttle_held(loopdev: Callable[..., Any]) -> None:
             fair.wait()
         t.remove()
     assert fair.returncode == 0, err
-    truth = throttle_released(tracer.text, ld.device.majmin.replace(":", ","))
-    m = re.search(r"copied, ([0-9.]+) s", dd.stderr)
-    assert m, dd.stderr
-    dd_s = float(m.group(1))
     assert truth >= NOTE_WRITES // 4, truth
     (doc,) = [json.loads(ln) for ln in stdout.splitlines() if ln.startswith("{")]
     (disk,) = [d for d in doc["devices"] if d["disk"] == ld.name]
@@ -298,10 +303,6 @@ def test_record_keeps_what_the_throttle_held_and_report_says_it(loopdev: Callabl
     """record while dd's direct writes wait in blk-throttle (a cgroup limited to 20 write IOPS): the capture's
     end record keeps the bios it held, as many as the kernel's blk tracer shows its kworker queued, credited to
     dd, each one's wait measured and adding up to most of dd's own time; report says so (JSON and stderr)."""
-    import re
-
-    from blk_tracer import BlkTracer, throttle_released
-
     ld = loopdev(size_mb=64)
     t = Throttled(ld.device.majmin, iops=NOTE_IOPS)
     cap = tmp_path / "held.ioscope"
@@ -311,18 +312,12 @@ def test_record_keeps_what_the_throttle_held_and_report_says_it(loopdev: Callabl
         assert rec.stderr is not None
         line = rec.stderr.readline()
         assert line.startswith("Recording block I/O events"), line + rec.stderr.read()
-        with BlkTracer(ld.name) as tracer:
-            dd = t.run(["dd", "if=/dev/zero", f"of={ld.path}", "bs=4k", f"count={NOTE_WRITES}", "oflag=direct"])
-            time.sleep(0.5)
+        truth, dd_s = _held_dd(t, ld)
     finally:
         rec.send_signal(signal.SIGINT)
         _out, err = drain(rec)
         t.remove()
     assert rec.returncode == 0, err
-    truth = throttle_released(tracer.text, ld.device.majmin.replace(":", ","))
-    m = re.search(r"copied, ([0-9.]+) s", dd.stderr)
-    assert m, dd.stderr
-    dd_s = float(m.group(1))
     assert truth >= NOTE_WRITES // 4, truth
     p = run_ioscope("report", "--json", str(cap), check=True)
     (held,) = json.loads(p.stdout)["capture"]["throttle_held"]
