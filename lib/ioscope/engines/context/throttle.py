@@ -173,7 +173,6 @@ class ThrottleWatch:
         self.no_wait = ""   # why the wait is not measured here ("" when it is)
         self.no_held = ""   # why held bios are not seen here ("" when they are)
         self.wait_from = ""  # "fentry" (the hold's start) or "submit notes"; "" when not measured
-        self.notes_missing: list[str] = []  # submit notes this kernel cannot take (their bios' wait unknown)
         self.stats: Any = None
         self.limited: Any = None
         self._limited_ids: set[int] = set()
@@ -226,11 +225,11 @@ class ThrottleWatch:
         alloc = "sn_alloc_site" if site else "sn_alloc"
         why = {"sn_remap": "a partition's bios", alloc: "bios from a bio slab (libaio, io_uring, file systems)",
                "sn_sys": "on-stack bios (synchronous O_DIRECT on a disk)"}
-        self.notes_missing = [f"{what}: {missing.get(h) or 'not known on this kernel'}"
-                              for h, what in why.items() if not b.hooks[h].chosen]
-        if len(self.notes_missing) == len(why):
+        absent = [f"{what}: {missing.get(h) or 'not known on this kernel'}"
+                  for h, what in why.items() if not b.hooks[h].chosen]
+        if len(absent) == len(why):
             self.no_wait = ("their wait needs fentry or a submit note, and neither is available here: "
-                            + "; ".join(self.notes_missing))
+                            + "; ".join(absent))
         else:
             b.set_global("targ_submit_notes", True, "?")
             b.set_max_entries("throttled", NOTES_MAX)
