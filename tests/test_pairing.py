@@ -3,10 +3,11 @@ each rule set against its ground truth:
 
 - btt's rules (report's btt view, tracecore/bttsim.c): Q2C, D2C and I2D counts and averages equal the real
   `btt`'s on the same records;
-- ioscope's rules (each bio an I/O, each piece of a split bio one, remaps on their target): the per-bio
-  engine agg -r and snoop use (engines/pairing/bios.py) and report's ioscope view (tracecore/pairing.c)
-  count and time the same I/Os, and live those equal the workload's own count (fio's, times the pieces
-  the kernel split each bio into) and /proc/diskstats' completions.
+- ioscope's rules (each bio an I/O, each piece of a split bio one, remaps on their target): one pairing
+  engine (tracecore/bios.c) that agg -r and snoop read record by record (engines/pairing/bios.py) and
+  report's ioscope view reads stage by stage (tracecore/pairing.c): the two count and time the same I/Os,
+  and live those equal the workload's own count (fio's, times the pieces the kernel split each bio into)
+  and /proc/diskstats' completions.
 """
 
 from __future__ import annotations
@@ -116,9 +117,9 @@ def test_live_capture_both_rule_sets(loopdev: Callable[..., Any], tmp_path: Path
     res, _src = analyse_source(str(cap))
     recs = bio_records(str(cap))
     assert len(recs) == NIOS * PIECES and set(recs["bytes"].tolist()) == {16384}
-    # report's ioscope view (tracecore/pairing.c) is not asserted equal here: on this workload it once
-    # counted 1,201 of the 1,204 pieces /proc/diskstats and the per-bio engine counted (open, see the
-    # branch's report); over the corpus the two agree (test_corpus_btt_rules_and_ioscope_rules)
+    # report's ioscope view pairs through the same engine: the same pieces, the same Q2C
+    assert len(assert_ioscope_rules_agree(str(cap), res)) == NIOS * PIECES
+    assert res.stat("q2c").n == NIOS * PIECES and res.stat("d2c").n == NIOS * PIECES
     # agg -r over the capture counts the same I/Os
     p = subprocess.run(ioscope_cmd("agg", "-e", "count() by op", "-r", str(cap), "-j"), capture_output=True,
                        text=True, timeout=120)

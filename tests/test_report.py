@@ -145,6 +145,15 @@ def test_latency_csv_dumps(tmp_path: Path) -> None:
                           if r["device"] == dev)
             dat = (tmp_path / f"{prefix}_{dev}_{ph}.dat").read_text()
             theirs = sorted(tuple(ln.split()) for ln in dat.splitlines())
+            if (ph, dev) == ("d2c", "7,0"):
+                # the requeued request (Q G I D R I D C): ioscope's D2C runs from its first issue, as the
+                # kernel's objects time it (bpf/rqpath.bpf.h); btt's from its last, 5.7 us later
+                diff = sorted(set(ours) ^ set(theirs))
+                assert len(diff) == 2 and diff[0][0] == diff[1][0], diff
+                mine = next(x for x in diff if x in ours)
+                other = next(x for x in diff if x in theirs)
+                assert float(mine[1]) - float(other[1]) == pytest.approx(5.7e-6, abs=1e-6)
+                continue
             assert ours == theirs, (ph, dev)
 
 
@@ -171,15 +180,16 @@ def test_duplicate_and_overlapping_qs_are_counted() -> None:
     s = bs.Scenario(comms={1: "a"})
     t = 10_000
     s.add(t, TA_QUEUE, 100, 4096, pid=1)
-    s.add(t + 1, TA_QUEUE, 100, 4096, pid=1)      # same start sector while the first is in flight: not tracked
+    s.add(t + 1, TA_QUEUE, 100, 4096, pid=1)      # same start sector while the first is in flight: a bio of its own
     s.add(t + 2, TA_QUEUE, 104, 4096, pid=1)      # overlaps [100, 108)
     s.add(t + 10, TA_ISSUE, 100, 8192, pid=1)
     s.add(t + 100, TA_COMPLETE, 100, 8192, pid=1)
     r = _run(s)
     d = r.devices[bs.LOOP0]
     assert d.dup_q == 1 and d.overlap_q == 1
-    # the C covers [100, 116): both tracked Qs complete
-    assert r.stat("q2c").n == 2 and d.inflight == 0
+    # a request is the chain of bios from its sector: the oldest at 100 ([100, 108)), and no bio starts at 108;
+    # the second Q at 100 and the one at 104 are still in flight, never issued
+    assert r.stat("q2c").n == 1 and r.stat("q2c").total == 100 and d.inflight == 2 and d.inflight_issued == 0
 
 
 def test_partial_completion_and_requeue() -> None:

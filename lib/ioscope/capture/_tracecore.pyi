@@ -99,7 +99,8 @@ class BttResults(TypedDict):
     live: tuple[int, int, int]
 
 class Core:
-    """ioscope's pairing of block events, and btt's view of the same events (tracecore/bttsim.c)."""
+    """report's pairing: ioscope's view on the pairing engine (tracecore/bios.c), and btt's view of the same
+    events (tracecore/bttsim.c), compared event by event."""
 
     def __init__(self) -> None: ...
     def feed(self, events: Events, *, dev: Int32s, auxdev: Int32s, proc: Int32s, bdev: Int32s | None = None,
@@ -123,7 +124,7 @@ class Core:
 BIOREC_SIZE: int
 
 class Bios:
-    """ioscope's per-bio pairing (the kernel agg object's rules; engines/pairing/bios.py)."""
+    """The pairing engine (the kernel agg object's rules; engines/pairing/bios.py): a record per completed bio."""
 
     unpaired: int
     last_ts: int

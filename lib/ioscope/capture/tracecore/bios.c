@@ -1,69 +1,42 @@
 /*
- * Bios: ioscope's per-bio pairing of Q/G/X/D/C events, the rules of the kernel's agg object
- * (bpf/agg.bpf.c over bpf/rqpath.bpf.h), one record per completed bio (and flush request), for agg -r
- * and snoop (engines/pairing/bios.py lists the rules).
- *
- * In-flight bios are kept per (device, start sector) in insertion order (two I/Os of one sector can be
- * in flight at once), in a chained hash table over a pool of bios.
+ * Bios: ioscope's pairing engine (bios.h says who uses it) and its Python face, the Bios object: one
+ * record per completed bio (and flush request), for agg -r and snoop (engines/pairing/bios.py lists the
+ * rules).
  */
-#include "tracecore.h"
-
-enum { BR_FIRST = 1, BR_FLUSH = 2, BR_UNPAIRED = 4 };
-
-typedef struct {
-	uint64_t c, q, d, sector;     /* q, d: NONE where absent */
-	int64_t seek;                 /* -1: none */
-	uint32_t dev, bytes, c_bytes, pid, tgid;   /* bytes: the bio's; c_bytes: its completion's */
-	int32_t inflight;             /* -1: none */
-	uint16_t cpu, category, error, flags;
-	uint64_t cgroup;              /* the id of the cgroup its Q names (EV_CGROUP), 0: none */
-} biorec_t;
-
-typedef struct {
-	uint64_t sector, q, d, g, cgroup;
-	int64_t seek;
-	int32_t inflight, next, dev;  /* next: the next bio of the hash bucket (-1: none); dev: index */
-	uint32_t nbytes, pid, tgid;
-	uint16_t cpu;
-	uint8_t seq, split, write, noq, used;
-} bio_t;
-
-typedef struct {
-	uint32_t dev;
-	int machine;                  /* -1: no flush sequence; 0: write-back without FUA; 1: with FUA */
-	int has_end;
-	uint64_t last_end;
-	int64_t inflight;
-	uint64_t *fl;                 /* pending flush requests: (issue time, in flight before) pairs, FIFO */
-	size_t nfl, capfl, hfl;
-} bdev_t;
+#include "bios.h"
 
 typedef struct {
 	PyObject_HEAD
-	bio_t *pool;
-	size_t npool, cappool;
-	int32_t freelist;
-	int32_t *heads;
-	size_t nheads;                /* a power of two */
-	size_t live;
-	bdev_t *devs;
-	size_t ndevs, capdevs, lastdev;
-	biorec_t *out;
-	size_t nout, capout;
-	bio_t **chain;
-	size_t capchain;
-	uint64_t unpaired, last_ts;
-	int oom;
+	bioeng_t e;
 } Bios;
 
-static size_t hslot(const Bios *b, int32_t dev, uint64_t sector)
+void be_init(bioeng_t *b)
+{
+	memset(b, 0, sizeof(*b));
+	b->freelist = -1;
+}
+
+void be_free(bioeng_t *b)
+{
+	for (size_t i = 0; i < b->ndevs; i++)
+		free(b->devs[i].fl);
+	free(b->devs);
+	free(b->pool);
+	free(b->heads);
+	free(b->out);
+	free(b->done);
+	free(b->chain);
+	be_init(b);
+}
+
+static size_t hslot(const bioeng_t *b, int32_t dev, uint64_t sector)
 {
 	uint64_t h = (sector * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t)dev * 0xC2B2AE3D27D4EB4FULL);
 	return (size_t)(h >> 20) & (b->nheads - 1);
 }
 
 /* the device's state, added on first sight */
-static bdev_t *bdev(Bios *b, uint32_t dev, int32_t *idx)
+static biodev_t *bdev(bioeng_t *b, uint32_t dev, int32_t *idx)
 {
 	if (b->lastdev < b->ndevs && b->devs[b->lastdev].dev == dev) {
 		*idx = (int32_t)b->lastdev;
@@ -77,7 +50,7 @@ static bdev_t *bdev(Bios *b, uint32_t dev, int32_t *idx)
 		}
 	if (tc_room(&b->devs, &b->capdevs, b->ndevs, sizeof(*b->devs), 8) < 0)
 		return NULL;
-	bdev_t *d = &b->devs[b->ndevs];
+	biodev_t *d = &b->devs[b->ndevs];
 	memset(d, 0, sizeof(*d));
 	d->dev = dev;
 	d->machine = -1;
@@ -87,7 +60,7 @@ static bdev_t *bdev(Bios *b, uint32_t dev, int32_t *idx)
 }
 
 /* Bios kept in the order they were put, per hash bucket: put appends at the bucket's tail. */
-static bio_t *put(Bios *b, const bio_t *src)
+static bio_t *put(bioeng_t *b, const bio_t *src)
 {
 	int32_t i;
 	if (b->freelist >= 0) {
@@ -139,7 +112,7 @@ static bio_t *put(Bios *b, const bio_t *src)
 	return x;
 }
 
-static void drop(Bios *b, bio_t *x)
+static void drop(bioeng_t *b, bio_t *x)
 {
 	int32_t i = (int32_t)(x - b->pool);
 	size_t s = hslot(b, x->dev, x->sector);
@@ -155,7 +128,7 @@ static void drop(Bios *b, bio_t *x)
 }
 
 /* the oldest (or newest) bio in flight at sector; issued, write: -1 any, else 0 / 1 */
-static bio_t *get(Bios *b, int32_t dev, uint64_t sector, int issued, int newest, int write)
+static bio_t *get(bioeng_t *b, int32_t dev, uint64_t sector, int issued, int newest, int write)
 {
 	if (!b->nheads)
 		return NULL;
@@ -176,7 +149,7 @@ static bio_t *get(Bios *b, int32_t dev, uint64_t sector, int issued, int newest,
 }
 
 /* the bios making up the request [sector, sector + nbytes) of one direction (agg's rule, bios.py) */
-static size_t chain(Bios *b, int32_t dev, uint64_t sector, uint32_t nbytes, int issued, int write)
+static size_t chain(bioeng_t *b, int32_t dev, uint64_t sector, uint32_t nbytes, int issued, int write)
 {
 	size_t n = 0;
 	uint64_t end = sector + (nbytes >> 9), s = sector;
@@ -196,18 +169,63 @@ static size_t chain(Bios *b, int32_t dev, uint64_t sector, uint32_t nbytes, int 
 	return n;
 }
 
-static biorec_t *emit(Bios *b)
+/* a new record, zeroed; with keep_done, its bio (done[] at the same index) is set by the caller */
+static biorec_t *emit(bioeng_t *b, const bio_t *x)
 {
-	if (tc_room(&b->out, &b->capout, b->nout, sizeof(*b->out), 1024) < 0) {
+	if (tc_room(&b->out, &b->capout, b->nout, sizeof(*b->out), 1024) < 0 ||
+	    (b->keep_done && tc_room(&b->done, &b->capdone, b->nout, sizeof(*b->done), 1024) < 0)) {
 		b->oom = 1;
 		return NULL;
+	}
+	if (b->keep_done) {
+		bio_t none = {.q = NONE, .d = NONE, .g = NONE, .i = NONE, .m = NONE, .ord = NONE, .seek = -1,
+			      .inflight = -1, .dev = -1, .proc = -1, .noq = 1};
+		b->done[b->nout] = x ? *x : none;
 	}
 	biorec_t *r = &b->out[b->nout++];
 	memset(r, 0, sizeof(*r));
 	return r;
 }
 
-static void on_queue(Bios *b, const event_t *E, bdev_t *d, int32_t di)
+/* room for n bios in chain; -1 when out of memory */
+static int chain_room(bioeng_t *b, size_t n)
+{
+	if (tc_room(&b->chain, &b->capchain, n ? n - 1 : 0, sizeof(*b->chain), 16) < 0) {
+		b->oom = 1;
+		return -1;
+	}
+	return 0;
+}
+
+/* the oldest bio with data at sector issued (or not) */
+static bio_t *staged(bioeng_t *b, int32_t dev, uint64_t sector, int issued)
+{
+	if (!b->nheads)
+		return NULL;
+	for (int32_t j = b->heads[hslot(b, dev, sector)]; j >= 0; j = b->pool[j].next) {
+		bio_t *x = &b->pool[j];
+		if (x->dev == dev && x->sector == sector && x->nbytes && (x->d != NONE) == issued)
+			return x;
+	}
+	return NULL;
+}
+
+/* The bio a G, S, I or M at sector is for: the oldest there not yet issued, else the oldest issued that has
+ * not had one (field: its time of that event, NONE or 0 while it has not). A requeued request's second
+ * I (and G) stays the request's: the bio keeps its first. */
+static bio_t *stage(bioeng_t *b, int32_t dev, uint64_t sector, size_t field)
+{
+	bio_t *x = staged(b, dev, sector, 0);
+	if (x)
+		return x;
+	x = staged(b, dev, sector, 1);
+	if (!x)
+		return NULL;
+	uint64_t v = *(const uint64_t *)((const char *)x + field);
+	return v == NONE || v == 0 ? x : NULL;
+}
+
+static void on_queue(bioeng_t *b, const event_t *E, biodev_t *d, int32_t di, int32_t proc, uint64_t ord)
 {
 	uint32_t nb = E->bytes;
 	if (!nb && !(E->category & TC_FLUSH_))
@@ -220,37 +238,56 @@ static void on_queue(Bios *b, const event_t *E, bdev_t *d, int32_t di)
 				return;
 			}
 		}
-	bio_t x = {.sector = E->sector, .q = E->ts, .d = NONE, .g = NONE, .inflight = -1, .dev = di, .nbytes = nb,
-		   .pid = E->pid, .tgid = E->tgid, .cpu = E->cpu, .write = (E->category & TC_WRITE_) != 0,
-		   .cgroup = (E->flags & EV_CGROUP) ? E->aux : 0};
+	bio_t x = {.sector = E->sector, .q = E->ts, .d = NONE, .g = NONE, .i = NONE, .m = NONE, .ord = ord,
+		   .inflight = -1, .dev = di, .proc = proc, .nbytes = nb, .pid = E->pid, .tgid = E->tgid, .cpu = E->cpu,
+		   .write = (E->category & TC_WRITE_) != 0, .cgroup = (E->flags & EV_CGROUP) ? E->aux : 0};
 	x.seek = d->has_end ? (int64_t)(E->sector > d->last_end ? E->sector - d->last_end : d->last_end - E->sector) : -1;
 	d->has_end = 1;
 	d->last_end = E->sector + (nb >> 9);
 	x.seq = !nb || (d->machine >= 0 && ((E->category & TC_FLUSH_) || ((E->category & TC_FUA_) && !d->machine)));
-	if (!put(b, &x))
+	bio_t *p = put(b, &x);
+	if (!p || chain_room(b, 1) < 0) {
 		b->oom = 1;
+		return;
+	}
+	b->chain[0] = p;
+	b->nchain = 1;
 }
 
-static void on_split(Bios *b, const event_t *E, int32_t di)
+/* X: the bio queued at sector keeps [sector, rest); the rest is a piece of its own, with the bio's Q time
+ * and details, and none of its stage times */
+static void on_split(bioeng_t *b, const event_t *E, int32_t di)
 {
 	uint64_t sector = E->sector, rest = E->aux;
 	bio_t *o = get(b, di, sector, 0, 0, -1);
 	if (!o || !(sector < rest && rest < sector + (o->nbytes >> 9)))
 		return;
+	b->split_from = *o;
 	bio_t front = *o, rem = *o;
 	uint32_t fb = (uint32_t)((rest - sector) << 9);
 	drop(b, o);
 	front.nbytes = fb;
 	front.split = 0;
+	front.piece = 1;
 	rem.sector = rest;
 	rem.nbytes -= fb;
 	rem.seek = -1;
 	rem.split = 1;
-	if (!put(b, &front) || !put(b, &rem))
+	rem.piece = 1;
+	rem.g = rem.i = rem.m = NONE;
+	rem.sl = 0;
+	bio_t *p = put(b, &front);
+	int32_t fi = p ? (int32_t)(p - b->pool) : -1;
+	if (!p || !(p = put(b, &rem)) || chain_room(b, 2) < 0) {
 		b->oom = 1;
+		return;
+	}
+	b->chain[0] = &b->pool[fi];   /* the pool may have moved */
+	b->chain[1] = p;
+	b->nchain = 2;
 }
 
-static void on_issue(Bios *b, const event_t *E, bdev_t *d, int32_t di)
+static void on_issue(bioeng_t *b, const event_t *E, biodev_t *d, int32_t di)
 {
 	if (!E->bytes) {
 		if (E->category & TC_FLUSH_) {   /* a flush request of the block layer's own */
@@ -267,9 +304,13 @@ static void on_issue(Bios *b, const event_t *E, bdev_t *d, int32_t di)
 	}
 	int w = (E->category & TC_WRITE_) != 0;
 	size_t n = chain(b, di, E->sector, E->bytes, 0, w);
-	if (!n) {   /* issued without its Q in view (queued before the capture): kept for its completion */
-		bio_t x = {.sector = E->sector, .q = NONE, .d = E->ts, .g = NONE, .seek = -1, .inflight = -1, .dev = di,
-			   .nbytes = E->bytes, .pid = E->pid, .tgid = E->tgid, .cpu = E->cpu, .write = w, .noq = 1};
+	if (!n) {
+		if (chain(b, di, E->sector, E->bytes, 1, w))
+			return;   /* a requeued request issued again: its first issue counts */
+		/* issued without its Q in view (queued before the capture): kept for its completion */
+		bio_t x = {.sector = E->sector, .q = NONE, .d = E->ts, .g = NONE, .i = NONE, .m = NONE, .ord = NONE,
+			   .seek = -1, .inflight = -1, .dev = di, .proc = -1, .nbytes = E->bytes, .pid = E->pid,
+			   .tgid = E->tgid, .cpu = E->cpu, .write = w, .noq = 1};
 		if (!b->oom && !put(b, &x))
 			b->oom = 1;
 		return;
@@ -278,12 +319,12 @@ static void on_issue(Bios *b, const event_t *E, bdev_t *d, int32_t di)
 		b->chain[0]->inflight = (int32_t)d->inflight;
 		d->inflight++;
 	}
-	for (size_t i = 0; i < n; i++)
-		if (b->chain[i]->d == NONE)
-			b->chain[i]->d = E->ts;
+	for (size_t i = 0; i < n; i++)   /* chain() gave bios not yet issued only */
+		b->chain[i]->d = E->ts;
+	b->nchain = n;
 }
 
-static void on_complete(Bios *b, const event_t *E, bdev_t *d, int32_t di)
+static void on_complete(bioeng_t *b, const event_t *E, biodev_t *d, int32_t di)
 {
 	uint64_t ts = E->ts;
 	int w = (E->category & TC_WRITE_) != 0;
@@ -295,7 +336,7 @@ static void on_complete(Bios *b, const event_t *E, bdev_t *d, int32_t di)
 			if (++d->hfl == d->nfl)
 				d->hfl = d->nfl = 0;
 			d->inflight = d->inflight > 0 ? d->inflight - 1 : 0;
-			if ((r = emit(b)) != NULL) {
+			if ((r = emit(b, NULL)) != NULL) {
 				r->c = ts; r->q = NONE; r->d = dn; r->sector = E->sector; r->seek = -1; r->dev = E->dev;
 				r->pid = E->pid; r->tgid = E->tgid;   /* no Q: the context it completed in */
 				r->inflight = (int32_t)before; r->category = E->category; r->error = E->error;
@@ -314,23 +355,23 @@ static void on_complete(Bios *b, const event_t *E, bdev_t *d, int32_t di)
 					break;
 				}
 			}
-		if (!x)
+		if (!x || chain_room(b, 1) < 0)
 			return;
-		if (tc_room(&b->chain, &b->capchain, 0, sizeof(*b->chain), 16) < 0) {
-			b->oom = 1;
-			return;
-		}
 		b->chain[0] = x;
 		n = 1;
 	} else {
 		n = chain(b, di, E->sector, E->bytes, 1, w);
 		if (!n) {   /* queued and issued before the capture started */
 			b->unpaired++;
-			if ((r = emit(b)) != NULL) {
+			if ((r = emit(b, NULL)) != NULL) {
 				r->c = ts; r->q = r->d = NONE; r->sector = E->sector; r->seek = -1; r->dev = E->dev;
 				r->bytes = r->c_bytes = E->bytes; r->pid = E->pid; r->tgid = E->tgid; r->inflight = -1;
 				r->cpu = E->cpu; r->category = E->category; r->error = E->error;
 				r->flags = BR_FIRST | BR_UNPAIRED;
+				if (b->keep_done) {
+					b->done[b->nout - 1].sector = E->sector;
+					b->done[b->nout - 1].nbytes = E->bytes;
+				}
 			}
 			return;
 		}
@@ -346,7 +387,7 @@ static void on_complete(Bios *b, const event_t *E, bdev_t *d, int32_t di)
 	for (size_t i = 0; i < n; i++) {
 		bio_t x = *b->chain[i];
 		drop(b, b->chain[i]);
-		if ((r = emit(b)) == NULL)
+		if ((r = emit(b, &x)) == NULL)
 			return;
 		uint64_t dn = x.d;
 		if (i == 0 && dn == NONE && !x.nbytes && x.q != NONE)
@@ -358,11 +399,95 @@ static void on_complete(Bios *b, const event_t *E, bdev_t *d, int32_t di)
 	}
 }
 
-static PyObject *Bios_feed(Bios *b, PyObject *args)
+biodev_t *be_dev(bioeng_t *b, uint32_t key, int32_t *idx)
+{
+	return bdev(b, key, idx);
+}
+
+bio_t *be_find(bioeng_t *b, uint32_t key, uint64_t sector)
+{
+	int32_t di;
+	for (size_t i = 0; i < b->ndevs; i++)
+		if (b->devs[i].dev == key) {
+			di = (int32_t)i;
+			return get(b, di, sector, -1, 0, -1);
+		}
+	return NULL;
+}
+
+void be_event(bioeng_t *b, const event_t *E, uint32_t key, int32_t proc, uint64_t ord)
+{
+	int a = E->action;
+	b->nchain = 0;
+	b->last_ts = E->ts;
+	if (E->flags & EV_NOTE_PROCESS)
+		return;
+	switch (a) {
+	case A_QUEUE: case A_GETRQ: case A_SLEEPRQ: case A_INSERT: case A_BACKMERGE: case A_FRONTMERGE:
+	case A_REQUEUE: case A_SPLIT: case A_ISSUE: case A_COMPLETE:
+		break;
+	default:
+		return;
+	}
+	int32_t di;
+	biodev_t *d = bdev(b, key, &di);
+	if (!d) {
+		b->oom = 1;
+		return;
+	}
+	bio_t *x = NULL;
+	switch (a) {
+	case A_QUEUE:
+		on_queue(b, E, d, di, proc, ord);
+		return;
+	case A_SPLIT:
+		on_split(b, E, di);
+		return;
+	case A_ISSUE:
+		on_issue(b, E, d, di);
+		return;
+	case A_COMPLETE:
+		on_complete(b, E, d, di);
+		return;
+	case A_GETRQ:
+		if (!E->bytes) {   /* an empty PREFLUSH write becomes a request: its issue time for the record */
+			x = get(b, di, E->sector, 0, 0, -1);
+			if (x && !x->nbytes && x->g == NONE)
+				x->g = E->ts;
+			return;
+		}
+		if ((x = stage(b, di, E->sector, offsetof(bio_t, g))) != NULL)
+			x->g = E->ts;
+		break;
+	case A_SLEEPRQ:
+		if (E->bytes && (x = stage(b, di, E->sector, offsetof(bio_t, sl))) != NULL)
+			x->sl = E->ts;
+		break;
+	case A_INSERT:
+		if (E->bytes && (x = stage(b, di, E->sector, offsetof(bio_t, i))) != NULL)
+			x->i = E->ts;
+		break;
+	case A_BACKMERGE: case A_FRONTMERGE:
+		if (E->bytes && (x = stage(b, di, E->sector, offsetof(bio_t, m))) != NULL)
+			x->m = E->ts;
+		break;
+	case A_REQUEUE:
+		if ((x = staged(b, di, E->sector, 1)) != NULL)
+			x->rq++;
+		break;
+	}
+	if (x && chain_room(b, 1) == 0) {
+		b->chain[0] = x;
+		b->nchain = 1;
+	}
+}
+
+static PyObject *Bios_feed(Bios *o, PyObject *args)
 {
 	PyObject *oev;
 	Py_buffer bev;
 	Py_ssize_t n;
+	bioeng_t *b = &o->e;
 	if (!PyArg_ParseTuple(args, "O", &oev))
 		return NULL;
 	if (tc_get_events(oev, &bev, &n) < 0)
@@ -370,42 +495,8 @@ static PyObject *Bios_feed(Bios *b, PyObject *args)
 	const event_t *ev = bev.buf;
 	b->nout = 0;
 	Py_BEGIN_ALLOW_THREADS
-	for (Py_ssize_t k = 0; k < n && !b->oom; k++) {
-		const event_t *E = &ev[k];
-		int a = E->action;
-		b->last_ts = E->ts;
-		if (E->flags & EV_NOTE_PROCESS)
-			continue;
-		if (a != A_QUEUE && a != A_GETRQ && a != A_SPLIT && a != A_ISSUE && a != A_COMPLETE)
-			continue;
-		int32_t di;
-		bdev_t *d = bdev(b, E->dev, &di);
-		if (!d) {
-			b->oom = 1;
-			break;
-		}
-		switch (a) {
-		case A_QUEUE:
-			on_queue(b, E, d, di);
-			break;
-		case A_GETRQ:
-			if (!E->bytes) {
-				bio_t *x = get(b, di, E->sector, 0, 0, -1);
-				if (x && !x->nbytes && x->g == NONE)
-					x->g = E->ts;
-			}
-			break;
-		case A_SPLIT:
-			on_split(b, E, di);
-			break;
-		case A_ISSUE:
-			on_issue(b, E, d, di);
-			break;
-		case A_COMPLETE:
-			on_complete(b, E, d, di);
-			break;
-		}
-	}
+	for (Py_ssize_t k = 0; k < n && !b->oom; k++)
+		be_event(b, &ev[k], ev[k].dev, -1, NONE);
 	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&bev);
 	if (b->oom)
@@ -413,14 +504,14 @@ static PyObject *Bios_feed(Bios *b, PyObject *args)
 	return PyBytes_FromStringAndSize((const char *)b->out, (Py_ssize_t)(b->nout * sizeof(biorec_t)));
 }
 
-static PyObject *Bios_set_machine(Bios *b, PyObject *args)
+static PyObject *Bios_set_machine(Bios *o, PyObject *args)
 {
 	unsigned int dev;
 	int fua;
 	if (!PyArg_ParseTuple(args, "Ip", &dev, &fua))
 		return NULL;
 	int32_t di;
-	bdev_t *d = bdev(b, dev, &di);
+	biodev_t *d = bdev(&o->e, dev, &di);
 	if (!d)
 		return PyErr_NoMemory();
 	d->machine = fua;
@@ -428,9 +519,10 @@ static PyObject *Bios_set_machine(Bios *b, PyObject *args)
 }
 
 /* drop the bios queued (or, without a Q, issued) before ts: merged away or their completion lost */
-static PyObject *Bios_expire(Bios *b, PyObject *args)
+static PyObject *Bios_expire(Bios *o, PyObject *args)
 {
 	unsigned long long before;
+	bioeng_t *b = &o->e;
 	if (!PyArg_ParseTuple(args, "K", &before))
 		return NULL;
 	uint64_t n = 0;
@@ -445,51 +537,45 @@ static PyObject *Bios_expire(Bios *b, PyObject *args)
 	return PyLong_FromUnsignedLongLong(n);
 }
 
-static PyObject *Bios_in_flight(Bios *b, PyObject *unused)
+static PyObject *Bios_in_flight(Bios *o, PyObject *unused)
 {
-	return PyLong_FromSize_t(b->live);
+	return PyLong_FromSize_t(o->e.live);
 }
 
 /* requests issued and not completed on a disk, as the pairing counts them */
-static PyObject *Bios_requests(Bios *b, PyObject *args)
+static PyObject *Bios_requests(Bios *o, PyObject *args)
 {
 	unsigned int dev;
 	if (!PyArg_ParseTuple(args, "I", &dev))
 		return NULL;
-	for (size_t i = 0; i < b->ndevs; i++)
-		if (b->devs[i].dev == dev)
-			return PyLong_FromLongLong(b->devs[i].inflight);
+	for (size_t i = 0; i < o->e.ndevs; i++)
+		if (o->e.devs[i].dev == dev)
+			return PyLong_FromLongLong(o->e.devs[i].inflight);
 	return PyLong_FromLong(0);
 }
 
-static PyObject *Bios_unpaired(Bios *b, void *unused)
+static PyObject *Bios_unpaired(Bios *o, void *unused)
 {
-	return PyLong_FromUnsignedLongLong(b->unpaired);
+	return PyLong_FromUnsignedLongLong(o->e.unpaired);
 }
 
-static PyObject *Bios_last_ts(Bios *b, void *unused)
+static PyObject *Bios_last_ts(Bios *o, void *unused)
 {
-	return PyLong_FromUnsignedLongLong(b->last_ts);
+	return PyLong_FromUnsignedLongLong(o->e.last_ts);
 }
 
-static void Bios_dealloc(Bios *b)
+static void Bios_dealloc(Bios *o)
 {
-	for (size_t i = 0; i < b->ndevs; i++)
-		free(b->devs[i].fl);
-	free(b->devs);
-	free(b->pool);
-	free(b->heads);
-	free(b->out);
-	free(b->chain);
-	Py_TYPE(b)->tp_free((PyObject *)b);
+	be_free(&o->e);
+	Py_TYPE(o)->tp_free((PyObject *)o);
 }
 
 static PyObject *Bios_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
-	Bios *b = (Bios *)type->tp_alloc(type, 0);
-	if (b)
-		b->freelist = -1;
-	return (PyObject *)b;
+	Bios *o = (Bios *)type->tp_alloc(type, 0);
+	if (o)
+		be_init(&o->e);
+	return (PyObject *)o;
 }
 
 static PyMethodDef Bios_methods[] = {

@@ -1,19 +1,22 @@
 /*
- * Core: ioscope's pairing of block events (each split piece its own I/O, remaps on the device they went
- * to), with btt's view (bttsim.c) fed from the same loop so that report can say which I/Os btt pairs
- * otherwise, and why.
+ * Core: report's pairing of block events. ioscope's view runs on the pairing engine every offline reader
+ * shares (bios.c: each split piece its own I/O, the request's bios issued and completed as a chain, one
+ * direction at a time), with btt's view (bttsim.c) fed from the same loop so that report can say which
+ * I/Os btt pairs otherwise, and why.
  *
- * Pairing Q/G/I/M/D/C events is inherently sequential (each event changes which I/Os are in flight),
- * so it runs here, one pass over each chunk of events; everything else (statistics, histograms,
- * percentiles, active periods) is done with numpy in btt.py from the records this emits.
+ * Pairing is inherently sequential (each event changes which I/Os are in flight), so it runs here, one
+ * pass over each chunk of events; everything else (statistics, histograms, percentiles, active periods)
+ * is done with numpy in btt.py from the records this emits: one per measured interval, at the event that
+ * ends it (Q2G at the G, Q2C at the C, ...).
  *
- * Rules (see btt.py for the list): in-flight Qs per device are kept sorted by start sector, one per
- * start sector; G/I/M/S apply to the Q whose range holds their sector; D and C to every Q whose range
- * lies inside theirs; X splits the Q it hits: each piece is paired on its own, with the bio's Q time.
+ * What report adds to the engine's rules (btt.py lists them): a device's events before its first Q or A
+ * are set aside (btt's culling); events without data are left out but R and A; Q2A pairs a remap with the
+ * bio queued at its source sector; remapping devices' Q2Q, Q2A and Q2C go to the *_dm rows.
  *
  * Input per chunk: EVENT records and per-event dense indexes (feed()'s doc). Output: bytes of rec_t
  * records, one bytes object per kind; per-device counters via devices(); btt's results via btt().
  */
+#include "bios.h"
 #include "bttsim.h"
 
 enum {
@@ -28,18 +31,11 @@ typedef struct {
 	uint64_t t, v, sector;
 } rec_t;
 
-typedef struct {
-	uint64_t t, s, e, g, i, m, d, sl;
-	int32_t proc, rd, split;  /* split: the bio was split (this is it or one of its pieces) */
-	uint32_t rq;              /* requeues (R events in its range) */
-	uint64_t ord;             /* ordinal of its Q event among all events fed */
-} qrec_t;
-
 /*
- * One I/O's life, for the per-I/O table (set_io_records): emitted when the I/O completes, when a
- * newer Q at its start sector replaces it (IO_DUP), at io_flush() for those still in flight
- * (IO_END), and for a completion that finishes no tracked I/O (IO_START: queued before the
- * capture began; only c, ord_c, s and e are set). Times are NONE where the I/O had no such event.
+ * One I/O's life, for the per-I/O table (set_io_records): emitted when the I/O completes, at io_flush()
+ * for those still in flight (IO_END), and for a completion that finishes no I/O queued in view (IO_START:
+ * queued before the capture began; only c, ord_c, s and e are set). Times are NONE where the I/O had no
+ * such event. IO_DUP: a later Q came at its start sector while it was in flight (btt's view replaced it).
  */
 enum { IO_SPLIT = 1, IO_DUP = 2, IO_END = 4, IO_START = 8 };
 typedef struct {
@@ -51,12 +47,12 @@ typedef struct {
 typedef struct {
 	int alloc, culling, dm;
 	uint64_t start_time, end_time;
-	qrec_t *q;
-	size_t nq, capq;
 	uint64_t last_q;
 	uint64_t culled, dup_q, overlap_q;
-	/* split bios: pieces made (each paired on its own, with the bio's Q time); the ranges btt
-	 * keeps as one I/O no piece completes, and the later Qs inside one (btt may pair them with it) */
+	/* dup_q: Qs at the start sector of a bio in flight; overlap_q: Qs overlapping one btt holds at
+	 * another start sector (btt's tree search can miss one of them). Split bios: pieces made (each
+	 * paired on its own, with the bio's Q time); the ranges btt keeps as one I/O no piece completes
+	 * (stale), and the later Qs inside one (btt may pair them with it) */
 	uint64_t split_pieces, split_bios;
 	/* the I/Os ioscope completes that btt does not complete at the same C, by reason: a split bio
 	 * or piece, an I/O inside a split bio's range (btt keeps that range in flight for ever),
@@ -86,6 +82,7 @@ typedef struct {
 	iorec_t *io;
 	size_t nio, capio;
 	bttsim_t sim;
+	bioeng_t eng;            /* ioscope's view: the pairing engine, keyed by dense device index */
 } Core;
 
 static void emit(Core *c, int kind, int32_t dev, int32_t proc, uint64_t t, uint64_t v, uint64_t sector, int rd)
@@ -104,34 +101,40 @@ static void emit(Core *c, int kind, int32_t dev, int32_t proc, uint64_t t, uint6
 	r->sector = sector;
 }
 
-static void emit_io(Core *c, const qrec_t *q, int32_t dev, uint64_t ord_c, uint64_t tc, uint32_t flags)
+static uint64_t bio_end(const bio_t *x)
+{
+	return x->sector + (x->nbytes >> 9);
+}
+
+static void emit_io(Core *c, const bio_t *x, int32_t dev, uint64_t ord_c, uint64_t tc, uint32_t flags)
 {
 	if (tc_room(&c->io, &c->capio, c->nio, sizeof(*c->io), 4096) < 0) {
 		c->oom = 1;
 		return;
 	}
 	iorec_t *r = &c->io[c->nio++];
-	r->ord_q = q->ord;
+	r->ord_q = x->ord;
 	r->ord_c = ord_c;
-	r->t = q->t;
-	r->g = q->g;
-	r->i = q->i;
-	r->m = q->m;
-	r->d = q->d;
+	r->t = x->q;
+	r->g = x->g;
+	r->i = x->i;
+	r->m = x->m;
+	r->d = x->d;
 	r->c = tc;
-	r->s = q->s;
-	r->e = q->e;
+	r->s = x->sector;
+	r->e = bio_end(x);
 	r->dev = dev;
-	r->proc = q->proc;
-	r->rq = q->rq;
-	r->flags = flags | (q->split ? IO_SPLIT : 0);
+	r->proc = x->proc;
+	r->rq = x->rq;
+	r->flags = flags | (x->piece ? IO_SPLIT : 0) | (x->dup ? IO_DUP : 0);
 }
 
-/* a completion that finishes no tracked I/O: the I/O was queued before the capture started */
+/* a completion that finishes no I/O queued in view: the I/O was queued before the capture started */
 static void emit_io_start(Core *c, int32_t dev, uint64_t ord_c, uint64_t tc, uint64_t s, uint64_t e)
 {
-	qrec_t q = {.t = NONE, .s = s, .e = e, .g = NONE, .i = NONE, .m = NONE, .d = NONE, .proc = -1, .ord = NONE};
-	emit_io(c, &q, dev, ord_c, tc, IO_START);
+	bio_t x = {.q = NONE, .sector = s, .nbytes = (uint32_t)((e - s) << 9), .g = NONE, .i = NONE, .m = NONE,
+		   .d = NONE, .proc = -1, .ord = NONE};
+	emit_io(c, &x, dev, ord_c, tc, IO_START);
 }
 
 static int ensure_dev(Core *c, size_t idx)
@@ -174,26 +177,6 @@ static dev_t_ *setup_dev(Core *c, int32_t idx, uint64_t ts)
 	return d;
 }
 
-/* index of the first tracked Q with start >= s */
-static size_t lower(const dev_t_ *d, uint64_t s)
-{
-	size_t lo = 0, hi = d->nq;
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-		if (d->q[mid].s < s)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
-}
-
-/* room for one more in-flight Q; -1 when out of memory */
-static int grow_q(dev_t_ *d)
-{
-	return tc_room(&d->q, &d->capq, d->nq, sizeof(*d->q), 64);
-}
-
 /* Does [s, e) overlap a range btt still holds for a split bio? */
 static int in_stale(const dev_t_ *d, uint64_t s, uint64_t e)
 {
@@ -225,13 +208,29 @@ static int add_stale(dev_t_ *d, uint64_t s, uint64_t e)
 	return 0;
 }
 
-static qrec_t *find_sec(dev_t_ *d, uint64_t sec)
+/* Does a Q btt holds at another start sector overlap [s, e)? (before btt's view inserts the Q at s) */
+static int btt_overlaps(Core *c, int32_t bd, uint64_t s, uint64_t e)
 {
-	size_t i = lower(d, sec + 1);  /* first start > sec */
-	if (i == 0)
-		return NULL;
-	qrec_t *q = &d->q[i - 1];
-	return sec < q->e ? q : NULL;
+	if (!c->btt_on || bd < 0 || (size_t)bd >= c->sim.ndevs || !c->sim.devs[bd].alloc)
+		return 0;
+	qtree_t *qt = &c->sim.qt;
+	int32_t root = c->sim.devs[bd].root, x;
+	if ((x = qt_find(qt, root, s)) >= 0 && qt->n[x].s != s)
+		return 1;
+	if (e > s + 1 && (x = qt_find(qt, root, e - 1)) >= 0 && qt->n[x].s != s)
+		return 1;
+	if (qt_walk(qt, root, s, e) < 0)
+		return -1;
+	for (size_t j = 0; j < qt->nhits; j++)
+		if (qt->n[qt->hits[j]].s != s)
+			return 1;
+	return 0;
+}
+
+/* the engine's device key of a bio: Core's dense device index */
+static int32_t bio_dev(const Core *c, const bio_t *x)
+{
+	return (int32_t)c->eng.devs[x->dev].dev;
 }
 
 /* does btt's view hold a Q (t, s) among those its last C completed? */
@@ -301,15 +300,16 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 	c->nio = 0;
 
 	Py_BEGIN_ALLOW_THREADS
-	size_t *hits = NULL;
-	size_t caphits = 0;
-	for (Py_ssize_t k = 0; k < n && !c->oom; k++) {
+	bioeng_t *g = &c->eng;
+	for (Py_ssize_t k = 0; k < n && !c->oom && !g->oom; k++) {
 		const event_t *E = &ev[k];
-		uint64_t t = E->ts, sec = E->sector;
+		uint64_t t = E->ts, sec = E->sector, e = sec + (E->bytes >> 9);
 		int a = E->action;
 		int32_t di = devi[k];
-		int rdk = (E->category & TC_READ_) != 0;
+		int blk = di >= 0 && !(E->flags & (EV_NOTE_PROCESS | EV_MESSAGE));
+		int overlap = 0;
 		dev_t_ *d;
+		bio_t *x;
 
 		if (c->btt_on) {   /* btt's view first: the comparisons below read what it did */
 			bs_ev_t be = {t - c->tz, sec, E->aux, E->bytes, E->pid, E->category, bdev[k], auxdev[k],
@@ -319,6 +319,11 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 			} else if (E->flags & EV_MESSAGE) {
 				be.action = BS_MESSAGE;
 			}
+			if (blk && a == A_QUEUE && E->bytes && !be_find(g, (uint32_t)di, sec) &&
+			    (overlap = btt_overlaps(c, bdev[k], sec, e)) < 0) {
+				c->oom = 1;
+				break;
+			}
 			c->sim.g_node = -1;
 			c->sim.ndone = 0;
 			if (bs_event(&c->sim, &be) < 0) {
@@ -326,47 +331,30 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 				break;
 			}
 		}
-		if (di < 0 || (E->flags & (EV_NOTE_PROCESS | EV_MESSAGE)))
+		if (!blk)
 			continue;
 		if (!(a == A_QUEUE || a == A_REMAP || a == A_INSERT || a == A_GETRQ || a == A_BACKMERGE ||
 		      a == A_FRONTMERGE || a == A_REQUEUE || a == A_ISSUE || a == A_COMPLETE || a == A_SLEEPRQ ||
 		      a == A_SPLIT))
 			continue;
 		if (a == A_SPLIT) {
-			/* The bio queued at sec was split: its first part keeps [sec, rest), the rest
-			 * continues at rest as a piece of its own (G, I, D, C of its own, the bio's Q time).
-			 * btt ignores X (nothing else here counts it) and keeps the whole bio as one I/O
-			 * that no piece completes. */
+			/* The engine cuts the bio queued at sec in two: each piece an I/O of its own, with the
+			 * bio's Q time. btt ignores X (nothing else here counts it) and keeps the whole bio as one
+			 * I/O that no piece completes: its range is noted for the comparisons. */
 			d = &c->devs[di];
 			if (!d->alloc || d->culling)
 				continue;
-			uint64_t rest = E->aux;
-			qrec_t *q = find_sec(d, sec);
-			if (!q || q->s != sec || rest <= q->s || rest >= q->e)
+			be_event(g, E, (uint32_t)di, -1, NONE);
+			if (g->nchain != 2)
 				continue;
-			/* the bio's whole range, once (a piece split again lies inside it) */
-			if (!d->nstale || !in_stale(d, q->s, q->e)) {
-				if (add_stale(d, q->s, q->e) < 0) {
+			uint64_t s0 = g->split_from.sector, e0 = bio_end(&g->split_from);
+			if (!d->nstale || !in_stale(d, s0, e0)) {   /* the bio's whole range, once */
+				if (add_stale(d, s0, e0) < 0) {
 					c->oom = 1;
 					break;
 				}
 				d->split_bios++;
 			}
-			if (grow_q(d) < 0) {
-				c->oom = 1;
-				break;
-			}
-			q = find_sec(d, sec); /* the array may have moved */
-			q->split = 1;
-			qrec_t piece = *q;
-			q->e = rest;
-			piece.s = rest;
-			piece.g = piece.i = piece.m = piece.d = NONE;
-			piece.sl = 0;
-			size_t j = lower(d, rest);
-			memmove(&d->q[j + 1], &d->q[j], (d->nq - j) * sizeof(qrec_t));
-			d->q[j] = piece;
-			d->nq++;
 			d->split_pieces++;
 			continue;
 		}
@@ -379,22 +367,21 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 			} else {
 				d->culled++;
 				if (a == A_COMPLETE && c->io_on)
-					emit_io_start(c, di, c->nfed + (uint64_t)k, t, sec, sec + (E->bytes >> 9));
+					emit_io_start(c, di, c->nfed + (uint64_t)k, t, sec, e);
 				continue;
 			}
 		}
 		d->end_time = t;
-		uint64_t e = sec + (E->bytes >> 9);
-		qrec_t *q;
-
-		switch (a) {
-		case A_QUEUE: {
-			size_t i = lower(d, sec);
-			/* A Q at the start sector of one in flight takes its place (btt tracks one I/O per
-			 * start sector, and the newer wins); the older is never completed: counted here. */
-			int replace = i < d->nq && d->q[i].s == sec;
+		if (a == A_REMAP) {   /* Q2A: the bio queued at the remap's source sector, on its device */
+			int32_t si = auxdev[k];
+			if (si >= 0 && c->devs[si].alloc && (x = be_find(g, (uint32_t)si, E->aux)) != NULL)
+				emit(c, c->devs[si].dm ? K_Q2A_DM : K_Q2A, si, x->proc, t, tdelta(x->q, t), x->sector,
+				     !x->write);
+			continue;
+		}
+		if (a == A_QUEUE) {
 			int32_t p = proc[k];
-			int kind = d->dm ? K_Q2Q_DM : K_Q2Q;
+			int kind = d->dm ? K_Q2Q_DM : K_Q2Q, rdk = (E->category & TC_READ_) != 0;
 			if (c->last_q != NONE)
 				emit(c, kind, -1, -1, t, t > c->last_q ? t - c->last_q : 1, sec, rdk);
 			c->last_q = t;
@@ -406,142 +393,82 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 					emit(c, kind, -1, p, t, t > c->proc_last_q[p] ? t - c->proc_last_q[p] : 1, sec, rdk);
 				c->proc_last_q[p] = t;
 			}
-			if (replace) {
-				d->dup_q++;
-				if (c->io_on)
-					emit_io(c, &d->q[i], di, NONE, NONE, IO_DUP);
-			} else {
-				if (grow_q(d) < 0) {
-					c->oom = 1;
-					break;
+			bio_t *old = be_find(g, (uint32_t)di, sec);
+			int64_t oi = old ? (int64_t)(old - g->pool) : -1;
+			be_event(g, E, (uint32_t)di, p, c->nfed + (uint64_t)k);
+			if (g->nchain) {   /* a bio of its own (not a split's remainder queued again) */
+				if (oi >= 0) {   /* btt's view replaces the older one here, and never completes it */
+					g->pool[oi].dup = 1;
+					d->dup_q++;
 				}
-				/* a Q overlapping one in flight: btt's tree search can miss one of them */
-				if ((i > 0 && d->q[i - 1].e > sec) || (i < d->nq && d->q[i].s < e))
-					d->overlap_q++;
-				memmove(&d->q[i + 1], &d->q[i], (d->nq - i) * sizeof(qrec_t));
-				d->nq++;
+				d->overlap_q += overlap;
 			}
-			q = &d->q[i];
-			q->t = t;
-			q->s = sec;
-			q->e = e;
-			q->g = q->i = q->m = q->d = NONE;
-			q->sl = 0;
-			q->proc = p;
-			q->rd = rdk;
-			q->split = 0;
-			q->rq = 0;
-			q->ord = c->nfed + (uint64_t)k;
-			break;
+			continue;
 		}
+		g->nout = 0;
+		be_event(g, E, (uint32_t)di, -1, NONE);
+		x = g->nchain ? g->chain[0] : NULL;
+		switch (a) {
 		case A_GETRQ:
-			q = find_sec(d, sec);
-			if (q) {
+			if (x) {
 				int32_t b = c->sim.g_node;
-				if (c->btt_on && (b < 0 || c->sim.qt.n[b].t != q->t - c->tz || c->sim.qt.n[b].s != q->s)) {
-					if (q->split) d->btt_g_split++;
-					else if (d->nstale && in_stale(d, q->s, q->e)) d->btt_g_range++;
+				if (c->btt_on && (b < 0 || c->sim.qt.n[b].t != x->q - c->tz || c->sim.qt.n[b].s != x->sector)) {
+					if (x->piece) d->btt_g_split++;
+					else if (d->nstale && in_stale(d, x->sector, bio_end(x))) d->btt_g_range++;
 					else d->btt_g_other++;
 				}
-				q->g = t;
-				emit(c, K_Q2G, di, q->proc, t, tdelta(q->t, t), q->s, q->rd);
-				if (q->sl != 0)
-					emit(c, K_S2G, di, q->proc, t, tdelta(q->sl, t), q->s, q->rd);
+				emit(c, K_Q2G, di, x->proc, t, tdelta(x->q, t), x->sector, !x->write);
+				if (x->sl != 0)
+					emit(c, K_S2G, di, x->proc, t, tdelta(x->sl, t), x->sector, !x->write);
 			}
-			break;
-		case A_SLEEPRQ:
-			q = find_sec(d, sec);
-			if (q)
-				q->sl = t;
 			break;
 		case A_INSERT:
-			q = find_sec(d, sec);
-			if (q) {
-				q->i = t;
-				if (q->g != NONE)
-					emit(c, K_G2I, di, q->proc, t, tdelta(q->g, t), q->s, q->rd);
-			}
+			if (x && x->g != NONE)
+				emit(c, K_G2I, di, x->proc, t, tdelta(x->g, t), x->sector, !x->write);
 			break;
 		case A_BACKMERGE:
 		case A_FRONTMERGE:
-			q = find_sec(d, sec);
-			if (q) {
-				q->m = t;
-				emit(c, K_Q2M, di, q->proc, t, tdelta(q->t, t), q->s, q->rd);
+			if (x)
+				emit(c, K_Q2M, di, x->proc, t, tdelta(x->q, t), x->sector, !x->write);
+			break;
+		case A_ISSUE:
+			for (size_t i = 0; i < g->nchain; i++) {
+				x = g->chain[i];
+				if (x->i != NONE)
+					emit(c, K_I2D, di, x->proc, t, tdelta(x->i, t), x->sector, !x->write);
+				else if (x->m != NONE)
+					emit(c, K_M2D, di, x->proc, t, tdelta(x->m, t), x->sector, !x->write);
+				uint64_t q2d = t - x->q;
+				emit(c, K_Q2D, di, x->proc, t, q2d ? q2d : 1, x->sector, !x->write);
 			}
 			break;
-		case A_REQUEUE:
-			if (c->io_on && (q = find_sec(d, sec)) != NULL)
-				q->rq++;
-			break;
-		case A_REMAP: {
-			int32_t si = auxdev[k];
-			if (si >= 0 && c->devs[si].alloc) {
-				q = find_sec(&c->devs[si], E->aux);
-				if (q)
-					emit(c, c->devs[si].dm ? K_Q2A_DM : K_Q2A, si, q->proc, t, tdelta(q->t, t), q->s, q->rd);
-			}
-			break;
-		}
-		case A_ISSUE: {
-			for (size_t i = lower(d, sec); i < d->nq && d->q[i].s < e; i++) {
-				q = &d->q[i];
-				if (q->e > e)
-					continue;
-				if (q->i != NONE)
-					emit(c, K_I2D, di, q->proc, t, tdelta(q->i, t), q->s, q->rd);
-				else if (q->m != NONE)
-					emit(c, K_M2D, di, q->proc, t, tdelta(q->m, t), q->s, q->rd);
-				q->d = t;
-				uint64_t q2d = t - q->t;
-				emit(c, K_Q2D, di, q->proc, t, q2d ? q2d : 1, q->s, q->rd);
-			}
-			break;
-		}
 		case A_COMPLETE: {
-			size_t nh = 0;
-			for (size_t i = lower(d, sec); i < d->nq && d->q[i].s < e; i++) {
-				q = &d->q[i];
-				if (q->e > e)
-					continue;
-				emit(c, d->dm ? K_Q2C_DM : K_Q2C, di, q->proc, q->t, tdelta(q->t, t), q->s, q->rd);
-				if (q->d != NONE)
-					emit(c, K_D2C, di, q->proc, t, tdelta(q->d, t), q->s, q->rd);
+			size_t paired = 0;
+			for (size_t j = 0; j < g->nout && !c->oom; j++) {
+				x = &g->done[j];
+				if (x->q == NONE)
+					continue;   /* queued before the capture (or before this device's first Q) */
+				paired++;
+				emit(c, d->dm ? K_Q2C_DM : K_Q2C, di, x->proc, x->q, tdelta(x->q, t), x->sector, !x->write);
+				if (x->d != NONE)
+					emit(c, K_D2C, di, x->proc, t, tdelta(x->d, t), x->sector, !x->write);
 				if (c->io_on)
-					emit_io(c, q, di, c->nfed + (uint64_t)k, t, 0);
-				if (tc_room(&hits, &caphits, nh, sizeof(*hits), 64) < 0) {
-					c->oom = 1;
-					break;
+					emit_io(c, x, di, c->nfed + (uint64_t)k, t, 0);
+				/* an I/O ioscope completes here that btt's view does not complete with this C */
+				if (c->btt_on && !btt_completed(c, x->q, x->sector)) {
+					if (x->piece) d->btt_diff_split++;
+					else if (d->nstale && in_stale(d, x->sector, bio_end(x))) d->btt_diff_range++;
+					else d->btt_diff_other++;
 				}
-				hits[nh++] = i;
 			}
-			if (!nh && c->io_on)
+			if (!paired && c->io_on)
 				emit_io_start(c, di, c->nfed + (uint64_t)k, t, sec, e);
-			/* the I/Os ioscope completes here that btt's view does not complete with this C */
-			for (size_t h = 0; c->btt_on && !c->oom && h < nh; h++) {
-				qrec_t *a = &d->q[hits[h]];
-				if (btt_completed(c, a->t, a->s))
-					continue;
-				if (a->split) d->btt_diff_split++;
-				else if (d->nstale && in_stale(d, a->s, a->e)) d->btt_diff_range++;
-				else d->btt_diff_other++;
-			}
-			if (nh) {  /* drop the completed Qs, keeping the array sorted */
-				size_t w = hits[0], h = 0;
-				for (size_t r = hits[0]; r < d->nq; r++) {
-					if (h < nh && hits[h] == r) {
-						h++;
-						continue;
-					}
-					d->q[w++] = d->q[r];
-				}
-				d->nq = w;
-			}
 			break;
 		}
 		}
 	}
-	free(hits);
+	if (g->oom)
+		c->oom = 1;
 	c->nfed += (uint64_t)n;
 	Py_END_ALLOW_THREADS
 
@@ -602,10 +529,14 @@ static PyObject *Core_devices(Core *c, PyObject *unused)
 	for (size_t k = 0; k < c->norder; k++) {
 		int32_t idx = c->order[k];
 		dev_t_ *d = &c->devs[idx];
-		uint64_t issued = 0;
-		for (size_t i = 0; i < d->nq; i++)
-			if (d->q[i].d != NONE)
-				issued++;
+		uint64_t inflight = 0, issued = 0;   /* bios queued in view and not completed */
+		for (size_t i = 0; i < c->eng.npool; i++) {
+			const bio_t *x = &c->eng.pool[i];
+			if (x->used && !x->noq && bio_dev(c, x) == idx) {
+				inflight++;
+				issued += x->d != NONE;
+			}
+		}
 		dct = PyDict_New();
 		if (!dct)
 			goto err;
@@ -623,7 +554,7 @@ static PyObject *Core_devices(Core *c, PyObject *unused)
 		SET_U64(dct, "btt_g_split", d->btt_g_split);
 		SET_U64(dct, "btt_g_range", d->btt_g_range);
 		SET_U64(dct, "btt_g_other", d->btt_g_other);
-		SET_U64(dct, "inflight", d->nq);
+		SET_U64(dct, "inflight", inflight);
 		SET_U64(dct, "inflight_issued", issued);
 		if (PyList_Append(list, dct) < 0)
 			goto err;
@@ -679,27 +610,59 @@ static PyObject *Core_take_io(Core *c, PyObject *unused)
 static PyObject *Core_min_ord(Core *c, PyObject *unused)
 {
 	uint64_t best = NONE;
-	for (size_t k = 0; k < c->norder; k++) {
-		dev_t_ *d = &c->devs[c->order[k]];
-		for (size_t i = 0; i < d->nq; i++)
-			if (d->q[i].ord < best)
-				best = d->q[i].ord;
+	for (size_t i = 0; i < c->eng.npool; i++) {
+		const bio_t *x = &c->eng.pool[i];
+		if (x->used && !x->noq && x->ord < best)
+			best = x->ord;
 	}
 	if (best == NONE)
 		return PyLong_FromLong(-1);
 	return PyLong_FromUnsignedLongLong(best);
 }
 
+/* io_flush's order: the devices' allocation order, then start sector, then Q */
+typedef struct {
+	const Core *c;
+	const int32_t *rank;
+} flush_order_t;
+
+static int by_dev_sector(const void *pa, const void *pb, void *arg)
+{
+	const flush_order_t *o = arg;
+	const bio_t *a = *(const bio_t *const *)pa, *b = *(const bio_t *const *)pb;
+	int32_t ra = o->rank[bio_dev(o->c, a)], rb = o->rank[bio_dev(o->c, b)];
+	if (ra != rb)
+		return ra < rb ? -1 : 1;
+	if (a->sector != b->sector)
+		return a->sector < b->sector ? -1 : 1;
+	return a->ord < b->ord ? -1 : a->ord > b->ord;
+}
+
 /* records for every I/O still in flight (IO_END), in device order; take them with take_io() */
 static PyObject *Core_io_flush(Core *c, PyObject *unused)
 {
-	c->nio = 0;
-	for (size_t k = 0; k < c->norder && !c->oom; k++) {
-		int32_t idx = c->order[k];
-		dev_t_ *d = &c->devs[idx];
-		for (size_t i = 0; i < d->nq && !c->oom; i++)
-			emit_io(c, &d->q[i], idx, NONE, NONE, IO_END);
+	size_t n = 0;
+	const bio_t **live = malloc((c->eng.npool + 1) * sizeof(*live));
+	int32_t *rank = malloc((c->ndevs + 1) * sizeof(*rank));
+	if (!live || !rank) {
+		free(live);
+		free(rank);
+		return PyErr_NoMemory();
 	}
+	for (size_t k = 0; k < c->norder; k++)
+		rank[c->order[k]] = (int32_t)k;
+	for (size_t i = 0; i < c->eng.npool; i++) {
+		const bio_t *x = &c->eng.pool[i];
+		if (x->used && !x->noq)
+			live[n++] = x;
+	}
+	flush_order_t order = {c, rank};
+	qsort_r(live, n, sizeof(*live), by_dev_sector, &order);
+	c->nio = 0;
+	for (size_t i = 0; i < n && !c->oom; i++)
+		emit_io(c, live[i], bio_dev(c, live[i]), NONE, NONE, IO_END);
+	free(live);
+	free(rank);
 	if (c->oom)
 		return PyErr_NoMemory();
 	Py_RETURN_NONE;
@@ -708,10 +671,9 @@ static PyObject *Core_io_flush(Core *c, PyObject *unused)
 static void Core_dealloc(Core *c)
 {
 	bs_free(&c->sim);
-	for (size_t i = 0; i < c->ndevs; i++) {
-		free(c->devs[i].q);
+	be_free(&c->eng);
+	for (size_t i = 0; i < c->ndevs; i++)
 		free(c->devs[i].stale);
-	}
 	free(c->devs);
 	free(c->order);
 	free(c->proc_last_q);
@@ -728,6 +690,8 @@ static PyObject *Core_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		c->last_q = NONE;
 		c->btt_on = 1;
 		bs_init(&c->sim);
+		be_init(&c->eng);
+		c->eng.keep_done = 1;
 	}
 	return (PyObject *)c;
 }
@@ -783,7 +747,7 @@ PyTypeObject tc_CoreType = {
 	.tp_new = Core_new,
 	.tp_dealloc = (destructor)Core_dealloc,
 	.tp_methods = Core_methods,
-	.tp_doc = "ioscope's pairing of block events, and btt's view of the same events",
+	.tp_doc = "report's pairing of block events: ioscope's view (the pairing engine) and btt's view of the same events",
 };
 
 int tc_module_sizes(PyObject *m)

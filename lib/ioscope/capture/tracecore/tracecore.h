@@ -3,9 +3,10 @@
  * the files of this directory; module.c is its entry point).
  *
  *   scan.c      blktrace record scanning: find the records of a stream, gather their fixed parts
- *   pairing.c   Core: ioscope's pairing of Q/G/I/M/D/C events (each split piece its own I/O, remaps
- *               on their target), the per-I/O records, and btt's view (bttsim.c) fed from the same loop
- *   bios.c      Bios: ioscope's per-bio pairing (the kernel agg object's rules), for agg -r and snoop
+ *   bios.c      the pairing engine (bios.h): which bio each event belongs to, under the kernel agg
+ *               object's rules; every offline reader pairs through it (Bios: agg -r and snoop)
+ *   pairing.c   Core: report's pairing: ioscope's view on the engine (phases, per-I/O records, remaps
+ *               on their target) and btt's view (bttsim.c) fed from the same loop, and how they differ
  *   bttsim.c    btt's own rules, to the byte: its devices, processes, pairing and every number it prints
  *   rbtree.c    btt's red-black trees: the tree of Qs in flight and the trees of seek distances
  *   blkparse.c  blkparse's default lines and its per-CPU / per-device counters

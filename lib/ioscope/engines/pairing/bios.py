@@ -1,15 +1,20 @@
-"""ioscope's per-bio pairing, for agg -r and snoop: EVENT chunks in time order in, one BIOREC per completed
-bio out (C: capture/tracecore/bios.c). The rules are the kernel agg object's (bpf/agg.bpf.c over
-bpf/rqpath.bpf.h), so that a question asked live and of a capture of the same I/O gets the same answer:
+"""ioscope's pairing engine (C: capture/tracecore/bios.c), the one every offline reader of events pairs
+through: agg -r and snoop here (EVENT chunks in time order in, one BIOREC per completed bio out), report's
+ioscope view and its per-I/O table (sql, Parquet, pages) through btt.Btt, which reads the stage times each
+event sets. The rules are the kernel agg object's (bpf/agg.bpf.c over bpf/rqpath.bpf.h), so that a
+question asked live and of a capture of the same I/O gets the same answer:
 
 - a Q starts a bio (its thread, process, CPU, the cgroup it names (EV_CGROUP); the seek from the end of
   the previous Q on the disk); a Q of the same range while the bio is not yet issued is a split's
   remainder queued again and keeps the first queue time; an X (split) cuts the bio in two at the new
   sector, both pieces keeping the Q's details and queue time (each piece an I/O, as report's ioscope
   view counts them);
+- G, S, I and M (getting a request, sleeping for one, inserting it, merging into one) go to the bio queued at
+  their sector and not yet issued, else to an issued one that has not had that event; R (requeue) to the
+  issued one;
 - a D issues every bio in flight inside its range, walked as a request's chain from its sector (only the
-  first issue counts); the request's in-flight count is the disk's requests issued and not completed
-  before it;
+  first issue counts: a requeued request issued again keeps its first, as the kernel object does); the
+  request's in-flight count is the disk's requests issued and not completed before it;
 - a C ends the bios of its request (of its direction: a read and a write of one sector can be in flight at
   once), each one record, the newest issued at each sector (one whose completion was missed stays behind);
   the first (BR_FIRST) carries the request's d2c; a bio-less flush request (D and C of 0 bytes, FLUSH) is
@@ -20,7 +25,8 @@ bpf/rqpath.bpf.h), so that a question asked live and of a capture of the same I/
 - a C (or D) of I/O queued before the events began is a BR_UNPAIRED record (no queue time; its issue time
   when the D was seen), counted in `unpaired`.
 
-btt's rules (one I/O per start sector, X ignored) are report's other view: engines/pairing/btt.py.
+btt's rules (one I/O per start sector, X ignored) are report's other view: engines/pairing/btt.py, which also
+says what report adds to these rules (culling, remaps, data-less events left out).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """btt's analysis of block events, as a streaming function over EVENT chunks: btt's own numbers, and
 ioscope's corrected view of the same events.
 
-Two pairings run over every chunk, in one C loop (_tracecore: tracecore/pairing.c, tracecore/bttsim.c):
+Two pairings run over every chunk, in one C loop (_tracecore: tracecore/pairing.c driving the pairing
+engine tracecore/bios.c and btt's rules tracecore/bttsim.c):
 
 - btt's view (BttView): btt's rules to the byte, what `btt -A` prints for the same blktrace file
   (tracecore/bttsim.c lists them): remaps on the record's own device; X ignored, so a split bio is one
@@ -10,21 +11,25 @@ Two pairings run over every chunk, in one C loop (_tracecore: tracecore/pairing.
   until its first Q or A; a pid named by the first process note read, else pid%09u; times counted
   from the trace's time zero (the file's 0 for a dump, blkparse's genesis for per-CPU files, just
   before the first event for a capture, whose export starts there).
-- ioscope's view (stats, proc_stats, ...): each piece of a split bio its own I/O (ioscope splits the
-  in-flight Q at each X: each piece keeps the bio's Q time and is paired on its own), remaps on the
-  device they went to, each I/O under the name its process had when it was queued. In-flight I/Os
-  are keyed by (device, start sector) of their Q; a Q at the start sector of an I/O still in flight
-  takes its place (the older is counted as `dup_q`); a device's events before its first Q or A are
-  `culled`; G, I, M and S apply to the in-flight Q whose sector range holds their sector, D and C to
-  every in-flight Q whose range lies inside theirs; events with no data are ignored except R and A; a
-  delta that is zero or negative counts as 1 ns; device-mapper/md devices (majors 9, 253, 254) are
-  "remappers": their Q2Q, Q2A and Q2C go to the *dm rows.
+- ioscope's view (stats, proc_stats, ...): the pairing engine every offline reader shares (agg -r and
+  snoop too; engines/pairing/bios.py lists its rules, the kernel agg object's): each bio an I/O, each
+  piece of a split bio its own I/O with the bio's Q time; a D issues its request's chain of bios (from
+  its sector, one direction) and a C completes it; a Q at the start sector of a bio in flight is a bio of
+  its own (counted as `dup_q`; btt would replace the older); G, S, I and M go to the bio queued at their
+  sector not yet issued (else to an issued one that has not had that event); a requeued request is timed
+  from its first issue (its second I and D are the request's, as in the kernel's objects). What report
+  adds: remaps on the device they went to (Q2A: the bio queued at the remap's source sector), each I/O
+  under the name its process had when it was queued; a device's events before its first Q or A are
+  `culled`; events with no data are ignored except R and A (so a write is timed to its data's
+  completion, as btt times it, not through the flush that follows); a delta that is zero or negative
+  counts as 1 ns; device-mapper/md devices (majors 9, 253, 254) are "remappers": their Q2Q, Q2A and Q2C
+  go to the *dm rows.
 
 The core compares the two at every G and C: DevState.btt_diff_* count the I/Os ioscope completes that
 btt does not complete with the same C, btt_g_* the G events btt gives to another I/O, by reason (a split
-bio or piece, an I/O inside a split bio's range, anything else); BttDev says what btt's view counted
-otherwise (split pieces it ignored, Qs whose place a later Q took, remaps on another device). Tests
-check both views against the real btt.
+bio or piece, an I/O inside a split bio's range, anything else); overlap_q the Qs that overlap one btt
+holds at another start sector; BttDev says what btt's view counted otherwise (split pieces it ignored,
+Qs whose place a later Q took, remaps on another device). Tests check both views against the real btt.
 
 btt's view is accumulated in C (btt's own min/max/total/n per phase, device and process). ioscope's view
 comes back as one record per measured interval, turned into counters, min/max/sum and log-linear

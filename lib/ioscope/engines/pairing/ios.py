@@ -1,8 +1,8 @@
 """The per-I/O table (docs/ios-table.md): one row per I/O as report's engine (btt.Btt) pairs them, and the
 raw events, as Arrow record batches, streamed chunk by chunk with bounded memory.
 
-Btt's core emits one record per I/O (btt.IOREC) when it completes, is replaced by a newer Q at its start
-sector, or is still in flight at the end; the attributes of its Q event (pid, tgid, cpu, flags, command)
+Btt's core emits one record per I/O (btt.IOREC), as the pairing engine pairs them (tracecore/bios.c), when it
+completes or is still in flight at the end; the attributes of its Q event (pid, tgid, cpu, flags, command)
 are kept here from the Q until no I/O in flight needs them any more (QueuedAttrs), with the cgroup its bio
 was charged to (the Q's aux where it has EV_CGROUP: every piece of a split bio, and the request it went
 into, is that bio's cgroup).
