@@ -244,6 +244,152 @@ static int btt_completed(const Core *c, uint64_t t, uint64_t s)
 }
 
 /*
+ * One event in ioscope's view (a block event on a device, its process and remap source given): the engine
+ * pairs it; the intervals it ends are emitted as records, and what btt's view did with it (read by
+ * btt_completed, g_node) is compared.
+ */
+static void ioscope_event(Core *c, const event_t *E, uint64_t ord, int32_t di, int32_t si, int32_t p, int overlap)
+{
+	bioeng_t *g = &c->eng;
+	uint64_t t = E->ts, sec = E->sector, e = sec + (E->bytes >> 9);
+	int a = E->action;
+	dev_t_ *d;
+	bio_t *x;
+
+	if (!(a == A_QUEUE || a == A_REMAP || a == A_INSERT || a == A_GETRQ || a == A_BACKMERGE ||
+	      a == A_FRONTMERGE || a == A_REQUEUE || a == A_ISSUE || a == A_COMPLETE || a == A_SLEEPRQ ||
+	      a == A_SPLIT))
+		return;
+	if (a == A_SPLIT) {
+		/* The engine cuts the bio queued at sec in two: each piece an I/O of its own, with the
+		 * bio's Q time. btt ignores X (nothing else here counts it) and keeps the whole bio as one
+		 * I/O that no piece completes: its range is noted for the comparisons. */
+		d = &c->devs[di];
+		if (!d->alloc || d->culling)
+			return;
+		be_event(g, E, (uint32_t)di, -1, NONE);
+		if (g->nchain != 2)
+			return;
+		uint64_t s0 = g->split_from.sector, e0 = bio_end(&g->split_from);
+		if (!d->nstale || !in_stale(d, s0, e0)) {   /* the bio's whole range, once */
+			if (add_stale(d, s0, e0) < 0) {
+				c->oom = 1;
+				return;
+			}
+			d->split_bios++;
+		}
+		d->split_pieces++;
+		return;
+	}
+	if (E->bytes == 0 && a != A_REQUEUE && a != A_REMAP)
+		return;
+	d = setup_dev(c, di, t);
+	if (d->culling) {
+		if (a == A_QUEUE || a == A_REMAP) {
+			d->culling = 0;
+		} else {
+			d->culled++;
+			if (a == A_COMPLETE && c->io_on)
+				emit_io_start(c, di, ord, t, sec, e);
+			return;
+		}
+	}
+	d->end_time = t;
+	if (a == A_REMAP) {   /* Q2A: the bio queued at the remap's source sector, on its device */
+		if (si >= 0 && c->devs[si].alloc && (x = be_find(g, (uint32_t)si, E->aux)) != NULL)
+			emit(c, c->devs[si].dm ? K_Q2A_DM : K_Q2A, si, x->proc, t, tdelta(x->q, t), x->sector,
+			     !x->write);
+		return;
+	}
+	if (a == A_QUEUE) {
+		int kind = d->dm ? K_Q2Q_DM : K_Q2Q, rdk = (E->category & TC_READ_) != 0;
+		if (c->last_q != NONE)
+			emit(c, kind, -1, -1, t, t > c->last_q ? t - c->last_q : 1, sec, rdk);
+		c->last_q = t;
+		if (d->last_q != NONE)
+			emit(c, kind, di, -1, t, t > d->last_q ? t - d->last_q : 1, sec, rdk);
+		d->last_q = t;
+		if (p >= 0) {
+			if (c->proc_last_q[p] != NONE)
+				emit(c, kind, -1, p, t, t > c->proc_last_q[p] ? t - c->proc_last_q[p] : 1, sec, rdk);
+			c->proc_last_q[p] = t;
+		}
+		bio_t *old = be_find(g, (uint32_t)di, sec);
+		int64_t oi = old ? (int64_t)(old - g->pool) : -1;
+		be_event(g, E, (uint32_t)di, p, ord);
+		if (g->nchain) {   /* a bio of its own (not a split's remainder queued again) */
+			if (oi >= 0) {   /* btt's view replaces the older one here, and never completes it */
+				g->pool[oi].dup = 1;
+				d->dup_q++;
+			}
+			d->overlap_q += overlap;
+		}
+		return;
+	}
+	g->nout = 0;
+	be_event(g, E, (uint32_t)di, -1, NONE);
+	x = g->nchain ? g->chain[0] : NULL;
+	switch (a) {
+	case A_GETRQ:
+		if (x) {
+			int32_t b = c->sim.g_node;
+			if (c->btt_on && (b < 0 || c->sim.qt.n[b].t != x->q - c->tz || c->sim.qt.n[b].s != x->sector)) {
+				if (x->piece) d->btt_g_split++;
+				else if (d->nstale && in_stale(d, x->sector, bio_end(x))) d->btt_g_range++;
+				else d->btt_g_other++;
+			}
+			emit(c, K_Q2G, di, x->proc, t, tdelta(x->q, t), x->sector, !x->write);
+			if (x->sl != 0)
+				emit(c, K_S2G, di, x->proc, t, tdelta(x->sl, t), x->sector, !x->write);
+		}
+		break;
+	case A_INSERT:
+		if (x && x->g != NONE)
+			emit(c, K_G2I, di, x->proc, t, tdelta(x->g, t), x->sector, !x->write);
+		break;
+	case A_BACKMERGE:
+	case A_FRONTMERGE:
+		if (x)
+			emit(c, K_Q2M, di, x->proc, t, tdelta(x->q, t), x->sector, !x->write);
+		break;
+	case A_ISSUE:
+		for (size_t i = 0; i < g->nchain; i++) {
+			x = g->chain[i];
+			if (x->i != NONE)
+				emit(c, K_I2D, di, x->proc, t, tdelta(x->i, t), x->sector, !x->write);
+			else if (x->m != NONE)
+				emit(c, K_M2D, di, x->proc, t, tdelta(x->m, t), x->sector, !x->write);
+			uint64_t q2d = t - x->q;
+			emit(c, K_Q2D, di, x->proc, t, q2d ? q2d : 1, x->sector, !x->write);
+		}
+		break;
+	case A_COMPLETE: {
+		size_t paired = 0;
+		for (size_t j = 0; j < g->nout && !c->oom; j++) {
+			x = &g->done[j];
+			if (x->q == NONE)
+				return;   /* queued before the capture (or before this device's first Q) */
+			paired++;
+			emit(c, d->dm ? K_Q2C_DM : K_Q2C, di, x->proc, x->q, tdelta(x->q, t), x->sector, !x->write);
+			if (x->d != NONE)
+				emit(c, K_D2C, di, x->proc, t, tdelta(x->d, t), x->sector, !x->write);
+			if (c->io_on)
+				emit_io(c, x, di, ord, t, 0);
+			/* an I/O ioscope completes here that btt's view does not complete with this C */
+			if (c->btt_on && !btt_completed(c, x->q, x->sector)) {
+				if (x->piece) d->btt_diff_split++;
+				else if (d->nstale && in_stale(d, x->sector, bio_end(x))) d->btt_diff_range++;
+				else d->btt_diff_other++;
+			}
+		}
+		if (!paired && c->io_on)
+			emit_io_start(c, di, ord, t, sec, e);
+		break;
+	}
+	}
+}
+
+/*
  * feed(events, *, dev, auxdev, proc, bdev=None, name=None) -> tuple: bytes of records per kind
  *
  * events: EVENT records in the order read; dev (int32): each one's device (dense index; -1 to skip it),
@@ -308,8 +454,6 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 		int32_t di = devi[k];
 		int blk = di >= 0 && !(E->flags & (EV_NOTE_PROCESS | EV_MESSAGE));
 		int overlap = 0;
-		dev_t_ *d;
-		bio_t *x;
 
 		if (c->btt_on) {   /* btt's view first: the comparisons below read what it did */
 			bs_ev_t be = {t - c->tz, sec, E->aux, E->bytes, E->pid, E->category, bdev[k], auxdev[k],
@@ -331,141 +475,8 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 				break;
 			}
 		}
-		if (!blk)
-			continue;
-		if (!(a == A_QUEUE || a == A_REMAP || a == A_INSERT || a == A_GETRQ || a == A_BACKMERGE ||
-		      a == A_FRONTMERGE || a == A_REQUEUE || a == A_ISSUE || a == A_COMPLETE || a == A_SLEEPRQ ||
-		      a == A_SPLIT))
-			continue;
-		if (a == A_SPLIT) {
-			/* The engine cuts the bio queued at sec in two: each piece an I/O of its own, with the
-			 * bio's Q time. btt ignores X (nothing else here counts it) and keeps the whole bio as one
-			 * I/O that no piece completes: its range is noted for the comparisons. */
-			d = &c->devs[di];
-			if (!d->alloc || d->culling)
-				continue;
-			be_event(g, E, (uint32_t)di, -1, NONE);
-			if (g->nchain != 2)
-				continue;
-			uint64_t s0 = g->split_from.sector, e0 = bio_end(&g->split_from);
-			if (!d->nstale || !in_stale(d, s0, e0)) {   /* the bio's whole range, once */
-				if (add_stale(d, s0, e0) < 0) {
-					c->oom = 1;
-					break;
-				}
-				d->split_bios++;
-			}
-			d->split_pieces++;
-			continue;
-		}
-		if (E->bytes == 0 && a != A_REQUEUE && a != A_REMAP)
-			continue;
-		d = setup_dev(c, di, t);
-		if (d->culling) {
-			if (a == A_QUEUE || a == A_REMAP) {
-				d->culling = 0;
-			} else {
-				d->culled++;
-				if (a == A_COMPLETE && c->io_on)
-					emit_io_start(c, di, c->nfed + (uint64_t)k, t, sec, e);
-				continue;
-			}
-		}
-		d->end_time = t;
-		if (a == A_REMAP) {   /* Q2A: the bio queued at the remap's source sector, on its device */
-			int32_t si = auxdev[k];
-			if (si >= 0 && c->devs[si].alloc && (x = be_find(g, (uint32_t)si, E->aux)) != NULL)
-				emit(c, c->devs[si].dm ? K_Q2A_DM : K_Q2A, si, x->proc, t, tdelta(x->q, t), x->sector,
-				     !x->write);
-			continue;
-		}
-		if (a == A_QUEUE) {
-			int32_t p = proc[k];
-			int kind = d->dm ? K_Q2Q_DM : K_Q2Q, rdk = (E->category & TC_READ_) != 0;
-			if (c->last_q != NONE)
-				emit(c, kind, -1, -1, t, t > c->last_q ? t - c->last_q : 1, sec, rdk);
-			c->last_q = t;
-			if (d->last_q != NONE)
-				emit(c, kind, di, -1, t, t > d->last_q ? t - d->last_q : 1, sec, rdk);
-			d->last_q = t;
-			if (p >= 0) {
-				if (c->proc_last_q[p] != NONE)
-					emit(c, kind, -1, p, t, t > c->proc_last_q[p] ? t - c->proc_last_q[p] : 1, sec, rdk);
-				c->proc_last_q[p] = t;
-			}
-			bio_t *old = be_find(g, (uint32_t)di, sec);
-			int64_t oi = old ? (int64_t)(old - g->pool) : -1;
-			be_event(g, E, (uint32_t)di, p, c->nfed + (uint64_t)k);
-			if (g->nchain) {   /* a bio of its own (not a split's remainder queued again) */
-				if (oi >= 0) {   /* btt's view replaces the older one here, and never completes it */
-					g->pool[oi].dup = 1;
-					d->dup_q++;
-				}
-				d->overlap_q += overlap;
-			}
-			continue;
-		}
-		g->nout = 0;
-		be_event(g, E, (uint32_t)di, -1, NONE);
-		x = g->nchain ? g->chain[0] : NULL;
-		switch (a) {
-		case A_GETRQ:
-			if (x) {
-				int32_t b = c->sim.g_node;
-				if (c->btt_on && (b < 0 || c->sim.qt.n[b].t != x->q - c->tz || c->sim.qt.n[b].s != x->sector)) {
-					if (x->piece) d->btt_g_split++;
-					else if (d->nstale && in_stale(d, x->sector, bio_end(x))) d->btt_g_range++;
-					else d->btt_g_other++;
-				}
-				emit(c, K_Q2G, di, x->proc, t, tdelta(x->q, t), x->sector, !x->write);
-				if (x->sl != 0)
-					emit(c, K_S2G, di, x->proc, t, tdelta(x->sl, t), x->sector, !x->write);
-			}
-			break;
-		case A_INSERT:
-			if (x && x->g != NONE)
-				emit(c, K_G2I, di, x->proc, t, tdelta(x->g, t), x->sector, !x->write);
-			break;
-		case A_BACKMERGE:
-		case A_FRONTMERGE:
-			if (x)
-				emit(c, K_Q2M, di, x->proc, t, tdelta(x->q, t), x->sector, !x->write);
-			break;
-		case A_ISSUE:
-			for (size_t i = 0; i < g->nchain; i++) {
-				x = g->chain[i];
-				if (x->i != NONE)
-					emit(c, K_I2D, di, x->proc, t, tdelta(x->i, t), x->sector, !x->write);
-				else if (x->m != NONE)
-					emit(c, K_M2D, di, x->proc, t, tdelta(x->m, t), x->sector, !x->write);
-				uint64_t q2d = t - x->q;
-				emit(c, K_Q2D, di, x->proc, t, q2d ? q2d : 1, x->sector, !x->write);
-			}
-			break;
-		case A_COMPLETE: {
-			size_t paired = 0;
-			for (size_t j = 0; j < g->nout && !c->oom; j++) {
-				x = &g->done[j];
-				if (x->q == NONE)
-					continue;   /* queued before the capture (or before this device's first Q) */
-				paired++;
-				emit(c, d->dm ? K_Q2C_DM : K_Q2C, di, x->proc, x->q, tdelta(x->q, t), x->sector, !x->write);
-				if (x->d != NONE)
-					emit(c, K_D2C, di, x->proc, t, tdelta(x->d, t), x->sector, !x->write);
-				if (c->io_on)
-					emit_io(c, x, di, c->nfed + (uint64_t)k, t, 0);
-				/* an I/O ioscope completes here that btt's view does not complete with this C */
-				if (c->btt_on && !btt_completed(c, x->q, x->sector)) {
-					if (x->piece) d->btt_diff_split++;
-					else if (d->nstale && in_stale(d, x->sector, bio_end(x))) d->btt_diff_range++;
-					else d->btt_diff_other++;
-				}
-			}
-			if (!paired && c->io_on)
-				emit_io_start(c, di, c->nfed + (uint64_t)k, t, sec, e);
-			break;
-		}
-		}
+		if (blk)
+			ioscope_event(c, E, c->nfed + (uint64_t)k, di, auxdev[k], proc[k], overlap);
 	}
 	if (g->oom)
 		c->oom = 1;
