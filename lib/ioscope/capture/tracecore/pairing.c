@@ -1,5 +1,5 @@
 /*
- * Core: report's pairing of block events. ioscope's view runs on the pairing engine every offline reader
+ * Core: report's pairing of block events. ioscope's view runs on the pairing engine every user-space pairing
  * shares (bios.c: each split piece its own I/O, the request's bios issued and completed as a chain, one
  * direction at a time), with btt's view (bttsim.c) fed from the same loop so that report can say which
  * I/Os btt pairs otherwise, and why.

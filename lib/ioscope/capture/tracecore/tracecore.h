@@ -4,7 +4,7 @@
  *
  *   scan.c      blktrace record scanning: find the records of a stream, gather their fixed parts
  *   bios.c      the pairing engine (bios.h): which bio each event belongs to, under the kernel agg
- *               object's rules; every offline reader pairs through it (Bios: agg -r and snoop)
+ *               object's rules; every pairing in user space goes through it (Bios: agg -r, snoop)
  *   pairing.c   Core: report's pairing: ioscope's view on the engine (phases, per-I/O records, remaps
  *               on their target) and btt's view (bttsim.c) fed from the same loop, and how they differ
  *   bttsim.c    btt's own rules, to the byte: its devices, processes, pairing and every number it prints

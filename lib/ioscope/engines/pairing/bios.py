@@ -1,4 +1,4 @@
-"""ioscope's pairing engine (C: capture/tracecore/bios.c), the one every offline reader of events pairs
+"""ioscope's pairing engine (C: capture/tracecore/bios.c), which every pairing of block events in user space goes
 through: agg -r and snoop here (EVENT chunks in time order in, one BIOREC per completed bio out), report's
 ioscope view and its per-I/O table (sql, Parquet, pages) through btt.Btt, which reads the stage times each
 event sets. The rules are the kernel agg object's (bpf/agg.bpf.c over bpf/rqpath.bpf.h), so that a

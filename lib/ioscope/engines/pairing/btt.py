@@ -11,7 +11,7 @@ engine tracecore/bios.c and btt's rules tracecore/bttsim.c):
   until its first Q or A; a pid named by the first process note read, else pid%09u; times counted
   from the trace's time zero (the file's 0 for a dump, blkparse's genesis for per-CPU files, just
   before the first event for a capture, whose export starts there).
-- ioscope's view (stats, proc_stats, ...): the pairing engine every offline reader shares (agg -r and
+- ioscope's view (stats, proc_stats, ...): the pairing engine every user-space pairing shares (agg -r and
   snoop too; engines/pairing/bios.py lists its rules, the kernel agg object's): each bio an I/O, each
   piece of a split bio its own I/O with the bio's Q time; a D issues its request's chain of bios (from
   its sector, one direction) and a C completes it; a Q at the start sector of a bio in flight is a bio of
