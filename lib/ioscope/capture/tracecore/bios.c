@@ -399,11 +399,6 @@ static void on_complete(bioeng_t *b, const event_t *E, biodev_t *d, int32_t di)
 	}
 }
 
-biodev_t *be_dev(bioeng_t *b, uint32_t key, int32_t *idx)
-{
-	return bdev(b, key, idx);
-}
-
 bio_t *be_find(bioeng_t *b, uint32_t key, uint64_t sector)
 {
 	int32_t di;
@@ -423,8 +418,15 @@ void be_event(bioeng_t *b, const event_t *E, uint32_t key, int32_t proc, uint64_
 	if (E->flags & EV_NOTE_PROCESS)
 		return;
 	switch (a) {
-	case A_QUEUE: case A_GETRQ: case A_SLEEPRQ: case A_INSERT: case A_BACKMERGE: case A_FRONTMERGE:
-	case A_REQUEUE: case A_SPLIT: case A_ISSUE: case A_COMPLETE:
+	case A_QUEUE: case A_SPLIT: case A_ISSUE: case A_COMPLETE:
+		break;
+	case A_GETRQ:   /* an empty PREFLUSH write's G times its record; the rest only for Core */
+		if (E->bytes && !b->stages)
+			return;
+		break;
+	case A_SLEEPRQ: case A_INSERT: case A_BACKMERGE: case A_FRONTMERGE: case A_REQUEUE:
+		if (!b->stages)
+			return;
 		break;
 	default:
 		return;

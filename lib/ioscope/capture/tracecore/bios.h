@@ -65,6 +65,7 @@ typedef struct {
 	bio_t *done;                  /* with keep_done: each record's bio as it was, parallel to out */
 	size_t capdone;
 	int keep_done;
+	int stages;                   /* keep each bio's G, S, I, M times and requeues (Core reads them) */
 	bio_t **chain;                /* what the last event touched: the bios it issued, or the one it found */
 	size_t nchain, capchain;
 	bio_t split_from;             /* the last split's bio before it was cut */
@@ -74,8 +75,6 @@ typedef struct {
 
 void be_init(bioeng_t *b);
 void be_free(bioeng_t *b);
-/* the state of the device with this key, added on first sight (NULL: out of memory) */
-biodev_t *be_dev(bioeng_t *b, uint32_t key, int32_t *idx);
 /* One event on the device with this key; proc and ord are kept with a bio its Q starts. Completed bios
  * are appended to out (and done); chain/nchain hold what it touched: for a D the bios it issued first,
  * for G, S, I, M and R the bio it applies to, for X the two pieces (split_from: the bio before). */

@@ -244,11 +244,12 @@ static int btt_completed(const Core *c, uint64_t t, uint64_t s)
 }
 
 /*
- * One event in ioscope's view (a block event on a device, its process and remap source given): the engine
- * pairs it; the intervals it ends are emitted as records, and what btt's view did with it (read by
- * btt_completed, g_node) is compared.
+ * One event in ioscope's view (a block event on a device, its process and remap source given; for a Q, the
+ * bio already queued at its sector, or NULL): the engine pairs it; the intervals it ends are emitted as
+ * records, and what btt's view did with it (read by btt_completed, g_node) is compared.
  */
-static void ioscope_event(Core *c, const event_t *E, uint64_t ord, int32_t di, int32_t si, int32_t p, int overlap)
+static void ioscope_event(Core *c, const event_t *E, uint64_t ord, int32_t di, int32_t si, int32_t p, int overlap,
+			  bio_t *old)
 {
 	bioeng_t *g = &c->eng;
 	uint64_t t = E->ts, sec = E->sector, e = sec + (E->bytes >> 9);
@@ -314,7 +315,6 @@ static void ioscope_event(Core *c, const event_t *E, uint64_t ord, int32_t di, i
 				emit(c, kind, -1, p, t, t > c->proc_last_q[p] ? t - c->proc_last_q[p] : 1, sec, rdk);
 			c->proc_last_q[p] = t;
 		}
-		bio_t *old = be_find(g, (uint32_t)di, sec);
 		int64_t oi = old ? (int64_t)(old - g->pool) : -1;
 		be_event(g, E, (uint32_t)di, p, ord);
 		if (g->nchain) {   /* a bio of its own (not a split's remainder queued again) */
@@ -454,6 +454,8 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 		int32_t di = devi[k];
 		int blk = di >= 0 && !(E->flags & (EV_NOTE_PROCESS | EV_MESSAGE));
 		int overlap = 0;
+		/* a Q's bio already queued at its sector: a duplicate, not an overlap (btt's view replaces it) */
+		bio_t *old = blk && a == A_QUEUE && E->bytes ? be_find(g, (uint32_t)di, sec) : NULL;
 
 		if (c->btt_on) {   /* btt's view first: the comparisons below read what it did */
 			bs_ev_t be = {t - c->tz, sec, E->aux, E->bytes, E->pid, E->category, bdev[k], auxdev[k],
@@ -463,7 +465,7 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 			} else if (E->flags & EV_MESSAGE) {
 				be.action = BS_MESSAGE;
 			}
-			if (blk && a == A_QUEUE && E->bytes && !be_find(g, (uint32_t)di, sec) &&
+			if (old == NULL && blk && a == A_QUEUE && E->bytes &&
 			    (overlap = btt_overlaps(c, bdev[k], sec, e)) < 0) {
 				c->oom = 1;
 				break;
@@ -476,7 +478,7 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 			}
 		}
 		if (blk)
-			ioscope_event(c, E, c->nfed + (uint64_t)k, di, auxdev[k], proc[k], overlap);
+			ioscope_event(c, E, c->nfed + (uint64_t)k, di, auxdev[k], proc[k], overlap, old);
 	}
 	if (g->oom)
 		c->oom = 1;
@@ -703,6 +705,7 @@ static PyObject *Core_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 		bs_init(&c->sim);
 		be_init(&c->eng);
 		c->eng.keep_done = 1;
+		c->eng.stages = 1;
 	}
 	return (PyObject *)c;
 }
