@@ -1,15 +1,19 @@
 """Run a command as a systemd unit's [Service] section would, where systemd cannot run units (this VM's
 PID 1 is not systemd): what decides whether the exporter can start and serve is applied for real.
 
-As root, `run(unit, argv)` builds:
-    unshare -m (a mount namespace of its own), then in it: every mount read-only (ProtectSystem=strict,
-    ProtectHome=read-only, ProtectKernelTunables), a private /tmp (PrivateTmp), a /dev of the few
-    pseudo-devices (PrivateDevices); then setpriv: the dynamic user's uid and gid (DynamicUser), no
-    groups, the ambient, inheritable and bounding capability sets (AmbientCapabilities,
-    CapabilityBoundingSet), no_new_privs (NoNewPrivileges), the umask; then this module again, as that
-    user: MemoryDenyWriteExecute (the kernel's PR_SET_MDWE, which systemd also uses), the system call
-    filter (SystemCallFilter's groups as `systemd-analyze syscall-filter` lists them, allowed and
-    denied, with RestrictAddressFamilies on socket()), loaded with libseccomp; then exec of the command.
+As root, `command(unit, argv)` builds:
+    unshare -m (a mount namespace of its own), then in it: the sources of BindReadOnlyPaths= taken
+    first, as systemd takes them from the host before it hides anything; every mount read-only
+    (ProtectSystem=strict, ProtectHome=read-only, ProtectKernelTunables), a private /tmp and /var/tmp
+    (PrivateTmp), a /dev of the few pseudo-devices (PrivateDevices); then the binds, read-only, at their
+    destinations (made in the private /tmp where they lie there); then setpriv: the dynamic user's uid
+    and gid (DynamicUser), no groups, the ambient, inheritable and bounding capability sets
+    (AmbientCapabilities, CapabilityBoundingSet), no_new_privs (NoNewPrivileges), the umask; then this
+    module's code (given to the interpreter with -c: its file may lie where the unit hides) run by the
+    interpreter the unit's command runs with, as that user: MemoryDenyWriteExecute (the kernel's
+    PR_SET_MDWE, which systemd also uses), the system call filter (SystemCallFilter's groups as
+    `systemd-analyze syscall-filter` lists them, allowed and denied, with RestrictAddressFamilies on
+    socket()), loaded with libseccomp; then exec of the command.
 
 Not applied: namespaces the filter would refuse to make anyway, ProtectClock, ProtectHostname,
 ProtectKernelLogs/Modules (they take away what the exporter never uses), IPAddressDeny."""
@@ -19,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -78,12 +83,31 @@ def allowed_syscalls(settings: dict[str, list[str]]) -> set[str]:
     return allow - deny
 
 
+def bind_paths(settings: dict[str, list[str]], key: str = "BindReadOnlyPaths") -> list[tuple[str, str]]:
+    """(source, destination) of each bind, as systemd reads the setting: space-separated, each a double-quoted
+    path (spaces and colons kept) or SOURCE[:DEST[:OPTIONS]] with `\\:` for a colon; %% is %. A leading -
+    (ignore a missing source) is dropped: the sandbox fails on a missing source as the test should."""
+    out = []
+    for value in settings.get(key, []):
+        for quoted, bare in re.findall(r'"((?:[^"\\]|\\.)*)"|(\S+)', value):
+            if quoted or not bare:
+                src = dst = re.sub(r"\\(.)", r"\1", quoted)
+            else:
+                parts = [re.sub(r"\\(.)", r"\1", x) for x in re.split(r"(?<!\\):", bare)]
+                src, dst = parts[0], parts[1] if len(parts) > 1 and parts[1] else parts[0]
+            src, dst = src.removeprefix("-").replace("%%", "%"), dst.replace("%%", "%")
+            out.append((src, dst))
+    return out
+
+
 def _caps(settings: dict[str, list[str]], key: str) -> list[str]:
     return [c.removeprefix("CAP_").lower() for v in settings.get(key, []) for c in v.split()]
 
 
-def command(unit: Path, argv: list[str]) -> list[str]:
-    """The command line that runs argv as the unit would (run it as root)."""
+def command(unit: Path, argv: list[str], python: str = sys.executable) -> list[str]:
+    """The command line that runs argv as the unit would (run it as root); python: the interpreter that applies
+    the system call filter before it execs argv (the one argv runs with, so that it is where the unit can
+    reach it)."""
     s = service(unit)
     assert s.get("DynamicUser") == ["yes"] and s.get("NoNewPrivileges") == ["yes"]
     assert s.get("ProtectSystem") == ["strict"]
@@ -98,13 +122,19 @@ def command(unit: Path, argv: list[str]) -> list[str]:
     mdwe = "1" if s.get("MemoryDenyWriteExecute") == ["yes"] else "0"
     families = " ".join(v for v in s.get("RestrictAddressFamilies", []))
     allow = ",".join(sorted(allowed_syscalls(s)))
-    inner = [*setpriv, sys.executable, str(Path(__file__).resolve()), "--allow", allow, "--mdwe", mdwe,
+    inner = [*setpriv, python, "-c", Path(__file__).read_text(), "--allow", allow, "--mdwe", mdwe,
              "--families", families or "-", "--", *argv]
+    binds = bind_paths(s)
+    stage = "/run/ioscope-unit-binds"
     # in the new mount namespace, as root: the file systems as the unit sees them
     setup = [
         "set -e",
         "mount --make-rprivate /",
+        # BindReadOnlyPaths: the sources as the host has them, before /tmp and /dev are replaced
+        f"mkdir -p {stage}", f"mount -t tmpfs -o mode=700 tmpfs {stage}",
+        *(f"mkdir {stage}/{i} && mount --rbind {shlex.quote(src)} {stage}/{i}" for i, (src, _) in enumerate(binds)),
         "mount -t tmpfs -o mode=1777 tmpfs /tmp",                     # PrivateTmp
+        "mount -t tmpfs -o mode=1777 tmpfs /var/tmp",
         "mkdir -p /run/ioscope-unit-dev",
         "mount -t tmpfs -o mode=755 tmpfs /run/ioscope-unit-dev",     # PrivateDevices: a /dev of its own
         "for d in null zero full random urandom tty; do touch /run/ioscope-unit-dev/$d; "
@@ -114,8 +144,12 @@ def command(unit: Path, argv: list[str]) -> list[str]:
         # ProtectSystem=strict, ProtectHome=read-only, ProtectKernelTunables: everything read-only but
         # /dev, /proc (but /proc/sys) and the private /tmp
         "awk '{print $5}' /proc/self/mountinfo | sort -u | while read m; do case $m in "
-        "/dev|/dev/*|/proc|/tmp) ;; *) mount -o remount,bind,ro \"$m\" 2>/dev/null || true;; esac; done",
+        "/dev|/dev/*|/proc|/tmp|/var/tmp|/run/ioscope-unit-binds*) ;; "
+        "*) mount -o remount,bind,ro \"$m\" 2>/dev/null || true;; esac; done",
         "mount -o remount,bind,ro /proc/sys 2>/dev/null || mount --bind -o ro /proc/sys /proc/sys",
+        *(f"mkdir -p {shlex.quote(dst)} && mount --rbind {stage}/{i} {shlex.quote(dst)} && "
+          f"mount -o remount,bind,ro {shlex.quote(dst)}" for i, (_, dst) in enumerate(binds)),
+        f"umount -l {stage}",
         f"umask {umask}",
         "exec " + shlex.join(inner),
     ]
@@ -162,4 +196,4 @@ if __name__ == "__main__":
     _apply_and_exec(sys.argv)
 
 
-__all__ = ["UID", "allowed_syscalls", "command", "service"]
+__all__ = ["UID", "allowed_syscalls", "bind_paths", "command", "service"]
