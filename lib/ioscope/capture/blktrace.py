@@ -412,6 +412,9 @@ def record_offsets(buf: bytes | memoryview, path: str = "<data>", start: int = 0
     if status == 3:
         raise BlktraceError(f"{path}: unsupported blktrace version {bad_val} at byte offset {start + bad_off}",
                             "only version 7 is supported")
+    if status == 4:
+        raise BlktraceError(f"{path}: time {bad_val} ns (2^63 or more) at byte offset {start + bad_off}",
+                            "no kernel clock reaches 292 years: the file is corrupt from there on")
     if status == 1 and final:
         left = len(mv) - bad_off
         if bad_val == 0:
@@ -539,6 +542,7 @@ def read_stream(path: str, block: int = 1 << 20, messages: bool = False) -> Iter
                 break
 
 
+MAX_CPU = 0xFFFF   # EVENT's cpu is 16 bits (Linux's NR_CPUS is at most 8192)
 PER_CPU_NAME = re.compile(r"^(?P<stem>.+)\.blktrace\.(?P<cpu>\d+)$")
 
 
@@ -571,6 +575,9 @@ def file_set(path: str) -> FileSet | None:
                    if n.startswith(base) and n[len(base):].isdigit())
     if not files:
         return None
+    if files[-1][0] > MAX_CPU:   # the missing CPUs below it are listed: a name's number must not size that
+        raise BlktraceError(f"{files[-1][1]}: CPU {files[-1][0]} in a per-CPU file's name is past {MAX_CPU}",
+                            "blktrace names its files NAME.blktrace.CPU; rename or move that file")
     have = {c for c, _f in files}
     return FileSet(stem, files, [c for c in range(files[-1][0]) if c not in have])
 

@@ -944,6 +944,8 @@ class Capture:
                     ev[name] = np.frombuffer(self._buf, DTYPES[name], n, pos)
             if checksum(ev) != info.get("sum64"):
                 raise self._err(off, "corrupt chunk (checksum mismatch)")
+            if n and int(ev["ts"].max()) >> 63:   # the readers' times are signed nanoseconds (292 years)
+                raise self._err(off, "corrupt chunk (an event time of 2^63 ns or more)")
             yield ev
 
     def read_all(self) -> np.ndarray:

@@ -148,11 +148,14 @@ static bio_t *get(bioeng_t *b, int32_t dev, uint64_t sector, int issued, int new
 	return found;
 }
 
-/* the bios making up the request [sector, sector + nbytes) of one direction (agg's rule, bios.py) */
+/* the bios making up the request [sector, sector + nbytes) of one direction (agg's rule, bios.py). Each
+ * step moves past the bio found, so the walk ends: a bio of less than a sector (its end is its start) is
+ * the chain's last, and so is one whose end would pass 2^64 (a file's sector, not a disk's). */
 static size_t chain(bioeng_t *b, int32_t dev, uint64_t sector, uint32_t nbytes, int issued, int write)
 {
 	size_t n = 0;
-	uint64_t end = sector + (nbytes >> 9), s = sector;
+	uint64_t len = nbytes >> 9, s = sector;
+	uint64_t end = sector > UINT64_MAX - len ? UINT64_MAX : sector + len;
 	while (s < end) {
 		bio_t *x = get(b, dev, s, issued, issued, write);
 		if (!x && issued)
@@ -164,7 +167,10 @@ static size_t chain(bioeng_t *b, int32_t dev, uint64_t sector, uint32_t nbytes, 
 			return 0;
 		}
 		b->chain[n++] = x;
-		s += x->nbytes >> 9;
+		uint64_t step = x->nbytes >> 9;
+		if (!step || s > UINT64_MAX - step)
+			break;
+		s += step;
 	}
 	return n;
 }
@@ -241,7 +247,9 @@ static void on_queue(bioeng_t *b, const event_t *E, biodev_t *d, int32_t di, int
 	bio_t x = {.sector = E->sector, .q = E->ts, .d = NONE, .g = NONE, .i = NONE, .m = NONE, .ord = ord,
 		   .inflight = -1, .dev = di, .proc = proc, .nbytes = nb, .pid = E->pid, .tgid = E->tgid, .cpu = E->cpu,
 		   .write = (E->category & TC_WRITE_) != 0, .cgroup = (E->flags & EV_CGROUP) ? E->aux : 0};
-	x.seek = d->has_end ? (int64_t)(E->sector > d->last_end ? E->sector - d->last_end : d->last_end - E->sector) : -1;
+	uint64_t dist = E->sector > d->last_end ? E->sector - d->last_end : d->last_end - E->sector;
+	/* a distance of 2^63 sectors or more (only a file's numbers reach it) saturates: negative means none */
+	x.seek = d->has_end ? (dist > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)dist) : -1;
 	d->has_end = 1;
 	d->last_end = E->sector + (nb >> 9);
 	x.seq = !nb || (d->machine >= 0 && ((E->category & TC_FLUSH_) || ((E->category & TC_FUA_) && !d->machine)));

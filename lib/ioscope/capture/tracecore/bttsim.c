@@ -226,7 +226,7 @@ void bs_fold_live(bttsim_t *s, uint64_t now)
 
 /* ------------------------------------------------------------------ the seek-tree workers */
 
-static int queue_seek(bttsim_t *s, int32_t tree, int64_t dist)
+static int queue_seek(bttsim_t *s, int32_t tree, uint64_t dist)
 {
 	if (tc_room(&s->jobs, &s->capjobs, s->njobs, sizeof(*s->jobs), 4096) < 0)
 		return -1;
@@ -484,7 +484,7 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		q->pip = pip;
 		q->split = 0;
 		if (!s->no_seeks &&
-		    queue_seek(s, (int32_t)(d - s->devs) * 2, st_dist(&d->seek_q, (int64_t)e->sector, (int64_t)end)) < 0)
+		    queue_seek(s, (int32_t)(d - s->devs) * 2, st_dist(&d->seek_q, e->sector, end)) < 0)
 			return -1;
 		update_lq(&d->last_q, &d->avg[d->dm ? BP_Q2Q_DM : BP_Q2Q], t);
 		update_lq(&s->procs[pip].last_q, &s->procs[pip].avg[d->dm ? BP_Q2Q_DM : BP_Q2Q], t);
@@ -545,7 +545,7 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		if (d->n_act_q)
 			d->n_act_q--;
 		if (!s->no_seeks &&
-		    queue_seek(s, (int32_t)(d - s->devs) * 2 + 1, st_dist(&d->seek_d, (int64_t)e->sector, (int64_t)end)) < 0)
+		    queue_seek(s, (int32_t)(d - s->devs) * 2 + 1, st_dist(&d->seek_d, e->sector, end)) < 0)
 			return -1;
 		d->n_ds++;
 		if (qt_walk(&s->qt, d->root, e->sector, end) < 0)

@@ -70,7 +70,7 @@ typedef struct {
 #define BS_MESSAGE (-2)
 
 typedef struct {
-	int64_t dist;
+	uint64_t dist;
 	int32_t tree;              /* device index * 2 + (0: Q2Q, 1: D2D) */
 } seekjob_t;
 

@@ -274,7 +274,7 @@ static void st_rotate_right(stree_t *t, int32_t x, int32_t px)
 }
 
 /* The classic insertion and fix-up (same recolourings and rotations, so the same tree shape) */
-int st_insert(stree_t *t, int64_t key)
+int st_insert(stree_t *t, uint64_t key)
 {
 	int32_t path[ST_MAX_DEPTH];
 	int d = -1;
@@ -361,26 +361,27 @@ int st_insert(stree_t *t, int64_t key)
 	return 0;
 }
 
-int64_t st_dist(stree_t *t, int64_t s, int64_t e)
+/* btt's seek_dist(): |s - last_end| past the last I/O's end, |s - last_start| before it; btt computes it
+ * in long long (a sector of 2^63 or more overflows, and negating INT64_MIN is undefined): here the
+ * larger minus the smaller, the same numbers below 2^63 */
+uint64_t st_dist(stree_t *t, uint64_t s, uint64_t e)
 {
-	int64_t dist;
+	uint64_t dist;
 	if ((t->last_start <= s && s <= t->last_end) || (t->last_start <= e && e <= t->last_end))
 		dist = 0;
 	else if (s > t->last_end)
 		dist = s - t->last_end;
 	else
-		dist = s - t->last_start;
+		dist = s > t->last_start ? s - t->last_start : t->last_start - s;
 	t->last_start = s;
 	t->last_end = e;
-	if (dist < 0)
-		dist = -dist;
 	t->nseeks++;
 	t->total += (double)dist;
 	return dist;
 }
 
 /* btt's median: the first node in pre-order whose own count reaches the target */
-static int st_btt_median(const stree_t *t, int32_t x, int64_t target, int64_t *out)
+static int st_btt_median(const stree_t *t, int32_t x, uint64_t target, uint64_t *out)
 {
 	if (x < 0)
 		return 0;
@@ -391,7 +392,7 @@ static int st_btt_median(const stree_t *t, int32_t x, int64_t target, int64_t *o
 	return st_btt_median(t, t->n[x].left, target, out) || st_btt_median(t, t->n[x].right, target, out);
 }
 
-static void st_inorder_median(const stree_t *t, int32_t x, uint64_t half, uint64_t *seen, int64_t *out, int *done)
+static void st_inorder_median(const stree_t *t, int32_t x, uint64_t half, uint64_t *seen, uint64_t *out, int *done)
 {
 	if (x < 0 || *done)
 		return;
@@ -410,8 +411,8 @@ static void st_inorder_median(const stree_t *t, int32_t x, uint64_t half, uint64
 /* btt's modes: post-order, the most frequent distances; the first MAX_MODES are kept, all counted */
 #define MAX_MODES 16
 typedef struct {
-	int64_t keys[MAX_MODES];
-	int64_t most;
+	uint64_t keys[MAX_MODES];
+	uint64_t most;
 	uint64_t nmodes;
 	int first;
 } modes_t;
@@ -437,11 +438,11 @@ static void st_modes(const stree_t *t, int32_t x, modes_t *m)
 
 PyObject *st_export(const stree_t *t)
 {
-	int64_t bm = 0, tm = 0, most = 0;
+	uint64_t bm = 0, tm = 0, most = 0;
 	int first = 1, done = 0;
 	uint64_t seen = 0;
 	if (t->root >= 0) {
-		st_btt_median(t, t->root, (int64_t)(t->nseeks / 2), &bm);
+		st_btt_median(t, t->root, t->nseeks / 2, &bm);
 		st_inorder_median(t, t->root, t->nseeks, &seen, &tm, &done);
 	}
 	modes_t m = {.first = 1};
@@ -454,10 +455,10 @@ PyObject *st_export(const stree_t *t)
 	if (!modes)
 		return NULL;
 	for (uint64_t i = 0; i < keep; i++)
-		PyList_SET_ITEM(modes, (Py_ssize_t)i, PyLong_FromLongLong(m.keys[i]));
-	return Py_BuildValue("{s:K,s:d,s:L,s:L,s:N,s:K,s:L,s:i}", "n", (unsigned long long)t->nseeks, "total", t->total,
-			     "btt_median", (long long)bm, "median", (long long)tm, "modes", modes,
-			     "nmodes", (unsigned long long)m.nmodes, "most", (long long)most, "distinct", (int)t->nn);
+		PyList_SET_ITEM(modes, (Py_ssize_t)i, PyLong_FromUnsignedLongLong(m.keys[i]));
+	return Py_BuildValue("{s:K,s:d,s:K,s:K,s:N,s:K,s:K,s:i}", "n", (unsigned long long)t->nseeks, "total", t->total,
+			     "btt_median", (unsigned long long)bm, "median", (unsigned long long)tm, "modes", modes,
+			     "nmodes", (unsigned long long)m.nmodes, "most", (unsigned long long)most, "distinct", (int)t->nn);
 }
 
 

@@ -55,7 +55,7 @@ uint64_t qt_min_issued(const qtree_t *q, int32_t root);
 /* 20 bytes a node (a random workload has one node per seek): no parent index, the insertion keeps
  * the path from the root instead; the colour shares a word with the right index */
 typedef struct __attribute__((packed, aligned(4))) {
-	int64_t key;
+	uint64_t key;
 	uint32_t cnt;
 	int32_t left;
 	int32_t right : 31;
@@ -65,15 +65,16 @@ typedef struct __attribute__((packed, aligned(4))) {
 typedef struct {
 	snode_t *n;
 	int32_t nn, cap, root;
-	int64_t last_start, last_end;
+	uint64_t last_start, last_end;
 	uint64_t nseeks;
 	double total;
 } stree_t;
 
 void st_init(stree_t *t);
-/* the seek distance from the last I/O to [s, e), as btt measures it (counted; inserted by st_insert) */
-int64_t st_dist(stree_t *t, int64_t s, int64_t e);
-int st_insert(stree_t *t, int64_t key);
+/* the seek distance from the last I/O to [s, e), as btt measures it (counted; inserted by st_insert), in
+ * unsigned arithmetic: btt's long long sectors overflow past 2^63, these do not */
+uint64_t st_dist(stree_t *t, uint64_t s, uint64_t e);
+int st_insert(stree_t *t, uint64_t key);
 /* {"n", "total", "btt_median", "median", "modes", "nmodes", "most", "distinct"} */
 PyObject *st_export(const stree_t *t);
 

@@ -15,6 +15,13 @@ static inline uint32_t rd32(const uint8_t *p, int swap)
 	return swap ? __builtin_bswap32(v) : v;
 }
 
+static inline uint64_t rd64(const uint8_t *p, int swap)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return swap ? __builtin_bswap64(v) : v;
+}
+
 static inline uint16_t rd16(const uint8_t *p, int swap)
 {
 	uint16_t v;
@@ -25,7 +32,9 @@ static inline uint16_t rd16(const uint8_t *p, int swap)
 /*
  * scan_blktrace(buf, swap, final) -> (offsets: bytes of int64, end, status, bad_offset, bad_value)
  * status: 0 all records complete; 1 the last record is incomplete (needs more data, or the
- * stream was cut when final); 2 bad magic at bad_offset; 3 unsupported version at bad_offset.
+ * stream was cut when final); 2 bad magic at bad_offset; 3 unsupported version at bad_offset; 4 a time of
+ * 2^63 ns or more (bad_value; 292 years: no kernel clock reaches it, and the readers' signed nanoseconds
+ * would overflow) at bad_offset.
  * With status 1, bad_offset is where the incomplete record starts and bad_value is 0 when
  * its 48-byte header is cut, else its payload length.
  */
@@ -63,6 +72,13 @@ PyObject *tc_scan_blktrace(PyObject *self, PyObject *args)
 			status = 3;
 			bad_off = off;
 			bad_val = magic & 0xffu;
+			break;
+		}
+		uint64_t t = rd64(p + off + 8, swap);
+		if (t >> 63) {
+			status = 4;
+			bad_off = off;
+			bad_val = t;
 			break;
 		}
 		uint16_t plen = rd16(p + off + 46, swap);
@@ -107,7 +123,7 @@ PyObject *tc_gather_blktrace(PyObject *self, PyObject *args)
 	Py_BEGIN_ALLOW_THREADS
 	for (size_t i = 0; i < n; i++) {
 		size_t off = (size_t)offs[i];
-		if (off + 48 > (size_t)b.len) {
+		if (offs[i] < 0 || off > (size_t)b.len || (size_t)b.len - off < 48) {   /* off + 48 may wrap */
 			bad = 1;
 			break;
 		}
