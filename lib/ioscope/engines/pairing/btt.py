@@ -415,7 +415,10 @@ class Btt:
             self.core.set_btt(False)
         self.iostat_interval = iostat_interval_ns
         self.iostat: dict[tuple[int, int], npt.NDArray[np.float64]] = {}
-        self._pid_lut = np.full(1 << 16, -1, dtype=np.int32)
+        # the pids seen (sorted) and each one's process index: as many entries as distinct pids, whatever
+        # their values (a table indexed by pid would be 16 GiB for a damaged file's pid 0xffffffff)
+        self._pid_keys = np.zeros(0, dtype=np.uint32)
+        self._pid_vals = np.zeros(0, dtype=np.int32)
 
     def _devs(self, devs: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
         first = int(devs[0])
@@ -440,23 +443,30 @@ class Btt:
             self.proc_names.append(name)
         return p
 
+    def _pid_pos(self, pids: npt.NDArray[Any]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.bool_]]:
+        """Each pid's place in the sorted table of pids seen, and whether it is there."""
+        keys = self._pid_keys
+        pos = np.searchsorted(keys, pids)
+        hit = pos < len(keys)
+        hit[hit] = keys[pos[hit]] == pids[hit]
+        return pos, hit
+
     def _procs(self, pids: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
-        """Process index of each pid (ioscope's naming, the names known now), through a table indexed by pid."""
-        top = int(pids.max())
-        if top >= len(self._pid_lut):
-            grown = np.full(max(top + 1, 2 * len(self._pid_lut)), -1, dtype=np.int32)
-            grown[:len(self._pid_lut)] = self._pid_lut
-            self._pid_lut = grown
-        out = self._pid_lut[pids]
-        missing = out < 0
-        if missing.any():
+        """Process index of each pid (ioscope's naming, the names known now), through the sorted table of the
+        pids seen (memory grows with the distinct pids, not with their values)."""
+        pids = np.asarray(pids, dtype=np.uint32)
+        pos, hit = self._pid_pos(pids)
+        if not hit.all():
             # a set, not np.unique: numpy 2 imports numpy.ma for a plain unique (~10 ms of start-up)
-            for pid in sorted(set(pids[missing].tolist())):
-                p = self._proc_index(pid, self.comms.get(pid))
-                self.pid_proc[pid] = p
-                self._pid_lut[pid] = p
-            out = self._pid_lut[pids]
-        return np.asarray(out, dtype=np.int32)
+            new = sorted(set(pids[~hit].tolist()))
+            for pid in new:
+                self.pid_proc[pid] = self._proc_index(pid, self.comms.get(pid))
+            keys = np.concatenate([self._pid_keys, np.array(new, dtype=np.uint32)])
+            vals = np.concatenate([self._pid_vals, np.array([self.pid_proc[p] for p in new], dtype=np.int32)])
+            o = np.argsort(keys, kind="stable")
+            self._pid_keys, self._pid_vals = keys[o], vals[o]
+            pos, hit = self._pid_pos(pids)
+        return np.asarray(self._pid_vals[pos], dtype=np.int32)
 
     def _btt_name(self, pid: int, comm: str) -> int:
         """The core's id of the name btt gives a pid from a note: 'kernel' for pid 0, the command up to a '/'."""
@@ -492,8 +502,9 @@ class Btt:
                 p = self._proc_index(pid, comm)
                 proc[k + 1:][pids[k + 1:] == pid] = p
                 self.pid_proc[pid] = p
-                if pid < len(self._pid_lut):
-                    self._pid_lut[pid] = p
+                place, known = self._pid_pos(np.array([pid], dtype=np.uint32))
+                if known[0]:
+                    self._pid_vals[place[0]] = p
         return name
 
     def feed(self, ev: npt.NDArray[np.void], own_dev: npt.NDArray[Any] | None = None) -> None:
