@@ -89,10 +89,13 @@ def expand_inputs(args: list[str]) -> list[Group]:
                 files.append(f)
                 cpus.append(cpu)
         if files:
-            missing = [c for c in range(cpus[-1]) if c not in cpus]
+            have = set(cpus)
+            missing = [c for c in range(cpus[-1]) if c not in have]   # cpus[-1] <= blktrace.MAX_CPU
             note = None
             if missing:
-                gaps = ", ".join(f"{os.path.basename(fs.stem)}.blktrace.{c}" for c in missing)
+                gaps = ", ".join(f"{os.path.basename(fs.stem)}.blktrace.{c}" for c in missing[:8])
+                if len(missing) > 8:
+                    gaps += f" and {len(missing) - 8} more"
                 note = (f"{os.path.basename(fs.stem)}: {gaps} {'is' if len(missing) == 1 else 'are'} missing: read "
                         f"the {len(files)} other files (blkparse would stop at the first missing one)")
             out.append(Group(os.path.basename(fs.stem), files, cpus, missing, note))
@@ -135,10 +138,18 @@ def _pack(arr: npt.NDArray[Any]) -> str:
 
 
 def _unpack(text: str, dtype: Any, n: int) -> npt.NDArray[Any]:
-    out = np.frombuffer(zlib.decompress(base64.b64decode(text)), dtype=dtype)
-    if len(out) != n:
-        raise ValueError(f"{len(out)} values for {n} events")
-    return out
+    """n values packed by _pack; inflated no further than n values and one byte (a file's zlib stream
+    could otherwise inflate to any size)."""
+    want = n * np.dtype(dtype).itemsize
+    z = zlib.decompressobj()
+    data = z.decompress(base64.b64decode(text, validate=True), want + 1)
+    if len(data) > want:
+        raise ValueError(f"more than {n} values for {n} events")
+    if len(data) != want:
+        raise ValueError(f"{len(data) // np.dtype(dtype).itemsize} values for {n} events")
+    if not z.eof:
+        raise ValueError("a packed array cut short")
+    return np.frombuffer(data, dtype=dtype)
 
 
 @dataclass
@@ -414,15 +425,110 @@ def read_file_sets(path: str, warn: Any = None) -> FileSetSource | None:
     return FileSetSource(path, w.parts, w.comms, _from_side(sets.side, path))
 
 
+class _Corrupt(ValueError):
+    """What is wrong in an import's file-set record (FileSets): _from_side names the file."""
+
+
+def _int(v: Any, what: str, lo: int, hi: int) -> int:
+    if type(v) is not int or not lo <= v <= hi:   # bool is no number here
+        raise _Corrupt(f"{what}: {'missing' if v is None else repr(v)[:40]}, not a whole number in [{lo}, {hi}]")
+    return v
+
+
+def _list(v: Any, what: str) -> list[Any]:
+    if not isinstance(v, list):
+        raise _Corrupt(f"{what}: not a list")
+    return v
+
+
+def _record(h: Any, what: str) -> bytes:
+    """A blk_io_trace record kept whole: hex of its 48-byte header and payload (pdu_len, either order)."""
+    if not isinstance(h, str):
+        raise _Corrupt(f"{what}: not a hex string")
+    rec = bytes.fromhex(h)
+    if len(rec) < 48:
+        raise _Corrupt(f"{what}: {len(rec)} bytes, a record has at least 48")
+    return rec
+
+
+def _check_sets(sets: Any) -> list[dict[str, Any]]:
+    """Each set: its name and its files, one per CPU (0-65535, EVENT's cpu) or the one file of a dump
+    (DUMP_CPU), each with its byte order and size."""
+    for i, st in enumerate(_list(sets, "sets")):
+        if not isinstance(st, dict) or not isinstance(st.get("name"), str):
+            raise _Corrupt(f"set {i}: no name")
+        files = _list(st.get("files"), f"set {i}: files")
+        cpus = []
+        for f in files:
+            if not isinstance(f, dict) or f.get("order") not in ("<", ">"):
+                raise _Corrupt(f"set {i}: a file without its byte order")
+            cpus.append(_int(f.get("cpu"), f"set {i}: cpu", DUMP_CPU, 0xFFFF))
+            _int(f.get("bytes"), f"set {i}: bytes", 0, 1 << 62)
+        if not cpus or len(set(cpus)) != len(cpus) or (DUMP_CPU in cpus and len(cpus) > 1):
+            raise _Corrupt(f"set {i}: files {cpus} (one per CPU, or one dump)")
+        for c in _list(st.get("missing_cpus", []), f"set {i}: missing_cpus"):
+            _int(c, f"set {i}: missing cpu", 0, 0xFFFF)
+    if len(sets) > 0x10000:   # set_of is 16 bits
+        raise _Corrupt(f"{len(sets)} sets")
+    out: list[dict[str, Any]] = sets
+    return out
+
+
 def _from_side(side: dict[str, Any], path: str) -> FileSets:
+    """The one reader of an import's file-set record (the capture's end record, SIDE_KEY: JSON that no
+    checksum covers): every type and range the readers rely on is checked here, once, and anything else is
+    one IoscopeError naming the file."""
     try:
-        n = int(side["events"])
-        return FileSets(list(side["sets"]), _unpack(side["seq"], "<u4", n).astype(np.uint32),
-                        _unpack(side["set"], "<u2", n).astype(np.uint16),
-                        [(int(a), int(b), int(c), int(d), bytes.fromhex(e)) for a, b, c, d, e in side["notes"]],
-                        {int(g): bytes.fromhex(h) for g, h in side["raw"]},
-                        _unpack(side["rank"], "<u4", n).astype(np.uint32) if "rank" in side else None)
-    except (KeyError, ValueError, TypeError, zlib.error, binascii.Error) as exc:
+        if not isinstance(side, dict):
+            raise _Corrupt("not an object")
+        n = _int(side.get("events"), "events", 0, 1 << 40)
+        sets = _check_sets(side.get("sets"))
+        for k in ("seq", "set"):
+            if not isinstance(side.get(k), str):
+                raise _Corrupt(f"{k}: not packed")
+        seq = _unpack(side["seq"], "<u4", n).astype(np.uint32)
+        set_of = _unpack(side["set"], "<u2", n).astype(np.uint16)
+        if n and int(set_of.max()) >= len(sets):
+            raise _Corrupt(f"an event of set {int(set_of.max())}, of {len(sets)}")
+        rank = None
+        if "rank" in side:
+            if not isinstance(side["rank"], str):
+                raise _Corrupt("rank: not packed")
+            rank = _unpack(side["rank"], "<u4", n).astype(np.uint32)
+            if n and (int(rank.max()) >= n or not (np.bincount(rank, minlength=n) == 1).all()):
+                raise _Corrupt("rank: not a permutation of the events")
+        streams = {(si, int(f["cpu"])) for si, st in enumerate(sets) for f in st["files"]}
+        notes = []
+        for j, nt in enumerate(_list(side.get("notes"), "notes")):
+            if not isinstance(nt, list) or len(nt) != 5:
+                raise _Corrupt(f"note {j}: not [set, cpu, position, printed at, record]")
+            si = _int(nt[0], f"note {j}: set", 0, max(len(sets) - 1, 0))
+            cpu = _int(nt[1], f"note {j}: cpu", DUMP_CPU, 0xFFFF)
+            if (si, cpu) not in streams:
+                raise _Corrupt(f"note {j}: CPU {cpu} is no file of set {si}")
+            fpos = _int(nt[2], f"note {j}: position", 0, n)
+            mpos = _int(nt[3], f"note {j}: printed at", -1, n)
+            rec = _record(nt[4], f"note {j}")
+            order = "<" if rec[0] == blktrace.VERSION else ">"   # the magic's first byte (own_devices)
+            plen = int.from_bytes(rec[46:48], "little" if order == "<" else "big")
+            act, t = _note_action(rec, order)
+            if len(rec) != 48 + plen:
+                raise _Corrupt(f"note {j}: {len(rec)} bytes, its header says {48 + plen}")
+            if t >> 63:   # as blktrace.record_offsets refuses in a file: the readers' times are signed
+                raise _Corrupt(f"note {j}: time {t} ns (2^63 or more)")
+            if act == blktrace.NOTIFY_ACTION | blktrace.TN_TIMESTAMP and plen < 8:
+                raise _Corrupt(f"note {j}: a timestamp note of {plen} bytes")
+            notes.append((si, cpu, fpos, mpos, rec))
+        raw: dict[int, bytes] = {}
+        for j, r in enumerate(_list(side.get("raw"), "raw")):
+            if not isinstance(r, list) or len(r) != 2:
+                raise _Corrupt(f"raw record {j}: not [event, record]")
+            g = _int(r[0], f"raw record {j}: event", 0, max(n - 1, 0))
+            raw[g] = _record(r[1], f"raw record {j}")
+        if raw and not n:
+            raise _Corrupt("raw records of no event")
+        return FileSets(sets, seq, set_of, notes, raw, rank)
+    except (ValueError, TypeError, zlib.error, binascii.Error) as exc:   # _Corrupt is a ValueError
         raise IoscopeError(f"{path}: corrupt blktrace record of the import ({exc})",
                            "import the blktrace files again") from None
 
