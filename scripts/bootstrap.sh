@@ -21,7 +21,7 @@ fi
 
 PKGS="clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc python3 python3-dev python3-venv
       git bpftool bpftrace fio e2fsprogs util-linux util-linux-extra procps"
-TEST_PKGS="blktrace sysstat tmux xfsprogs btrfs-progs prometheus openjdk-17-jre-headless time
+TEST_PKGS="blktrace sysstat tmux xfsprogs btrfs-progs prometheus openjdk-17-jre-headless time libclang-rt-14-dev
            qemu-system-x86 busybox-static kmod iproute2 debian-archive-keyring bpfcc-tools udev chromium
            prometheus-node-exporter openssl apache2-utils libcap2-bin systemd libseccomp2 curl"
 want=$PKGS
