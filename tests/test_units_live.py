@@ -75,7 +75,9 @@ def split_io(dev: Any, op: str = "write") -> Truth:
         done, merged = after.reads - before.reads, after.reads_merged - before.reads_merged
     else:
         done, merged = after.writes - before.writes, after.writes_merged - before.writes_merged
-    assert merged == 0 and done == NIOS * BLOCK_KB // MAX_KB, (done, merged)
+    # the truth is the kernel's count (done); the split at MAX_KB is its least: a disk whose max_segments
+    # binds before max_sectors_kb (a buffer's pages not contiguous) cuts a bio into more pieces
+    assert merged == 0 and done >= NIOS * BLOCK_KB // MAX_KB, (done, merged)
     return Truth(NIOS, done)
 
 
