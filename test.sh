@@ -8,7 +8,7 @@ scripts/bootstrap.sh --test
 echo "== ruff"; .venv/bin/ruff check lib tests bench tools scripts
 echo "== mypy"; .venv/bin/mypy; .venv/bin/mypy --strict scripts/kernels.py
 echo "== import contracts (layers, no tool imports another, no cycles: pyproject.toml)"; .venv/bin/lint-imports --no-cache
-echo "== pytest"; .venv/bin/python -m pytest -q tests "$@"
+echo "== pytest"; .venv/bin/python -m pytest -q --durations=25 tests "$@"
 # Every Debian kernel users run, booted under QEMU with the guest suite inside (scripts/kernels.py;
 # README: "Kernels"). IOSCOPE_KERNELS="6.1 5.10" runs only those on a developer's machine, "none"
 # none of them; CI (which sets CI and not IOSCOPE_KERNELS) always runs the whole matrix.

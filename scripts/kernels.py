@@ -381,12 +381,30 @@ def results(junit: Path) -> list[tuple[str, str, str, str]]:
     return out
 
 
+def durations(junit: Path) -> list[tuple[str, float]]:
+    """(test id, seconds) of every test case in a junit file, slowest first (pytest's own timing of each
+    test, its set-up and tear-down included)."""
+    got = [(f"{c.get('classname', '')}::{c.get('name', '')}", float(c.get("time") or 0))
+           for c in ET.parse(junit).getroot().iter("testcase")]
+    return sorted(got, key=lambda t: -t[1])
+
+
 @dataclass
 class Outcome:
     name: str
     rows: list[tuple[str, str, str, str]]
     problem: str | None
     seconds: float
+    times: list[tuple[str, float]]  # (test id, seconds), slowest first
+
+
+def budget_line(o: Outcome, n: int = 5) -> str:
+    """Where a boot's time went: in its tests (the slowest n named) and outside them (boot, the guest's
+    set-up, pytest's start-up and collection, power-off)."""
+    inside = sum(t for _, t in o.times)
+    slow = ", ".join(f"{tid.rsplit('::', 1)[-1]} {t:.0f}" for tid, t in o.times[:n])
+    return (f"kernels: {o.name}: {o.seconds:.0f} s = {inside:.0f} s in {len(o.times)} tests + "
+            f"{max(0.0, o.seconds - inside):.0f} s outside them (boot, set-up, collection); slowest: {slow}")
 
 
 def run_one(name: str, pytest_args: list[str], timeout: float, outroot: Path, cpus: int = 2) -> Outcome:
@@ -416,7 +434,8 @@ def run_one(name: str, pytest_args: list[str], timeout: float, outroot: Path, cp
         problem = "the guest suite did not run (see the console log)"
     elif guest_rc not in ("0", "1"):  # pytest: 0 all passed, 1 some failed (listed); else it broke
         problem = f"pytest exited {guest_rc} (see {out / 'pytest.log'})"
-    return Outcome(name, results(junit) if junit.is_file() else [], problem, took)
+    return Outcome(name, results(junit) if junit.is_file() else [], problem, took,
+                   durations(junit) if junit.is_file() else [])
 
 
 def run(kernels: list[str], pytest_args: list[str], timeout: float, outroot: Path, jobs: int,
@@ -444,6 +463,8 @@ def run(kernels: list[str], pytest_args: list[str], timeout: float, outroot: Pat
                 summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no tests"
                 print(f"kernels: {o.name}: {summary} in {o.seconds:.0f} s" + (f"; {o.problem}" if o.problem else ""),
                       file=sys.stderr, flush=True)
+                if o.times:
+                    print(budget_line(o), file=sys.stderr, flush=True)
         except BaseException:  # SIGINT, SIGTERM, SIGHUP (_stop): no more boots, the running guests killed
             STOPPING.set()
             pool.shutdown(wait=True, cancel_futures=True)

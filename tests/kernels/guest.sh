@@ -50,6 +50,6 @@ if [ $mode = exec ]; then
     echo $? >"$out/rc"
     exit 0
 fi
-.venv/bin/python -m pytest -p no:cacheprovider -q -o addopts="" -rfEs \
+.venv/bin/python -m pytest -p no:cacheprovider -q -o addopts="" -rfEs --durations=10 \
     --junitxml="$out/junit.xml" "$@" >"$out/pytest.log" 2>&1
 echo $? >"$out/rc"
