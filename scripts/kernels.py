@@ -29,7 +29,7 @@ tool, with exact counts). The running kernel is the matrix's last column;
 Kernels are chosen by Debian release (the release's own `linux-image-amd64`
 metapackage at its newest version), never by a pinned ABI number that the
 archive drops when a newer one arrives. The cache (IOSCOPE_KERNEL_CACHE,
-default .cache/kernels in the tree) keeps packages and unpacked trees.
+default /var/lib/ioscope/kernels) keeps packages and unpacked trees.
 Needs root (loop devices and BPF in the guest), qemu-system-x86, busybox-static
 and virtme-ng: scripts/bootstrap.sh --test installs them.
 """
@@ -54,8 +54,11 @@ from pathlib import Path
 from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
-# in the tree (git ignores it): the guest sees the host's files, but not /var/cache (a tmpfs there)
-CACHE = Path(os.environ.get("IOSCOPE_KERNEL_CACHE", str(ROOT / ".cache" / "kernels")))
+# Outside the tree: virtme-ng names the modules' directory on the guest kernel's command line, where a
+# path with a space (a clone in "/tmp/io scope") cannot be written; and a fresh clone (CI's) finds the
+# kernels already fetched. Not under /var/cache: the guest sees the host's files, but /var/cache is a
+# tmpfs there.
+CACHE = Path(os.environ.get("IOSCOPE_KERNEL_CACHE", "/var/lib/ioscope/kernels"))
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 GUEST = ROOT / "tests" / "kernels" / "guest.sh"
 # a skip whose reason says this: the kernel lacks what the test compares (not a failure, "n/a")
@@ -308,18 +311,20 @@ def boot(name: str, command: str, out: Path, timeout: float, console: Path | Non
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    # The root is the host's, over 9p (virtme-ng wants the Rust virtiofsd, which Debian 12 lacks).
-    # 9p without a cache reads every page of every program and library from the host at each
-    # fault: a Python start-up took 10 s and `import pyarrow` 40-57 s under TCG; cache=loose keeps
-    # them in the guest's page cache (1.5 s, 10 s). The host's files do not change during a run.
-    # The kernel takes the last rootflags= given, so this one replaces virtme-ng's.
-    rootflags = "rootflags=version=9p2000.L,trans=virtio,access=any,msize=524288,cache=loose"
+    # The root is the host's, over 9p, mounted by virtme-ng's initramfs with its own fixed options (no
+    # cache: a rootflags= on the command line is not read there; seen in a 5.10 guest's /proc/mounts).
+    # --force-9p: virtme-ng would first try Debian 12's C virtiofsd (/usr/lib/qemu/virtiofsd) with the Rust
+    # daemon's options, which it refuses ("fuse: invalid argument"), twice per boot, 3 s each.
+    # Measured in a 5.10 guest beside a loaded host: `python -c pass` 2.5 s, `import numpy` 19-21 s,
+    # sum(range(3e6)) 5.3 s (about 100x the host): the guests' time is their CPU, not 9p nor the clock
+    # (hpet and tsc=reliable gave the same). Fewer Python start-ups per test is what shortens a guest.
     args = [vng(), "-r", str(vmlinuz), "--cpus", str(cpus), "--memory", "4G", "--disable-kvm", "--verbose",
-            "--append", rootflags, "--rwdir", str(out), "--exec", _with_headers(name, command)]
+            "--force-9p", "--rwdir", str(out), "--exec", _with_headers(name, command)]
     log = open(console, "w") if console else None
     try:
         p = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=log or None, stderr=subprocess.STDOUT,
-                             env=env, cwd=str(ROOT), start_new_session=True)
+                             env=env, cwd="/", start_new_session=True)  # not the tree: virtme-ng writes
+        # its cwd on the kernel's command line (a space would split it); guest.sh finds the tree itself
         deadline = time.monotonic() + timeout
         try:
             while True:  # in steps, so that a stop (STOPPING, set by run() on a signal) ends every guest
