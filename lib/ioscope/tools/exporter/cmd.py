@@ -122,11 +122,27 @@ class _HangUp(KeyboardInterrupt):
 _STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """A stop signal after the first: it is stopping already."""
+
+
 def _stopping() -> None:
     """The first stop signal stops the exporter; those after it, while it closes, change nothing (a second
-    SIGTERM had ended it by that signal in the middle of closing: -15 where the first gave 0)."""
+    SIGTERM had ended it by that signal in the middle of closing: -15 where the first gave 0). A handler
+    that does nothing, not SIG_IGN: two signals that arrive together (kill -TERM then -HUP) are both
+    pending before Python runs the first's handler, and Python reports a pending signal whose handler
+    became SIG_IGN on stderr ("OSError: Signal 15 ignored due to race condition")."""
     for sig in _STOPS:
         if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+            signal.signal(sig, _ignore)
+
+
+def _stopped() -> None:
+    """Closed: the stop signals ignored by the kernel until the process is gone (Python's finalization puts
+    back the default action, death by the signal, where it had a handler). signal.signal() runs what is
+    pending (through _ignore) before it changes a handler."""
+    for sig in _STOPS:
+        if signal.getsignal(sig) is _ignore:
             signal.signal(sig, signal.SIG_IGN)
 
 
@@ -239,13 +255,13 @@ def run(args: argparse.Namespace) -> int:
         app = srv.App(collect, __version__, args.telemetry_path, limits, web)
         server = srv.serve(host, port, app, __version__)
         where = ", ".join(d.name for d in opts.disks) or "all disks"
-        print(f"ioscope exporter: serving {url(host, port, args.telemetry_path, server.tls)} for {where}",
-              flush=True)
-        if io is not None:
-            print(f"ioscope exporter: cgroup labels are paths of the {io[1]} hierarchy ({io[0]}), where this "
-                  "kernel charges block I/O" + ("; a process in a cgroup v2 group alone (no blkio group) is in "
-                                                "its root, /" if io[1].startswith("v1") else ""), flush=True)
-        try:
+        try:  # serving: from here a stop signal is a normal stop (one right after the first line gave 130)
+            print(f"ioscope exporter: serving {url(host, port, args.telemetry_path, server.tls)} for {where}",
+                  flush=True)
+            if io is not None:
+                print(f"ioscope exporter: cgroup labels are paths of the {io[1]} hierarchy ({io[0]}), where this "
+                      "kernel charges block I/O" + ("; a process in a cgroup v2 group alone (no blkio group) is in "
+                                                    "its root, /" if io[1].startswith("v1") else ""), flush=True)
             while True:
                 time.sleep(TICK_S)
                 collector.tick()
@@ -258,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
         if server is not None:
             server.shutdown()
         collector.close()
+        _stopped()
     return status
 
 
