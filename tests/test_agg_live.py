@@ -448,6 +448,7 @@ def test_seek_inflight_and_pid_filter(loopdev: Any) -> None:
     assert val["max(seek) by comm"]["dd"] == 0 and val["min(seek) by comm"]["dd"] == 0
     assert val["max(seek) by comm"]["fio"] > 0
     assert val["max(inflight) by comm"]["dd"] == 0
+    # fio keeps iodepth=8 in flight: at most 7 others when one of its requests is issued
     assert 0 < val["max(inflight) by comm"]["fio"] <= 7 and val["min(inflight) by comm"]["fio"] == 0
     only_counts = {row["keys"]["comm"]: row["count"] for row in only.rows("count() by comm")}
     assert set(only_counts) == {"dd"}, only_counts

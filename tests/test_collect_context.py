@@ -102,6 +102,7 @@ def test_storage_picture_matches_the_host(host: dict[str, Any], tmp_path: Path) 
     assert all(t0 <= t <= t1 for t in _mtimes(case)), (_mtimes(case), t0, t1)
     man = json.loads(m["manifest.json"])
     assert man["host"] == os.uname().nodename
+    # 'started' is cut to the second ([:19]): up to 1 s before t0
     assert t0 - 1 <= time.mktime(time.strptime(man["started"][:19], "%Y-%m-%dT%H:%M:%S")) - time.timezone <= t1
     for name in ("context-start.json", "context-end.json"):
         ctx = json.loads(m[name])

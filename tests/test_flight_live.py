@@ -205,6 +205,8 @@ def test_the_window_keeps_nothing_older_and_saves_do_not_overlap(flight: Callabl
     with open_capture(m1[1]) as c1, open_capture(m2[1]) as c2:
         w1, w2 = c1.meta["flight"]["window_mono_ns"], c2.meta["flight"]["window_mono_ns"]
         assert w1[1] == w2[0]                                  # the second starts where the first ended
+        # the window ends SETTLE_NS (50 ms) before the first poll (POLL_MS, 20 ms) after --after: the 0.2 s
+        # lets that poll come 250 ms late
         assert w1[1] - w1[0] <= 3.5e9 + 0.2e9                  # 3 s before the trigger, 0.5 s after
         assert c1.meta["flight"]["trigger"]["why"] == "SIGUSR1"
     assert "2 windows saved" in f.err[-1] and "stopped: interrupted" in f.err[-1], f.err
@@ -263,6 +265,7 @@ def test_context_bundle_and_stopping_inside_after(flight: Callable[..., Flight],
     time.sleep(1)
     t0 = time.monotonic()
     assert f.stop(signal.SIGHUP) == 0
+    # a third of --after (60 s): the stop hands the window over at once (flight.py), it does not wait it out
     assert time.monotonic() - t0 < 20
     (m,) = f.saves(1, timeout=1)
     assert m.string.endswith("before its --after 60 s"), m.string

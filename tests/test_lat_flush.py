@@ -125,6 +125,8 @@ def test_lat_top_snoop_count_flushes_as_diskstats(live: None, tmp_path: Path, at
     assert top_lat + missing == kernel
     for field, n in (("r_s", reads), ("w_s", writes)):
         got = sum(dv[field] * t["interval_s"] for t in tops for dv in t["devices"] if dv["disk"] == fs.name)
+        # each interval's count is whole, and r_s (3 decimals) times interval_s (6) is far nearer to it than
+        # half an I/O
         assert abs(got - n) <= 0.5 * len(tops), (field, got, n)
     # snoop: one line per request
     lines = [json.loads(ln) for ln in (tmp_path / "snoop.jsonl").read_text().splitlines() if ln.startswith("{")]

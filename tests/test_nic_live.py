@@ -96,6 +96,8 @@ def test_bytes_and_packets_equal_the_workload_and_sysfs(pair: VethPair) -> None:
     # the rates are those counts over each interval; the averages and %Util follow from them
     for r in rows:
         dt = r["interval_s"]
+        # interval_s is rounded to 6 decimals, the rates are not (nic/view.py): each product is off by
+        # rate x 0.5 us, a small fraction of a byte or packet at these rates
         assert r["wkb_s"] * 1024 * dt == pytest.approx(r["counts"]["tx_bytes"], abs=2)
         assert r["rkb_s"] * 1024 * dt == pytest.approx(r["counts"]["rx_bytes"], abs=2)
         assert r["wpk_s"] * dt == pytest.approx(r["counts"]["tx_packets"], abs=0.01)
@@ -129,6 +131,7 @@ def test_drops_show_in_sat_and_the_extended_columns(pair: VethPair) -> None:
     assert _sum(rows, "rx_dropped") == MTU_DROPS == kernel["rx_dropped"]
     for key in ("rx_errors", "tx_errors", "rx_missed_errors", "rx_fifo_errors", "tx_fifo_errors", "collisions"):
         assert _sum(rows, key) == kernel[key], key
+    # the same 0.5 us rounding of each interval_s: a small fraction of a drop per interval
     assert sum(r["ext_s"]["odrop"] * r["interval_s"] for r in rows) == pytest.approx(DOWN_DROPS, abs=0.01)
     assert sum(r["ext_s"]["idrop"] * r["interval_s"] for r in rows) == pytest.approx(MTU_DROPS, abs=0.01)
     assert sum(r["sat_s"] * r["interval_s"] for r in rows) == pytest.approx(DOWN_DROPS + MTU_DROPS, abs=0.02)

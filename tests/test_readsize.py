@@ -260,5 +260,6 @@ def test_aio_past_the_batch_is_lost_not_dropped(loopfs: Any) -> None:
     assert lost == doc["lost"] and lost > 0
     (rd,) = [p for p in doc["procs"] if p["comm"] == "fio" and p["op"] == "read"]
     counted = rd["app"]["count"]
+    # an uncounted read is lost once (past the 256 batch at submit or at reap) or twice (both): docs/fair.md
     assert counted + lost / 2 <= n <= counted + lost, (counted, lost)
     assert rd["app"]["bytes"] == 4096 * counted and rd["app"]["buckets"] == [[4096, 4608, counted]]

@@ -173,6 +173,8 @@ def test_btrfs_raid1_members_and_their_shares(live: None, tmp_path: Path) -> Non
                     for x in tst["members"]:
                         kb[x["disk"]] += x["kB_s"] * snap["interval_s"]
             for name, (_n, nbytes) in want.items():
+                # top's JSON rounds kB_s to 3 decimals and interval_s to 6 (top/view.py): 1 kB covers the first summed
+                # over the intervals, 0.1% the second
                 assert abs(kb[name] - nbytes / 1024) <= 1 + 0.001 * nbytes / 1024, (name, kb, want)
             # diff of the two recordings: the members' shares of the bytes, each equal to its report's
             doc2 = json.loads(run_ioscope("report", "--json", cap2, check=True).stdout)
