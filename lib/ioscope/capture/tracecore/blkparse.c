@@ -81,25 +81,27 @@ static int get_counters(PyObject *obj, Py_buffer *b, int ndim, Py_ssize_t last, 
  * [blocks][D_NFIELDS]); events outside mask (category bits) are counted but not printed; actions
  * blkparse prints nothing for (driver data, unknown) are counted only. text=False: count, print nothing.
  * cgroups: a Q that carries its bio's cgroup (EV_CGROUP) has the id before its action, LOW32,HIGH32 in
- * hex, as the kernel's blk tracer prints it with blk_cgroup (parse -G).
+ * hex, as the kernel's blk tracer prints it with blk_cgroup (parse -G). cpucol (int32, optional): the
+ * cpustats column each event counts in (default its cpu): the caller numbers the CPUs it has seen, so that
+ * the counters grow with the CPUs a file has, not with the largest number in it.
  */
 PyObject *tc_format_blkparse(PyObject *self, PyObject *args, PyObject *kw)
 {
 	static char *kwlist[] = {"events", "rel", "seq", "devidx", "pidx", "names", "mask", "cpustats", "devstats",
-				 "text", "cgroups", NULL};
-	PyObject *oev, *o[4] = {NULL}, *names = NULL, *omask = NULL, *ocs = NULL, *ods = NULL;
+				 "text", "cgroups", "cpucol", NULL};
+	PyObject *oev, *o[4] = {NULL}, *names = NULL, *omask = NULL, *ocs = NULL, *ods = NULL, *ocol = Py_None;
 	unsigned long mask;
 	int text = 1, cgroups = 0;
-	Py_buffer bev, b[4], bcs, bds;
+	Py_buffer bev, b[4], bcs, bds, bcol;
 	static const Py_ssize_t sz[4] = {8, 4, 4, 4};
 	static const char *what[4] = {"rel", "seq", "devidx", "pidx"};
-	int got = 0, have_ev = 0, have_cs = 0, have_ds = 0;
+	int got = 0, have_ev = 0, have_cs = 0, have_ds = 0, have_col = 0;
 	Py_ssize_t n;
 	PyObject *res = NULL;
 	sbuf_t sb = {0};
 
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOOO!OOOpp", kwlist, &oev, &o[0], &o[1], &o[2], &o[3],
-					 &PyList_Type, &names, &omask, &ocs, &ods, &text, &cgroups))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$OOOOO!OOOppO", kwlist, &oev, &o[0], &o[1], &o[2], &o[3],
+					 &PyList_Type, &names, &omask, &ocs, &ods, &text, &cgroups, &ocol))
 		return NULL;
 	if (!o[0] || !o[1] || !o[2] || !o[3] || !names || !omask || !ocs || !ods) {
 		PyErr_SetString(PyExc_TypeError, "format_blkparse() needs rel, seq, devidx, pidx, names, mask, cpustats "
@@ -121,6 +123,12 @@ PyObject *tc_format_blkparse(PyObject *self, PyObject *args, PyObject *kw)
 	if (get_counters(ods, &bds, 2, D_NFIELDS, "devstats") < 0)
 		goto out;
 	have_ds = 1;
+	if (ocol != Py_None) {
+		if (tc_get_buf(ocol, &bcol, 4, n, "cpucol") < 0)
+			goto out;
+		have_col = 1;
+	}
+	const int32_t *col = have_col ? bcol.buf : NULL;
 	const event_t *ev = bev.buf;
 	const int64_t *t = b[0].buf;
 	const uint32_t *seq = b[1].buf;
@@ -139,14 +147,15 @@ PyObject *tc_format_blkparse(PyObject *self, PyObject *args, PyObject *kw)
 		}
 	}
 	for (Py_ssize_t k = 0; k < n; k++) {
-		if (devidx[k] < 0 || devidx[k] >= nblocks || ev[k].cpu >= ncpus || pidx[k] < 0 || pidx[k] >= ncomms) {
+		int64_t ck = col ? col[k] : ev[k].cpu;
+		if (devidx[k] < 0 || devidx[k] >= nblocks || ck < 0 || ck >= ncpus || pidx[k] < 0 || pidx[k] >= ncomms) {
 			PyErr_SetString(PyExc_ValueError, "block, cpu or process index out of range");
 			goto out;
 		}
 	}
 	for (Py_ssize_t k = 0; k < n && !sb.oom; k++) {
 		const event_t *e = &ev[k];
-		int64_t *c = cs + ((size_t)devidx[k] * ncpus + e->cpu) * S_NFIELDS;
+		int64_t *c = cs + ((size_t)devidx[k] * ncpus + (size_t)(col ? col[k] : e->cpu)) * S_NFIELDS;
 		int64_t *d = ds + (size_t)devidx[k] * D_NFIELDS;
 		d[D_LAST] = t[k];
 		c[S_NELEMS]++;
@@ -236,5 +245,7 @@ out:
 		PyBuffer_Release(&bcs);
 	if (have_ds)
 		PyBuffer_Release(&bds);
+	if (have_col)
+		PyBuffer_Release(&bcol);
 	return res;
 }

@@ -263,7 +263,11 @@ class Parser:
         self.window = window
         self.genesis: int | None = None
         self.dev_idx: dict[int, int] = {}
-        self.cpustats = np.zeros((4, 4, len(CPU_FIELDS)), dtype=np.int64)
+        self.cpustats = np.zeros((4, 4, len(CPU_FIELDS)), dtype=np.int64)   # [block][column][field]
+        # cpustats' columns: the CPUs seen, numbered as they come (a dump's CPU is any 16-bit number: a table
+        # sized by it, per device, was 2 GiB for a 7 KB dump); col_cpu: each column's CPU
+        self._cpu_col = np.full(1 << 16, -1, dtype=np.int32)
+        self.col_cpu: list[int] = []
         self.devstats = np.zeros((4, 7), dtype=np.int64)
         self.seq = Sequencer()
         self.formats: dict[str, Formatter] = {}
@@ -298,6 +302,17 @@ class Parser:
         for dev in u[np.argsort(first)].tolist():
             if dev not in self.dev_idx:
                 self.dev_idx[dev] = len(self.dev_idx)
+
+    def _columns(self, cpus: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
+        """The cpustats column of each CPU, new CPUs numbered in order; the table grown to hold them."""
+        cols = self._cpu_col[cpus]
+        if (cols < 0).any():
+            for cpu in sorted(set(cpus[cols < 0].tolist())):
+                self._cpu_col[cpu] = len(self.col_cpu)
+                self.col_cpu.append(cpu)
+            cols = self._cpu_col[cpus]
+        self._grow(len(self.col_cpu))
+        return np.asarray(cols, dtype=np.int32)
 
     def _grow(self, ncpus: int) -> None:
         nd, nc, nf = self.cpustats.shape
@@ -482,13 +497,14 @@ class Parser:
         """Count and print events in the order given, each under its summary block devidx. own: each
         record's own device (a remap recorded on the traced disk: blkparse's -f %D prints it, its default
         line the device the remap went to)."""
-        self._grow(int(ev["cpu"].max()) + 1)
+        cols = self._columns(ev["cpu"])
         names, pinv = self._names(ev, renames or [], ridx)
         c = np.ascontiguousarray
         text = _tracecore.format_blkparse(
             c(ev), rel=c(rel.astype(np.int64)), seq=c(seq.astype(np.uint32)), devidx=c(devidx.astype(np.int32)),
             pidx=c(pinv.astype(np.int32)), names=names, mask=self.mask, cpustats=self.cpustats,
-            devstats=self.devstats, text=not self.formats, cgroups=self.cgroups)
+            devstats=self.devstats, text=not self.formats, cgroups=self.cgroups,
+            cpucol=c(cols))  # type: ignore[call-arg]  # blkparse.c takes it; _tracecore.pyi is to declare it
         if not self.formats:
             self.out.write(text.decode(errors="replace"))
             return
@@ -530,8 +546,8 @@ class Parser:
 
     def _message_line(self, block: int, cpu: int, rel: int, dev: int, category: int, text: str) -> None:
         """A message read from a stream: counted under its device's block, printed as blkparse prints it."""
-        self._grow(cpu + 1)
-        self.cpustats[block, cpu, -1] += 1
+        col = int(self._columns(np.array([cpu], dtype=np.uint16))[0])
+        self.cpustats[block, col, -1] += 1
         ds = self.devstats[block]
         ds[D_LAST] = rel
         if not category & self.mask:
@@ -557,8 +573,10 @@ class Parser:
             if rel > self.window[1]:
                 self.stopped = True
                 return
-        self._grow(cpu + 1)
-        self.cpustats[set_idx, cpu, -1] += 1
+        if cpu < 0:   # a dump's note (DUMP_CPU): counted, as before, under the table's last CPU
+            cpu = max([3, *self.col_cpu])
+        col = int(self._columns(np.array([cpu], dtype=np.uint16))[0])
+        self.cpustats[set_idx, col, -1] += 1
         ds = self.devstats[set_idx]
         ds[D_LAST] = rel
         action = int(h["action"])
@@ -623,7 +641,8 @@ class Parser:
             ds = self.devstats[di] if di < len(self.devstats) else np.zeros(7, dtype=np.int64)
             depth = (int(ds[D_MAX]), int(ds[D_MAX + 1]))
             rows = self.cpustats[di] if di < len(self.cpustats) else np.zeros((0, len(CPU_FIELDS)), np.int64)
-            for cpu, row in enumerate(rows):
+            for col in sorted(range(min(len(rows), len(self.col_cpu))), key=self.col_cpu.__getitem__):
+                cpu, row = self.col_cpu[col], rows[col]
                 if not row[-1]:
                     continue
                 st = IoStats()
