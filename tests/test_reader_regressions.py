@@ -271,3 +271,51 @@ def test_gather_refuses_offsets_outside_the_buffer() -> None:
         with pytest.raises(ValueError, match="record offset past the end of the buffer"):
             _tracecore.gather_blktrace(buf, np.array([0, off], dtype=np.int64), False)
     assert len(_tracecore.gather_blktrace(buf, np.array([0, 96], dtype=np.int64), False)) == 128
+
+
+# --------------------------------------------------------------------------- found by the fuzz campaigns
+
+def _cpu_dev_dump(path: Path, n: int = 150) -> None:
+    """n Qs, each of its own device, all on CPU 65535: 7.2 KB."""
+    path.write_bytes(b"".join(bs.raw_record("<", i + 1, 1000 + i, 8 * i, 4096, TA_QUEUE | ((TC_READ | TC_QUEUE) << 16),
+                                            5, (8 << 20) | i, 65535) for i in range(n)))
+
+
+def test_blkparse_counters_grow_with_cpus_seen_not_their_number(tmp_path: Path) -> None:
+    """parse kept its per-CPU counters as [device][cpu] up to the largest CPU number: 2.12 GiB for this
+    7.2 KB dump (a MemoryError traceback under a memory limit), and a summary loop over 65,536 CPUs per
+    device. The counters' columns are the CPUs seen."""
+    from ioscope.tools.parse.blkparse import Parser
+    path = tmp_path / "cpus.dump"
+    _cpu_dev_dump(path)
+    p = Parser(open(os.devnull, "w"), {})
+    for d in blktrace.read_stream(str(path)):
+        p.feed(d.events, d.seq)
+    assert p.cpustats.shape[1] == 4 and p.cpustats.nbytes < 1 << 20   # 4: the table's first size
+    assert p.col_cpu == [65535]
+    out = ioscope("parse", str(path))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count("CPU65535 (8,") == 150 and "Events (8,149): 1 entries" in out.stdout
+
+
+@pytest.mark.xfail(strict=True, raises=TypeError, reason="found by the http fuzz target in code this change may not "
+                   "touch (lib/ioscope/tools/exporter/server.py): an Accept header's openmetrics version that is no "
+                   "number raises out of Server.answer (prometheus_client's choose_encoder); the connection is "
+                   "closed without an answer. tests/fuzz/fuzz_http.py skips this one exception until it is fixed")
+def test_exporter_accept_version_not_a_number_is_answered() -> None:
+
+    import h11
+
+    from ioscope.tools.exporter import server
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data((DATA / "http-accept-version.bin").read_bytes())
+    req = conn.next_event()
+    assert isinstance(req, h11.Request) and b"version=1\xd2" in dict(req.headers)[b"accept"]
+    srv = server.Server([], server.App(lambda: [], "test"), "test")
+    try:
+        r, _head = srv.loop.run_until_complete(srv.answer(req, None))  # type: ignore[arg-type]
+    finally:
+        srv.collections.close()
+        srv.auth_pool.shutdown(wait=False)
+        srv.loop.close()
+    assert r.status in (200, 406)

@@ -23,6 +23,7 @@ import build  # noqa: E402
 # C readers in this process (the rest run the CLI on the same inputs: replay.py below reads those in one)
 UNDER_SANITIZERS = ["test_blktrace_fuzz.py", "test_pairing.py", "test_reader_regressions.py"]
 IN_PROCESS = ("pairs_once or past_2_64_stops or pid_table or checked_once or note_time or inflate or saturates "
+              "or blkparse_counters "
               "or gather")
 REPORT = re.compile(r"ERROR: AddressSanitizer|runtime error:|SUMMARY: (Address|UndefinedBehavior)Sanitizer")
 

@@ -5,7 +5,9 @@ A request it cannot parse is a 400 from h11's RemoteProtocolError, as Connection
 else raised is the finding."""
 
 import asyncio
+import os
 import sys
+import traceback
 
 import atheris
 
@@ -26,7 +28,25 @@ SERVER = server.Server([], server.App(_families, "fuzz"), "fuzz")
 asyncio.set_event_loop(SERVER.loop)
 
 
+def _known(exc: BaseException) -> bool:
+    """The finding of the first campaign, in code this change may not touch (reported; kept as an xfail
+    test, tests/test_reader_regressions.py): an Accept header's openmetrics version that is not a number
+    ("version=1x") makes prometheus_client's choose_encoder raise TypeError out of Server.answer. Skipped
+    here so that the campaign goes on past it, and only it: its last frame must be choose_encoder's."""
+    last = traceback.extract_tb(exc.__traceback__)[-1]
+    return isinstance(exc, TypeError) and last.name == "choose_encoder" and \
+        last.filename.endswith(os.path.join("prometheus_client", "exposition.py"))
+
+
 def one(data: bytes) -> None:
+    try:
+        _one(data)
+    except TypeError as exc:
+        if not _known(exc):
+            raise
+
+
+def _one(data: bytes) -> None:
     conn = h11.Connection(h11.SERVER, max_incomplete_event_size=server.MAX_HEAD)
     try:
         conn.receive_data(data)
