@@ -45,7 +45,6 @@ TERM, INT, HUP = signal.SIGTERM, signal.SIGINT, signal.SIGHUP
 def disk() -> Iterator[str]:
     with LoopDevice(64) as d:
         yield d.name
-        # its I/O below: series to collect, so that a collection takes a while
 
 
 def _start(disk: str) -> tuple[subprocess.Popen[str], int, set[int]]:
@@ -127,7 +126,7 @@ def test_two_signals_together(disk: str, first: int, second: int, status: int) -
 @pytest.mark.parametrize("first, second, status", [(TERM, TERM, 0), (INT, INT, 0), (HUP, HUP, 129),
                                                    (TERM, HUP, 0), (HUP, TERM, 129)])
 def test_a_second_signal_while_it_closes(disk: str, first: int, second: int, status: int) -> None:
-    dd(f"/dev/{disk}", "read", 31)
+    dd(f"/dev/{disk}", "read", 31)  # process and cgroup series to collect: a collection takes a while
     p, port, ids = _start(disk)
     stop = threading.Event()
 
