@@ -27,7 +27,7 @@ exporter_unit() {
         for q in "${dirs[@]}"; do   # one inside another listed is bound with it
             if [ "$q" != "$d" ] && [ "${d#"$q"/}" != "$d" ]; then continue 2; fi
         done
-        binds+="${binds:+ }\"${d//%/%%}\""   # quoted: spaces and colons kept; % doubled (systemd's specifiers)
+        binds+="${binds:+ }\"${d//%/%%}\""   # quoted: a space kept; % doubled (systemd's specifiers)
     done
     while IFS= read -r line; do
         if [ "$line" = "# BindReadOnlyPaths= (install.sh)" ]; then
