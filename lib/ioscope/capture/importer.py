@@ -225,14 +225,21 @@ class FileSets:
     def stream_ids(self, g0: int, cpu: npt.NDArray[Any]) -> npt.NDArray[np.int64]:
         """The stream (index into streams()) of the block events g0, g0 + 1, ... (their CPUs given)."""
         st = self.streams()
-        lut = np.full((len(self.sets), max([c for _s, c in st] + [0]) + 2), -1, dtype=np.int64)
+        # a sorted table of (set, cpu) keys, as many as files (a table indexed by CPU number was sets x the
+        # largest CPU: a file-set record naming CPU 65535 in many sets made it hundreds of MB); an event of a
+        # CPU its set has no file of is -1; every event of a dump's set is the dump's
+        per = sorted((si * 0x10000 + c, i) for i, (si, c) in enumerate(st) if c != DUMP_CPU)
+        keys = np.array([k for k, _i in per], dtype=np.int64)
+        vals = np.array([i for _k, i in per], dtype=np.int64)
+        sets = self.set_of[g0:g0 + len(cpu)].astype(np.int64)
+        want = sets * 0x10000 + cpu.astype(np.int64)
+        pos = np.minimum(np.searchsorted(keys, want), max(len(keys) - 1, 0))
+        out = np.where((keys[pos] == want) if len(keys) else np.zeros(len(want), bool), vals[pos] if len(vals)
+                       else -1, -1)
         for i, (si, c) in enumerate(st):
             if c == DUMP_CPU:
-                lut[si, :] = i
-            else:
-                lut[si, c] = i
-        sets = self.set_of[g0:g0 + len(cpu)].astype(np.int64)
-        return np.asarray(lut[sets, np.minimum(cpu.astype(np.int64), lut.shape[1] - 1)], dtype=np.int64)
+                out[sets == si] = i
+        return np.asarray(out, dtype=np.int64)
 
     def note_kind(self, k: int) -> str:
         """process, timestamp, message, other (a notify record blkparse ignores), or cpu (a record of another
