@@ -319,3 +319,46 @@ def test_exporter_accept_version_not_a_number_is_answered() -> None:
         srv.auth_pool.shutdown(wait=False)
         srv.loop.close()
     assert r.status in (200, 406)
+
+
+def test_stream_ids_table_grows_with_files_not_cpu_numbers() -> None:
+    """An import's file-set record of 2,000 sets, each a file of CPU 65535 (about 120 KB of JSON): the
+    streams' table was sets x 65,537 int64 (1 GiB), per chunk read. It is a table of the files."""
+    import tracemalloc
+    sets = [{"name": f"s{i}", "files": [{"cpu": 65535, "order": "<", "bytes": 48}]} for i in range(2000)]
+    n = 4000
+    fs = importer.FileSets(sets, np.zeros(n, np.uint32), (np.arange(n) % 2000).astype(np.uint16), [], {})
+    cpu = np.where(np.arange(n) % 3 == 0, 7, 65535).astype(np.uint16)
+    tracemalloc.start()
+    try:
+        ids = fs.stream_ids(0, cpu)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, peak   # the tables of 2,000 files and 4,000 events: a few hundred KB
+    assert ids.tolist() == [-1 if k % 3 == 0 else k % 2000 for k in range(n)]
+
+
+@pytest.mark.xfail(strict=True, reason="found by the http fuzz target in code this change may not touch "
+                   "(lib/ioscope/tools/exporter/server.py): the Accept header's openmetrics version is echoed into "
+                   "the answer's Content-Type (prometheus_client's choose_encoder), control and non-ASCII bytes "
+                   "with it, which h11 refuses to send (Connection._send raises); tests/fuzz/fuzz_http.py lets "
+                   "that one case pass until it is fixed")
+def test_exporter_content_type_is_a_valid_header() -> None:
+    import h11
+
+    from ioscope.tools.exporter import server
+    conn = h11.Connection(h11.SERVER)
+    conn.receive_data((DATA / "http-accept-echoed.bin").read_bytes())
+    req = conn.next_event()
+    assert isinstance(req, h11.Request)
+    srv = server.Server([], server.App(lambda: [], "test"), "test")
+    try:
+        r, _head = srv.loop.run_until_complete(srv.answer(req, None))  # type: ignore[arg-type]
+    finally:
+        srv.collections.close()
+        srv.auth_pool.shutdown(wait=False)
+        srv.loop.close()
+    assert r.status == 200
+    for _k, v in r.headers:
+        assert v.isascii() and v.isprintable(), v

@@ -29,7 +29,7 @@ asyncio.set_event_loop(SERVER.loop)
 
 
 def _known(exc: BaseException) -> bool:
-    """The finding of the first campaign, in code this change may not touch (reported; kept as an xfail
+    """The first finding of the campaigns, in code this change may not touch (reported; kept as an xfail
     test, tests/test_reader_regressions.py): an Accept header's openmetrics version that is not a number
     ("version=1x") makes prometheus_client's choose_encoder raise TypeError out of Server.answer. Skipped
     here so that the campaign goes on past it, and only it: its last frame must be choose_encoder's."""
@@ -62,7 +62,15 @@ def _one(data: bytes) -> None:
             r, head = SERVER.loop.run_until_complete(SERVER.answer(ev, None))  # type: ignore[arg-type]
             hdrs = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in ev.headers}
             webconfig.BasicAuth.credentials(hdrs.get("authorization"))
-            conn.send(h11.Response(status_code=r.status, headers=[*r.headers, ("Content-Length", str(len(r.body)))]))
+            try:
+                conn.send(h11.Response(status_code=r.status, headers=[*r.headers,
+                                                                      ("Content-Length", str(len(r.body)))]))
+            except (UnicodeEncodeError, h11.LocalProtocolError):
+                ctype = dict(r.headers).get("Content-Type", "")
+                if r.status == 200 and not (ctype.isascii() and ctype.isprintable()):
+                    return   # the second finding (reported, an xfail test): the Accept header's version echoed
+                raise
+
             if not head:
                 conn.send(h11.Data(data=r.body))
             conn.send(h11.EndOfMessage())
