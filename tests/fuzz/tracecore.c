@@ -28,7 +28,7 @@ static const char DRIVER[] =
 	"def arr(b, fmt, shape=None):\n"
 	"    m = memoryview(b).cast('B')\n"
 	"    return m.cast(fmt, shape) if shape else m.cast(fmt)\n"
-	"def drive(ev, dev, aux, proc, pidx, ndev, ncpu, nproc, tz, btt):\n"
+	"def drive(ev, dev, aux, proc, pidx, col, ndev, ncpu, nproc, tz, btt):\n"
 	"    b = tc.Bios()\n"
 	"    b.set_machine(0x800000, True)\n"
 	"    b.feed(ev)\n"
@@ -54,7 +54,7 @@ static const char DRIVER[] =
 	"    tc.format_blkparse(ev, rel=arr(rel, 'q'), seq=arr(seq, 'I'), devidx=arr(dev, 'i'), pidx=arr(pidx, 'i'),\n"
 	"                       names=[b'fuzz', None] + [b'p%d' % i for i in range(nproc)], mask=0xffff,\n"
 	"                       cpustats=arr(cs, 'q', [max(ndev, 1), ncpu, 29]), devstats=arr(ds, 'q', [max(ndev, 1), 7]),\n"
-	"                       cgroups=True)\n";
+	"                       cgroups=True, cpucol=arr(col, 'i'))\n";
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -128,7 +128,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int32_t *dev = calloc((size_t)n + 1, 4), *aux = calloc((size_t)n + 1, 4), *proc = calloc((size_t)n + 1, 4),
 		*pidx = calloc((size_t)n + 1, 4);
 	uint32_t devs[8], pids[32];
-	int32_t ndev = 0, nproc = 0, maxcpu = 0;
+	int32_t ndev = 0, nproc = 0;
 	for (Py_ssize_t i = 0; i < n; i++, r += 64) {
 		event_t *e = &ev[i];
 		uint32_t action = rd32(r + 28, swap), code = action & 0xff, cat = action >> 16;
@@ -174,22 +174,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int32_t p = dense(pids, &nproc, 32, e->pid);
 		proc[i] = p < 0 ? 0 : p;
 		pidx[i] = p < 0 ? 1 : p + 2;
-		if (e->cpu > maxcpu)
-			maxcpu = e->cpu;
 	}
-	/* format_blkparse's counters are [devices][cpus]: keep them small (the reader sizes them the same way) */
+	/* format_blkparse's counters are [devices][columns]: a column per CPU seen (cpucol), as blkparse.py
+	 * numbers them; past 64 CPUs, the events of the rest count in the last column */
+	int32_t *col = calloc((size_t)n + 1, 4);
+	uint32_t cpus[64];
+	int32_t ncol = 0;
 	for (Py_ssize_t i = 0; i < n; i++) {
-		if (ev[i].cpu > 63)
-			ev[i].cpu = (uint16_t)(ev[i].cpu % 64);
+		int32_t k = dense(cpus, &ncol, 64, ev[i].cpu);
+		col[i] = k < 0 ? 63 : k;
 		if (dev[i] < 0)
 			dev[i] = 0;
 	}
-	if (maxcpu > 63)
-		maxcpu = 63;
 	PyObject *evb = PyBytes_FromStringAndSize((const char *)ev, (Py_ssize_t)(n * sizeof(*ev)));
-	PyObject *out = PyObject_CallFunction(drive, "Oy#y#y#y#iiiii", evb, (const char *)dev, (Py_ssize_t)(4 * n),
+	PyObject *out = PyObject_CallFunction(drive, "Oy#y#y#y#y#iiiii", evb, (const char *)dev, (Py_ssize_t)(4 * n),
 					      (const char *)aux, (Py_ssize_t)(4 * n), (const char *)proc, (Py_ssize_t)(4 * n),
-					      (const char *)pidx, (Py_ssize_t)(4 * n), ndev, maxcpu + 1, nproc, tz, btt);
+					      (const char *)pidx, (Py_ssize_t)(4 * n), (const char *)col, (Py_ssize_t)(4 * n),
+					      ndev, 64, nproc, tz, btt);
 	if (!out) {   /* the readers raise only MemoryError, and these inputs are small: any exception is a bug */
 		PyErr_Print();
 		abort();
@@ -201,6 +202,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	free(aux);
 	free(proc);
 	free(pidx);
+	free(col);
 	Py_DECREF(rows);
 	Py_DECREF(res);
 	Py_DECREF(buf);
