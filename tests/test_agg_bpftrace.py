@@ -67,8 +67,11 @@ def test_maps_match_bpftrace_and_the_workload(live: None, loopdev: Callable[...,
     finally:
         for p in (agg, ref):
             p.send_signal(signal.SIGINT)
-        out, err = agg.communicate(timeout=60)
-        ref_out, _ = ref.communicate(timeout=60)
+        # a hang detector, not a measure of speed: both bpftraces detach and print their maps at once, and on
+        # a host loaded beside other work (two emulated kernels, a disk hog) agg took more than 60 s to exit;
+        # how long it takes is bench/'s question, that it exits 0 with exact maps is this test's
+        out, err = agg.communicate(timeout=600)
+        ref_out, _ = ref.communicate(timeout=600)
     assert agg.returncode == 0, err
     assert after.reads - before.reads == READS
     docs = [json.loads(ln) for ln in out.splitlines() if ln.startswith("{")]

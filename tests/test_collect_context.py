@@ -93,9 +93,28 @@ def _collect(h: dict[str, Any], out: str, *extra: str) -> subprocess.CompletedPr
 
 def test_storage_picture_matches_the_host(host: dict[str, Any], tmp_path: Path) -> None:
     h, case = host, str(tmp_path / "case.ioscope")
+
+    def loops() -> dict[str, tuple[int, str]]:
+        out = {}
+        for d in Path("/sys/block").glob("loop*"):
+            try:
+                size, dev = int((d / "size").read_text()), (d / "dev").read_text().strip()
+            except OSError:  # removed while we read
+                continue
+            if size:
+                out[d.name] = (size, dev)
+        return out
+
+    before = loops()
     t0 = int(time.time())
     r = _collect(h, case)
     t1 = int(time.time())
+    after = loops()
+    # the loop devices that existed, unchanged, all through the collection: other work on the host (a test
+    # beside this one, a VM's set-up) makes and removes loop devices while collect reads, and a device made
+    # after lsblk ran, or removed before, is rightly not in its picture (seen: loop2 made by another process)
+    stable = {n: v for n, v in before.items() if after.get(n) == v}
+    assert h["disk"].name in stable
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     m = _members(case)
     # members dated when collected, the manifest with the time and the host
@@ -109,12 +128,10 @@ def test_storage_picture_matches_the_host(host: dict[str, Any], tmp_path: Path) 
         st = ctx["storage"]
         # lsblk: every loop device /sys/block has, with its size and numbers
         lsblk = {d["name"]: d for d in st["lsblk"]["blockdevices"]}
-        for d in sorted(Path("/sys/block").glob("loop*")):
-            if int((d / "size").read_text()) == 0:
-                continue
-            assert d.name in lsblk, (d.name, sorted(lsblk))
-            assert lsblk[d.name]["size"] == int((d / "size").read_text()) * 512
-            assert lsblk[d.name]["maj:min"] == (d / "dev").read_text().strip()
+        for name, (size, dev) in sorted(stable.items()):
+            assert name in lsblk, (name, sorted(lsblk))
+            assert lsblk[name]["size"] == size * 512
+            assert lsblk[name]["maj:min"] == dev
         part = lsblk[h["disk"].name]["children"][0]
         assert part["name"] == Path(h["part"]).name and part["mountpoint"] == h["mnt"]
         # (lsblk gives fstype and uuid from udev's database: none here, without udevd; then null)
