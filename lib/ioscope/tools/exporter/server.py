@@ -100,6 +100,36 @@ class Response:
     body: bytes = b""
 
 
+# What a scrape's Accept header may choose, as prometheus_client's choose_encoder reads it: the
+# exposition formats' versions it writes, and openmetrics' name escapings.
+_OPENMETRICS_VERSIONS = ("1.0.0", "2.0.0")
+_ESCAPINGS = ("allow-utf-8", "underscores", "dots", "values")
+
+
+def negotiate(accept: str) -> str:
+    """The Accept header's first format this server writes, rewritten from known words only ("" for the
+    text format 0.0.4). prometheus_client's choose_encoder raised on a version that is no number and echoed
+    any version and escaping into the answer's Content-Type (control bytes included, which h11 refuses to
+    send; found by tests/fuzz/fuzz_http.py), and each distinct echo was an encoding cached apart: a client
+    sending new versions grew the caches without bound. Here an unknown version or escaping is left out."""
+    for entry in accept.split(",")[:32]:
+        toks = [t.strip() for t in entry.split(";")]
+        media = toks[0].lower()
+        if media not in ("application/openmetrics-text", "text/plain"):
+            continue
+        params = dict(t.split("=", 1) for t in toks[1:] if "=" in t)
+        version, escaping = params.get("version", ""), params.get("escaping", "")
+        esc = f"; escaping={escaping}" if escaping in _ESCAPINGS else ""
+        if media == "text/plain":
+            if version == "1.0.0":
+                return f"text/plain; version=1.0.0{esc}"
+            continue  # 0.0.4, or a version no encoder writes: the default below is 0.0.4 too
+        if version in _OPENMETRICS_VERSIONS:
+            return f"application/openmetrics-text; version={version}{esc}"
+        return f"application/openmetrics-text{esc}"
+    return ""
+
+
 def _text(status: int, body: str, headers: Iterable[tuple[str, str]] = ()) -> Response:
     return Response(status, [("Content-Type", "text/plain; charset=utf-8"), *headers], body.encode())
 
@@ -596,7 +626,7 @@ class Server:
         self.stats.in_flight += 1
         try:
             hdrs = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in req.headers}
-            accept, enc = hdrs.get("accept", ""), hdrs.get("accept-encoding", "")
+            accept, enc = negotiate(hdrs.get("accept", "")), hdrs.get("accept-encoding", "")
             gz = "gzip" in enc
             names = parse_qs(query).get("name[]")
             if not names:
