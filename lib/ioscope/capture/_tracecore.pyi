@@ -22,12 +22,15 @@ def gather_blktrace(buf: bytes | bytearray | memoryview, offsets: npt.NDArray[np
 # --------------------------------------------------------------------------- blkparse.c
 def format_blkparse(events: Events, *, rel: npt.NDArray[np.int64], seq: npt.NDArray[np.uint32], devidx: Int32s,
                     pidx: Int32s, names: list[bytes | None], mask: int, cpustats: npt.NDArray[np.int64],
-                    devstats: npt.NDArray[np.int64], text: bool = True, cgroups: bool = False) -> bytes:
+                    devstats: npt.NDArray[np.int64], text: bool = True, cgroups: bool = False,
+                    cpucol: Int32s | None = None) -> bytes:
     """blkparse's default line of each event (in the order given; no process notes), each one's counters
-    updated in place: cpustats[devidx][cpu] (int64, [blocks][cpus][29]) and devstats[devidx] (int64,
-    [blocks][7]). rel: times from blkparse's time zero; pidx: the process name in names (None: the pid has
-    no name, printed "(null)"); mask: category bits printed (others only counted); cgroups: a Q that carries
-    its bio's cgroup (EV_CGROUP) with the id before its action (LOW32,HIGH32 in hex, parse -G)."""
+    updated in place: cpustats[devidx][col] (int64, [blocks][columns][29]; col is the event's CPU, or
+    cpucol[i] when given: a column per CPU seen, so that a CPU number in a file sizes nothing) and
+    devstats[devidx] (int64, [blocks][7]). rel: times from blkparse's time zero; pidx: the process name in
+    names (None: the pid has no name, printed "(null)"); mask: category bits printed (others only
+    counted); cgroups: a Q that carries its bio's cgroup (EV_CGROUP) with the id before its action
+    (LOW32,HIGH32 in hex, parse -G)."""
 
 # --------------------------------------------------------------------------- pack.c
 def pack_events(rows: bytes | bytearray | memoryview | npt.NDArray[Any],

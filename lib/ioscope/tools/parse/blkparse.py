@@ -504,7 +504,7 @@ class Parser:
             c(ev), rel=c(rel.astype(np.int64)), seq=c(seq.astype(np.uint32)), devidx=c(devidx.astype(np.int32)),
             pidx=c(pinv.astype(np.int32)), names=names, mask=self.mask, cpustats=self.cpustats,
             devstats=self.devstats, text=not self.formats, cgroups=self.cgroups,
-            cpucol=c(cols))  # type: ignore[call-arg]  # blkparse.c takes it; _tracecore.pyi is to declare it
+            cpucol=c(cols))
         if not self.formats:
             self.out.write(text.decode(errors="replace"))
             return
