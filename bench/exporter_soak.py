@@ -49,6 +49,7 @@ from typing import Any, TextIO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "lib"))
 
+from exporter_memory import free_port, rss_mib  # bench/, beside this file: the memory bench's helpers
 from ioscope.base.cgroups import io_cgroup_root
 from ioscope.base.testbed import LoopDevice, TestCgroups
 
@@ -85,18 +86,6 @@ def bound_reasons(scrapers: int) -> dict[str, str]:
                    "that grows with the processes seen would double it",
     }
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def open_fds(pid: int) -> int:

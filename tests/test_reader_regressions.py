@@ -298,18 +298,15 @@ def test_blkparse_counters_grow_with_cpus_seen_not_their_number(tmp_path: Path) 
     assert out.stdout.count("CPU65535 (8,") == 150 and "Events (8,149): 1 entries" in out.stdout
 
 
-def test_exporter_accept_version_not_a_number_is_answered() -> None:
-    """Found by the http fuzz target: an Accept header's openmetrics version that is no number raised TypeError
-    out of Server.answer (prometheus_client's choose_encoder) and the connection closed unanswered; the
-    server now negotiates from known words only (server.negotiate)."""
-
+def _exporter_answer(name: str) -> tuple[Any, Any]:
+    """The request kept in tests/data/fuzz/NAME, as h11 parses it, and the exporter's answer to it."""
     import h11
 
     from ioscope.tools.exporter import server
     conn = h11.Connection(h11.SERVER)
-    conn.receive_data((DATA / "http-accept-version.bin").read_bytes())
+    conn.receive_data((DATA / name).read_bytes())
     req = conn.next_event()
-    assert isinstance(req, h11.Request) and b"version=1\xd2" in dict(req.headers)[b"accept"]
+    assert isinstance(req, h11.Request)
     srv = server.Server([], server.App(lambda: [], "test"), "test")
     try:
         r, _head = srv.loop.run_until_complete(srv.answer(req, None))  # type: ignore[arg-type]
@@ -317,6 +314,16 @@ def test_exporter_accept_version_not_a_number_is_answered() -> None:
         srv.collections.close()
         srv.auth_pool.shutdown(wait=False)
         srv.loop.close()
+    return req, r
+
+
+def test_exporter_accept_version_not_a_number_is_answered() -> None:
+    """Found by the http fuzz target: an Accept header's openmetrics version that is no number raised TypeError
+    out of Server.answer (prometheus_client's choose_encoder) and the connection closed unanswered; the
+    server now negotiates from known words only (server.negotiate)."""
+
+    req, r = _exporter_answer("http-accept-version.bin")
+    assert b"version=1\xd2" in dict(req.headers)[b"accept"]
     assert r.status in (200, 406)
 
 
@@ -341,20 +348,7 @@ def test_stream_ids_table_grows_with_files_not_cpu_numbers() -> None:
 def test_exporter_content_type_is_a_valid_header() -> None:
     """Found by the http fuzz target: the Accept header's version was echoed into the answer's Content-Type,
     control and non-ASCII bytes with it, which h11 refuses to send."""
-    import h11
-
-    from ioscope.tools.exporter import server
-    conn = h11.Connection(h11.SERVER)
-    conn.receive_data((DATA / "http-accept-echoed.bin").read_bytes())
-    req = conn.next_event()
-    assert isinstance(req, h11.Request)
-    srv = server.Server([], server.App(lambda: [], "test"), "test")
-    try:
-        r, _head = srv.loop.run_until_complete(srv.answer(req, None))  # type: ignore[arg-type]
-    finally:
-        srv.collections.close()
-        srv.auth_pool.shutdown(wait=False)
-        srv.loop.close()
+    _req, r = _exporter_answer("http-accept-echoed.bin")
     assert r.status == 200
     for _k, v in r.headers:
         assert v.isascii() and v.isprintable(), v
