@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ioscope.base.hist import Hist
+from ioscope.base.hist import RELATIVE_ERROR, Hist
 from ioscope.base.losses import Losses
 from ioscope.base.render import render_plain
 from ioscope.capture import events as ev
@@ -133,7 +133,10 @@ def test_lquantize_and_llquantize() -> None:
     assert sum(n for *_x, n in b) == 800
     row = ll.rows[0]
     assert row.percentiles.keys() == {"p50", "p90", "p99", "p999"}
-    assert abs(row.percentiles["p50"] - float(np.percentile(vals, 50))) <= 0.125 * float(np.percentile(vals, 50))
+    # llquantize's percentiles come from the one log-linear histogram (base/hist.py): within its bucket bound
+    # (rounded to 0.1 in the row, hence the last term)
+    truth = float(np.percentile(vals, 50))
+    assert abs(row.percentiles["p50"] - truth) <= RELATIVE_ERROR * truth + 0.05
 
 
 def test_scalar_square_sum_matches_kernel_halves() -> None:
