@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import importlib
+import importlib.util
 import os
 import re
 import shlex
@@ -302,6 +303,29 @@ def _with_headers(name: str, command: str) -> str:
 STOPPING = threading.Event()  # a signal stopped the run: every guest is killed, no other boots
 
 
+def _virtme_importable(env: dict[str, str]) -> None:
+    """virtme-ng writes its guest init's path (inside the virtme package, in this venv) on the guest kernel's
+    command line, where a space splits it: the guest panics with "no init= option". From a tree in a path
+    with a space, the package is imported through a link without one (on the host's root, which the guest
+    boots from)."""
+    spec = importlib.util.find_spec("virtme")
+    if spec is None or spec.origin is None:
+        die("virtme-ng is not installed: run scripts/bootstrap.sh --test")
+    site = Path(spec.origin).resolve().parent.parent
+    if not any(c.isspace() for c in str(site)):
+        return
+    link = CACHE.parent / "virtme-site"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not (link.is_symlink() and Path(os.readlink(link)) == site):
+        tmp = link.with_name(f"{link.name}.{os.getpid()}.{threading.get_ident()}")  # boots run in threads
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(site)
+        os.replace(tmp, link)
+    if any(c.isspace() for c in str(link)):
+        die(f"{link}: the kernels' cache must be in a path without spaces (IOSCOPE_KERNEL_CACHE)")
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(link), env.get("PYTHONPATH", "")) if x)
+
+
 def boot(name: str, command: str, out: Path, timeout: float, console: Path | None, cpus: int = 2) -> int | None:
     """Boot kernel NAME with CPUS vCPUs and run command in it; None when it did not finish in time."""
     got = installed(name)
@@ -311,6 +335,7 @@ def boot(name: str, command: str, out: Path, timeout: float, console: Path | Non
     out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    _virtme_importable(env)
     # The root is the host's, over 9p, mounted by virtme-ng's initramfs with its own fixed options (no
     # cache: a rootflags= on the command line is not read there; seen in a 5.10 guest's /proc/mounts).
     # --force-9p: virtme-ng would first try Debian 12's C virtiofsd (/usr/lib/qemu/virtiofsd) with the Rust
