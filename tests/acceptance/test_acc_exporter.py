@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import shlex
 import socket
 import subprocess
 import sys
@@ -42,8 +43,9 @@ def _in_background(args: str, tmp: Path) -> subprocess.Popen[bytes]:
     """A shell script that starts `ioscope ARGS &` as an operator's would: its pid in tmp/pid, its output in
     tmp/out and tmp/err, its exit status in tmp/rc when it ends."""
     script = tmp / "run.sh"
-    script.write_text(f"#!/bin/sh\n{sys.executable} -m ioscope.cli {args} > {tmp}/out 2> {tmp}/err &\n"
-                      f"echo $! > {tmp}/pid\nwait $!\necho $? > {tmp}/rc\n")
+    q = shlex.quote  # the interpreter's path may hold a space (a clone in "/tmp/io scope")
+    script.write_text(f"#!/bin/sh\n{q(sys.executable)} -m ioscope.cli {args} > {q(f'{tmp}/out')} "
+                      f"2> {q(f'{tmp}/err')} &\necho $! > {q(f'{tmp}/pid')}\nwait $!\necho $? > {q(f'{tmp}/rc')}\n")
     script.chmod(0o755)
     return subprocess.Popen([str(script)])
 
