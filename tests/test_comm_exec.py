@@ -15,6 +15,8 @@ snoop's and record's completions check.
 
 from __future__ import annotations
 
+import datetime
+import json
 import os
 import re
 import signal
@@ -30,6 +32,7 @@ from typing import Any
 import pytest
 
 from conftest import (
+    EMULATION_FACTOR,
     assert_counted,
     bpf_prog_ids,
     ioscope_cmd,
@@ -141,6 +144,7 @@ def run(request: pytest.FixtureRequest, live: None) -> Iterator[Run]:
             cmds["record"] = ioscope_cmd("record", "-d", ld.name, "-o", str(cap))
             procs = {name: subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errs[name].open("w"), text=True,
                                             env=env) for name, cmd in cmds.items()}
+            top_lines = ""
             try:
                 _wait_started(errs, procs)
                 time.sleep(1.5)     # top's first interval, past its start
@@ -161,14 +165,17 @@ def run(request: pytest.FixtureRequest, live: None) -> Iterator[Run]:
                                    capture_output=True, text=True, check=True)
                 rpid, old_name = p.stdout.split()
                 after = ld.diskstats()
-                time.sleep(2.2)     # top: an interval closes over the workload
+                # top (without a count: no report at SIGINT) must have closed an interval over the workload:
+                # its reports are read until one ends after the workload did (a fixed 2.2 s missed it beside
+                # a CPU hog and two emulated kernels: top printed no row of the first dd)
+                top_lines = _top_past(procs["top"], time.time())
             finally:
                 for pr in procs.values():
                     pr.send_signal(signal.SIGINT)
                 outputs = {}
                 for name, pr in procs.items():
                     out, _ = pr.communicate(timeout=60)
-                    outputs[name] = (out, errs[name].read_text())
+                    outputs[name] = ((top_lines if name == "top" else "") + out, errs[name].read_text())
             for name, pr in procs.items():
                 assert pr.returncode == 0, (name, outputs[name][1])
                 assert "Traceback" not in outputs[name][1], outputs[name][1]
@@ -176,6 +183,22 @@ def run(request: pytest.FixtureRequest, live: None) -> Iterator[Run]:
                       after.reads - before.reads, after.writes - before.writes)
         finally:
             subprocess.run(["umount", str(mnt)], check=False)
+
+
+def _top_past(top: subprocess.Popen[str], t: float, timeout: float = 120 * EMULATION_FACTOR) -> str:
+    """top -j's lines up to its first report whose interval ended after wall time t (its "time" is the read
+    that closed the interval); returns the lines read, which communicate() will not give again."""
+    assert top.stdout is not None
+    lines: list[str] = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = top.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("{") and datetime.datetime.fromisoformat(json.loads(line)["time"]).timestamp() > t:
+            return "".join(lines)
+    raise AssertionError(f"top printed no report past the workload in {timeout:.0f} s: {''.join(lines)[-500:]}")
 
 
 def _docs(run: Run, tool: str) -> list[dict[str, Any]]:
