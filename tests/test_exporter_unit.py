@@ -162,6 +162,19 @@ def _child(p: subprocess.Popen[str]) -> int:
     return pid
 
 
+def _counts_writes(port: int, loop: LoopDevice, n: int) -> tuple[Any, Any]:
+    """n direct 4 KiB writes to loop between two scrapes: each one a d2c of the disk's histogram (or a
+    completion the exporter reports unseen); returns the two scrapes."""
+    before = scrape(port)
+    dd(loop.path, "write", n)
+    time.sleep(1.5)
+    m = scrape(port)
+    d2c = "ioscope_io_latency_seconds_count"
+    assert pick(m, d2c, device=loop.name, phase="d2c") - pick(before, d2c, device=loop.name, phase="d2c") \
+        + pick(m, "ioscope_disk_completions_unseen_total", device=loop.name) == n
+    return before, m
+
+
 @pytest.mark.usefixtures("live")
 @pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 0), (signal.SIGHUP, 129)])
 def test_the_exporter_starts_and_serves_as_the_unit_runs_it(sig: int, status: int, tmp_path: Path) -> None:
@@ -180,13 +193,7 @@ def test_the_exporter_starts_and_serves_as_the_unit_runs_it(sig: int, status: in
             caps = int(st["CapEff"], 16)
             assert caps == (1 << 39) | (1 << 38) | (1 << 2), hex(caps)  # CAP_BPF, CAP_PERFMON, CAP_DAC_READ_SEARCH
             assert st["NoNewPrivs"].strip() == "1" and st["Seccomp"].strip() == "2"
-            before = scrape(port)
-            dd(loop.path, "write", 23)
-            time.sleep(1.5)
-            m = scrape(port)
-            d2c = "ioscope_io_latency_seconds_count"
-            assert pick(m, d2c, device=loop.name, phase="d2c") - pick(before, d2c, device=loop.name, phase="d2c") \
-                + pick(m, "ioscope_disk_completions_unseen_total", device=loop.name) == 23
+            before, m = _counts_writes(port, loop, 23)
             assert pick(m, "ioscope_process_bytes_total") - pick(before, "ioscope_process_bytes_total") == 23 * 4096
             assert pick(m, "process_resident_memory_bytes") > 0
             # once, to the exporter (unshare, sh, setpriv and the sandbox exec it in turn: one process); a
@@ -265,13 +272,7 @@ def test_the_unit_starts_wherever_it_was_installed_from(elsewhere: Path, tmp_pat
             pid = _child(p)
             assert f"{elsewhere}/lib/ioscope/kernel/_libbpf" in Path(f"/proc/{pid}/maps").read_text()
             assert Path(f"/proc/{pid}/status").read_text().split("Uid:")[1].split()[0] == str(unit_sandbox.UID)
-            before = scrape(port)
-            dd(loop.path, "write", 19)
-            time.sleep(1.5)
-            m = scrape(port)
-            d2c = "ioscope_io_latency_seconds_count"
-            assert pick(m, d2c, device=loop.name, phase="d2c") - pick(before, d2c, device=loop.name, phase="d2c") \
-                + pick(m, "ioscope_disk_completions_unseen_total", device=loop.name) == 19
+            _counts_writes(port, loop, 19)
             os.kill(pid, signal.SIGTERM)
             assert p.wait(timeout=20) == 0
             assert p.stderr is not None and not p.stderr.read().strip()
