@@ -13,9 +13,9 @@ echo "== import contracts (layers, no tool imports another, no cycles: pyproject
 # README: "Kernels"). IOSCOPE_KERNELS="6.1 5.10" runs only those on a developer's machine, "none"
 # none of them; CI (which sets CI and not IOSCOPE_KERNELS) always runs the whole matrix.
 # The matrix runs beside the host suite, not after it: its guests are CPU-bound emulation (two at a time,
-# one vCPU each), the host suite waits on workloads and tools much of its time, and the host suite passes
-# beside a loaded CPU (docs/kernels.md, "The budget": about 40 minutes for both, against 70 one after the
-# other). Its output follows the host suite's.
+# one vCPU each) and the host suite waits on workloads and tools much of its time (docs/kernels.md, "The
+# budget": .ci/run took 31 minutes so, beside a CPU hog and a disk hog; 70-79 one after the other). Its
+# output follows the host suite's.
 kernels=${IOSCOPE_KERNELS:-}
 matrix_pid=""
 if [ "$kernels" != none ]; then
