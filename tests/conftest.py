@@ -140,10 +140,12 @@ def loaded_prog_ids() -> set[int]:
     return {int(p["id"]) for p in json.loads(out)}
 
 
-def programs_left(ids: set[int], timeout: float = 3.0) -> set[int]:
+def programs_left(ids: set[int], timeout: float = 10.0) -> set[int]:
     """Which of these BPF programs are still loaded, waiting up to timeout for them to go: the kernel
     frees a program when its last link is released, after an RCU grace period (tens of ms; a raw
-    tracepoint link waits for RCU Tasks Trace), not when the process that held it exits."""
+    tracepoint link waits for RCU Tasks Trace), not when the process that held it exits. The timeout
+    is for a host busy with emulated guests, where a grace period can take seconds; it returns as soon
+    as they are gone."""
     deadline = time.monotonic() + timeout
     left = ids & loaded_prog_ids()
     while left and time.monotonic() < deadline:
@@ -153,13 +155,16 @@ def programs_left(ids: set[int], timeout: float = 3.0) -> set[int]:
 
 
 def unreported_bound(nios: int) -> int:
-    """The most completions that may run no BPF program among nios I/Os and a test still pass: 0.1%
-    plus 2. On these VMs a completion whose softirq runs on top of the VM agent's thread reaches the
+    """The most completions that may run no BPF program among nios I/Os and a test still pass: 0.25%
+    plus 2. On these VMs a completion whose softirq runs on top of another task's thread reaches the
     kernel's own blk tracer and no BPF program (docs/lat.md, "Completions no BPF program saw"): from
-    1 in 120,000 to 1 in 20,000 at 5,000 IOPS on different runs, at most 312 in ~500,000 at full
-    rate. A tool that loses or miscounts I/O itself fails the exact identities the tests check
-    beside this bound (timed + reported == the workload's count)."""
-    return 2 + nios // 1000
+    1 in 120,000 to 1 in 20,000 at 5,000 IOPS on a quiet host, at most 312 in ~500,000 at full
+    rate, and 24 in 19,997 (0.12%) at 6,000 IOPS in CI of 2026-11-29, when two emulated guests of the
+    kernel matrix kept both CPUs busy beside the host suite (softirqs then run on top of their
+    threads more often than in ksoftirqd). The bound is twice that worst rate. This is the platform's
+    loss, not the tool's: a tool that loses or miscounts I/O itself fails the exact identities the
+    tests check beside this bound (timed + reported == the workload's count)."""
+    return 2 + nios // 400
 
 
 # The kernel matrix's guests (tests/kernels/guest.sh) run under emulation, 5-10 times slower: a time

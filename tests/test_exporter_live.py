@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import unreported_bound
+from conftest import bpf_prog_ids, programs_left, unreported_bound
 from ioscope.base import devices
 from ioscope.base.testbed import LoopDevice, run_fio
 
@@ -92,11 +92,6 @@ def stop(p: subprocess.Popen[str], sig: int = signal.SIGTERM) -> int:
     rc = p.wait(timeout=10)
     assert time.monotonic() - t < 2.0
     return rc
-
-
-def bpf_progs() -> set[str]:
-    out = subprocess.run(["bpftool", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    return {line.split(":")[0] for line in out.splitlines() if line[:1].isdigit()}
 
 
 def completed(name: str) -> int:
@@ -391,12 +386,12 @@ def test_counts_lost_from_the_map_are_reported_unseen(loop: LoopDevice) -> None:
 def test_signals_stop_cleanly(loop: LoopDevice, sig: int, status: int) -> None:
     """Every signal stops it cleanly (programs detached, socket closed); SIGHUP with 129 (128 + SIGHUP,
     as a shell reports a process it ended), so that systemd's Restart=on-failure starts it again."""
-    progs0 = bpf_progs()
     port = free_port()
     p = start(port, "-d", loop.name)
-    assert bpf_progs() - progs0
+    ids = bpf_prog_ids(p.pid)
+    assert ids
     assert stop(p, sig) == status
-    assert bpf_progs() - progs0 == set()
+    assert programs_left(ids) == set()  # its own programs: another process may load some meanwhile
     with pytest.raises(OSError):
         urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2)
 
