@@ -92,7 +92,9 @@ enum ios_stat_idx {
 	IOS_STAT_C_NOENTRY = 10,   /* a completed bio with no slot (queued before tracing) */
 	IOS_STAT_ONE_CLOCK = 14,   /* lat, kernel stamps: a request's start and issue stamps are one clock reading (q2d 0) */
 	IOS_LOST_UNSTAMPED = 15,   /* lat, kernel-stamp timing: a request ended without the kernel's start or issue time (11-13: agg.h) */
-	IOS_NR_STATS = 16,
+	IOS_LOST_IOWAIT_FULL = 16, /* iowait.bpf.h: a wait not counted, its task's entry could not be made (map full) */
+	IOS_STAT_IOWAIT_STALE = 17, /* iowait.bpf.h: a wait's start dropped, its task ran again and no wakeup was seen */
+	IOS_NR_STATS = 18,
 };
 #define IOS_NR_LOST_STATS 5 /* indexes below this are losses */
 
@@ -110,6 +112,25 @@ struct top_proc_val {
 	__u64 ios;   /* bios completed */
 	__u64 bytes; /* bytes completed */
 	struct hist lat; /* queue-to-completion latency of the timed ones (ns) */
+};
+
+/* iowait.bpf.h: a thread blocked in an I/O wait (io_schedule and its kin: the task's in_iowait), from
+ * the moment the scheduler took it off its CPU (sched_switch) */
+struct iowait_start {
+	__u64 ns;     /* bpf_ktime_get_ns() at the switch */
+	__u64 nvcsw;  /* the task's voluntary switches then: a wakeup for a later block is not this wait's */
+	__u64 cgroup; /* its cgroup of the io controller (cgroup.bpf.h) */
+	__u32 tgid;
+	__u32 pad;
+};
+
+/* iowait.bpf.h: the I/O waits of one thread that have ended (woken: sched_wakeup), since tracing began */
+struct iowait_val {
+	__u64 ns;     /* time blocked, summed */
+	__u64 waits;  /* waits ended */
+	__u64 cgroup; /* its cgroup of the io controller at its last wait */
+	__u32 tgid;
+	__u32 pad;
 };
 
 /* A slot of top's direct-mapped table of bios in flight (index: hash of the

@@ -40,6 +40,13 @@
 #include "cgroup.bpf.h"
 #include "throttle.bpf.h"
 
+/* iowait.bpf.h's hook: the name of a process that blocks, which may queue no I/O of its own */
+static __always_inline void iowait_began(__u32 tgid)
+{
+	comms_note(tgid);
+}
+#include "iowait.bpf.h"
+
 #define TOP_MAX_CHAIN 64 /* bios of a request walked */
 
 const volatile bool targ_per_cgroup = false; /* the cgroup view: procs keyed by cgroup too */
@@ -172,6 +179,9 @@ IOS_BLOCK_TP(bio_queue, block_bio_queue, rqpath_bio_queue(bio, false, btf), stru
 IOS_BLOCK_TP(split, block_split, slot_split(bio, false, btf), struct bio *bio)
 IOS_TP(rq_complete, block_rq_complete, rqpath_rq_complete(rq, nr_bytes, TOP_MAX_CHAIN, bpf_ktime_get_ns(), btf),
        struct request *rq, int error, unsigned int nr_bytes)
+
+/* the time each thread is blocked in I/O waits (iowait.bpf.h): IO> */
+IOWAIT_PROGRAMS
 
 /* bios blk-throttle held (throttle.bpf.h): attached once a limit is in force on a traced disk */
 THROTTLE_HELD_PROGRAMS

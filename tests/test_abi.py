@@ -76,7 +76,7 @@ def test_constants_match_header() -> None:
     stat_names = {"LOST_START_FULL": 0, "LOST_HIST_FULL": 1, "LOST_CHAIN_LONG": 2, "LOST_RQ_FULL": 3,
                   "LOST_C_UNSEEN": 4, "INFLIGHT_AT_START": 5, "STAT_SPLIT": 6, "STAT_STALE": 7,
                   "STAT_NEVER_ISSUED": 8, "STAT_REQUEUED": 9, "STAT_C_NOENTRY": 10,
-                  "STAT_ONE_CLOCK": 14, "LOST_UNSTAMPED": 15}
+                  "STAT_ONE_CLOCK": 14, "LOST_UNSTAMPED": 15, "LOST_IOWAIT_FULL": 16, "STAT_IOWAIT_STALE": 17}
     assert set(abi.STAT_NAMES) == set(stat_names.values())
     for cname, idx in stat_names.items():
         assert d[f"IOS_{cname}"] == idx and idx in abi.STAT_NAMES

@@ -15,7 +15,6 @@ snoop's and record's completions check.
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import re
@@ -32,7 +31,6 @@ from typing import Any
 import pytest
 
 from conftest import (
-    EMULATION_FACTOR,
     assert_counted,
     bpf_prog_ids,
     ioscope_cmd,
@@ -41,6 +39,7 @@ from conftest import (
     unreported_bound,
     unreported_completions,
 )
+from top_live_util import top_past
 
 BS = 4096
 DD_READS = 101        # direct reads of each reading dd
@@ -168,7 +167,7 @@ def run(request: pytest.FixtureRequest, live: None) -> Iterator[Run]:
                 # top (without a count: no report at SIGINT) must have closed an interval over the workload:
                 # its reports are read until one ends after the workload did (a fixed 2.2 s missed it beside
                 # a CPU hog and two emulated kernels: top printed no row of the first dd)
-                top_lines = _top_past(procs["top"], time.time())
+                top_lines = top_past(procs["top"], time.time())
             finally:
                 for pr in procs.values():
                     pr.send_signal(signal.SIGINT)
@@ -183,22 +182,6 @@ def run(request: pytest.FixtureRequest, live: None) -> Iterator[Run]:
                       after.reads - before.reads, after.writes - before.writes)
         finally:
             subprocess.run(["umount", str(mnt)], check=False)
-
-
-def _top_past(top: subprocess.Popen[str], t: float, timeout: float = 120 * EMULATION_FACTOR) -> str:
-    """top -j's lines up to its first report whose interval ended after wall time t (its "time" is the read
-    that closed the interval); returns the lines read, which communicate() will not give again."""
-    assert top.stdout is not None
-    lines: list[str] = []
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        line = top.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if line.startswith("{") and datetime.datetime.fromisoformat(json.loads(line)["time"]).timestamp() > t:
-            return "".join(lines)
-    raise AssertionError(f"top printed no report past the workload in {timeout:.0f} s: {''.join(lines)[-500:]}")
 
 
 def _docs(run: Run, tool: str) -> list[dict[str, Any]]:
@@ -355,7 +338,6 @@ def _record_missing(run: Run) -> int:
 
 def test_record_report_per_process(run: Run) -> None:
     doc = run_ioscope("report", "-j", str(run.capture), check=True).stdout
-    import json
     procs = json.loads(doc)["processes"]
     queued = _parse_ios(run)
     missing = _record_missing(run)

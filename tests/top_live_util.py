@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import subprocess
+import time
 from typing import Any
 
-from conftest import bpf_prog_ids, loaded_prog_ids  # noqa: F401  (re-exported for the top tests)
+from conftest import EMULATION_FACTOR, bpf_prog_ids, loaded_prog_ids  # noqa: F401  (re-exported for the top tests)
 
 
 def start_fio(path: str, runtime: float, read_iops: int, write_iops: int) -> subprocess.Popen[str]:
@@ -38,3 +40,19 @@ def stop_fio(p: subprocess.Popen[str]) -> None:
     except subprocess.TimeoutExpired:
         p.kill()
         p.communicate()
+
+
+def top_past(top: subprocess.Popen[str], t: float, timeout: float = 120 * EMULATION_FACTOR) -> str:
+    """top -j's lines up to its first report whose interval ended after wall time t (its "time" is the read
+    that closed the interval); returns the lines read, which communicate() will not give again."""
+    assert top.stdout is not None
+    lines: list[str] = []
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        line = top.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("{") and datetime.datetime.fromisoformat(json.loads(line)["time"]).timestamp() > t:
+            return "".join(lines)
+    raise AssertionError(f"top printed no report past the workload in {timeout:.0f} s: {''.join(lines)[-500:]}")

@@ -39,8 +39,10 @@ STAT_NAMES = {
     10: "completed_without_start",
     14: "one_clock_reading",
     15: "not_stamped",
+    16: "iowait_map_full",
+    17: "iowait_wake_unseen",
 }
-NR_STATS = 16
+NR_STATS = 18
 NR_LOST_STATS = 5
 
 HIST = np.dtype([
@@ -117,10 +119,27 @@ THROTTLE_NOTE = np.dtype([
 ])
 
 # C struct name -> dtype, for the ABI test
+# bpf/iowait.bpf.h: a thread's I/O wait in progress, and its ended waits (keyed by thread id)
+IOWAIT_START = np.dtype([
+    ("ns", np.uint64),
+    ("nvcsw", np.uint64),
+    ("cgroup", np.uint64),
+    ("tgid", np.uint32),
+    ("pad", np.uint32),
+])
+
+IOWAIT_VAL = np.dtype([
+    ("ns", np.uint64),
+    ("waits", np.uint64),
+    ("cgroup", np.uint64),
+    ("tgid", np.uint32),
+    ("pad", np.uint32),
+])
+
 STRUCTS = {"hist": HIST, "lat_key": LAT_KEY, "lat_val": LAT_VAL, "bio_start": BIO_START,
            "top_proc_key": TOP_PROC_KEY, "top_proc_val": TOP_PROC_VAL, "top_disk_key": TOP_DISK_KEY,
            "bio_slot": BIO_SLOT, "throttle_key": THROTTLE_KEY, "throttle_val": THROTTLE_VAL,
-           "throttle_note": THROTTLE_NOTE}
+           "throttle_note": THROTTLE_NOTE, "iowait_start": IOWAIT_START, "iowait_val": IOWAIT_VAL}
 
 
 def combine_percpu_hists(raw: bytes, n: int, ncpus: int, per_value: int = 1) -> np.ndarray:

@@ -124,7 +124,8 @@ class Sampler:
                               name_of=self.c.names.name, comm_of=self.c.comm, attach=self.c.bpf.variant_summary(),
                               show_idle=bool(self.c.filter),
                               cgroup_of=self.c.cgroup_names.name if self.c.per_cgroup else None,
-                              cgroup_view=self.cgroup_view, throttle_no_wait=self.c.throttle.no_wait)
+                              cgroup_view=self.cgroup_view, throttle_no_wait=self.c.throttle.no_wait,
+                              cgroup_name=self.c.cgroup_names.name)
         self.prev = cur
         if self.stacks:
             from ioscope.tools.top.model import stack_rows

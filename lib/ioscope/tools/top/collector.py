@@ -20,6 +20,10 @@ from ioscope.engines.context.throttle import HOOKS as THROTTLE_HOOKS
 from ioscope.engines.context.throttle import ThrottleWatch
 from ioscope.kernel import abi
 from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, SlotTable
+from ioscope.kernel.iowait import EXPLAIN as IOWAIT_EXPLAIN
+from ioscope.kernel.iowait import HOOKS as IOWAIT_HOOKS
+from ioscope.kernel.iowait import LOST as IOWAIT_LOST
+from ioscope.kernel.iowait import IowaitReader
 from ioscope.kernel.loader import BPFObject
 from ioscope.tools.top.model import Sample
 
@@ -52,7 +56,8 @@ class TopCollector:
         self.bpf = BPFObject("top", btf=btf)
         try:
             b = self.bpf
-            b.choose(required=["bio_queue", "rq_complete"], optional=["split", "task_rename", *THROTTLE_HOOKS])
+            b.choose(required=["bio_queue", "rq_complete", *IOWAIT_HOOKS],
+                     optional=["split", "task_rename", *THROTTLE_HOOKS])
             self.throttle = ThrottleWatch(b, lambda: [d for d in devices.list_disks(sys_root)
                                                       if not self.filter or d.dev in self.filter])
             self.throttle.setup()
@@ -67,10 +72,13 @@ class TopCollector:
             self.disks = b.map("disks")
             self.comms = b.map("comms")
             self.stats = StatsDelta(b, b.map("stats"), abi.STAT_NAMES, abi.NR_STATS,
-                                    [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)], explain=EXPLAIN)
+                                    [*(abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)), IOWAIT_LOST],
+                                    explain={**EXPLAIN, **IOWAIT_EXPLAIN})
             self.slots = SlotTable(b.map("inflight"))
+            self.iowait = IowaitReader(b.map("iowait_tids"), b.map("iowait_starts"), proc_root)
             self.throttle.loaded()
-            b.attach(["bio_queue", "rq_complete", "split", "task_rename"])  # the throttle's: ThrottleWatch.tick
+            # (the throttle's hooks: ThrottleWatch.tick)
+            b.attach(["bio_queue", "rq_complete", "split", "task_rename", *IOWAIT_HOOKS])
             self.throttle.tick()   # a limit in force at the start: attached before the first snapshot's interval
         except BaseException:
             self.bpf.close()
@@ -112,6 +120,7 @@ class TopCollector:
         final = tick.final
         self.throttle.tick()
         mono, wall = time.monotonic(), time.time()
+        waits = self.iowait.read()
         ds = devices.read_diskstats(self.proc_root)
         pk, pv, pn = self.procs.dump(sum=False, delete=True)
         dk, dv, dn = self.disks.dump(sum=False, delete=True)
@@ -126,7 +135,7 @@ class TopCollector:
             losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(traced, settle_s=SETTLE_S)
             settle_unreported(losses, unreported_completions(losses, in_flight))
         return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
-                      dict(losses.counters), self.throttle.read(self.names.name, self.cgroup_names.name))
+                      dict(losses.counters), self.throttle.read(self.names.name, self.cgroup_names.name), waits)
 
     def losses(self) -> Losses:
         """Losses since the previous call."""

@@ -28,6 +28,7 @@ from ioscope.base.heat import HeatGrid
 from ioscope.base.hist import Hist
 from ioscope.engines.context.throttle import HeldBios
 from ioscope.kernel import abi
+from ioscope.kernel.iowait import ThreadWaits, per_process, waited_between
 
 NS_PER_MS = 1e6
 
@@ -71,6 +72,8 @@ class ProcRow:
     ios: int = 0                 # I/Os completed in the interval (all operations)
     hist: Hist | None = field(default=None, repr=False, compare=False)
     cgroup: str | None = None    # the cgroup its I/O was charged to (the cgroup view, -c), else None
+    io_pct: float = 0.0          # IO>: % of the interval its threads were blocked in I/O waits (the process's,
+                                 # whatever the disk: the same on each of its rows; summed over its threads)
 
 
 @dataclass
@@ -92,6 +95,21 @@ class CgroupRow:
     hist: Hist | None = field(default=None, repr=False, compare=False)
     held: int = 0                # bios blk-throttle held before their queue event (not in avg_ms, p99ms)
     thr_p99_ms: float | None = None  # their wait in the throttle, where it is measured (fentry or submit notes)
+    io_pct: float = 0.0          # IO>: % of the interval its tasks were blocked in I/O waits (whatever the disk)
+
+
+@dataclass
+class WaitRow:
+    """One process's I/O waits over one interval (kernel/iowait.py): who is blocked on I/O, and how long."""
+
+    pid: int
+    comm: str
+    io_pct: float                # IO>: % of the interval blocked, summed over its threads
+    waited_s: float              # seconds blocked in the interval, summed over its threads
+    waits: int                   # waits that ended in the interval
+    blocked: int                 # threads blocked in an I/O wait at its end
+    oldest_s: float              # the longest of those waits so far (0: none blocked)
+    cgroup: str                  # its cgroup of the io controller
 
 
 def iostat(prev: DiskStats, cur: DiskStats, seconds: float) -> DeviceRow:
@@ -152,6 +170,7 @@ class Sample:
     lost: int = 0
     lost_detail: dict[str, int] = field(default_factory=dict)
     throttled: list[HeldBios] = field(default_factory=list)  # bios blk-throttle held since the last sample
+    iowait: ThreadWaits = field(default_factory=ThreadWaits)  # every thread's I/O waits so far (not a delta)
 
 
 @dataclass
@@ -174,6 +193,7 @@ class Snapshot:
     cgroups: list[CgroupRow] | None = None  # the cgroup view (-G): None when not asked for
     throttled: list[HeldBios] = field(default_factory=list)  # bios blk-throttle held in the interval
     throttle_no_wait: str = ""  # why their wait is not measured here ("" when it is)
+    waits: list[WaitRow] = field(default_factory=list)  # processes blocked in I/O waits, most first
 
 
 def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],
@@ -266,11 +286,13 @@ def cgroup_rows(procs: Iterable[ProcRow], throttled: Iterable[HeldBios] = ()) ->
 def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: Iterable[str],
                    name_of: Callable[[int], str], comm_of: Callable[[int], str], attach: str = "",
                    show_idle: bool = False, cgroup_of: Callable[[int], str] | None = None,
-                   cgroup_view: bool = False, throttle_no_wait: str = "") -> Snapshot:
+                   cgroup_view: bool = False, throttle_no_wait: str = "",
+                   cgroup_name: Callable[[int], str] | None = None) -> Snapshot:
     """The rows of one refresh. disks: the whole-disk names (partitions are left out). A disk that did
     nothing in the interval is left out (iostat -z), unless show_idle: the disks asked for by name (-d),
     which iostat lists whatever they did. cgroup_of: names the cgroup of each process row (-G, -c);
-    cgroup_view: the rows per cgroup too."""
+    cgroup_view: the rows per cgroup too. cgroup_name: names a cgroup id of the io controller (the
+    waits' cgroups; their ids when None)."""
     seconds = cur.mono - prev.mono
     dh = device_hists(cur.disk_keys, cur.disk_hists, name_of)
     devs = []
@@ -288,10 +310,54 @@ def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: 
             row.hist = h
         devs.append(row)
     procs = proc_rows(cur.proc_keys, cur.proc_vals, seconds, name_of, comm_of, cgroup_of)
+    waits = wait_rows(prev.iowait, cur.iowait, comm_of, cgroup_name or (lambda cg: str(cg)))
+    procs = with_waits(procs, waits, cgroup_of is not None)
+    cgs = cgroup_rows(procs, cur.throttled) if cgroup_view else None
     return Snapshot(wall=cur.wall, interval=seconds, host=host, kernel=kernel, devices=devs, procs=procs,
                     lost=cur.lost, lost_detail=dict(cur.lost_detail), attach=attach, disk_hists=dh,
-                    cgroups=cgroup_rows(procs, cur.throttled) if cgroup_view else None,
-                    throttled=list(cur.throttled), throttle_no_wait=throttle_no_wait)
+                    cgroups=None if cgs is None else cgroups_with_waits(cgs, waits),
+                    throttled=list(cur.throttled), throttle_no_wait=throttle_no_wait, waits=waits)
+
+
+NO_DISK = "-"  # the DISK of a row of a process (or cgroup) that waited on I/O and completed none
+
+
+def wait_rows(prev: ThreadWaits, cur: ThreadWaits, comm_of: Callable[[int], str],
+              cgroup_name: Callable[[int], str]) -> list[WaitRow]:
+    """The processes whose threads were blocked in I/O waits between two samples, most first."""
+    w = waited_between(prev, cur)
+    return [WaitRow(p.pid, comm_of(p.pid), p.percent(w.seconds), p.waited_s, p.waits, p.blocked, p.oldest_s,
+                    cgroup_name(p.cgroup)) for p in per_process(w)]
+
+
+def with_waits(procs: list[ProcRow], waits: Sequence[WaitRow], per_cgroup: bool) -> list[ProcRow]:
+    """Each process row with its process's IO>, and a row (DISK '-') for each process that waited and
+    completed no I/O of its own (fio's fdatasync waits on the journal's writes, a throttled reader's
+    bios are queued by a kworker)."""
+    by = {w.pid: w for w in waits}
+    seen = set()
+    for r in procs:
+        w = by.get(r.pid)
+        if w is not None:
+            r.io_pct = w.io_pct
+            seen.add(r.pid)
+    return procs + [ProcRow(w.pid, w.comm, NO_DISK, io_pct=w.io_pct, cgroup=w.cgroup if per_cgroup else None)
+                    for w in waits if w.pid not in seen and (w.waited_s > 0 or w.blocked)]
+
+
+def cgroups_with_waits(rows: list[CgroupRow], waits: Sequence[WaitRow]) -> list[CgroupRow]:
+    """Each cgroup row with the IO> of the processes whose waits were in that cgroup (on each of its
+    disks' rows), and a row (DISK '-') for a cgroup that waited and had no I/O charged to it."""
+    pct: dict[str, float] = {}
+    for w in waits:
+        pct[w.cgroup] = pct.get(w.cgroup, 0.0) + w.io_pct
+    seen = set()
+    for r in rows:
+        if r.cgroup in pct:
+            r.io_pct = pct[r.cgroup]
+            seen.add(r.cgroup)
+    return rows + [CgroupRow(cg, NO_DISK, cgroups.label(cg), io_pct=v) for cg, v in pct.items()
+                   if cg not in seen and v > 0]
 
 
 # -- sorting and filtering ----------------------------------------------------
@@ -341,11 +407,12 @@ def sort_devices(rows: Sequence[DeviceRow], by: str = "util", reverse: bool = Tr
 def filter_snapshot(s: Snapshot, disk: str | None = None, pid: int | None = None) -> Snapshot:
     """The same snapshot restricted to one disk and/or one process (None: no restriction)."""
     devs = [d for d in s.devices if disk is None or d.disk == disk]
-    procs = [p for p in s.procs if (disk is None or p.disk == disk) and (pid is None or p.pid == pid)]
+    procs = [p for p in s.procs if (disk is None or p.disk in (disk, NO_DISK)) and (pid is None or p.pid == pid)]
     cgs = None if s.cgroups is None else [c for c in s.cgroups if disk is None or c.disk == disk]
     held = [t for t in s.throttled if disk is None or t.disk == disk]
+    waits = [w for w in s.waits if pid is None or w.pid == pid]
     return Snapshot(s.wall, s.interval, s.host, s.kernel, devs, procs, s.lost, s.lost_detail, s.attach,
-                    s.disk_hists, s.extras, cgs, held, s.throttle_no_wait)
+                    s.disk_hists, s.extras, cgs, held, s.throttle_no_wait, waits)
 
 
 # -- heat map -----------------------------------------------------------------

@@ -36,6 +36,7 @@ from ioscope.tools.top.model import (
     HeatHistory,
     ProcRow,
     Snapshot,
+    WaitRow,
     filter_snapshot,
     sort_devices,
     sort_procs,
@@ -99,6 +100,7 @@ PROC_COLUMNS = (
     Column("avg_kB", "avgKB", 6, 60),
     Column("avg_ms", "avg_ms", 7, 70),
     Column("p99_ms", "p99ms", 7, 75),
+    Column("io_pct", "IO>", 7, 89),   # % of the interval blocked in I/O waits (iotop's IO>), the process's
 )
 
 # with the cgroup view (-G) or -c: each process row's cgroup, after its disk
@@ -116,6 +118,7 @@ CGROUP_COLUMNS = (
     Column("p99_ms", "p99ms", 7, 75),
     Column("held", "HELD", 6, 72, "int"),         # bios blk-throttle held (their wait is not in avg_ms, p99ms)
     Column("thr_p99_ms", "thr_p99", 8, 71),       # their wait in it, where measured (fentry or submit notes)
+    Column("io_pct", "IO>", 7, 89),               # % of the interval its tasks were blocked in I/O waits
 )
 
 
@@ -659,9 +662,9 @@ def interactive(sample_fn: Callable[[], Snapshot], st: ViewState, heat: HeatHist
     return 0
 
 
-def _rounded(row: DeviceRow | ProcRow | CgroupRow) -> dict[str, Any]:
+def _rounded(row: DeviceRow | ProcRow | CgroupRow | WaitRow) -> dict[str, Any]:
     d = asdict(row)
-    d.pop("hist")
+    d.pop("hist", None)
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in d.items()}
 
 
@@ -671,6 +674,11 @@ def device_json(d: DeviceRow) -> dict[str, Any]:
 
 def proc_json(p: ProcRow) -> dict[str, Any]:
     return _rounded(p)
+
+
+def wait_json(w: WaitRow) -> dict[str, Any]:
+    """A process's waits; its seconds to the microsecond (they add up over intervals to delay accounting's)."""
+    return {**_rounded(w), "waited_s": round(w.waited_s, 6), "oldest_s": round(w.oldest_s, 6)}
 
 
 def cgroup_json(c: CgroupRow) -> dict[str, Any]:
@@ -687,6 +695,7 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
         "kernel": s.kernel, "lost": s.lost, "lost_detail": s.lost_detail, "attach": s.attach,
         **units.to_json(UNIT if s.cgroups is None else UNIT_CGROUPS),
         "devices": [device_json(d) for d in s.devices], "procs": [proc_json(p) for p in s.procs],
+        "waits": [wait_json(w) for w in s.waits],
         **({"cgroups": [cgroup_json(c) for c in s.cgroups]} if s.cgroups is not None else {}),
         "throttle": {"held": [held_json(h) for h in s.throttled],
                      **({"wait_not_measured": s.throttle_no_wait} if s.throttle_no_wait else {})},

@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
+/*
+ * iowait.bpf.h: the time each thread spends blocked in I/O waits, from the scheduler's tracepoints
+ * alone (no delay accounting, kprobe or fentry): what iotop's IO> column shows, which needs
+ * kernel.task_delayacct=1 (off by default since 5.14).
+ *
+ * An I/O wait is a sleep of a task whose in_iowait is set: io_schedule() and io_schedule_timeout()
+ * set it around schedule(), and every wait for a page, a buffer, a bio or a request goes through them
+ * (folio_wait_bit_common, __wait_on_buffer, submit_bio_wait, blk_mq_get_tag, the journal's and the
+ * throttle's waits, swap-in's page lock). It starts where the scheduler takes the task off its run
+ * queue (sched_switch: not a preemption, a state other than running, in_iowait set), and ends where
+ * it is woken (sched_wakeup with in_iowait still set). The kernel's own delay accounting measures the
+ * same interval: delayacct_blkio_start() in the dequeue and delayacct_blkio_end() in the wakeup's
+ * activation (kernel/sched/core.c), which is the ground truth the tests compare with.
+ *
+ * Two hash maps keyed by thread id: iowait_starts (the waits in progress, read by user space to count
+ * the part of a long wait that falls in each interval, and to show who is blocked now) and iowait_tids
+ * (the waits ended: time and number, never reset; user space takes differences and removes the threads
+ * that exited). The object defines iowait_began(tgid) before including this (top: note the name).
+ */
+#ifndef IOWAIT_BPF_H
+#define IOWAIT_BPF_H
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+#include "twins.bpf.h"
+#include "common.bpf.h"
+#include "cgroup.bpf.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384); /* threads blocked at once */
+	__type(key, __u32);
+	__type(value, struct iowait_start);
+} iowait_starts SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 32768); /* threads that waited; user space removes those that exited */
+	__type(key, __u32);
+	__type(value, struct iowait_val);
+} iowait_tids SEC(".maps");
+
+static struct iowait_val zero_iowait;
+
+/* Before 5.14 (commit 2f064a59a11f, "sched: Change task_struct::state"), the state was a long named
+ * state; it is an unsigned int named __state since. */
+struct task_struct___state_long {
+	long state;
+} __attribute__((preserve_access_index));
+
+static __always_inline unsigned long task_state(struct task_struct *p, const bool btf)
+{
+	if (bpf_core_field_exists(p->__state))
+		return IOS_READ(btf, p, __state);
+	return IOS_READ(btf, (struct task_struct___state_long *)p, state);
+}
+
+/* in_iowait is a bit field: read through CO-RE's byte offset and shifts (a plain load of the bytes
+ * holding it under tp_btf, bpf_probe_read_kernel under raw_tp). */
+static __always_inline bool task_in_iowait(struct task_struct *task, const bool btf)
+{
+	/* (not named p: libbpf's macros declare a p of their own) */
+	if (btf)
+		return BPF_CORE_READ_BITFIELD(task, in_iowait);
+	return BPF_CORE_READ_BITFIELD_PROBED(task, in_iowait);
+}
+
+/* sched_switch: prev (the current task) leaves its CPU. A wait begins when it blocks (not preempted,
+ * not running: the scheduler dequeued it) with in_iowait set. */
+static __always_inline int iowait_switch(bool preempt, struct task_struct *prev, const bool btf)
+{
+	struct iowait_start s = {};
+	struct cgroup *cg;
+	__u64 id;
+	__u32 tid;
+
+	if (preempt || !task_in_iowait(prev, btf) || !task_state(prev, btf))
+		return 0;
+	id = bpf_get_current_pid_tgid();
+	tid = (__u32)id;
+	cg = task_io_cgroup();
+	if (!tid || !cgroup_wanted(cg))
+		return 0;
+	s.ns = bpf_ktime_get_ns();
+	s.nvcsw = IOS_READ(btf, prev, nvcsw);
+	s.cgroup = cgroup_kn_id(cg);
+	s.tgid = id >> 32;
+	if (map_update(&iowait_starts, &tid, &s, BPF_ANY))
+		stat_inc(IOS_LOST_IOWAIT_FULL);
+	else
+		iowait_began(s.tgid);
+	return 0;
+}
+
+/* sched_wakeup: p is woken. It ends p's wait when p blocked in one (its start is held) and has not
+ * run since (the same voluntary switch count): a start whose wakeup no program saw is dropped. */
+static __always_inline int iowait_wakeup(struct task_struct *p, const bool btf)
+{
+	struct iowait_start *s;
+	struct iowait_val *v;
+	__u64 now, delta, cgroup;
+	__u32 tid, tgid;
+
+	if (!task_in_iowait(p, btf))
+		return 0;
+	tid = IOS_READ(btf, p, pid);
+	s = bpf_map_lookup_elem(&iowait_starts, &tid);
+	if (!s)
+		return 0; /* blocked before tracing began, or filtered out (-c) */
+	now = bpf_ktime_get_ns();
+	if (s->nvcsw != IOS_READ(btf, p, nvcsw) || s->ns > now) {
+		stat_inc(IOS_STAT_IOWAIT_STALE);
+		map_delete(&iowait_starts, &tid, true);
+		return 0;
+	}
+	delta = now - s->ns;
+	tgid = s->tgid;
+	cgroup = s->cgroup;
+	map_delete(&iowait_starts, &tid, true);
+	v = lookup_or_init(&iowait_tids, &tid, &zero_iowait);
+	if (!v) {
+		stat_inc(IOS_LOST_IOWAIT_FULL);
+		return 0;
+	}
+	/* one wakeup per wait of a thread (try_to_wake_up under the task's pi_lock): no other writer */
+	v->ns += delta;
+	v->waits += 1;
+	v->tgid = tgid;
+	v->cgroup = cgroup;
+	return 0;
+}
+
+/* The programs (a prefix of sched_switch's arguments: 5.10's has no prev_state, 5.18's on do). */
+#define IOWAIT_PROGRAMS                                                                               \
+	IOS_TP(sched_switch, sched_switch, iowait_switch(preempt, prev, btf), bool preempt,          \
+	       struct task_struct *prev, struct task_struct *next)                                   \
+	IOS_TP(sched_wakeup, sched_wakeup, iowait_wakeup(p, btf), struct task_struct *p)
+
+#endif /* IOWAIT_BPF_H */
