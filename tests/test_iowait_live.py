@@ -19,66 +19,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import ioscope_cmd, json_lines
 from ioscope.base.testbed import LoopFS, TestCgroups, drop_caches
+from iowait_util import EPS_NS, WORKLOAD, delay_accounting, taskstats, waited
 from top_live_util import top_past
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
-DELAYACCT = Path("/proc/sys/kernel/task_delayacct")
-EPS_NS = 50_000  # the most the two clocks' reads of one wait may differ by (see the module's doc)
-
-# A process that waits on I/O: N 8 KiB O_DIRECT writes, each followed by fdatasync, then it says "done" and
-# waits for stdin to close (so that its taskstats can be read while it lives), or N buffered 4 KiB reads of
-# a file not in the page cache, a page apart (each a miss: readahead is off on the disk)
-WORKLOAD = r"""
-import mmap, os, sys
-mode, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-if mode == "fsync":
-    buf = mmap.mmap(-1, 8192)
-    buf.write(b"x" * 8192)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
-    for i in range(n):
-        os.pwrite(fd, buf, i * 8192)
-        os.fdatasync(fd)
-else:
-    fd = os.open(path, os.O_RDONLY)
-    for i in range(n):
-        os.pread(fd, 4096, i * 8192)
-os.close(fd)
-print("done", flush=True)
-sys.stdin.read()
-"""
 
 
 @pytest.fixture
 def delayacct() -> Iterator[None]:
-    """Delay accounting on for the test (off by default since 5.14), as it was found afterwards."""
-    was = DELAYACCT.read_text()
-    DELAYACCT.write_text("1\n")
-    try:
+    with delay_accounting():
         yield
-    finally:
-        DELAYACCT.write_text(was)
-
-
-def taskstats(pid: int) -> dict[str, Any]:
-    """The kernel's delay accounting of one thread (TASKSTATS_CMD_GET by pid, over generic netlink)."""
-    from pyroute2 import TaskStats
-
-    ts = TaskStats()
-    try:
-        ts.bind()
-        msg = ts.get_pid_stat(pid)[0]
-        return dict(msg.get_attr("TASKSTATS_TYPE_AGGR_PID").get_attr("TASKSTATS_TYPE_STATS"))
-    finally:
-        ts.close()
-
 
 def run_with_top(cmd: list[str], top_args: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
     """top -b -j 0.5 from before the workload starts until an interval closed after it said "done"; the
@@ -107,18 +64,6 @@ def run_with_top(cmd: list[str], top_args: list[str]) -> tuple[list[dict[str, An
             if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
-
-
-def waited(reports: list[dict[str, Any]], pid: int) -> tuple[float, int, list[float]]:
-    """(seconds, waits ended, IO> of each interval) of pid over top's reports."""
-    s, n, pct = 0.0, 0, []
-    for r in reports:
-        for w in r["waits"]:
-            if w["pid"] == pid:
-                s += w["waited_s"]
-                n += w["waits"]
-                pct.append(w["io_pct"])
-    return s, n, pct
 
 
 @contextlib.contextmanager

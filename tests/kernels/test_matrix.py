@@ -30,6 +30,7 @@ from conftest import assert_counted, bpf_prog_ids, ioscope_cmd, json_lines, prog
 
 READS = 401    # 4 KiB direct reads: a prime
 WRITES = 211   # 4 KiB direct writes, after the reads' area
+WAITER_READS = 50  # 4 KiB direct reads of a process that waits on them (test_top: its I/O waits)
 START_TIMEOUT = 240.0   # seconds for a tool to load its programs (TCG: tens of seconds)
 VARIANTS = ["tp_btf", "raw_tp"]
 
@@ -130,19 +131,37 @@ def test_lat(disk: Any, tmp_path: Path, attach: str, timing: str) -> None:
 
 @pytest.mark.parametrize("attach", VARIANTS)
 def test_top(disk: Any, tmp_path: Path, attach: str) -> None:
-    t = Tool(tmp_path, "top", "-j", "-d", disk.name, attach=attach, ready="json")
-    rpid, wpid = workload(disk.path)
-    # top reports at its intervals only: the interval the workload ended in, and one after it, however
-    # long a slow guest makes them (a fixed pause saw no report of the workload on a starved 6.1 guest)
-    t.wait_lines(len(t.out.read_text().splitlines()) + 2)
-    out, _ = t.stop(signal.SIGTERM)
+    """top's I/O counts per process and disk, exact; and its I/O waits (IO>, the scheduler's tracepoints:
+    bpf/iowait.bpf.h) of a process that reads WAITER_READS blocks directly, equal in number to the kernel's
+    own delay accounting and within EPS_NS a wait in time (tests/test_iowait_live.py on the host)."""
+    import sys
+
+    from iowait_util import EPS_NS, WORKLOAD, delay_accounting, taskstats, waited
+
+    with delay_accounting():
+        t = Tool(tmp_path, "top", "-j", "-d", disk.name, attach=attach, ready="json")
+        rpid, wpid = workload(disk.path)
+        waiter = subprocess.Popen([sys.executable, "-c", WORKLOAD, "direct", disk.path, str(WAITER_READS)],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert waiter.stdout is not None and waiter.stdin is not None
+        assert waiter.stdout.readline().strip() == "done"
+        truth = taskstats(waiter.pid)
+        # top reports at its intervals only: the interval the workload ended in, and one after it, however
+        # long a slow guest makes them (a fixed pause saw no report of the workload on a starved 6.1 guest)
+        t.wait_lines(len(t.out.read_text().splitlines()) + 2)
+        waiter.stdin.close()
+        assert waiter.wait(timeout=START_TIMEOUT) == 0
+        out, _ = t.stop(signal.SIGTERM)
     docs = json_lines(out)
     unseen = sum(lost_unseen(d) for d in docs)
     ios = {pid: sum(p["ios"] for d in docs for p in d["procs"] if p["pid"] == pid) for pid in (rpid, wpid)}
     assert_counted(ios[rpid] + ios[wpid], READS + WRITES, unseen)
     assert_counted(ios[rpid], READS, unseen)
     dev_ios = sum(x["lat_ios"] for d in docs for x in d["devices"] if x["disk"] == disk.name)
-    assert_counted(dev_ios, READS + WRITES, unseen)
+    assert_counted(dev_ios, READS + WRITES + WAITER_READS, unseen)
+    seconds, waits, _ = waited(docs, waiter.pid)
+    assert 0 < waits == truth["blkio_count"], (waits, truth["blkio_count"])
+    assert abs(seconds * 1e9 - truth["blkio_delay_total"]) <= EPS_NS * waits, (seconds, truth["blkio_delay_total"])
 
 
 @pytest.mark.parametrize("attach", VARIANTS)

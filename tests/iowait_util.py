@@ -1,0 +1,82 @@
+"""Helpers of the I/O-wait tests (host and kernel matrix): a process that waits on I/O and stays alive
+until told, the kernel's own delay accounting of a thread, and a process's waits in top's reports."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+DELAYACCT = Path("/proc/sys/kernel/task_delayacct")
+EPS_NS = 50_000  # the most top's and delay accounting's clock reads of one wait may differ by (test_iowait_live)
+
+# A process that waits on I/O (python -c WORKLOAD MODE PATH N), then says "done" and waits for stdin to
+# close, so that its taskstats can be read while it lives. MODE fsync: N 8 KiB O_DIRECT writes, each
+# followed by fdatasync; read: N buffered 4 KiB reads 8 KiB apart (misses where the file is not cached and
+# readahead is off); direct: N 4 KiB O_DIRECT reads.
+WORKLOAD = r"""
+import mmap, os, sys
+mode, path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if mode == "fsync":
+    buf = mmap.mmap(-1, 8192)
+    buf.write(b"x" * 8192)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    for i in range(n):
+        os.pwrite(fd, buf, i * 8192)
+        os.fdatasync(fd)
+elif mode == "read":
+    fd = os.open(path, os.O_RDONLY)
+    for i in range(n):
+        os.pread(fd, 4096, i * 8192)
+else:
+    buf = mmap.mmap(-1, 4096)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    for i in range(n):
+        os.preadv(fd, [buf], i * 4096)
+os.close(fd)
+print("done", flush=True)
+sys.stdin.read()
+"""
+
+
+
+
+@contextlib.contextmanager
+def delay_accounting() -> Iterator[None]:
+    """Delay accounting on (off by default since 5.14: kernel.task_delayacct), as it was found afterwards;
+    before 5.14 there is no switch, and it is on unless the kernel was booted with nodelayacct."""
+    if not DELAYACCT.exists():
+        yield
+        return
+    was = DELAYACCT.read_text()
+    DELAYACCT.write_text("1\n")
+    try:
+        yield
+    finally:
+        DELAYACCT.write_text(was)
+
+
+def taskstats(pid: int) -> dict[str, Any]:
+    """The kernel's delay accounting of one thread (TASKSTATS_CMD_GET by pid, over generic netlink)."""
+    from pyroute2 import TaskStats
+
+    ts = TaskStats()
+    try:
+        ts.bind()
+        msg = ts.get_pid_stat(pid)[0]
+        return dict(msg.get_attr("TASKSTATS_TYPE_AGGR_PID").get_attr("TASKSTATS_TYPE_STATS"))
+    finally:
+        ts.close()
+
+
+def waited(reports: list[dict[str, Any]], pid: int) -> tuple[float, int, list[float]]:
+    """(seconds, waits ended, IO> of each interval) of pid over top's reports."""
+    s, n, pct = 0.0, 0, []
+    for r in reports:
+        for w in r["waits"]:
+            if w["pid"] == pid:
+                s += w["waited_s"]
+                n += w["waits"]
+                pct.append(w["io_pct"])
+    return s, n, pct
