@@ -51,6 +51,8 @@ const volatile __u32 targ_need = 0;     /* bit per enum agg_field some expressio
 const volatile bool targ_issue = false; /* the issue program is attached (q2d, d2c, inflight are read) */
 const volatile bool targ_at_queue = false; /* records made at queue, by the queue program alone (agg_at_queue) */
 const volatile __u32 targ_nexprs = 0;
+const volatile bool targ_waits = false;     /* some expression is answered from I/O waits (reads iowait) */
+const volatile __u32 targ_wait_need = 0;    /* bit per enum agg_field those expressions read */
 const volatile struct agg_expr targ_exprs[AGG_MAX_EXPRS] = {};
 const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
 
@@ -131,9 +133,11 @@ struct cur_rq {
 	__u32 issued;  /* the request's issue was seen (its in-flight count was raised) */
 };
 
+/* One record per source (enum agg_source): a wait's program may run in an interrupt on a CPU whose
+ * completion program is building an I/O's record. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, AGG_NR_SOURCES);
 	__type(key, __u32);
 	__type(value, struct agg_rec);
 } recs SEC(".maps");
@@ -171,11 +175,11 @@ static __always_inline bool cmp_u64(__u64 a, __u8 cmp, __u64 b)
 	}
 }
 
-/* The WHERE program of insns [start, start + n) on this CPU's record: a stack of booleans in a word. */
-__noinline int agg_pred(__u32 start, __u32 n)
+/* The WHERE program of insns [start, start + n) on this CPU's record of source: a stack of booleans in a word. */
+__noinline int agg_pred(__u32 start, __u32 n, __u32 source)
 {
-	__u32 zero = 0, st = 0, b, i;
-	struct agg_rec *r = bpf_map_lookup_elem(&recs, &zero);
+	__u32 st = 0, b, i;
+	struct agg_rec *r = bpf_map_lookup_elem(&recs, &source);
 
 	if (!r)
 		return 0;
@@ -242,7 +246,7 @@ static __always_inline void rec_comm(struct agg_rec *r, __u32 tgid)
 {
 	char *name;
 
-	if (!NEED(AGG_F_COMM0) || !tgid)
+	if (!((targ_need | targ_wait_need) & (1u << AGG_F_COMM0)) || !tgid)
 		return;
 	name = bpf_map_lookup_elem(&comms, &tgid);
 	if (!name)
@@ -268,11 +272,13 @@ static __always_inline void rec_comm(struct agg_rec *r, __u32 tgid)
 	r->have |= (1u << AGG_F_COMM0) | (1u << AGG_F_COMM1);
 }
 
-/* Every expression on this CPU's record (have: its fields, never 0). Only the completion program calls it: one writer per CPU value. */
-__noinline int agg_eval(__u32 have)
+/* Every expression of source (enum agg_source) on this CPU's record of it (have: its fields, never 0).
+ * One program calls it per source (the completion's or the queue's; the wakeup's): one writer per CPU
+ * value, the expressions of the two sources keyed apart (agg_key.expr). */
+__noinline int agg_eval(__u32 have, __u32 source)
 {
-	__u32 zero = 0, e, j;
-	struct agg_rec *r = bpf_map_lookup_elem(&recs, &zero);
+	__u32 e, j;
+	struct agg_rec *r = bpf_map_lookup_elem(&recs, &source);
 
 	if (!r || !have)
 		return 0;
@@ -285,13 +291,15 @@ __noinline int agg_eval(__u32 have)
 
 		if (e >= targ_nexprs)
 			break;
+		if (targ_exprs[e].source != source)
+			continue;
 		vf = targ_exprs[e].value;
 		if (vf < AGG_NR_FIELDS) {
 			if (!(r->have & (1u << vf)))
 				continue; /* the I/O has no such value (d2c of a bio after a request's first) */
 			v = r->f[vf];
 		}
-		if (targ_exprs[e].ninsns && !agg_pred(targ_exprs[e].insn_start, targ_exprs[e].ninsns))
+		if (targ_exprs[e].ninsns && !agg_pred(targ_exprs[e].insn_start, targ_exprs[e].ninsns, source))
 			continue;
 		mask = targ_exprs[e].key_mask;
 		for (j = 0; j < AGG_NR_KEYS; j++)
@@ -527,7 +535,7 @@ static __always_inline int agg_at_queue(void *ctx, struct bio *bio, const bool b
 	r->f[AGG_F_SIZE] = size;
 	r->f[AGG_F_BYTES] = size;
 	rec_extras(r, x);
-	agg_eval(r->have);
+	agg_eval(r->have, AGG_SRC_IO);
 	return 0;
 }
 
@@ -680,8 +688,8 @@ static __always_inline void flush_rq_issued(struct request *rq, __u32 dev, __u64
 
 static __always_inline struct agg_rec *rec_start(__u32 dev, __u8 op, __u32 flags)
 {
-	__u32 zero = 0;
-	struct agg_rec *r = bpf_map_lookup_elem(&recs, &zero);
+	__u32 src = AGG_SRC_IO;
+	struct agg_rec *r = bpf_map_lookup_elem(&recs, &src);
 
 	if (!r)
 		return NULL;
@@ -716,7 +724,7 @@ static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op
 		}
 	}
 	if (r)
-		agg_eval(r->have);
+		agg_eval(r->have, AGG_SRC_IO);
 	if (!rs)
 		return;
 	map_delete(&rq_starts, &key, false);
@@ -778,7 +786,7 @@ static __always_inline void bio_rec(struct bio_slot *sl, __u32 dev, __u8 op, __u
 		r->f[AGG_F_INFLIGHT] = cur->inflight;
 		r->have |= 1u << AGG_F_INFLIGHT;
 	}
-	agg_eval(r->have);
+	agg_eval(r->have, AGG_SRC_IO);
 }
 
 static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
@@ -842,7 +850,7 @@ static __always_inline int agg_stamps_done(struct request *rq, unsigned int nr_b
 		r->f[AGG_F_Q2D] = st.io - st.start;
 		r->have |= (1u << AGG_F_Q2C) | (1u << AGG_F_Q2D);
 	}
-	agg_eval(r->have);
+	agg_eval(r->have, AGG_SRC_IO);
 	return 0;
 }
 
@@ -860,6 +868,56 @@ static __always_inline int agg_rq_complete(struct request *rq, unsigned int nr_b
 }
 
 /* The programs: the shared path (rqpath.bpf.h) and this object's additions, with an issue program. */
+/* ---- I/O waits (iowait.bpf.h): one record per wait that ended, for the expressions that read iowait ---- */
+
+/* Where the thread blocked (its stacks, taken now: it is the current task) and its name, as the
+ * expressions ask; -p: only its waits. */
+static __always_inline bool iowait_began(void *ctx, struct iowait_start *s)
+{
+	if (!targ_waits || (targ_tgid && s->tgid != targ_tgid))
+		return false;
+	if (targ_wait_need & (1u << AGG_F_KSTACK)) {
+		long id = bpf_get_stackid(ctx, &stacks, 0);
+
+		if (id >= 0)
+			s->kstack = id;
+		else
+			stat_inc(AGG_LOST_STACK);
+	}
+	if (targ_wait_need & (1u << AGG_F_USTACK)) {
+		long id = bpf_get_stackid(ctx, &stacks, BPF_F_USER_STACK);
+
+		if (id >= 0)
+			s->ustack = id;
+		else if (id == -EEXIST)
+			stat_inc(AGG_LOST_STACK);
+	}
+	if (targ_wait_need & (1u << AGG_F_COMM0))
+		comms_note(s->tgid);
+	return true;
+}
+
+static __always_inline void iowait_ended(const struct iowait_start *s, __u32 tid, __u64 ns)
+{
+	__u32 src = AGG_SRC_WAIT;
+	struct agg_rec *r = bpf_map_lookup_elem(&recs, &src);
+
+	if (!r)
+		return;
+	__builtin_memset(r, 0, sizeof(*r));
+	r->f[AGG_F_PID] = tid;
+	r->f[AGG_F_TGID] = s->tgid;
+	r->f[AGG_F_CGROUP] = s->cgroup;
+	r->f[AGG_F_KSTACK] = s->kstack >= 0 ? (__u64)s->kstack + 1 : 0;
+	r->f[AGG_F_USTACK] = s->ustack >= 0 ? (__u64)s->ustack + 1 : 0;
+	r->f[AGG_F_IOWAIT] = ns;
+	r->have = (1u << AGG_F_PID) | (1u << AGG_F_TGID) | (1u << AGG_F_CGROUP) | (1u << AGG_F_KSTACK) |
+		  (1u << AGG_F_USTACK) | (1u << AGG_F_IOWAIT);
+	agg_eval(r->have, AGG_SRC_WAIT);
+}
+
+#include "iowait.bpf.h"
+
 IOS_BLOCK_TP(bio_queue, block_bio_queue, agg_bio_queue(ctx, bio, btf), struct bio *bio)
 IOS_BLOCK_TP(split, block_split, agg_split(bio, btf), struct bio *bio)
 IOS_BLOCK_TP(rq_issue, block_rq_issue, agg_rq_issue(rq, btf), struct request *rq)
@@ -870,5 +928,7 @@ IOS_TP(rq_complete, block_rq_complete, agg_rq_complete(rq, nr_bytes, btf), struc
 COMMS_RENAME_PROGRAMS
 
 THROTTLE_NOTE_PROGRAM
+
+IOWAIT_PROGRAMS
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -41,7 +41,15 @@ enum agg_field {
 	AGG_F_THROTTLE = 17, /* ns the bio waited in blk-throttle before its queue event (0: not held) */
 	AGG_F_COMM0 = 18,   /* the process name, bytes 0-7 (WHERE comm == "...") */
 	AGG_F_COMM1 = 19,   /* bytes 8-15 */
-	AGG_NR_FIELDS = 20, /* as an expression's value: count() */
+	AGG_F_IOWAIT = 20,  /* ns a thread was blocked in an I/O wait: a record of a wait (iowait.bpf.h), not of an I/O */
+	AGG_NR_FIELDS = 21, /* as an expression's value: count() */
+};
+
+/* What a record is of, and which expressions it is for (struct agg_expr.source): agg_eval's second argument. */
+enum agg_source {
+	AGG_SRC_IO = 0,     /* a bio or a request (queued or completed) */
+	AGG_SRC_WAIT = 1,   /* a thread's I/O wait that ended: pid, tgid, cgroup, kstack, ustack, iowait */
+	AGG_NR_SOURCES = 2,
 };
 
 enum agg_kind {
@@ -85,7 +93,8 @@ struct agg_expr {
 	__u8 value;       /* enum agg_field; AGG_NR_FIELDS for count() */
 	__u8 insn_start;  /* its WHERE program: targ_insns[insn_start .. insn_start + ninsns) */
 	__u8 ninsns;      /* 0: no WHERE */
-	__u8 pad[4];
+	__u8 source;      /* enum agg_source: the records it is answered from */
+	__u8 pad[3];
 };
 
 struct agg_key {

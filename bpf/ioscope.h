@@ -121,16 +121,19 @@ struct iowait_start {
 	__u64 nvcsw;  /* the task's voluntary switches then: a wakeup for a later block is not this wait's */
 	__u64 cgroup; /* its cgroup of the io controller (cgroup.bpf.h) */
 	__u32 tgid;
-	__u32 pad;
+	__s32 kstack; /* where it blocked, an id in the object's stacks map (-1: not taken; agg's kstack key) */
+	__s32 ustack; /* the same of its user stack (agg's ustack key) */
+	__u32 delayed; /* 1: the scheduler delayed its dequeue (EEVDF's DELAY_DEQUEUE, 6.12+; see iowait.bpf.h) */
 };
 
 /* iowait.bpf.h: the I/O waits of one thread that have ended (woken: sched_wakeup), since tracing began */
 struct iowait_val {
-	__u64 ns;     /* time blocked, summed */
-	__u64 waits;  /* waits ended */
-	__u64 cgroup; /* its cgroup of the io controller at its last wait */
+	__u64 ns;         /* time blocked, summed */
+	__u64 waits;      /* waits ended */
+	__u64 cgroup;     /* its cgroup of the io controller at its last wait */
+	__u64 delayed_ns; /* the part of ns in waits whose dequeue the scheduler delayed */
+	__u32 delayed;    /* those waits */
 	__u32 tgid;
-	__u32 pad;
 };
 
 /* A slot of top's direct-mapped table of bios in flight (index: hash of the

@@ -11,12 +11,22 @@
  * queue (sched_switch: not a preemption, a state other than running, in_iowait set), and ends where
  * it is woken (sched_wakeup with in_iowait still set). The kernel's own delay accounting measures the
  * same interval: delayacct_blkio_start() in the dequeue and delayacct_blkio_end() in the wakeup's
- * activation (kernel/sched/core.c), which is the ground truth the tests compare with.
+ * activation (kernel/sched/core.c), which is the ground truth the tests compare with, but for one
+ * case: since 6.12 (commit 152e11f6df29, "sched/fair: Implement delayed dequeue"), EEVDF may leave a
+ * blocked task on its run queue until its lag is repaid (se.sched_delayed); delay accounting then
+ * starts at the delayed dequeue, or never when the task is woken before it. The task was blocked all
+ * the same: such waits are counted here from the switch, and marked (delayed, delayed_ns).
  *
  * Two hash maps keyed by thread id: iowait_starts (the waits in progress, read by user space to count
  * the part of a long wait that falls in each interval, and to show who is blocked now) and iowait_tids
  * (the waits ended: time and number, never reset; user space takes differences and removes the threads
- * that exited). The object defines iowait_began(tgid) before including this (top: note the name).
+ * that exited: top's, which calls iowait_add_total; agg leaves it empty).
+ *
+ * The object defines, before including this:
+ *   bool iowait_began(void *ctx, struct iowait_start *s): a wait begins (the blocking task is current);
+ *     it may fill the start's stacks, and returns false for a task it does not want (-p);
+ *   void iowait_ended(const struct iowait_start *s, __u32 tid, __u64 ns): a wait of ns ended (the waker's
+ *     context: any task, any CPU, possibly an interrupt).
  */
 #ifndef IOWAIT_BPF_H
 #define IOWAIT_BPF_H
@@ -57,6 +67,14 @@ static __always_inline unsigned long task_state(struct task_struct *p, const boo
 	return IOS_READ(btf, (struct task_struct___state_long *)p, state);
 }
 
+/* EEVDF delayed the dequeue of a task that blocked (6.12+; absent before: never delayed). */
+static __always_inline bool task_dequeue_delayed(struct task_struct *task, const bool btf)
+{
+	if (!bpf_core_field_exists(task->se.sched_delayed))
+		return false;
+	return IOS_READ(btf, task, se.sched_delayed);
+}
+
 /* in_iowait is a bit field: read through CO-RE's byte offset and shifts (a plain load of the bytes
  * holding it under tp_btf, bpf_probe_read_kernel under raw_tp). */
 static __always_inline bool task_in_iowait(struct task_struct *task, const bool btf)
@@ -67,9 +85,29 @@ static __always_inline bool task_in_iowait(struct task_struct *task, const bool 
 	return BPF_CORE_READ_BITFIELD_PROBED(task, in_iowait);
 }
 
+/* The thread's ended waits, for a tool that reads them as totals (top: kernel/iowait.py). */
+static __always_inline void iowait_add_total(const struct iowait_start *s, __u32 tid, __u64 delta)
+{
+	struct iowait_val *v = lookup_or_init(&iowait_tids, &tid, &zero_iowait);
+
+	if (!v) {
+		stat_inc(IOS_LOST_IOWAIT_FULL);
+		return;
+	}
+	/* one wakeup per wait of a thread (try_to_wake_up under the task's pi_lock): no other writer */
+	v->ns += delta;
+	v->waits += 1;
+	if (s->delayed) {
+		v->delayed += 1;
+		v->delayed_ns += delta;
+	}
+	v->tgid = s->tgid;
+	v->cgroup = s->cgroup;
+}
+
 /* sched_switch: prev (the current task) leaves its CPU. A wait begins when it blocks (not preempted,
  * not running: the scheduler dequeued it) with in_iowait set. */
-static __always_inline int iowait_switch(bool preempt, struct task_struct *prev, const bool btf)
+static __always_inline int iowait_switch(void *ctx, bool preempt, struct task_struct *prev, const bool btf)
 {
 	struct iowait_start s = {};
 	struct cgroup *cg;
@@ -87,10 +125,13 @@ static __always_inline int iowait_switch(bool preempt, struct task_struct *prev,
 	s.nvcsw = IOS_READ(btf, prev, nvcsw);
 	s.cgroup = cgroup_kn_id(cg);
 	s.tgid = id >> 32;
+	s.kstack = -1;
+	s.ustack = -1;
+	s.delayed = task_dequeue_delayed(prev, btf);
+	if (!iowait_began(ctx, &s))
+		return 0;
 	if (map_update(&iowait_starts, &tid, &s, BPF_ANY))
 		stat_inc(IOS_LOST_IOWAIT_FULL);
-	else
-		iowait_began(s.tgid);
 	return 0;
 }
 
@@ -98,10 +139,9 @@ static __always_inline int iowait_switch(bool preempt, struct task_struct *prev,
  * run since (the same voluntary switch count): a start whose wakeup no program saw is dropped. */
 static __always_inline int iowait_wakeup(struct task_struct *p, const bool btf)
 {
-	struct iowait_start *s;
-	struct iowait_val *v;
-	__u64 now, delta, cgroup;
-	__u32 tid, tgid;
+	struct iowait_start *s, copy;
+	__u64 now;
+	__u32 tid;
 
 	if (!task_in_iowait(p, btf))
 		return 0;
@@ -115,26 +155,15 @@ static __always_inline int iowait_wakeup(struct task_struct *p, const bool btf)
 		map_delete(&iowait_starts, &tid, true);
 		return 0;
 	}
-	delta = now - s->ns;
-	tgid = s->tgid;
-	cgroup = s->cgroup;
+	copy = *s;
 	map_delete(&iowait_starts, &tid, true);
-	v = lookup_or_init(&iowait_tids, &tid, &zero_iowait);
-	if (!v) {
-		stat_inc(IOS_LOST_IOWAIT_FULL);
-		return 0;
-	}
-	/* one wakeup per wait of a thread (try_to_wake_up under the task's pi_lock): no other writer */
-	v->ns += delta;
-	v->waits += 1;
-	v->tgid = tgid;
-	v->cgroup = cgroup;
+	iowait_ended(&copy, tid, now - copy.ns);
 	return 0;
 }
 
 /* The programs (a prefix of sched_switch's arguments: 5.10's has no prev_state, 5.18's on do). */
 #define IOWAIT_PROGRAMS                                                                               \
-	IOS_TP(sched_switch, sched_switch, iowait_switch(preempt, prev, btf), bool preempt,          \
+	IOS_TP(sched_switch, sched_switch, iowait_switch(ctx, preempt, prev, btf), bool preempt,     \
 	       struct task_struct *prev, struct task_struct *next)                                   \
 	IOS_TP(sched_wakeup, sched_wakeup, iowait_wakeup(p, btf), struct task_struct *p)
 

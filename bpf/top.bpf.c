@@ -40,12 +40,23 @@
 #include "cgroup.bpf.h"
 #include "throttle.bpf.h"
 
-/* iowait.bpf.h's hook: the name of a process that blocks, which may queue no I/O of its own */
-static __always_inline void iowait_began(__u32 tgid)
-{
-	comms_note(tgid);
-}
+/* iowait.bpf.h's hooks: the name of a process that blocks (it may queue no I/O of its own); every
+ * thread's waits added up (IO>, kernel/iowait.py) */
+struct iowait_start;
+static __always_inline bool iowait_began(void *ctx, struct iowait_start *s);
+static __always_inline void iowait_ended(const struct iowait_start *s, __u32 tid, __u64 ns);
 #include "iowait.bpf.h"
+
+static __always_inline bool iowait_began(void *ctx, struct iowait_start *s)
+{
+	comms_note(s->tgid);
+	return true;
+}
+
+static __always_inline void iowait_ended(const struct iowait_start *s, __u32 tid, __u64 ns)
+{
+	iowait_add_total(s, tid, ns);
+}
 
 #define TOP_MAX_CHAIN 64 /* bios of a request walked */
 

@@ -70,13 +70,26 @@ def taskstats(pid: int) -> dict[str, Any]:
         ts.close()
 
 
-def waited(reports: list[dict[str, Any]], pid: int) -> tuple[float, int, list[float]]:
-    """(seconds, waits ended, IO> of each interval) of pid over top's reports."""
-    s, n, pct = 0.0, 0, []
+def waited(reports: list[dict[str, Any]], pid: int) -> tuple[float, int, list[float], int, float]:
+    """(seconds, waits ended, IO> of each interval, waits whose dequeue was delayed, their seconds) of pid
+    over top's reports."""
+    s, n, pct, dl, dl_s = 0.0, 0, [], 0, 0.0
     for r in reports:
         for w in r["waits"]:
             if w["pid"] == pid:
                 s += w["waited_s"]
                 n += w["waits"]
                 pct.append(w["io_pct"])
-    return s, n, pct
+                dl += w["dequeue_delayed"]
+                dl_s += w["dequeue_delayed_s"]
+    return s, n, pct, dl, dl_s
+
+
+def check_against_delayacct(waits: int, ns: float, delayed: int, delayed_ns: float, truth: dict[str, Any]) -> None:
+    """waits and ns (of one thread, as ioscope counted them) against the kernel's delay accounting: the
+    same waits, but those whose dequeue the scheduler delayed (EEVDF, 6.12+: bpf/iowait.bpf.h), which it
+    counts from the delayed dequeue or not at all; the same time, within EPS_NS a wait and but for the
+    part of those waits before their dequeue."""
+    assert waits - delayed <= truth["blkio_count"] <= waits, (waits, delayed, truth["blkio_count"])
+    assert -EPS_NS * waits <= ns - truth["blkio_delay_total"] <= EPS_NS * waits + delayed_ns, (
+        ns, truth["blkio_delay_total"], delayed_ns)

@@ -25,7 +25,7 @@ import pytest
 
 from conftest import ioscope_cmd, json_lines
 from ioscope.base.testbed import LoopFS, TestCgroups, drop_caches
-from iowait_util import EPS_NS, WORKLOAD, delay_accounting, taskstats, waited
+from iowait_util import WORKLOAD, check_against_delayacct, delay_accounting, taskstats, waited
 from top_live_util import top_past
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -37,33 +37,45 @@ def delayacct() -> Iterator[None]:
     with delay_accounting():
         yield
 
-def run_with_top(cmd: list[str], top_args: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any], int]:
-    """top -b -j 0.5 from before the workload starts until an interval closed after it said "done"; the
-    workload's taskstats read then, while it lives. Returns top's reports, the taskstats, the pid."""
-    top = subprocess.Popen(ioscope_cmd("top", "-b", "-j", *top_args, "0.5"), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+def run_beside(cmd: list[str], *tools: list[str]) -> tuple[list[list[dict[str, Any]]], dict[str, Any], int]:
+    """Each ioscope TOOL... (-j, every 0.5 s) from before the workload starts until a report closed its
+    interval after the workload said "done"; the workload's taskstats read then, while it lives. Returns
+    each tool's reports, the taskstats, the workload's pid."""
+    procs = [subprocess.Popen(ioscope_cmd(*t, "-j", "0.5"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for t in tools]
     work = None
     try:
-        assert top.stdout is not None
-        first = top.stdout.readline()  # the first report: the programs are attached
-        assert first.startswith("{"), first + top.stderr.read() if top.poll() is not None else first
+        firsts = []
+        for t, p in zip(tools, procs):
+            assert p.stdout is not None and p.stderr is not None
+            if t[0] == "top":  # its first report: the programs are attached
+                firsts.append(p.stdout.readline())
+                assert firsts[-1].startswith("{"), firsts[-1] + (p.stderr.read() if p.poll() is not None else "")
+            else:  # "Tracing ...": attached
+                firsts.append("")
+                line = p.stderr.readline()
+                assert line.startswith("Tracing"), line + (p.stderr.read() if p.poll() is not None else "")
         work = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert work.stdout is not None and work.stdin is not None
         assert work.stdout.readline().strip() == "done"
         done = time.time()
         truth = taskstats(work.pid)
-        lines = first + top_past(top, done)  # until a report closed its interval after the workload's last wait
+        # until a report closed its interval after the workload's last wait
+        lines = [first + top_past(p, done) for first, p in zip(firsts, procs)]
         work.stdin.close()
         assert work.wait(timeout=30) == 0
-        top.send_signal(signal.SIGINT)
-        rest, err = top.communicate(timeout=60)
-        assert top.returncode == 0, err
-        return json_lines(lines + rest), truth, work.pid
+        out = []
+        for p, got in zip(procs, lines):
+            p.send_signal(signal.SIGINT)
+            rest, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err
+            out.append(json_lines(got + rest))
+        return out, truth, work.pid
     finally:
-        for p in (work, top):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+        for q in (work, *procs):
+            if q is not None and q.poll() is None:
+                q.kill()
+                q.wait()
 
 
 @contextlib.contextmanager
@@ -86,15 +98,13 @@ def limited(fs: LoopFS, key: str, iops: int) -> Iterator[TestCgroups]:
 
 
 def check(reports: list[dict[str, Any]], truth: dict[str, Any], pid: int, least_s: float) -> list[float]:
-    """top's waits of pid equal delay accounting's in number, in time within EPS_NS a wait, and add up to
+    """top's waits of pid against delay accounting's (iowait_util.check_against_delayacct), adding up to
     least_s at least (what the limit imposes); returns pid's IO> in each interval."""
-    seconds, waits, pct = waited(reports, pid)
-    ours_ns, theirs_ns = seconds * 1e9, truth["blkio_delay_total"]
-    print(f"waits {waits} / delayacct {truth['blkio_count']}; {ours_ns / 1e9:.6f} s / {theirs_ns / 1e9:.6f} s; "
-          f"IO> {pct}")
-    assert waits == truth["blkio_count"]
-    assert abs(ours_ns - theirs_ns) <= EPS_NS * waits, (ours_ns, theirs_ns)
-    assert theirs_ns >= least_s * 1e9
+    seconds, waits, pct, delayed, delayed_s = waited(reports, pid)
+    print(f"waits {waits} ({delayed} dequeue delayed, {delayed_s:.6f} s) / delayacct {truth['blkio_count']}; "
+          f"{seconds:.6f} s / {truth['blkio_delay_total'] / 1e9:.6f} s; IO> {pct}")
+    check_against_delayacct(waits, seconds * 1e9, delayed, delayed_s * 1e9, truth)
+    assert truth["blkio_delay_total"] >= least_s * 1e9
     return pct
 
 
@@ -106,7 +116,7 @@ def test_fsync_writes_in_a_throttled_cgroup_wait_as_delay_accounting_says(delaya
     n = 200
     with LoopFS(256) as fs, limited(fs, "w", 100) as cg:
         cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}")
-        reports, truth, pid = run_with_top(cmd, [])
+        (reports,), truth, pid = run_beside(cmd, ["top", "-b"])
     # a wait for each write at least (each held by the throttle: ~2 s at 100 a second, half of it at least)
     assert truth["blkio_count"] >= n
     pct = check(reports, truth, pid, 0.5 * n / 100)
@@ -123,5 +133,45 @@ def test_page_cache_misses_wait_as_delay_accounting_says(delayacct: None) -> Non
         drop_caches()
         with limited(fs, "r", 200) as cg:
             cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' read {path} {n}")
-            reports, truth, pid = run_with_top(cmd, ["-d", fs.name])
+            (reports,), truth, pid = run_beside(cmd, ["top", "-b", "-d", fs.name])
     check(reports, truth, pid, 0.5 * n / 2 / 200)  # (two of its reads to a request here: 150 requests at least)
+
+
+def test_agg_answers_iowait_as_top_and_delay_accounting_say(delayacct: None) -> None:
+    """agg's iowait value (one record per wait that ended) on the throttled page-cache misses, beside an
+    expression of the I/O in the same run and beside top: the reader's waits are top's (the same events),
+    their time delay accounting's as top's is (the tests above), its I/O is top's count of it, and its
+    waits' kernel stacks are those of a read of the page cache."""
+    n = 200
+    exprs = ["sum(iowait) by tgid", "quantize(iowait) by tgid", "count() by tgid where op == read",
+             "sum(iowait) by tgid,kstack"]
+    with LoopFS(256, read_ahead_kb=0) as fs:
+        path = fs.make_file("data.db", n * 8192)
+        drop_caches()
+        reads0 = fs.loop.diskstats().reads
+        with limited(fs, "r", 200) as cg:
+            cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' read {path} {n}")
+            (aggs, tops), truth, pid = run_beside(cmd, ["agg", *(a for e in exprs for a in ("-e", e)), "-d", fs.name],
+                                                  ["top", "-b", "-d", fs.name])
+        reads = fs.loop.diskstats().reads - reads0
+    rows = {e: [r for d in aggs for a in d["aggs"] if a["expr"] == e for r in a["rows"]
+                if int(r["keys"]["tgid"]) == pid] for e in exprs}
+    ns = sum(r["sum"] for r in rows[exprs[0]])
+    waits = sum(b[2] for r in rows[exprs[1]] for b in r["buckets"])
+    ios = sum(r["count"] for r in rows[exprs[2]])
+    seconds, top_waits, _, delayed, delayed_s = waited(tops, pid)
+    print(f"agg: waits {waits}, {ns / 1e9:.6f} s; top: {top_waits}, {seconds:.6f} s; delayacct "
+          f"{truth['blkio_count']}, {truth['blkio_delay_total'] / 1e9:.6f} s; reads {ios} / disk {reads}")
+    assert waits == top_waits > 0  # the same waits, seen by two objects' programs
+    # each against the kernel's accounting: the times differ by the programs' own run (agg takes a stack
+    # between its clock read and top's when it runs first: 3.6 us a wait measured), within EPS_NS
+    check_against_delayacct(top_waits, seconds * 1e9, delayed, delayed_s * 1e9, truth)
+    check_against_delayacct(waits, ns, delayed, delayed_s * 1e9, truth)
+    # its I/O as top counted it (bios completed, by the process that queued them), no more than the disk did
+    top_ios = sum(r["ios"] for d in tops for r in d["procs"] if r["pid"] == pid)
+    assert 0 < ios == top_ios <= reads, (ios, top_ios, reads)
+    assert {d["io_unit"]["iowait"] for d in aggs} == {"waits"}
+    stacks = [r["keys"]["kstack"] for r in rows[exprs[3]]]
+    assert sum(r["sum"] for r in rows[exprs[3]]) == ns
+    page_wait = ("filemap_", "folio_wait", "__folio_lock")
+    assert stacks and all(any(f.startswith(page_wait) for f in st) for st in stacks), stacks

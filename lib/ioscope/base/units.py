@@ -14,6 +14,8 @@ sequential 4 KiB writes are 4096 bios and 4065 requests (31 merged). Bytes agree
   the unit of /proc/diskstats and iostat.
 - SYSCALLS: read/write system calls and async read/write requests (libaio iocbs, io_uring requests), each
   counted when it returns or completes, before the page cache (fair, readsize).
+- WAITS: a thread's sleeps in an I/O wait (io_schedule and its kin: bpf/iowait.bpf.h), each counted when
+  the thread is woken (agg's expressions that read iowait).
 
 A tool says its unit in the line it starts with ("Tracing ...; counts requests ..."), in its JSON
 ("io_unit": "requests", or {"section": unit} when its parts count differently) and on its doc page.
@@ -27,12 +29,14 @@ BIOS = "bios"
 PIECES = "pieces"
 REQUESTS = "requests"
 SYSCALLS = "syscalls"
+WAITS = "waits"
 
 MEANING = {
     BIOS: "bios (as queued, before any split)",
     PIECES: "bio pieces (after any split, before merge)",
     REQUESTS: "requests (as dispatched to the driver, after split and merge: /proc/diskstats' unit)",
     SYSCALLS: "read/write syscalls and aio/io_uring requests",
+    WAITS: "I/O waits of threads (each when it ended: the thread was woken)",
 }
 
 
@@ -49,4 +53,4 @@ def to_json(unit: str | Mapping[str, str]) -> dict[str, object]:
     return {"io_unit": unit if isinstance(unit, str) else dict(unit)}
 
 
-__all__ = ["BIOS", "MEANING", "PIECES", "REQUESTS", "SYSCALLS", "says", "to_json"]
+__all__ = ["BIOS", "MEANING", "PIECES", "REQUESTS", "SYSCALLS", "WAITS", "says", "to_json"]

@@ -125,15 +125,18 @@ IOWAIT_START = np.dtype([
     ("nvcsw", np.uint64),
     ("cgroup", np.uint64),
     ("tgid", np.uint32),
-    ("pad", np.uint32),
+    ("kstack", np.int32),
+    ("ustack", np.int32),
+    ("delayed", np.uint32),
 ])
 
 IOWAIT_VAL = np.dtype([
     ("ns", np.uint64),
     ("waits", np.uint64),
     ("cgroup", np.uint64),
+    ("delayed_ns", np.uint64),
+    ("delayed", np.uint32),
     ("tgid", np.uint32),
-    ("pad", np.uint32),
 ])
 
 STRUCTS = {"hist": HIST, "lat_key": LAT_KEY, "lat_val": LAT_VAL, "bio_start": BIO_START,

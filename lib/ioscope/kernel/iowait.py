@@ -52,6 +52,10 @@ class ThreadWaits:
     waited_ns: npt.NDArray[Any] = field(default_factory=lambda: _empty(_U64))   # ended + in progress
     waits: npt.NDArray[Any] = field(default_factory=lambda: _empty(_U64))       # waits ended
     blocked_ns: npt.NDArray[Any] = field(default_factory=lambda: _empty(_U64))  # the wait in progress (0: none)
+    # of the waits ended, those whose dequeue the scheduler delayed (bpf/iowait.bpf.h: delay accounting
+    # counts them from the delayed dequeue, or not at all), and their time
+    delayed: npt.NDArray[Any] = field(default_factory=lambda: _empty(_U64))
+    delayed_ns: npt.NDArray[Any] = field(default_factory=lambda: _empty(_U64))
 
 
 def combine(ended: npt.NDArray[Any], ended_tids: npt.NDArray[Any], starts: npt.NDArray[Any],
@@ -65,11 +69,15 @@ def combine(ended: npt.NDArray[Any], ended_tids: npt.NDArray[Any], starts: npt.N
     waited = np.zeros(n, dtype=np.uint64)
     waits = np.zeros(n, dtype=np.uint64)
     blocked = np.zeros(n, dtype=np.uint64)
+    delayed = np.zeros(n, dtype=np.uint64)
+    delayed_ns = np.zeros(n, dtype=np.uint64)
     if len(ended_tids):
         i = np.searchsorted(tid, ended_tids)
         tgid[i], cgroup[i] = ended["tgid"], ended["cgroup"]
         waited[i] = ended["ns"]
         waits[i] = ended["waits"]
+        delayed[i] = ended["delayed"]
+        delayed_ns[i] = ended["delayed_ns"]
     if len(start_tids):
         i = np.searchsorted(tid, start_tids)
         tgid[i], cgroup[i] = starts["tgid"], starts["cgroup"]  # the wait in progress is the latest
@@ -77,7 +85,7 @@ def combine(ended: npt.NDArray[Any], ended_tids: npt.NDArray[Any], starts: npt.N
         age = np.where(began < np.uint64(mono_ns), np.uint64(mono_ns) - began, np.uint64(0))
         blocked[i] = age
         waited[i] += age
-    return ThreadWaits(mono_ns, tid, tgid, cgroup, waited, waits, blocked)
+    return ThreadWaits(mono_ns, tid, tgid, cgroup, waited, waits, blocked, delayed, delayed_ns)
 
 
 @dataclass(frozen=True)
@@ -91,6 +99,8 @@ class Waited:
     waited_ns: npt.NDArray[Any]   # time blocked in the interval
     waits: npt.NDArray[Any]       # waits that ended in it
     blocked_ns: npt.NDArray[Any]  # at the end of the interval, the wait in progress so far (0: not blocked)
+    delayed: npt.NDArray[Any]     # of the waits ended, those whose dequeue was delayed (ThreadWaits)
+    delayed_ns: npt.NDArray[Any]
 
 
 def waited_between(prev: ThreadWaits, cur: ThreadWaits) -> Waited:
@@ -102,14 +112,16 @@ def waited_between(prev: ThreadWaits, cur: ThreadWaits) -> Waited:
     known = (i < len(prev.tid)) & (prev.tid[i_ok] == cur.tid) if len(prev.tid) else np.zeros(len(cur.tid), bool)
     p_wait = np.where(known, prev.waited_ns[i_ok] if len(prev.tid) else 0, 0).astype(np.uint64)
     p_n = np.where(known, prev.waits[i_ok] if len(prev.tid) else 0, 0).astype(np.uint64)
-    back = cur.waited_ns < p_wait
-    p_wait = np.where(back, 0, p_wait).astype(np.uint64)
-    p_n = np.where(back | (cur.waits < p_n), 0, p_n).astype(np.uint64)
+    p_dl = np.where(known, prev.delayed[i_ok] if len(prev.tid) else 0, 0).astype(np.uint64)
+    p_dl_ns = np.where(known, prev.delayed_ns[i_ok] if len(prev.tid) else 0, 0).astype(np.uint64)
+    back = (cur.waited_ns < p_wait) | (cur.waits < p_n)
+    p_wait, p_n, p_dl, p_dl_ns = (np.where(back, 0, a).astype(np.uint64) for a in (p_wait, p_n, p_dl, p_dl_ns))
     d_wait = cur.waited_ns - p_wait
     d_n = cur.waits - p_n
     keep = (d_wait > 0) | (d_n > 0) | (cur.blocked_ns > 0)
     return Waited((cur.mono_ns - prev.mono_ns) / 1e9, cur.tid[keep], cur.tgid[keep], cur.cgroup[keep],
-                  d_wait[keep], d_n[keep], cur.blocked_ns[keep])
+                  d_wait[keep], d_n[keep], cur.blocked_ns[keep], (cur.delayed - p_dl)[keep],
+                  (cur.delayed_ns - p_dl_ns)[keep])
 
 
 class IowaitReader:
@@ -155,6 +167,8 @@ class ProcessWait:
     waits: int                # waits that ended in it
     blocked: int              # threads blocked at its end
     oldest_s: float           # the longest of those waits so far (0: none blocked)
+    delayed: int = 0          # of the waits ended, those whose dequeue the scheduler delayed (ThreadWaits)
+    delayed_s: float = 0.0    # their time
 
     def percent(self, seconds: float) -> float:
         """iotop's IO>: the share of the interval spent blocked, summed over threads (a process whose
@@ -165,11 +179,14 @@ class ProcessWait:
 def per_process(w: Waited) -> list[ProcessWait]:
     """The threads of w added up per process, most waiting first."""
     out: dict[int, ProcessWait] = {}
-    for tgid, cg, ns, n, b in zip(w.tgid.tolist(), w.cgroup.tolist(), w.waited_ns.tolist(), w.waits.tolist(),
-                                  w.blocked_ns.tolist()):
+    for tgid, cg, ns, n, b, dl, dl_ns in zip(w.tgid.tolist(), w.cgroup.tolist(), w.waited_ns.tolist(),
+                                             w.waits.tolist(), w.blocked_ns.tolist(), w.delayed.tolist(),
+                                             w.delayed_ns.tolist()):
         p = out.setdefault(tgid, ProcessWait(tgid, cg, 0.0, 0, 0, 0.0))
         p.waited_s += ns / 1e9
         p.waits += n
+        p.delayed += dl
+        p.delayed_s += dl_ns / 1e9
         if b:
             p.blocked += 1
             p.oldest_s = max(p.oldest_s, b / 1e9)

@@ -15,9 +15,9 @@ FILE_NAME = 32
 FIELDS = {
     "disk": 0, "op": 1, "flags": 2, "pid": 3, "tgid": 4, "cgroup": 5, "cpu": 6, "size": 7, "kstack": 8,
     "file": 9, "ustack": 10, "bytes": 11, "q2c": 12, "q2d": 13, "d2c": 14, "seek": 15, "inflight": 16,
-    "throttle": 17, "comm0": 18, "comm1": 19,
+    "throttle": 17, "comm0": 18, "comm1": 19, "iowait": 20,
 }
-NR_FIELDS = 20
+NR_FIELDS = 21
 VALUE_COUNT = NR_FIELDS  # agg_expr.value of count()
 KEY_FIELD = {"disk": "disk", "op": "op", "flags": "flags", "comm": "tgid", "pid": "pid", "tgid": "tgid",
              "cgroup": "cgroup", "cpu": "cpu", "size": "size", "kstack": "kstack", "file": "file",
@@ -25,6 +25,9 @@ KEY_FIELD = {"disk": "disk", "op": "op", "flags": "flags", "comm": "tgid", "pid"
 
 # enum agg_kind
 K_SCALAR, K_LOGLIN, K_LINEAR = 0, 1, 2
+
+# enum agg_source: what an expression is answered from
+SRC_IO, SRC_WAIT = 0, 1
 
 # enum agg_stat_idx (after ioscope.h's enum ios_stat_idx)
 STAT_NAMES = {11: "agg_map_full", 12: "queue_details_lost", 13: "stack_lost"}
@@ -47,7 +50,8 @@ EXPR = np.dtype([
     ("value", np.uint8),
     ("insn_start", np.uint8),
     ("ninsns", np.uint8),
-    ("pad", np.uint8, (4,)),
+    ("source", np.uint8),
+    ("pad", np.uint8, (3,)),
 ])
 
 KEY = np.dtype([

@@ -34,7 +34,8 @@ TC_SHOWN = 0x1 | 0x2 | 0x4 | 0x8 | 0x800 | 0x1000 | 0x2000 | 0x8000  # bpf/agg.b
 MISSING_IN_CAPTURES = {"kstack": "stacks (record does not store them)",
                        "ustack": "stacks (record does not store them)",
                        "file": "file names (record does not store them)",
-                       "throttle": "blk-throttle's waits (record does not store them)"}
+                       "throttle": "blk-throttle's waits (record does not store them)",
+                       "iowait": "the threads' I/O waits (record does not store them)"}
 
 
 def op_of(category: int, nbytes: int) -> int:

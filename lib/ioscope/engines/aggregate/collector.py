@@ -27,6 +27,9 @@ from ioscope.engines.aggregate.model import (
 )
 from ioscope.kernel import abi as core_abi
 from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, SlotTable
+from ioscope.kernel.iowait import EXPLAIN as IOWAIT_EXPLAIN
+from ioscope.kernel.iowait import HOOKS as IOWAIT_HOOKS
+from ioscope.kernel.iowait import LOST as IOWAIT_LOST
 from ioscope.kernel.loader import BPFObject
 from ioscope.kernel.stamps import LOSS_EXPLAIN, StampTiming
 
@@ -73,10 +76,13 @@ def queue_level(exprs: Sequence[Expr]) -> bool:
     return not needed_fields(exprs) & sum(1 << abi.FIELDS[f] for f in COMPLETION_FIELDS)
 
 
-def needed_fields(exprs: Sequence[Expr]) -> int:
-    """targ_need: a bit per kernel field some expression reads (comm: its name words)."""
+def needed_fields(exprs: Sequence[Expr], source: int = abi.SRC_IO) -> int:
+    """targ_need (targ_wait_need for source SRC_WAIT): a bit per kernel field some expression of source
+    reads (comm: its name words)."""
     need = 0
     for e in exprs:
+        if (abi.SRC_WAIT if e.on_waits else abi.SRC_IO) != source:
+            continue
         for f in e.fields():
             need |= 1 << abi.FIELDS["comm0" if f == "comm" else f]
     return need
@@ -91,6 +97,7 @@ def config_arrays(exprs: Sequence[Expr], progs: Sequence[list[Insn]]) -> tuple[n
         ex[i]["key_mask"] = key_mask(e)
         ex[i]["value"] = abi.FIELDS[e.value] if e.value else abi.VALUE_COUNT
         ex[i]["kind"] = abi.K_LINEAR if e.func == "lquantize" else abi.K_LOGLIN if e.is_hist else abi.K_SCALAR
+        ex[i]["source"] = abi.SRC_WAIT if e.on_waits else abi.SRC_IO
         if e.lq:
             low, high, step = e.lq
             ex[i]["lq_low"], ex[i]["lq_step"], ex[i]["lq_n"] = low, step, -(-(high - low) // step)
@@ -169,6 +176,7 @@ class AggCollector:
         self.cgroup = cgroups.cgroup_filter(opts.cgroup) if opts.cgroup else None
         self.bpf = BPFObject("agg", btf=opts.btf)
         self._namer = LiveNamer({})
+        self.stamps: StampTiming | None = None  # the I/O's timing (None: every expression reads iowait)
         try:
             self._setup()
         except BaseException:
@@ -178,6 +186,16 @@ class AggCollector:
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
         need = needed_fields(o.exprs)
+        # expressions that read iowait are answered from the threads' I/O waits (the scheduler's two
+        # programs, attached only for them); the others from the I/O (the block programs, only for them)
+        wait_need = needed_fields(o.exprs, abi.SRC_WAIT)
+        waits = [*IOWAIT_HOOKS] if any(e.on_waits for e in o.exprs) else []
+        b.set_global("targ_waits", bool(waits), "?")
+        b.set_global("targ_wait_need", wait_need, "I")
+        b.set_max_entries("iowait_tids", 1)  # top's totals: agg adds each wait to its expressions instead
+        if all(e.on_waits for e in o.exprs):
+            self._setup_waits_only(need | wait_need)
+            return
         # the issue program only when an expression reads what it measures: a request's issue time
         # (q2d, d2c) or the disk's in-flight count; count() by comm,disk runs two programs per I/O
         issue = bool(need & sum(1 << abi.FIELDS[f] for f in ("q2d", "d2c", "inflight")))
@@ -187,7 +205,7 @@ class AggCollector:
         self.at_queue = not stamps and o.timing in ("auto", "queue") and queue_level(o.exprs)
         throttle = bool(need & (1 << abi.FIELDS["throttle"]))
         b.choose(required=["bio_queue", *([] if self.at_queue else ["rq_complete"]),
-                           *(["rq_issue"] if issue else [])],
+                           *(["rq_issue"] if issue else []), *waits],
                  optional=[*([] if self.at_queue else ["split"]), "task_rename", *(["throtl_add"] if throttle else [])])
         if throttle and not b.hooks["throtl_add"].chosen:
             raise IoscopeError(f"throttle needs {b.absent(b.hooks['throtl_add'])}",
@@ -202,10 +220,40 @@ class AggCollector:
             b.set_global(name, value, fmt)
         b.set_global("targ_need", need, "I")
         b.set_global("targ_issue", issue, "?")
-        if not need & ((1 << abi.FIELDS["kstack"]) | (1 << abi.FIELDS["ustack"])):
+        if not (need | wait_need) & ((1 << abi.FIELDS["kstack"]) | (1 << abi.FIELDS["ustack"])):
             b.set_max_entries("stacks", 1)  # 8192 stacks x 1 KiB only when asked for
         if not need & (1 << abi.FIELDS["file"]):
             b.set_max_entries("files", 1)
+        self._load()
+        disks = [d.name for d in o.disks] or [d.name for d in devices.list_disks()]
+        self.mq_disks = [n for n in disks if devices.is_mq(n)]
+        self.stamps = StampTiming(b, devices.DevNames(), self.mq_disks, o.timing, stamps, o.btf)
+        if self.at_queue:
+            self.stamps.timing = {n: AT_QUEUE for n in self.stamps.timing}
+            b.attach()
+            return
+        self.stamps.attach("rq_complete", ["bio_queue", "rq_issue", "split", "task_rename", *waits])
+
+    def _setup_waits_only(self, need: int) -> None:
+        """Every expression reads iowait: the scheduler's programs alone, no block program."""
+        o, b = self.opts, self.bpf
+        self.at_queue = False
+        self.stamps = None
+        self.mq_disks = []
+        b.choose(required=[*IOWAIT_HOOKS], optional=["task_rename"])
+        b.set_global("targ_tgid", o.pid or 0, "I")
+        for name, (value, fmt) in (self.cgroup.bpf_globals() if self.cgroup else {}).items():
+            b.set_global(name, value, fmt)
+        b.set_global("targ_need", 0, "I")
+        if not need & ((1 << abi.FIELDS["kstack"]) | (1 << abi.FIELDS["ustack"])):
+            b.set_max_entries("stacks", 1)
+        b.set_max_entries("files", 1)
+        self._load()
+        b.attach()
+
+    def _load(self) -> None:
+        """The expressions into the object, loaded; its maps and losses."""
+        o, b = self.opts, self.bpf
         b.set_global("targ_nexprs", len(o.exprs), "I")
         ex, ins = config_arrays(o.exprs, self.progs)
         b.obj.set_global("targ_exprs", ex.tobytes())
@@ -219,27 +267,23 @@ class AggCollector:
         self._namer.files = b.map("files")
         stat_names = {**core_abi.STAT_NAMES, **abi.STAT_NAMES}
         loss = [core_abi.STAT_NAMES[i] for i in range(core_abi.NR_LOST_STATS)] + list(abi.LOSS_STATS)
-        self.stats = StatsDelta(b, b.map("stats"), stat_names, core_abi.NR_STATS, [*loss, "not_stamped"],
+        self.stats = StatsDelta(b, b.map("stats"), stat_names, core_abi.NR_STATS,
+                                [*loss, "not_stamped", IOWAIT_LOST],
                                 {"agg_map_full": "an aggregation map was full: rows not updated",
                                  "stack_lost": "a stack's bucket in the stacks map held another stack",
-                                 **LOSS_EXPLAIN, **EXPLAIN})
-        disks = [d.name for d in o.disks] or [d.name for d in devices.list_disks()]
-        self.mq_disks = [n for n in disks if devices.is_mq(n)]
-        self.stamps = StampTiming(b, devices.DevNames(), self.mq_disks, o.timing, stamps, o.btf)
-        if self.at_queue:
-            self.stamps.timing = {n: AT_QUEUE for n in self.stamps.timing}
-            b.attach()
-            return
-        self.stamps.attach("rq_complete", ["bio_queue", "rq_issue", "split", "task_rename"])
+                                 **LOSS_EXPLAIN, **EXPLAIN, **IOWAIT_EXPLAIN})
 
     @property
     def timing(self) -> dict[str, str]:
         """Each traced blk-mq disk and how its records are made (stamps.STAMPS: one per request at its
-        completion; AT_QUEUE: one per bio when queued; stamps.PROBES: one per bio at its completion)."""
-        return self.stamps.timing
+        completion; AT_QUEUE: one per bio when queued; stamps.PROBES: one per bio at its completion);
+        none when every expression is answered from I/O waits."""
+        return self.stamps.timing if self.stamps is not None else {}
 
     def tick(self) -> None:
         """Housekeeping, every stamps.TICK_S: disks without stamps to the probes, stale slots swept."""
+        if self.stamps is None:
+            return
         self.stamps.tick()
         # the slot table holds bios only where a disk is followed by the probes
         if self.slotted:
@@ -248,7 +292,7 @@ class AggCollector:
     @property
     def slotted(self) -> bool:
         """Some disk's bios are followed in the slot table from queue to completion (the probes)."""
-        return not self.at_queue and not self.stamps.stamps_only
+        return self.stamps is not None and not self.at_queue and not self.stamps.stamps_only
 
     @property
     def unavailable(self) -> list[str]:

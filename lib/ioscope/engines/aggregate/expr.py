@@ -31,7 +31,12 @@ HIST_FUNCS = ("quantize", "lquantize", "llquantize")
 # VALUE -> unit: "ns" (durations), "bytes", "sectors", "count"
 VALUES: dict[str, str] = {
     "bytes": "bytes", "q2c": "ns", "q2d": "ns", "d2c": "ns", "seek": "sectors", "inflight": "count", "throttle": "ns",
+    "iowait": "ns",
 }
+# iowait is a value of a thread's I/O wait, not of an I/O: an expression that reads it is answered from the
+# waits that ended (one record each, bpf/iowait.bpf.h), and may read only what a wait has
+WAIT_VALUE = "iowait"
+WAIT_FIELDS = ("comm", "pid", "tgid", "cgroup", "kstack", "ustack", WAIT_VALUE)
 # KEY -> kind: "str" (compared with strings) or the unit of a number
 KEYS: dict[str, str] = {
     "disk": "str", "op": "str", "flags": "str", "comm": "str", "pid": "count", "tgid": "count",
@@ -179,6 +184,11 @@ class Expr:
     def kernel_where(self) -> Cond | None:
         """The WHERE the kernel evaluates: the condition without its globs."""
         return split_globs(self.where)[0]
+
+    @property
+    def on_waits(self) -> bool:
+        """Answered from the threads' I/O waits (it reads iowait), not from the I/O."""
+        return WAIT_VALUE in self.fields()
 
     @property
     def is_hist(self) -> bool:
@@ -354,7 +364,15 @@ class _Parser:
             kernel, _globs = split_globs(where)
             if kernel is not None:
                 check_program_size(kernel, self.text)
-        return Expr(self.text, func, value, tuple(keys), where, lq, tuple(key_cols))
+        e = Expr(self.text, func, value, tuple(keys), where, lq, tuple(key_cols))
+        if e.on_waits:
+            other = sorted(e.fields() - set(WAIT_FIELDS))
+            if other:
+                col = self.text.lower().find(other[0]) + 1 or 1
+                raise ExprError(f"'{other[0]}' is not known of an I/O wait", col,
+                                f"an expression that reads {WAIT_VALUE} is answered from the threads' I/O waits, "
+                                f"which have {_names(WAIT_FIELDS)}; ask of the I/O in another -e")
+        return e
 
     def value_name(self) -> str:
         t = self.next()
@@ -545,6 +563,9 @@ def parse_condition(text: str) -> Cond:
         if p.tok.text == ")":
             raise ExprError("unbalanced ')'", p.tok.col)
         raise ExprError(f"expected 'and', 'or', 'where' or the end, found {_found(p.tok)}", p.tok.col)
+    if WAIT_VALUE in cond_fields(c):
+        raise ExprError(f"a condition fires on an I/O, and {WAIT_VALUE} is a value of a thread's I/O wait",
+                        text.lower().find(WAIT_VALUE) + 1, "agg -e 'quantize(iowait) by comm' shows who waits")
     kernel, _globs = split_globs(c)
     if kernel is not None:
         check_program_size(kernel, text)
@@ -623,5 +644,5 @@ def compare(a: int, op: str, b: int) -> bool:
     return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
 
 
-__all__ = ["FUNCS", "KEYS", "VALUES", "BoolOp", "Cmp", "Cond", "Expr", "ExprError", "Insn", "Literal", "Not",
-           "compile_cond", "parse", "parse_all", "run_program"]
+__all__ = ["FUNCS", "KEYS", "VALUES", "WAIT_FIELDS", "WAIT_VALUE", "BoolOp", "Cmp", "Cond", "Expr", "ExprError",
+           "Insn", "Literal", "Not", "compile_cond", "parse", "parse_all", "run_program"]

@@ -283,7 +283,8 @@ class AggResult:
     final: bool = False
     timing: dict[str, str] = field(default_factory=dict)
     active_s: float | None = None  # over a capture: its active span (ioscope.base.rate), the rates' divisor
-    unit: str | None = None   # what one record is, where the timing does not say (over a capture: pieces)
+    # what one record is, where the timing does not say (over a capture: pieces; I/O waits), or per part
+    unit: str | dict[str, str] | None = None
 
 
 PCT_NAMES = {"p50": 50.0, "p90": 90.0, "p99": 99.0, "p999": 99.9}

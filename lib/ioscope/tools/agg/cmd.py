@@ -93,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         return run_capture(args, exprs)
     if args.every is not None:
         raise UsageError("--every goes with -r CAPTURE; live, give an interval: ioscope agg -e ... 1")
+    from ioscope.base import units
     from ioscope.engines.aggregate.collector import (
         COMPLETION_FIELDS,
         REQUEST_FIELDS,
@@ -103,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         request_level,
     )
     from ioscope.engines.aggregate.model import build_result
-    from ioscope.kernel.stamps import TICK_S, timing_summary
+    from ioscope.kernel.stamps import TICK_S, io_unit, timing_summary
 
     if args.timing == "stamps" and (not request_level(exprs) or args.pid or args.cgroup):
         raise UsageError("--timing stamps: the kernel's stamps tell only " + ", ".join(REQUEST_FIELDS)
@@ -117,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     opts = AggOptions(exprs=exprs, disks=[devices.resolve_disk(d) for d in args.disk or []], pid=args.pid,
                       cgroup=args.cgroup, btf=system.btf_path(args.btf), programs=progs, timing=args.timing)
     collector = AggCollector(opts)
+    waits = [e for e in exprs if e.on_waits]
     started_at = time.time()
     try:
         where = ", ".join(d.name for d in opts.disks) or "all disks"
@@ -129,11 +131,17 @@ def run(args: argparse.Namespace) -> int:
             state["next_start"] = time.time()
             sample = collector.sample(replace(tick, reset=tick.reset and not args.cumulative))
             result = build_result(exprs, sample, args.rows)
+            if waits:  # expressions that read iowait count the threads' I/O waits
+                io = io_unit(result.timing) if result.timing else units.BIOS
+                result.unit = units.WAITS if len(waits) == len(exprs) else {
+                    **(io if isinstance(io, dict) else {"I/O": io}), "iowait": units.WAITS}
             live.warn_lost("agg", result.losses)
             with live.signals_deferred():
                 _print(result, args.json)
 
-        what = (f"{len(exprs)} aggregation{'s' if len(exprs) > 1 else ''} of block I/O on {where} ({attach}; "
+        n = f"{len(exprs)} aggregation{'s' if len(exprs) > 1 else ''}"
+        what = (f"{n} of I/O waits ({attach})" if len(waits) == len(exprs) else
+                f"{n} of block I/O{' and I/O waits' if waits else ''} on {where} ({attach}; "
                 f"timing {timing_summary(collector.timing)})")
         rc = common.run_intervals("agg", what, args.interval, args.count, emit, collector.unavailable,
                                       tick=collector.tick, tick_every=TICK_S)

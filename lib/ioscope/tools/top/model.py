@@ -110,6 +110,9 @@ class WaitRow:
     blocked: int                 # threads blocked in an I/O wait at its end
     oldest_s: float              # the longest of those waits so far (0: none blocked)
     cgroup: str                  # its cgroup of the io controller
+    dequeue_delayed: int = 0     # of its waits that ended, those whose dequeue the scheduler delayed (EEVDF,
+                                 # 6.12+): delay accounting (iotop) counts them later or not at all
+    dequeue_delayed_s: float = 0.0  # their time
 
 
 def iostat(prev: DiskStats, cur: DiskStats, seconds: float) -> DeviceRow:
@@ -327,7 +330,7 @@ def wait_rows(prev: ThreadWaits, cur: ThreadWaits, comm_of: Callable[[int], str]
     """The processes whose threads were blocked in I/O waits between two samples, most first."""
     w = waited_between(prev, cur)
     return [WaitRow(p.pid, comm_of(p.pid), p.percent(w.seconds), p.waited_s, p.waits, p.blocked, p.oldest_s,
-                    cgroup_name(p.cgroup)) for p in per_process(w)]
+                    cgroup_name(p.cgroup), p.delayed, p.delayed_s) for p in per_process(w)]
 
 
 def with_waits(procs: list[ProcRow], waits: Sequence[WaitRow], per_cgroup: bool) -> list[ProcRow]:

@@ -678,7 +678,8 @@ def proc_json(p: ProcRow) -> dict[str, Any]:
 
 def wait_json(w: WaitRow) -> dict[str, Any]:
     """A process's waits; its seconds to the microsecond (they add up over intervals to delay accounting's)."""
-    return {**_rounded(w), "waited_s": round(w.waited_s, 6), "oldest_s": round(w.oldest_s, 6)}
+    return {**_rounded(w), "waited_s": round(w.waited_s, 6), "oldest_s": round(w.oldest_s, 6),
+            "dequeue_delayed_s": round(w.dequeue_delayed_s, 6)}
 
 
 def cgroup_json(c: CgroupRow) -> dict[str, Any]:
