@@ -166,3 +166,34 @@ def test_bad_folded_arguments_are_one_line(args: list[str], needle: str) -> None
     assert len(lines) == 1 and lines[0].startswith("ioscope agg: error: ") and needle in lines[0], p.stderr
     if needle != "does not exist":   # a missing directory is a run-time error (1), as for report --html
         assert p.returncode == 2, p.stderr
+
+
+@pytest.mark.parametrize("cumulative", [False, True])
+def test_intervals_print_each_and_the_picture_holds_the_whole_run(tmp_path: Path, cumulative: bool,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Every interval prints its own lines (its header on stderr); the picture is the whole run: the
+    intervals added up, or with --cumulative (each interval already everything so far) the last one."""
+    import argparse
+
+    from ioscope.base.losses import Losses
+    from ioscope.engines.aggregate.model import AggResult
+    from ioscope.tools.agg.cmd import Flame
+
+    e = parse_all(["count() by comm,kstack"])[0]
+    first = [({"comm": "dd", "kstack": K_READ}, 13)]
+    second = [({"comm": "dd", "kstack": K_READ}, 20 if cumulative else 7), ({"comm": "w", "kstack": K_WRITE}, 5)]
+    path = tmp_path / "f.html"
+    args = argparse.Namespace(folded=True, flamegraph=str(path), cumulative=cumulative)
+    flame = Flame(args, [e], 0)
+    for i, rows in enumerate((first, second)):
+        flame.add(AggResult(1000.0 + i, 1.0, Losses(), [table(e.text, rows)], timing={"loop0": "at queue"}))
+    flame.write()
+    out, err = capsys.readouterr()
+    read = K_READ.split("\n")[::-1]
+    assert out.splitlines() == [";".join(["dd", *read]) + " 13",
+                                ";".join(["dd", *read]) + (" 20" if cumulative else " 7"),
+                                ";".join(["w", *K_WRITE.split("\n")[::-1]]) + " 5"]
+    assert err.count("interval 1.000s  lost 0  counts bios") == 2, err
+    assert "2 stacks, 25 in all" in err, err   # 13 + 7 + 5, or the last cumulative interval: 20 + 5
+    page = path.read_text()
+    assert json.loads(page.split("id=numbers>", 1)[1].split("</script>", 1)[0])["total"] == 25
