@@ -20,7 +20,7 @@ from ioscope.engines.pages.figures import CONFIG, SCHEMA
 FORMATS = ("html", "svg", "png")
 WIDTH = 1100
 ROW_PX = 17           # one frame's height
-CHAR_PX = 6.6         # about one character of the 11 px labels
+CHAR_PX = 6.2         # about one character of the 11 px labels
 KIND_COLOURS = {ROOT: "#c8c8c8", KEY: "#8fb3d9", USER: "#e3c35a", KERNEL: "#ea7f45"}
 
 

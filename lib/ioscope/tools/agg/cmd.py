@@ -20,6 +20,7 @@ examples:
   ioscope agg -e 'llquantize(d2c) by disk where bytes >= 64k' -j 1
   ioscope agg -e 'count() by comm' -e 'avg(q2d) by cgroup' --rows 10 5
   ioscope agg -e 'count() by comm,op' -r CAPTURE --every 1  # the same question over a capture
+  ioscope agg -e 'count() by comm,kstack' -d loop0 --folded --flamegraph io.html  # stacks for flame graphs
   ioscope agg --bpftrace 'tracepoint:block:block_rq_issue { @[comm] = count(); }' 1  # your own bpftrace
 """
 
