@@ -14,6 +14,7 @@ import signal
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,25 @@ from ioscope.base.devices import read_diskstats
 WRITES = 211   # a prime: no other count on the disk is it by chance
 
 
+def agg_around(work: Callable[[], object], *args: str) -> tuple[str, str]:
+    """Start `ioscope agg ARGS`, run work() once it traces, stop agg with SIGINT; (stdout, stderr) of a
+    clean exit."""
+    proc = subprocess.Popen(ioscope_cmd("agg", *args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        assert first.startswith("Tracing"), first + proc.communicate(timeout=30)[1]
+        work()
+        time.sleep(0.2)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+    return out, err
+
+
 def _funcs(frames: list[str]) -> list[str]:
     return [f.split("+")[0] for f in frames]
 
@@ -34,24 +54,17 @@ def test_folded_stacks_and_flame_graph_count_every_write(loopdev: Any, tmp_path:
     dd = tmp_path / "flamewr"
     dd.symlink_to("/bin/dd")
     picture = tmp_path / "flame.html"
-    proc = subprocess.Popen(ioscope_cmd("agg", "-d", dev.name, "-e", "count() by comm,kstack where op == write",
-                                        "--folded", "--flamegraph", str(picture)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stderr is not None
-        first = proc.stderr.readline()
-        assert first.startswith("Tracing"), first + proc.communicate(timeout=30)[1]
-        before = read_diskstats()[dev.name]
+    seen: dict[str, Any] = {}
+
+    def work() -> None:
+        seen["before"] = read_diskstats()[dev.name]
         subprocess.run([str(dd), "if=/dev/zero", f"of={dev.path}", "bs=4k", f"count={WRITES}", "oflag=direct"],
                        check=True, stderr=subprocess.DEVNULL)
-        after = read_diskstats()[dev.name]
-        time.sleep(0.2)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err, err
+        seen["after"] = read_diskstats()[dev.name]
+
+    out, err = agg_around(work, "-d", dev.name, "-e", "count() by comm,kstack where op == write", "--folded",
+                          "--flamegraph", str(picture))
+    before, after = seen["before"], seen["after"]
     assert after.writes - before.writes == WRITES and after.writes_merged == before.writes_merged
 
     # every line: frames separated by ';', a space, the count
@@ -92,21 +105,10 @@ def test_flame_graph_page_draws_offline(loopdev: Any, tmp_path: Path) -> None:
     from ioscope.engines.pages.browser import chromium, open_page
     dev = loopdev(size_mb=64)
     picture = tmp_path / "flame.html"
-    proc = subprocess.Popen(ioscope_cmd("agg", "-d", dev.name, "-e", "sum(bytes) by comm,kstack where op == write",
-                                        "--flamegraph", str(picture)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stderr is not None
-        first = proc.stderr.readline()
-        assert first.startswith("Tracing"), first + proc.communicate(timeout=30)[1]
-        subprocess.run(["dd", "if=/dev/zero", f"of={dev.path}", "bs=4k", f"count={WRITES}", "oflag=direct"],
-                       check=True, stderr=subprocess.DEVNULL)
-        time.sleep(0.2)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
+    out, _err = agg_around(lambda: subprocess.run(["dd", "if=/dev/zero", f"of={dev.path}", "bs=4k", f"count={WRITES}",
+                                                   "oflag=direct"], check=True, stderr=subprocess.DEVNULL),
+                           "-d", dev.name, "-e", "sum(bytes) by comm,kstack where op == write",
+                           "--flamegraph", str(picture))
     assert "sum(bytes) by comm,kstack" in out   # without --folded the table is printed as always
     with chromium() as ctx:
         o = open_page(ctx, picture.as_uri())
