@@ -10,6 +10,7 @@ import re
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -197,3 +198,40 @@ def test_intervals_print_each_and_the_picture_holds_the_whole_run(tmp_path: Path
     assert "2 stacks, 25 in all" in err, err   # 13 + 7 + 5, or the last cumulative interval: 20 + 5
     page = path.read_text()
     assert json.loads(page.split("id=numbers>", 1)[1].split("</script>", 1)[0])["total"] == 25
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/chromium") and not os.environ.get("CI"),
+                    reason="no /usr/bin/chromium (scripts/bootstrap.sh --test installs it)")
+def test_flame_page_zooms_into_a_clicked_frame(tmp_path: Path) -> None:
+    """A click on a frame too narrow for its name spreads it across the page (its name then shown whole,
+    its siblings gone); a click on the root shows everything again."""
+    from ioscope.engines.pages.browser import chromium, open_page
+
+    stacks = fold_table(table("count() by comm,kstack", [({"comm": "flamewr", "kstack": K_WRITE}, 997),
+                                                         ({"comm": "dd", "kstack": K_READ}, 3)]))
+    path = tmp_path / "f.html"
+    write_flamegraph(str(path), stacks, "count() by comm,kstack", "count", "count", "counts bios")
+
+    def click(o: Any, frame: str) -> None:
+        """A real click on the frame's rectangle, inside its left edge (a zoomed root runs off the page)."""
+        x, y = o.page.evaluate("(f) => { const b = document.querySelector(`path[aria-label*='frame: ${f};']`)"
+                               ".getBoundingClientRect(); return [b.x + Math.min(b.width / 2, 5), "
+                               "b.y + b.height / 2]; }", frame)
+        o.page.mouse.click(x, y)
+
+    with chromium() as ctx:
+        o = open_page(ctx, path.as_uri())
+        assert not o.errors and not o.requests, (o.errors, o.requests)
+        marks = o.marks("flame", "labels")
+        labels = {m["frame"]: m["label"] for m in marks}
+        assert labels["dd"] == "" and labels["flamewr"] == "flamewr" and len(marks) == 11   # 11 nodes, 9 names
+        click(o, "vfs_read+0x23a")
+        o.page.wait_for_function("document.body.dataset.zoomed >= 1")
+        labels = {m["frame"]: m["label"] for m in o.marks("flame", "labels")}
+        # the clicked frame, its callees and its callers, named whole; flamewr's stack is out of the range
+        assert labels == {f: f for f in ("all", "dd", "entry_SYSCALL_64_after_hwframe+0x76", "ksys_read+0x66",
+                                         "vfs_read+0x23a", "submit_bio_noacct_nocheck+0x22d")}, labels
+        click(o, "all")
+        o.page.wait_for_function("document.body.dataset.zoomed >= 2")
+        assert len(o.marks("flame", "frames")) == 11
+        assert not o.errors, o.errors

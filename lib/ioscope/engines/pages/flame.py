@@ -44,34 +44,30 @@ def fmt_amount(v: int, func: str, unit: str) -> str:
     return f"{v:,} {unit}"
 
 
-def _label(frame: str, px: float) -> str:
-    """The frame's name cut to the rectangle's width ('..' where cut; nothing when under 3 characters)."""
-    n = int((px - 6) / CHAR_PX)
-    if n < 3:
-        return ""
-    return frame if len(frame) <= n else frame[: n - 2] + ".."
-
-
 def node_rows(nodes: Sequence[FlameNode], func: str, unit: str) -> list[dict[str, Any]]:
     total = nodes[0].value if nodes else 0
-    rows = []
-    for n in nodes:
-        px = WIDTH * n.value / total if total else 0.0
-        rows.append({"frame": n.frame, "kind": n.kind, "depth": n.depth, "top": n.depth + 1,
-                     "mid": n.depth + 0.5, "x0": n.start, "x1": n.start + n.value, "value": n.value,
-                     "self": n.self_value, "amount": fmt_amount(n.value, func, unit),
-                     "pct": round(100.0 * n.value / total, 3) if total else 0.0, "label": _label(n.frame, px)})
-    return rows
+    return [{"frame": n.frame, "kind": n.kind, "depth": n.depth, "top": n.depth + 1, "mid": n.depth + 0.5,
+             "x0": n.start, "x1": n.start + n.value, "value": n.value, "self": n.self_value,
+             "amount": fmt_amount(n.value, func, unit), "pct": round(100.0 * n.value / total, 3) if total else 0.0}
+            for n in nodes]
+
+
+# the part of a frame inside the shown range [zx0, zx1], in pixels, and its name cut to fit ('..' where cut;
+# nothing under 3 characters); the page's click on a frame sets the range to it (zoom), the root's resets
+_PX = f"(min(datum.x1, zx1) - max(datum.x0, zx0)) / max(zx1 - zx0, 1e-9) * {WIDTH}"
+_LABEL = ("datum.n < 3 ? '' : length(datum.frame) <= datum.n ? datum.frame : "
+          "substring(datum.frame, 0, datum.n - 2) + '..'")
 
 
 def flame_spec(stacks: Sequence[FoldedStack], title: str, func: str, unit: str) -> dict[str, Any]:
-    """The flame graph's Vega-Lite specification, its data inside."""
+    """The flame graph's Vega-Lite specification, its data inside; the parameters zx0 and zx1 are the range
+    of the root's value shown across (all of it unless the page zooms)."""
     nodes = flame_tree(stacks)
     rows = node_rows(nodes, func, unit)
-    total = nodes[0].value
+    total = max(nodes[0].value, 1)
     depth = max(n.depth for n in nodes) + 1
     x = {"field": "x0", "type": "quantitative", "axis": None,
-         "scale": {"domain": [0, max(total, 1)], "nice": False, "zero": True}}
+         "scale": {"domain": {"expr": "[zx0, zx1]"}, "nice": False, "zero": False}}
     y = {"field": "depth", "type": "quantitative", "axis": None,
          "scale": {"domain": [0, depth], "nice": False, "zero": True}}
     tooltip = [{"field": "frame", "type": "nominal", "title": "frame"},
@@ -82,11 +78,16 @@ def flame_spec(stacks: Sequence[FoldedStack], title: str, func: str, unit: str) 
         "$schema": SCHEMA, "config": CONFIG,
         "title": {"text": title, "fontSize": 12, "anchor": "start"},
         "width": WIDTH, "height": depth * ROW_PX,
+        "params": [{"name": "zx0", "value": 0}, {"name": "zx1", "value": total}],
         "data": {"values": rows},
+        "transform": [{"filter": "datum.x1 > zx0 && datum.x0 < zx1"},
+                      {"calculate": _PX, "as": "px"},
+                      {"calculate": f"floor((datum.px - 6) / {CHAR_PX})", "as": "n"},
+                      {"calculate": _LABEL, "as": "label"}],
         "layer": [
             {"name": "frames",
              "params": [{"name": "hover", "select": {"type": "point", "on": "pointerover", "clear": "pointerout"}}],
-             "mark": {"type": "rect", "tooltip": True, "strokeWidth": 0.6},
+             "mark": {"type": "rect", "tooltip": True, "strokeWidth": 0.6, "clip": True, "cursor": "pointer"},
              "encoding": {
                  "x": x, "x2": {"field": "x1"}, "y": y, "y2": {"field": "top"},
                  "color": {"field": "kind", "type": "nominal", "title": "kind",
@@ -97,16 +98,27 @@ def flame_spec(stacks: Sequence[FoldedStack], title: str, func: str, unit: str) 
                             "value": "#ffffff"},
                  "tooltip": tooltip}},
             {"name": "labels",
+             "transform": [{"calculate": "max(datum.x0, zx0)", "as": "lx"}],
              "mark": {"type": "text", "align": "left", "baseline": "middle", "dx": 3, "fontSize": 11,
-                      "tooltip": True},
-             "encoding": {"x": x, "y": {**y, "field": "mid"}, "text": {"field": "label"}, "tooltip": tooltip}},
+                      "tooltip": True, "clip": True, "cursor": "pointer"},
+             "encoding": {"x": {**x, "field": "lx"}, "y": {**y, "field": "mid"}, "text": {"field": "label"},
+                          "tooltip": tooltip}},
         ],
     }
 
 
 JS = """
+function zoom(view, x0, x1) {
+  return view.signal('zx0', x0).signal('zx1', x1).runAsync().then(() => {
+    document.body.dataset.zoomed = String(Number(document.body.dataset.zoomed || 0) + 1);
+  });
+}
 vegaEmbed('#flame', SPEC, {renderer: 'svg', actions: false}).then(r => {
   window.ioscopeViews = {flame: r.view};
+  window.ioscopeFlameZoom = (x0, x1) => zoom(r.view, x0, x1);
+  r.view.addEventListener('click', (event, item) => {
+    if (item && item.datum && item.datum.x1 !== undefined) zoom(r.view, item.datum.x0, item.datum.x1);
+  });
   document.body.dataset.ready = '1';
 }).catch(e => { console.error(e); document.body.dataset.error = String(e); });
 """
@@ -120,7 +132,8 @@ def flame_page(spec: dict[str, Any], title: str, note: str, numbers: dict[str, A
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><meta name=viewport content='width=device-width'>"
             f"<title>{html.escape(title)}</title><style>{CSS} body{{max-width:none}}</style>"
             f"<script>{vega_bundle()}</script></head><body><h1>{html.escape(title)}</h1>"
-            f"<p class=note>{html.escape(note)}</p><div id=flame></div>"
+            f"<p class=note>{html.escape(note)} Click a frame to zoom into it, the root ('all') to see everything "
+            "again.</p><div id=flame></div>"
             f"<script type='application/json' id=numbers>{nums}</script>"
             f"<script>{data}</script><script>{JS}</script></body></html>")
 
