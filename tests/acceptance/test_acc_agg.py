@@ -119,3 +119,32 @@ def test_drill_down(loopdev: Any, tmp_path: Path) -> None:
     counts_in_dist = [int(m.group(1)) for m in re.finditer(r"\|[@ ]+ (\d+)", block)]
     assert sum(counts_in_dist) == n_noisy, block
     assert "p50" in block and "p99" in block
+
+
+def test_where_in_the_code_as_a_flame_graph(loopdev: Any, tmp_path: Path) -> None:
+    """The next question: which code path queued the outlier's I/O? The user asks for stacks as the
+    flame-graph tools take them (stdout to a file) and for the picture, stops agg with Ctrl-C, and finds
+    the outlier's writes under its name, the write(2) path root first, and the same count in the picture."""
+    dev = loopdev(size_mb=64)
+    noisy = tmp_path / "noisy"
+    noisy.symlink_to("/bin/dd")
+    workload = [[str(noisy), "if=/dev/zero", f"of={dev.path}", "bs=16k", f"count={NOISY}", "oflag=direct"],
+                ["dd", f"if={dev.path}", "of=/dev/null", "bs=4k", f"count={QUIET}", "iflag=direct"]]
+    picture = tmp_path / "flame.svg"
+    (tmp_path / "1").mkdir()
+    out, err = _script_run(tmp_path / "1", ["-d", dev.name, "-e", "count() by comm,kstack", "--folded",
+                                            "--flamegraph", str(picture)], workload)
+    per_comm: dict[str, int] = {}
+    for line in out.splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames = stack.split(";")
+        per_comm[frames[0]] = per_comm.get(frames[0], 0) + int(n)
+        if frames[0] == "noisy":
+            funcs = [f.split("+")[0] for f in frames[1:]]
+            assert funcs.index("ksys_write") < funcs.index("blkdev_write_iter") < len(funcs) - 1, frames
+    # the two processes' own I/O, exactly; a reader of the raw disk (udev's blkid after the writer closed
+    # it) may add its own reads under its own name
+    assert per_comm["noisy"] == NOISY and per_comm["dd"] == QUIET, out
+    assert f"wrote {picture}" in err, err
+    total = sum(per_comm.values())
+    assert f"frame: all; count: {total}; % of all: 100.00" in picture.read_text()

@@ -14,7 +14,6 @@ from ioscope.engines.pages.html import inline
 
 def write_pictures(pics: dict[str, dict[str, Any]], data: dict[str, Table], directory: str, fmt: str) -> list[str]:
     """Write every picture as DIR/NAME.svg or .png (created 0600; DIR made 0700 if missing); the paths."""
-    import vl_convert as vlc
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise IoscopeError(f"{directory} is not a directory", "give a directory for the pictures")
     os.makedirs(directory, mode=0o700, exist_ok=True)
@@ -25,15 +24,20 @@ def write_pictures(pics: dict[str, dict[str, Any]], data: dict[str, Table], dire
             spec = dict(spec, layer=[x for x in spec["layer"] if x.get("data") != {"name": "marks"}])
         if "hconcat" in spec:   # the column-under-the-pointer panel is for a pointer: not in a picture
             spec = dict(spec, hconcat=[x for x in spec["hconcat"] if x.get("name") != "column"])
-        full = inline(spec, data)
         path = os.path.join(directory, f"{name}.{fmt}")
-        svg = vlc.vegalite_to_svg(full)
-        # PNG from the SVG: vegalite_to_png took 40 s on a picture svg_to_png turns in 0.2 s
-        body = svg.encode() if fmt == "svg" else vlc.svg_to_png(svg, scale=2)
+        body = render(inline(spec, data), fmt)
         with outfile.open_private(path, "wb", force=True) as f:
             f.write(body)
         paths.append(path)
     return paths
 
 
-__all__ = ["write_pictures"]
+def render(spec: dict[str, Any], fmt: str) -> bytes:
+    """A specification with its data inside, as SVG or PNG bytes."""
+    import vl_convert as vlc
+    svg = vlc.vegalite_to_svg(spec)
+    # PNG from the SVG: vegalite_to_png took 40 s on a picture svg_to_png turns in 0.2 s
+    return svg.encode() if fmt == "svg" else bytes(vlc.svg_to_png(svg, scale=2))
+
+
+__all__ = ["render", "write_pictures"]

@@ -20,6 +20,7 @@ examples:
   ioscope agg -e 'llquantize(d2c) by disk where bytes >= 64k' -j 1
   ioscope agg -e 'count() by comm' -e 'avg(q2d) by cgroup' --rows 10 5
   ioscope agg -e 'count() by comm,op' -r CAPTURE --every 1  # the same question over a capture
+  ioscope agg -e 'count() by comm,kstack' -d loop0 --folded --flamegraph io.html  # stacks for flame graphs
   ioscope agg --bpftrace 'tracepoint:block:block_rq_issue { @[comm] = count(); }' 1  # your own bpftrace
 """
 
@@ -59,6 +60,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "one program per I/O; queue: one record per bio when it is queued, one program per I/O; "
                         "probes: one record per bio at its completion, each followed from its queue event (btt's "
                         "way)")
+    p.add_argument("--folded", action="store_true",
+                   help="print an expression keyed by kstack or ustack as folded stacks, the flame-graph tools' "
+                        "input: one line per stack, its keys then its frames root first, separated by ';', then a "
+                        "space and its count or sum (bcc's --folded)")
+    p.add_argument("--flamegraph", metavar="FILE",
+                   help="at the end, draw that expression's stacks (every interval's together) as a flame graph: "
+                        "FILE.html (interactive), .svg or .png; created owner-readable only")
     common.add_interval_count(p)
     p.set_defaults(func=run, tool="agg")
 
@@ -81,12 +89,19 @@ def run(args: argparse.Namespace) -> int:
         if args.expr or args.read or args.disk or args.pid or args.cgroup or args.every is not None:
             raise UsageError("--bpftrace runs your program as it is: no -e, -r, -d, -p, -c or --every with it",
                              "filter inside the bpftrace program")
+        if args.folded or args.flamegraph:
+            raise UsageError("--folded and --flamegraph draw agg's own stacks, not a bpftrace program's maps",
+                             "-e 'count() by comm,kstack' --folded")
         return run_bpftrace(args)
     if not args.expr:
         raise UsageError("give an aggregation with -e EXPR (or a bpftrace program with --bpftrace)",
                          "for example: ioscope agg -e 'count() by comm,disk' 1")
     exprs = parse_exprs(args.expr)  # a bad expression: one line, exit 2, nothing attached
+    stacked = stack_expr(args, exprs)
     if args.read:
+        if stacked is not None:
+            raise UsageError("captures hold no stacks yet: --folded and --flamegraph draw live stacks only",
+                             "run it live: ioscope agg -e 'count() by comm,kstack' --folded")
         if args.interval is not None or args.cumulative:
             raise UsageError("with -r the capture is read once: no interval, count (-n) or --cumulative",
                              "--every SECONDS gives one result per window of the capture's time")
@@ -126,6 +141,8 @@ def run(args: argparse.Namespace) -> int:
 
         state = {"emitted": 0, "next_start": 0.0}
 
+        flame = Flame(args, exprs, stacked)
+
         def emit(tick: Tick) -> None:
             state["emitted"] += 1
             state["next_start"] = time.time()
@@ -137,7 +154,9 @@ def run(args: argparse.Namespace) -> int:
                     **(io if isinstance(io, dict) else {"I/O": io}), "iowait": units.WAITS}
             live.warn_lost("agg", result.losses)
             with live.signals_deferred():
-                _print(result, args.json)
+                flame.add(result)
+                if not args.folded:
+                    _print(result, args.json)
 
         n = f"{len(exprs)} aggregation{'s' if len(exprs) > 1 else ''}"
         what = (f"{n} of I/O waits ({attach})" if len(waits) == len(exprs) else
@@ -148,9 +167,81 @@ def run(args: argparse.Namespace) -> int:
         if args.interval is not None and (args.count is None or state["emitted"] < args.count):
             # stopped (Ctrl-C, SIGTERM) inside an interval: print what it measured, as DTrace does
             emit(Tick(state["next_start"] or started_at, reset=True, final=True))
+        flame.write()
         return rc
     finally:
         collector.close()
+
+
+def stack_expr(args: argparse.Namespace, exprs: list) -> int | None:  # type: ignore[type-arg]
+    """The index of the expression --folded or --flamegraph draws (None without them), or a one-line error."""
+    from ioscope.base.errors import UsageError
+    from ioscope.engines.aggregate.expr import STACK_KEYS
+    from ioscope.engines.aggregate.folded import check_foldable
+    if args.folded:
+        if args.json:
+            raise UsageError("--folded and -j are two ways to print: choose one")
+        if len(exprs) != 1:
+            raise UsageError("--folded prints the stacks of one expression: give one -e",
+                             "-e 'count() by comm,kstack' --folded")
+    if args.flamegraph:
+        from ioscope.base import outfile
+        from ioscope.engines.pages.flame import picture_format
+        picture_format(args.flamegraph)
+        outfile.check_output(args.flamegraph, True)
+    if not (args.folded or args.flamegraph):
+        return None
+    option = "--folded" if args.folded else "--flamegraph"
+    with_stacks = [i for i, e in enumerate(exprs) if any(k in e.keys for k in STACK_KEYS)]
+    if len(with_stacks) > 1:
+        raise UsageError(f"{option} draws the stacks of one expression: {len(with_stacks)} have a stack key",
+                         "give the others without --flamegraph, in another run")
+    i = with_stacks[0] if with_stacks else 0
+    check_foldable(exprs[i], option)
+    return i
+
+
+class Flame:
+    """--folded's lines every interval, and the stacks of every interval kept for --flamegraph's picture
+    (with --cumulative each interval's are already everything so far: the last one is kept)."""
+
+    def __init__(self, args: argparse.Namespace, exprs: list, index: int | None) -> None:  # type: ignore[type-arg]
+        self.args, self.index = args, index
+        self.expr = exprs[index] if index is not None else None
+        self.stacks: list = []  # type: ignore[type-arg]
+        self.counts = ""
+
+    def add(self, result: object) -> None:
+        if self.index is None:
+            return
+        from ioscope.base import units
+        from ioscope.engines.aggregate.folded import fold_table, merge_folded
+        from ioscope.engines.aggregate.model import AggResult
+        from ioscope.tools.agg.view import folded_lines, header_text, unit_of
+        assert isinstance(result, AggResult)
+        table = result.tables[self.index]
+        stacks = fold_table(table)
+        self.counts = units.says(unit_of(result))
+        if self.args.folded:
+            sys.stderr.write(f"ioscope agg: {header_text(result)}\n")
+            if table.truncated:
+                sys.stderr.write(f"ioscope agg: note: {table.truncated} smaller stacks left out by --rows\n")
+            out = "".join(line + "\n" for line in folded_lines(stacks))
+            sys.stdout.write(out)
+            sys.stdout.flush()
+        if self.args.flamegraph:
+            self.stacks = stacks if self.args.cumulative else merge_folded([*self.stacks, *stacks])
+
+    def write(self) -> None:
+        if self.index is None or not self.args.flamegraph:
+            return
+        from ioscope.engines.pages.flame import fmt_amount, write_flamegraph
+        e = self.expr
+        assert e is not None
+        size = write_flamegraph(self.args.flamegraph, self.stacks, e.text, e.func, e.unit, self.counts)
+        total = sum(s.value for s in self.stacks)
+        sys.stderr.write(f"ioscope agg: wrote {self.args.flamegraph} ({size / 1e6:.1f} MB): {len(self.stacks)} "
+                         f"stacks, {fmt_amount(total, e.func, e.unit)} in all\n")
 
 
 def run_bpftrace(args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@ without colour). Formatting only: every number comes from the result."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
@@ -14,6 +14,7 @@ from ioscope.base import units
 from ioscope.base.fmt import fmt_bytes, fmt_ns, iso_time
 from ioscope.base.render import HistView
 from ioscope.engines.aggregate.expr import STACK_KEYS
+from ioscope.engines.aggregate.folded import FoldedStack
 from ioscope.engines.aggregate.model import AggResult, AggTable, ResultRow
 from ioscope.kernel.stamps import io_unit
 
@@ -128,11 +129,20 @@ def table_renderables(t: AggTable) -> Iterator[RenderableType]:
         yield Text(f"  ({t.truncated} smaller rows left out by -n)", style="dim")
 
 
+def header_text(r: AggResult) -> str:
+    """The interval's first line: when, how long, what was lost, what one record counts."""
+    return f"{iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}  {units.says(unit_of(r))}"
+
+
+def folded_lines(stacks: Sequence[FoldedStack]) -> list[str]:
+    """--folded: 'frame;frame;... VALUE', root first (the frames are made safe by folded.frame_text)."""
+    return [f"{';'.join(s.frames)} {s.value}" for s in stacks]
+
+
 def renderables(r: AggResult) -> Iterator[RenderableType]:
-    yield Text(f"{iso_time(r.wall)}  interval {r.interval_s:.3f}s  lost {r.losses.lost}  {units.says(unit_of(r))}",
-               style="dim")
+    yield Text(header_text(r), style="dim")
     for t in r.tables:
         yield Group(*table_renderables(t), Text(""))
 
 
-__all__ = ["Dist", "renderables", "row_json", "to_json"]
+__all__ = ["Dist", "folded_lines", "header_text", "renderables", "row_json", "to_json"]
