@@ -9,10 +9,15 @@
  * (folio_wait_bit_common, __wait_on_buffer, submit_bio_wait, blk_mq_get_tag, the journal's and the
  * throttle's waits, swap-in's page lock). It starts where the scheduler takes the task off its run
  * queue (sched_switch: not a preemption, a state other than running, in_iowait set), and ends where
- * it is woken (sched_wakeup with in_iowait still set). The kernel's own delay accounting measures the
- * same interval: delayacct_blkio_start() in the dequeue and delayacct_blkio_end() in the wakeup's
- * activation (kernel/sched/core.c), which is the ground truth the tests compare with, but for one
- * case: since 6.12 (commit 152e11f6df29, "sched/fair: Implement delayed dequeue"), EEVDF may leave a
+ * it is woken: sched_waking, in the waker's context (the I/O's completion), or, when the waker got there
+ * before the blocking task's sched_switch ran (the task had just left its run queue), sched_wakeup, where
+ * the task is put back on a run queue; whichever sees the wait first ends it. The time between the two
+ * (an inter-processor interrupt that hands the wakeup to the task's CPU: microseconds on hardware,
+ * milliseconds under an emulator) is scheduling latency, not I/O wait. The kernel's own delay
+ * accounting measures nearly the same interval: delayacct_blkio_start() in the dequeue and
+ * delayacct_blkio_end() in try_to_wake_up() when the task moves to another CPU, else in its activation
+ * on its CPU, after that interrupt (kernel/sched/core.c); it is the ground truth the tests compare with,
+ * but for one case: since 6.12 (commit 152e11f6df29, "sched/fair: Implement delayed dequeue"), EEVDF may leave a
  * blocked task on its run queue until its lag is repaid (se.sched_delayed); delay accounting then
  * starts at the delayed dequeue, or never when the task is woken before it. The task was blocked all
  * the same: such waits are counted here from the switch, and marked (delayed, delayed_ns).
@@ -135,8 +140,9 @@ static __always_inline int iowait_switch(void *ctx, bool preempt, struct task_st
 	return 0;
 }
 
-/* sched_wakeup: p is woken. It ends p's wait when p blocked in one (its start is held) and has not
- * run since (the same voluntary switch count): a start whose wakeup no program saw is dropped. */
+/* sched_waking, then sched_wakeup: p is woken. The first that finds p's wait (its start is held, and p
+ * has not run since: the same voluntary switch count) ends it; a start whose wakeup no program saw is
+ * dropped when p blocks again. */
 static __always_inline int iowait_wakeup(struct task_struct *p, const bool btf)
 {
 	struct iowait_start *s, copy;
@@ -165,6 +171,7 @@ static __always_inline int iowait_wakeup(struct task_struct *p, const bool btf)
 #define IOWAIT_PROGRAMS                                                                               \
 	IOS_TP(sched_switch, sched_switch, iowait_switch(ctx, preempt, prev, btf), bool preempt,     \
 	       struct task_struct *prev, struct task_struct *next)                                   \
+	IOS_TP(sched_waking, sched_waking, iowait_wakeup(p, btf), struct task_struct *p)              \
 	IOS_TP(sched_wakeup, sched_wakeup, iowait_wakeup(p, btf), struct task_struct *p)
 
 #endif /* IOWAIT_BPF_H */

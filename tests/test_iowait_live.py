@@ -140,8 +140,8 @@ def test_page_cache_misses_wait_as_delay_accounting_says(delayacct: None) -> Non
 def test_agg_answers_iowait_as_top_and_delay_accounting_say(delayacct: None) -> None:
     """agg's iowait value (one record per wait that ended) on the throttled page-cache misses, beside an
     expression of the I/O in the same run and beside top: the reader's waits are top's (the same events),
-    their time delay accounting's as top's is (the tests above), its I/O is top's count of it, and its
-    waits' kernel stacks are those of a read of the page cache."""
+    their time delay accounting's as top's is (the tests above), its I/O is top's count of it, and the
+    kernel stack it waited longest in is a buffered read's wait for its page."""
     n = 200
     exprs = ["sum(iowait) by tgid", "quantize(iowait) by tgid", "count() by tgid where op == read",
              "sum(iowait) by tgid,kstack"]
@@ -171,7 +171,9 @@ def test_agg_answers_iowait_as_top_and_delay_accounting_say(delayacct: None) -> 
     top_ios = sum(r["ios"] for d in tops for r in d["procs"] if r["pid"] == pid)
     assert 0 < ios == top_ios <= reads, (ios, top_ios, reads)
     assert {d["io_unit"]["iowait"] for d in aggs} == {"waits"}
-    stacks = [r["keys"]["kstack"] for r in rows[exprs[3]]]
-    assert sum(r["sum"] for r in rows[exprs[3]]) == ns
-    page_wait = ("filemap_", "folio_wait", "__folio_lock")
-    assert stacks and all(any(f.startswith(page_wait) for f in st) for st in stacks), stacks
+    # every wait went through io_schedule (what in_iowait means); the heaviest is the buffered read's wait
+    # for its page (others: the file system's metadata, the interpreter's own page faults)
+    stacks = sorted(rows[exprs[3]], key=lambda r: r["sum"], reverse=True)
+    assert sum(r["sum"] for r in stacks) == ns
+    assert stacks and all(any(f.startswith("io_schedule") for f in r["keys"]["kstack"]) for r in stacks), stacks
+    assert any(f.startswith("filemap_get_pages") for f in stacks[0]["keys"]["kstack"]), stacks[0]

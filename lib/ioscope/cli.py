@@ -134,6 +134,9 @@ def install_stop_signals() -> None:
     with kill -INT, so ioscope installs its own handlers and unblocks them. The one exception
     is SIGHUP ignored by nohup: that is the user asking to survive a hang-up.
     """
+    from ioscope.base.live import redeliver_swallowed_stops
+
+    redeliver_swallowed_stops()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     for sig in STOP_SIGNALS:
         if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:

@@ -5,6 +5,7 @@ tools' run loops and by the engines that run one (the recording session). No num
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -37,11 +38,45 @@ def sleep_until(deadline: float) -> None:
         time.sleep(min(left, 0.5))
 
 
+# The signal that delivers again a stop whose KeyboardInterrupt Python could not raise (it arrived while
+# a finalizer or a weakref callback ran: "Exception ignored in ..."): cli.install_stop_signals.
+REDELIVER = signal.SIGRTMIN + 1
+_swallowed: list[BaseException] = []
+
+
+def _raise_swallowed(signum: int, frame: Any) -> None:
+    if _swallowed:
+        raise _swallowed.pop()
+
+
+def _unraisable(u: Any) -> None:
+    """sys.unraisablehook: a KeyboardInterrupt a stop signal raised inside a finalizer is lost there and
+    the tool would run on (seen: top beside agg, SIGINT inside WeakSet's callback, still running 60 s
+    later); it is raised again, by REDELIVER's handler, once the finalizer has returned: the signal is sent
+    10 ms later from a thread (sent now, its handler would run inside this hook and be lost again; a
+    finalizer still running then loses it once more, and it comes back 10 ms later)."""
+    if isinstance(u.exc_value, KeyboardInterrupt):
+        import threading
+
+        _swallowed.append(u.exc_value)
+        t = threading.Timer(0.01, os.kill, (os.getpid(), REDELIVER))
+        t.daemon = True
+        t.start()
+        return
+    sys.__unraisablehook__(u)
+
+
+def redeliver_swallowed_stops() -> None:
+    """Install _unraisable and REDELIVER's handler (cli.py, with the stop signals' own)."""
+    signal.signal(REDELIVER, _raise_swallowed)
+    sys.unraisablehook = _unraisable
+
+
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
     """SIGINT, SIGTERM and SIGHUP wait (blocked) until the block ends, then act as usual: output
     written inside is never cut by the KeyboardInterrupt they raise (see cli.py)."""
-    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    sigs = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP, REDELIVER}
     old = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     try:
         yield

@@ -25,7 +25,7 @@ from ioscope.kernel import abi
 
 _U32 = np.dtype(np.uint32)
 _U64 = np.dtype(np.uint64)
-HOOKS = ("sched_switch", "sched_wakeup")  # the programs of bpf/iowait.bpf.h's IOWAIT_PROGRAMS
+HOOKS = ("sched_switch", "sched_waking", "sched_wakeup")  # the programs of bpf/iowait.bpf.h's IOWAIT_PROGRAMS
 LOST = "iowait_map_full"                  # a wait not counted (abi.STAT_NAMES): a loss
 EXPLAIN = {LOST: "I/O waits not counted: the map of threads that wait was full",
            "iowait_wake_unseen": "I/O waits dropped: the thread ran again and no program saw its wakeup"}

@@ -418,7 +418,7 @@ def _fentry_reason(err: int) -> str:
 
 
 _CATEGORIES = {"block_": "block", "page_cache_": "filemap", "mm_filemap_": "filemap", "sys_": "syscalls",
-               "task_": "task", "io_uring_": "io_uring", "kmem_": "kmem"}
+               "task_": "task", "io_uring_": "io_uring", "kmem_": "kmem", "sched_": "sched"}
 
 
 def _category_of(tp: str) -> str:
