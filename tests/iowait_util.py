@@ -7,7 +7,10 @@ import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ioscope.base.testbed import TestCgroups
 
 DELAYACCT = Path("/proc/sys/kernel/task_delayacct")
 EPS_NS = 50_000  # the most top's and delay accounting's clock reads of one wait may differ by (test_iowait_live)
@@ -103,3 +106,23 @@ def check_against_delayacct(waits: int, ns: float, delayed: int, delayed_ns: flo
     assert ns > 0
     if not os.environ.get("IOSCOPE_GUEST"):
         assert theirs - ns <= EPS_NS * waits, (ns, theirs)
+
+
+@contextlib.contextmanager
+def limited(majmin: str, key: str, iops: int) -> Iterator[TestCgroups]:
+    """A test cgroup "svc" limited to iops (key: "r" or "w") on the disk majmin by blk-throttle (v1
+    blkio.throttle.*_iops_device, v2 io.max), removed afterwards."""
+    from ioscope.base.cgroups import io_cgroup_root
+    from ioscope.base.testbed import TestCgroups
+
+    io = io_cgroup_root()
+    assert io is not None
+    cg = TestCgroups(io[0], "ioscope-iowait", ["svc"])
+    limit = cg.root / "svc" / ("io.max" if cg.v2 else f"blkio.throttle.{'read' if key == 'r' else 'write'}_iops_device")
+    on, off = (f"{key}iops={iops}", f"{key}iops=max") if cg.v2 else (str(iops), "0")
+    try:
+        limit.write_text(f"{majmin} {on}\n")
+        yield cg
+    finally:
+        limit.write_text(f"{majmin} {off}\n")
+        cg.remove()

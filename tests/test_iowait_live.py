@@ -12,7 +12,6 @@ the two reads would add its stop).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -24,8 +23,8 @@ from typing import Any
 import pytest
 
 from conftest import ioscope_cmd, json_lines
-from ioscope.base.testbed import LoopFS, TestCgroups, drop_caches
-from iowait_util import WORKLOAD, check_against_delayacct, delay_accounting, taskstats, waited
+from ioscope.base.testbed import LoopFS, drop_caches
+from iowait_util import WORKLOAD, check_against_delayacct, delay_accounting, limited, taskstats, waited
 from top_live_util import top_past
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
@@ -78,25 +77,6 @@ def run_beside(cmd: list[str], *tools: list[str]) -> tuple[list[list[dict[str, A
                 q.wait()
 
 
-@contextlib.contextmanager
-def limited(fs: LoopFS, key: str, iops: int) -> Iterator[TestCgroups]:
-    """A test cgroup "svc" limited to iops (key: "r" or "w") on fs's disk by blk-throttle (v1
-    blkio.throttle.*_iops_device, v2 io.max), removed afterwards."""
-    from ioscope.base.cgroups import io_cgroup_root
-
-    io = io_cgroup_root()
-    assert io is not None
-    cg = TestCgroups(io[0], "ioscope-iowait", ["svc"])
-    limit = cg.root / "svc" / ("io.max" if cg.v2 else f"blkio.throttle.{'read' if key == 'r' else 'write'}_iops_device")
-    on, off = (f"{key}iops={iops}", f"{key}iops=max") if cg.v2 else (str(iops), "0")
-    try:
-        limit.write_text(f"{fs.loop.device.majmin} {on}\n")
-        yield cg
-    finally:
-        limit.write_text(f"{fs.loop.device.majmin} {off}\n")
-        cg.remove()
-
-
 def check(reports: list[dict[str, Any]], truth: dict[str, Any], pid: int, least_s: float) -> list[float]:
     """top's waits of pid against delay accounting's (iowait_util.check_against_delayacct), adding up to
     least_s at least (what the limit imposes); returns pid's IO> in each interval."""
@@ -114,7 +94,7 @@ def test_fsync_writes_in_a_throttled_cgroup_wait_as_delay_accounting_says(delaya
     waits the kernel's delay accounting counts, and the same time blocked, and shows the process blocked
     most of each interval it ran (iotop's IO>)."""
     n = 200
-    with LoopFS(256) as fs, limited(fs, "w", 100) as cg:
+    with LoopFS(256) as fs, limited(fs.loop.device.majmin, "w", 100) as cg:
         cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}")
         (reports,), truth, pid = run_beside(cmd, ["top", "-b"])
     # a wait for each write at least (each held by the throttle: ~2 s at 100 a second, half of it at least)
@@ -131,7 +111,7 @@ def test_page_cache_misses_wait_as_delay_accounting_says(delayacct: None) -> Non
     with LoopFS(256, read_ahead_kb=0) as fs:
         path = fs.make_file("data.db", n * 8192)
         drop_caches()
-        with limited(fs, "r", 200) as cg:
+        with limited(fs.loop.device.majmin, "r", 200) as cg:
             cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' read {path} {n}")
             (reports,), truth, pid = run_beside(cmd, ["top", "-b", "-d", fs.name])
     check(reports, truth, pid, 0.5 * n / 2 / 200)  # (two of its reads to a request here: 150 requests at least)
@@ -149,7 +129,7 @@ def test_agg_answers_iowait_as_top_and_delay_accounting_say(delayacct: None) -> 
         path = fs.make_file("data.db", n * 8192)
         drop_caches()
         reads0 = fs.loop.diskstats().reads
-        with limited(fs, "r", 200) as cg:
+        with limited(fs.loop.device.majmin, "r", 200) as cg:
             cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' read {path} {n}")
             (aggs, tops), truth, pid = run_beside(cmd, ["agg", *(a for e in exprs for a in ("-e", e)), "-d", fs.name],
                                                   ["top", "-b", "-d", fs.name])

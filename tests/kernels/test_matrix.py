@@ -30,7 +30,10 @@ from conftest import assert_counted, bpf_prog_ids, ioscope_cmd, json_lines, prog
 
 READS = 401    # 4 KiB direct reads: a prime
 WRITES = 211   # 4 KiB direct writes, after the reads' area
-WAITER_READS = 50  # 4 KiB direct reads of a process that waits on them (test_top: its I/O waits)
+# 4 KiB direct reads of a process that waits on them (test_top: its I/O waits), in a cgroup limited to
+# WAITER_IOPS reads a second: each held by blk-throttle, so that the reader sleeps for each (unheld, a read
+# can complete before its reader sleeps: none slept in a 6.12 guest)
+WAITER_READS, WAITER_IOPS = 50, 100
 START_TIMEOUT = 240.0   # seconds for a tool to load its programs (TCG: tens of seconds)
 VARIANTS = ["tp_btf", "raw_tp"]
 
@@ -136,13 +139,13 @@ def test_top(disk: Any, tmp_path: Path, attach: str) -> None:
     accounting (iowait_util.check_against_delayacct; tests/test_iowait_live.py on the host)."""
     import sys
 
-    from iowait_util import WORKLOAD, check_against_delayacct, delay_accounting, taskstats, waited
+    from iowait_util import WORKLOAD, check_against_delayacct, delay_accounting, limited, taskstats, waited
 
-    with delay_accounting():
+    with delay_accounting(), limited(disk.device.majmin, "r", WAITER_IOPS) as cg:
         t = Tool(tmp_path, "top", "-j", "-d", disk.name, attach=attach, ready="json")
         rpid, wpid = workload(disk.path)
-        waiter = subprocess.Popen([sys.executable, "-c", WORKLOAD, "direct", disk.path, str(WAITER_READS)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        reader = f"{sys.executable} -c '{WORKLOAD}' direct {disk.path} {WAITER_READS}"
+        waiter = subprocess.Popen(cg.shell("svc", reader), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert waiter.stdout is not None and waiter.stdin is not None
         assert waiter.stdout.readline().strip() == "done"
         truth = taskstats(waiter.pid)
@@ -160,7 +163,7 @@ def test_top(disk: Any, tmp_path: Path, attach: str) -> None:
     dev_ios = sum(x["lat_ios"] for d in docs for x in d["devices"] if x["disk"] == disk.name)
     assert_counted(dev_ios, READS + WRITES + WAITER_READS, unseen)
     seconds, waits, _, delayed, delayed_s = waited(docs, waiter.pid)
-    assert waits > 0
+    assert truth["blkio_count"] >= WAITER_READS // 2, truth  # it waited (the throttle held its reads)
     check_against_delayacct(waits, seconds * 1e9, delayed, delayed_s * 1e9, truth)
 
 
