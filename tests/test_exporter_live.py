@@ -28,6 +28,7 @@ from ioscope.base.testbed import LoopDevice, run_fio
 pytestmark = pytest.mark.usefixtures("live")  # skips locally, fails in CI, when BPF cannot run
 
 READS, WRITES = 13, 17  # primes: O_DIRECT 4 KiB I/Os by dd
+NO_K8S = (("container", ""), ("namespace", ""), ("pod_name", ""))   # a cgroup's labels where the host names no pod
 Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -555,7 +556,7 @@ def test_cgroup_series_name_containers_pods_and_services(loop: LoopDevice) -> No
                 time.sleep(1.2)  # the tick: the cgroup gets its place after its first dd
         m = scrape(port)
         for kind, (path, name, pod) in paths.items():
-            labels = (("cgroup", path), ("kind", kind), ("name", name), ("pod", pod))
+            labels = tuple(sorted((("cgroup", path), ("kind", kind), ("name", name), ("pod", pod), *NO_K8S)))
             assert m[("ioscope_cgroup_bytes_total", labels)] == READS * 4096, kind
             for phase in ("q2c", "d2c"):
                 lab = tuple(sorted((*labels, ("phase", phase))))
@@ -609,7 +610,8 @@ def test_throttled_bios_and_the_limit_are_exported(loop: LoopDevice) -> None:
     assert THROTTLED_WRITES // 4 <= truth <= THROTTLED_WRITES, truth
     assert pick(m, "ioscope_io_limit", device=loop.name, cgroup=svc, limit="write_iops") == THROTTLE_IOPS
     held = series(m, "ioscope_throttled_bios_total")
-    want = {(("cgroup", svc), ("device", loop.name), ("kind", "cgroup"), ("name", "svc"), ("pod", "")): truth}
+    want = {tuple(sorted((("cgroup", svc), ("device", loop.name), ("kind", "cgroup"), ("name", "svc"), ("pod", ""),
+                         *NO_K8S))): truth}
     assert held == want, (held, truth)
     measured = pick(m, "ioscope_throttle_wait_seconds_count", device=loop.name, cgroup=svc)
     (reason,) = [dict(ls)["reason"] for (n, ls), _ in m.items() if n == "ioscope_throttle_wait_measured"]
