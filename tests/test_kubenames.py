@@ -25,6 +25,7 @@ SIDE = "5ca1ab1e" * 8                                                     # web.
 CRIO = "deadbeef" * 8                                                     # coredns's coredns (CRI-O)
 CRIO_SB = "feedface" * 8                                                  # coredns's sandbox (CRI-O)
 BATCH = "0123abcd" * 8                                                    # batch-2's worker (symlink only)
+ETCD = "e7cde7cd" * 8                                                     # etcd-node1's etcd (a static pod)
 PODMAN = "abad1dea" * 8                                                   # a Podman container, no pod
 
 
@@ -112,8 +113,7 @@ def host(tmp_path: Path) -> Path:
     crio_container(tmp_path, CRIO, crio_annotations("coredns"))
     crio_container(tmp_path, PODMAN, crio_annotations("x") | {"io.kubernetes.pod.name": ""})
     pod_logs(tmp_path, "team-a", "batch-2", UID3, {"worker": BATCH})
-    pod_logs(tmp_path, "kube-system", "etcd-node1", STATIC, {})
-    (tmp_path / kubenames.POD_LOGS / f"kube-system_etcd-node1_{STATIC}" / "etcd").mkdir(parents=True)
+    pod_logs(tmp_path, "kube-system", "etcd-node1", STATIC, {"etcd": ETCD})
     # a bundle being made (spec not yet complete), one being deleted (containerd's atomicDelete), junk
     write(tmp_path / kubenames.CONTAINERD_TASKS / ("e" * 64) / "config.json", '{"ociVersion": "1.2.0", "annot')
     (tmp_path / kubenames.CONTAINERD_TASKS / ("." + "f" * 64)).mkdir()
@@ -256,6 +256,9 @@ CONTAINERD_PATH = (f"/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffo
     (f"/kubepods/pod00000000-0000-4000-8000-000000000000/{'1' * 64}",
      f"/kubepods/pod00000000-0000-4000-8000-000000000000/{'1' * 64} [kubernetes 111111111111, pod "
      "00000000-0000-4000-8000-000000000000]"),
+    (f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{STATIC}.slice/cri-containerd-{ETCD}.scope",
+     f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{STATIC}.slice/cri-containerd-{ETCD}.scope "
+     "[kubernetes pod kube-system/etcd-node1, container etcd]"),   # a static pod
     (f"/system.slice/docker-{CID}.scope", f"/system.slice/docker-{CID}.scope [docker {CID[:12]}]"),
     ("/system.slice/nginx.service", "/system.slice/nginx.service"),
 ])

@@ -67,9 +67,12 @@ _CONTAINER = [
 ]
 _BARE_ID = re.compile(rf"^({_HEX64})$")  # cgroupfs drivers: /docker/<id>, /kubepods/.../<id>, /<ns>/<id>
 _MONITOR = re.compile(rf"^(?:libpod-conmon|crio-conmon)-{_HEX64}(?:\.scope)?$")
-# kubelet's pod cgroup: systemd driver (underscores in the UID), cgroupfs driver (dashes)
-_POD_SLICE = re.compile(r"^(?:[a-z0-9]+-)*kubepods(?:-(?:burstable|besteffort))?-pod([0-9a-f_]{36})\.slice$")
-_POD_DIR = re.compile(r"^pod([0-9a-f-]{36})$")
+# kubelet's pod cgroup: systemd driver (underscores in the UID), cgroupfs driver (dashes); a static pod's UID
+# (from a manifest file) is an md5 of it in 32 hex digits, no dashes (kubernetes pkg/kubelet/config/common.go,
+# applyDefaults): etcd's, the API server's
+_POD_SLICE = re.compile(r"^(?:[a-z0-9]+-)*kubepods(?:-(?:burstable|besteffort))?-pod([0-9a-f_]{36}|[0-9a-f]{32})"
+                        r"\.slice$")
+_POD_DIR = re.compile(r"^pod([0-9a-f-]{36}|[0-9a-f]{32})$")
 _UNIT = re.compile(r"^(.+)\.(service|scope|slice)$")
 _NSPAWN = re.compile(r"^systemd-nspawn@(.+)\.service$")
 _MACHINE = re.compile(r"^machine-(.+)\.scope$")
