@@ -15,6 +15,7 @@ from ioscope.base.cgroups import CgroupName, describe
 DID = "3f4e9a1b2c3d4e5f60718293a4b5c6d7e8f90123456789abcdef0123456789ab"  # 64 hex digits, as runtimes make
 CID = "9b1d5e2f8a7c6b5d4e3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d"
 UID = "8f0a7b3c-1d2e-4f5a-9b6c-7d8e9f0a1b2c"
+STATIC = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"  # a static pod's UID: md5 of its manifest, 32 hex digits
 UID_ = UID.replace("-", "_")  # the systemd driver's slice names write the pod's UID with underscores
 
 
@@ -72,6 +73,11 @@ UID_ = UID.replace("-", "_")  # the systemd driver's slice names write the pod's
     (f"/kubepods/besteffort/pod{UID}/{CID}", CgroupName("kubernetes", CID, CID[:12], UID)),
     (f"/kubepods/pod{UID}/{CID}", CgroupName("kubernetes", CID, CID[:12], UID)),
     (f"/kubepods/pod{UID}", CgroupName("kubernetes-pod", UID, UID)),
+    # a static pod (etcd, the API server: a manifest file's pod): its UID an md5 in 32 hex digits
+    (f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{STATIC}.slice/cri-containerd-{CID}.scope",
+     CgroupName("kubernetes", CID, CID[:12], STATIC)),
+    (f"/kubepods/burstable/pod{STATIC}/{CID}", CgroupName("kubernetes", CID, CID[:12], STATIC)),
+    (f"/kubepods.slice/kubepods-pod{STATIC}.slice", CgroupName("kubernetes-pod", STATIC, STATIC)),
     # kind / k3s in a container: the kubelet's own root, and runc's systemd driver without delegation
     ("/kubelet.slice/kubelet-kubepods.slice/kubelet-kubepods-besteffort.slice/"
      f"kubelet-kubepods-besteffort-pod{UID_}.slice/cri-containerd-{CID}.scope",
@@ -97,6 +103,8 @@ def test_describe_real_world_paths(path: str, want: CgroupName) -> None:
     f"/docker/{DID.upper()}",              # runtimes write ids in lower case
     f"/system.slice/docker-{DID}.service",  # not a scope
     f"/kubepods/burstable/pod{UID[:-1]}/x",  # a UID one digit short
+    f"/kubepods/burstable/pod{STATIC[:-1]}/x",  # a static pod's one digit short
+    f"/kubepods.slice/kubepods-pod{STATIC[:-1]}_.slice",
 ])
 def test_near_misses_are_not_containers(path: str) -> None:
     assert describe(path).kind not in (cgroups.DOCKER, cgroups.KUBERNETES, cgroups.KUBERNETES_POD)

@@ -5,6 +5,8 @@ made counted or reported (completion_unseen), node_exporter's names and time cou
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import os
 import shutil
@@ -18,6 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +31,7 @@ from ioscope.base.testbed import LoopDevice, run_fio
 pytestmark = pytest.mark.usefixtures("live")  # skips locally, fails in CI, when BPF cannot run
 
 READS, WRITES = 13, 17  # primes: O_DIRECT 4 KiB I/Os by dd
+NO_K8S = (("container", ""), ("namespace", ""), ("pod_name", ""))   # a cgroup's labels where the host names no pod
 Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
@@ -555,7 +559,7 @@ def test_cgroup_series_name_containers_pods_and_services(loop: LoopDevice) -> No
                 time.sleep(1.2)  # the tick: the cgroup gets its place after its first dd
         m = scrape(port)
         for kind, (path, name, pod) in paths.items():
-            labels = (("cgroup", path), ("kind", kind), ("name", name), ("pod", pod))
+            labels = tuple(sorted((("cgroup", path), ("kind", kind), ("name", name), ("pod", pod), *NO_K8S)))
             assert m[("ioscope_cgroup_bytes_total", labels)] == READS * 4096, kind
             for phase in ("q2c", "d2c"):
                 lab = tuple(sorted((*labels, ("phase", phase))))
@@ -609,7 +613,8 @@ def test_throttled_bios_and_the_limit_are_exported(loop: LoopDevice) -> None:
     assert THROTTLED_WRITES // 4 <= truth <= THROTTLED_WRITES, truth
     assert pick(m, "ioscope_io_limit", device=loop.name, cgroup=svc, limit="write_iops") == THROTTLE_IOPS
     held = series(m, "ioscope_throttled_bios_total")
-    want = {(("cgroup", svc), ("device", loop.name), ("kind", "cgroup"), ("name", "svc"), ("pod", "")): truth}
+    want = {tuple(sorted((("cgroup", svc), ("device", loop.name), ("kind", "cgroup"), ("name", "svc"), ("pod", ""),
+                         *NO_K8S))): truth}
     assert held == want, (held, truth)
     measured = pick(m, "ioscope_throttle_wait_seconds_count", device=loop.name, cgroup=svc)
     (reason,) = [dict(ls)["reason"] for (n, ls), _ in m.items() if n == "ioscope_throttle_wait_measured"]
@@ -617,3 +622,89 @@ def test_throttled_bios_and_the_limit_are_exported(loop: LoopDevice) -> None:
     # dd's time and never more
     assert measured == truth and pick(m, "ioscope_throttle_wait_measured") == 1, reason
     assert 0.5 * dd_s <= pick(m, "ioscope_throttle_wait_seconds_sum", device=loop.name, cgroup=svc) <= dd_s
+
+
+def _kubelet_logs(root: Path, ns: str, pod: str, uid: str, container: str, cid: str) -> None:
+    """What a kubelet makes for a container (base.kubenames): its log directory and file, and the legacy
+    symlink to it."""
+    log = root / "var/log/pods" / f"{ns}_{pod}_{uid}" / container / "0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("2026-01-01T00:00:00.000000000Z stdout F started\n")
+    link = root / "var/log/containers" / f"{pod}_{ns}_{container}-{cid}.log"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(log)
+
+
+FIRST = 7   # dd's writes in a cgroup's first round, which gives it its series
+
+
+def test_kubernetes_pods_named_from_the_kubelets_logs(loop: LoopDevice, tmp_path: Path) -> None:
+    """Two pods' container cgroups as the kubelet's systemd driver makes them (containerd), in the io
+    controller's hierarchy, and their log directories as a kubelet leaves them under a host root given with
+    --path.rootfs (top: IOSCOPE_HOST_ROOT); dd writes in each, a prime count apiece: the exporter's series of
+    each carries its pod's namespace and name and its container's name with exactly its dd's bytes and
+    latency counts, and top's cgroup rows (-G -j) name them with exactly their dd's I/Os."""
+    from ioscope.base.cgroups import io_cgroup_root
+    from ioscope.base.testbed import TestCgroups
+
+    io = io_cgroup_root()
+    assert io is not None
+    pods = {  # (namespace, pod, container, uid, container id, dd's writes of the second round)
+        "web": ("shop", "web.v2-0", "app", "8f0a7b3c-1d2e-4f5a-9b6c-7d8e9f0a1b2c", "9b1d5e2f8a7c" + "6" * 52, READS),
+        "batch": ("team-a", "batch-2", "log-shipper", "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f", "0123abcd" * 8, WRITES),
+    }
+    dirs: dict[str, str] = {}
+    names = ["kubepods.slice", "kubepods.slice/kubepods-besteffort.slice"]
+    for key, (_, _, _, uid, cid, _) in pods.items():
+        pod_slice = f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{uid.replace('-', '_')}.slice"
+        dirs[key] = f"{pod_slice}/cri-containerd-{cid}.scope"
+        names += [pod_slice, dirs[key]]
+    for ns, pod, container, uid, cid, _ in pods.values():
+        _kubelet_logs(tmp_path, ns, pod, uid, container, cid)
+    docs: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as cleanup:   # on every path: top killed, the exporter stopped, cgroups removed
+        cg = TestCgroups(io[0], "ioscope-k8s", names)
+        cleanup.callback(cg.remove)
+        port = free_port()
+        p = start(port, "-d", loop.name, "--per-cgroup", "5", "--path.rootfs", str(tmp_path))
+        cleanup.callback(lambda: stop(p) == 0 or pytest.fail("the exporter did not stop cleanly"))
+        top = subprocess.Popen([sys.executable, "-m", "ioscope.cli", "top", "-j", "-G", "-d", loop.name, "1", "60"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "IOSCOPE_HOST_ROOT": str(tmp_path)})
+        cleanup.callback(lambda: top.poll() is not None or (top.kill(), top.wait()))
+        assert top.stdout is not None
+        first = top.stdout.readline()
+        assert first, top.stderr.read() if top.stderr else ""
+        docs.append(json.loads(first))
+        for rnd in (0, 1):   # the first round gives each cgroup its series (which starts from 0), the second counts
+            for key, (*_, n) in pods.items():
+                subprocess.run(cg.shell(dirs[key], f"dd if=/dev/zero of={loop.path} bs=4k "
+                                                   f"count={FIRST if rnd == 0 else n} oflag=direct status=none"),
+                               check=True)
+                time.sleep(1.2)  # the tick: the cgroup gets its place after its first dd
+            if rnd == 0:
+                base = scrape(port)
+        m = scrape(port)
+        ended = time.time()   # every dd has exited: its writes completed in top's intervals before an idle one
+        # that ends after now (an idle one between the dd's ends before)
+        while not (datetime.datetime.fromisoformat(docs[-1]["time"]).timestamp() > ended
+                   and not any(d["w_s"] for d in docs[-1]["devices"] if d["disk"] == loop.name)):
+            line = top.stdout.readline()
+            assert line, "top ended before an idle interval"
+            docs.append(json.loads(line))
+        top.send_signal(signal.SIGINT)
+        assert top.wait(timeout=30) == 0
+    for key, (ns, pod, container, uid, cid, n) in pods.items():
+        path = f"{cg.top}/{dirs[key]}"
+        labels = (("cgroup", path), ("container", container), ("kind", "kubernetes"), ("name", cid[:12]),
+                  ("namespace", ns), ("pod", uid), ("pod_name", pod))
+        assert m[("ioscope_cgroup_bytes_total", labels)] - base.get(("ioscope_cgroup_bytes_total", labels), 0) \
+            == n * 4096, key
+        for phase in ("q2c", "d2c"):
+            lab = tuple(sorted((*labels, ("phase", phase))))
+            assert m[("ioscope_cgroup_io_latency_seconds_count", lab)] \
+                - base.get(("ioscope_cgroup_io_latency_seconds_count", lab), 0) == n, (key, phase)
+        rows = [c for d in docs for c in d.get("cgroups") or [] if c["cgroup"] == path]
+        assert rows and all((c["namespace"], c["pod_name"], c["container"], c["pod"]) == (ns, pod, container, uid)
+                            for c in rows), rows
+        assert sum(c["ios"] for c in rows) == FIRST + n, (key, rows)   # both rounds' writes, each one request

@@ -17,6 +17,7 @@ from types import FrameType, ModuleType
 from typing import NoReturn
 
 from ioscope import __version__, registry
+from ioscope.base import kubenames
 from ioscope.base.errors import EXIT_ERROR, EXIT_USAGE, IoscopeError
 
 EXAMPLES = """\
@@ -167,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     install_stop_signals()
     try:
+        kubenames.check_env()   # IOSCOPE_HOST_ROOT, where every tool reads Kubernetes names: checked at start
         return int(args.func(args))
     except IoscopeError as exc:
         if os.environ.get("IOSCOPE_DEBUG"):

@@ -23,15 +23,20 @@ root, as agg's cgroup key and /proc/PID/cgroup give it). It reads the shapes the
 
 The deepest container in a path names it (a service that systemd runs inside a container is that
 container's I/O); without one, the deepest systemd unit; without one, the path itself.
+
+named() adds what the host knows of a Kubernetes pod and container (base.kubenames: the kubelet's log
+directories, the runtimes' specs): the pod's namespace and name and the container's name; label() shows
+them, `[kubernetes pod shop/web-0, container app]`.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ioscope.base import kubenames
 from ioscope.base.errors import UsageError
 
 # kinds, most specific first in describe()'s search
@@ -62,9 +67,12 @@ _CONTAINER = [
 ]
 _BARE_ID = re.compile(rf"^({_HEX64})$")  # cgroupfs drivers: /docker/<id>, /kubepods/.../<id>, /<ns>/<id>
 _MONITOR = re.compile(rf"^(?:libpod-conmon|crio-conmon)-{_HEX64}(?:\.scope)?$")
-# kubelet's pod cgroup: systemd driver (underscores in the UID), cgroupfs driver (dashes)
-_POD_SLICE = re.compile(r"^(?:[a-z0-9]+-)*kubepods(?:-(?:burstable|besteffort))?-pod([0-9a-f_]{36})\.slice$")
-_POD_DIR = re.compile(r"^pod([0-9a-f-]{36})$")
+# kubelet's pod cgroup: systemd driver (underscores in the UID), cgroupfs driver (dashes); a static pod's UID
+# (from a manifest file) is an md5 of it in 32 hex digits, no dashes (kubernetes pkg/kubelet/config/common.go,
+# applyDefaults): etcd's, the API server's
+_POD_SLICE = re.compile(r"^(?:[a-z0-9]+-)*kubepods(?:-(?:burstable|besteffort))?-pod([0-9a-f_]{36}|[0-9a-f]{32})"
+                        r"\.slice$")
+_POD_DIR = re.compile(r"^pod([0-9a-f-]{36}|[0-9a-f]{32})$")
 _UNIT = re.compile(r"^(.+)\.(service|scope|slice)$")
 _NSPAWN = re.compile(r"^systemd-nspawn@(.+)\.service$")
 _MACHINE = re.compile(r"^machine-(.+)\.scope$")
@@ -76,12 +84,17 @@ _ESCAPE = re.compile(r"\\x([0-9a-fA-F]{2})")
 class CgroupName:
     """What a cgroup path names. kind: KINDS; id: the container's full id, the pod's UID, the systemd
     unit's name, else the path; name: what people type or see (docker ps's 12 hex digits, the unit
-    name, the LXC container's name); pod: the pod's UID for a Kubernetes container, else ""."""
+    name, the LXC container's name); pod: the pod's UID for a Kubernetes container, else "". named() adds,
+    where the host has them, the pod's namespace and name (pod_name) and the container's name (container)
+    of a Kubernetes container or pod; describe() never does (a function of the path alone)."""
 
     kind: str
     id: str
     name: str
     pod: str = ""
+    namespace: str = ""
+    pod_name: str = ""
+    container: str = ""
 
 
 def unescape(unit: str) -> str:
@@ -341,15 +354,31 @@ class CgroupNames:
         return self._names.get(cg, f"cgroup:{cg}" if cg else "[unknown]")
 
 
-def label(path: str) -> str:
+def named(n: CgroupName, names: kubenames.KubeNames | None = None) -> CgroupName:
+    """describe()'s answer with the namespace, pod name and container name of a Kubernetes container or pod
+    where the host has them (names: a resolver; the process's, kubenames.default(), when None)."""
+    if n.kind not in (KUBERNETES, KUBERNETES_POD):
+        return n
+    k = (names or kubenames.default()).lookup(n.pod or n.id, n.id if n.kind == KUBERNETES else "")
+    return replace(n, namespace=k.namespace, pod_name=k.pod, container=k.container) if k.pod else n
+
+
+def label(path: str, names: kubenames.KubeNames | None = None) -> str:
     """A cgroup path as a view shows it: the path, and the container, pod or machine it is, when it is
-    one ('/system.slice/docker-0123…scope [docker 0123456789ab]'); units and plain paths as they are."""
+    one ('/system.slice/docker-0123…scope [docker 0123456789ab]'; a Kubernetes container whose pod the host
+    knows '... [kubernetes pod shop/web-0, container app]', else its id and pod UID); units and plain paths
+    as they are. names: as named()."""
     n = describe(path) if path.startswith("/") else None
     if n is None or n.kind in (ROOT, CGROUP, SERVICE, SCOPE, SLICE):
         return path
+    n = named(n, names)
+    if n.pod_name:
+        pod = f"{n.namespace}/{n.pod_name}"
+        return f"{path} [kubernetes-pod {pod}]" if n.kind == KUBERNETES_POD else \
+            f"{path} [kubernetes pod {pod}, container {n.container or n.name}]"
     return f"{path} [{n.kind} {n.name}" + (f", pod {n.pod}" if n.pod else "") + "]"
 
 __all__ = ["CGROUP", "CONTAINER", "CONTAINERD", "CRIO", "DOCKER", "KINDS", "KUBERNETES", "KUBERNETES_POD", "LXC",
            "MACHINE", "NSPAWN", "PODMAN", "ROOT", "SCOPE", "SERVICE", "SHORT_ID", "SLICE", "CgroupFilter", "CgroupName",
            "CgroupNames", "cgroup2_root", "cgroup_filter", "cgroup_id", "describe", "io_cgroup_root", "label",
-           "unescape"]
+           "named", "unescape"]

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ioscope.base.cgroups import io_cgroup_root
+from ioscope.base.cgroups import io_cgroup_root, label
 from ioscope.base.devices import BlockDevice
 from ioscope.base.fmt import comm_str
 from ioscope.base.hist import Hist
@@ -394,7 +394,7 @@ def held_line(doc: dict[str, Any], no_wait: str, fmt: Callable[[float], str]) ->
     """One cgroup and disk: how many bios the throttle held, who submitted them, and their wait or why it is
     not measured; doc: held_json()'s (a live read's, or one a capture stored), fmt formats nanoseconds."""
     n, measured = int(doc["held"]), int(doc.get("wait_measured", 0))
-    line = (f"blk-throttle held {n} bio{'s' if n != 1 else ''} of cgroup {doc['cgroup']} on {doc['disk']}: "
+    line = (f"blk-throttle held {n} bio{'s' if n != 1 else ''} of cgroup {label(str(doc['cgroup']))} on {doc['disk']}: "
             f"{'their' if n != 1 else 'its'} wait is not in q2c")
     who = submitted_by(doc)
     if who:

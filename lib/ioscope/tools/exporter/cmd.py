@@ -102,6 +102,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     s.add_argument("--per-cgroup", type=_non_negative_int, default=0, metavar="N",
                    help="the same per cgroup (its path, and the container, pod or unit it names), with q2c "
                         "and d2c histograms")
+    s.add_argument("--path.rootfs", dest="rootfs", metavar="DIR",
+                   help="where the host's / is mounted (node_exporter's flag; default /, or $IOSCOPE_HOST_ROOT): "
+                        "Kubernetes pods' and containers' names are read from its var/log/pods, "
+                        "var/log/containers and the runtimes' state under run/")
     s.add_argument("--no-cgroup-latency", dest="cgroup_latency", action="store_false",
                    help="per cgroup: counters only, no histograms (agg's queue program alone, cheaper)")
     s.add_argument("--series-window", type=common.positive_float, default=DEFAULT_SERIES_WINDOW_S,
@@ -217,6 +221,9 @@ def run(args: argparse.Namespace) -> int:
     from ioscope.tools.exporter.webconfig import WebConfigFile
 
     host, port = parse_listen(args.listen, DEFAULT_LISTEN)
+    if args.rootfs:
+        from ioscope.base import kubenames
+        kubenames.set_host_root(args.rootfs, "--path.rootfs")
     opts, limits = options(args)
     web = WebConfigFile(args.web_config) if args.web_config else None
     exprs = parse_all(expressions(opts))

@@ -31,7 +31,10 @@ DISK_NAMES = ("ioscope", "node", "both")
 # starts with "/", so none is "(other cgroups)".
 PROCESS_OTHER = "(other processes)"
 CGROUP_OTHER = "(other cgroups)"
-CGROUP_LABELS = ["cgroup", "kind", "name", "pod"]
+# kind, name, pod (the pod's UID): what the path says (base.cgroups.describe); namespace, pod_name, container:
+# what the host says of a Kubernetes pod and container (base.kubenames), "" where it says nothing
+CGROUP_LABELS = ["cgroup", "kind", "name", "pod", "namespace", "pod_name", "container"]
+CGROUP_OTHER_LABELS = [CGROUP_OTHER, *[""] * (len(CGROUP_LABELS) - 1)]
 
 # node_exporter's diskstats names (collector/diskstats_linux.go), each with its /proc/diskstats field and
 # the factor it is exported with: ticks (ms) as seconds, sectors as bytes of 512, but for
@@ -66,14 +69,17 @@ class ViewOptions:
     cgroup_hierarchy: tuple[str, str] | None = None  # (how: "v1 blkio" or "v2", its mount point)
 
 
-@functools.lru_cache(maxsize=4096)
-def cgroup_labels(path: str) -> tuple[str, str, str, str]:
-    """(cgroup, kind, name, pod) for a cgroup path as agg names it ('/x/y'; '[unknown]' or 'cgroup:ID'
-    when it has no path)."""
+_describe = functools.lru_cache(maxsize=4096)(cgroups.describe)   # a function of the path: cached
+
+
+def cgroup_labels(path: str) -> tuple[str, ...]:
+    """CGROUP_LABELS' values for a cgroup path as agg names it ('/x/y'; '[unknown]' or 'cgroup:ID' when it
+    has no path). The Kubernetes names are looked up at each call (dictionary reads; base.kubenames
+    refreshes them): a pod's names appear when the kubelet has made its log directory, after its cgroup."""
     if not path.startswith("/"):
-        return path, "unknown", path, ""
-    n = cgroups.describe(path)
-    return path, n.kind, n.name, n.pod
+        return path, "unknown", path, "", "", "", ""
+    n = cgroups.named(_describe(path))
+    return path, n.kind, n.name, n.pod, n.namespace, n.pod_name, n.container
 
 
 def families(x: Exposition, o: ViewOptions = ViewOptions()) -> Iterator[Metric]:
@@ -180,7 +186,7 @@ def _processes(v: SeriesView, pid: bool) -> Iterator[Metric]:
 
 def _cgroups(v: SeriesView, hierarchy: tuple[str, str] | None) -> Iterator[Metric]:
     rows = sorted((list(cgroup_labels(str(k))), c) for k, c in v.series.items())
-    rows.append(([CGROUP_OTHER, "", "", ""], v.other))
+    rows.append((CGROUP_OTHER_LABELS, v.other))
     where = f" of the {hierarchy[0]} hierarchy" if hierarchy else ""
     yield from _counters("ioscope_cgroup", f"cgroup (its path{where}, where the block layer charges I/O)",
                          CGROUP_LABELS, rows)
@@ -220,7 +226,7 @@ def _throttle(x: Exposition) -> Iterator[Metric]:
 
     def labels(key: tuple[str, str]) -> list[str]:
         disk, cg = key
-        return [disk, *cgroup_labels(cg)] if cg else ["", CGROUP_OTHER, "", "", ""]
+        return [disk, *cgroup_labels(cg)] if cg else ["", *CGROUP_OTHER_LABELS]
 
     held = CounterMetricFamily(
         "ioscope_throttled_bios", "bios blk-throttle held back before their queue event, per disk and the cgroup "

@@ -685,8 +685,10 @@ def wait_json(w: WaitRow) -> dict[str, Any]:
 def cgroup_json(c: CgroupRow) -> dict[str, Any]:
     d = _rounded(c)
     d.pop("label")
-    n = cgroups.describe(c.cgroup) if c.cgroup.startswith("/") else None
-    return {**d, **({"kind": n.kind, "name": n.name, "pod": n.pod or None} if n else {})}
+    n = cgroups.named(cgroups.describe(c.cgroup)) if c.cgroup.startswith("/") else None
+    k8s = {"namespace": n.namespace, "pod_name": n.pod_name, "container": n.container or None} \
+        if n and n.pod_name else {}   # what the host says of a Kubernetes pod and container (base.kubenames)
+    return {**d, **({"kind": n.kind, "name": n.name, "pod": n.pod or None, **k8s} if n else {})}
 
 
 def snapshot_json(s: Snapshot) -> dict[str, Any]:
