@@ -220,9 +220,9 @@ def test_cgroup_view_in_batch_screen_and_json() -> None:
     text = view.batch_text(snap)
     lines = text.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith(" CGROUP"))
-    assert lines[head].split()[-2:] == ["HELD", "thr_p99"]
+    assert lines[head].split()[-3:] == ["HELD", "thr_p99", "IO>"]
     backup = next(ln for ln in lines[head:] if ln.startswith(" /batch.slice/backup.service"))
-    assert backup.split()[1:3] == ["loop2", "1"] and backup.split()[-2] == "27", backup
+    assert backup.split()[1:3] == ["loop2", "1"] and backup.split()[-3] == "27", backup
     assert "[docker abababababab]" in text
     assert ("blk-throttle held 27 bios of cgroup /batch.slice/backup.service on loop2: their wait is not in q2c; "
             "waited (measured for 27) p50 ") in text
