@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from top_overhead import enable_bpf_stats  # noqa: E402
+from top_overhead import enable_bpf_stats, prog_ids  # noqa: E402
 
 DELAYACCT = Path("/proc/sys/kernel/task_delayacct")
 
@@ -46,13 +46,7 @@ def pipe_us(loops: int) -> float:
 def top_programs(pid: int) -> dict[str, tuple[int, int]]:
     """(run_time_ns, run_cnt) of the scheduler programs a top process holds, by name."""
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    ids = set()
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            text = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
-        except OSError:
-            continue
-        ids |= {int(x) for x in re.findall(r"^prog_id:\s*(\d+)", text, re.M)}
+    ids = prog_ids(pid)
     return {p["name"]: (int(p.get("run_time_ns", 0)), int(p.get("run_cnt", 0))) for p in json.loads(out)
             if p["id"] in ids and "sched" in p["name"]}
 
@@ -61,13 +55,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--loops", type=int, default=300_000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--no-stats", action="store_true",
+                    help="leave the kernel's per-program run-time accounting off (it adds to top's runs)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("iowait_overhead: run as root")
     was = DELAYACCT.read_text() if DELAYACCT.exists() else None
     res: dict[str, list[float]] = {"none": [], "top": [], "delayacct": []}
     progs: dict[str, list[float]] = {}
-    stats_fd = enable_bpf_stats()
+    stats_fd = -1 if args.no_stats else enable_bpf_stats()
     try:
         for _ in range(args.rounds):
             for mode in res:
@@ -97,7 +93,8 @@ def main() -> int:
                         top.terminate()
                         top.wait(timeout=30)
     finally:
-        os.close(stats_fd)
+        if stats_fd >= 0:
+            os.close(stats_fd)
         if was is not None:
             DELAYACCT.write_text(was)
     base = statistics.median(res["none"])
