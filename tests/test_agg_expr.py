@@ -174,12 +174,32 @@ def test_command_line_errors(expr: str, words: str) -> None:
 
 
 def test_every_combination_of_function_and_value_parses() -> None:
+    """Every function of every value by every key it may have: an I/O's every key, an I/O wait's own."""
     for func, value in itertools.product(E.FUNCS, E.VALUES):
         if func == "count":
             continue
         text = f"{func}({value}, 0, 100, 10)" if func == "lquantize" else f"{func}({value})"
-        e = E.parse(text + " by " + ",".join(E.KEYS))
-        assert e.func == func and e.value == value and e.keys == tuple(E.KEYS)
+        keys = tuple(k for k in E.KEYS if k in E.WAIT_FIELDS) if value == E.WAIT_VALUE else tuple(E.KEYS)
+        e = E.parse(text + " by " + ",".join(keys))
+        assert e.func == func and e.value == value and e.keys == keys
+        assert e.on_waits == (value == E.WAIT_VALUE)
+
+
+@pytest.mark.parametrize("text, word", [
+    ("sum(iowait) by disk", "disk"),
+    ("count() by comm where iowait > 1ms and op == write", "op"),
+    ("quantize(iowait) by file", "file"),
+])
+def test_an_io_wait_has_no_disk_op_or_file(text: str, word: str) -> None:
+    with pytest.raises(E.ExprError) as e:
+        E.parse(text)
+    assert f"'{word}' is not known of an I/O wait" in str(e.value)
+
+
+def test_a_trigger_cannot_read_iowait() -> None:
+    with pytest.raises(E.ExprError) as e:
+        E.parse_condition("iowait > 1s")
+    assert "a condition fires on an I/O" in str(e.value)
 
 
 def test_help_examples_are_on_the_doc_page() -> None:

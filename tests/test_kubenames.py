@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from ioscope import cli
 from ioscope.base import cgroups, kubenames
 from ioscope.base.errors import UsageError
 from ioscope.base.kubenames import KubeName, KubeNames
@@ -308,18 +307,19 @@ def test_exporter_labels(host: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert samples[("ioscope_cgroup_bytes_total", tuple(sorted(other.items())))] == 8192
 
 
-def test_a_bad_host_root_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_host_root_is_one_line(tmp_path: Path) -> None:
+    """As a user runs it (a process of its own: cli.main() in this one would install the tools' signal
+    handlers in the test runner)."""
+    from conftest import run_ioscope
+
     with pytest.raises(UsageError, match="is not a directory"):
         kubenames.check_root(str(tmp_path / "nothing"), "--path.rootfs")
-    monkeypatch.setenv(kubenames.HOST_ROOT_ENV, str(tmp_path / "nothing"))
-    assert cli.main(["top", "-b", "-n", "1"]) != 0
-    err = capsys.readouterr().err
-    assert err == f"ioscope top: error: {kubenames.HOST_ROOT_ENV} '{tmp_path / 'nothing'}' is not a directory; " \
-                  "give where the host's / is mounted, or leave it out\n", err
-    monkeypatch.delenv(kubenames.HOST_ROOT_ENV)
-    monkeypatch.setattr(kubenames, "_default", None)
-    assert cli.main(["exporter", "--path.rootfs", str(tmp_path / "nothing")]) != 0
-    err = capsys.readouterr().err
-    assert err.startswith(f"ioscope exporter: error: --path.rootfs '{tmp_path / 'nothing'}' is not a directory"), err
-    assert err.count("\n") == 1
+    p = run_ioscope("top", "-b", "-n", "1", env={kubenames.HOST_ROOT_ENV: str(tmp_path / "nothing")}, check=False)
+    assert p.returncode != 0
+    assert p.stderr == f"ioscope top: error: {kubenames.HOST_ROOT_ENV} '{tmp_path / 'nothing'}' is not a directory; " \
+                       "give where the host's / is mounted, or leave it out\n", p.stderr
+    p = run_ioscope("exporter", "--path.rootfs", str(tmp_path / "nothing"), check=False)
+    assert p.returncode != 0
+    assert p.stderr.startswith(f"ioscope exporter: error: --path.rootfs '{tmp_path / 'nothing'}' is not a directory"), \
+        p.stderr
+    assert p.stderr.count("\n") == 1
