@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from conftest import unreported_bound
+
 if TYPE_CHECKING:
     from ioscope.base.testbed import TestCgroups
 
@@ -100,7 +102,10 @@ def check_against_delayacct(waits: int, ns: float, delayed: int, delayed_ns: flo
     than the accounting's by more than EPS_NS a wait (and the delayed waits' time before their dequeue),
     and less by at most EPS_NS a wait on this host, where such an interrupt takes microseconds. Under
     the kernel matrix's emulator it takes milliseconds, and only the first bound holds there."""
-    assert waits - delayed <= truth["blkio_count"] <= waits, (waits, delayed, truth["blkio_count"])
+    # one more in the kernel's count: a wait whose switch ran no BPF program (this VM skips a program run in
+    # tens of thousands: conftest.unreported_bound; 172 against 173 once, beside two emulated guests)
+    assert waits - delayed <= truth["blkio_count"] <= waits + unreported_bound(waits), (
+        waits, delayed, truth["blkio_count"])
     theirs = truth["blkio_delay_total"]
     assert ns - theirs <= EPS_NS * waits + delayed_ns, (ns, theirs, delayed_ns)
     assert ns > 0

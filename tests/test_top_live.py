@@ -373,7 +373,9 @@ def test_rows_r_keeps_the_busiest_processes(live: None, loopdev: Callable[..., A
     dev = loopdev(size_mb=64)
     time.sleep(0.5)
     rates = (701, 307, 101)
-    fios = [start_fio(dev.path, 4, r, 0) for r in rates]
+    # 10 s: the two top runs below start and report within it (each took 3 s and more beside two emulated
+    # guests, and a 4 s fio had ended before the second)
+    fios = [start_fio(dev.path, 10, r, 0) for r in rates]
     try:
         time.sleep(0.5)
         limited = run_ioscope("top", "-j", "-d", dev.name, "-r", "2", "-n", "2", "0.8", timeout=60, check=True)

@@ -314,7 +314,7 @@ def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: 
         devs.append(row)
     procs = proc_rows(cur.proc_keys, cur.proc_vals, seconds, name_of, comm_of, cgroup_of)
     waits = wait_rows(prev.iowait, cur.iowait, comm_of, cgroup_name or (lambda cg: str(cg)))
-    procs = with_waits(procs, waits, cgroup_of is not None)
+    procs = with_waits(procs, waits, cgroup_of is not None, waiters=not show_idle)
     cgs = cgroup_rows(procs, cur.throttled) if cgroup_view else None
     return Snapshot(wall=cur.wall, interval=seconds, host=host, kernel=kernel, devices=devs, procs=procs,
                     lost=cur.lost, lost_detail=dict(cur.lost_detail), attach=attach, disk_hists=dh,
@@ -333,10 +333,11 @@ def wait_rows(prev: ThreadWaits, cur: ThreadWaits, comm_of: Callable[[int], str]
                     cgroup_name(p.cgroup), p.delayed, p.delayed_s) for p in per_process(w)]
 
 
-def with_waits(procs: list[ProcRow], waits: Sequence[WaitRow], per_cgroup: bool) -> list[ProcRow]:
-    """Each process row with its process's IO>, and a row (DISK '-') for each process that waited and
-    completed no I/O of its own (fio's fdatasync waits on the journal's writes, a throttled reader's
-    bios are queued by a kworker)."""
+def with_waits(procs: list[ProcRow], waits: Sequence[WaitRow], per_cgroup: bool, waiters: bool = True) -> list[ProcRow]:
+    """Each process row with its process's IO>, and, with waiters, a row (DISK '-') for each process that
+    waited and completed no I/O of its own (fio's fdatasync waits on the journal's writes, a throttled
+    reader's bios are queued by a kworker). Not with disks asked for by name (-d): which disk a wait is
+    for the kernel does not say, and the rows would be every process's that waited on any disk."""
     by = {w.pid: w for w in waits}
     seen = set()
     for r in procs:
@@ -345,7 +346,7 @@ def with_waits(procs: list[ProcRow], waits: Sequence[WaitRow], per_cgroup: bool)
             r.io_pct = w.io_pct
             seen.add(r.pid)
     return procs + [ProcRow(w.pid, w.comm, NO_DISK, io_pct=w.io_pct, cgroup=w.cgroup if per_cgroup else None)
-                    for w in waits if w.pid not in seen and (w.waited_s > 0 or w.blocked)]
+                    for w in waits if waiters and w.pid not in seen and (w.waited_s > 0 or w.blocked)]
 
 
 def cgroups_with_waits(rows: list[CgroupRow], waits: Sequence[WaitRow]) -> list[CgroupRow]:
