@@ -84,7 +84,7 @@ def check(reports: list[dict[str, Any]], truth: dict[str, Any], pid: int, least_
     print(f"waits {waits} ({delayed} dequeue delayed, {delayed_s:.6f} s) / delayacct {truth['blkio_count']}; "
           f"{seconds:.6f} s / {truth['blkio_delay_total'] / 1e9:.6f} s; IO> {pct}")
     check_against_delayacct(waits, seconds * 1e9, delayed, delayed_s * 1e9, truth)
-    assert truth["blkio_delay_total"] >= least_s * 1e9
+    assert seconds >= least_s and truth["blkio_delay_total"] >= least_s * 1e9
     return pct
 
 
