@@ -99,7 +99,7 @@ def check_against_delayacct(waits: int, ns: float, delayed: int, delayed_ns: flo
     accounting ends for a wakeup that moves the thread to another CPU and before it otherwise (it ends
     on the thread's CPU, after the interrupt that hands it the wakeup). So ioscope's time is never more
     than the accounting's by more than EPS_NS a wait (and the delayed waits' time before their dequeue).
-    It is less by that interrupt's latency: 0.4-2 us a wait on a quiet host, 190 us beside two emulated
+    It is less by that interrupt's latency: 1.5-9 us a wait on a quiet host, 190 us beside two emulated
     guests (CI of 2026-11-29), milliseconds in them; the callers bound it from below by what the
     workload imposes (a limit's minimum wait)."""
     # one more in the kernel's count: a wait whose switch ran no BPF program (this VM skips a program run in
