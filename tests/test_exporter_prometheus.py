@@ -374,7 +374,11 @@ def test_up_never_zero_under_a_scraper_storm_and_an_idle_flood() -> None:
                 fl.join()
                 time.sleep(2)
                 span = f"[{int(time.time() - start_t)}s]"
-                assert prom.value(f'min_over_time(up{{job="ioscope"}}{span})') == 1
+                why = {"503s": prom.value('promhttp_metric_handler_requests_total{code="503"}'),
+                       "200s": prom.value('promhttp_metric_handler_requests_total{code="200"}'),
+                       "up": prom.value(f'sum_over_time(up{{job="ioscope"}}{span})'),
+                       "slowest": prom.value(f"max_over_time(scrape_duration_seconds{span})")}
+                assert prom.value(f'min_over_time(up{{job="ioscope"}}{span})') == 1, why
                 assert (prom.value(f'count_over_time(up{{job="ioscope"}}{span})') or 0) >= 28
                 assert (prom.value(f"max_over_time(scrape_duration_seconds{span})") or 1) < 1
                 assert (prom.value(f'max_over_time(ioscope_http_connections{span})') or 1e9) <= 512

@@ -225,6 +225,44 @@ def test_concurrent_scrapes_share_collections_at_most_a_second_old() -> None:
         s.shutdown()
 
 
+def test_while_a_collection_is_slow_a_crowd_gets_the_one_before_up_to_stale_s(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A collection that takes long (a host short of CPU): a scrape that comes while another waits for it is
+    answered at once from the collection before, up to STALE_S old (not made to wait, filling
+    --web.max-requests with 503s); older than that, it waits for the new one."""
+    monkeypatch.setattr(srv, "STALE_S", 2.0)
+    src = Source()
+    s = start(src, max_requests=0)
+    p = port(s)
+    results: dict[str, tuple[float, float]] = {}
+
+    def ask(name: str) -> None:
+        v = value(body(p)[2])
+        results[name] = (time.monotonic(), v)
+
+    try:
+        assert value(body(p)[2]) == 1  # alone: a collection of its own
+        time.sleep(srv.FRESH_S + 0.2)  # the latest is now past FRESH_S, within STALE_S
+        src.hold.clear()
+        first = threading.Thread(target=ask, args=("first",))
+        first.start()  # alone: waits for the next collection, held
+        time.sleep(0.3)
+        t = time.monotonic()
+        ask("crowd")
+        assert results["crowd"][1] == 1 and results["crowd"][0] - t < 0.5 and "first" not in results
+        time.sleep(srv.STALE_S - srv.FRESH_S)  # the latest is now past STALE_S
+        late = threading.Thread(target=ask, args=("late",))
+        late.start()
+        time.sleep(0.5)
+        assert "late" not in results  # waits for the collection being made
+        src.hold.set()
+        first.join(10)
+        late.join(10)
+        assert results["first"][1] == 2 and results["late"][1] >= 2
+    finally:
+        src.hold.set()
+        s.shutdown()
+
+
 STORM = """
 import http.client, sys, threading, time
 port, seconds, n = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])

@@ -108,6 +108,12 @@ def _stty_sane(t: Tmux, tmp: Path) -> str:
     return text
 
 
+def _column(screen: list[str], header: str) -> int:
+    """The column's index counted from the end of a row (COMM may hold spaces; the columns after it do not)."""
+    head = next(ln.split() for ln in screen if ln.lstrip().startswith("PID "))
+    return head.index(header) - len(head)
+
+
 def _proc_rows(screen: list[str]) -> list[list[str]]:
     start = next(i for i, ln in enumerate(screen) if ln.lstrip().startswith("PID "))
     rows = []
@@ -134,15 +140,21 @@ def test_tui_80x24_sort_filter_quit(live: None, loopdev: Callable[..., Any], tmu
         progs = bpf_prog_ids(top)
         assert progs and progs <= loaded_prog_ids()
 
-        # sort: > moves from the default (rkB/s + wkB/s) one column right at a time, up to p99ms
-        t.keys(*([">"] * 4))
+        # sort: > moves from the default (rkB/s + wkB/s) one column on the screen right at a time: wkB/s, then
+        # (avgKB and avg_ms left out at 80 columns) p99ms; every row has all columns (a process that only
+        # waited has '-' for its I/O's)
+        t.keys(">", ">")
         s = t.wait_for(lambda s: "sort p99ms desc" in s[1], "sort by p99ms")
-        p99 = [float(r[-1]) for r in _proc_rows(s) if r[-1] != "-"]
-        assert p99 == sorted(p99, reverse=True)
-        t.keys("<")
-        t.wait_for(lambda s: "sort avg_ms desc" in s[1], "sort by avg_ms")
+        at = _column(s, "p99ms")
+        p99 = [float(r[at]) for r in _proc_rows(s) if r[at] != "-"]
+        assert p99 and p99 == sorted(p99, reverse=True)
+        t.keys(">")
+        s = t.wait_for(lambda s: "sort IO> desc" in s[1], "sort by IO>")
+        at = _column(s, "IO>")
+        io = [float(r[at]) for r in _proc_rows(s)]
+        assert io == sorted(io, reverse=True)
         t.keys("r")
-        s = t.wait_for(lambda s: "sort avg_ms asc" in s[1], "ascending")
+        s = t.wait_for(lambda s: "sort IO> asc" in s[1], "ascending")
 
         # filter by disk, then by pid
         t.keys("t", "d")

@@ -78,17 +78,33 @@ def test_sort_and_filter_keys_change_the_screen() -> None:
     body = _screen(st, 80, 24).splitlines()
     pids = [ln.split()[0] for ln in body if ln[:7].strip().isdigit()]
     assert pids[:4] == ["31337", "4021", "1", "0"]  # by total throughput
-    for k in ">" * (view.SORT_KEYS.index("p99_ms") - view.SORT_KEYS.index("rkB_s")):  # default: rkB/s + wkB/s
-        view.handle_key(st, k)
-    assert st.sort == "p99_ms" and st.reverse
-    view.handle_key(st, "<")
+    # < > move among the columns on the screen: at 80 columns avgKB and avg_ms are left out
+    assert st.shown[-3:] == ("wkB_s", "p99_ms", "io_pct") and "avg_ms" not in st.shown
+    view.handle_key(st, ">")  # from the default (rkB/s + wkB/s): as from rkB/s
+    assert st.sort == "wkB_s" and st.reverse
     view.handle_key(st, ">")
+    assert st.sort == "p99_ms" and st.reverse
     body = _screen(st, 80, 24).splitlines()
     assert "sort p99ms desc" in body[1]
     pids = [ln.split()[0] for ln in body if ln[:7].strip().isdigit()]
     assert pids[:4] == ["1", "4021", "31337", "0"]
     view.handle_key(st, "r")
     assert "sort p99ms asc" in _screen(st, 80, 24)
+    for k in ">>":
+        view.handle_key(st, k)
+    assert st.sort == "pid" and not st.reverse  # past IO>, round to the first column, ascending
+    view.handle_key(st, "<")
+    assert st.sort == "io_pct" and "sort IO> desc" in _screen(st, 80, 24).splitlines()[1]
+    for k in "<<":
+        view.handle_key(st, k)
+    assert st.sort == "wkB_s"
+    _screen(st, 130, 30)  # all columns fit
+    view.handle_key(st, ">")
+    assert st.sort == "avg_kB"
+    _screen(st, 60, 24)  # narrower: avgKB is sorted on but not shown; < > go on from where it was
+    assert "avg_kB" not in st.shown
+    view.handle_key(st, ">")
+    assert st.sort in st.shown and view.SORT_KEYS.index(st.sort) > view.SORT_KEYS.index("avg_kB")
     # filter by disk: d, type, Enter
     for k in ["d", *"vda", "ENTER"]:
         view.handle_key(st, k)

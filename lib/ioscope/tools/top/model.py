@@ -409,9 +409,11 @@ def sort_devices(rows: Sequence[DeviceRow], by: str = "util", reverse: bool = Tr
 
 
 def filter_snapshot(s: Snapshot, disk: str | None = None, pid: int | None = None) -> Snapshot:
-    """The same snapshot restricted to one disk and/or one process (None: no restriction)."""
+    """The same snapshot restricted to one disk and/or one process (None: no restriction). A disk's rows only
+    with a disk: a process that only waited has none (the kernel does not say which disk a wait is for), as
+    with -d."""
     devs = [d for d in s.devices if disk is None or d.disk == disk]
-    procs = [p for p in s.procs if (disk is None or p.disk in (disk, NO_DISK)) and (pid is None or p.pid == pid)]
+    procs = [p for p in s.procs if (disk is None or p.disk == disk) and (pid is None or p.pid == pid)]
     cgs = None if s.cgroups is None else [c for c in s.cgroups if disk is None or c.disk == disk]
     held = [t for t in s.throttled if disk is None or t.disk == disk]
     waits = [w for w in s.waits if pid is None or w.pid == pid]

@@ -30,6 +30,7 @@ from ioscope.base.fmt import fmt_ns, iso_time
 from ioscope.base.heat import HEAT_CHARS, HeatGrid
 from ioscope.base.heat import level as heat_level
 from ioscope.engines.context.throttle import held_json, summary
+from ioscope.tools.top import PROC_SORT_KEYS
 from ioscope.tools.top.model import (
     CgroupRow,
     DeviceRow,
@@ -303,12 +304,13 @@ def heat_lines(grid: HeatGrid, disk: str, interval: float) -> list[Text]:
 # -- interactive state ------------------------------------------------------------
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
-SORT_KEYS = tuple(c.key for c in PROC_COLUMNS)
+SORT_KEYS = PROC_SORT_KEYS  # in the process table's order, its cgroup (with -G or -c) after its disk
 
 HELP = """\
 ioscope top keys
   q           quit (also Ctrl-C)
   < >         sort the process table by the column left / right of the current one
+              (among the columns on the screen; a narrow screen drops the least needed)
   r           reverse the sort order
   t           sort by total throughput (read + write kB/s), the default
   space       pause / resume the display (collection goes on)
@@ -341,6 +343,7 @@ class ViewState:
     quit: bool = False
     disks_seen: list[str] = field(default_factory=list)
     panels_on: set[str] = field(default_factory=set)  # panels a key switched on (PANEL_KEYS)
+    shown: tuple[str, ...] = SORT_KEYS  # the process columns on the screen at the last draw (< > move among them)
 
 
 def handle_key(st: ViewState, key: str) -> None:
@@ -377,9 +380,15 @@ def handle_key(st: ViewState, key: str) -> None:
     if key == "q":
         st.quit = True
     elif key in ("<", ">", "LEFT", "RIGHT"):
-        cur = SORT_KEYS.index(st.sort) if st.sort in SORT_KEYS else SORT_KEYS.index("rkB_s")
+        keys = st.shown or SORT_KEYS
         step = -1 if key in ("<", "LEFT") else 1
-        st.sort = SORT_KEYS[(cur + step) % len(SORT_KEYS)]
+        here = "rkB_s" if st.sort == "total" else st.sort  # the total moves as from rkB/s
+        if here in keys:
+            st.sort = keys[(keys.index(here) + step) % len(keys)]
+        else:  # a column the screen no longer shows: the nearest shown one in that direction
+            at = SORT_KEYS.index(here) if here in SORT_KEYS else 0
+            after = [k for k in keys if (SORT_KEYS.index(k) - at) * step > 0]
+            st.sort = (after[0] if step > 0 else after[-1]) if after else keys[0 if step > 0 else -1]
         st.reverse = st.sort not in ("pid", "comm", "disk", "cgroup")
     elif key == "r":
         st.reverse = not st.reverse
@@ -410,7 +419,7 @@ def handle_key(st: ViewState, key: str) -> None:
 def sort_label(st: ViewState) -> str:
     if st.sort == "total":
         return "rkB/s+wkB/s"
-    return next(c.header for c in PROC_COLUMNS if c.key == st.sort)
+    return next(c.header for c in (*PROC_COLUMNS, PROC_CGROUP_COLUMN) if c.key == st.sort)
 
 
 def heat_disk(st: ViewState, devs: Sequence[DeviceRow], heat: HeatHistory) -> str | None:
@@ -458,6 +467,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
         return [top, info, *body[:body_h], footer][:height]
     dev_cols = fit_columns(DEV_COLUMNS, width)
     proc_cols = fit_columns(proc_columns(s), width, stretch="comm")
+    st.shown = tuple(c.key for c in proc_cols)
     devs = sort_devices(s.devices, "util")
     procs = sort_procs(s.procs, st.sort, st.reverse)
     # space: devices first (up to a third of the body), the heat map when there is room, processes get the rest
