@@ -40,6 +40,7 @@
 
 const volatile __u64 targ_min_ns = 10000000; /* -m: a call this slow or slower is sent as a record */
 const volatile __u32 targ_tgid = 0;          /* -p */
+const volatile __u32 targ_self = 0;          /* the tool's own process: its output is file I/O too */
 const volatile bool targ_per_pid = false;    /* histograms per process */
 const volatile bool targ_per_cgroup = false; /* per cgroup (and the cgroup read at each call's enter) */
 
@@ -162,7 +163,7 @@ static __always_inline int fs_enter(struct trace_event_raw_sys_enter *ctx, const
 	struct fs_state s = {};
 	long fd = -1, fd2 = -1;
 
-	if (targ_tgid && (id >> 32) != targ_tgid)
+	if ((targ_tgid && (id >> 32) != targ_tgid) || (id >> 32) == targ_self)
 		return 0;
 	switch (call) {
 	case FS_IO_URING_ENTER:
@@ -330,6 +331,8 @@ static __always_inline int fs_bio_queue(struct bio *bio, const bool btf)
 	} else if (op == IOS_OP_WRITE) {
 		c->wbios += 1;
 		c->wbytes += size;
+	} else {
+		c->obios += 1;
 	}
 	if (op == IOS_OP_FLUSH || (opf & IOS_REQ_FLAG(__REQ_PREFLUSH)))
 		c->flushes += 1;

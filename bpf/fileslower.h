@@ -66,6 +66,8 @@ struct fs_state {
 	__u32 bios_done;  /* its bios that completed during the call (dev_ns is theirs) */
 	__u32 iowaits;    /* I/O waits ended */
 	__u32 preempted;  /* the last switch out was a preemption (runnable) */
+	__u32 obios;      /* other bios: empty flushes, discards, ... */
+	__u32 pad;
 };
 
 /* One slow call (the ring buffer events): the state at its exit, and what user space shows with it. */

@@ -7,11 +7,7 @@ import numpy as np
 
 from ioscope.engines.aggregate.abi import FILE
 
-# enum fs_call, in order: the call names as the tool takes and prints them (the syscall tracepoints are
-# syscalls:sys_enter_<name> and sys_exit_<name>)
-CALLS = ("read", "write", "pread64", "pwrite64", "readv", "writev", "preadv", "pwritev", "preadv2", "pwritev2",
-         "fsync", "fdatasync", "sync_file_range", "io_submit", "io_uring_enter", "sendfile64", "copy_file_range",
-         "splice")
+from ioscope.tools.fileslower.calls import CALLS as CALLS
 
 # enum fs_stat_idx (after ioscope.h's enum ios_stat_idx, whose names kernel/abi.py has)
 STAT_NAMES = {
@@ -45,6 +41,8 @@ STATE = np.dtype([
     ("bios_done", np.uint32),
     ("iowaits", np.uint32),
     ("preempted", np.uint32),
+    ("obios", np.uint32),
+    ("pad", np.uint32),
 ])
 
 EVENT = np.dtype([
