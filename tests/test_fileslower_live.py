@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from fileslower_util import WORKLOAD, calls_of, run_beside
-from iowait_util import limited
 from ioscope.base.cgroups import io_cgroup_root
 from ioscope.base.testbed import LoopFS, TestCgroups
+from iowait_util import limited
 
 N = 53        # pwrite64 + fdatasync pairs: a prime
 IOPS = 100    # the cgroup's write IOPS on the disk
