@@ -57,7 +57,7 @@ TOOLS: tuple[Tool, ...] = (
     Tool("top", "top", "top", True, ("top",), _DISK_JSON, ("test_acc_background_stop.py", "test_acc_stacked.py",
                                                                   "test_acc_iowait.py")),
     Tool("fileslower", "fileslower", "fileslower", True, ("fileslower",), ("-j", "--hist", "-d", "{disk}"),
-         ("test_acc_fileslower.py", "test_acc_background_stop.py")),
+         ("test_acc_fileslower.py",)),
     Tool("agg", "agg", "agg", True, ("agg",), ("-j", "-d", "{disk}", "-e", "count() by disk"),
          ("test_acc_agg.py", "test_acc_background_stop.py", "test_acc_iowait.py")),
     Tool("exporter", "exporter", "exporter", True, ("lat", "agg"), (), ("test_acc_exporter.py",)),

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ioscope.engines.aggregate.abi import FILE
-
+from ioscope.engines.aggregate.abi import FILE as FILE
 from ioscope.tools.fileslower.calls import CALLS as CALLS
 
 # enum fs_stat_idx (after ioscope.h's enum ios_stat_idx, whose names kernel/abi.py has)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from ioscope.base.collector import Tick
 from ioscope.tools import common
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     collector = FileSlowerCollector(opts)
     shown = 0
 
-    def show(report_calls: list) -> None:
+    def show(report_calls: list[Any]) -> None:
         nonlocal shown
         for c in report_calls:
             if args.json:

@@ -13,7 +13,6 @@ import numpy as np
 from ioscope.base import cgroups, devices
 from ioscope.base.collector import Tick
 from ioscope.base.fmt import comm_str
-from ioscope.base.hist import Hist
 from ioscope.base.losses import StatsDelta
 from ioscope.engines.aggregate.names import file_path, mount_points
 from ioscope.kernel import abi as kabi
