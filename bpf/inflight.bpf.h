@@ -12,6 +12,7 @@
 
 #include "common.bpf.h"
 #include "block.bpf.h"
+#include "ptrval.bpf.h"
 
 #define INFLIGHT_BITS 17
 #define INFLIGHT_SLOTS (1 << INFLIGHT_BITS)
@@ -40,31 +41,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct bio_slot);
 } inflight SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} scratch SEC(".maps");
-
-/* A pointer's value as a plain number, the key of what it points to. tp_btf (and fentry) arguments
- * are typed pointers, on which the verifier forbids arithmetic such as hashing: stored to and read
- * back from map memory, such a pointer is a number. A raw_tp argument is one already. */
-static __always_inline __u64 ptr_value(const void *p, const bool btf)
-{
-	__u32 zero = 0;
-	__u64 *s;
-
-	if (!btf)
-		return (__u64)p;
-	s = bpf_map_lookup_elem(&scratch, &zero);
-	if (!s)
-		return 0;
-	*(volatile __u64 *)s = (__u64)p;
-	return *(volatile __u64 *)s;
-}
-
 
 static __always_inline __u32 slot_of(__u64 bio)
 {

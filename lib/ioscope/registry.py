@@ -56,6 +56,8 @@ TOOLS: tuple[Tool, ...] = (
          ("test_acc_background_stop.py", "test_acc_exec_workers.py")),
     Tool("top", "top", "top", True, ("top",), _DISK_JSON, ("test_acc_background_stop.py", "test_acc_stacked.py",
                                                                   "test_acc_iowait.py")),
+    Tool("fileslower", "fileslower", "fileslower", True, ("fileslower",), ("-j", "--hist", "-d", "{disk}"),
+         ("test_acc_fileslower.py",)),
     Tool("agg", "agg", "agg", True, ("agg",), ("-j", "-d", "{disk}", "-e", "count() by disk"),
          ("test_acc_agg.py", "test_acc_background_stop.py", "test_acc_iowait.py")),
     Tool("exporter", "exporter", "exporter", True, ("lat", "agg"), (), ("test_acc_exporter.py",)),
@@ -71,4 +73,4 @@ BY_NAME = {t.name: t for t in TOOLS}
 # Modules that mirror structs shared with the BPF programs as numpy dtypes: each has STRUCTS, {struct name:
 # dtype}; tests/test_abi.py compares every one with the BTF of every compiled object that defines it.
 ABI_MIRRORS = ("ioscope.kernel.abi", "ioscope.engines.aggregate.abi", "ioscope.engines.procio.abi",
-               "ioscope.capture.events")
+               "ioscope.capture.events", "ioscope.tools.fileslower.abi")

@@ -168,6 +168,42 @@ def test_top(disk: Any, tmp_path: Path, attach: str) -> None:
     check_against_delayacct(waits, seconds * 1e9, delayed, delayed_s * 1e9, truth)
 
 
+FS_PAIRS = 23  # fileslower: O_DIRECT 8 KiB pwrite64 + fdatasync pairs (a prime)
+
+
+@pytest.mark.parametrize("attach", VARIANTS)
+def test_fileslower(fs: tuple[Any, Path], tmp_path: Path, attach: str) -> None:
+    """fileslower's record of every call of a workload that times its own calls (tests/fileslower_util.py):
+    each call once, in order, never longer than the workload measured it, each pwrite64 one 8 KiB write
+    bio completed within the call, each fdatasync no data; nothing lost."""
+    import sys
+
+    from fileslower_util import WORKLOAD, calls_of
+
+    dev, mnt = fs
+    path = mnt / "wal.log"
+    path.write_bytes(b"x" * FS_PAIRS * 8192)
+    os.sync()
+    t = Tool(tmp_path, "fileslower", "-m", "0", "-j", "-d", dev.name, attach=attach)
+    work = subprocess.run([sys.executable, "-c", WORKLOAD, str(path), str(FS_PAIRS)], capture_output=True, text=True,
+                          timeout=START_TIMEOUT)
+    assert work.returncode == 0, work.stderr
+    timings = json.loads(work.stdout.strip().splitlines()[-1])
+    settle()
+    out, err = t.stop(signal.SIGINT)
+    got = calls_of(json_lines(out), str(path))
+    assert [r["call"] for r in got] == [c[0] for c in timings], err
+    for r, (call, t0, t1, ret) in zip(got, timings):
+        assert 0 < r["lat_ms"] * 1e6 <= t1 - t0 + 1, (r, t1 - t0)
+        assert r["bytes"] == ret and 0 <= r["iowait_ms"] <= r["lat_ms"]
+        if call == "pwrite64":
+            assert (r["write_bios"], r["write_bytes"], r["bios_done"]) == (1, 8192, 1), r
+        else:
+            assert (r["write_bytes"], r["read_bytes"]) == (0, 0), r
+    summary = [d for d in json_lines(out) if "call" not in d]
+    assert summary and summary[-1]["lost"] == 0, summary
+
+
 @pytest.mark.parametrize("attach", VARIANTS)
 def test_agg(disk: Any, tmp_path: Path, attach: str) -> None:
     # by cgroup: the cgroup the block layer charges, read from the bio (bi_blkg) on every kernel

@@ -10,6 +10,9 @@
  * SlotRings: the consumer of the recorder's per-CPU rings (bpf/record.bpf.c):
  *         maps them and hands back every waiting record as one bytes
  *         object per poll. No Python code runs per event.
+ * RingBuf: the consumer of a BPF ring buffer (BPF_MAP_TYPE_RINGBUF, libbpf's
+ *         ring_buffer): every record waiting, concatenated, as one bytes
+ *         object per poll (records of one size: fileslower's events).
  * BTF helpers: struct layouts of a compiled object, type existence and
  *         function prototype arity in the kernel's BTF.
  *
@@ -136,6 +139,7 @@ typedef struct {
 static PyTypeObject ObjectType;
 static PyTypeObject MapType;
 static PyTypeObject SlotRingsType;
+static PyTypeObject RingBufType;
 
 static int object_check_open(ObjectObject *self)
 {
@@ -597,6 +601,22 @@ static PyObject *object_slot_rings(ObjectObject *self, PyObject *args)
 	return slotrings_new(self, ring, pos, nrings, slots);
 }
 
+static PyObject *ringbuf_new(ObjectObject *owner, struct bpf_map *m);
+
+static PyObject *object_ring_buffer(ObjectObject *self, PyObject *args)
+{
+	const char *name;
+	struct bpf_map *m;
+
+	if (!PyArg_ParseTuple(args, "s", &name))
+		return NULL;
+	if (object_check_open(self) || !(m = find_map(self, name)))
+		return NULL;
+	if (!self->loaded)
+		return raise_errno(EBADF, "ring buffer %s is not created until the object is loaded", name);
+	return ringbuf_new(self, m);
+}
+
 static PyObject *object_enter(ObjectObject *self, PyObject *unused)
 {
 	Py_INCREF(self);
@@ -636,6 +656,7 @@ static PyMethodDef object_methods[] = {
 	{"map", (PyCFunction)object_map, METH_VARARGS, "map(name) -> Map"},
 	{"slot_rings", (PyCFunction)object_slot_rings, METH_VARARGS,
 	 "slot_rings(ring_map, pos_map, nrings, slots) -> SlotRings"},
+	{"ring_buffer", (PyCFunction)object_ring_buffer, METH_VARARGS, "ring_buffer(map) -> RingBuf"},
 	{"__enter__", (PyCFunction)object_enter, METH_NOARGS, NULL},
 	{"__exit__", (PyCFunction)object_exit, METH_VARARGS, NULL},
 	{NULL},
@@ -1194,6 +1215,124 @@ static PyTypeObject SlotRingsType = {
 	.tp_getset = slotrings_getset,
 };
 
+/* ---- RingBuf ---------------------------------------------------------- */
+
+/*
+ * A BPF ring buffer through libbpf's ring_buffer: poll() takes every record waiting (the callback
+ * appends each to a growing buffer, no Python per record) and returns them as one bytes object.
+ */
+typedef struct {
+	PyObject_HEAD
+	ObjectObject *owner;
+	struct ring_buffer *rb;
+	char *buf;
+	size_t len, cap;
+	int oom;
+	PyObject *name;
+} RingBufObject;
+
+static int ringbuf_sample(void *ctx, void *data, size_t size)
+{
+	RingBufObject *self = ctx;
+
+	if (self->len + size > self->cap) {
+		size_t cap = self->cap ? self->cap : 65536;
+		char *nbuf;
+
+		while (cap < self->len + size)
+			cap *= 2;
+		nbuf = realloc(self->buf, cap);
+		if (!nbuf) {
+			self->oom = 1;
+			return -ENOMEM;
+		}
+		self->buf = nbuf;
+		self->cap = cap;
+	}
+	memcpy(self->buf + self->len, data, size);
+	self->len += size;
+	return 0;
+}
+
+static PyObject *ringbuf_new(ObjectObject *owner, struct bpf_map *m)
+{
+	RingBufObject *self;
+	int err;
+
+	if (bpf_map__type(m) != BPF_MAP_TYPE_RINGBUF)
+		return raise_errno(EINVAL, "map %s is not a ring buffer", bpf_map__name(m));
+	self = PyObject_New(RingBufObject, &RingBufType);
+	if (!self)
+		return NULL;
+	Py_INCREF(owner);
+	self->owner = owner;
+	self->buf = NULL;
+	self->len = self->cap = 0;
+	self->oom = 0;
+	self->name = PyUnicode_FromString(bpf_map__name(m));
+	log_reset();
+	self->rb = ring_buffer__new(bpf_map__fd(m), ringbuf_sample, self, NULL);
+	if (!self->rb) {
+		err = -errno;
+		Py_DECREF(self);
+		return raise_errno(err, "cannot open ring buffer %s", bpf_map__name(m));
+	}
+	return (PyObject *)self;
+}
+
+static void ringbuf_dealloc(RingBufObject *self)
+{
+	if (self->rb)
+		ring_buffer__free(self->rb);
+	free(self->buf);
+	Py_XDECREF(self->owner);
+	Py_XDECREF(self->name);
+	PyObject_Free(self);
+}
+
+/* poll(timeout_ms=0) -> bytes: waits up to timeout_ms for a record (GIL released), then takes them all. */
+static PyObject *ringbuf_poll(RingBufObject *self, PyObject *args)
+{
+	int timeout = 0, n;
+	PyObject *res;
+
+	if (!PyArg_ParseTuple(args, "|i", &timeout))
+		return NULL;
+	if (!self->owner->obj) {
+		PyErr_Format(PyExc_ValueError, "ring buffer %U: its BPF object is closed", self->name);
+		return NULL;
+	}
+	self->len = 0;
+	self->oom = 0;
+	Py_BEGIN_ALLOW_THREADS
+	n = ring_buffer__poll(self->rb, timeout);
+	if (n >= 0 && !self->oom)
+		n = ring_buffer__consume(self->rb);
+	Py_END_ALLOW_THREADS
+	if (self->oom)
+		return PyErr_NoMemory();
+	if (n < 0 && n != -EINTR)
+		return raise_errno(n, "cannot read ring buffer %U", self->name);
+	res = PyBytes_FromStringAndSize(self->buf, (Py_ssize_t)self->len);
+	self->len = 0;
+	return res;
+}
+
+static PyMethodDef ringbuf_methods[] = {
+	{"poll", (PyCFunction)ringbuf_poll, METH_VARARGS,
+	 "poll(timeout_ms=0) -> bytes: every record waiting (waits up to timeout_ms for the first), concatenated"},
+	{NULL},
+};
+
+static PyTypeObject RingBufType = {
+	PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ioscope.kernel._libbpf.RingBuf",
+	.tp_basicsize = sizeof(RingBufObject),
+	.tp_dealloc = (destructor)ringbuf_dealloc,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "Consumer of a BPF ring buffer (BPF_MAP_TYPE_RINGBUF)",
+	.tp_methods = ringbuf_methods,
+};
+
 /* ---- BTF helpers ------------------------------------------------------ */
 
 /* The running kernel's BTF, parsed once per process (about 20 ms each time). */
@@ -1545,7 +1684,8 @@ PyMODINIT_FUNC PyInit__libbpf(void)
 
 	libbpf_set_print(print_fn);
 	libbpf_set_strict_mode(LIBBPF_STRICT_ALL);
-	if (PyType_Ready(&ObjectType) < 0 || PyType_Ready(&MapType) < 0 || PyType_Ready(&SlotRingsType) < 0)
+	if (PyType_Ready(&ObjectType) < 0 || PyType_Ready(&MapType) < 0 || PyType_Ready(&SlotRingsType) < 0 ||
+	    PyType_Ready(&RingBufType) < 0)
 		return NULL;
 	mod = PyModule_Create(&moddef);
 	if (!mod)
@@ -1558,6 +1698,8 @@ PyMODINIT_FUNC PyInit__libbpf(void)
 	PyModule_AddObject(mod, "Map", (PyObject *)&MapType);
 	Py_INCREF(&SlotRingsType);
 	PyModule_AddObject(mod, "SlotRings", (PyObject *)&SlotRingsType);
+	Py_INCREF(&RingBufType);
+	PyModule_AddObject(mod, "RingBuf", (PyObject *)&RingBufType);
 	PyModule_AddObject(mod, "BPFError", BPFError);
 	PyModule_AddIntConstant(mod, "BPF_ANY", BPF_ANY);
 	PyModule_AddIntConstant(mod, "BPF_NOEXIST", BPF_NOEXIST);
