@@ -8,9 +8,12 @@ two wakeups an operation, nothing else). Rounds alternate, in one run:
 - top: `ioscope top --batch 1` running (every program of top: the block ones, which this workload does
   not fire, and the two scheduler ones, which it fires on every operation);
 - delayacct: kernel.task_delayacct=1, what iotop needs for its IO> column (the kernel's own accounting,
-  on every dequeue and wakeup).
+  on every dequeue and wakeup);
+- exporter: `ioscope exporter --per-process 10 --per-cgroup 10` (agg's object: its I/O wait series add
+  the same scheduler programs, whose records go to agg's expressions);
+- exporter --no-io-wait: the same without the wait series (no scheduler program).
 It prints each one's time per operation against none's (a ratio: lower is better, 1.00 is free), and
-the kernel's own run time of top's two scheduler programs (bpf_stats: ns a run, runs an operation).
+the kernel's own run time of each tool's scheduler programs (bpf_stats: ns a run, runs an operation).
 
 Run as root from the repository: .venv/bin/python bench/iowait_overhead.py [--loops 300000] [--rounds 5]
 """
@@ -61,15 +64,19 @@ def main() -> int:
     if os.geteuid() != 0:
         sys.exit("iowait_overhead: run as root")
     was = DELAYACCT.read_text() if DELAYACCT.exists() else None
-    res: dict[str, list[float]] = {"none": [], "top": [], "delayacct": []}
+    res: dict[str, list[float]] = {"none": [], "top": [], "delayacct": [], "exporter": [], "exporter --no-io-wait": []}
+    port = 19863
+    tools = {"top": ["top", "-b", "1"],
+             "exporter": ["exporter", "--listen", f"127.0.0.1:{port}", "--per-process", "10", "--per-cgroup", "10"]}
+    tools["exporter --no-io-wait"] = [*tools["exporter"], "--no-io-wait"]
     progs: dict[str, list[float]] = {}
     stats_fd = -1 if args.no_stats else enable_bpf_stats()
     try:
         for _ in range(args.rounds):
             for mode in res:
                 top = None
-                if mode == "top":
-                    top = subprocess.Popen([sys.executable, "-m", "ioscope.cli", "top", "-b", "1"],
+                if mode in tools:
+                    top = subprocess.Popen([sys.executable, "-m", "ioscope.cli", *tools[mode]],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                     time.sleep(3)  # loaded and attached
                     assert top.poll() is None, top.stderr.read() if top.stderr else ""
@@ -88,8 +95,8 @@ def main() -> int:
                         for name, (ns, cnt) in after.items():
                             d_ns, d_cnt = ns - before.get(name, (0, 0))[0], cnt - before.get(name, (0, 0))[1]
                             if d_cnt:
-                                progs.setdefault(name, []).append(d_ns / d_cnt)
-                                progs.setdefault(name + " runs/op", []).append(d_cnt / args.loops)
+                                progs.setdefault(f"{mode}: {name}", []).append(d_ns / d_cnt)
+                                progs.setdefault(f"{mode}: {name} runs/op", []).append(d_cnt / args.loops)
                         top.terminate()
                         top.wait(timeout=30)
     finally:
@@ -102,11 +109,11 @@ def main() -> int:
           f"({os.cpu_count()} CPUs, kernel {os.uname().release})")
     for mode, v in res.items():
         if v:
-            print(f"  {mode:10s} {statistics.median(v):7.3f} us/op  ratio {statistics.median(v) / base:5.3f}  "
+            print(f"  {mode:22s} {statistics.median(v):7.3f} us/op  ratio {statistics.median(v) / base:5.3f}  "
                   f"(runs: {', '.join(f'{x:.3f}' for x in v)})")
     for name, v in sorted(progs.items()):
         unit = "" if name.endswith("runs/op") else " ns a run"
-        print(f"  {name:28s} {statistics.median(v):8.2f}{unit}")
+        print(f"  {name:40s} {statistics.median(v):8.2f}{unit}")
     return 0
 
 

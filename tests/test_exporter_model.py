@@ -410,3 +410,32 @@ def test_process_pid_labels() -> None:
     s = _samples(_text(_x(processes=procs), ViewOptions(process_pid=True)))
     assert s[("ioscope_process_bytes_total", (("comm", "dd"), ("pid", "42")))] == 12288
     assert s[("ioscope_process_bytes_total", (("comm", PROCESS_OTHER), ("pid", "")))] == 4096
+
+
+def test_wait_series_are_chosen_by_time_blocked_and_exported_in_seconds() -> None:
+    """The I/O wait series (weight waited_ns): the key blocked longest gets the place, however few bytes it
+    queued (a service whose journal jbd2 writes); its waits and seconds are exported per process and per
+    cgroup, the rest in other."""
+    s: SeriesSet[str] = SeriesSet(limit=1, idle_s=600, window_s=60, weight="waited_ns")
+    s.add({"postgres": Delta(waits=90, waited_ns=900_000_000), "dd": Delta(waits=3, waited_ns=3_000_000)}, now=0)
+    assert set(s.series) == {"postgres"} and s.other.waits == 93  # the first read went to other
+    s.add({"postgres": Delta(waits=10, waited_ns=95_000_000), "dd": Delta(waits=1, waited_ns=2_000_000)}, now=1)
+    assert (s.series["postgres"].waits, s.series["postgres"].waited_ns) == (10, 95_000_000)
+    assert (s.other.waits, s.other.waited_ns) == (94, 905_000_000)
+    # a key that only queued bytes (no wait) is no heavier than none
+    b: SeriesSet[str] = SeriesSet(limit=1, idle_s=600, window_s=60, weight="waited_ns")
+    b.add({"backup": Delta(ios=1000, bytes=1 << 30), "svc": Delta(waits=1, waited_ns=1000)}, now=0)
+    assert set(b.series) == {"svc"}
+    procs = SeriesView.of(s, 1)
+    cgs = SeriesView({"/system.slice/postgresql.service": Counter(waits=10, waited_ns=95_000_000)},
+                     Counter(waits=1, waited_ns=2_000_000), 0)
+    out = _samples(_text(_x(process_waits=procs, cgroup_waits=cgs)))
+    assert out[("ioscope_process_io_wait_seconds_total", (("comm", "postgres"),))] == 0.095
+    assert out[("ioscope_process_io_waits_total", (("comm", "postgres"),))] == 10
+    assert out[("ioscope_process_io_wait_seconds_total", (("comm", PROCESS_OTHER),))] == 0.905
+    cg = [v for (n, ls), v in out.items() if n == "ioscope_cgroup_io_wait_seconds_total"
+          and ("cgroup", "/system.slice/postgresql.service") in ls]
+    assert cg == [0.095]
+    assert out[("ioscope_process_io_wait_series_replaced_total", ())] == 0
+    # not asked for (--no-io-wait, or no --per-process): no such family
+    assert not [k for k in _samples(_text(_x())) if "io_wait" in k[0]]

@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -36,10 +36,11 @@ def delayacct() -> Iterator[None]:
     with delay_accounting():
         yield
 
-def run_beside(cmd: list[str], *tools: list[str]) -> tuple[list[list[dict[str, Any]]], dict[str, Any], int]:
+def run_beside(cmd: list[str], *tools: list[str], started: Callable[[int], object] = lambda pid: None,
+               ) -> tuple[list[list[dict[str, Any]]], dict[str, Any], int]:
     """Each ioscope TOOL... (-j, every 0.5 s) from before the workload starts until a report closed its
     interval after the workload said "done"; the workload's taskstats read then, while it lives. Returns
-    each tool's reports, the taskstats, the workload's pid."""
+    each tool's reports, the taskstats, the workload's pid (given to started() as it starts)."""
     procs = [subprocess.Popen(ioscope_cmd(*t, "-j", "0.5"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for t in tools]
     work = None
@@ -55,6 +56,7 @@ def run_beside(cmd: list[str], *tools: list[str]) -> tuple[list[list[dict[str, A
                 line = p.stderr.readline()
                 assert line.startswith("Tracing"), line + (p.stderr.read() if p.poll() is not None else "")
         work = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        started(work.pid)
         assert work.stdout is not None and work.stdin is not None
         assert work.stdout.readline().strip() == "done"
         done = time.time()
@@ -159,3 +161,66 @@ def test_agg_answers_iowait_as_top_and_delay_accounting_say(delayacct: None) -> 
     assert sum(r["sum"] for r in stacks) == ns
     assert stacks and all(any(f.startswith("io_schedule") for f in r["keys"]["kstack"]) for r in stacks), stacks
     assert any(f.startswith("filemap_get_pages") for f in stacks[0]["keys"]["kstack"]), stacks[0]
+
+
+def test_the_exporter_exports_who_waits_as_top_and_delay_accounting_say(delayacct: None) -> None:
+    """The exporter's I/O wait series (--per-process with --process-pid, --per-cgroup): the fsync service in
+    its throttled cgroup, scraped every 0.1 s while it runs and after it said done. A key's series starts
+    at 0 at the read that first saw it (what that read held went to the other series), so the service's
+    series holds top's waits (the same events, through agg's sum(iowait)) less those, which are at most the
+    other series' increase at that read. Its cgroup, where it is the only process, holds the same as its
+    process; top's time against delay accounting's. (Room for every key: with the places taken, a new key
+    waits for the lightest to have held its place for the window, 60 s: test_exporter_model.)"""
+    import threading
+
+    from test_exporter_live import free_port, pick, scrape, start, stop
+
+    n = 150
+    seen: list[tuple[float | None, float, float]] = []  # (its waits or None: no series yet, other's waits, secs)
+    other = {"pid": "", "comm": "(other processes)"}
+    with LoopFS(256) as fs, limited(fs.loop.device.majmin, "w", 100) as cg:
+        port = free_port()
+        exporter = start(port, "-d", fs.name, "--per-process", "1000", "--process-pid", "--per-cgroup", "1000")
+        halt = threading.Event()
+        pids: list[int] = []
+
+        def watch() -> None:
+            while not halt.is_set():
+                m = scrape(port)
+                mine = [v for (name, ls), v in m.items() if name == "ioscope_process_io_waits_total"
+                        and pids and dict(ls)["pid"] == str(pids[0])]
+                seen.append((mine[0] if mine else None, pick(m, "ioscope_process_io_waits_total", **other),
+                             pick(m, "ioscope_process_io_wait_seconds_total", **other)))
+                time.sleep(0.1)
+
+        try:
+            cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}")
+            watcher = threading.Thread(target=watch)
+            (tops,), truth, pid = run_beside(cmd, ["top", "-b"], started=lambda p: (pids.append(p), watcher.start()))
+            halt.set()
+            watcher.join()
+            m = scrape(port)
+        finally:
+            halt.set()
+            assert stop(exporter) == 0
+    seconds, waits, _, delayed, delayed_s = waited(tops, pid)
+    ex_s = pick(m, "ioscope_process_io_wait_seconds_total", pid=str(pid))
+    ex_n = pick(m, "ioscope_process_io_waits_total", pid=str(pid))
+    svc = {ls for (name, ls), _ in m.items() if name == "ioscope_cgroup_io_wait_seconds_total"
+           and dict(ls)["cgroup"].endswith("/svc") and "ioscope-iowait" in dict(ls)["cgroup"]}
+    assert len(svc) == 1, sorted(m)
+    (labels,) = svc
+    cg_s = m[("ioscope_cgroup_io_wait_seconds_total", labels)]
+    cg_n = m[("ioscope_cgroup_io_waits_total", labels)]
+    first = next(i for i, x in enumerate(seen) if x[0] is not None)
+    assert first > 0 and seen[first][0] == 0  # a series starts at 0 ...
+    went_n = seen[first][1] - seen[first - 1][1]  # ... and the read that made it put its waits in other
+    went_s = seen[first][2] - seen[first - 1][2]
+    print(f"exporter: {ex_n:.0f} waits {ex_s:.6f} s (+ at most {went_n:.0f}, {went_s:.6f} s in other), cgroup "
+          f"{cg_n:.0f} {cg_s:.6f} s; top {waits} {seconds:.6f} s; delayacct {truth['blkio_count']} "
+          f"{truth['blkio_delay_total'] / 1e9:.6f} s; {len(seen)} scrapes")
+    assert waits >= n - 10  # (the throttle's first slice need not wait)
+    check_against_delayacct(waits, seconds * 1e9, delayed, delayed_s * 1e9, truth)  # top's, as the tests above
+    assert ex_n <= waits <= ex_n + went_n and cg_n == ex_n and cg_s == ex_s
+    assert ex_s - 50e-6 * waits <= seconds <= ex_s + went_s + 50e-6 * waits  # two objects read the clock apart
+    assert ex_s >= 0.5 * (n - went_n) / 100  # what the limit imposes, half of it at least

@@ -108,6 +108,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "var/log/containers and the runtimes' state under run/")
     s.add_argument("--no-cgroup-latency", dest="cgroup_latency", action="store_false",
                    help="per cgroup: counters only, no histograms (agg's queue program alone, cheaper)")
+    s.add_argument("--no-io-wait", dest="io_wait", action="store_false",
+                   help="no series of the time blocked in I/O waits per process and cgroup (they need the "
+                        "scheduler's switch and wakeup tracepoints, a cost on every context switch)")
     s.add_argument("--series-window", type=common.positive_float, default=DEFAULT_SERIES_WINDOW_S,
                    metavar="SECONDS",
                    help=f"the heaviest are chosen by bytes over this window; a series keeps its place at least "
@@ -184,7 +187,7 @@ def options(args: argparse.Namespace) -> Any:
     opts = ExporterOptions(
         disks=[devices.resolve_disk(d) for d in args.disk or []], per_process=args.per_process,
         per_cgroup=args.per_cgroup, series_idle_s=args.series_idle, series_window_s=args.series_window,
-        process_pid=args.process_pid, cgroup_latency=args.cgroup_latency, device_exclude=exclude,
+        process_pid=args.process_pid, cgroup_latency=args.cgroup_latency, io_wait=args.io_wait, device_exclude=exclude,
         device_include=args.device_include)
     limits = Limits(max_requests=args.max_requests, max_connections=args.max_connections,
                     read_timeout_s=args.read_timeout, idle_timeout_s=args.idle_timeout)

@@ -40,6 +40,7 @@ from ioscope.tools.exporter.model import (
 
 if TYPE_CHECKING:
     from ioscope.engines.aggregate.collector import AggCollector
+    from ioscope.engines.aggregate.model import NamedRow
     from ioscope.engines.latency.collector import LatCollector
 
 # node_exporter's diskstats default (--collector.diskstats.device-exclude): RAM disks, zram, loop and
@@ -56,6 +57,7 @@ class ExporterOptions:
     series_window_s: float = DEFAULT_SERIES_WINDOW_S
     process_pid: bool = False       # a series per process (pid, comm) rather than per name
     cgroup_latency: bool = True     # q2c and d2c histograms per cgroup (with per_cgroup)
+    io_wait: bool = True            # time blocked in I/O waits per process and cgroup (with per_process, per_cgroup)
     device_exclude: str | None = DEFAULT_DEVICE_EXCLUDE
     device_include: str | None = None
 
@@ -79,6 +81,10 @@ def expressions(o: ExporterOptions) -> list[str]:
         ex.append("sum(bytes) by cgroup")
         if o.cgroup_latency:
             ex += ["llquantize(q2c) by cgroup", "llquantize(d2c) by cgroup"]
+    if o.io_wait and o.per_process:
+        ex.append("sum(iowait) by tgid,comm" if o.process_pid else "sum(iowait) by comm")
+    if o.io_wait and o.per_cgroup:
+        ex.append("sum(iowait) by cgroup")
     return ex
 
 
@@ -108,7 +114,11 @@ class ExporterCollector:
             SeriesSet[Hashable](opts.per_process, opts.series_idle_s, opts.series_window_s)
             if opts.per_process else None,
             SeriesSet[str](opts.per_cgroup, opts.series_idle_s, opts.series_window_s) if opts.per_cgroup else None,
-            opts.series_idle_s)
+            opts.series_idle_s,
+            SeriesSet[Hashable](opts.per_process, opts.series_idle_s, opts.series_window_s, "waited_ns")
+            if opts.per_process and opts.io_wait else None,
+            SeriesSet[str](opts.per_cgroup, opts.series_idle_s, opts.series_window_s, "waited_ns")
+            if opts.per_cgroup and opts.io_wait else None)
         self.agg: AggCollector | None = None
 
     def set_agg(self, agg: AggCollector) -> None:
@@ -134,11 +144,16 @@ class ExporterCollector:
         rows = list(sample.rows)
         procs: dict[Hashable, Delta] = {}
         cgroups: dict[str, Delta] = {}
+        pwaits: dict[Hashable, Delta] = {}
+        cwaits: dict[str, Delta] = {}
+
+        def process(r: NamedRow) -> Hashable:
+            comm = str(r.keys.get("comm"))
+            return (str(r.keys.get("tgid")), comm) if self.opts.process_pid else comm
+
         if self.opts.per_process:
             for r in rows.pop(0):
-                comm = str(r.keys.get("comm"))
-                k: Hashable = (str(r.keys.get("tgid")), comm) if self.opts.process_pid else comm
-                d = procs.setdefault(k, Delta())
+                d = procs.setdefault(process(r), Delta())
                 d.ios += r.stat.count
                 d.bytes += r.stat.total
         if self.opts.per_cgroup:
@@ -154,8 +169,17 @@ class ExporterCollector:
                     d = cgroups.setdefault(str(r.keys.get("cgroup")), Delta())
                     have = d.hists.get(phase)
                     d.hists[phase] = have.merge(h) if have is not None else h
+        # sum(iowait): a record per wait that ended, its time in ns
+        waited: list[tuple[NamedRow, Delta]] = []
+        if self.opts.io_wait and self.opts.per_process:
+            waited += [(r, pwaits.setdefault(process(r), Delta())) for r in rows.pop(0)]
+        if self.opts.io_wait and self.opts.per_cgroup:
+            waited += [(r, cwaits.setdefault(str(r.keys.get("cgroup")), Delta())) for r in rows.pop(0)]
+        for r, d in waited:
+            d.waits += r.stat.count
+            d.waited_ns += r.stat.total
         lo = sample.losses
-        self.state.add_agg(AggDeltas(self.clock(), procs, cgroups, dict(lo.counters), lo.loss_names))
+        self.state.add_agg(AggDeltas(self.clock(), procs, cgroups, dict(lo.counters), lo.loss_names, pwaits, cwaits))
 
     def tick(self) -> None:
         """Every stamps.TICK_S: lat's and agg's housekeeping (disks without stamps to the probes, stale

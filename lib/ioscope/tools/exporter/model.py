@@ -9,6 +9,8 @@ Everything exported is cumulative and every series is stable (docs/exporter.md, 
   to one counter per key; a key gets a series when it first does I/O and there is room (at most
   `limit` series), keeps it while it does I/O, and loses it only after `idle_s` seconds without any;
   the I/O of keys without a series is summed in one `other` series;
+- per-process and per-cgroup time blocked in I/O waits (the same SeriesSet, chosen by time blocked):
+  agg's `sum(iowait)`, one record per wait when it ends, so a wait counts when it ends;
 - completions no program counted (CompletionCheck): per disk, the requests the kernel completed since
   the attach (/proc/diskstats, read before the maps) beyond those counted, as a counter that never
   goes down;
@@ -90,11 +92,14 @@ REPLACE_FACTOR = 2.0    # a key takes the place of the lightest series only with
 @dataclass
 class Delta:
     """What one key did since the previous read: I/Os and bytes queued, and (per-cgroup latency) the
-    histograms of its I/O's phases (phase -> log-linear histogram, agg's)."""
+    histograms of its I/O's phases (phase -> log-linear histogram, agg's); or, for the I/O wait series, the
+    waits its threads ended and their time blocked."""
 
     ios: int = 0
     bytes: int = 0
     hists: dict[str, hist.Hist] = field(default_factory=dict)
+    waits: int = 0
+    waited_ns: int = 0
 
 
 @dataclass
@@ -104,12 +109,16 @@ class Counter:
     ios: int = 0
     bytes: int = 0
     hists: dict[str, hist.Hist] = field(default_factory=dict)
+    waits: int = 0
+    waited_ns: int = 0
     since: float = 0.0     # when it (last) got its place
     last_io: float = 0.0   # when it last grew (the collector's monotonic clock)
 
     def add(self, d: Delta, now: float) -> None:
         self.ios += d.ios
         self.bytes += d.bytes
+        self.waits += d.waits
+        self.waited_ns += d.waited_ns
         for phase, h in d.hists.items():
             have = self.hists.get(phase)
             self.hists[phase] = have.merge(h) if have is not None else h
@@ -121,8 +130,8 @@ class Counter:
 
 @dataclass
 class SlidingBytes(Generic[K]):
-    """Bytes per key over the last `seconds`, in WINDOW_STEPS steps: a key's weight is what it did in
-    the current step and the WINDOW_STEPS - 1 before it."""
+    """Bytes (or another weight: SeriesSet.weight) per key over the last `seconds`, in WINDOW_STEPS steps: a
+    key's weight is what it did in the current step and the WINDOW_STEPS - 1 before it."""
 
     seconds: float
     steps: dict[K, list[tuple[int, int]]] = field(default_factory=dict)  # key -> [(step, bytes)]
@@ -154,8 +163,9 @@ class SlidingBytes(Generic[K]):
 
 @dataclass
 class SeriesSet(Generic[K]):
-    """Named series, the heaviest keys by bytes over a sliding window, at most `limit`, and `other` for
-    the rest; stable on a host where processes and cgroups come and go.
+    """Named series, the heaviest keys by bytes over a sliding window (or by time blocked in I/O waits:
+    `weight`, a Delta field), at most `limit`, and `other` for the rest; stable on a host where processes
+    and cgroups come and go.
 
     add() takes what each key did since the previous add() (any reader's: the tick or a scrape; the
     result does not depend on how often it runs, but for where a window's step falls), at time now:
@@ -177,6 +187,7 @@ class SeriesSet(Generic[K]):
     limit: int
     idle_s: float = DEFAULT_SERIES_IDLE_S
     window_s: float = DEFAULT_SERIES_WINDOW_S
+    weight: str = "bytes"  # the Delta field the heaviest are chosen by: bytes, or waited_ns
     series: dict[K, Counter] = field(default_factory=dict)
     frozen: dict[K, tuple[Counter, float]] = field(default_factory=dict)  # key -> (final values, frozen at)
     other: Counter = field(default_factory=Counter)
@@ -188,11 +199,11 @@ class SeriesSet(Generic[K]):
 
     def add(self, deltas: Mapping[K, Delta], now: float) -> None:
         for k, d in deltas.items():
-            if not d.ios and not d.bytes:
+            if not d.ios and not d.bytes and not d.waits and not d.waited_ns:
                 continue
             c = self.series.get(k)
             (c if c is not None else self.other).add(d, now)
-            self.window.add(k, d.bytes, now)
+            self.window.add(k, getattr(d, self.weight), now)
         self.expire(now)
         self._choose(now)
 
@@ -345,13 +356,15 @@ class ScrapeSample:
 @dataclass
 class AggDeltas:
     """agg's maps, read with reset: what each process (comm, or (pid, comm)) and cgroup (its path)
-    queued since the previous read."""
+    queued since the previous read, and the I/O waits their threads ended."""
 
     now: float
     processes: dict[Hashable, Delta]
     cgroups: dict[str, Delta]
     losses: dict[str, int]
     loss_names: frozenset[str]
+    process_waits: dict[Hashable, Delta] = field(default_factory=dict)
+    cgroup_waits: dict[str, Delta] = field(default_factory=dict)
 
 
 # the completions of requests the programs did not time, per request, so not missed (CompletionCheck):
@@ -398,6 +411,8 @@ class ExporterState:
     processes: SeriesSet[Hashable] | None = None
     cgroups: SeriesSet[str] | None = None
     idle_s: float = DEFAULT_SERIES_IDLE_S
+    process_waits: SeriesSet[Hashable] | None = None  # the processes, cgroups blocked longest in I/O waits
+    cgroup_waits: SeriesSet[str] | None = None
     losses: dict[str, int] = field(default_factory=dict)   # reason -> count since the start (losses only)
     lat_counts: dict[str, int] = field(default_factory=dict)  # lat's every counter since the start
     hists: KernelHists = field(default_factory=KernelHists)
@@ -417,6 +432,10 @@ class ExporterState:
             self.processes.add(d.processes, d.now)
         if self.cgroups is not None:
             self.cgroups.add(d.cgroups, d.now)
+        if self.process_waits is not None:
+            self.process_waits.add(d.process_waits, d.now)
+        if self.cgroup_waits is not None:
+            self.cgroup_waits.add(d.cgroup_waits, d.now)
         self._add_losses(d.losses, d.loss_names)
 
     def _losses_by_device(self, disks: Iterable[str]) -> dict[LossKey, int]:
@@ -462,13 +481,8 @@ class ExporterState:
             # a disk that went away keeps its series until they have been idle for idle_s
             if key[0] in s.diskstats or s.now - since < self.idle_s:
                 hists.append(hist_series(*key, h))
-        procs = cgs = None
-        if self.processes is not None:
-            self.processes.expire(s.now)
-            procs = SeriesView(self.processes.snapshot(), self.processes.other.copy(), self.processes.replaced)
-        if self.cgroups is not None:
-            self.cgroups.expire(s.now)
-            cgs = SeriesView(self.cgroups.snapshot(), self.cgroups.other.copy(), self.cgroups.replaced)
+        procs, cgs, pwaits, cwaits = (SeriesView.of(x, s.now) for x in (
+            self.processes, self.cgroups, self.process_waits, self.cgroup_waits))
         self.throttle.add(s.held, s.now)
         self.throttle.expire(s.now, self.idle_s, {(str(x.get("disk")), str(x.get("cgroup"))) for x in s.limits})
         return Exposition(
@@ -480,6 +494,8 @@ class ExporterState:
             # copies: the tick adds to the series while the view writes this one out
             processes=procs,
             cgroups=cgs,
+            process_waits=pwaits,
+            cgroup_waits=cwaits,
             held=self.throttle.snapshot(),
             limits=list(s.limits),
             throttle_no_wait=s.throttle_no_wait,
@@ -495,6 +511,14 @@ class SeriesView:
     other: Counter
     replaced: int
 
+    @classmethod
+    def of(cls, s: SeriesSet[Any] | None, now: float) -> SeriesView | None:
+        """The set's series now (after dropping the idle ones); None for a set not asked for."""
+        if s is None:
+            return None
+        s.expire(now)
+        return cls(s.snapshot(), s.other.copy(), s.replaced)
+
 
 @dataclass
 class Exposition:
@@ -507,6 +531,8 @@ class Exposition:
     timing: dict[str, str]                     # disk -> stamps.STAMPS / PROBES
     processes: SeriesView | None = None        # None: not asked for
     cgroups: SeriesView | None = None
+    process_waits: SeriesView | None = None    # the I/O wait series (None: not asked for)
+    cgroup_waits: SeriesView | None = None
     held: dict[tuple[str, str], HeldTotal] = field(default_factory=dict)   # (disk, cgroup) -> held since start
     limits: list[dict[str, Any]] = field(default_factory=list)             # the limits in force (iolimits)
     throttle_no_wait: str = ""

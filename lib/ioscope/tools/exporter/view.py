@@ -106,6 +106,17 @@ def families(x: Exposition, o: ViewOptions = ViewOptions()) -> Iterator[Metric]:
         yield from _processes(x.processes, o.process_pid)
     if x.cgroups is not None:
         yield from _cgroups(x.cgroups, o.cgroup_hierarchy)
+    if x.process_waits is not None:
+        names = ["pid", "comm"] if o.process_pid else ["comm"]
+        rows = sorted((_process_labels(k), c) for k, c in x.process_waits.series.items())
+        rows.append(([""] * (len(names) - 1) + [PROCESS_OTHER], x.process_waits.other))
+        yield from _waits("ioscope_process", "process name" if not o.process_pid else "process", names, rows)
+        yield _replaced("process_io_wait", x.process_waits.replaced)
+    if x.cgroup_waits is not None:
+        rows = sorted((list(cgroup_labels(str(k))), c) for k, c in x.cgroup_waits.series.items())
+        rows.append((CGROUP_OTHER_LABELS, x.cgroup_waits.other))
+        yield from _waits("ioscope_cgroup", "cgroup", CGROUP_LABELS, rows)
+        yield _replaced("cgroup_io_wait", x.cgroup_waits.replaced)
     yield from _throttle(x)
     lost = CounterMetricFamily("ioscope_lost_events",
                                "I/O or events ioscope could not count, by reason and, where the kernel says "
@@ -173,12 +184,25 @@ def _counters(name: str, what: str, labels: list[str], rows: list[tuple[list[str
     yield from (ios, byt)
 
 
-def _processes(v: SeriesView, pid: bool) -> Iterator[Metric]:
-    def labels(k: Hashable) -> list[str]:
-        return [str(x) for x in k] if isinstance(k, tuple) else [str(k)]
+def _waits(name: str, what: str, labels: list[str], rows: list[tuple[list[str], Counter]]) -> Iterator[Metric]:
+    doc = (f"per {what}, the heaviest by time blocked (iotop's IO>: threads in io_schedule and its kin, from the "
+           f"scheduler's tracepoints; counted when a wait ends), since its series started (docs/exporter.md, 'Series')")
+    sec = CounterMetricFamily(f"{name}_io_wait_seconds", f"seconds its threads were blocked in I/O waits {doc}",
+                              labels=labels)
+    n = CounterMetricFamily(f"{name}_io_waits", f"I/O waits its threads ended {doc}", labels=labels)
+    for k, c in rows:
+        sec.add_metric(k, c.waited_ns / 1e9)
+        n.add_metric(k, c.waits)
+    yield from (sec, n)
 
+
+def _process_labels(k: Hashable) -> list[str]:
+    return [str(x) for x in k] if isinstance(k, tuple) else [str(k)]
+
+
+def _processes(v: SeriesView, pid: bool) -> Iterator[Metric]:
     names = ["pid", "comm"] if pid else ["comm"]
-    rows = sorted((labels(k), c) for k, c in v.series.items())
+    rows = sorted((_process_labels(k), c) for k, c in v.series.items())
     rows.append(([""] * (len(names) - 1) + [PROCESS_OTHER], v.other))
     yield from _counters("ioscope_process", "process name" if not pid else "process", names, rows)
     yield _replaced("process", v.replaced)
