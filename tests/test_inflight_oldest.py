@@ -101,3 +101,19 @@ def test_watch_reads_the_table_only_when_a_disk_has_been_busy_long_enough() -> N
     clock[0] += 2 * S
     assert w.read(stats(loop3=1)) == {}                             # queued before the disk was last idle
     assert OVER_NS == S
+
+
+def test_top_snapshot_names_the_disk_and_the_process() -> None:
+    from ioscope.kernel.inflight import OldestIO
+    from ioscope.tools.top.model import Sample, build_snapshot
+    ds = stats(loop3=1, loop4=1)
+    prev = Sample(1.0, 1.0, ds)
+    cur = Sample(2.0, 2.0, ds, oldest={LOOP3: OldestIO(LOOP3, 12_345_000_000, 4242, None, 3),
+                                       LOOP4: OldestIO(LOOP4, 999_999_999, 7, None, 0)})
+    names = {LOOP3: "loop3", LOOP4: "loop4"}
+    snap = build_snapshot(prev, cur, host="h", kernel="k", disks=["loop3", "loop4"], name_of=names.__getitem__,
+                          comm_of={4242: "dd", 7: "x"}.__getitem__)
+    assert [(r.disk, round(r.age_s, 3), r.pid, r.comm, r.issued, r.over_1s) for r in snap.in_flight] == [
+        ("loop3", 12.345, 4242, "dd", None, 3)]   # loop4's is under 1 s
+    assert build_snapshot(prev, cur, host="h", kernel="k", disks=["loop4"], name_of=names.__getitem__,
+                          comm_of=str).in_flight == []
