@@ -107,7 +107,8 @@ class HeldDisk:
                 self.daemon.kill()
                 self.daemon.wait()
             self.daemon = None
-        os.unlink(self.backing) if os.path.exists(self.backing) else None
+        if os.path.exists(self.backing):
+            os.unlink(self.backing)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __exit__(self, *exc: object) -> None:
@@ -167,9 +168,8 @@ def gauge(port: int, name: str, disk: str) -> float | None:
 
 
 def test_hung_read_shown_by_top_and_the_exporter_and_kept_by_the_sweep(held_disk: HeldDisk) -> None:
-    from test_exporter_live import free_port, start
-
     from ioscope.engines.latency.collector import LatCollector, LatOptions
+    from test_exporter_live import free_port, start
 
     d = held_disk
     port = free_port()
@@ -210,7 +210,8 @@ def test_hung_read_shown_by_top_and_the_exporter_and_kept_by_the_sweep(held_disk
         # the exporter: the gauge, read at its one-second tick
         before = time.monotonic()
         age = gauge(port, "ioscope_disk_oldest_in_flight_seconds", d.name)
-        assert age is not None and before - t0 - 2 * READ_EVERY - 0.5 <= age <= time.monotonic() - t0, (age, before - t0)
+        assert age is not None, "no gauge for the disk"
+        assert before - t0 - 2 * READ_EVERY - 0.5 <= age <= time.monotonic() - t0, (age, before - t0)
         assert gauge(port, "ioscope_disk_in_flight_over_1s", d.name) == 1
         # lat's sweep with a 2 s stale time: the held read's slot is older, its disk has it in flight: kept
         lat.slots.sweep_stale()

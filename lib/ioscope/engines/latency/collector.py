@@ -15,9 +15,8 @@ from ioscope.engines.context.throttle import ThrottleWatch
 from ioscope.engines.latency.model import LatHist, LatSample, stamps_shortfall
 from ioscope.kernel import abi
 from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, OldestIO, OldestWatch, SlotTable, kernel_in_flight
-from ioscope.kernel.stamps import PROBES
 from ioscope.kernel.loader import BPFObject
-from ioscope.kernel.stamps import LOSS_EXPLAIN, STAMPS, StampTiming
+from ioscope.kernel.stamps import LOSS_EXPLAIN, PROBES, STAMPS, StampTiming
 
 HIST_MAX_ENTRIES = 1024
 HIST_MAX_ENTRIES_PER_PID = 16384
