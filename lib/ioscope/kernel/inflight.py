@@ -205,7 +205,7 @@ class OldestWatch:
         due = {d: self.idle_at[d] for d, t in self.busy_from.items() if now - t >= self.over_ns}
         if not due:
             self.last = {}
-        elif self.read_at is None or now - self.read_at >= self.every_ns:
+        elif self.read_at is None or now - self.read_at >= self.every_ns * 9 // 10:  # a 1 s refresh's jitter
             t0 = time.thread_time()
             _, vals = self.table.slots()
             self.last = oldest_in_flight(vals, self.clock(), due, self.issue_known, self.over_ns)
