@@ -23,7 +23,7 @@ PKGS="clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc python3 py
       git bpftool bpftrace fio e2fsprogs util-linux util-linux-extra procps"
 TEST_PKGS="blktrace sysstat tmux xfsprogs btrfs-progs prometheus openjdk-17-jre-headless time libclang-rt-14-dev
            qemu-system-x86 busybox-static kmod iproute2 debian-archive-keyring bpfcc-tools udev chromium
-           prometheus-node-exporter openssl apache2-utils libcap2-bin systemd libseccomp2 curl linux-perf"
+           prometheus-node-exporter openssl apache2-utils libcap2-bin systemd libseccomp2 curl linux-perf libfuse2"
 want=$PKGS
 if [ "${1:-}" = --test ]; then
     want="$PKGS $TEST_PKGS"

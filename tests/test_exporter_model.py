@@ -439,3 +439,14 @@ def test_wait_series_are_chosen_by_time_blocked_and_exported_in_seconds() -> Non
     assert out[("ioscope_process_io_wait_series_replaced_total", ())] == 0
     # not asked for (--no-io-wait, or no --per-process): no such family
     assert not [k for k in _samples(_text(_x())) if "io_wait" in k[0]]
+
+
+def test_oldest_in_flight_gauges_for_the_disks_the_slot_table_follows() -> None:
+    from ioscope.base.devices import DiskStats
+    from ioscope.kernel.inflight import OldestIO
+    from ioscope.tools.exporter.model import ScrapeSample, in_flight_oldest
+    ds = {n: DiskStats(n, 7, i, *([0] * 8), 1, 0, 0) for i, n in enumerate(("loop0", "loop1", "loop2"))}
+    s = ScrapeSample(now=0.0, diskstats=ds, mq=list(ds), hists=[], losses={}, loss_names=frozenset(), timing={},
+                     oldest={"loop0": OldestIO(7 << 20, 12_500_000_000, 42, True, 3)}, followed=["loop0", "loop1"])
+    # loop1 followed, nothing over 1 s: 0; loop2 timed from the stamps: no slots, no series
+    assert in_flight_oldest(s) == {"loop0": (12.5, 3), "loop1": (0.0, 0)}

@@ -255,3 +255,15 @@ def test_cgroup_view_in_batch_screen_and_json() -> None:
 def _screen_of(snap: Any, width: int, height: int) -> str:
     lines = view.screen_lines(view.ViewState(), snap, top_fixture.heat(), width, height)
     return "\n".join(t.plain for t in lines)
+
+
+def test_hung_io_line_in_bold_red_and_json() -> None:
+    snap = top_fixture.snapshot()
+    lines = view.screen_lines(view.ViewState(), snap, top_fixture.heat(), 80, 24)
+    hung = [t for t in lines if t.plain.startswith("vda: oldest I/O in flight")]
+    assert [t.plain for t in hung] == ["vda: oldest I/O in flight 12.3 s, pid 4242 dd, 3 over 1 s"]
+    assert str(hung[0].style) == "bold red"
+    j = view.snapshot_json(snap)["in_flight_oldest"]
+    assert j == {"vda": {"age_s": 12.3, "pid": 4242, "comm": "dd", "issued": None, "over_1s": 3}}
+    # a disk filter keeps that disk's line only
+    assert view.snapshot_json(view.filter_snapshot(snap, disk="loop2"))["in_flight_oldest"] == {}

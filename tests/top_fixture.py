@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ioscope.base import hist
-from ioscope.tools.top.model import DeviceRow, HeatHistory, ProcRow, Snapshot
+from ioscope.tools.top.model import DeviceRow, HeatHistory, InFlightRow, ProcRow, Snapshot
 
 WALL = 1_790_000_000.0  # a fixed moment; rendered in UTC by the tests
 
@@ -23,8 +23,10 @@ def snapshot() -> Snapshot:
         ProcRow(1, "systemd", "vda", 40.0, 0.0, 1200.0, 0.0, 30.0, 0.45, 2.9, 40),
         ProcRow(0, "[unknown]", "vda", 0.0, 2.0, 0.0, 8.0, 4.0, None, None, 2),
     ]
+    # a hung I/O: vda's oldest bio in flight for 12.3 s (kernel/inflight.py), 3 bios over 1 s
+    hung = [InFlightRow("vda", 12.3, 4242, "dd", None, 3)]
     return Snapshot(WALL, 1.0, "testhost", "6.18.0", devs, procs, 0, {}, "tp_btf",
-                    {"loop2": h_loop, "vda": h_vda})
+                    {"loop2": h_loop, "vda": h_vda}, in_flight=hung)
 
 
 def heat() -> HeatHistory:

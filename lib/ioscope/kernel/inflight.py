@@ -5,8 +5,12 @@ into it (top, which has none, marks at queue the bios that can end only by compl
 SLOT_ENDS_IN_RQ in bpf/inflight.bpf.h) and the completion program frees it. Two things are read
 from it here, the same way for every tool:
 
-- slots left over by bios whose completion will never come (older than STALE_NS) are freed, every
-  SWEEP_EVERY_S, and counted (`stale`);
+- slots left over by bios whose completion will never come (older than STALE_NS, on a disk the
+  kernel has nothing in flight on, /proc/diskstats) are freed, every SWEEP_EVERY_S, and counted
+  (`stale`); a slot older than that on a disk with requests in flight is kept: it may be the hung
+  I/O itself (OldestWatch shows it);
+- the oldest bios in flight per disk, their age, the process that queued them and how many are
+  older than OVER_S (OldestWatch: top's line, the exporter's gauges);
 - the slots of bios sent to the disk and not (yet) seen completing (`issued_not_completed`, a
   gauge): those whose d_ns is set (the issue program's stamp, or top's mark). Once the traced
   disks are idle, those beyond what the kernel itself has in flight are completions that ran no BPF
@@ -20,7 +24,8 @@ from it here, the same way for every tool:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -28,10 +33,17 @@ import numpy as np
 from ioscope.base import devices
 from ioscope.kernel import abi
 
-STALE_NS = 120 * 1_000_000_000  # a bio unfinished after 2 minutes is dropped and counted
+STALE_NS = 120 * 1_000_000_000  # a bio unfinished after 2 minutes, its disk idle, is dropped and counted
 SWEEP_EVERY_S = 10
 SETTLE_S = 0.25  # a final report's wait for the bios pending at its moment (none pending: no wait)
 POLL_S = 0.02
+# An I/O in flight longer than this is shown (top's line, the exporter's gauges): a healthy disk, even a
+# loaded one, completes in milliseconds to a few hundred; it does not depend on the refresh interval, so
+# that `top 10` shows a 5 s hang as `top 0.5` does (docs/top.md, "Hung I/O").
+OVER_NS = 1_000_000_000
+# The table is 4 MB: one read costs ~30 ms of CPU (measured, docs/top.md), 20 times a refresh of top;
+# it is read at most this often, and only while a disk has had requests in flight for OVER_NS.
+READ_EVERY_NS = 1_000_000_000
 EXPLAIN = {"completion_unseen": "issued requests whose completion ran no BPF program, though the kernel completed "
                                 "them (docs/lat.md, 'Completions no BPF program saw'): not counted"}
 
@@ -45,9 +57,13 @@ class _Map(Protocol):
 class SlotTable:
     """The `inflight` map of one BPF object."""
 
-    def __init__(self, inflight: _Map) -> None:
+    def __init__(self, inflight: _Map, stale_ns: int = STALE_NS,
+                 diskstats: Callable[[], Mapping[str, devices.DiskStats]] = devices.read_diskstats) -> None:
         self.map = inflight
+        self.stale_ns = stale_ns
+        self.diskstats = diskstats
         self.stale = 0  # slots freed by sweep_stale(), since the last take_stale()
+        self.kept = 0   # slots older than stale_ns kept at the last sweep: their disk has requests in flight
         self._last_sweep = time.monotonic()
 
     def slots(self) -> tuple[np.ndarray, np.ndarray]:
@@ -59,15 +75,22 @@ class SlotTable:
         return keys[used], vals[used]
 
     def sweep_stale(self) -> None:
-        """Free the slots older than STALE_NS (I/O whose completion will never be seen)."""
+        """Free the slots older than stale_ns whose disk has nothing in flight (/proc/diskstats, read
+        after the table: a request in flight at the read is still counted then): I/O whose completion
+        was not seen. A slot as old on a disk with requests in flight is kept: the kernel has not
+        completed something there, and it may be that I/O, hung."""
         keys, vals = self.slots()
         now = time.monotonic_ns()
+        busy = {k for k, n in in_flight_by_dev(self.diskstats()).items() if n > 0}
         ts = np.maximum(vals["q_ns"], vals["d_ns"]).astype(np.int64)
-        old = keys[(ts > 0) & (now - ts > STALE_NS)]
+        old = (ts > 0) & (now - ts > self.stale_ns)
+        keep = old & np.isin(vals["dev"], np.fromiter(busy, dtype=np.uint32, count=len(busy)))
+        free = keys[old & ~keep]
         empty = np.zeros(1, dtype=abi.BIO_SLOT).tobytes()
-        for k in old:
+        for k in free:
             self.map.update(k.tobytes(), empty)
-        self.stale += len(old)
+        self.stale += len(free)
+        self.kept = int(keep.sum())
 
     def tick(self) -> None:
         """Sweep every SWEEP_EVERY_S (the table is 4 MB: not every second)."""
@@ -111,10 +134,94 @@ class SlotTable:
         return len(pending), max(before, after)
 
 
+def in_flight_by_dev(stats: Mapping[str, devices.DiskStats]) -> dict[int, int]:
+    """Requests in flight per disk (kernel dev_t, as the slots' dev) from /proc/diskstats."""
+    return {devices.kdev(s.major, s.minor): s.in_flight for s in stats.values()}
+
+
+@dataclass(frozen=True)
+class OldestIO:
+    """The oldest bio in flight on one disk, from the slot table."""
+
+    dev: int                 # the disk (kernel dev_t)
+    age_ns: int              # since it was queued (since its issue for a bio queued before tracing)
+    tgid: int                # the process that queued it (0: queued before tracing)
+    issued: bool | None      # its request was issued to the driver; None: the tool cannot tell (top)
+    over: int                # bios in flight on this disk longer than OVER_NS, this one included
+
+
+def oldest_in_flight(vals: np.ndarray, now_ns: int, idle_at: Mapping[int, int], issue_known: bool,
+                     over_ns: int = OVER_NS) -> dict[int, OldestIO]:
+    """Per disk of idle_at (dev -> the last moment the kernel had nothing in flight on it, 0: not seen
+    so), the oldest of the slots (BIO_SLOT records) queued after that moment and in flight longer than
+    over_ns at now_ns (CLOCK_MONOTONIC, as bpf_ktime_get_ns). A slot from before the disk was last seen
+    idle is one whose completion was not seen, not an I/O in flight. issue_known: the object has an
+    issue program (d_ns is its stamp; top's d_ns is 0 or SLOT_ENDS_IN_RQ, not an issue)."""
+    q = vals["q_ns"].astype(np.int64)
+    d = vals["d_ns"].astype(np.int64)
+    ts = np.where(q > 0, q, d)   # a bio queued before tracing: from its issue
+    dev = vals["dev"]
+    out = {}
+    for k, idle in idle_at.items():
+        m = (dev == k) & (ts > max(idle, 1)) & (now_ns - ts >= over_ns)
+        if not m.any():
+            continue
+        i = int(np.argmin(np.where(m, ts, np.iinfo(np.int64).max)))
+        out[k] = OldestIO(k, int(now_ns - ts[i]), int(vals["tgid"][i]),
+                          bool(d[i] > 1) if issue_known else None, int(m.sum()))
+    return out
+
+
+class OldestWatch:
+    """The oldest I/O in flight per disk, read from the slot table when it can be there.
+
+    read(diskstats) is given /proc/diskstats at each refresh (top) or tick (the exporter). A disk can
+    hold a bio in flight longer than OVER_NS only if the kernel has had requests in flight on it for
+    that long: the table is read only then, and at most every READ_EVERY_NS (a read in between
+    returns the last one's values); otherwise nothing is older than OVER_NS. The kernel counts the
+    requests issued to the driver; a bio waiting in a scheduler while the disk has nothing issued is
+    not seen (docs/top.md, "Hung I/O")."""
+
+    def __init__(self, table: SlotTable, issue_known: bool, clock: Callable[[], int] = time.monotonic_ns,
+                 every_ns: int = READ_EVERY_NS, over_ns: int = OVER_NS) -> None:
+        self.table, self.issue_known, self.clock = table, issue_known, clock
+        self.every_ns, self.over_ns = every_ns, over_ns
+        self.idle_at: dict[int, int] = {}    # dev -> the last reading with nothing in flight (0: none seen)
+        self.busy_from: dict[int, int] = {}  # dev -> the first reading with requests in flight since then
+        self.last: dict[int, OldestIO] = {}
+        self.read_at: int | None = None      # when the table was last read
+        self.reads = 0
+        self.cpu_s = 0.0                     # time.thread_time() spent reading the table (reads included)
+
+    def read(self, diskstats: Mapping[str, devices.DiskStats]) -> dict[int, OldestIO]:
+        now = self.clock()
+        for dev, n in in_flight_by_dev(diskstats).items():
+            if n > 0:
+                self.busy_from.setdefault(dev, now)
+                self.idle_at.setdefault(dev, 0)
+            else:
+                self.idle_at[dev] = now
+                self.busy_from.pop(dev, None)
+        due = {d: self.idle_at[d] for d, t in self.busy_from.items() if now - t >= self.over_ns}
+        if not due:
+            self.last = {}
+        elif self.read_at is None or now - self.read_at >= self.every_ns * 9 // 10:  # a 1 s refresh's jitter
+            t0 = time.thread_time()
+            _, vals = self.table.slots()
+            self.last = oldest_in_flight(vals, self.clock(), due, self.issue_known, self.over_ns)
+            self.cpu_s += time.thread_time() - t0
+            self.reads += 1
+            self.read_at = now
+        else:
+            self.last = {d: o for d, o in self.last.items() if d in due}
+        return dict(self.last)
+
+
 def kernel_in_flight(disks: Iterable[str]) -> int:
     """Requests the kernel has in flight now on these blk-mq disks (/proc/diskstats)."""
     stats = devices.read_diskstats()
     return sum(stats[n].in_flight for n in disks if n in stats)
 
 
-__all__ = ["EXPLAIN", "POLL_S", "SETTLE_S", "STALE_NS", "SWEEP_EVERY_S", "SlotTable", "kernel_in_flight"]
+__all__ = ["EXPLAIN", "OVER_NS", "POLL_S", "READ_EVERY_NS", "SETTLE_S", "STALE_NS", "SWEEP_EVERY_S", "OldestIO",
+           "OldestWatch", "SlotTable", "in_flight_by_dev", "kernel_in_flight", "oldest_in_flight"]

@@ -14,9 +14,9 @@ from ioscope.engines.context.throttle import HOOKS as THROTTLE_HOOKS
 from ioscope.engines.context.throttle import ThrottleWatch
 from ioscope.engines.latency.model import LatHist, LatSample, stamps_shortfall
 from ioscope.kernel import abi
-from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, SlotTable, kernel_in_flight
+from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, OldestIO, OldestWatch, SlotTable, kernel_in_flight
 from ioscope.kernel.loader import BPFObject
-from ioscope.kernel.stamps import LOSS_EXPLAIN, STAMPS, StampTiming
+from ioscope.kernel.stamps import LOSS_EXPLAIN, PROBES, STAMPS, StampTiming
 
 HIST_MAX_ENTRIES = 1024
 HIST_MAX_ENTRIES_PER_PID = 16384
@@ -37,6 +37,8 @@ class LatOptions:
     phases: tuple[str, ...] = ("q2c", "q2d", "d2c")
     btf: str | None = None
     timing: str = "auto"  # TIMINGS: auto uses the kernel's request stamps where they are kept
+    # the oldest I/O in flight per disk (kernel/inflight.py: OldestWatch), read by tick(): the exporter's
+    in_flight_oldest: bool = False
 
 
 class LatCollector:
@@ -105,6 +107,7 @@ class LatCollector:
                                 [abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)] + ["not_stamped"],
                                 explain={**LOSS_EXPLAIN, **EXPLAIN})
         self.slots = SlotTable(b.map("inflight"))
+        self.oldest = OldestWatch(self.slots, issue_known=True)
         self.comms = b.map("comms")
         self.stamps = StampTiming(b, self.names, self.cross_disks, o.timing, stamps, o.btf)
         self.stamps.attach("rq_complete", ["bio_queue", "rq_issue", "split", "task_rename"])
@@ -126,6 +129,15 @@ class LatCollector:
         # the slot table holds bios only where a disk is followed by the probes
         if not self.stamps.stamps_only:
             self.slots.tick()
+            if self.opts.in_flight_oldest:
+                self.oldest.read(devices.read_diskstats())
+
+    def in_flight_oldest(self) -> tuple[dict[str, OldestIO], list[str]]:
+        """The oldest I/O in flight over OVER_NS per disk as the last tick() read it, and the disks the
+        slot table follows (those timed by the probes: a disk timed from the kernel's stamps has no
+        slots, its bios are not followed)."""
+        followed = [n for n, t in self.timing.items() if t == PROBES]
+        return {self.names.name(dev): o for dev, o in self.oldest.last.items()}, followed
 
     @property
     def unavailable(self) -> list[str]:

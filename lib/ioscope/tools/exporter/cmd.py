@@ -243,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
     btf = system.btf_path(args.btf)
     # throttle: the bios blk-throttle holds, per disk and cgroup (its programs attach once a limit is in force)
     lat = LatCollector(LatOptions(disks=opts.disks, per_disk=True, per_op=True, btf=btf, timing=args.timing,
-                                  throttle=True))
+                                  throttle=True, in_flight_oldest=True))
     try:
         collector = ExporterCollector(lat, opts)  # at once: the kernel's counts right after the attach
     except BaseException:

@@ -209,13 +209,15 @@ class ExporterCollector:
             self._read_agg()
             thr = self.lat.throttle
             held = [h for h in thr.read(self.lat.names.name, self.lat.cgroup_names.name) if self.wanted(h.disk)]
+            oldest, followed = self.lat.in_flight_oldest()
             return self.state.scrape(ScrapeSample(
                 now=self.clock(), diskstats=stats, mq=self._mq_of(stats), hists=hists,
                 losses=dict(lo.counters), loss_names=lo.loss_names,
                 timing={d: t for d, t in self.lat.timing.items() if self.wanted(d)},
                 unstamped={d: n for d, n in unstamped.items() if self.wanted(d)},
                 held=held, limits=[x for x in thr.limits if self.wanted(str(x.get("disk")))],
-                throttle_no_wait=thr.no_wait, throttle_no_held=thr.no_held))
+                throttle_no_wait=thr.no_wait, throttle_no_held=thr.no_held,
+                oldest={d: o for d, o in oldest.items() if self.wanted(d)}, followed=followed))
 
     def close(self) -> None:
         with self.lock:  # not while a scrape (the server's worker thread) reads the maps

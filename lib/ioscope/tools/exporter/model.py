@@ -30,6 +30,7 @@ from ioscope.base.devices import DiskStats, completed_requests
 from ioscope.base.losses import UNSEEN
 from ioscope.engines.context.throttle import HeldBios
 from ioscope.engines.latency.model import completion_shortfall
+from ioscope.kernel.inflight import OldestIO
 
 DEFAULT_SERIES_IDLE_S = 600.0
 
@@ -351,6 +352,10 @@ class ScrapeSample:
     limits: list[dict[str, Any]] = field(default_factory=list)
     throttle_no_wait: str = ""
     throttle_no_held: str = ""
+    # the oldest I/O in flight over 1 s per disk (kernel/inflight.py, read at the tick), and the disks the
+    # slot table follows (timed by the probes): those get the gauges
+    oldest: dict[str, OldestIO] = field(default_factory=dict)
+    followed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -500,7 +505,18 @@ class ExporterState:
             limits=list(s.limits),
             throttle_no_wait=s.throttle_no_wait,
             throttle_no_held=s.throttle_no_held,
+            in_flight_oldest=in_flight_oldest(s),
         )
+
+
+def in_flight_oldest(s: ScrapeSample) -> dict[str, tuple[float, int]]:
+    """Per exported disk the slot table follows: the age (s) of its oldest I/O in flight and the bios in
+    flight longer than 1 s; (0, 0) when none is in flight that long."""
+    out = {}
+    for d in sorted(set(s.followed) & set(s.diskstats)):
+        o = s.oldest.get(d)
+        out[d] = (o.age_ns / 1e9, o.over) if o is not None else (0.0, 0)
+    return out
 
 
 @dataclass
@@ -537,6 +553,9 @@ class Exposition:
     limits: list[dict[str, Any]] = field(default_factory=list)             # the limits in force (iolimits)
     throttle_no_wait: str = ""
     throttle_no_held: str = ""
+    # disk -> (the age of its oldest I/O in flight over 1 s, the bios in flight over 1 s): the disks the
+    # slot table follows (timed by the probes)
+    in_flight_oldest: dict[str, tuple[float, int]] = field(default_factory=dict)
 
 
 __all__ = [

@@ -102,6 +102,16 @@ def families(x: Exposition, o: ViewOptions = ViewOptions()) -> Iterator[Metric]:
     for disk, n in sorted(x.unseen.items()):
         unseen.add_metric([disk], n)
     yield unseen
+    oldest = GaugeMetricFamily("ioscope_disk_oldest_in_flight_seconds",
+                               "age of the disk's oldest I/O in flight, since it was queued, when over 1 s (0: none "
+                               "in flight that long); read once a second; only disks timed by the probes "
+                               "(docs/exporter.md, 'Hung I/O')", labels=["device"])
+    over = GaugeMetricFamily("ioscope_disk_in_flight_over_1s", "bios in flight on the disk for longer than 1 s "
+                             "(disks timed by the probes)", labels=["device"])
+    for name, (age, n) in sorted(x.in_flight_oldest.items()):
+        oldest.add_metric([name], age)
+        over.add_metric([name], n)
+    yield from (oldest, over)
     if x.processes is not None:
         yield from _processes(x.processes, o.process_pid)
     if x.cgroups is not None:

@@ -19,7 +19,7 @@ from ioscope.base.losses import PENDING, Losses, StatsDelta, settle_unreported, 
 from ioscope.engines.context.throttle import HOOKS as THROTTLE_HOOKS
 from ioscope.engines.context.throttle import ThrottleWatch
 from ioscope.kernel import abi
-from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, SlotTable
+from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, OldestWatch, SlotTable
 from ioscope.kernel.iowait import EXPLAIN as IOWAIT_EXPLAIN
 from ioscope.kernel.iowait import HOOKS as IOWAIT_HOOKS
 from ioscope.kernel.iowait import LOST as IOWAIT_LOST
@@ -75,6 +75,8 @@ class TopCollector:
                                     [*(abi.STAT_NAMES[i] for i in range(abi.NR_LOST_STATS)), IOWAIT_LOST],
                                     explain={**EXPLAIN, **IOWAIT_EXPLAIN})
             self.slots = SlotTable(b.map("inflight"))
+            # top has no issue program: whether the oldest bio's request was issued it cannot tell
+            self.oldest = OldestWatch(self.slots, issue_known=False)
             self.iowait = IowaitReader(b.map("iowait_tids"), b.map("iowait_starts"), proc_root)
             self.throttle.loaded()
             # (the throttle's hooks: ThrottleWatch.tick)
@@ -122,6 +124,7 @@ class TopCollector:
         mono, wall = time.monotonic(), time.time()
         waits = self.iowait.read()
         ds = devices.read_diskstats(self.proc_root)
+        oldest = self.oldest.read(ds)
         pk, pv, pn = self.procs.dump(sum=False, delete=True)
         dk, dv, dn = self.disks.dump(sum=False, delete=True)
         proc_keys = np.frombuffer(pk, dtype=abi.TOP_PROC_KEY, count=pn).copy()
@@ -135,7 +138,8 @@ class TopCollector:
             losses.counters[PENDING], in_flight = self.slots.pending_and_kernel(traced, settle_s=SETTLE_S)
             settle_unreported(losses, unreported_completions(losses, in_flight))
         return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
-                      dict(losses.counters), self.throttle.read(self.names.name, self.cgroup_names.name), waits)
+                      dict(losses.counters), self.throttle.read(self.names.name, self.cgroup_names.name), waits,
+                      oldest)
 
     def losses(self) -> Losses:
         """Losses since the previous call."""

@@ -28,6 +28,7 @@ from ioscope.base.heat import HeatGrid
 from ioscope.base.hist import Hist
 from ioscope.engines.context.throttle import HeldBios
 from ioscope.kernel import abi
+from ioscope.kernel.inflight import OVER_NS, OldestIO
 from ioscope.kernel.iowait import ThreadWaits, per_process, waited_between
 
 NS_PER_MS = 1e6
@@ -115,6 +116,18 @@ class WaitRow:
     dequeue_delayed_s: float = 0.0  # their time
 
 
+@dataclass
+class InFlightRow:
+    """A disk whose oldest I/O in flight is older than OVER_NS (kernel/inflight.py: OldestWatch)."""
+
+    disk: str
+    age_s: float                 # since it was queued
+    pid: int                     # the process that queued it (0: queued before top started)
+    comm: str
+    issued: bool | None          # None: top has no issue program and cannot tell
+    over_1s: int                 # bios in flight on the disk longer than OVER_NS, this one included
+
+
 def iostat(prev: DiskStats, cur: DiskStats, seconds: float) -> DeviceRow:
     """sysstat's iostat -x numbers for one disk between two /proc/diskstats samples."""
     def d(name: str) -> int:
@@ -174,6 +187,7 @@ class Sample:
     lost_detail: dict[str, int] = field(default_factory=dict)
     throttled: list[HeldBios] = field(default_factory=list)  # bios blk-throttle held since the last sample
     iowait: ThreadWaits = field(default_factory=ThreadWaits)  # every thread's I/O waits so far (not a delta)
+    oldest: dict[int, OldestIO] = field(default_factory=dict)  # dev -> its oldest bio in flight over OVER_NS
 
 
 @dataclass
@@ -197,6 +211,7 @@ class Snapshot:
     throttled: list[HeldBios] = field(default_factory=list)  # bios blk-throttle held in the interval
     throttle_no_wait: str = ""  # why their wait is not measured here ("" when it is)
     waits: list[WaitRow] = field(default_factory=list)  # processes blocked in I/O waits, most first
+    in_flight: list[InFlightRow] = field(default_factory=list)  # disks with an I/O in flight over 1 s, oldest first
 
 
 def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],
@@ -207,6 +222,15 @@ def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],
     devs, inv = np.unique(keys["dev"], return_inverse=True)
     merged = merge_hists(hists, inv.astype(np.int64), len(devs))
     return {name_of(int(dev)): h for dev, h in zip(devs, abi.hists_from_array(merged))}
+
+
+def in_flight_rows(oldest: dict[int, OldestIO], disks: Iterable[str], name_of: Callable[[int], str],
+                   comm_of: Callable[[int], str]) -> list[InFlightRow]:
+    """The disks (of those shown) whose oldest I/O in flight is older than OVER_NS, oldest first."""
+    names = set(disks)
+    rows = [InFlightRow(name_of(o.dev), o.age_ns / 1e9, o.tgid, comm_of(o.tgid) if o.tgid else "[unknown]",
+                        o.issued, o.over) for o in oldest.values() if o.age_ns >= OVER_NS]
+    return sorted((r for r in rows if r.disk in names), key=lambda r: (-r.age_s, r.disk))
 
 
 def proc_rows(keys: npt.NDArray[Any], vals: npt.NDArray[Any], seconds: float,
@@ -297,6 +321,7 @@ def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: 
     cgroup_view: the rows per cgroup too. cgroup_name: names a cgroup id of the io controller (the
     waits' cgroups; their ids when None)."""
     seconds = cur.mono - prev.mono
+    disks = list(disks)
     dh = device_hists(cur.disk_keys, cur.disk_hists, name_of)
     devs = []
     for name in disks:
@@ -319,7 +344,8 @@ def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: 
     return Snapshot(wall=cur.wall, interval=seconds, host=host, kernel=kernel, devices=devs, procs=procs,
                     lost=cur.lost, lost_detail=dict(cur.lost_detail), attach=attach, disk_hists=dh,
                     cgroups=None if cgs is None else cgroups_with_waits(cgs, waits),
-                    throttled=list(cur.throttled), throttle_no_wait=throttle_no_wait, waits=waits)
+                    throttled=list(cur.throttled), throttle_no_wait=throttle_no_wait, waits=waits,
+                    in_flight=in_flight_rows(cur.oldest, disks, name_of, comm_of))
 
 
 NO_DISK = "-"  # the DISK of a row of a process (or cgroup) that waited on I/O and completed none
@@ -417,8 +443,9 @@ def filter_snapshot(s: Snapshot, disk: str | None = None, pid: int | None = None
     cgs = None if s.cgroups is None else [c for c in s.cgroups if disk is None or c.disk == disk]
     held = [t for t in s.throttled if disk is None or t.disk == disk]
     waits = [w for w in s.waits if pid is None or w.pid == pid]
+    hung = [r for r in s.in_flight if disk is None or r.disk == disk]
     return Snapshot(s.wall, s.interval, s.host, s.kernel, devs, procs, s.lost, s.lost_detail, s.attach,
-                    s.disk_hists, s.extras, cgs, held, s.throttle_no_wait, waits)
+                    s.disk_hists, s.extras, cgs, held, s.throttle_no_wait, waits, hung)
 
 
 # -- heat map -----------------------------------------------------------------

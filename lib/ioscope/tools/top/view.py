@@ -35,6 +35,7 @@ from ioscope.tools.top.model import (
     CgroupRow,
     DeviceRow,
     HeatHistory,
+    InFlightRow,
     ProcRow,
     Snapshot,
     WaitRow,
@@ -126,6 +127,16 @@ CGROUP_COLUMNS = (
 def throttle_text(s: Snapshot) -> list[str]:
     """The bios blk-throttle held in the interval, one line per cgroup and disk (throttle.summary)."""
     return summary(s.throttled, s.throttle_no_wait, fmt_ns)
+
+
+def in_flight_text(s: Snapshot) -> list[str]:
+    """A line per disk whose oldest I/O in flight is older than 1 s (kernel/inflight.py), oldest first."""
+    out = []
+    for r in s.in_flight:
+        issued = "" if r.issued is None else (", issued" if r.issued else ", not issued yet")
+        who = f"pid {r.pid} {r.comm}" if r.pid else "queued before top started"
+        out.append(f"{r.disk}: oldest I/O in flight {r.age_s:.1f} s, {who}, {r.over_1s} over 1 s{issued}")
+    return out
 
 
 def proc_columns(s: Snapshot) -> tuple[Column, ...]:
@@ -244,6 +255,7 @@ def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: in
     lines.append("".join(c.head() for c in dev_cols).rstrip())
     for d in sort_devices(s.devices, "util"):
         lines.append("".join(c.cell(d) for c in dev_cols).rstrip())
+    lines += in_flight_text(s)
     lines += throttle_text(s)
     lines.append("")
     if s.cgroups is not None:
@@ -475,6 +487,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
     dev_block = table_lines(devs[:dev_rows], dev_cols)
     if not devs:
         dev_block.append(Text(" no disk did I/O in this interval", style="dim"))
+    dev_block += [Text(line, style="bold red") for line in in_flight_text(s)[:3]]
     dev_block += [Text(line, style="bold yellow") for line in throttle_text(s)[:3]]
     if s.cgroups is not None:  # the cgroup view: up to a quarter of the body, after the devices
         cg_rows = min(len(s.cgroups), max(1, body_h // 4 - 1))
@@ -672,7 +685,7 @@ def interactive(sample_fn: Callable[[], Snapshot], st: ViewState, heat: HeatHist
     return 0
 
 
-def _rounded(row: DeviceRow | ProcRow | CgroupRow | WaitRow) -> dict[str, Any]:
+def _rounded(row: DeviceRow | ProcRow | CgroupRow | WaitRow | InFlightRow) -> dict[str, Any]:
     d = asdict(row)
     d.pop("hist", None)
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in d.items()}
@@ -692,6 +705,15 @@ def wait_json(w: WaitRow) -> dict[str, Any]:
             "dequeue_delayed_s": round(w.dequeue_delayed_s, 6)}
 
 
+def in_flight_json(s: Snapshot) -> dict[str, Any]:
+    """disk -> its oldest I/O in flight over 1 s (issued: null, top cannot tell)."""
+    out = {}
+    for r in s.in_flight:
+        d = _rounded(r)
+        out[d.pop("disk")] = d
+    return out
+
+
 def cgroup_json(c: CgroupRow) -> dict[str, Any]:
     d = _rounded(c)
     d.pop("label")
@@ -709,6 +731,7 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
         **units.to_json(UNIT if s.cgroups is None else UNIT_CGROUPS),
         "devices": [device_json(d) for d in s.devices], "procs": [proc_json(p) for p in s.procs],
         "waits": [wait_json(w) for w in s.waits],
+        "in_flight_oldest": in_flight_json(s),
         **({"cgroups": [cgroup_json(c) for c in s.cgroups]} if s.cgroups is not None else {}),
         "throttle": {"held": [held_json(h) for h in s.throttled],
                      **({"wait_not_measured": s.throttle_no_wait} if s.throttle_no_wait else {})},
