@@ -448,5 +448,5 @@ def test_oldest_in_flight_gauges_for_the_disks_the_slot_table_follows() -> None:
     ds = {n: DiskStats(n, 7, i, *([0] * 8), 1, 0, 0) for i, n in enumerate(("loop0", "loop1", "loop2"))}
     s = ScrapeSample(now=0.0, diskstats=ds, mq=list(ds), hists=[], losses={}, loss_names=frozenset(), timing={},
                      oldest={"loop0": OldestIO(7 << 20, 12_500_000_000, 42, True, 3)}, followed=["loop0", "loop1"])
-    # loop1 followed, nothing over 1 s: 0; loop2 timed from the stamps: no slots, no series
-    assert in_flight_oldest(s) == {"loop0": (12.5, 3), "loop1": (0.0, 0)}
+    # loop1, loop2: nothing over 1 s, from the slot table or (loop2, timed from the stamps) /proc/diskstats: 0
+    assert in_flight_oldest(s) == {"loop0": (12.5, 3), "loop1": (0.0, 0), "loop2": (0.0, 0)}

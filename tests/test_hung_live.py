@@ -193,7 +193,18 @@ def test_hung_read_shown_by_top_and_the_exporter_and_kept_by_the_sweep(held_disk
         t0 = time.monotonic()
         dd = subprocess.Popen(["dd", f"if={d.loop}", "of=/dev/null", "bs=4k", "count=1", "iflag=direct", "skip=1000"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        time.sleep(HOLD_S)
+        time.sleep(1.0)
+        # started during the hang: a top and an exporter timed from the kernel's stamps (no slot table) see no
+        # bio of theirs in flight; /proc/diskstats says a request has been in flight and none completed
+        t1 = time.monotonic()
+        late_top = subprocess.Popen([sys.executable, "-m", "ioscope.cli", "top", "-b", "-j", str(INTERVAL), "-d",
+                                     d.name], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(late_top)
+        late_lines = Lines(late_top)
+        port2 = free_port()
+        procs.append(start(port2, "-d", d.name))
+        t2 = time.monotonic()  # serving: its first tick reads /proc/diskstats within a second
+        time.sleep(HOLD_S - 1.0)
         assert dd.poll() is None, "dd was not held"
         assert d.in_flight() == 1                                # the kernel's own count: ground truth
         now = time.monotonic()
@@ -213,6 +224,20 @@ def test_hung_read_shown_by_top_and_the_exporter_and_kept_by_the_sweep(held_disk
         assert age is not None, "no gauge for the disk"
         assert before - t0 - 2 * READ_EVERY - 0.5 <= age <= time.monotonic() - t0, (age, before - t0)
         assert gauge(port, "ioscope_disk_in_flight_over_1s", d.name) == 1
+        # the late ones: at least as long as they have watched (their first reading, an interval before the late
+        # top's first line, counts it from there), at most since dd started; the request in flight is the
+        # kernel's count, who queued it not known
+        first = late_lines.since(t1)[0][0]
+        late = [(t, j["in_flight_oldest"].get(d.name)) for t, j in late_lines.since(first + 1.5)]
+        assert late, "the late top printed nothing"
+        for t, o in late:
+            assert o is not None and o["known"] is False and o["over_1s"] == 1 and o["pid"] == 0, (t - t1, late)
+            assert t - first - 0.5 <= o["age_s"] <= t - t0, (t - first, t - t0, o)
+        before = time.monotonic()
+        age2 = gauge(port2, "ioscope_disk_oldest_in_flight_seconds", d.name)
+        assert age2 is not None and before - t2 - 2 * READ_EVERY - 0.5 <= age2 <= time.monotonic() - t0, (
+            age2, before - t2)
+        assert gauge(port2, "ioscope_disk_in_flight_over_1s", d.name) == 1
         # lat's sweep with a 2 s stale time: the held read's slot is older, its disk has it in flight: kept
         lat.slots.sweep_stale()
         assert (lat.slots.take_stale(), lat.slots.kept) == (0, 1)
@@ -237,6 +262,7 @@ def test_hung_read_shown_by_top_and_the_exporter_and_kept_by_the_sweep(held_disk
         assert late and all(d.name not in x for x in late), late
         assert gauge(port, "ioscope_disk_oldest_in_flight_seconds", d.name) == 0.0
         assert gauge(port, "ioscope_disk_in_flight_over_1s", d.name) == 0
+        assert gauge(port2, "ioscope_disk_oldest_in_flight_seconds", d.name) == 0.0
         lat.slots.sweep_stale()
         assert lat.slots.take_stale() == 0 and lat.slots.kept == 0   # its completion freed it
     finally:

@@ -7,7 +7,7 @@ import numpy as np
 
 from ioscope.base import devices
 from ioscope.kernel import abi
-from ioscope.kernel.inflight import OVER_NS, OldestWatch, SlotTable, oldest_in_flight
+from ioscope.kernel.inflight import OVER_NS, OldestIO, OldestWatch, SlotTable, oldest_in_flight
 
 S = 1_000_000_000
 LOOP3 = devices.kdev(7, 3)
@@ -32,11 +32,12 @@ class FakeMap:
         self.vals[i] = (bio, q_ns, d_ns, tgid, dev)
 
 
-def stats(**in_flight: int) -> dict[str, devices.DiskStats]:
+def stats(done: int = 0, **in_flight: int) -> dict[str, devices.DiskStats]:
+    """/proc/diskstats of loop disks with these requests in flight, each having completed `done` reads."""
     out = {}
     for name, n in in_flight.items():
         minor = int(name.removeprefix("loop"))
-        out[name] = devices.DiskStats(name, 7, minor, *([0] * 8), n, 0, 0)
+        out[name] = devices.DiskStats(name, 7, minor, done, *([0] * 7), n, 0, 0)
     return out
 
 
@@ -99,8 +100,28 @@ def test_watch_reads_the_table_only_when_a_disk_has_been_busy_long_enough() -> N
     clock[0] += 2 * S
     w.read(stats(loop3=1))
     clock[0] += 2 * S
-    assert w.read(stats(loop3=1)) == {}                             # queued before the disk was last idle
+    # the slot was queued before the disk was last idle: not the I/O in flight; /proc/diskstats says the disk
+    # has had a request in flight and completed none for 4 s (since it was last idle): at least that old
+    assert w.read(stats(loop3=1)) == {LOOP3: OldestIO(LOOP3, 4 * S, 0, True, 1, known=False)}
     assert OVER_NS == S
+
+
+def test_a_disk_that_completes_nothing_with_requests_in_flight_is_stalled() -> None:
+    """/proc/diskstats alone (no table: a disk timed from the kernel's stamps, or a bio queued before the
+    tool): requests in flight and the completed count unchanged for OVER_NS is a stall, counted from the
+    watch's first reading; a completion or an idle reading ends it."""
+    clock = [100 * S]
+    w = OldestWatch(None, issue_known=True, clock=lambda: clock[0])
+    assert w.read(stats(loop3=2)) == {}                       # the first reading: the stall counts from here
+    clock[0] += 3 * S // 2
+    assert w.read(stats(loop3=2)) == {LOOP3: OldestIO(LOOP3, 3 * S // 2, 0, True, 2, known=False)}
+    clock[0] += S
+    assert w.read(stats(loop3=2, done=1)) == {}               # one completed: requests move
+    clock[0] += S // 2
+    assert w.read(stats(loop3=2, done=1)) == {}               # 0.5 s without a completion: not yet
+    clock[0] += S
+    assert w.read(stats(loop3=0, done=1)) == {}               # idle
+    assert w.current == {}
 
 
 def test_top_snapshot_names_the_disk_and_the_process() -> None:

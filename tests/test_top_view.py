@@ -6,6 +6,7 @@ import io
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from rich.text import Text
 import top_fixture
 from ioscope.base import heat
 from ioscope.tools.top import view
+from ioscope.tools.top.model import InFlightRow
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -264,6 +266,10 @@ def test_hung_io_line_in_bold_red_and_json() -> None:
     assert [t.plain for t in hung] == ["vda: oldest I/O in flight 12.3 s, pid 4242 dd, 3 over 1 s"]
     assert str(hung[0].style) == "bold red"
     j = view.snapshot_json(snap)["in_flight_oldest"]
-    assert j == {"vda": {"age_s": 12.3, "pid": 4242, "comm": "dd", "issued": None, "over_1s": 3}}
+    assert j == {"vda": {"age_s": 12.3, "pid": 4242, "comm": "dd", "issued": None, "over_1s": 3, "known": True}}
+    # no bio of top's in flight there (queued before top started): what /proc/diskstats says
+    late = replace(snap, in_flight=[InFlightRow("vda", 7.25, 0, "[unknown]", None, 2, known=False)])
+    assert view.in_flight_text(late) == [
+        "vda: 2 in flight, none completed for 7.2 s (queued before top started: who queued it is not known)"]
     # a disk filter keeps that disk's line only
     assert view.snapshot_json(view.filter_snapshot(snap, disk="loop2"))["in_flight_oldest"] == {}

@@ -148,6 +148,10 @@ class OldestIO:
     tgid: int                # the process that queued it (0: queued before tracing)
     issued: bool | None      # its request was issued to the driver; None: the tool cannot tell (top)
     over: int                # bios in flight on this disk longer than OVER_NS, this one included
+    # False: from /proc/diskstats alone (no slot holds it: queued before tracing, or a disk the slot table does
+    # not follow): requests in flight (over: how many) and none completed on the disk for age_ns, so its
+    # oldest request is at least that old; who queued it is not known
+    known: bool = True
 
 
 def oldest_in_flight(vals: np.ndarray, now_ns: int, idle_at: Mapping[int, int], issue_known: bool,
@@ -182,10 +186,12 @@ class OldestWatch:
     requests issued to the driver; a bio waiting in a scheduler while the disk has nothing issued is
     not seen (docs/top.md, "Hung I/O")."""
 
-    def __init__(self, table: SlotTable, issue_known: bool, clock: Callable[[], int] = time.monotonic_ns,
+    def __init__(self, table: SlotTable | None, issue_known: bool, clock: Callable[[], int] = time.monotonic_ns,
                  every_ns: int = READ_EVERY_NS, over_ns: int = OVER_NS) -> None:
         self.table, self.issue_known, self.clock = table, issue_known, clock
         self.every_ns, self.over_ns = every_ns, over_ns
+        self.done: dict[int, tuple[int, int]] = {}  # dev -> (requests completed, since when that count)
+        self.current: dict[int, OldestIO] = {}      # what the last read() returned
         self.idle_at: dict[int, int] = {}    # dev -> the last reading with nothing in flight (0: none seen)
         self.busy_from: dict[int, int] = {}  # dev -> the first reading with requests in flight since then
         self.last: dict[int, OldestIO] = {}
@@ -194,7 +200,34 @@ class OldestWatch:
         self.cpu_s = 0.0                     # time.thread_time() spent reading the table (reads included)
 
     def read(self, diskstats: Mapping[str, devices.DiskStats]) -> dict[int, OldestIO]:
+        """Per disk, the oldest I/O in flight over OVER_NS: from the slot table where it holds one, else
+        (table None: a tool without one, or a bio queued before tracing) what /proc/diskstats alone says
+        (stalled())."""
         now = self.clock()
+        stalled = self.stalled(diskstats, now)
+        out = self._from_table(diskstats, now) if self.table is not None else {}
+        for dev, (age, n) in stalled.items():
+            if dev not in out:
+                out[dev] = OldestIO(dev, age, 0, True, n, known=False)
+        self.current = dict(out)
+        return out
+
+    def stalled(self, diskstats: Mapping[str, devices.DiskStats], now: int) -> dict[int, tuple[int, int]]:
+        """dev -> (ns, requests in flight) of each disk that has had requests in flight and completed none
+        for OVER_NS or longer, counted from this watch's first reading: the requests in flight when the
+        stall began are in flight still, so the disk's oldest request is at least that old."""
+        out = {}
+        for st in diskstats.values():
+            dev, n = devices.kdev(st.major, st.minor), devices.completed_requests(st)
+            was = self.done.get(dev)
+            if was is None or was[0] != n or st.in_flight == 0:
+                self.done[dev] = (n, now)
+            elif now - was[1] >= self.over_ns:
+                out[dev] = (now - was[1], st.in_flight)
+        return out
+
+    def _from_table(self, diskstats: Mapping[str, devices.DiskStats], now: int) -> dict[int, OldestIO]:
+        assert self.table is not None
         for dev, n in in_flight_by_dev(diskstats).items():
             if n > 0:
                 self.busy_from.setdefault(dev, now)

@@ -129,15 +129,17 @@ class LatCollector:
         # the slot table holds bios only where a disk is followed by the probes
         if not self.stamps.stamps_only:
             self.slots.tick()
-            if self.opts.in_flight_oldest:
-                self.oldest.read(devices.read_diskstats())
+        if self.opts.in_flight_oldest:
+            # every disk's stall from /proc/diskstats; the slot table's bios only where it follows some
+            self.oldest.table = None if self.stamps.stamps_only else self.slots
+            self.oldest.read(devices.read_diskstats())
 
     def in_flight_oldest(self) -> tuple[dict[str, OldestIO], list[str]]:
-        """The oldest I/O in flight over OVER_NS per disk as the last tick() read it, and the disks the
-        slot table follows (those timed by the probes: a disk timed from the kernel's stamps has no
-        slots, its bios are not followed)."""
+        """The oldest I/O in flight over OVER_NS per disk as the last tick() read it (from the slot table
+        on the disks it follows, those timed by the probes; else what /proc/diskstats says: OldestIO.known
+        False), and the disks the slot table follows."""
         followed = [n for n, t in self.timing.items() if t == PROBES]
-        return {self.names.name(dev): o for dev, o in self.oldest.last.items()}, followed
+        return {self.names.name(dev): o for dev, o in self.oldest.current.items()}, followed
 
     @property
     def unavailable(self) -> list[str]:

@@ -510,10 +510,11 @@ class ExporterState:
 
 
 def in_flight_oldest(s: ScrapeSample) -> dict[str, tuple[float, int]]:
-    """Per exported disk the slot table follows: the age (s) of its oldest I/O in flight and the bios in
-    flight longer than 1 s; (0, 0) when none is in flight that long."""
+    """Per exported disk: the age (s) of its oldest I/O in flight and the bios (requests, where /proc/diskstats
+    alone says it) in flight longer than 1 s; (0, 0) when none is in flight that long. On a disk the slot
+    table does not follow, a lower bound: how long it has had requests in flight and completed none."""
     out = {}
-    for d in sorted(set(s.followed) & set(s.diskstats)):
+    for d in sorted(s.diskstats):
         o = s.oldest.get(d)
         out[d] = (o.age_ns / 1e9, o.over) if o is not None else (0.0, 0)
     return out

@@ -126,6 +126,9 @@ class InFlightRow:
     comm: str
     issued: bool | None          # None: top has no issue program and cannot tell
     over_1s: int                 # bios in flight on the disk longer than OVER_NS, this one included
+    # False: no bio of top's in flight there: from /proc/diskstats alone, the requests in flight (over_1s)
+    # with none completed for age_s (a lower bound of the oldest's age; who queued it is not known)
+    known: bool = True
 
 
 def iostat(prev: DiskStats, cur: DiskStats, seconds: float) -> DeviceRow:
@@ -229,7 +232,8 @@ def in_flight_rows(oldest: dict[int, OldestIO], disks: Iterable[str], name_of: C
     """The disks (of those shown) whose oldest I/O in flight is older than OVER_NS, oldest first."""
     names = set(disks)
     rows = [InFlightRow(name_of(o.dev), o.age_ns / 1e9, o.tgid, comm_of(o.tgid) if o.tgid else "[unknown]",
-                        o.issued, o.over) for o in oldest.values() if o.age_ns >= OVER_NS]
+                        o.issued if o.known else None, o.over, o.known)
+            for o in oldest.values() if o.age_ns >= OVER_NS]
     return sorted((r for r in rows if r.disk in names), key=lambda r: (-r.age_s, r.disk))
 
 

@@ -133,6 +133,10 @@ def in_flight_text(s: Snapshot) -> list[str]:
     """A line per disk whose oldest I/O in flight is older than 1 s (kernel/inflight.py), oldest first."""
     out = []
     for r in s.in_flight:
+        if not r.known:  # /proc/diskstats alone: no bio of top's in flight there (queued before top started)
+            out.append(f"{r.disk}: {r.over_1s} in flight, none completed for {r.age_s:.1f} s (queued before top "
+                       f"started: who queued it is not known)")
+            continue
         issued = "" if r.issued is None else (", issued" if r.issued else ", not issued yet")
         who = f"pid {r.pid} {r.comm}" if r.pid else "queued before top started"
         out.append(f"{r.disk}: oldest I/O in flight {r.age_s:.1f} s, {who}, {r.over_1s} over 1 s{issued}")
