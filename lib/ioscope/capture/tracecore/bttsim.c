@@ -45,6 +45,22 @@ static inline void update_lq(uint64_t *last, avg_t *a, uint64_t t)
 	*last = t;
 }
 
+/* a row of btt's latency files: Q2D at a D (stamped with the D's time; btt's plain difference of unsigned
+ * times, not tdelta), Q2C (stamped with the Q's time) and D2C (with the C's) at a C */
+static int lat_row(bttsim_t *s, int kind, int32_t dev, uint64_t t, uint64_t v)
+{
+	if (!s->lat_on)
+		return 0;
+	if (tc_room(&s->lat, &s->caplat, s->nlat, sizeof(*s->lat), 1024) < 0)
+		return -1;
+	blat_t *r = &s->lat[s->nlat++];
+	r->kind = kind;
+	r->dev = dev;
+	r->t = t;
+	r->v = v;
+	return 0;
+}
+
 /* ------------------------------------------------------------------ processes */
 
 static size_t hslot(const bttsim_t *s, uint32_t pid)
@@ -558,6 +574,8 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 				UPDATE(BP_M2D, d, q->pip, tdelta(q->m, t));
 			q->d = t;
 			d->q2d[q2d_bucket(t - q->t)]++;
+			if (lat_row(s, BL_Q2D, e->dev, t, t - q->t) < 0)
+				return -1;
 		}
 		break;
 	case A_COMPLETE: {
@@ -579,10 +597,14 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		for (size_t h = 0; h < s->qt.nhits; h++) {
 			q = &s->qt.n[s->qt.hits[h]];
 			UPDATE(d->dm ? BP_Q2C_DM : BP_Q2C, d, q->pip, tdelta(q->t, t));
+			if (lat_row(s, BL_Q2C, e->dev, q->t, tdelta(q->t, t)) < 0)
+				return -1;
 			if (q->d != NONE) {
 				if (live_add(&d->live, q->d, t) < 0 || live_add(&s->live_all, q->d, t) < 0)
 					return -1;
 				UPDATE(BP_D2C, d, q->pip, tdelta(q->d, t));
+				if (lat_row(s, BL_D2C, e->dev, t, tdelta(q->d, t)) < 0)
+					return -1;
 			}
 			s->done_ts[2 * s->ndone] = q->t;
 			s->done_ts[2 * s->ndone + 1] = q->s;
@@ -635,6 +657,7 @@ void bs_free(bttsim_t *s)
 	free(s->by_name);
 	free(s->live_all.iv);
 	free(s->done_ts);
+	free(s->lat);
 	free(s->jobs);
 	free(s->work);
 	qt_free(&s->qt);

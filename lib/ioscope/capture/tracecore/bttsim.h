@@ -69,6 +69,14 @@ typedef struct {
 #define BS_NOTE (-1)
 #define BS_MESSAGE (-2)
 
+/* one row of btt's per-I/O latency files (-z q2d, -l d2c, -q q2c), in the order btt writes them */
+typedef struct {
+	int32_t kind;              /* BL_Q2D, BL_D2C, BL_Q2C */
+	int32_t dev;               /* the device's index */
+	uint64_t t, v;             /* btt's time stamp of the row and the latency (ns, from the time zero) */
+} blat_t;
+enum { BL_Q2D, BL_D2C, BL_Q2C };
+
 typedef struct {
 	uint64_t dist;
 	int32_t tree;              /* device index * 2 + (0: Q2Q, 1: D2D) */
@@ -91,6 +99,10 @@ typedef struct {
 	live_t live_all;
 	qtree_t qt;
 	int oom, no_seeks;
+	/* the rows of btt's latency files since the last take (lat_on: kept) */
+	int lat_on;
+	blat_t *lat;
+	size_t nlat, caplat;
 	/* what the last event paired, for Core's comparison: a G's Q node (or -1); a C's completed Qs
 	 * as (Q time, start sector) pairs */
 	int32_t g_node;

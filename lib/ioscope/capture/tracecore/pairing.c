@@ -611,6 +611,23 @@ static PyObject *Core_set_io_records(Core *c, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+static PyObject *Core_set_btt_latencies(Core *c, PyObject *args)
+{
+	int on;
+	if (!PyArg_ParseTuple(args, "p", &on))
+		return NULL;
+	c->sim.lat_on = on;
+	Py_RETURN_NONE;
+}
+
+/* the rows of btt's latency files since the last take (bttsim.h's blat_t) */
+static PyObject *Core_take_btt_latencies(Core *c, PyObject *unused)
+{
+	PyObject *b = PyBytes_FromStringAndSize((const char *)c->sim.lat, (Py_ssize_t)(c->sim.nlat * sizeof(blat_t)));
+	c->sim.nlat = 0;
+	return b;
+}
+
 /* the per-I/O records of the last feed (or flush) */
 static PyObject *Core_take_io(Core *c, PyObject *unused)
 {
@@ -747,6 +764,10 @@ static PyMethodDef Core_methods[] = {
 	 "set_seeks(flag): build btt's seek trees (default True), before the first feed"},
 	{"set_btt", (PyCFunction)Core_set_btt, METH_VARARGS,
 	 "set_btt(flag): keep btt's view (default True), before the first feed"},
+	{"set_btt_latencies", (PyCFunction)Core_set_btt_latencies, METH_VARARGS,
+	 "set_btt_latencies(flag): keep the rows of btt's -z/-l/-q files (take_btt_latencies)"},
+	{"take_btt_latencies", (PyCFunction)Core_take_btt_latencies, METH_NOARGS,
+	 "bytes of the rows of btt's latency files since the last take: (kind i4, dev i4, t u8, v u8) each"},
 	{"take_io", (PyCFunction)Core_take_io, METH_NOARGS, "bytes of the per-I/O records of the last feed or flush"},
 	{"io_flush", (PyCFunction)Core_io_flush, METH_NOARGS, "per-I/O records of the I/Os still in flight"},
 	{"min_ord", (PyCFunction)Core_min_ord, METH_NOARGS, "smallest Q ordinal in flight, or -1"},
@@ -767,6 +788,8 @@ PyTypeObject tc_CoreType = {
 int tc_module_sizes(PyObject *m)
 {
 	if (PyModule_AddIntConstant(m, "REC_SIZE", (long)sizeof(rec_t)) < 0)
+		return -1;
+	if (PyModule_AddIntConstant(m, "BLAT_SIZE", (long)sizeof(blat_t)) < 0)
 		return -1;
 	return PyModule_AddIntConstant(m, "IOREC_SIZE", (long)sizeof(iorec_t));
 }

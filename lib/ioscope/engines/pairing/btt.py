@@ -353,6 +353,14 @@ IOREC = np.dtype([("ord_q", "<u8"), ("ord_c", "<u8"), ("t", "<u8"), ("g", "<u8")
                   ("rq", "<u4"), ("flags", "<u4")])
 assert IOREC.itemsize == _tracecore.IOREC_SIZE
 NO_TIME = np.uint64(2**64 - 1)
+# One row of btt's per-I/O latency files from btt's own pairing (tracecore/bttsim.h's blat_t): kind (BL_*), the
+# device's index (Btt.dev_of), btt's time stamp for the row and the latency, in ns from the time zero. In btt's
+# order: a Q2D row per Q a D issues (stamped at the D; D - Q as unsigned, as btt subtracts), a Q2C row (stamped at
+# the Q) and, for a Q that was issued, a D2C row (stamped at the C) per Q a C completes.
+BLAT = np.dtype([("kind", "<i4"), ("dev", "<i4"), ("t", "<u8"), ("v", "<u8")])
+assert BLAT.itemsize == _tracecore.BLAT_SIZE
+BL_Q2D, BL_D2C, BL_Q2C = 0, 1, 2
+BttLatencySink = Callable[[npt.NDArray[np.void], list[int]], None]
 IO_SPLIT, IO_DUP, IO_END, IO_START = 1, 2, 4, 8
 
 
@@ -375,15 +383,20 @@ class Btt:
 
     def __init__(self, comms: dict[int, str] | None = None, iostat_interval_ns: int = 1_000_000_000,
                  on_latency: LatencySink | None = None, time_zero: int | None = None,
-                 on_io: IoSink | None = None, stats: bool = True, first_names: bool = False) -> None:
+                 on_io: IoSink | None = None, stats: bool = True, first_names: bool = False,
+                 on_btt_latency: BttLatencySink | None = None) -> None:
         """time_zero: the time btt's times count from: 0 for a blktrace dump, blkparse's genesis for per-CPU
         files; None for a capture, whose export counts from just before its first event
         (blktrace.EXPORT_BASE_OFFSET). stats=False: only ioscope's pairing, for on_io (no statistics,
         histograms, heat map, iostat, nor btt's view: result() has none). first_names: btt's view names
         each pid as the capture's export does (the name it had at its first block event, the notes
         themselves ignored), for a capture recorded by ioscope; else from the process notes in the
-        stream, as btt reads a blktrace file."""
+        stream, as btt reads a blktrace file. on_btt_latency(rows, dev_of): the rows of btt's own latency
+        files (BLAT, from btt's pairing) after each chunk."""
         self.core = _tracecore.Core()
+        self.on_btt_latency = on_btt_latency
+        if on_btt_latency is not None:
+            self.core.set_btt_latencies(True)
         self.time_zero = time_zero
         if time_zero is not None:
             self.core.set_time_zero(time_zero)
@@ -545,6 +558,10 @@ class Btt:
         bdev = None if own_dev is None else self._devs(np.asarray(own_dev))
         raw = self.core.feed(np.ascontiguousarray(ev), dev=dev, auxdev=auxdev, proc=proc, bdev=bdev, name=name)
         per_kind = [np.frombuffer(b, dtype=REC) for b in raw]
+        if self.on_btt_latency is not None:
+            rows = np.frombuffer(self.core.take_btt_latencies(), dtype=BLAT)
+            if len(rows):
+                self.on_btt_latency(rows, self.dev_of)
         if self.on_io is not None:
             self.on_io.io(np.frombuffer(self.core.take_io(), dtype=IOREC), ev, self.n_fed, self.comms, self.dev_of,
                           self.core.min_ord())

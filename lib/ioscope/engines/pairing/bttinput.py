@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ioscope.capture.events import EV_MESSAGE, EV_NOTE_PROCESS, join_events
+from ioscope.engines.pairing import btt
 
 
 def batched(chunks: Iterable[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]],
@@ -68,3 +69,19 @@ def btt_input(src: Any, path: str, warn: Callable[[str], object] | None = None) 
     tz = importer.time_zero(fs, int(blk[0]) if len(blk) else None)
     return itertools.chain([first], stream), {"time_zero": tz}
 
+
+
+def analyse(src: Any, path: str, warn: Callable[[str], object] | None = None,
+            setup: Callable[[btt.Btt], None] | None = None, **kw: Any) -> btt.BttResult:
+    """Feed an open source's records to btt's analysis in the order btt reads them (btt_input) and return its
+    result. kw: Btt's keyword arguments; setup(engine): called once the engine is made, before the first chunk
+    (to hand a sink the engine's names)."""
+    records, how = btt_input(src, path, warn)
+    engine = btt.Btt(src.comms, **kw, **how)
+    if setup is not None:
+        setup(engine)
+    for chunk, own in batched(records):
+        for pid, comm in src.comms.items():   # pids not seen yet; renames come from the notes
+            engine.comms.setdefault(pid, comm)
+        engine.feed(chunk, own)
+    return engine.result()

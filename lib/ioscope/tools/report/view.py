@@ -19,10 +19,9 @@ from ioscope.base.fmt import fmt_ns
 from ioscope.capture.events import action_mask_note
 from ioscope.engines.context import iolimits
 from ioscope.engines.context.throttle import held_line
-from ioscope.engines.pairing import btt, ios
+from ioscope.engines.pairing import btt, bttinput, ios
 from ioscope.engines.pairing.btt import Avg, BttResult, DevState, Stat, live_summary
 from ioscope.engines.pairing.bttavg import LABELS, Q2D_HEADS, avg_reqs_at_q, merge_info, render_btt
-from ioscope.engines.pairing.bttinput import batched, btt_input
 from ioscope.tools.report import model as report_model
 from ioscope.tools.report.model import (
     ReportModel,
@@ -403,24 +402,22 @@ def analyse_source(path: str, interval_ns: int = 1_000_000_000, csv_paths: dict[
     from ioscope.capture.offline import open_source
     src = open_source(path)
     with src:
-        records, how = btt_input(src, path, warn)
         # the capture's cgroups (record's EV_CGROUP): the per-I/O records, for the per-cgroup table
         by_cgroup = ios.CgroupSink() if src.kind == "capture" and (src.cgroups or src.meta.get(
             "cgroup_hierarchy")) else None
-        engine = btt.Btt(src.comms, iostat_interval_ns=interval_ns, on_io=by_cgroup, **how)
-        dumps = None
-        if csv_paths:   # times from the trace's time zero, like btt's files
-            dumps = CsvDumps(csv_paths, lambda d: dev_key(d), engine.proc_names, lambda: engine.time_zero or 0)
-            engine.on_latency = dumps
+        dumps: list[CsvDumps] = []
+
+        def setup(engine: btt.Btt) -> None:
+            if csv_paths:   # times from the trace's time zero, like btt's files
+                dumps.append(CsvDumps(csv_paths, lambda d: dev_key(d), engine.proc_names,
+                                      lambda: engine.time_zero or 0))
+                engine.on_latency = dumps[0]
+
         try:
-            for chunk, own in batched(records):
-                for pid, comm in src.comms.items():   # pids not seen yet; renames come from the notes
-                    engine.comms.setdefault(pid, comm)
-                engine.feed(chunk, own)
+            res = bttinput.analyse(src, path, warn, setup, iostat_interval_ns=interval_ns, on_io=by_cgroup)
         finally:
-            if dumps is not None:
-                dumps.close()
-        res = engine.result()
+            for d in dumps:
+                d.close()
         if by_cgroup is not None:
             res.cgroups = by_cgroup.totals
         return res, src
