@@ -1,7 +1,9 @@
 """`ioscope btt` against the real btt (Debian's blktrace 1.2.0), file for file and byte for byte, on every trace of
 tests/traces/: each dump as it is, each per-CPU set (btt reads the `blkparse -d` dump of it; ioscope btt the files
-themselves) and each set imported as an ioscope capture. The outputs compared are what ioscope btt writes: the
-default text (stdout), -o NAME's NAME.avg (with and without -A) and the -l/-q/-z latency files."""
+themselves) and each set imported as an ioscope capture. Every file btt writes is compared, and the list of files:
+the default text (stdout: messages, averages, activity ranges), -o NAME's NAME.avg (with and without -A), NAME.dat,
+NAME.msg, NAME_qhist.dat and NAME_dhist.dat, the per-second MAJ,MIN_iops_fp.dat/_mbps_fp.dat and sys_* files, and
+the -l/-q/-z latency files."""
 
 from __future__ import annotations
 
@@ -17,7 +19,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_blktrace_corpus import DUMPS, SETS, TRACES, reference_set
 
 LAT = ("-l", "d2c", "-q", "q2c", "-z", "q2d")
-BTT_ONLY = ("_iops_fp.dat", "_mbps_fp.dat", ".dat", ".msg")   # btt's files ioscope btt does not write yet
 
 
 def ioscope_btt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -33,35 +34,38 @@ def real_btt(dump: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[s
 
 
 def outputs(d: Path) -> dict[str, bytes]:
-    """The files of a run, but those btt writes that ioscope btt does not write yet (docs/btt.md)."""
-    return {f.name: f.read_bytes() for f in d.iterdir()
-            if f.is_file() and not f.name.endswith(BTT_ONLY[:2]) and f.name not in ("out.dat", "out.msg")
-            and not f.name.startswith("out_")}
+    """Every file of a run."""
+    return {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()}
+
+
+def same_run(btt_input: Path, ios_input: str, work: Path, label: str, *args: str) -> dict[str, bytes]:
+    """ioscope btt and the real btt with args in two empty directories: the same files, byte for byte, and the
+    same stdout. The files, for a caller's further checks."""
+    ref, mine = work / f"ref-{label}", work / f"ios-{label}"
+    want_out = real_btt(btt_input, ref, *args).stdout
+    mine.mkdir()
+    p = ioscope_btt("-i", ios_input, *args, cwd=mine)
+    assert p.returncode == 0, p.stderr
+    want, got = outputs(ref), outputs(mine)
+    assert sorted(got) == sorted(want), (label, sorted(got), sorted(want))
+    for name in want:
+        assert got[name] == want[name], (label, name, got[name][:300], want[name][:300])
+    assert p.stdout == want_out, (label, p.stdout[:500], want_out[:500])
+    return got
 
 
 def compare(btt_input: Path, ios_input: str, work: Path, ios_cwd: Path) -> None:
-    """Every output ioscope btt writes, against the real btt's, for one trace."""
-    for label, args in (("avg", ("-o", "out")), ("avgA", ("-o", "out", "-A")), ("lat", ("-o", "out", *LAT))):
-        ref, mine = work / f"ref-{label}", work / f"ios-{label}"
-        real_btt(btt_input, ref, *args)
-        mine.mkdir()
-        p = ioscope_btt("-i", ios_input, *args, cwd=mine)
-        assert p.returncode == 0, p.stderr
-        want, got = outputs(ref), outputs(mine)
-        assert sorted(got) == sorted(want), (label, sorted(got), sorted(want))
-        for name in want:
-            assert got[name] == want[name], (label, name)
-    # without -o: btt prints its messages (NAME.msg with -o), its averages, then its activity ranges (NAME.dat
-    # with -o); ioscope btt writes the averages only, yet: they must be all of btt's stdout between the two
-    stdout = real_btt(btt_input, work / "ref-stdout").stdout
-    (work / "ios-stdout").mkdir()
-    p = ioscope_btt("-i", ios_input, cwd=work / "ios-stdout")
-    assert p.returncode == 0, p.stderr
-    assert p.stdout == (work / "ref-avg" / "out.avg").read_text()
-    at = stdout.find(p.stdout)
-    assert at >= 0, stdout[:2000]
-    assert all(ln.startswith("(") for ln in stdout[:at].splitlines()), stdout[:at][:500]   # btt's message lines
-    assert stdout[at + len(p.stdout):].startswith("# Total System\n"), stdout[at + len(p.stdout):][:200]
+    """Every file and the stdout of ioscope btt, against the real btt's, for one trace."""
+    for label, args in (("avg", ("-o", "out")), ("avgA", ("-o", "out", "-A")), ("lat", ("-o", "out", *LAT)),
+                        ("delta", ("-o", "out", "-d", "0.001")),        # ranges cut at 1 ms gaps
+                        ("window", ("-o", "out", "-t", "0.002", "-T", "0.01", *LAT)),
+                        ("end", ("-o", "out", "-T", "0.004"))):         # -t left at btt's 0.0
+        got = same_run(btt_input, ios_input, work, label, *args)
+        assert {"out.avg", "out.dat", "out.msg", "out_qhist.dat", "out_dhist.dat", "sys_iops_fp.dat",
+                "sys_mbps_fp.dat"} <= set(got), sorted(got)
+    # without -o: btt prints its messages, its averages, then its activity ranges
+    got = same_run(btt_input, ios_input, work, "stdout")
+    assert "out.avg" not in got and "sys_iops_fp.dat" in got
 
 
 def latency_files(d: Path) -> list[str]:
@@ -110,6 +114,8 @@ def test_latency_rows_follow_btts_pairing_not_reports(tmp_path: Path) -> None:
     (["-i", "/nonexistent/trace.dump"], "/nonexistent/trace.dump", 1),
     (["-i", "CORRUPT"], "CORRUPT", 1),
     (["-i", "TRACE", "-t", "abc"], "-t", 2),
+    (["-i", "TRACE", "-T", "1s"], "-T", 2),
+    (["-i", "TRACE", "-d", "nan"], "-d", 2),
     (["-i", "TRACE", "-Q", "aqd"], "-Q", 2),
     (["-i", "TRACE", "--no-such-option"], "--no-such-option", 2),
     ([], "-i", 2),

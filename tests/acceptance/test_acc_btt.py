@@ -34,7 +34,11 @@ def test_btt_script_on_ioscope_btt(tmp_path: Path) -> None:
     p = subprocess.run(ioscope_cmd("btt", *args), cwd=mine, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0 and p.stderr == "" and p.stdout == "", (p.stdout, p.stderr)
     written = sorted(f.name for f in mine.iterdir())
-    assert written == ["d2c_8,0_d2c.dat", "out.avg", "q2c_253,0_q2c.dat", "q2c_8,0_q2c.dat", "q2d_8,0_q2d.dat"]
+    assert written == sorted(f.name for f in ref.iterdir())
+    assert written == ["253,0_iops_fp.dat", "253,0_mbps_fp.dat", "8,0_iops_fp.dat", "8,0_mbps_fp.dat",
+                       "d2c_8,0_d2c.dat",
+                       "out.avg", "out.dat", "out.msg", "out_dhist.dat", "out_qhist.dat", "q2c_253,0_q2c.dat",
+                       "q2c_8,0_q2c.dat", "q2d_8,0_q2d.dat", "sys_iops_fp.dat", "sys_mbps_fp.dat"]
     for name in written:
         assert (mine / name).read_bytes() == (ref / name).read_bytes(), name
     # gnuplot's `using 1:2`: two numbers a line

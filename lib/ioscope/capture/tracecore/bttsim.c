@@ -47,10 +47,8 @@ static inline void update_lq(uint64_t *last, avg_t *a, uint64_t t)
 
 /* a row of btt's latency files: Q2D at a D (stamped with the D's time; btt's plain difference of unsigned
  * times, not tdelta), Q2C (stamped with the Q's time) and D2C (with the C's) at a C */
-static int lat_row(bttsim_t *s, int kind, int32_t dev, uint64_t t, uint64_t v)
+static int file_row(bttsim_t *s, int kind, int32_t dev, uint64_t t, uint64_t v, uint64_t w)
 {
-	if (!s->lat_on)
-		return 0;
 	if (tc_room(&s->lat, &s->caplat, s->nlat, sizeof(*s->lat), 1024) < 0)
 		return -1;
 	blat_t *r = &s->lat[s->nlat++];
@@ -58,7 +56,58 @@ static int lat_row(bttsim_t *s, int kind, int32_t dev, uint64_t t, uint64_t v)
 	r->dev = dev;
 	r->t = t;
 	r->v = v;
+	r->w = w;
 	return 0;
+}
+
+static int lat_row(bttsim_t *s, int kind, int32_t dev, uint64_t t, uint64_t v)
+{
+	return s->lat_on ? file_row(s, kind, dev, t, v, 0) : 0;
+}
+
+/* btt's update_range(): extend the last range while t comes less than range_delta after its end */
+static int range_add(const bttsim_t *s, ranges_t *r, uint64_t t)
+{
+	if (r->n) {
+		uint64_t *end = &r->iv[2 * r->n - 1];
+		if (t < *end)
+			return 0;
+		if (bit_time(t - *end) < s->range_delta) {
+			*end = t;
+			return 0;
+		}
+	}
+	if (tc_room(&r->iv, &r->cap, r->n, 2 * sizeof(*r->iv), 16) < 0)
+		return -1;
+	r->iv[2 * r->n] = r->iv[2 * r->n + 1] = t;
+	r->n++;
+	return 0;
+}
+
+/* btt's rstat add: a completion of nblks blocks at t, counted in its second (the seconds btt cuts from
+ * BIT_TIME(t)); a second's line is written when a completion comes a second or more after its start */
+static int rstat_add(bttsim_t *s, rstat_t *r, int32_t dev, uint64_t t, uint64_t nblks)
+{
+	int64_t cur = (int64_t)bit_time(t);
+	if (r->base_sec < 0) {
+		r->base_sec = cur;
+	} else if (cur - r->base_sec >= 1) {
+		if (s->files_on && file_row(s, BL_RATE, dev, (uint64_t)r->base_sec, r->ios, r->nblks) < 0)
+			return -1;
+		r->base_sec = cur;
+		r->ios = r->nblks = 0;
+	}
+	r->ios++;
+	r->nblks += nblks;
+	return 0;
+}
+
+/* btt's bucket of a request of bytes (512-byte blocks, the last for more than 1024); -1 for less than a
+ * block, which btt counts before its array (undefined: not counted here) */
+static int histo_idx(uint32_t bytes)
+{
+	int64_t i = (int64_t)(bytes >> 9) - 1;
+	return i < 0 ? -1 : i > N_HIST_BKTS - 1 ? N_HIST_BKTS - 1 : (int)i;
 }
 
 /* ------------------------------------------------------------------ processes */
@@ -380,6 +429,7 @@ static bdev_t *dip_alloc(bttsim_t *s, int32_t idx, uint64_t t, int q_or_a)
 		d->last_q = NONE;
 		st_init(&d->seek_q);
 		st_init(&d->seek_d);
+		d->rs.base_sec = -1;
 		s->order[s->norder++] = idx;
 	}
 	if (d->culling) {
@@ -419,6 +469,8 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 	bdev_t *d;
 	int32_t x, pip;
 
+	if (s->past_end)
+		return 0;
 	if (a == BS_NOTE)
 		return proc_note(s, e->pid, e->name);
 	if (e->dev < 0)
@@ -426,6 +478,8 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 	if (a == BS_MESSAGE) {   /* btt sets a message up on its device (and prints it to its .msg file) */
 		d = dip_alloc(s, e->dev, t, 0);
 		if (d && proc_of(s, e->pid) < 0)
+			return -1;
+		if (d && s->files_on && file_row(s, BL_MSG, e->dev, t, (uint64_t)s->cur_ord, 0) < 0)
 			return -1;
 		return 0;
 	}
@@ -435,6 +489,14 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		return -1;
 	if (e->category & TC_PC_)
 		return 0;
+	if (s->time_bounded) {
+		if (bit_time(t) < s->t_start)
+			return 0;
+		if (bit_time(t) > s->t_end) {
+			s->past_end = 1;
+			return 0;
+		}
+	}
 	switch (a) {
 	case A_PLUG: case A_UNPLUG_IO: case A_UNPLUG_TIMER:
 		d = &s->devs[e->dev];
@@ -508,6 +570,10 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		d->n_qs++;
 		d->t_act_q += d->n_act_q;
 		d->n_act_q++;
+		if (range_add(s, &s->qr, t) < 0 || range_add(s, &d->qr, t) < 0 || range_add(s, &s->procs[pip].qr, t) < 0)
+			return -1;
+		if (!d->dm && histo_idx(e->bytes) >= 0)
+			s->qhist[histo_idx(e->bytes)]++;
 		break;
 	}
 	case A_REMAP:
@@ -564,6 +630,8 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		    queue_seek(s, (int32_t)(d - s->devs) * 2 + 1, st_dist(&d->seek_d, e->sector, end)) < 0)
 			return -1;
 		d->n_ds++;
+		if (!d->dm && histo_idx(e->bytes) >= 0)
+			s->dhist[histo_idx(e->bytes)]++;
 		if (qt_walk(&s->qt, d->root, e->sector, end) < 0)
 			return -1;
 		for (size_t h = 0; h < s->qt.nhits; h++) {
@@ -583,6 +651,10 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		avg_update(&s->all[BP_BLKS], nblk);
 		avg_update(&d->avg[BP_BLKS], nblk);
 		avg_update(&s->procs[pip].avg[BP_BLKS], nblk);
+		if (range_add(s, &s->cr, t) < 0 || range_add(s, &d->cr, t) < 0 || range_add(s, &s->procs[pip].cr, t) < 0)
+			return -1;
+		if (rstat_add(s, &d->rs, e->dev, t, nblk) < 0 || rstat_add(s, &s->rs, -1, t, nblk) < 0)
+			return -1;
 		if (qt_walk(&s->qt, d->root, e->sector, end) < 0)
 			return -1;
 		if (s->qt.nhits > s->capdone) {
@@ -627,6 +699,8 @@ void bs_init(bttsim_t *s)
 	memset(s, 0, sizeof(*s));
 	s->last_q = NONE;
 	s->g_node = -1;
+	s->range_delta = 0.1;
+	s->rs.base_sec = -1;
 	qt_init(&s->qt);
 }
 
@@ -648,7 +722,15 @@ void bs_free(bttsim_t *s)
 		free(s->devs[i].seek_q.n);
 		free(s->devs[i].seek_d.n);
 		free(s->devs[i].live.iv);
+		free(s->devs[i].qr.iv);
+		free(s->devs[i].cr.iv);
 	}
+	for (size_t i = 0; i < s->nprocs; i++) {
+		free(s->procs[i].qr.iv);
+		free(s->procs[i].cr.iv);
+	}
+	free(s->qr.iv);
+	free(s->cr.iv);
 	free(s->devs);
 	free(s->order);
 	free(s->procs);
@@ -681,6 +763,17 @@ static PyObject *avgs_export(const avg_t *a)
 	return l;
 }
 
+/* ranges as bytes of (start, end) u64 pairs */
+static PyObject *ranges_export(const ranges_t *r)
+{
+	return PyBytes_FromStringAndSize((const char *)r->iv, (Py_ssize_t)(r->n * 2 * sizeof(uint64_t)));
+}
+
+static PyObject *rstat_export(const rstat_t *r)
+{
+	return Py_BuildValue("(LKK)", (long long)r->base_sec, (unsigned long long)r->ios, (unsigned long long)r->nblks);
+}
+
 static uint64_t count_nodes(const qtree_t *q, int32_t x, uint64_t *split)
 {
 	uint64_t n = 0;
@@ -708,14 +801,16 @@ PyObject *bs_result(bttsim_t *s)
 		PyObject *q2d = Py_BuildValue("[KKKKKKKKKK]", d->q2d[0], d->q2d[1], d->q2d[2], d->q2d[3], d->q2d[4],
 					      d->q2d[5], d->q2d[6], d->q2d[7], d->q2d[8], d->q2d[9]);
 		PyObject *dct = Py_BuildValue(
-			"{s:i,s:K,s:K,s:K,s:K,s:K,s:N,s:i,s:d,s:d,s:K,s:K,s:K,s:K,s:N,s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K}",
+			"{s:i,s:K,s:K,s:K,s:K,s:K,s:N,s:i,s:d,s:d,s:K,s:K,s:K,s:K,s:N,s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,"
+			"s:N,s:N,s:N}",
 			"idx", idx, "start_time", d->start_t, "end_time", d->end_t, "n_qs", d->n_qs, "n_ds", d->n_ds,
 			"t_act_q", d->t_act_q, "avg", avgs_export(d->avg), "plugged", d->plugged,
 			"last_plug", d->last_plug, "plugged_s", d->plugged_time, "nplugs", d->nplugs,
 			"nplugs_t", d->nplugs_t, "nios_up", d->nios_up, "nios_upt", d->nios_upt, "q2d_hist", q2d,
 			"seek_q2q", st_export(&d->seek_q), "seek_d2d", st_export(&d->seek_d), "live", live_export(&d->live),
 			"in_flight", inflight, "split_events", d->x_events, "split_bios", d->x_bios,
-			"split_never_completed", split, "q_replaced", d->q_replaced, "remaps_elsewhere", d->a_elsewhere);
+			"split_never_completed", split, "q_replaced", d->q_replaced, "remaps_elsewhere", d->a_elsewhere,
+			"qranges", ranges_export(&d->qr), "cranges", ranges_export(&d->cr), "rstat", rstat_export(&d->rs));
 		if (!dct || PyList_Append(devs, dct) < 0) {
 			Py_XDECREF(dct);
 			goto err;
@@ -726,13 +821,17 @@ PyObject *bs_result(bttsim_t *s)
 	if (!procs)
 		goto err;
 	for (size_t i = 0; i < s->nprocs; i++) {
-		PyObject *x = Py_BuildValue("(LN)", (long long)s->procs[i].name, avgs_export(s->procs[i].avg));
+		PyObject *x = Py_BuildValue("(LNNN)", (long long)s->procs[i].name, avgs_export(s->procs[i].avg),
+					    ranges_export(&s->procs[i].qr), ranges_export(&s->procs[i].cr));
 		if (!x)
 			goto err;
 		PyList_SET_ITEM(procs, (Py_ssize_t)i, x);
 	}
-	res = Py_BuildValue("{s:N,s:N,s:N,s:N}", "devices", devs, "processes", procs, "all", avgs_export(s->all),
-			    "live", live_export(&s->live_all));
+	res = Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:y#,s:y#}", "devices", devs, "processes", procs,
+			    "all", avgs_export(s->all), "live", live_export(&s->live_all), "qranges", ranges_export(&s->qr),
+			    "cranges", ranges_export(&s->cr), "rstat", rstat_export(&s->rs),
+			    "qhist", (const char *)s->qhist, (Py_ssize_t)sizeof(s->qhist),
+			    "dhist", (const char *)s->dhist, (Py_ssize_t)sizeof(s->dhist));
 	return res;
 err:
 	Py_DECREF(devs);

@@ -28,6 +28,24 @@ typedef struct {
 	uint64_t done_n, done_live, done_end;
 } live_t;
 
+/* btt's activity ranges (its NAME.dat): [start, end] pairs of Q (or C) times, a new range where a time is
+ * range_delta (btt's -d) or more past the last one's end, a time before that end ignored */
+typedef struct {
+	uint64_t *iv;
+	size_t n, cap;
+} ranges_t;
+
+/* btt's per-second counts (NAME_iops_fp.dat, NAME_mbps_fp.dat) of completions and their blocks: the second
+ * being counted (-1: none yet) */
+typedef struct {
+	int64_t base_sec;
+	uint64_t ios, nblks;
+} rstat_t;
+
+/* btt's request-size histograms (NAME_qhist.dat, NAME_dhist.dat): buckets of 512-byte blocks, 1 to 1024
+ * and the last for more */
+#define N_HIST_BKTS 1025
+
 /* one device as btt's struct d_info holds it */
 typedef struct {
 	int alloc, culling, dm;
@@ -41,6 +59,8 @@ typedef struct {
 	uint64_t q2d[10];
 	stree_t seek_q, seek_d;
 	live_t live;
+	ranges_t qr, cr;
+	rstat_t rs;
 	/* what btt counts that ioscope's view counts otherwise, by reason */
 	uint64_t x_events, x_bios;     /* split pieces (X) and bios split: btt ignores X */
 	uint64_t x_never;              /* split bios btt never completes (no D or C covers them) */
@@ -54,6 +74,7 @@ typedef struct {
 	int64_t name;
 	uint64_t last_q;
 	avg_t avg[BP_N];
+	ranges_t qr, cr;
 } bproc_t;
 
 /* one record as btt reads it */
@@ -69,13 +90,16 @@ typedef struct {
 #define BS_NOTE (-1)
 #define BS_MESSAGE (-2)
 
-/* one row of btt's per-I/O latency files (-z q2d, -l d2c, -q q2c), in the order btt writes them */
+/* one row of btt's files written as it reads (in the order btt writes them): the per-I/O latency files
+ * (-z q2d, -l d2c, -q q2c: time stamp and latency in ns from the time zero), its messages (NAME.msg: the
+ * message's time, v its row in the chunk fed) and a second's line of the iops/mbps files (t the second,
+ * v the completions, w their blocks; dev -1: the system's) */
 typedef struct {
-	int32_t kind;              /* BL_Q2D, BL_D2C, BL_Q2C */
+	int32_t kind;              /* BL_* */
 	int32_t dev;               /* the device's index */
-	uint64_t t, v;             /* btt's time stamp of the row and the latency (ns, from the time zero) */
+	uint64_t t, v, w;
 } blat_t;
-enum { BL_Q2D, BL_D2C, BL_Q2C };
+enum { BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE };
 
 typedef struct {
 	uint64_t dist;
@@ -99,8 +123,18 @@ typedef struct {
 	live_t live_all;
 	qtree_t qt;
 	int oom, no_seeks;
-	/* the rows of btt's latency files since the last take (lat_on: kept) */
-	int lat_on;
+	/* the rows of btt's files since the last take (lat_on: latency rows kept; files_on: messages and
+	 * per-second lines); cur_ord: the row in the chunk of the event being read */
+	int lat_on, files_on;
+	int64_t cur_ord;
+	double range_delta;
+	/* btt's -t/-T (time_bounded: both given or 0.0): records before t_start dropped, the first after t_end
+	 * ends the reading (past_end: nothing after it is read, notes and messages included) */
+	int time_bounded, past_end;
+	double t_start, t_end;
+	ranges_t qr, cr;
+	rstat_t rs;
+	uint64_t qhist[N_HIST_BKTS], dhist[N_HIST_BKTS];
 	blat_t *lat;
 	size_t nlat, caplat;
 	/* what the last event paired, for Core's comparison: a G's Q node (or -1); a C's completed Qs

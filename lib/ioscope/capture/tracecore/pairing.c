@@ -472,6 +472,7 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 			}
 			c->sim.g_node = -1;
 			c->sim.ndone = 0;
+			c->sim.cur_ord = (int64_t)k;
 			if (bs_event(&c->sim, &be) < 0) {
 				c->oom = 1;
 				break;
@@ -620,7 +621,30 @@ static PyObject *Core_set_btt_latencies(Core *c, PyObject *args)
 	Py_RETURN_NONE;
 }
 
-/* the rows of btt's latency files since the last take (bttsim.h's blat_t) */
+static PyObject *Core_set_btt_files(Core *c, PyObject *args)
+{
+	int on;
+	double delta = 0.1;
+	if (!PyArg_ParseTuple(args, "p|d", &on, &delta))
+		return NULL;
+	c->sim.files_on = on;
+	c->sim.range_delta = delta;
+	Py_RETURN_NONE;
+}
+
+/* btt's -t/-T: the records btt reads (bttsim.h) */
+static PyObject *Core_set_btt_window(Core *c, PyObject *args)
+{
+	double t0, t1;
+	if (!PyArg_ParseTuple(args, "dd", &t0, &t1))
+		return NULL;
+	c->sim.time_bounded = 1;
+	c->sim.t_start = t0;
+	c->sim.t_end = t1;
+	Py_RETURN_NONE;
+}
+
+/* the rows of btt's files since the last take (bttsim.h's blat_t) */
 static PyObject *Core_take_btt_latencies(Core *c, PyObject *unused)
 {
 	PyObject *b = PyBytes_FromStringAndSize((const char *)c->sim.lat, (Py_ssize_t)(c->sim.nlat * sizeof(blat_t)));
@@ -766,8 +790,12 @@ static PyMethodDef Core_methods[] = {
 	 "set_btt(flag): keep btt's view (default True), before the first feed"},
 	{"set_btt_latencies", (PyCFunction)Core_set_btt_latencies, METH_VARARGS,
 	 "set_btt_latencies(flag): keep the rows of btt's -z/-l/-q files (take_btt_latencies)"},
+	{"set_btt_files", (PyCFunction)Core_set_btt_files, METH_VARARGS,
+	 "set_btt_files(flag, range_delta=0.1): keep the rows of btt's messages and per-second files (take_btt_latencies)"},
+	{"set_btt_window", (PyCFunction)Core_set_btt_window, METH_VARARGS,
+	 "set_btt_window(t_start, t_end): btt's -t/-T (seconds; btt's default for the one not given is 0.0)"},
 	{"take_btt_latencies", (PyCFunction)Core_take_btt_latencies, METH_NOARGS,
-	 "bytes of the rows of btt's latency files since the last take: (kind i4, dev i4, t u8, v u8) each"},
+	 "bytes of the rows of btt's files since the last take: (kind i4, dev i4, t u8, v u8, w u8) each"},
 	{"take_io", (PyCFunction)Core_take_io, METH_NOARGS, "bytes of the per-I/O records of the last feed or flush"},
 	{"io_flush", (PyCFunction)Core_io_flush, METH_NOARGS, "per-I/O records of the I/Os still in flight"},
 	{"min_ord", (PyCFunction)Core_min_ord, METH_NOARGS, "smallest Q ordinal in flight, or -1"},

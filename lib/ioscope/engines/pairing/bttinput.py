@@ -14,22 +14,28 @@ import numpy.typing as npt
 from ioscope.capture.events import EV_MESSAGE, EV_NOTE_PROCESS, join_events
 from ioscope.engines.pairing import btt
 
+Chunk = tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None, dict[int, str]]
 
-def batched(chunks: Iterable[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]],
-            rows: int = 1 << 15) -> Iterator[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]]:
-    """Join small chunks (with their records' own devices, or None) into batches of about rows events (fewer
-    numpy calls; memory stays bounded)."""
-    held: list[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]] = []
+
+def batched(chunks: Iterable[Chunk], rows: int = 1 << 15) -> Iterator[Chunk]:
+    """Join small chunks (with their records' own devices, or None, and their messages' texts by row) into
+    batches of about rows events (fewer numpy calls; memory stays bounded)."""
+    held: list[Chunk] = []
     n = 0
 
-    def join() -> tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]:
-        ev = join_events([c for c, _o in held])
-        if all(o is None for _c, o in held):
-            return ev, None
-        return ev, np.concatenate([c["dev"].astype(np.uint32) if o is None else o for c, o in held])
+    def join() -> Chunk:
+        ev = join_events([c for c, _o, _t in held])
+        texts: dict[int, str] = {}
+        at = 0
+        for c, _o, t in held:
+            texts.update((at + i, x) for i, x in t.items())
+            at += len(c)
+        if all(o is None for _c, o, _t in held):
+            return ev, None, texts
+        return ev, np.concatenate([c["dev"].astype(np.uint32) if o is None else o for c, o, _t in held]), texts
 
-    for c, own in chunks:
-        held.append((c, own))
+    for c, own, texts in chunks:
+        held.append((c, own, texts))
         n += len(c)
         if n >= rows:
             yield join()
@@ -39,9 +45,10 @@ def batched(chunks: Iterable[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] 
 
 
 def btt_input(src: Any, path: str, warn: Callable[[str], object] | None = None) -> tuple[
-        Iterator[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]], dict[str, Any]]:
+        Iterator[Chunk], dict[str, Any]]:
     """A source's records in the order btt reads them, with each record's own device where it is not its
-    event's (None), and how to set btt's view up (Btt keyword arguments):
+    event's (None) and the texts of the messages among them by row, and how to set btt's view up (Btt
+    keyword arguments):
 
     - blktrace's per-CPU files, given directly or imported: what `blkparse -d` writes from them (btt needs
       that dump): blkparse's order, each note where blkparse reads it, times from its genesis;
@@ -52,16 +59,17 @@ def btt_input(src: Any, path: str, warn: Callable[[str], object] | None = None) 
     if src.kind == "blktrace":
         whole = importer.read_file_sets(path, warn)
         if whole is None:   # a stream, read as btt reads it
-            return ((d.events, d.own_dev) for d in src.decoded()), {"time_zero": 0}
+            return ((d.events, d.own_dev, d.texts or {}) for d in src.decoded()), {"time_zero": 0}
         fs, chunks = whole.fs, whole.chunks()
     else:
         kept = importer.file_sets(src)
         chunks = src.chunks()
         if kept is None:
             imported = src.meta.get("source") == "blktrace"   # imported before the import kept its files
-            return ((c, None) for c in chunks), ({"time_zero": 0} if imported else {"first_names": True})
+            return ((c, None, {}) for c in chunks), ({"time_zero": 0} if imported else {"first_names": True})
         fs = kept
-    stream = importer.btt_stream(fs, chunks)
+    stream = ((ev, own, {row: fs.note_text(k) for row, k in notes.items()})
+              for ev, own, notes in importer.btt_stream(fs, chunks, texts=True))
     first = next(stream, None)
     if first is None:
         return iter(()), {"time_zero": 0}
@@ -80,8 +88,8 @@ def analyse(src: Any, path: str, warn: Callable[[str], object] | None = None,
     engine = btt.Btt(src.comms, **kw, **how)
     if setup is not None:
         setup(engine)
-    for chunk, own in batched(records):
+    for chunk, own, texts in batched(records):
         for pid, comm in src.comms.items():   # pids not seen yet; renames come from the notes
             engine.comms.setdefault(pid, comm)
-        engine.feed(chunk, own)
+        engine.feed(chunk, own, texts)
     return engine.result()

@@ -15,17 +15,29 @@ examples:
 """
 
 # btt's options this tool does not write yet: refused with one line rather than silently leaving files out
-NOT_YET = {"-a": "seek_absolute", "-B": "dump_blocknos", "-d": "range_delta", "-D": "devices", "-e": "exes",
+NOT_YET = {"-a": "seek_absolute", "-B": "dump_blocknos", "-D": "devices", "-e": "exes",
            "-I": "iostat", "-L": "periodic_latencies", "-m": "seeks_per_second", "-M": "dev_maps",
            "-p": "per_io_dump", "-P": "per_io_trees", "-Q": "active_queue_depth", "-r": "no_remaps",
-           "-s": "seeks", "-S": "iostat_interval", "-t": "time_start", "-T": "time_end", "-u": "unplug_hist",
+           "-s": "seeks", "-S": "iostat_interval", "-u": "unplug_hist",
            "-v": "verbose", "-X": "easy_parse_avgs", "-Z": "do_active"}
 _FLAGS = {"-a", "-r", "-v", "-X", "-Z"}
-_LONG = {"-a": "--seek-absolute", "-B": "--dump-blocknos", "-d": "--range-delta", "-D": "--devices", "-e": "--exes",
+_LONG = {"-a": "--seek-absolute", "-B": "--dump-blocknos", "-D": "--devices", "-e": "--exes",
          "-I": "--iostat", "-L": "--periodic-latencies", "-m": "--seeks-per-second", "-M": "--dev-maps",
          "-p": "--per-io-dump", "-P": "--per-io-trees", "-Q": "--active-queue-depth", "-r": "--no-remaps",
-         "-s": "--seeks", "-S": "--iostat-interval", "-t": "--time-start", "-T": "--time-end", "-u": "--unplug-hist",
+         "-s": "--seeks", "-S": "--iostat-interval", "-u": "--unplug-hist",
          "-v": "--verbose", "-X": "--easy-parse-avgs", "-Z": "--do-active"}
+
+
+def seconds(text: str) -> float:
+    """A time in seconds, as btt's -d/-t/-T take it (btt reads a leading number and ignores the rest: refused
+    here)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if v != v or v in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
+    return v
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,6 +60,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="every I/O's Q2C: NAME_MAJ,MIN_q2c.dat per device, 'Q-time q2c' in seconds")
     p.add_argument("-z", "--q2d-latencies", metavar="NAME",
                    help="every I/O's Q2D: NAME_MAJ,MIN_q2d.dat per device, 'D-time q2d' in seconds")
+    p.add_argument("-d", "--range-delta", type=seconds, default=0.1, metavar="SECONDS",
+                   help="a gap of at least this many seconds ends an activity range (NAME.dat; default 0.1)")
+    p.add_argument("-t", "--time-start", type=seconds, metavar="SECONDS",
+                   help="ignore the records before this time (seconds from the trace's start)")
+    p.add_argument("-T", "--time-end", type=seconds, metavar="SECONDS",
+                   help="stop reading at the first record after this time; as in btt, a bound not given is 0.0 "
+                        "(-t alone reads nothing past time 0)")
     for opt, dest in NOT_YET.items():
         if opt in _FLAGS:
             p.add_argument(opt, _LONG[opt], dest=dest, action="store_true", help="btt's; not written yet (refused)")
@@ -62,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     asked = [opt for opt, dest in NOT_YET.items() if getattr(args, dest) not in (None, False)]
     if asked:
         raise UsageError(f"btt's {', '.join(asked)} not supported by ioscope btt yet (docs/btt.md lists what is: "
-                         "-i -o -A -l -q -z)")
+                         "-i -o -A -l -q -z -d -t -T)")
     from ioscope.tools.btt.view import run as run_btt
 
     return run_btt(args)
