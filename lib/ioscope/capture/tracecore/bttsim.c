@@ -23,6 +23,8 @@
  *   the Q2D histogram of BIT_TIME(D - Q) in ms, plug time as a sum of BIT_TIME differences, the
  *   active periods [D, C] merged where they touch.
  */
+#include <float.h>
+
 #include "bttsim.h"
 
 static inline void avg_update(avg_t *a, uint64_t v)
@@ -99,6 +101,65 @@ static int rstat_add(bttsim_t *s, rstat_t *r, int32_t dev, uint64_t t, uint64_t 
 	}
 	r->ios++;
 	r->nblks += nblks;
+	return 0;
+}
+
+/* btt's seeks per second (-m): a bucket's value, its seeks over the time from its first to its last seek
+ * (its count when it has one seek or no time between them) */
+static double sps_value(const sps_t *b)
+{
+	double delta = bit_time(b->t_last) - bit_time(b->t_start);
+	if (b->nseeks == 1 || delta < DBL_EPSILON)
+		return (double)b->nseeks;
+	return (double)b->nseeks / delta;
+}
+
+static uint64_t dbl_bits(double v)
+{
+	uint64_t u;
+	memcpy(&u, &v, sizeof(u));
+	return u;
+}
+
+/* a seek at t in a bucket: the bucket ends (its line written) at a seek a second or more after its first */
+static int sps_add(bttsim_t *s, sps_t *b, int kind, int32_t dev, uint64_t t)
+{
+	if (b->nseeks && bit_time(t) - bit_time(b->t_start) >= 1.0) {
+		if (file_row(s, kind, dev, b->t_start, b->nseeks, dbl_bits(sps_value(b))) < 0)
+			return -1;
+		b->nseeks = 0;
+	}
+	b->t_last = t;
+	if (b->nseeks++ == 0)
+		b->t_start = t;
+	return 0;
+}
+
+/* btt's seek distance as its files print it (a long long: negative backwards), before st_dist moves on */
+static int64_t seek_signed(const stree_t *t, uint64_t s, uint64_t e)
+{
+	if ((t->last_start <= s && s <= t->last_end) || (t->last_start <= e && e <= t->last_end))
+		return 0;
+	return (int64_t)(s > t->last_end ? s - t->last_end : s - t->last_start);
+}
+
+static int queue_seek(bttsim_t *s, int32_t tree, uint64_t dist);
+
+/* a seek of one of a device's two streams (Q2Q at a Q, D2D at a D): the averages' trees (handed to the
+ * workers), the -s rows and the -m buckets */
+static int seek_add(bttsim_t *s, bdev_t *d, int32_t dev, int is_d, uint64_t t, uint64_t sec, uint64_t end, int rd)
+{
+	stree_t *st = is_d ? &d->seek_d : &d->seek_q;
+	if (s->no_seeks && !s->seek_on && !s->sps_on)
+		return 0;
+	int64_t sd = seek_signed(st, sec, end);
+	uint64_t dist = st_dist(st, sec, end);
+	if (!s->no_seeks && queue_seek(s, dev * 2 + is_d, dist) < 0)
+		return -1;
+	if (s->seek_on && file_row(s, (is_d ? BL_SEEK_D : BL_SEEK_Q) | (rd ? BL_READ : 0), dev, t, (uint64_t)sd, 0) < 0)
+		return -1;
+	if (s->sps_on && sps_add(s, is_d ? &d->sps_d : &d->sps_q, is_d ? BL_SPS_D : BL_SPS_Q, dev, t) < 0)
+		return -1;
 	return 0;
 }
 
@@ -561,8 +622,7 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		q->sl = 0;
 		q->pip = pip;
 		q->split = 0;
-		if (!s->no_seeks &&
-		    queue_seek(s, (int32_t)(d - s->devs) * 2, st_dist(&d->seek_q, e->sector, end)) < 0)
+		if (seek_add(s, d, e->dev, 0, t, e->sector, end, (e->category & TC_READ_) != 0) < 0)
 			return -1;
 		update_lq(&d->last_q, &d->avg[d->dm ? BP_Q2Q_DM : BP_Q2Q], t);
 		update_lq(&s->procs[pip].last_q, &s->procs[pip].avg[d->dm ? BP_Q2Q_DM : BP_Q2Q], t);
@@ -626,9 +686,13 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 	case A_ISSUE:
 		if (d->n_act_q)
 			d->n_act_q--;
-		if (!s->no_seeks &&
-		    queue_seek(s, (int32_t)(d - s->devs) * 2 + 1, st_dist(&d->seek_d, e->sector, end)) < 0)
+		if (seek_add(s, d, e->dev, 1, t, e->sector, end, (e->category & TC_READ_) != 0) < 0)
 			return -1;
+		if (s->bno_on && file_row(s, BL_BNO | ((e->category & TC_READ_) ? BL_READ : 0), e->dev, t, e->sector, end) < 0)
+			return -1;
+		if (s->aqd_on && file_row(s, BL_AQD, e->dev, t, (uint64_t)d->aqd, 1) < 0)
+			return -1;
+		d->aqd++;
 		d->n_ds++;
 		if (!d->dm && histo_idx(e->bytes) >= 0)
 			s->dhist[histo_idx(e->bytes)]++;
@@ -655,6 +719,11 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 			return -1;
 		if (rstat_add(s, &d->rs, e->dev, t, nblk) < 0 || rstat_add(s, &s->rs, -1, t, nblk) < 0)
 			return -1;
+		if (d->aqd > 0) {
+			if (s->aqd_on && file_row(s, BL_AQD, e->dev, t, (uint64_t)d->aqd, 0) < 0)
+				return -1;
+			d->aqd--;
+		}
 		if (qt_walk(&s->qt, d->root, e->sector, end) < 0)
 			return -1;
 		if (s->qt.nhits > s->capdone) {
@@ -774,6 +843,17 @@ static PyObject *rstat_export(const rstat_t *r)
 	return Py_BuildValue("(LKK)", (long long)r->base_sec, (unsigned long long)r->ios, (unsigned long long)r->nblks);
 }
 
+/* a device's open bucket of seeks per second (its last line of btt's -m file): (first seek's time, seeks,
+ * value) */
+static int set_sps(PyObject *dct, const char *key, const sps_t *b)
+{
+	PyObject *x = Py_BuildValue("(KKd)", (unsigned long long)b->t_start, (unsigned long long)b->nseeks,
+				    b->nseeks ? sps_value(b) : 0.0);
+	int r = x ? PyDict_SetItemString(dct, key, x) : -1;
+	Py_XDECREF(x);
+	return r;
+}
+
 static uint64_t count_nodes(const qtree_t *q, int32_t x, uint64_t *split)
 {
 	uint64_t n = 0;
@@ -811,6 +891,10 @@ PyObject *bs_result(bttsim_t *s)
 			"in_flight", inflight, "split_events", d->x_events, "split_bios", d->x_bios,
 			"split_never_completed", split, "q_replaced", d->q_replaced, "remaps_elsewhere", d->a_elsewhere,
 			"qranges", ranges_export(&d->qr), "cranges", ranges_export(&d->cr), "rstat", rstat_export(&d->rs));
+		if (dct && (set_sps(dct, "sps_q2q", &d->sps_q) < 0 || set_sps(dct, "sps_d2d", &d->sps_d) < 0)) {
+			Py_DECREF(dct);
+			goto err;
+		}
 		if (!dct || PyList_Append(devs, dct) < 0) {
 			Py_XDECREF(dct);
 			goto err;

@@ -46,6 +46,12 @@ typedef struct {
  * and the last for more */
 #define N_HIST_BKTS 1025
 
+/* btt's seeks per second (-m NAME: NAME_MAJ,MIN.dat) of one of a device's two seek streams (Q2Q, D2D): the
+seeks since the bucket's first (times in ns; nseeks 0: none) */
+typedef struct {
+	uint64_t t_start, t_last, nseeks;
+} sps_t;
+
 /* one device as btt's struct d_info holds it */
 typedef struct {
 	int alloc, culling, dm;
@@ -61,6 +67,8 @@ typedef struct {
 	live_t live;
 	ranges_t qr, cr;
 	rstat_t rs;
+	int64_t aqd;               /* -Q: the requests issued and not completed, as btt's aqd file counts them */
+	sps_t sps_q, sps_d;        /* -m: the seeks per second of the Q2Q and D2D streams */
 	/* what btt counts that ioscope's view counts otherwise, by reason */
 	uint64_t x_events, x_bios;     /* split pieces (X) and bios split: btt ignores X */
 	uint64_t x_never;              /* split bios btt never completes (no D or C covers them) */
@@ -99,7 +107,13 @@ typedef struct {
 	int32_t dev;               /* the device's index */
 	uint64_t t, v, w;
 } blat_t;
-enum { BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE };
+/* and, with btt's other files asked for (bttsim_t's aqd_on, seek_on, sps_on, bno_on): a change of a
+ * device's active queue depth (-Q: v the depth before, w 1 for a D, 0 for a C), a seek (-s: v the signed
+ * distance in sectors as btt's long long), a D's blocks (-B: v the start, w the end), a bucket of seeks
+ * per second ended (-m: t its first seek's time, v the seeks, w the bits of the double btt prints);
+ * BL_READ added to the kind of a seek or a D of a read (btt's files per direction) */
+enum { BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE, BL_AQD, BL_SEEK_Q, BL_SEEK_D, BL_BNO, BL_SPS_Q, BL_SPS_D };
+#define BL_READ 0x100
 
 typedef struct {
 	uint64_t dist;
@@ -126,6 +140,7 @@ typedef struct {
 	/* the rows of btt's files since the last take (lat_on: latency rows kept; files_on: messages and
 	 * per-second lines); cur_ord: the row in the chunk of the event being read */
 	int lat_on, files_on;
+	int aqd_on, seek_on, sps_on, bno_on;   /* btt's -Q, -s, -m, -B */
 	int64_t cur_ord;
 	double range_delta;
 	/* btt's -t/-T (time_bounded: both given or 0.0): records before t_start dropped, the first after t_end

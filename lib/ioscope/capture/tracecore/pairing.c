@@ -632,6 +632,19 @@ static PyObject *Core_set_btt_files(Core *c, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* btt's -Q, -s, -m, -B: the rows of its queue-depth, seek, seeks-per-second and block-number files */
+static PyObject *Core_set_btt_extra(Core *c, PyObject *args)
+{
+	int aqd, seek, sps, bno;
+	if (!PyArg_ParseTuple(args, "pppp", &aqd, &seek, &sps, &bno))
+		return NULL;
+	c->sim.aqd_on = aqd;
+	c->sim.seek_on = seek;
+	c->sim.sps_on = sps;
+	c->sim.bno_on = bno;
+	Py_RETURN_NONE;
+}
+
 /* btt's -t/-T: the records btt reads (bttsim.h) */
 static PyObject *Core_set_btt_window(Core *c, PyObject *args)
 {
@@ -792,6 +805,8 @@ static PyMethodDef Core_methods[] = {
 	 "set_btt_latencies(flag): keep the rows of btt's -z/-l/-q files (take_btt_latencies)"},
 	{"set_btt_files", (PyCFunction)Core_set_btt_files, METH_VARARGS,
 	 "set_btt_files(flag, range_delta=0.1): keep the rows of btt's messages and per-second files (take_btt_latencies)"},
+	{"set_btt_extra", (PyCFunction)Core_set_btt_extra, METH_VARARGS,
+	 "set_btt_extra(aqd, seeks, sps, bno): keep the rows of btt's -Q, -s, -m and -B files (take_btt_latencies)"},
 	{"set_btt_window", (PyCFunction)Core_set_btt_window, METH_VARARGS,
 	 "set_btt_window(t_start, t_end): btt's -t/-T (seconds; btt's default for the one not given is 0.0)"},
 	{"take_btt_latencies", (PyCFunction)Core_take_btt_latencies, METH_NOARGS,

@@ -252,6 +252,10 @@ class BttDev:
     qranges: bytes = b""
     cranges: bytes = b""
     rstat: tuple[int, int, int] = (-1, 0, 0)
+    # btt's -m buckets of seeks per second still open at the end, of the Q2Q and D2D streams: (the first seek's
+    # time in ns, seeks, the value btt prints; 0 seeks: none)
+    sps_q2q: tuple[int, int, float] = (0, 0, 0.0)
+    sps_d2d: tuple[int, int, float] = (0, 0, 0.0)
 
 
 @dataclass
@@ -389,7 +393,13 @@ assert BLAT.itemsize == _tracecore.BLAT_SIZE
 # the kinds of btt's rows (bttsim.h's blat_t): the latency files' (t, v: time stamp and latency), a message
 # printed (t its time, v its row in the chunk), a second's line of the iops/mbps files (t the second, v the
 # completions, w their blocks; dev -1: the system's)
+# completions, w their blocks; dev -1: the system's); with btt's -Q/-s/-m/-B (Btt's btt_extra): a change of
+# the active queue depth (v the depth before it, w 1 at a D, 0 at a C), a seek of the Q2Q or D2D stream (v the
+# signed distance as u64), a D's blocks (v start, w end), a bucket of seeks per second ended (t its first seek,
+# v the seeks, w the bits of the float64 btt prints); BL_READ added to a seek's or a D's kind for a read
 BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE = 0, 1, 2, 3, 4
+BL_AQD, BL_SEEK_Q, BL_SEEK_D, BL_BNO, BL_SPS_Q, BL_SPS_D = 5, 6, 7, 8, 9, 10
+BL_READ = 0x100
 # (rows, dev_of, texts): the rows of a chunk, device numbers by index, the chunk's message texts by row
 BttRowSink = Callable[[npt.NDArray[np.void], list[int], dict[int, str]], None]
 IO_SPLIT, IO_DUP, IO_END, IO_START = 1, 2, 4, 8
@@ -416,7 +426,8 @@ class Btt:
                  on_latency: LatencySink | None = None, time_zero: int | None = None,
                  on_io: IoSink | None = None, stats: bool = True, first_names: bool = False,
                  on_btt_rows: BttRowSink | None = None, btt_latencies: bool = False,
-                 range_delta: float = 0.1, time_window: tuple[float, float] | None = None) -> None:
+                 range_delta: float = 0.1, time_window: tuple[float, float] | None = None,
+                 btt_extra: tuple[bool, bool, bool, bool] = (False, False, False, False)) -> None:
         """time_zero: the time btt's times count from: 0 for a blktrace dump, blkparse's genesis for per-CPU
         files; None for a capture, whose export counts from just before its first event
         (blktrace.EXPORT_BASE_OFFSET). stats=False: only ioscope's pairing, for on_io (no statistics,
@@ -427,12 +438,13 @@ class Btt:
         writes as it reads (BLAT, from btt's pairing: its messages, its per-second lines and, with
         btt_latencies, its per-I/O latency rows) after each chunk; range_delta: btt's -d, the gap that
         ends an activity range; time_window: btt's -t/-T (seconds from the time zero; btt reads nothing
-        after the first record past the end)."""
+        after the first record past the end); btt_extra: the rows of btt's -Q, -s, -m and -B files too."""
         self.core = _tracecore.Core()
         self.on_btt_rows = on_btt_rows
         if on_btt_rows is not None:
             self.core.set_btt_files(True, range_delta)
             self.core.set_btt_latencies(btt_latencies)
+            self.core.set_btt_extra(*btt_extra)
         if time_window is not None:
             self.core.set_btt_window(*time_window)
         self.time_zero = time_zero
@@ -748,7 +760,7 @@ class Btt:
                 i["t_act_q"], i["plugged"], i["last_plug"], i["plugged_s"], i["nplugs"], i["nplugs_t"], i["nios_up"],
                 i["nios_upt"], i["q2d_hist"], Seeks(**i["seek_q2q"]), Seeks(**i["seek_d2d"]), (n, tot, end),
                 i["in_flight"], i["split_events"], i["split_bios"], i["split_never_completed"], i["q_replaced"],
-                i["remaps_elsewhere"], i["qranges"], i["cranges"], i["rstat"]))
+                i["remaps_elsewhere"], i["qranges"], i["cranges"], i["rstat"], i["sps_q2q"], i["sps_d2d"]))
         procs = []
         for key, avg, qr, cr in raw["processes"]:
             pname = self.btt_names[key] if key >= 0 else f"pid{-key - 1:09d}"

@@ -6,6 +6,7 @@ The numbers come from btt's rules in C; this module only formats them, in btt's 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
@@ -32,6 +33,91 @@ def latency_lines(t: npt.NDArray[Any], v: npt.NDArray[Any]) -> str:
     ts = (t.astype(np.float64) / 1.0e9).tolist()
     vs = (v.astype(np.float64) / 1.0e9).tolist()
     return "".join(f"{a:f} {b:f}\n" for a, b in zip(ts, vs))
+
+
+def bit_times(t: npt.NDArray[Any]) -> list[float]:
+    """btt's BIT_TIME() of times in ns: whole seconds and the rest converted apart, as doubles."""
+    t = t.astype(np.uint64)
+    sec = (t // np.uint64(1_000_000_000)).astype(np.float64)
+    out: list[float] = (sec + (t % np.uint64(1_000_000_000)).astype(np.float64) / 1.0e9).tolist()
+    return out
+
+
+def aqd_lines(t: npt.NDArray[Any], depth: npt.NDArray[Any], issue: npt.NDArray[Any]) -> str:
+    """btt's -Q lines: two per change of a device's active queue depth, "%lf %d" before and after it (up at a
+    D, down at a C)."""
+    after = depth.astype(np.int64) + np.where(issue != 0, 1, -1)
+    return "".join(f"{a:f} {b}\n{a:f} {c}\n" for a, b, c in zip(bit_times(t), depth.astype(np.int64).tolist(),
+                                                               after.tolist()))
+
+
+def seek_lines(t: npt.NDArray[Any], dist: npt.NDArray[Any], read: npt.NDArray[Any]) -> str:
+    """btt's -s lines: "%15.9lf %13lld %c", the seek's time, its signed distance in sectors, r or w."""
+    return "".join(f"{a:15.9f} {b:13d} {'r' if c else 'w'}\n"
+                   for a, b, c in zip(bit_times(t), dist.astype(np.int64).tolist(), read.tolist()))
+
+
+def bno_lines(t: npt.NDArray[Any], start: npt.NDArray[Any], end: npt.NDArray[Any]) -> str:
+    """btt's -B lines: "%15.9lf %lld %lld", a D's time and its first and end block."""
+    return "".join(f"{a:15.9f} {b} {c}\n" for a, b, c in zip(bit_times(t), start.astype(np.int64).tolist(),
+                                                             end.astype(np.int64).tolist()))
+
+
+def _dir_lines(kind: int, r: npt.NDArray[np.void]) -> str:
+    """The lines of a -B (BL_BNO) or -s (BL_SEEK_*) file from its rows."""
+    if kind == btt.BL_BNO:
+        return bno_lines(r["t"], r["v"], r["w"])
+    return seek_lines(r["t"], r["v"].view(np.int64), (r["kind"] & btt.BL_READ) != 0)
+
+
+def sps_line(t_ns: int, value: float) -> str:
+    """A line of btt's -m file: "%15.9lf %.2lf", a bucket's first seek and its seeks per second."""
+    return f"{bit_times(np.array([t_ns]))[0]:15.9f} {value:.2f}\n"
+
+
+class SharedPath:
+    """A file btt opens twice (-m: a device's Q2Q and D2D seek streams both open NAME_MAJ,MIN.dat with "w"),
+    as the file system ends up with it: each stdio stream writes its own bytes from offset 0, a block of the
+    file's st_blksize when its buffer overflows and the rest when closed (the later write of a byte wins),
+    and btt removes the file when it is empty right after one of the closes (a stream closed later then
+    writes into the removed file)."""
+
+    def __init__(self, path: str, opener: Opener, nstreams: int = 2) -> None:
+        self.path = path
+        self.f = opener(path)
+        self.block = os.fstat(self.f.fileno()).st_blksize or 8192
+        self.image = bytearray()
+        self.bufs = [bytearray() for _ in range(nstreams)]
+        self.pos = [0] * nstreams
+        self.removed = False
+
+    def _put(self, k: int, data: bytes | bytearray) -> None:
+        if not self.removed:
+            at = self.pos[k]
+            self.image[at:at + len(data)] = data
+        self.pos[k] += len(data)
+
+    def write(self, k: int, text: str) -> None:
+        buf = self.bufs[k]
+        buf += text.encode()
+        while len(buf) > self.block:
+            self._put(k, buf[:self.block])
+            del buf[:self.block]
+
+    def close_stream(self, k: int) -> None:
+        self._put(k, self.bufs[k])
+        self.bufs[k] = bytearray()
+        if not self.removed and not self.image:
+            self.removed = True
+
+    def close(self) -> None:
+        """Write what the file holds (or remove it)."""
+        if self.removed:
+            self.f.close()
+            os.unlink(self.path)
+        else:
+            self.f.write(self.image.decode())
+            self.f.close()
 
 
 def msg_line(dev: int, t_ns: int, text: str) -> str:
@@ -101,11 +187,18 @@ class RowFiles:
     system's files opened first, a device's at its first record, as btt opens them). Memory does not
     grow with the trace."""
 
-    def __init__(self, opener: Opener, lat_names: dict[int, str], msgs: IO[str]) -> None:
+    def __init__(self, opener: Opener, lat_names: dict[int, str], msgs: IO[str],
+                 extra: dict[str, str] | None = None) -> None:
+        """extra: btt's NAMEs of its other files, by option: "Q" (NAME_MAJ,MIN_aqd.dat), "s"
+        (NAME_MAJ,MIN_q2q_r.dat, _q2q_w, _q2q_c, _d2d_r ...), "m" (NAME_MAJ,MIN.dat), "B" (NAME_MAJ,MIN_r.dat,
+        _w, _c)."""
         self.open = opener
         self.lat_names = lat_names        # BL_* -> btt's NAME
+        self.extra = extra or {}
         self.msgs = msgs
         self.files: dict[tuple[int, int], IO[str]] = {}
+        self.named: dict[str, IO[str]] = {}
+        self.sps: dict[int, SharedPath] = {}
         self.rates: dict[int, tuple[IO[str], IO[str]]] = {}
         self._rate_files(-1)
 
@@ -122,7 +215,49 @@ class RowFiles:
             f = self.files[(kind, dev)] = self.open(f"{self.lat_names[kind]}_{dip_name(dev)}_{LAT_SUFFIX[kind]}.dat")
         return f
 
+    def _named(self, name: str) -> IO[str]:
+        f = self.named.get(name)
+        if f is None:
+            f = self.named[name] = self.open(name)
+        return f
+
+    def _sps(self, dev: int) -> SharedPath:
+        f = self.sps.get(dev)
+        if f is None:
+            f = self.sps[dev] = SharedPath(f"{self.extra['m']}_{dip_name(dev)}.dat", self.open)
+        return f
+
+    def _extra_rows(self, rows: npt.NDArray[np.void], dev_of: list[int]) -> None:
+        """The rows of the -Q, -s, -B files (a file per device, stream and direction, written a chunk at a
+        time) and of the -m files (in order: two streams share one file)."""
+        kinds, devs = rows["kind"], rows["dev"]
+        base = kinds & ~btt.BL_READ
+        read = (kinds & btt.BL_READ) != 0
+        for kind, opt in ((btt.BL_AQD, "Q"), (btt.BL_SEEK_Q, "s"), (btt.BL_SEEK_D, "s"), (btt.BL_BNO, "B")):
+            mk = base == kind
+            if opt not in self.extra or not mk.any():
+                continue
+            for di in np.unique(devs[mk]).tolist():
+                r = rows[mk & (devs == di)]
+                rd = read[mk & (devs == di)]
+                name = f"{self.extra[opt]}_{dip_name(dev_of[di])}"
+                if kind == btt.BL_AQD:
+                    self._named(f"{name}_aqd.dat").write(aqd_lines(r["t"], r["v"], r["w"]))
+                    continue
+                name = f"{name}_" if kind == btt.BL_BNO else f"{name}_{'q2q' if kind == btt.BL_SEEK_Q else 'd2d'}_"
+                for suffix, m in (("r", rd), ("w", ~rd), ("c", None)):
+                    sel = r if m is None else r[m]
+                    if len(sel):
+                        self._named(f"{name}{suffix}.dat").write(_dir_lines(kind, sel))
+        ms = (base == btt.BL_SPS_Q) | (base == btt.BL_SPS_D)
+        if "m" in self.extra and ms.any():
+            for kind, di, t, _v, w in rows[ms].tolist():
+                value = float(np.array([w], dtype=np.uint64).view(np.float64)[0])
+                self._sps(dev_of[di]).write(kind == btt.BL_SPS_Q, sps_line(t, value))
+
     def __call__(self, rows: npt.NDArray[np.void], dev_of: list[int], texts: dict[int, str]) -> None:
+        if self.extra:
+            self._extra_rows(rows, dev_of)
         kinds, devs = rows["kind"], rows["dev"]
         for kind in self.lat_names:
             mk = kinds == kind
@@ -155,12 +290,25 @@ class RowFiles:
             a, b = rate_lines(*ends[dev])
             iops.write(a)
             mbps.write(b)
+        if "m" in self.extra:   # btt frees each device's D2D stream then its Q2Q stream, writing their last
+            for d in v.devices:   # buckets, then closes them in the order it opened them: D2D first
+                for k, (t, n, value) in ((0, d.sps_d2d), (1, d.sps_q2q)):
+                    if n:
+                        self._sps(d.dev).write(k, sps_line(t, value))
+                f = self.sps.get(d.dev)
+                if f is not None:
+                    f.close_stream(0)
+                    f.close_stream(1)
         self.close()
 
     def close(self) -> None:
         for f in self.files.values():
             f.close()
+        for f in self.named.values():
+            f.close()
+        for sp in self.sps.values():
+            sp.close()
         for a, b in self.rates.values():
             a.close()
             b.close()
-        self.files, self.rates = {}, {}
+        self.files, self.rates, self.named, self.sps = {}, {}, {}, {}

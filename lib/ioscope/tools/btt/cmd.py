@@ -15,16 +15,16 @@ examples:
 """
 
 # btt's options this tool does not write yet: refused with one line rather than silently leaving files out
-NOT_YET = {"-a": "seek_absolute", "-B": "dump_blocknos", "-D": "devices", "-e": "exes",
-           "-I": "iostat", "-L": "periodic_latencies", "-m": "seeks_per_second", "-M": "dev_maps",
-           "-p": "per_io_dump", "-P": "per_io_trees", "-Q": "active_queue_depth", "-r": "no_remaps",
-           "-s": "seeks", "-S": "iostat_interval", "-u": "unplug_hist",
+NOT_YET = {"-a": "seek_absolute", "-D": "devices", "-e": "exes",
+           "-I": "iostat", "-L": "periodic_latencies", "-M": "dev_maps",
+           "-p": "per_io_dump", "-P": "per_io_trees", "-r": "no_remaps",
+           "-S": "iostat_interval", "-u": "unplug_hist",
            "-v": "verbose", "-X": "easy_parse_avgs", "-Z": "do_active"}
 _FLAGS = {"-a", "-r", "-v", "-X", "-Z"}
-_LONG = {"-a": "--seek-absolute", "-B": "--dump-blocknos", "-D": "--devices", "-e": "--exes",
-         "-I": "--iostat", "-L": "--periodic-latencies", "-m": "--seeks-per-second", "-M": "--dev-maps",
-         "-p": "--per-io-dump", "-P": "--per-io-trees", "-Q": "--active-queue-depth", "-r": "--no-remaps",
-         "-s": "--seeks", "-S": "--iostat-interval", "-u": "--unplug-hist",
+_LONG = {"-a": "--seek-absolute", "-D": "--devices", "-e": "--exes",
+         "-I": "--iostat", "-L": "--periodic-latencies", "-M": "--dev-maps",
+         "-p": "--per-io-dump", "-P": "--per-io-trees", "-r": "--no-remaps",
+         "-S": "--iostat-interval", "-u": "--unplug-hist",
          "-v": "--verbose", "-X": "--easy-parse-avgs", "-Z": "--do-active"}
 
 
@@ -60,6 +60,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                    help="every I/O's Q2C: NAME_MAJ,MIN_q2c.dat per device, 'Q-time q2c' in seconds")
     p.add_argument("-z", "--q2d-latencies", metavar="NAME",
                    help="every I/O's Q2D: NAME_MAJ,MIN_q2d.dat per device, 'D-time q2d' in seconds")
+    p.add_argument("-Q", "--active-queue-depth", metavar="NAME",
+                   help="each device's active queue depth at every D and C: NAME_MAJ,MIN_aqd.dat")
+    p.add_argument("-s", "--seeks", metavar="NAME",
+                   help="every seek, signed, in sectors: NAME_MAJ,MIN_q2q_{r,w,c}.dat (between Qs) and "
+                        "NAME_MAJ,MIN_d2d_{r,w,c}.dat (between Ds), reads, writes and both")
+    p.add_argument("-m", "--seeks-per-second", metavar="NAME",
+                   help="seeks per second, a line per second of seeks: NAME_MAJ,MIN.dat (btt's file, written by "
+                        "the Q2Q and the D2D streams at once, as btt leaves it)")
+    p.add_argument("-B", "--dump-blocknos", metavar="NAME",
+                   help="every D's blocks: NAME_MAJ,MIN_r.dat (reads), _w.dat (the others), _c.dat (all)")
     p.add_argument("-d", "--range-delta", type=seconds, default=0.1, metavar="SECONDS",
                    help="a gap of at least this many seconds ends an activity range (NAME.dat; default 0.1)")
     p.add_argument("-t", "--time-start", type=seconds, metavar="SECONDS",
@@ -81,7 +91,9 @@ def run(args: argparse.Namespace) -> int:
     asked = [opt for opt, dest in NOT_YET.items() if getattr(args, dest) not in (None, False)]
     if asked:
         raise UsageError(f"btt's {', '.join(asked)} not supported by ioscope btt yet (docs/btt.md lists what is: "
-                         "-i -o -A -l -q -z -d -t -T)")
+                         "-i -o -A -l -q -z -Q -s -m -B -d -t -T)")
+    if args.seeks_per_second and not args.seeks:   # btt's rule: its seeks per second come with its seek files
+        raise UsageError("btt's -m (seeks per second) requires -s (seek files), as btt does")
     from ioscope.tools.btt.view import run as run_btt
 
     return run_btt(args)
