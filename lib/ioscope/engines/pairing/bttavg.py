@@ -6,6 +6,7 @@ build_tables, as btt computes it (its summary rows included); render_btt only fo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -304,6 +305,25 @@ def empty_view(time_zero: int = 0) -> BttView:
     return BttView([], [], {k: Avg() for k in btt.BTT_AVGS}, (0, 0, 0), time_zero)
 
 
+def select(v: BttView, devices: list[int] | None, exes: list[str] | None) -> BttView:
+    """btt's -D and -e: its output's per-device rows of the devices listed, in their order (as often as
+    listed), and its per-process rows of the processes named, in their order (a name btt has no process by
+    left out); every total stays the whole trace's. A device listed that btt never set up: KeyError (btt
+    crashes on it)."""
+    if devices is not None:
+        by_dev = {d.dev: d for d in v.devices}
+        missing = [d for d in devices if d not in by_dev]
+        if missing:
+            raise KeyError(missing[0])
+        v = dataclasses.replace(v, devices=[by_dev[d] for d in devices])
+    if exes is not None:
+        at = {name: i for i, (name, _a) in enumerate(v.processes)}
+        keep = [at[e] for e in exes if e in at]
+        v = dataclasses.replace(v, processes=[v.processes[i] for i in keep],
+                                proc_ranges=[v.proc_ranges[i] for i in keep])
+    return v
+
+
 def build_tables(v: BttView) -> BttTables:
     """Every table of btt's output from btt's view, its summary rows computed as btt computes them."""
     plug, unplug = _plugs(v)
@@ -351,13 +371,15 @@ def _summary(dash: str, head: str | None, *lines: str) -> list[str]:
     return [dash, *([head] if head else []), *lines] if lines else []
 
 
-def render_btt(m: BttTables, all_data: bool = True) -> list[str]:
+def render_btt(m: BttTables, all_data: bool = True, per_process: bool = True) -> list[str]:
     """btt's text sections (All Devices ... I/O Active Period; with all_data the -A tables too), from btt's
-    view of the records: what the real btt prints for the same trace, byte for byte."""
+    view of the records: what the real btt prints for the same trace, byte for byte. per_process False: no
+    Per Process section (btt's -e with an empty list)."""
     out: list[str] = []
     if all_data:
-        _hdr(out, "Per Process")
-        _avg_groups(out, m.per_process)
+        if per_process:
+            _hdr(out, "Per Process")
+            _avg_groups(out, m.per_process)
         _hdr(out, "Per Device")
         _avg_groups(out, m.per_device)
     _hdr(out, "All Devices")

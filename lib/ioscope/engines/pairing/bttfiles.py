@@ -161,15 +161,16 @@ def _regions(out: list[str], header: str, qraw: bytes, craw: bytes, base: np.flo
     return True
 
 
-def ranges_text(v: btt.BttView) -> str:
+def ranges_text(v: btt.BttView, n_devs: int | None = None) -> str:
     """btt's activity ranges (NAME.dat, or stdout after the averages): the system's, each device's when there
-    are several (a device without ranges takes no place), each process's (in btt's order; each takes a
+    are several (n_devs: how many btt set up, when v lists fewer: -D; a device without ranges takes no place),
+    each process's (in btt's order; each takes a
     place), each kind of range drawn at its own height."""
     out = ["# Total System\n"]
     base = np.float32(0.0)
     if _regions(out, "Total System", v.qranges, v.cranges, base):
         base = np.float32(base + np.float32(1.0))
-    if len(v.devices) > 1:
+    if (len(v.devices) if n_devs is None else n_devs) > 1:   # btt: the devices it set up, whatever -D lists
         out.append("# Per device\n")
         for d in v.devices:
             if _regions(out, dip_name(d.dev), d.qranges, d.cranges, base):

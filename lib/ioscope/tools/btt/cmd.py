@@ -15,13 +15,13 @@ examples:
 """
 
 # btt's options this tool does not write yet: refused with one line rather than silently leaving files out
-NOT_YET = {"-a": "seek_absolute", "-D": "devices", "-e": "exes",
+NOT_YET = {"-a": "seek_absolute",
            "-I": "iostat", "-L": "periodic_latencies", "-M": "dev_maps",
            "-p": "per_io_dump", "-P": "per_io_trees", "-r": "no_remaps",
            "-S": "iostat_interval", "-u": "unplug_hist",
            "-v": "verbose", "-X": "easy_parse_avgs", "-Z": "do_active"}
 _FLAGS = {"-a", "-r", "-v", "-X", "-Z"}
-_LONG = {"-a": "--seek-absolute", "-D": "--devices", "-e": "--exes",
+_LONG = {"-a": "--seek-absolute",
          "-I": "--iostat", "-L": "--periodic-latencies", "-M": "--dev-maps",
          "-p": "--per-io-dump", "-P": "--per-io-trees", "-r": "--no-remaps",
          "-S": "--iostat-interval", "-u": "--unplug-hist",
@@ -38,6 +38,17 @@ def seconds(text: str) -> float:
     if v != v or v in (float("inf"), float("-inf")):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds")
     return v
+
+
+def device_list(text: str) -> list[tuple[int, int]]:
+    """btt's -D: devices as MAJ,MIN separated by ';' (btt stops at the first it cannot read: refused here)."""
+    out = []
+    for part in text.split(";"):
+        ma, sep, mi = part.partition(",")
+        if not sep or not ma.isdigit() or not mi.isdigit():
+            raise argparse.ArgumentTypeError(f"{part!r} is not a device MAJ,MIN (a list is MAJ,MIN;MAJ,MIN...)")
+        out.append((int(ma), int(mi)))
+    return out
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,6 +81,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                         "the Q2Q and the D2D streams at once, as btt leaves it)")
     p.add_argument("-B", "--dump-blocknos", metavar="NAME",
                    help="every D's blocks: NAME_MAJ,MIN_r.dat (reads), _w.dat (the others), _c.dat (all)")
+    p.add_argument("-D", "--devices", type=device_list, metavar="MAJ,MIN;...",
+                   help="btt's per-device rows (and NAME.dat's) of these devices only, in this order")
+    p.add_argument("-e", "--exes", metavar="NAME,...",
+                   help="btt's per-process rows (-A, NAME.dat) of the processes of these names only, in this order "
+                        "(btt's -e: the processes shown, not left out; an empty list: no Per Process section)")
     p.add_argument("-d", "--range-delta", type=seconds, default=0.1, metavar="SECONDS",
                    help="a gap of at least this many seconds ends an activity range (NAME.dat; default 0.1)")
     p.add_argument("-t", "--time-start", type=seconds, metavar="SECONDS",
@@ -91,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     asked = [opt for opt, dest in NOT_YET.items() if getattr(args, dest) not in (None, False)]
     if asked:
         raise UsageError(f"btt's {', '.join(asked)} not supported by ioscope btt yet (docs/btt.md lists what is: "
-                         "-i -o -A -l -q -z -Q -s -m -B -d -t -T)")
+                         "-i -o -A -l -q -z -Q -s -m -B -D -e -d -t -T)")
     if args.seeks_per_second and not args.seeks:   # btt's rule: its seeks per second come with its seek files
         raise UsageError("btt's -m (seeks per second) requires -s (seek files), as btt does")
     from ioscope.tools.btt.view import run as run_btt

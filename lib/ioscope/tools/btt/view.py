@@ -11,6 +11,8 @@ import sys
 from typing import IO
 
 from ioscope.base import outfile
+from ioscope.base.devices import kdev
+from ioscope.base.errors import UsageError
 from ioscope.engines.pairing import btt, bttavg, bttfiles, bttinput
 
 
@@ -44,8 +46,17 @@ def run(args: argparse.Namespace) -> int:
         files.close()
         if msgs is not sys.stdout:
             msgs.close()
-    text = "\n".join(bttavg.render_btt(bttavg.build_tables(view), all_data=args.all_data)) + "\n"
-    ranges = bttfiles.ranges_text(view)
+    n_devs = len(view.devices)
+    devices = None if args.devices is None else [kdev(ma, mi) for ma, mi in args.devices]
+    exes = None if args.exes is None else args.exes.split(",")
+    try:
+        view = bttavg.select(view, devices, exes)
+    except KeyError as e:
+        raise UsageError(f"btt's -D lists {bttfiles.dip_name(e.args[0])}, a device btt did not set up from this trace "
+                         "(btt crashes on it)") from None
+    text = "\n".join(bttavg.render_btt(bttavg.build_tables(view), all_data=args.all_data,
+                                       per_process=args.exes != "")) + "\n"
+    ranges = bttfiles.ranges_text(view, n_devs)
     if args.output:
         with _open(f"{args.output}.avg") as f:
             f.write(text)
