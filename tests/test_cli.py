@@ -128,8 +128,8 @@ def test_not_root(live: None) -> None:
 VOCABULARY = {"-d": ("disk", True), "-p": ("pid", False), "-c": ("cgroup", False), "-j": ("json", False),
               "-n": ("count_n", False), "-r": ("rows", False), "-q": ("quiet", False), "-o": ("output", False),
               "-f": ("force", False)}
-# parse speaks blkparse's letters; agg's -r reads a capture (its rows are --rows), and so does sql's
-OWN_LETTERS = {"parse": {"-f", "-q", "-o", "-w"}, "agg": {"-r"}, "sql": {"-r"}}
+# parse speaks blkparse's letters, btt btt's; agg's -r reads a capture (its rows are --rows), and so does sql's
+OWN_LETTERS = {"parse": {"-f", "-q", "-o", "-w"}, "agg": {"-r"}, "sql": {"-r"}, "btt": {"-d", "-p", "-q", "-r"}}
 
 
 def _tool_parsers() -> dict[str, argparse.ArgumentParser]:

@@ -44,6 +44,7 @@ TOOLS: tuple[Tool, ...] = (
                                                      "test_acc_foreign_traces.py")),
     Tool("report", "report", "report", False, (), (), ("test_acc_record_session.py", "test_acc_stacked.py",
                                                        "test_acc_pages.py")),
+    Tool("btt", "btt", "btt", False, (), (), ("test_acc_btt.py",)),
     Tool("export", "export", "export", False, (), (), ("test_acc_record_session.py", "test_acc_parquet_sql.py")),
     Tool("sql", "sql", "sql", False, (), (), ("test_acc_parquet_sql.py",)),
     Tool("fleet", "fleet", "fleet", False, (), (), ("test_acc_collect.py", "test_acc_diff.py")),

@@ -9,6 +9,7 @@ Events = npt.NDArray[np.void]     # EVENT records (events.py), C-contiguous
 Int32s = npt.NDArray[np.int32]
 
 REC_SIZE: int
+BLAT_SIZE: int
 IOREC_SIZE: int
 
 # --------------------------------------------------------------------------- scan.c
@@ -94,12 +95,23 @@ class BttDevice(TypedDict):
     split_never_completed: int
     q_replaced: int
     remaps_elsewhere: int
+    qranges: bytes                     # btt's activity ranges: (start, end) u64 pairs of ns
+    cranges: bytes
+    rstat: tuple[int, int, int]        # the open second of its iops/mbps files: (second or -1, ios, blocks)
+    sps_q2q: tuple[int, int, float]    # its open buckets of -m seeks per second: (first seek's time, seeks, value)
+    sps_d2d: tuple[int, int, float]
 
 class BttResults(TypedDict):
     devices: list[BttDevice]
-    processes: list[tuple[int, list[AvgTuple]]]   # (name id, or -pid-1 for btt's pid%09u; averages)
+    # (name id, or -pid-1 for btt's pid%09u; averages; activity ranges of its Qs and Cs)
+    processes: list[tuple[int, list[AvgTuple], bytes, bytes]]
     all: list[AvgTuple]
     live: tuple[int, int, int]
+    qranges: bytes
+    cranges: bytes
+    rstat: tuple[int, int, int]
+    qhist: bytes                       # btt's request-size histograms: N_HIST_BKTS u64 counts
+    dhist: bytes
 
 class Core:
     """report's pairing: ioscope's view on the pairing engine (tracecore/bios.c), and btt's view of the same
@@ -119,6 +131,11 @@ class Core:
     def set_io_records(self, flag: bool) -> None: ...
     def set_seeks(self, flag: bool) -> None: ...
     def set_btt(self, flag: bool) -> None: ...
+    def set_btt_latencies(self, flag: bool) -> None: ...
+    def set_btt_files(self, flag: bool, range_delta: float = 0.1) -> None: ...
+    def set_btt_window(self, t_start: float, t_end: float) -> None: ...
+    def set_btt_extra(self, aqd: bool, seeks: bool, sps: bool, bno: bool) -> None: ...
+    def take_btt_latencies(self) -> bytes: ...
     def take_io(self) -> bytes: ...
     def io_flush(self) -> None: ...
     def min_ord(self) -> int: ...

@@ -23,6 +23,8 @@
  *   the Q2D histogram of BIT_TIME(D - Q) in ms, plug time as a sum of BIT_TIME differences, the
  *   active periods [D, C] merged where they touch.
  */
+#include <float.h>
+
 #include "bttsim.h"
 
 static inline void avg_update(avg_t *a, uint64_t v)
@@ -43,6 +45,130 @@ static inline void update_lq(uint64_t *last, avg_t *a, uint64_t t)
 	if (*last != NONE)
 		avg_update(a, t > *last ? t - *last : 1);
 	*last = t;
+}
+
+/* a row of btt's latency files: Q2D at a D (stamped with the D's time; btt's plain difference of unsigned
+ * times, not tdelta), Q2C (stamped with the Q's time) and D2C (with the C's) at a C */
+static int file_row(bttsim_t *s, int kind, int32_t dev, uint64_t t, uint64_t v, uint64_t w)
+{
+	if (tc_room(&s->lat, &s->caplat, s->nlat, sizeof(*s->lat), 1024) < 0)
+		return -1;
+	blat_t *r = &s->lat[s->nlat++];
+	r->kind = kind;
+	r->dev = dev;
+	r->t = t;
+	r->v = v;
+	r->w = w;
+	return 0;
+}
+
+static int lat_row(bttsim_t *s, int kind, int32_t dev, uint64_t t, uint64_t v)
+{
+	return s->lat_on ? file_row(s, kind, dev, t, v, 0) : 0;
+}
+
+/* btt's update_range(): extend the last range while t comes less than range_delta after its end */
+static int range_add(const bttsim_t *s, ranges_t *r, uint64_t t)
+{
+	if (r->n) {
+		uint64_t *end = &r->iv[2 * r->n - 1];
+		if (t < *end)
+			return 0;
+		if (bit_time(t - *end) < s->range_delta) {
+			*end = t;
+			return 0;
+		}
+	}
+	if (tc_room(&r->iv, &r->cap, r->n, 2 * sizeof(*r->iv), 16) < 0)
+		return -1;
+	r->iv[2 * r->n] = r->iv[2 * r->n + 1] = t;
+	r->n++;
+	return 0;
+}
+
+/* btt's rstat add: a completion of nblks blocks at t, counted in its second (the seconds btt cuts from
+ * BIT_TIME(t)); a second's line is written when a completion comes a second or more after its start */
+static int rstat_add(bttsim_t *s, rstat_t *r, int32_t dev, uint64_t t, uint64_t nblks)
+{
+	int64_t cur = (int64_t)bit_time(t);
+	if (r->base_sec < 0) {
+		r->base_sec = cur;
+	} else if (cur - r->base_sec >= 1) {
+		if (s->files_on && file_row(s, BL_RATE, dev, (uint64_t)r->base_sec, r->ios, r->nblks) < 0)
+			return -1;
+		r->base_sec = cur;
+		r->ios = r->nblks = 0;
+	}
+	r->ios++;
+	r->nblks += nblks;
+	return 0;
+}
+
+/* btt's seeks per second (-m): a bucket's value, its seeks over the time from its first to its last seek
+ * (its count when it has one seek or no time between them) */
+static double sps_value(const sps_t *b)
+{
+	double delta = bit_time(b->t_last) - bit_time(b->t_start);
+	if (b->nseeks == 1 || delta < DBL_EPSILON)
+		return (double)b->nseeks;
+	return (double)b->nseeks / delta;
+}
+
+static uint64_t dbl_bits(double v)
+{
+	uint64_t u;
+	memcpy(&u, &v, sizeof(u));
+	return u;
+}
+
+/* a seek at t in a bucket: the bucket ends (its line written) at a seek a second or more after its first */
+static int sps_add(bttsim_t *s, sps_t *b, int kind, int32_t dev, uint64_t t)
+{
+	if (b->nseeks && bit_time(t) - bit_time(b->t_start) >= 1.0) {
+		if (file_row(s, kind, dev, b->t_start, b->nseeks, dbl_bits(sps_value(b))) < 0)
+			return -1;
+		b->nseeks = 0;
+	}
+	b->t_last = t;
+	if (b->nseeks++ == 0)
+		b->t_start = t;
+	return 0;
+}
+
+/* btt's seek distance as its files print it (a long long: negative backwards), before st_dist moves on */
+static int64_t seek_signed(const stree_t *t, uint64_t s, uint64_t e)
+{
+	if ((t->last_start <= s && s <= t->last_end) || (t->last_start <= e && e <= t->last_end))
+		return 0;
+	return (int64_t)(s > t->last_end ? s - t->last_end : s - t->last_start);
+}
+
+static int queue_seek(bttsim_t *s, int32_t tree, uint64_t dist);
+
+/* a seek of one of a device's two streams (Q2Q at a Q, D2D at a D): the averages' trees (handed to the
+ * workers), the -s rows and the -m buckets */
+static int seek_add(bttsim_t *s, bdev_t *d, int32_t dev, int is_d, uint64_t t, uint64_t sec, uint64_t end, int rd)
+{
+	stree_t *st = is_d ? &d->seek_d : &d->seek_q;
+	if (s->no_seeks && !s->seek_on && !s->sps_on)
+		return 0;
+	int64_t sd = seek_signed(st, sec, end);
+	uint64_t dist = st_dist(st, sec, end);
+	if (!s->no_seeks && queue_seek(s, dev * 2 + is_d, dist) < 0)
+		return -1;
+	if (s->seek_on && file_row(s, (is_d ? BL_SEEK_D : BL_SEEK_Q) | (rd ? BL_READ : 0), dev, t, (uint64_t)sd, 0) < 0)
+		return -1;
+	if (s->sps_on && sps_add(s, is_d ? &d->sps_d : &d->sps_q, is_d ? BL_SPS_D : BL_SPS_Q, dev, t) < 0)
+		return -1;
+	return 0;
+}
+
+/* btt's bucket of a request of bytes (512-byte blocks, the last for more than 1024); -1 for less than a
+ * block, which btt counts before its array (undefined: not counted here) */
+static int histo_idx(uint32_t bytes)
+{
+	int64_t i = (int64_t)(bytes >> 9) - 1;
+	return i < 0 ? -1 : i > N_HIST_BKTS - 1 ? N_HIST_BKTS - 1 : (int)i;
 }
 
 /* ------------------------------------------------------------------ processes */
@@ -364,6 +490,7 @@ static bdev_t *dip_alloc(bttsim_t *s, int32_t idx, uint64_t t, int q_or_a)
 		d->last_q = NONE;
 		st_init(&d->seek_q);
 		st_init(&d->seek_d);
+		d->rs.base_sec = -1;
 		s->order[s->norder++] = idx;
 	}
 	if (d->culling) {
@@ -403,6 +530,8 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 	bdev_t *d;
 	int32_t x, pip;
 
+	if (s->past_end)
+		return 0;
 	if (a == BS_NOTE)
 		return proc_note(s, e->pid, e->name);
 	if (e->dev < 0)
@@ -410,6 +539,8 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 	if (a == BS_MESSAGE) {   /* btt sets a message up on its device (and prints it to its .msg file) */
 		d = dip_alloc(s, e->dev, t, 0);
 		if (d && proc_of(s, e->pid) < 0)
+			return -1;
+		if (d && s->files_on && file_row(s, BL_MSG, e->dev, t, (uint64_t)s->cur_ord, 0) < 0)
 			return -1;
 		return 0;
 	}
@@ -419,6 +550,14 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		return -1;
 	if (e->category & TC_PC_)
 		return 0;
+	if (s->time_bounded) {
+		if (bit_time(t) < s->t_start)
+			return 0;
+		if (bit_time(t) > s->t_end) {
+			s->past_end = 1;
+			return 0;
+		}
+	}
 	switch (a) {
 	case A_PLUG: case A_UNPLUG_IO: case A_UNPLUG_TIMER:
 		d = &s->devs[e->dev];
@@ -483,8 +622,7 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		q->sl = 0;
 		q->pip = pip;
 		q->split = 0;
-		if (!s->no_seeks &&
-		    queue_seek(s, (int32_t)(d - s->devs) * 2, st_dist(&d->seek_q, e->sector, end)) < 0)
+		if (seek_add(s, d, e->dev, 0, t, e->sector, end, (e->category & TC_READ_) != 0) < 0)
 			return -1;
 		update_lq(&d->last_q, &d->avg[d->dm ? BP_Q2Q_DM : BP_Q2Q], t);
 		update_lq(&s->procs[pip].last_q, &s->procs[pip].avg[d->dm ? BP_Q2Q_DM : BP_Q2Q], t);
@@ -492,6 +630,10 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		d->n_qs++;
 		d->t_act_q += d->n_act_q;
 		d->n_act_q++;
+		if (range_add(s, &s->qr, t) < 0 || range_add(s, &d->qr, t) < 0 || range_add(s, &s->procs[pip].qr, t) < 0)
+			return -1;
+		if (!d->dm && histo_idx(e->bytes) >= 0)
+			s->qhist[histo_idx(e->bytes)]++;
 		break;
 	}
 	case A_REMAP:
@@ -544,10 +686,16 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 	case A_ISSUE:
 		if (d->n_act_q)
 			d->n_act_q--;
-		if (!s->no_seeks &&
-		    queue_seek(s, (int32_t)(d - s->devs) * 2 + 1, st_dist(&d->seek_d, e->sector, end)) < 0)
+		if (seek_add(s, d, e->dev, 1, t, e->sector, end, (e->category & TC_READ_) != 0) < 0)
 			return -1;
+		if (s->bno_on && file_row(s, BL_BNO | ((e->category & TC_READ_) ? BL_READ : 0), e->dev, t, e->sector, end) < 0)
+			return -1;
+		if (s->aqd_on && file_row(s, BL_AQD, e->dev, t, (uint64_t)d->aqd, 1) < 0)
+			return -1;
+		d->aqd++;
 		d->n_ds++;
+		if (!d->dm && histo_idx(e->bytes) >= 0)
+			s->dhist[histo_idx(e->bytes)]++;
 		if (qt_walk(&s->qt, d->root, e->sector, end) < 0)
 			return -1;
 		for (size_t h = 0; h < s->qt.nhits; h++) {
@@ -558,6 +706,8 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 				UPDATE(BP_M2D, d, q->pip, tdelta(q->m, t));
 			q->d = t;
 			d->q2d[q2d_bucket(t - q->t)]++;
+			if (lat_row(s, BL_Q2D, e->dev, t, t - q->t) < 0)
+				return -1;
 		}
 		break;
 	case A_COMPLETE: {
@@ -565,6 +715,15 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		avg_update(&s->all[BP_BLKS], nblk);
 		avg_update(&d->avg[BP_BLKS], nblk);
 		avg_update(&s->procs[pip].avg[BP_BLKS], nblk);
+		if (range_add(s, &s->cr, t) < 0 || range_add(s, &d->cr, t) < 0 || range_add(s, &s->procs[pip].cr, t) < 0)
+			return -1;
+		if (rstat_add(s, &d->rs, e->dev, t, nblk) < 0 || rstat_add(s, &s->rs, -1, t, nblk) < 0)
+			return -1;
+		if (d->aqd > 0) {
+			if (s->aqd_on && file_row(s, BL_AQD, e->dev, t, (uint64_t)d->aqd, 0) < 0)
+				return -1;
+			d->aqd--;
+		}
 		if (qt_walk(&s->qt, d->root, e->sector, end) < 0)
 			return -1;
 		if (s->qt.nhits > s->capdone) {
@@ -579,10 +738,14 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		for (size_t h = 0; h < s->qt.nhits; h++) {
 			q = &s->qt.n[s->qt.hits[h]];
 			UPDATE(d->dm ? BP_Q2C_DM : BP_Q2C, d, q->pip, tdelta(q->t, t));
+			if (lat_row(s, BL_Q2C, e->dev, q->t, tdelta(q->t, t)) < 0)
+				return -1;
 			if (q->d != NONE) {
 				if (live_add(&d->live, q->d, t) < 0 || live_add(&s->live_all, q->d, t) < 0)
 					return -1;
 				UPDATE(BP_D2C, d, q->pip, tdelta(q->d, t));
+				if (lat_row(s, BL_D2C, e->dev, t, tdelta(q->d, t)) < 0)
+					return -1;
 			}
 			s->done_ts[2 * s->ndone] = q->t;
 			s->done_ts[2 * s->ndone + 1] = q->s;
@@ -605,6 +768,8 @@ void bs_init(bttsim_t *s)
 	memset(s, 0, sizeof(*s));
 	s->last_q = NONE;
 	s->g_node = -1;
+	s->range_delta = 0.1;
+	s->rs.base_sec = -1;
 	qt_init(&s->qt);
 }
 
@@ -626,7 +791,15 @@ void bs_free(bttsim_t *s)
 		free(s->devs[i].seek_q.n);
 		free(s->devs[i].seek_d.n);
 		free(s->devs[i].live.iv);
+		free(s->devs[i].qr.iv);
+		free(s->devs[i].cr.iv);
 	}
+	for (size_t i = 0; i < s->nprocs; i++) {
+		free(s->procs[i].qr.iv);
+		free(s->procs[i].cr.iv);
+	}
+	free(s->qr.iv);
+	free(s->cr.iv);
 	free(s->devs);
 	free(s->order);
 	free(s->procs);
@@ -635,6 +808,7 @@ void bs_free(bttsim_t *s)
 	free(s->by_name);
 	free(s->live_all.iv);
 	free(s->done_ts);
+	free(s->lat);
 	free(s->jobs);
 	free(s->work);
 	qt_free(&s->qt);
@@ -656,6 +830,28 @@ static PyObject *avgs_export(const avg_t *a)
 		PyList_SET_ITEM(l, i, x);
 	}
 	return l;
+}
+
+/* ranges as bytes of (start, end) u64 pairs */
+static PyObject *ranges_export(const ranges_t *r)
+{
+	return PyBytes_FromStringAndSize((const char *)r->iv, (Py_ssize_t)(r->n * 2 * sizeof(uint64_t)));
+}
+
+static PyObject *rstat_export(const rstat_t *r)
+{
+	return Py_BuildValue("(LKK)", (long long)r->base_sec, (unsigned long long)r->ios, (unsigned long long)r->nblks);
+}
+
+/* a device's open bucket of seeks per second (its last line of btt's -m file): (first seek's time, seeks,
+ * value) */
+static int set_sps(PyObject *dct, const char *key, const sps_t *b)
+{
+	PyObject *x = Py_BuildValue("(KKd)", (unsigned long long)b->t_start, (unsigned long long)b->nseeks,
+				    b->nseeks ? sps_value(b) : 0.0);
+	int r = x ? PyDict_SetItemString(dct, key, x) : -1;
+	Py_XDECREF(x);
+	return r;
 }
 
 static uint64_t count_nodes(const qtree_t *q, int32_t x, uint64_t *split)
@@ -685,14 +881,20 @@ PyObject *bs_result(bttsim_t *s)
 		PyObject *q2d = Py_BuildValue("[KKKKKKKKKK]", d->q2d[0], d->q2d[1], d->q2d[2], d->q2d[3], d->q2d[4],
 					      d->q2d[5], d->q2d[6], d->q2d[7], d->q2d[8], d->q2d[9]);
 		PyObject *dct = Py_BuildValue(
-			"{s:i,s:K,s:K,s:K,s:K,s:K,s:N,s:i,s:d,s:d,s:K,s:K,s:K,s:K,s:N,s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K}",
+			"{s:i,s:K,s:K,s:K,s:K,s:K,s:N,s:i,s:d,s:d,s:K,s:K,s:K,s:K,s:N,s:N,s:N,s:N,s:K,s:K,s:K,s:K,s:K,s:K,"
+			"s:N,s:N,s:N}",
 			"idx", idx, "start_time", d->start_t, "end_time", d->end_t, "n_qs", d->n_qs, "n_ds", d->n_ds,
 			"t_act_q", d->t_act_q, "avg", avgs_export(d->avg), "plugged", d->plugged,
 			"last_plug", d->last_plug, "plugged_s", d->plugged_time, "nplugs", d->nplugs,
 			"nplugs_t", d->nplugs_t, "nios_up", d->nios_up, "nios_upt", d->nios_upt, "q2d_hist", q2d,
 			"seek_q2q", st_export(&d->seek_q), "seek_d2d", st_export(&d->seek_d), "live", live_export(&d->live),
 			"in_flight", inflight, "split_events", d->x_events, "split_bios", d->x_bios,
-			"split_never_completed", split, "q_replaced", d->q_replaced, "remaps_elsewhere", d->a_elsewhere);
+			"split_never_completed", split, "q_replaced", d->q_replaced, "remaps_elsewhere", d->a_elsewhere,
+			"qranges", ranges_export(&d->qr), "cranges", ranges_export(&d->cr), "rstat", rstat_export(&d->rs));
+		if (dct && (set_sps(dct, "sps_q2q", &d->sps_q) < 0 || set_sps(dct, "sps_d2d", &d->sps_d) < 0)) {
+			Py_DECREF(dct);
+			goto err;
+		}
 		if (!dct || PyList_Append(devs, dct) < 0) {
 			Py_XDECREF(dct);
 			goto err;
@@ -703,13 +905,17 @@ PyObject *bs_result(bttsim_t *s)
 	if (!procs)
 		goto err;
 	for (size_t i = 0; i < s->nprocs; i++) {
-		PyObject *x = Py_BuildValue("(LN)", (long long)s->procs[i].name, avgs_export(s->procs[i].avg));
+		PyObject *x = Py_BuildValue("(LNNN)", (long long)s->procs[i].name, avgs_export(s->procs[i].avg),
+					    ranges_export(&s->procs[i].qr), ranges_export(&s->procs[i].cr));
 		if (!x)
 			goto err;
 		PyList_SET_ITEM(procs, (Py_ssize_t)i, x);
 	}
-	res = Py_BuildValue("{s:N,s:N,s:N,s:N}", "devices", devs, "processes", procs, "all", avgs_export(s->all),
-			    "live", live_export(&s->live_all));
+	res = Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:y#,s:y#}", "devices", devs, "processes", procs,
+			    "all", avgs_export(s->all), "live", live_export(&s->live_all), "qranges", ranges_export(&s->qr),
+			    "cranges", ranges_export(&s->cr), "rstat", rstat_export(&s->rs),
+			    "qhist", (const char *)s->qhist, (Py_ssize_t)sizeof(s->qhist),
+			    "dhist", (const char *)s->dhist, (Py_ssize_t)sizeof(s->dhist));
 	return res;
 err:
 	Py_DECREF(devs);

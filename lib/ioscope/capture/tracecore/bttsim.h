@@ -28,6 +28,30 @@ typedef struct {
 	uint64_t done_n, done_live, done_end;
 } live_t;
 
+/* btt's activity ranges (its NAME.dat): [start, end] pairs of Q (or C) times, a new range where a time is
+ * range_delta (btt's -d) or more past the last one's end, a time before that end ignored */
+typedef struct {
+	uint64_t *iv;
+	size_t n, cap;
+} ranges_t;
+
+/* btt's per-second counts (NAME_iops_fp.dat, NAME_mbps_fp.dat) of completions and their blocks: the second
+ * being counted (-1: none yet) */
+typedef struct {
+	int64_t base_sec;
+	uint64_t ios, nblks;
+} rstat_t;
+
+/* btt's request-size histograms (NAME_qhist.dat, NAME_dhist.dat): buckets of 512-byte blocks, 1 to 1024
+ * and the last for more */
+#define N_HIST_BKTS 1025
+
+/* btt's seeks per second (-m NAME: NAME_MAJ,MIN.dat) of one of a device's two seek streams (Q2Q, D2D): the
+seeks since the bucket's first (times in ns; nseeks 0: none) */
+typedef struct {
+	uint64_t t_start, t_last, nseeks;
+} sps_t;
+
 /* one device as btt's struct d_info holds it */
 typedef struct {
 	int alloc, culling, dm;
@@ -41,6 +65,10 @@ typedef struct {
 	uint64_t q2d[10];
 	stree_t seek_q, seek_d;
 	live_t live;
+	ranges_t qr, cr;
+	rstat_t rs;
+	int64_t aqd;               /* -Q: the requests issued and not completed, as btt's aqd file counts them */
+	sps_t sps_q, sps_d;        /* -m: the seeks per second of the Q2Q and D2D streams */
 	/* what btt counts that ioscope's view counts otherwise, by reason */
 	uint64_t x_events, x_bios;     /* split pieces (X) and bios split: btt ignores X */
 	uint64_t x_never;              /* split bios btt never completes (no D or C covers them) */
@@ -54,6 +82,7 @@ typedef struct {
 	int64_t name;
 	uint64_t last_q;
 	avg_t avg[BP_N];
+	ranges_t qr, cr;
 } bproc_t;
 
 /* one record as btt reads it */
@@ -68,6 +97,23 @@ typedef struct {
 } bs_ev_t;
 #define BS_NOTE (-1)
 #define BS_MESSAGE (-2)
+
+/* one row of btt's files written as it reads (in the order btt writes them): the per-I/O latency files
+ * (-z q2d, -l d2c, -q q2c: time stamp and latency in ns from the time zero), its messages (NAME.msg: the
+ * message's time, v its row in the chunk fed) and a second's line of the iops/mbps files (t the second,
+ * v the completions, w their blocks; dev -1: the system's) */
+typedef struct {
+	int32_t kind;              /* BL_* */
+	int32_t dev;               /* the device's index */
+	uint64_t t, v, w;
+} blat_t;
+/* and, with btt's other files asked for (bttsim_t's aqd_on, seek_on, sps_on, bno_on): a change of a
+ * device's active queue depth (-Q: v the depth before, w 1 for a D, 0 for a C), a seek (-s: v the signed
+ * distance in sectors as btt's long long), a D's blocks (-B: v the start, w the end), a bucket of seeks
+ * per second ended (-m: t its first seek's time, v the seeks, w the bits of the double btt prints);
+ * BL_READ added to the kind of a seek or a D of a read (btt's files per direction) */
+enum { BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE, BL_AQD, BL_SEEK_Q, BL_SEEK_D, BL_BNO, BL_SPS_Q, BL_SPS_D };
+#define BL_READ 0x100
 
 typedef struct {
 	uint64_t dist;
@@ -91,6 +137,21 @@ typedef struct {
 	live_t live_all;
 	qtree_t qt;
 	int oom, no_seeks;
+	/* the rows of btt's files since the last take (lat_on: latency rows kept; files_on: messages and
+	 * per-second lines); cur_ord: the row in the chunk of the event being read */
+	int lat_on, files_on;
+	int aqd_on, seek_on, sps_on, bno_on;   /* btt's -Q, -s, -m, -B */
+	int64_t cur_ord;
+	double range_delta;
+	/* btt's -t/-T (time_bounded: both given or 0.0): records before t_start dropped, the first after t_end
+	 * ends the reading (past_end: nothing after it is read, notes and messages included) */
+	int time_bounded, past_end;
+	double t_start, t_end;
+	ranges_t qr, cr;
+	rstat_t rs;
+	uint64_t qhist[N_HIST_BKTS], dhist[N_HIST_BKTS];
+	blat_t *lat;
+	size_t nlat, caplat;
 	/* what the last event paired, for Core's comparison: a G's Q node (or -1); a C's completed Qs
 	 * as (Q time, start sector) pairs */
 	int32_t g_node;

@@ -472,6 +472,7 @@ static PyObject *Core_feed(Core *c, PyObject *args, PyObject *kw)
 			}
 			c->sim.g_node = -1;
 			c->sim.ndone = 0;
+			c->sim.cur_ord = (int64_t)k;
 			if (bs_event(&c->sim, &be) < 0) {
 				c->oom = 1;
 				break;
@@ -611,6 +612,59 @@ static PyObject *Core_set_io_records(Core *c, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+static PyObject *Core_set_btt_latencies(Core *c, PyObject *args)
+{
+	int on;
+	if (!PyArg_ParseTuple(args, "p", &on))
+		return NULL;
+	c->sim.lat_on = on;
+	Py_RETURN_NONE;
+}
+
+static PyObject *Core_set_btt_files(Core *c, PyObject *args)
+{
+	int on;
+	double delta = 0.1;
+	if (!PyArg_ParseTuple(args, "p|d", &on, &delta))
+		return NULL;
+	c->sim.files_on = on;
+	c->sim.range_delta = delta;
+	Py_RETURN_NONE;
+}
+
+/* btt's -Q, -s, -m, -B: the rows of its queue-depth, seek, seeks-per-second and block-number files */
+static PyObject *Core_set_btt_extra(Core *c, PyObject *args)
+{
+	int aqd, seek, sps, bno;
+	if (!PyArg_ParseTuple(args, "pppp", &aqd, &seek, &sps, &bno))
+		return NULL;
+	c->sim.aqd_on = aqd;
+	c->sim.seek_on = seek;
+	c->sim.sps_on = sps;
+	c->sim.bno_on = bno;
+	Py_RETURN_NONE;
+}
+
+/* btt's -t/-T: the records btt reads (bttsim.h) */
+static PyObject *Core_set_btt_window(Core *c, PyObject *args)
+{
+	double t0, t1;
+	if (!PyArg_ParseTuple(args, "dd", &t0, &t1))
+		return NULL;
+	c->sim.time_bounded = 1;
+	c->sim.t_start = t0;
+	c->sim.t_end = t1;
+	Py_RETURN_NONE;
+}
+
+/* the rows of btt's files since the last take (bttsim.h's blat_t) */
+static PyObject *Core_take_btt_latencies(Core *c, PyObject *unused)
+{
+	PyObject *b = PyBytes_FromStringAndSize((const char *)c->sim.lat, (Py_ssize_t)(c->sim.nlat * sizeof(blat_t)));
+	c->sim.nlat = 0;
+	return b;
+}
+
 /* the per-I/O records of the last feed (or flush) */
 static PyObject *Core_take_io(Core *c, PyObject *unused)
 {
@@ -747,6 +801,16 @@ static PyMethodDef Core_methods[] = {
 	 "set_seeks(flag): build btt's seek trees (default True), before the first feed"},
 	{"set_btt", (PyCFunction)Core_set_btt, METH_VARARGS,
 	 "set_btt(flag): keep btt's view (default True), before the first feed"},
+	{"set_btt_latencies", (PyCFunction)Core_set_btt_latencies, METH_VARARGS,
+	 "set_btt_latencies(flag): keep the rows of btt's -z/-l/-q files (take_btt_latencies)"},
+	{"set_btt_files", (PyCFunction)Core_set_btt_files, METH_VARARGS,
+	 "set_btt_files(flag, range_delta=0.1): keep the rows of btt's messages and per-second files (take_btt_latencies)"},
+	{"set_btt_extra", (PyCFunction)Core_set_btt_extra, METH_VARARGS,
+	 "set_btt_extra(aqd, seeks, sps, bno): keep the rows of btt's -Q, -s, -m and -B files (take_btt_latencies)"},
+	{"set_btt_window", (PyCFunction)Core_set_btt_window, METH_VARARGS,
+	 "set_btt_window(t_start, t_end): btt's -t/-T (seconds; btt's default for the one not given is 0.0)"},
+	{"take_btt_latencies", (PyCFunction)Core_take_btt_latencies, METH_NOARGS,
+	 "bytes of the rows of btt's files since the last take: (kind i4, dev i4, t u8, v u8, w u8) each"},
 	{"take_io", (PyCFunction)Core_take_io, METH_NOARGS, "bytes of the per-I/O records of the last feed or flush"},
 	{"io_flush", (PyCFunction)Core_io_flush, METH_NOARGS, "per-I/O records of the I/Os still in flight"},
 	{"min_ord", (PyCFunction)Core_min_ord, METH_NOARGS, "smallest Q ordinal in flight, or -1"},
@@ -767,6 +831,8 @@ PyTypeObject tc_CoreType = {
 int tc_module_sizes(PyObject *m)
 {
 	if (PyModule_AddIntConstant(m, "REC_SIZE", (long)sizeof(rec_t)) < 0)
+		return -1;
+	if (PyModule_AddIntConstant(m, "BLAT_SIZE", (long)sizeof(blat_t)) < 0)
 		return -1;
 	return PyModule_AddIntConstant(m, "IOREC_SIZE", (long)sizeof(iorec_t));
 }

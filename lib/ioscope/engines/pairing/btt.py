@@ -206,6 +206,19 @@ def live_summary(live: tuple[int, int, int]) -> tuple[int, float, float, float]:
     return n, tot_live / n, (t_time - tot_live) / (n - 1), 100.0 * (tot_live / t_time)
 
 
+N_HIST_BKTS = 1025   # btt's request-size buckets: 1 to 1024 blocks of 512 bytes, and more
+
+
+def ranges(raw: bytes) -> npt.NDArray[np.uint64]:
+    """btt's activity ranges as kept (bytes: comparable) -> (n, 2) [start, end] ns."""
+    return np.frombuffer(raw, dtype=np.uint64).reshape(-1, 2)
+
+
+def hist_counts(raw: bytes) -> npt.NDArray[np.uint64]:
+    """btt's request-size histogram as kept (bytes; none: all 0) -> N_HIST_BKTS counts."""
+    return np.frombuffer(raw, dtype=np.uint64) if raw else np.zeros(N_HIST_BKTS, dtype=np.uint64)
+
+
 @dataclass
 class BttDev:
     """One device as btt sees it (its struct d_info), in the trace's time base (from the time zero)."""
@@ -234,6 +247,15 @@ class BttDev:
     split_never_completed: int       # of which btt still holds the Q at the end (no D or C covers it)
     q_replaced: int                  # Qs whose place a later Q at the same start sector took
     remaps_elsewhere: int            # remaps counted here (the record's device) that went to another
+    # btt's activity ranges of its Qs and Cs (bytes of [start, end] ns pairs: ranges()) and its per-second
+    # count of completions still open at the end (the second, completions, blocks: its files' last line)
+    qranges: bytes = b""
+    cranges: bytes = b""
+    rstat: tuple[int, int, int] = (-1, 0, 0)
+    # btt's -m buckets of seeks per second still open at the end, of the Q2Q and D2D streams: (the first seek's
+    # time in ns, seeks, the value btt prints; 0 seeks: none)
+    sps_q2q: tuple[int, int, float] = (0, 0, 0.0)
+    sps_d2d: tuple[int, int, float] = (0, 0, 0.0)
 
 
 @dataclass
@@ -245,6 +267,15 @@ class BttView:
     all: dict[str, Avg]
     live: tuple[int, int, int]
     time_zero: int
+    # what btt's other files hold (NAME.dat, NAME_qhist.dat, NAME_dhist.dat, sys_*_fp.dat): the system's
+    # activity ranges, each process's (in the order of processes), the request-size histograms of Qs and
+    # Ds (hist_counts()), the system's open per-second count
+    qranges: bytes = b""
+    cranges: bytes = b""
+    proc_ranges: list[tuple[bytes, bytes]] = field(default_factory=list)
+    qhist: bytes = b""
+    dhist: bytes = b""
+    rstat: tuple[int, int, int] = (-1, 0, 0)
 
     def device(self, dev: int) -> BttDev | None:
         return next((d for d in self.devices if d.dev == dev), None)
@@ -353,6 +384,24 @@ IOREC = np.dtype([("ord_q", "<u8"), ("ord_c", "<u8"), ("t", "<u8"), ("g", "<u8")
                   ("rq", "<u4"), ("flags", "<u4")])
 assert IOREC.itemsize == _tracecore.IOREC_SIZE
 NO_TIME = np.uint64(2**64 - 1)
+# One row of btt's per-I/O latency files from btt's own pairing (tracecore/bttsim.h's blat_t): kind (BL_*), the
+# device's index (Btt.dev_of), btt's time stamp for the row and the latency, in ns from the time zero. In btt's
+# order: a Q2D row per Q a D issues (stamped at the D; D - Q as unsigned, as btt subtracts), a Q2C row (stamped at
+# the Q) and, for a Q that was issued, a D2C row (stamped at the C) per Q a C completes.
+BLAT = np.dtype([("kind", "<i4"), ("dev", "<i4"), ("t", "<u8"), ("v", "<u8"), ("w", "<u8")])
+assert BLAT.itemsize == _tracecore.BLAT_SIZE
+# the kinds of btt's rows (bttsim.h's blat_t): the latency files' (t, v: time stamp and latency), a message
+# printed (t its time, v its row in the chunk), a second's line of the iops/mbps files (t the second, v the
+# completions, w their blocks; dev -1: the system's)
+# completions, w their blocks; dev -1: the system's); with btt's -Q/-s/-m/-B (Btt's btt_extra): a change of
+# the active queue depth (v the depth before it, w 1 at a D, 0 at a C), a seek of the Q2Q or D2D stream (v the
+# signed distance as u64), a D's blocks (v start, w end), a bucket of seeks per second ended (t its first seek,
+# v the seeks, w the bits of the float64 btt prints); BL_READ added to a seek's or a D's kind for a read
+BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE = 0, 1, 2, 3, 4
+BL_AQD, BL_SEEK_Q, BL_SEEK_D, BL_BNO, BL_SPS_Q, BL_SPS_D = 5, 6, 7, 8, 9, 10
+BL_READ = 0x100
+# (rows, dev_of, texts): the rows of a chunk, device numbers by index, the chunk's message texts by row
+BttRowSink = Callable[[npt.NDArray[np.void], list[int], dict[int, str]], None]
 IO_SPLIT, IO_DUP, IO_END, IO_START = 1, 2, 4, 8
 
 
@@ -375,15 +424,29 @@ class Btt:
 
     def __init__(self, comms: dict[int, str] | None = None, iostat_interval_ns: int = 1_000_000_000,
                  on_latency: LatencySink | None = None, time_zero: int | None = None,
-                 on_io: IoSink | None = None, stats: bool = True, first_names: bool = False) -> None:
+                 on_io: IoSink | None = None, stats: bool = True, first_names: bool = False,
+                 on_btt_rows: BttRowSink | None = None, btt_latencies: bool = False,
+                 range_delta: float = 0.1, time_window: tuple[float, float] | None = None,
+                 btt_extra: tuple[bool, bool, bool, bool] = (False, False, False, False)) -> None:
         """time_zero: the time btt's times count from: 0 for a blktrace dump, blkparse's genesis for per-CPU
         files; None for a capture, whose export counts from just before its first event
         (blktrace.EXPORT_BASE_OFFSET). stats=False: only ioscope's pairing, for on_io (no statistics,
         histograms, heat map, iostat, nor btt's view: result() has none). first_names: btt's view names
         each pid as the capture's export does (the name it had at its first block event, the notes
         themselves ignored), for a capture recorded by ioscope; else from the process notes in the
-        stream, as btt reads a blktrace file."""
+        stream, as btt reads a blktrace file. on_btt_rows(rows, dev_of, texts): the rows of the files btt
+        writes as it reads (BLAT, from btt's pairing: its messages, its per-second lines and, with
+        btt_latencies, its per-I/O latency rows) after each chunk; range_delta: btt's -d, the gap that
+        ends an activity range; time_window: btt's -t/-T (seconds from the time zero; btt reads nothing
+        after the first record past the end); btt_extra: the rows of btt's -Q, -s, -m and -B files too."""
         self.core = _tracecore.Core()
+        self.on_btt_rows = on_btt_rows
+        if on_btt_rows is not None:
+            self.core.set_btt_files(True, range_delta)
+            self.core.set_btt_latencies(btt_latencies)
+            self.core.set_btt_extra(*btt_extra)
+        if time_window is not None:
+            self.core.set_btt_window(*time_window)
         self.time_zero = time_zero
         if time_zero is not None:
             self.core.set_time_zero(time_zero)
@@ -507,10 +570,12 @@ class Btt:
                     self._pid_vals[place[0]] = p
         return name
 
-    def feed(self, ev: npt.NDArray[np.void], own_dev: npt.NDArray[Any] | None = None) -> None:
+    def feed(self, ev: npt.NDArray[np.void], own_dev: npt.NDArray[Any] | None = None,
+             texts: dict[int, str] | None = None) -> None:
         """One chunk: block events, and process notes (EV_NOTE_PROCESS) and messages (EV_MESSAGE) where they
         were read. own_dev: each record's own device, where btt counts it (default: its device; a remap
-        recorded on the traced disk whose bio went to another device has its device_to in dev)."""
+        recorded on the traced disk whose bio went to another device has its device_to in dev). texts: the
+        messages' texts by row, for on_btt_rows."""
         n = len(ev)
         if not n:
             return
@@ -545,6 +610,10 @@ class Btt:
         bdev = None if own_dev is None else self._devs(np.asarray(own_dev))
         raw = self.core.feed(np.ascontiguousarray(ev), dev=dev, auxdev=auxdev, proc=proc, bdev=bdev, name=name)
         per_kind = [np.frombuffer(b, dtype=REC) for b in raw]
+        if self.on_btt_rows is not None:
+            rows = np.frombuffer(self.core.take_btt_latencies(), dtype=BLAT)
+            if len(rows):
+                self.on_btt_rows(rows, self.dev_of, texts or {})
         if self.on_io is not None:
             self.on_io.io(np.frombuffer(self.core.take_io(), dtype=IOREC), ev, self.n_fed, self.comms, self.dev_of,
                           self.core.min_ord())
@@ -691,14 +760,16 @@ class Btt:
                 i["t_act_q"], i["plugged"], i["last_plug"], i["plugged_s"], i["nplugs"], i["nplugs_t"], i["nios_up"],
                 i["nios_upt"], i["q2d_hist"], Seeks(**i["seek_q2q"]), Seeks(**i["seek_d2d"]), (n, tot, end),
                 i["in_flight"], i["split_events"], i["split_bios"], i["split_never_completed"], i["q_replaced"],
-                i["remaps_elsewhere"]))
+                i["remaps_elsewhere"], i["qranges"], i["cranges"], i["rstat"], i["sps_q2q"], i["sps_d2d"]))
         procs = []
-        for key, avg in raw["processes"]:
+        for key, avg, qr, cr in raw["processes"]:
             pname = self.btt_names[key] if key >= 0 else f"pid{-key - 1:09d}"
-            procs.append((pname, _avgs(avg)))
+            procs.append((pname, _avgs(avg), qr, cr))
         procs.sort(key=lambda x: x[0].encode(errors="surrogateescape"))
         n, tot, end = raw["live"]
-        return BttView(devs, procs, _avgs(raw["all"]), (n, tot, end), tz)
+        return BttView(devs, [(p[0], p[1]) for p in procs], _avgs(raw["all"]), (n, tot, end), tz,
+                       raw["qranges"], raw["cranges"], [(p[2], p[3]) for p in procs], raw["qhist"], raw["dhist"],
+                       raw["rstat"])
 
 
 def _present(idx: npt.NDArray[Any]) -> list[int]:

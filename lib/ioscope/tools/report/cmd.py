@@ -31,9 +31,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--btt", action="store_true", help="print only btt's default sections, in btt's layout")
     p.add_argument("-i", "--interval", type=float, default=1.0, metavar="SECONDS",
                    help="iostat table interval (default 1 s)")
-    p.add_argument("--d2c-csv", metavar="FILE", help="write every I/O's D2C latency as CSV (btt -l)")
-    p.add_argument("--q2c-csv", metavar="FILE", help="write every I/O's Q2C latency as CSV (btt -q)")
-    p.add_argument("--q2d-csv", metavar="FILE", help="write every I/O's Q2D latency as CSV (btt -z)")
+    p.add_argument("--d2c-csv", metavar="FILE",
+                   help="write every I/O's D2C latency as CSV, from ioscope's corrected pairing (each "
+                        "piece of a split bio its own I/O); btt's own rows: ioscope btt -l")
+    p.add_argument("--q2c-csv", metavar="FILE",
+                   help="write every I/O's Q2C latency as CSV, from ioscope's corrected pairing (each "
+                        "piece of a split bio its own I/O); btt's own rows: ioscope btt -q")
+    p.add_argument("--q2d-csv", metavar="FILE",
+                   help="write every I/O's Q2D latency as CSV, from ioscope's corrected pairing (each "
+                        "piece of a split bio its own I/O); btt's own rows: ioscope btt -z")
     pages_cmd.add_arguments(p)
     p.set_defaults(func=run, tool="report")
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import itertools
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from typing import IO, Any
 
 import numpy as np
@@ -17,23 +16,17 @@ from ioscope.base import heat, outfile, units
 from ioscope.base.devices import kdev_str
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.base.fmt import fmt_ns
-from ioscope.capture.events import EV_MESSAGE, EV_NOTE_PROCESS, action_mask_note, join_events
+from ioscope.capture.events import action_mask_note
 from ioscope.engines.context import iolimits
 from ioscope.engines.context.throttle import held_line
-from ioscope.engines.pairing import btt, ios
+from ioscope.engines.pairing import btt, bttinput, ios
 from ioscope.engines.pairing.btt import Avg, BttResult, DevState, Stat, live_summary
+from ioscope.engines.pairing.bttavg import LABELS, Q2D_HEADS, avg_reqs_at_q, merge_info, render_btt
 from ioscope.tools.report import model as report_model
 from ioscope.tools.report.model import (
-    LABELS,
-    OVERHEAD_PHASES,
-    Q2D_HEADS,
-    AvgTable,
     ReportModel,
-    avg_reqs_at_q,
     cgroups_json,
-    dev_label,
     heat_json,
-    merge_info,
     stacks_json,
     summary_json,
 )
@@ -43,138 +36,6 @@ PCTS = (50.0, 90.0, 99.0, 99.9)
 
 def dev_key(dev: int) -> str:
     return kdev_str(dev)
-
-
-def _hdr(out: list[str], title: str) -> None:
-    out.append(f"==================== {title} ====================")
-    out.append("")
-
-
-def _block(out: list[str], head: str, dash: str, rows: Iterable[str], summary: Iterable[str] = ()) -> None:
-    """One of btt's tables: its header and dashes, a line per row, its summary lines, a blank line."""
-    out += [head, dash, *rows, *summary, ""]
-
-
-def _avg_head(label: str) -> str:
-    return f"{label:>15s} {'MIN':>13s} {'AVG':>13s} {'MAX':>13s} {'N':>11s}"
-
-
-AVG_DASH = "--------------- ------------- ------------- ------------- -----------"
-
-
-def _avg_rows(rows: Iterable[tuple[str, Avg]]) -> list[str]:
-    return [f"{label:<15s} {btt.bit_time(a.min):13.9f} {a.avg:13.9f} {btt.bit_time(a.max):13.9f} {a.n:11d}"
-            for label, a in rows]
-
-
-def _avg_groups(out: list[str], groups: list[list[AvgTable]]) -> None:
-    """btt -A's per-process or per-device tables: one per phase, a blank line after the *dm group."""
-    for group in groups:
-        for t in group:
-            _block(out, _avg_head(t.head), AVG_DASH, _avg_rows(t.rows))
-        if group is groups[0]:
-            out.append("")
-
-
-def _summary(dash: str, head: str | None, *lines: str) -> list[str]:
-    """A table's summary: a dash, its header again (if given), its lines; nothing when it has no lines."""
-    return [dash, *([head] if head else []), *lines] if lines else []
-
-
-def render_btt(m: ReportModel, all_data: bool = True) -> list[str]:
-    """btt's text sections (All Devices ... I/O Active Period; with all_data the -A tables too), from btt's
-    view of the records: what the real btt prints for the same trace, byte for byte."""
-    out: list[str] = []
-    if all_data:
-        _hdr(out, "Per Process")
-        _avg_groups(out, m.per_process)
-        _hdr(out, "Per Device")
-        _avg_groups(out, m.per_device)
-    _hdr(out, "All Devices")
-    dm, other = m.all_devices
-    _block(out, _avg_head("ALL"), AVG_DASH, [*_avg_rows(dm), "", *_avg_rows(other)])
-
-    _hdr(out, "Device Overhead")
-    head = f"{'DEV':>10s} | {'Q2G':>9s} {'G2I':>9s} {'Q2M':>9s} {'I2D':>9s} {'D2C':>9s}"
-    dash = "---------- | --------- --------- --------- --------- ---------"
-    _by_dev(out, head, dash, [o.dev for o in m.overhead],
-            [f"{_label(o.dev, 'Overall')} | " + " ".join(f"{o.pct[k]:8.4f}%" for k in OVERHEAD_PHASES)
-             for o in m.overhead], "")
-
-    _hdr(out, "Device Merge Information")
-    head = (f"{'DEV':>10s} | {'#Q':>8s} {'#D':>8s} {'Ratio':>7s} | "
-            f"{'BLKmin':>8s} {'BLKavg':>8s} {'BLKmax':>8s} {'Total':>8s}")
-    dash = "---------- | -------- -------- ------- | -------- -------- -------- --------"
-    _by_dev(out, head, dash, [g.dev for g in m.merge],
-            [f"{_label(g.dev, 'TOTAL')} | {g.q:8d} {g.d:8d} {g.ratio:7.1f} | {g.blk_min:8d} {g.blk_avg:8d} "
-             f"{g.blk_max:8d} {g.blk_total:8d}" for g in m.merge], head)
-
-    more = f"{'':10s}   {'':15s} {'':15s} {'':15s}   ...({{}} more)"
-    for title, key in (("Device Q2Q Seek Information", "q2q"), ("Device D2D Seek Information", "d2d")):
-        _hdr(out, title)
-        head = f"{'DEV':>10s} | {'NSEEKS':>15s} {'MEAN':>15s} {'MEDIAN':>15s} | {'MODE':<15s}"
-        dash = "---------- | --------------- --------------- --------------- | ---------------"
-        rows: list[str] = []
-        for sk in m.seeks[key].rows:
-            line = (f"{_label(sk.dev, '')} | {sk.n:15d} {sk.mean:15.1f} {sk.median:15d} | "
-                    f"{sk.modes[0] if sk.modes else 0}({sk.mode_count})")
-            rows += [line, more.format(sk.more)] if sk.more > 1 else [line + "".join(f" {x}" for x in sk.modes[1:])]
-        avg = m.seeks[key].average
-        summary: list[str] = []
-        if avg is not None:
-            summary = _summary(dash, head.replace("       DEV", "   Overall"),
-                               f"{'Average':>10s} | {avg.n:15d} {avg.mean:15.1f} {avg.median:15d} | "
-                               f"{avg.modes[0]}({avg.mode_count})",
-                               *([more.format(avg.more), ""] if avg.more > 0 else []))
-        _block(out, head, dash, rows, summary)
-
-    _hdr(out, "Plug Information")
-    head = f"{'DEV':>10s} | {'# Plugs':>10s} {'# Timer Us':>10s}  | % Time Q Plugged"
-    dash = "---------- | ---------- ----------  | ----------------"
-    plugs = [f"{_label(p.dev, 'Average')} | {p.plugs:10d}({p.timer_unplugs:10d}) | {p.pct_time_plugged:13.9f}%"
-             for p in m.plug]
-    _by_dev(out, head, dash, [p.dev for p in m.plug], plugs)
-    head = f"{'DEV':>10s} | {'IOs/Unp':>10s}   {'IOs/Unp(to)':>10s}"
-    dash = "---------- | ----------   ----------"
-    _by_dev(out, head, dash, [u.dev for u in m.unplug],
-            [f"{_label(u.dev, 'Average')} | {u.ios_per_unplug:10.1f}   {u.ios_per_timer_unplug:10.1f}"
-             for u in m.unplug])
-
-    _hdr(out, "Active Requests At Q Information")
-    _by_dev(out, f"{'DEV':>10s} | {'Avg Reqs @ Q':>13s}", "---------- | -------------", [a.dev for a in m.active],
-            [f"{_label(a.dev, 'Average')} | {a.avg_reqs_at_q:13.1f}" for a in m.active],
-            f"{'Overall':>10s} | {'Avgs Reqs @ Q':>13s}")
-
-    _hdr(out, "I/O Active Period Information")
-    head = f"{'DEV':>10s} | {'# Live':>10s} {'Avg. Act':>13s} {'Avg. !Act':>13s} {'% Live':>6s}"
-    dash = "---------- | ---------- ------------- ------------- ------"
-    _by_dev(out, head, dash, [lv.dev for lv in m.live],
-            [f"{_label(lv.dev, 'Total Sys')} | {lv.n:10d} {lv.avg_active:13.9f} {lv.avg_inactive:13.9f} "
-             f"{lv.pct_live:6.2f}" for lv in m.live], "")
-
-    if all_data:
-        _hdr(out, "Q2D Histogram")
-        bars = "===== " * 10
-        rows = [f"{_label(qd.dev, 'AVG')} | " + "".join(f"{x:5.1f} " for x in qd.pct) for qd in m.q2d]
-        # btt's header ends its line early: the space of its last column lands on the dashes
-        out += [f"{'DEV':>10s} | " + " ".join(f"{h:>5s}" for h in Q2D_HEADS), f" --------- | {bars}", *rows[:-1]]
-        if m.q2d:
-            out += [f"========== | {bars}", rows[-1], ""]
-    return out
-
-
-def _by_dev(out: list[str], head: str, dash: str, devs: list[int | None], rows: list[str],
-            overall: str | None = None) -> None:
-    """One of btt's per-device tables (_block): the rows of devices, then the summary row (dev None) after a
-    dash and a header: the table's with 'Overall' for 'DEV' (None), the one given, or none ('')."""
-    total = [r for d, r in zip(devs, rows) if d is None]
-    again = head.replace("       DEV", "   Overall") if overall is None else overall or None
-    _block(out, head, dash, [r for d, r in zip(devs, rows) if d is not None], _summary(dash, again, *total))
-
-
-def _label(dev: int | None, summary: str) -> str:
-    """A device's label in btt's tables, or the summary row's name."""
-    return f"{summary if dev is None else dev_label(dev):>10s}"
 
 
 # ----------------------------------------------------------------------------- ioscope's additions
@@ -536,84 +397,27 @@ class CsvDumps:
             f.close()
 
 
-def batched(chunks: Iterable[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]],
-            rows: int = 1 << 15) -> Iterator[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]]:
-    """Join small chunks (with their records' own devices, or None) into batches of about rows events (fewer
-    numpy calls; memory stays bounded)."""
-    held: list[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]] = []
-    n = 0
-
-    def join() -> tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]:
-        ev = join_events([c for c, _o in held])
-        if all(o is None for _c, o in held):
-            return ev, None
-        return ev, np.concatenate([c["dev"].astype(np.uint32) if o is None else o for c, o in held])
-
-    for c, own in chunks:
-        held.append((c, own))
-        n += len(c)
-        if n >= rows:
-            yield join()
-            held, n = [], 0
-    if held:
-        yield join()
-
-
-def btt_input(src: Any, path: str, warn: Callable[[str], object] | None = None) -> tuple[
-        Iterator[tuple[npt.NDArray[np.void], npt.NDArray[np.uint32] | None]], dict[str, Any]]:
-    """A source's records in the order btt reads them, with each record's own device where it is not its
-    event's (None), and how to set btt's view up (Btt keyword arguments):
-
-    - blktrace's per-CPU files, given directly or imported: what `blkparse -d` writes from them (btt needs
-      that dump): blkparse's order, each note where blkparse reads it, times from its genesis;
-    - a stream (a dump) given directly or imported: its records in its own order, times as they are;
-    - a capture recorded by ioscope: its events as its export writes them (times from just before the
-      first event, each pid named once, as at its first event)."""
-    from ioscope.capture import importer
-    if src.kind == "blktrace":
-        whole = importer.read_file_sets(path, warn)
-        if whole is None:   # a stream, read as btt reads it
-            return ((d.events, d.own_dev) for d in src.decoded()), {"time_zero": 0}
-        fs, chunks = whole.fs, whole.chunks()
-    else:
-        kept = importer.file_sets(src)
-        chunks = src.chunks()
-        if kept is None:
-            imported = src.meta.get("source") == "blktrace"   # imported before the import kept its files
-            return ((c, None) for c in chunks), ({"time_zero": 0} if imported else {"first_names": True})
-        fs = kept
-    stream = importer.btt_stream(fs, chunks)
-    first = next(stream, None)
-    if first is None:
-        return iter(()), {"time_zero": 0}
-    blk = first[0]["ts"][(first[0]["flags"] & (EV_NOTE_PROCESS | EV_MESSAGE)) == 0]
-    tz = importer.time_zero(fs, int(blk[0]) if len(blk) else None)
-    return itertools.chain([first], stream), {"time_zero": tz}
-
-
 def analyse_source(path: str, interval_ns: int = 1_000_000_000, csv_paths: dict[str, str] | None = None,
                    warn: Callable[[str], object] | None = None) -> tuple[BttResult, Any]:
     from ioscope.capture.offline import open_source
     src = open_source(path)
     with src:
-        records, how = btt_input(src, path, warn)
         # the capture's cgroups (record's EV_CGROUP): the per-I/O records, for the per-cgroup table
         by_cgroup = ios.CgroupSink() if src.kind == "capture" and (src.cgroups or src.meta.get(
             "cgroup_hierarchy")) else None
-        engine = btt.Btt(src.comms, iostat_interval_ns=interval_ns, on_io=by_cgroup, **how)
-        dumps = None
-        if csv_paths:   # times from the trace's time zero, like btt's files
-            dumps = CsvDumps(csv_paths, lambda d: dev_key(d), engine.proc_names, lambda: engine.time_zero or 0)
-            engine.on_latency = dumps
+        dumps: list[CsvDumps] = []
+
+        def setup(engine: btt.Btt) -> None:
+            if csv_paths:   # times from the trace's time zero, like btt's files
+                dumps.append(CsvDumps(csv_paths, lambda d: dev_key(d), engine.proc_names,
+                                      lambda: engine.time_zero or 0))
+                engine.on_latency = dumps[0]
+
         try:
-            for chunk, own in batched(records):
-                for pid, comm in src.comms.items():   # pids not seen yet; renames come from the notes
-                    engine.comms.setdefault(pid, comm)
-                engine.feed(chunk, own)
+            res = bttinput.analyse(src, path, warn, setup, iostat_interval_ns=interval_ns, on_io=by_cgroup)
         finally:
-            if dumps is not None:
-                dumps.close()
-        res = engine.result()
+            for d in dumps:
+                d.close()
         if by_cgroup is not None:
             res.cgroups = by_cgroup.totals
         return res, src

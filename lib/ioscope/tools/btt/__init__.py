@@ -1,0 +1,1 @@
+"""ioscope btt: btt's own command line and output files, from btt's own pairing."""

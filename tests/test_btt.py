@@ -1,0 +1,203 @@
+"""`ioscope btt` against the real btt (Debian's blktrace 1.2.0), file for file and byte for byte, on every trace of
+tests/traces/: each dump as it is, each per-CPU set (btt reads the `blkparse -d` dump of it; ioscope btt the files
+themselves) and each set imported as an ioscope capture. Every file btt writes is compared, and the list of files:
+the default text (stdout: messages, averages, activity ranges), -o NAME's NAME.avg (with and without -A), NAME.dat,
+NAME.msg, NAME_qhist.dat and NAME_dhist.dat, the per-second MAJ,MIN_iops_fp.dat/_mbps_fp.dat and sys_* files, and
+the -l/-q/-z latency files, and the -Q (NAME_MAJ,MIN_aqd.dat), -s (NAME_MAJ,MIN_q2q_[rwc].dat, _d2d_[rwc].dat), -m
+(NAME_MAJ,MIN.dat, which btt's two seek streams write at once) and -B (NAME_MAJ,MIN_[rwc].dat) files, on the whole
+trace and in a -t/-T window. A crafted five-minute trace (long_seeks) makes the -m file longer than a stdio buffer,
+where the two streams' blocks overwrite each other. -D and -e (btt's output filters: the devices and processes shown,
+in the order given) on every dump and per-CPU set, not again on the sets' captures: they only select rows of the
+view the capture runs already compare, and the suite stays under a minute."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_blktrace_corpus import DUMPS, SETS, TRACES, reference_set
+
+LAT = ("-l", "d2c", "-q", "q2c", "-z", "q2d")
+EXTRA = ("-Q", "aqd", "-s", "sk", "-m", "sps", "-B", "bno")
+
+
+def ioscope_btt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ioscope.cli", "btt", *args], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+
+
+def real_btt(dump: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cwd.mkdir(parents=True, exist_ok=True)
+    p = subprocess.run(["btt", "-i", str(dump), *args], capture_output=True, text=True, timeout=120, cwd=cwd)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    return p
+
+
+def outputs(d: Path) -> dict[str, bytes]:
+    """Every file of a run."""
+    return {f.name: f.read_bytes() for f in d.iterdir() if f.is_file()}
+
+
+def same_run(btt_input: Path, ios_input: str, work: Path, label: str, *args: str) -> dict[str, bytes]:
+    """ioscope btt and the real btt with args in two empty directories: the same files, byte for byte, and the
+    same stdout. The files, for a caller's further checks."""
+    ref, mine = work / f"ref-{label}", work / f"ios-{label}"
+    want_out = real_btt(btt_input, ref, *args).stdout
+    mine.mkdir()
+    p = ioscope_btt("-i", ios_input, *args, cwd=mine)
+    assert p.returncode == 0, p.stderr
+    want, got = outputs(ref), outputs(mine)
+    assert sorted(got) == sorted(want), (label, sorted(got), sorted(want))
+    for name in want:
+        assert got[name] == want[name], (label, name, got[name][:300], want[name][:300])
+    assert p.stdout == want_out, (label, p.stdout[:500], want_out[:500])
+    return got
+
+
+def compare(btt_input: Path, ios_input: str, work: Path, ios_cwd: Path, filters: bool = True) -> None:
+    """Every file and the stdout of ioscope btt, against the real btt's, for one trace."""
+    for label, args in (("avg", ("-o", "out")), ("avgA", ("-o", "out", "-A")), ("lat", ("-o", "out", *LAT)),
+                        ("delta", ("-o", "out", "-d", "0.001")),        # ranges cut at 1 ms gaps
+                        ("window", ("-o", "out", "-t", "0.002", "-T", "0.01", *LAT, *EXTRA)),
+                        ("extra", ("-o", "out", *EXTRA)),
+                        ("end", ("-o", "out", "-T", "0.004"))):         # -t left at btt's 0.0
+        got = same_run(btt_input, ios_input, work, label, *args)
+        assert {"out.avg", "out.dat", "out.msg", "out_qhist.dat", "out_dhist.dat", "sys_iops_fp.dat",
+                "sys_mbps_fp.dat"} <= set(got), sorted(got)
+        if label == "extra":
+            assert any(n.startswith("aqd_") for n in got) and any(n.startswith("sk_") for n in got), sorted(got)
+    if not filters:
+        return
+    # -D and -e: the devices btt set up in reverse order, one twice, and names of which some are no process
+    devs = sorted(n[:-len("_iops_fp.dat")] for n in outputs(work / "ref-avg") if n.endswith("_iops_fp.dat")
+                  and not n.startswith("sys"))
+    same_run(btt_input, ios_input, work, "select", "-o", "out", "-A", "-D", ";".join([*devs[::-1], devs[0]]),
+             "-e", "dd,no-such-process,fio,kworker")
+    same_run(btt_input, ios_input, work, "noproc", "-A", "-e", "")   # no Per Process section
+    # without -o: btt prints its messages, its averages, then its activity ranges
+    got = same_run(btt_input, ios_input, work, "stdout")
+    assert "out.avg" not in got and "sys_iops_fp.dat" in got
+
+
+def latency_files(d: Path) -> list[str]:
+    return sorted(f.name for f in d.iterdir() if f.name.endswith(("_d2c.dat", "_q2c.dat", "_q2d.dat")))
+
+
+@pytest.mark.parametrize("dump", DUMPS)
+def test_dump_files_equal_btt(dump: str, tmp_path: Path) -> None:
+    compare(TRACES / dump, str(TRACES / dump), tmp_path, tmp_path)
+    assert latency_files(tmp_path / "ios-lat"), "no latency file compared"
+
+
+@pytest.mark.parametrize("name", sorted(SETS))
+def test_per_cpu_set_and_its_capture_equal_btt(name: str, tmp_path: Path) -> None:
+    ref, names = reference_set(name, tmp_path)
+    subprocess.run(["blkparse", "-q", "-O", *[a for n in names for a in ("-i", n)], "-d", "ref.dump"], cwd=ref,
+                   check=True, capture_output=True)
+    src = tmp_path / "src"
+    src.mkdir()
+    for n in names:
+        for f in TRACES.glob(f"{n}.blktrace.*"):
+            shutil.copyfile(f, src / f.name)
+    if not SETS[name]:   # one set: read directly
+        compare(ref / "ref.dump", str(src / name), tmp_path / "direct", src)
+    cap = tmp_path / "x.ioscope"
+    p = subprocess.run([sys.executable, "-m", "ioscope.cli", "import", *names, "-o", str(cap)], cwd=src,
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    compare(ref / "ref.dump", str(cap), tmp_path / "capture", src, filters=False)
+
+
+def long_seeks(seconds: int = 300, seed: int = 7) -> bytes:
+    """A blkparse -d dump of one disk (8,0): an I/O every 0.15 to 0.5 s at a random sector, reads and writes, some
+    with a back merge (a Q without its own D): btt's -m lines of the Q2Q and D2D streams differ, and each stream
+    writes more than a 4 KiB stdio buffer."""
+    from blk_scenarios import raw_record
+    from ioscope.capture.events import (
+        TA_BACKMERGE,
+        TA_COMPLETE,
+        TA_GETRQ,
+        TA_INSERT,
+        TA_ISSUE,
+        TA_QUEUE,
+        TC_COMPLETE,
+        TC_ISSUE,
+        TC_QUEUE,
+        TC_READ,
+        TC_WRITE,
+    )
+    rnd = random.Random(seed)
+    recs = []
+    t = 1000
+    while t < seconds * 1_000_000_000:
+        sec = rnd.randrange(0, 1 << 24) * 8
+        cat = TC_READ if rnd.random() < 0.4 else TC_WRITE
+        n = 4096 * rnd.choice((1, 2, 8))
+        recs += [(t, sec, n, TA_QUEUE, cat | TC_QUEUE), (t + 1000, sec, n, TA_GETRQ, cat),
+                 (t + 1500, sec, n, TA_INSERT, cat)]
+        if rnd.random() < 0.3:
+            recs += [(t + 1800, sec + n // 512, 4096, TA_QUEUE, cat | TC_QUEUE),
+                     (t + 1900, sec + n // 512, 4096, TA_BACKMERGE, cat)]
+            n += 4096
+        recs += [(t + 3000, sec, n, TA_ISSUE, cat | TC_ISSUE), (t + 90_000, sec, n, TA_COMPLETE, cat | TC_COMPLETE)]
+        t += rnd.randrange(150_000_000, 500_000_000)
+    recs.sort()
+    return b"".join(raw_record("<", i + 1, ts, s, n, a | (c << 16), 100, 8 << 20, 0)
+                    for i, (ts, s, n, a, c) in enumerate(recs))
+
+
+def test_seeks_per_second_past_a_buffer_equal_btt(tmp_path: Path) -> None:
+    """btt's -m file is written by two stdio streams at once (the device's Q2Q and D2D seeks): past a buffer's
+    size their blocks overwrite each other; ioscope btt leaves the file as btt does."""
+    dump = tmp_path / "long.dump"
+    dump.write_bytes(long_seeks())
+    got = same_run(dump, str(dump), tmp_path, "long", "-o", "out", *EXTRA)
+    assert len(got["sps_8,0.dat"]) > os.stat(tmp_path).st_blksize, len(got["sps_8,0.dat"])   # past a stdio buffer
+    assert {"sk_8,0_q2q_r.dat", "sk_8,0_d2d_w.dat", "bno_8,0_c.dat", "aqd_8,0_aqd.dat"} <= set(got)
+
+
+def test_latency_rows_follow_btts_pairing_not_reports(tmp_path: Path) -> None:
+    """On a trace with split bios btt never completes, btt's D2C file has fewer rows than report's CSV (ioscope's
+    corrected pairing): ioscope btt writes btt's."""
+    trace = TRACES / "splits.dump"
+    p = ioscope_btt("-i", str(trace), "-l", "d2c", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    rows = (tmp_path / "d2c_7,2_d2c.dat").read_text().splitlines()
+    subprocess.run([sys.executable, "-m", "ioscope.cli", "report", "--d2c-csv", str(tmp_path / "r.csv"), str(trace)],
+                   check=True, capture_output=True, timeout=120)
+    csv_rows = (tmp_path / "r.csv").read_text().splitlines()[1:]
+    assert rows and len(rows) != len(csv_rows)
+
+
+@pytest.mark.parametrize(("args", "needle", "code"), [
+    (["-i", "/nonexistent/trace.dump"], "/nonexistent/trace.dump", 1),
+    (["-i", "CORRUPT"], "CORRUPT", 1),
+    (["-i", "TRACE", "-t", "abc"], "-t", 2),
+    (["-i", "TRACE", "-T", "1s"], "-T", 2),
+    (["-i", "TRACE", "-d", "nan"], "-d", 2),
+    (["-i", "TRACE", "-u", "up"], "-u", 2),
+    (["-i", "TRACE", "-m", "sps"], "-m", 2),     # btt: "-m option requires -s options"
+    (["-i", "TRACE", "-s"], "-s", 2),
+    (["-i", "TRACE", "-D", "7"], "-D", 2),
+    (["-i", "TRACE", "-D", "9,9"], "9,9", 2),    # a device btt never set up: btt crashes
+    (["-i", "TRACE", "--no-such-option"], "--no-such-option", 2),
+    ([], "-i", 2),
+])
+def test_bad_input_is_one_line(args: list[str], needle: str, code: int, tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.dump"
+    corrupt.write_bytes(b"\x00garbage, not a blktrace record" * 10)
+    args = [str(corrupt) if a == "CORRUPT" else str(TRACES / "splits.dump") if a == "TRACE" else a for a in args]
+    needle = str(corrupt) if needle == "CORRUPT" else needle
+    p = ioscope_btt(*args, cwd=tmp_path)
+    assert p.returncode == code, (p.returncode, p.stderr)
+    assert "Traceback" not in p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 or (code == 2 and lines[0].startswith("usage:")), p.stderr
+    assert needle in p.stderr, p.stderr
