@@ -10,8 +10,8 @@
 #include "ioscope.h"
 #include "agg.h" /* struct agg_file: a file's name as fname.bpf.h reads it */
 
-/* The system calls followed (one enter and one exit program each); user space names them in this order
- * (abi.py CALLS). */
+/* The system calls followed; user space names them in this order (calls.py CALLS) and marks their numbers
+ * in targ_nr_call (index + 1, by syscall number: numbers are per architecture, calls.py). */
 enum fs_call {
 	FS_READ = 0,
 	FS_WRITE = 1,
@@ -33,6 +33,8 @@ enum fs_call {
 	FS_SPLICE = 17,
 	FS_NR_CALLS = 18,
 };
+
+#define FS_MAX_NR 512 /* syscall numbers targ_nr_call covers (calls.py MAX_NR) */
 
 /* The object's own counters, after the ones every object has (enum ios_stat_idx). */
 enum fs_stat_idx {
