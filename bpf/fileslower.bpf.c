@@ -122,30 +122,38 @@ static __always_inline void iowait_ended(const struct iowait_start *s, __u32 tid
 	}
 }
 
+/* A kfunc of 6.2 on: a tp_btf program views the file read from the fd array as a struct file (plain,
+ * fault-safe loads). Where the kernel lacks it, user space loads the raw_tp programs (collector.py). */
+extern void *bpf_rdonly_cast(const void *obj, __u32 btf_id) __ksym __weak;
+
 /* The inode behind fd in the current task, when it is a regular file or a block device (NULL for
- * anything else: sockets, pipes, ttys, anonymous inodes), and its device. */
-static __always_inline struct inode *fd_inode(long fd, __u32 *dev)
+ * anything else: sockets, pipes, ttys, anonymous inodes), and its device. btf (tp_btf): loads through the
+ * current task's BTF pointers and one bpf_probe_read_kernel (the fd array's slot: a pointer to pointers
+ * is not BTF-typed), instead of one bpf_probe_read_kernel per pointer (raw_tp, CO-RE reads). */
+static __always_inline struct inode *fd_inode(long fd, __u32 *dev, const bool btf)
 {
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(task, files, fdt);
+	struct task_struct *task = btf ? bpf_get_current_task_btf() : (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = IOS_READ(btf, task, files, fdt);
 	struct file **fds;
 	struct file *f = NULL;
 	struct inode *inode;
 	__u32 mode;
 
-	if (fd < 0 || !fdt || fd >= BPF_CORE_READ(fdt, max_fds))
+	if (fd < 0 || !fdt || fd >= IOS_READ(btf, fdt, max_fds))
 		return NULL;
-	fds = BPF_CORE_READ(fdt, fd);
+	fds = IOS_READ(btf, fdt, fd);
 	if (!fds || bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
 		return NULL;
-	inode = BPF_CORE_READ(f, f_inode);
+	if (btf)
+		f = bpf_rdonly_cast(f, bpf_core_type_id_kernel(struct file));
+	inode = IOS_READ(btf, f, f_inode);
 	if (!inode)
 		return NULL;
-	mode = BPF_CORE_READ(inode, i_mode) & FS_S_IFMT;
+	mode = IOS_READ(btf, inode, i_mode) & FS_S_IFMT;
 	if (mode == FS_S_IFREG)
-		*dev = BPF_CORE_READ(inode, i_sb, s_dev);
+		*dev = IOS_READ(btf, inode, i_sb, s_dev);
 	else if (mode == FS_S_IFBLK)
-		*dev = BPF_CORE_READ(inode, i_rdev);
+		*dev = IOS_READ(btf, inode, i_rdev);
 	else
 		return NULL;
 	return inode;
@@ -172,12 +180,12 @@ static __always_inline int nr_call(long nr)
 }
 
 /* A 32-bit task's system call: its number is another table's (on x86, ia32's), left out. */
-static __always_inline bool compat_call(void)
+static __always_inline bool compat_call(const bool btf)
 {
 #if defined(__TARGET_ARCH_x86)
-	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *task = btf ? bpf_get_current_task_btf() : (struct task_struct *)bpf_get_current_task();
 
-	return BPF_CORE_READ(task, thread_info.status) & FS_TS_COMPAT;
+	return IOS_READ(btf, task, thread_info.status) & FS_TS_COMPAT;
 #else
 	return false; /* not told apart: docs/fileslower.md, "What it cannot see" */
 #endif
@@ -206,7 +214,7 @@ static __always_inline int fs_enter(struct pt_regs *regs, long nr, const bool bt
 	long fd = -1, fd2 = -1;
 	int call = nr_call(nr);
 
-	if (call < 0 || compat_call())
+	if (call < 0 || compat_call(btf))
 		return 0;
 	id = bpf_get_current_pid_tgid();
 	tid = (__u32)id;
@@ -231,9 +239,9 @@ static __always_inline int fs_enter(struct pt_regs *regs, long nr, const bool bt
 		fd = FS_ARG(btf, regs, 1);
 	}
 	if (call != FS_IO_URING_ENTER) {
-		inode = fd_inode(fd, &dev);
+		inode = fd_inode(fd, &dev, btf);
 		if (!inode && fd2 >= 0)
-			inode = fd_inode(fd2, &dev);
+			inode = fd_inode(fd2, &dev, btf);
 		if (!inode)
 			return 0; /* not a file's I/O */
 	}
@@ -247,7 +255,7 @@ static __always_inline int fs_enter(struct pt_regs *regs, long nr, const bool bt
 		s.cgroup = cgroup_kn_id(cg);
 	}
 	s.inode = (__u64)inode;
-	s.ino = inode ? BPF_CORE_READ(inode, i_ino) : 0;
+	s.ino = inode ? IOS_READ(btf, inode, i_ino) : 0;
 	s.dev = dev;
 	s.call = call;
 	s.start_ns = bpf_ktime_get_ns();

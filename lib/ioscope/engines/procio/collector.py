@@ -93,11 +93,7 @@ def uring_hooks(b: BPFObject) -> tuple[list[str], str | None]:
 
 def _need_kfunc(b: BPFObject, kfunc: str, hooks: list[str], force: bool = False) -> None:
     """tp_btf variants of these hooks call kfunc: without it in the kernel (before 6.2), use raw_tp."""
-    import ioscope.kernel._libbpf as _libbpf
-
-    if not force and _libbpf.has_type(kfunc, "func", b.btf):
-        return
-    b.demote(hooks, "raw_tp")
+    b.need_kfunc(kfunc, hooks, force)
 
 
 class ReadsizeCollector:

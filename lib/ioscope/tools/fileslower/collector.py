@@ -66,6 +66,7 @@ class FileSlowerCollector:
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
         b.choose(required=SYSCALL_HOOKS, optional=OTHER_HOOKS)
+        b.need_kfunc("bpf_rdonly_cast", SYSCALL_HOOKS)  # the tp_btf programs' file from the fd (6.2 on)
         b.set_global("targ_nr_call", calls.nr_table(o.calls), f"{calls.MAX_NR}B")
         b.set_global("targ_min_ns", o.min_ns, "Q")
         b.set_global("targ_tgid", o.pid or 0, "I")
