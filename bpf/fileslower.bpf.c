@@ -54,7 +54,7 @@ const volatile __u8 targ_nr_call[FS_MAX_NR] = {};
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384); /* threads inside a followed call at once */
+	__uint(max_entries, 16384); /* threads that made a followed call, alive */
 	__type(key, __u32);
 	__type(value, struct fs_state);
 } calls SEC(".maps");
@@ -104,16 +104,26 @@ static __always_inline bool iowait_began(void *ctx, struct iowait_start *s);
 static __always_inline void iowait_ended(const struct iowait_start *s, __u32 tid, __u64 ns);
 #include "iowait.bpf.h"
 
+/* A thread's call in progress, NULL when it has none. A thread's entry in calls stays from its first
+ * followed call to its exit (sched_process_exit), its start_ns 0 between calls: an enter overwrites it
+ * and an exit zeroes start_ns, instead of a map update and a map delete per call. */
+static __always_inline struct fs_state *call_of(__u32 tid)
+{
+	struct fs_state *c = bpf_map_lookup_elem(&calls, &tid);
+
+	return c && c->start_ns ? c : NULL;
+}
+
 static __always_inline bool iowait_began(void *ctx, struct iowait_start *s)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
 
-	return bpf_map_lookup_elem(&calls, &tid) != NULL;
+	return call_of(tid) != NULL;
 }
 
 static __always_inline void iowait_ended(const struct iowait_start *s, __u32 tid, __u64 ns)
 {
-	struct fs_state *c = bpf_map_lookup_elem(&calls, &tid);
+	struct fs_state *c = call_of(tid);
 
 	/* the waker's context (any CPU): atomic adds */
 	if (c && c->start_ns <= s->ns) {
@@ -210,7 +220,7 @@ static __always_inline int fs_enter(struct pt_regs *regs, long nr, const bool bt
 	__u64 id;
 	__u32 tid, dev = 0;
 	struct inode *inode = NULL;
-	struct fs_state s = {};
+	struct fs_state s = {}, *c;
 	long fd = -1, fd2 = -1;
 	int call = nr_call(nr);
 
@@ -259,7 +269,10 @@ static __always_inline int fs_enter(struct pt_regs *regs, long nr, const bool bt
 	s.dev = dev;
 	s.call = call;
 	s.start_ns = bpf_ktime_get_ns();
-	if (map_update(&calls, &tid, &s, BPF_ANY))
+	c = bpf_map_lookup_elem(&calls, &tid);
+	if (c)
+		*c = s; /* the thread's entry since an earlier call */
+	else if (map_update(&calls, &tid, &s, BPF_NOEXIST))
 		stat_inc(FS_LOST_CALLS_FULL);
 	return 0;
 }
@@ -311,14 +324,14 @@ static __always_inline int fs_exit(struct pt_regs *regs, long ret, const bool bt
 		return 0; /* a call not followed */
 	id = bpf_get_current_pid_tgid();
 	tid = (__u32)id;
-	c = bpf_map_lookup_elem(&calls, &tid);
+	c = call_of(tid);
 	if (!c)
 		return 0; /* not followed: not a file, filtered out, or entered before tracing began */
 	if (call < 0)
 		call = c->call; /* the number is not known here: the thread's call in progress ends */
 	if (c->call != call) {
 		stat_inc(FS_STAT_EXIT_OTHER);
-		map_delete(&calls, &tid, true);
+		c->start_ns = 0;
 		return 0;
 	}
 	now = bpf_ktime_get_ns();
@@ -354,7 +367,7 @@ static __always_inline int fs_exit(struct pt_regs *regs, long ret, const bool bt
 			bpf_ringbuf_submit(e, 0);
 		}
 	}
-	map_delete(&calls, &tid, true);
+	c->start_ns = 0; /* no call in progress */
 	return 0;
 }
 
@@ -363,7 +376,7 @@ static __always_inline int fs_exit(struct pt_regs *regs, long ret, const bool bt
 static __always_inline int fs_bio_queue(struct bio *bio, const bool btf)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct fs_state *c = bpf_map_lookup_elem(&calls, &tid);
+	struct fs_state *c = call_of(tid);
 	struct fs_bio b = {}, *old;
 	__u32 size, opf;
 	__u64 key;
@@ -421,7 +434,7 @@ __noinline int fs_bio_done(__u64 key, __u64 now)
 	q = b->q_ns;
 	tid = b->tid;
 	map_delete(&bios, &key, true);
-	c = bpf_map_lookup_elem(&calls, &tid);
+	c = call_of(tid);
 	if (c && c->start_ns == start && now > q) {
 		__sync_fetch_and_add(&c->dev_ns, now - q);
 		__sync_fetch_and_add(&c->bios_done, 1);
@@ -465,14 +478,14 @@ static __always_inline int fs_switch(void *ctx, bool preempt, struct task_struct
 	__u64 now = 0, d;
 
 	iowait_switch(ctx, preempt, prev, btf);
-	c = tid ? bpf_map_lookup_elem(&calls, &tid) : NULL;
+	c = tid ? call_of(tid) : NULL;
 	if (c) {
 		now = bpf_ktime_get_ns();
 		c->off_ns = now;
 		c->preempted = preempt || !task_state(prev, btf);
 	}
 	tid = IOS_READ(btf, next, pid);
-	c = tid ? bpf_map_lookup_elem(&calls, &tid) : NULL;
+	c = tid ? call_of(tid) : NULL;
 	if (c && c->off_ns) {
 		if (!now)
 			now = bpf_ktime_get_ns();
@@ -482,6 +495,15 @@ static __always_inline int fs_switch(void *ctx, bool preempt, struct task_struct
 			c->runq_ns += d;
 		c->off_ns = 0;
 	}
+	return 0;
+}
+
+/* sched_process_exit: the thread's entry in calls goes with it. */
+static __always_inline int fs_thread_exit(void)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+
+	map_delete(&calls, &tid, true);
 	return 0;
 }
 
@@ -499,3 +521,4 @@ IOS_TP(sched_switch, sched_switch, fs_switch(ctx, preempt, prev, next, btf), boo
        struct task_struct *next)
 IOS_TP(sched_waking, sched_waking, iowait_wakeup(p, btf), struct task_struct *p)
 IOS_TP(sched_wakeup, sched_wakeup, iowait_wakeup(p, btf), struct task_struct *p)
+IOS_TP(thread_exit, sched_process_exit, fs_thread_exit(), struct task_struct *p)

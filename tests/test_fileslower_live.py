@@ -128,3 +128,59 @@ def test_calls_by_number(live: None, tmp_path: Path) -> None:
     assert [c[3] for c in done[1:]] == [512, 512, 0], done
     got = calls_of(lines, path)
     assert [(r["call"], r["bytes"]) for r in got] == [("readv", 512), ("pread64", 512)], got
+
+
+# PATH N: N threads each make one pread64 of PATH and wait; the tids on a line, then, after a line on stdin,
+# the threads end and so does the process.
+THREADS = r"""
+import json, os, sys, threading
+fd, n = os.open(sys.argv[1], os.O_RDONLY), int(sys.argv[2])
+go, tids, ready = threading.Event(), [], threading.Barrier(n + 1)
+def work():
+    os.pread(fd, 512, 0)
+    tids.append(threading.get_native_id())
+    ready.wait()
+    go.wait()
+ts = [threading.Thread(target=work) for _ in range(n)]
+for t in ts:
+    t.start()
+ready.wait()
+print(json.dumps(tids), flush=True)
+sys.stdin.readline()
+go.set()
+for t in ts:
+    t.join()
+"""
+
+
+def test_thread_entries_go(live: None, tmp_path: Path) -> None:
+    """A thread's entry in the map calls stays between its calls (no map update and delete per call) and
+    goes when the thread exits (sched_process_exit): there while 64 threads that made a pread64 live, gone
+    once they have exited."""
+    import json
+    import struct
+
+    from ioscope.tools.fileslower.collector import FileSlowerCollector, FileSlowerOptions
+
+    def entries(col: FileSlowerCollector) -> set[int]:
+        kb, _vb, n = col.bpf.map("calls").dump(sum=False)
+        return set(struct.unpack(f"={n}I", kb[: 4 * n]))
+
+    data = tmp_path / "data"
+    data.write_bytes(b"x" * 4096)
+    col = FileSlowerCollector(FileSlowerOptions(calls=("pread64",)))
+    try:
+        work = subprocess.Popen([sys.executable, "-c", THREADS, str(data), "64"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert work.stdout is not None and work.stdin is not None
+        tids = set(json.loads(work.stdout.readline()))
+        assert len(tids) == 64
+        alive = entries(col)
+        work.stdin.write("\n")
+        work.stdin.flush()
+        assert work.wait(timeout=60) == 0
+        after = entries(col)
+    finally:
+        col.close()
+    assert tids <= alive, len(tids - alive)
+    assert not tids & after, len(tids & after)

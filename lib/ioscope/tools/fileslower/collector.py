@@ -21,6 +21,7 @@ from ioscope.tools.fileslower import abi, calls
 from ioscope.tools.fileslower.model import CallRecord, FileSlowerSample, HistRow
 
 SYSCALL_HOOKS = ("sys_enter", "sys_exit")  # raw_syscalls': every call, those of o.calls kept by number
+THREAD_EXIT = "thread_exit"  # sched_process_exit: a thread's entry in the map calls goes with it
 OTHER_HOOKS = ("bio_queue", "rq_complete", "sched_switch", "sched_waking", "sched_wakeup")
 EXPLAIN = {
     "events_lost_ring_full": "slow calls not shown: the ring buffer was full; raise -m or --ring",
@@ -65,7 +66,7 @@ class FileSlowerCollector:
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
-        b.choose(required=SYSCALL_HOOKS, optional=OTHER_HOOKS)
+        b.choose(required=[*SYSCALL_HOOKS, THREAD_EXIT], optional=OTHER_HOOKS)
         b.need_kfunc("bpf_rdonly_cast", SYSCALL_HOOKS)  # the tp_btf programs' file from the fd (6.2 on)
         b.set_global("targ_nr_call", calls.nr_table(o.calls), f"{calls.MAX_NR}B")
         b.set_global("targ_min_ns", o.min_ns, "Q")
