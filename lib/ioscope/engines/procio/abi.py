@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ioscope.base import syscalls
 from ioscope.kernel.abi import HIST
 
 # enum rs_op
@@ -84,8 +83,7 @@ STRUCTS = {
     "ra_task": RA_TASK,
 }   # readahead's names map holds agg's struct agg_file (bpf/fname.bpf.h): mirrored once, in aggregate/abi.py
 
-# The syscall numbers readsize's programs filter on (nr_<name> in bpf/readsize.bpf.c), per architecture
-# (uname -m), from the shared table (base/syscalls.py)
+# The syscalls readsize's programs filter on by number (nr_<name> in bpf/readsize.bpf.c; their numbers per
+# architecture: base/syscalls.py)
 RS_SYSCALLS = ("read", "pread64", "readv", "preadv", "preadv2", "write", "pwrite64", "writev", "pwritev",
                "pwritev2", "io_submit", "io_getevents", "io_pgetevents")
-SYSCALL_NRS: dict[str, dict[str, int]] = {m: {n: nrs[n] for n in RS_SYSCALLS} for m, nrs in syscalls.NRS.items()}

@@ -4,10 +4,7 @@ whose number user space marked in targ_nr_call). No numpy: the command line chec
 
 from __future__ import annotations
 
-import platform
-
 from ioscope.base import syscalls
-from ioscope.base.errors import IoscopeError
 
 CALLS = ("read", "write", "pread64", "pwrite64", "readv", "writev", "preadv", "pwritev", "preadv2", "pwritev2",
          "fsync", "fdatasync", "sync_file_range", "io_submit", "io_uring_enter", "sendfile64", "copy_file_range",
@@ -19,11 +16,7 @@ MAX_NR = 512  # FS_MAX_NR, bpf/fileslower.h: the size of targ_nr_call
 
 def numbers(machine: str | None = None) -> dict[str, int]:
     """Each call's number on this architecture (a 64-bit task's: the programs leave 32-bit tasks out)."""
-    m = machine or platform.machine()
-    nrs = syscalls.NRS.get(m)
-    if nrs is None:
-        raise IoscopeError(f"ioscope does not know the system call numbers of {m}",
-                           f"known: {', '.join(syscalls.NRS)}")
+    nrs = syscalls.numbers((TABLE_NAME.get(c, c) for c in CALLS), machine)
     return {c: nrs[TABLE_NAME.get(c, c)] for c in CALLS}
 
 
