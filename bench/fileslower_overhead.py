@@ -2,11 +2,15 @@
 """Cost of fileslower's syscall hooks on their worst cases, side by side in one run (rounds alternate):
 
 - `pread 4k cached`: a C loop of 4 KiB pread64 calls of a file in the page cache: every call is followed
-  (the enter program's fd lookup and map update, the exit program's histogram), the cheapest real call;
-- `read /dev/zero`: dd's read and write of character devices: the calls are hooked, and end at the fd
-  lookup (not a regular file nor a block device);
-- `getppid`: `perf bench syscall basic`, a call that is not hooked: what every other system call of the
-  host pays while any syscall tracepoint is on (the kernel's syscall tracing slow path).
+  (the enter program's fd lookup and the thread's map entry, the exit program's histogram), the cheapest
+  real call;
+- `read /dev/zero`: dd's read and write of character devices: the calls are followed by number, and end
+  at the fd lookup (not a regular file nor a block device);
+- `getppid`: `perf bench syscall basic`, a call fileslower does not follow: what every other system call of
+  the host pays, the kernel's syscall tracing slow path and, since fileslower hooks raw_syscalls:sys_enter
+  and sys_exit, both of its programs, which end at the syscall number's table.
+
+docs/fileslower.md (Overhead) has the numbers of the classic per-call tracepoints and of the raw ones.
 
 Each against nothing attached (`none`), `ioscope fileslower` at its default threshold (10 ms: no cached
 call is slow, no event sent) and `ioscope fileslower --hist` (no lines at all). It prints ns per call and

@@ -10,8 +10,8 @@
 #include "ioscope.h"
 #include "agg.h" /* struct agg_file: a file's name as fname.bpf.h reads it */
 
-/* The system calls followed (one enter and one exit program each); user space names them in this order
- * (abi.py CALLS). */
+/* The system calls followed; user space names them in this order (calls.py CALLS) and marks their numbers
+ * in targ_nr_call (index + 1, by syscall number: numbers are per architecture, calls.py). */
 enum fs_call {
 	FS_READ = 0,
 	FS_WRITE = 1,
@@ -34,18 +34,21 @@ enum fs_call {
 	FS_NR_CALLS = 18,
 };
 
+#define FS_MAX_NR 512 /* syscall numbers targ_nr_call covers (calls.py MAX_NR) */
+
 /* The object's own counters, after the ones every object has (enum ios_stat_idx). */
 enum fs_stat_idx {
 	FS_LOST_EVENTS = IOS_NR_STATS,  /* a slow call's record not sent: the ring buffer was full */
-	FS_LOST_CALLS_FULL = 19,        /* a call not followed: the map of calls in progress was full */
+	FS_LOST_CALLS_FULL = 19,        /* a call not followed: the map of threads' calls was full */
 	FS_LOST_BIOS_FULL = 20,         /* a bio of a call not timed: the map of bios in flight was full */
 	FS_STAT_EXIT_OTHER = 21,        /* an exit whose thread's call in progress was another (an exit missed) */
 	FS_NR_STATS = 22,
 };
 
-/* A thread's call in progress, from its sys_enter to its sys_exit (the map calls, keyed by thread id). */
+/* A thread's call in progress, from its sys_enter to its sys_exit (the map calls, keyed by thread id; the
+ * thread's entry stays between its calls, with start_ns 0, until it exits). */
 struct fs_state {
-	__u64 start_ns;   /* bpf_ktime_get_ns() at the enter */
+	__u64 start_ns;   /* bpf_ktime_get_ns() at the enter; 0: no call in progress */
 	__u64 inode;      /* the file's struct inode * (its name is read when a record is sent) */
 	__u64 ino;
 	__u64 cgroup;     /* the thread's cgroup of the io controller (only with -c or -G) */

@@ -19,7 +19,7 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
-PKGS="clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc python3 python3-dev python3-venv
+PKGS="clang llvm libbpf-dev libelf-dev zlib1g-dev pkg-config make gcc linux-libc-dev python3 python3-dev python3-venv
       git bpftool bpftrace fio e2fsprogs util-linux util-linux-extra procps"
 TEST_PKGS="blktrace sysstat tmux xfsprogs btrfs-progs prometheus openjdk-17-jre-headless time libclang-rt-14-dev
            qemu-system-x86 busybox-static kmod iproute2 debian-archive-keyring bpfcc-tools udev chromium

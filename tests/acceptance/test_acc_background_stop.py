@@ -169,6 +169,15 @@ def _check_record(out: str, err: str, w: Workload, capture: str) -> None:
     assert w.completed - unreported_bound(w.completed) <= c <= w.completed
 
 
+def _check_fileslower(out: str, err: str, w: Workload) -> None:
+    (doc,) = json_lines(out)   # --hist, no interval: the histograms, printed at the end
+    assert doc["lost"] == 0, doc
+    reads = {r["file"]: r["count"] for r in doc["hists"] if r["call"] == "read"}
+    # dd's 4 KiB reads of the file, and the one that found its end; those of the disk itself
+    assert reads.get(w.file) == (FILE_MB << 20) // 4096 + 1, reads
+    assert reads.get(w.dev_path) == DIRECT_IOS, reads
+
+
 @dataclass
 class Tool:
     name: str
@@ -188,6 +197,7 @@ TOOLS = [
     Tool("agg", lambda d, c: ["agg", "-d", d, "-e", "quantize(d2c) by disk", "-e", "sum(bytes) by pid,comm", "-j"],
          _check_agg),
     Tool("record", lambda d, c: ["record", "-d", d, "-o", c], _check_record, ready="Recording "),
+    Tool("fileslower", lambda d, c: ["fileslower", "-d", d, "--hist", "-j"], _check_fileslower),
 ]
 
 SIGNALS = {"INT": signal.SIGINT, "TERM": signal.SIGTERM, "HUP": signal.SIGHUP}

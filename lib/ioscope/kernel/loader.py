@@ -214,6 +214,13 @@ class BPFObject:
             if h.chosen and h.chosen != variant and variant in h.variants:
                 self._select(h, variant)
 
+    def need_kfunc(self, kfunc: str, hooks: Iterable[str], force: bool = False) -> None:
+        """The tp_btf variants of these hooks call kfunc: where the kernel lacks it (bpf_rdonly_cast: before
+        6.2), or with force, use their raw_tp variants."""
+        if not force and _libbpf.has_type(kfunc, "func", self.btf):
+            return
+        self.demote(hooks, "raw_tp")
+
     def choose(self, required: Iterable[str], optional: Iterable[str] = ()) -> None:
         """Autoload the best variant of each wanted hook; every other program stays unloaded."""
         forced = os.environ.get("IOSCOPE_ATTACH")

@@ -27,8 +27,8 @@ from ioscope.base.cgroups import io_cgroup_root, label
 from ioscope.base.devices import BlockDevice
 from ioscope.base.fmt import comm_str
 from ioscope.base.hist import Hist
+from ioscope.base.syscalls import NRS
 from ioscope.engines.context import iolimits
-from ioscope.engines.procio.abi import SYSCALL_NRS
 from ioscope.kernel import abi
 from ioscope.kernel.loader import BPFObject
 
@@ -214,7 +214,7 @@ class ThrottleWatch:
             b.leave_out(["sn_alloc_site"])
         b.set_global("targ_mempool_lo", lo, "Q")
         b.set_global("targ_mempool_hi", hi, "Q")
-        nrs = SYSCALL_NRS.get(platform.machine(), {})
+        nrs = NRS.get(platform.machine(), {})
         bits = [0] * 8
         for name in STACK_BIO_SYSCALLS:
             if name in nrs and nrs[name] < 512:

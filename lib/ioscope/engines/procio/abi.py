@@ -83,15 +83,7 @@ STRUCTS = {
     "ra_task": RA_TASK,
 }   # readahead's names map holds agg's struct agg_file (bpf/fname.bpf.h): mirrored once, in aggregate/abi.py
 
-# Syscall numbers per architecture (uname -m). x86_64: arch/x86/entry/syscalls/syscall_64.tbl;
-# aarch64/riscv64 use the generic table (include/uapi/asm-generic/unistd.h).
-_GENERIC = {"read": 63, "pread64": 67, "readv": 65, "preadv": 69, "preadv2": 286,
-            "write": 64, "pwrite64": 68, "writev": 66, "pwritev": 70, "pwritev2": 287,
-            "io_submit": 2, "io_getevents": 4, "io_pgetevents": 292}
-SYSCALL_NRS: dict[str, dict[str, int]] = {
-    "x86_64": {"read": 0, "pread64": 17, "readv": 19, "preadv": 295, "preadv2": 327,
-               "write": 1, "pwrite64": 18, "writev": 20, "pwritev": 296, "pwritev2": 328,
-               "io_submit": 209, "io_getevents": 208, "io_pgetevents": 333},
-    "aarch64": _GENERIC,
-    "riscv64": _GENERIC,
-}
+# The syscalls readsize's programs filter on by number (nr_<name> in bpf/readsize.bpf.c; their numbers per
+# architecture: base/syscalls.py)
+RS_SYSCALLS = ("read", "pread64", "readv", "preadv", "preadv2", "write", "pwrite64", "writev", "pwritev",
+               "pwritev2", "io_submit", "io_getevents", "io_pgetevents")

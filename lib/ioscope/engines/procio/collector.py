@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ioscope.base import devices
+from ioscope.base import devices, syscalls
 from ioscope.base.cgroups import ProcessCgroups
 from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError
@@ -41,12 +40,7 @@ def filter_devs(disk: devices.BlockDevice, sys_root: str = "/sys") -> list[int]:
 
 
 def syscall_numbers(machine: str | None = None) -> dict[str, int]:
-    m = machine or platform.machine()
-    nrs = abi.SYSCALL_NRS.get(m)
-    if nrs is None:
-        raise IoscopeError(f"ioscope does not know the syscall numbers of {m}",
-                           f"supported: {', '.join(abi.SYSCALL_NRS)}")
-    return nrs
+    return syscalls.numbers(abi.RS_SYSCALLS, machine)
 
 
 @dataclass
@@ -93,11 +87,7 @@ def uring_hooks(b: BPFObject) -> tuple[list[str], str | None]:
 
 def _need_kfunc(b: BPFObject, kfunc: str, hooks: list[str], force: bool = False) -> None:
     """tp_btf variants of these hooks call kfunc: without it in the kernel (before 6.2), use raw_tp."""
-    import ioscope.kernel._libbpf as _libbpf
-
-    if not force and _libbpf.has_type(kfunc, "func", b.btf):
-        return
-    b.demote(hooks, "raw_tp")
+    b.need_kfunc(kfunc, hooks, force)
 
 
 class ReadsizeCollector:

@@ -17,9 +17,11 @@ from ioscope.base.losses import StatsDelta
 from ioscope.engines.aggregate.names import file_path, mount_points
 from ioscope.kernel import abi as kabi
 from ioscope.kernel.loader import BPFObject
-from ioscope.tools.fileslower import abi
+from ioscope.tools.fileslower import abi, calls
 from ioscope.tools.fileslower.model import CallRecord, FileSlowerSample, HistRow
 
+SYSCALL_HOOKS = ("sys_enter", "sys_exit")  # raw_syscalls': every call, those of o.calls kept by number
+THREAD_EXIT = "thread_exit"  # sched_process_exit: a thread's entry in the map calls goes with it
 OTHER_HOOKS = ("bio_queue", "rq_complete", "sched_switch", "sched_waking", "sched_wakeup")
 EXPLAIN = {
     "events_lost_ring_full": "slow calls not shown: the ring buffer was full; raise -m or --ring",
@@ -64,7 +66,9 @@ class FileSlowerCollector:
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
-        b.choose(required=[f"{k}_{c}" for c in o.calls for k in ("enter", "exit")], optional=OTHER_HOOKS)
+        b.choose(required=[*SYSCALL_HOOKS, THREAD_EXIT], optional=OTHER_HOOKS)
+        b.need_kfunc("bpf_rdonly_cast", SYSCALL_HOOKS)  # the tp_btf programs' file from the fd (6.2 on)
+        b.set_global("targ_nr_call", calls.nr_table(o.calls), f"{calls.MAX_NR}B")
         b.set_global("targ_min_ns", o.min_ns, "Q")
         b.set_global("targ_tgid", o.pid or 0, "I")
         b.set_global("targ_self", os.getpid(), "I")
