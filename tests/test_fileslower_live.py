@@ -44,7 +44,9 @@ def check_calls(got: list[dict[str, Any]], timings: list[list[Any]], held: bool)
         assert abs(parts - r["lat_ms"]) < 1e-5, r  # (each rounded to the ns in JSON)
         assert 0 <= r["iowait_ms"] <= r["lat_ms"]
         if call == "pwrite64":
-            assert r["iowaits"] >= 1, r  # an O_DIRECT write waits for its bio
+            # an O_DIRECT write waits for its bio, unless the bio completed before the writer went to sleep (the
+            # loop device's worker on another CPU: 2 of 9 runs had one such write), never when it was held
+            assert r["iowaits"] >= 1 or (not held and r["bios_done"] == 1 and r["iowait_ms"] == 0), r
             if held and r["write_bios"] == 0:
                 assert r["write_bytes"] == 0 and r["bios_done"] == 0, r
                 continue
