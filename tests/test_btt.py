@@ -4,10 +4,11 @@ themselves) and each set imported as an ioscope capture. Every file btt writes i
 the default text (stdout: messages, averages, activity ranges), -o NAME's NAME.avg (with and without -A), NAME.dat,
 NAME.msg, NAME_qhist.dat and NAME_dhist.dat, the per-second MAJ,MIN_iops_fp.dat/_mbps_fp.dat and sys_* files, and
 the -l/-q/-z latency files, and the -Q (NAME_MAJ,MIN_aqd.dat), -s (NAME_MAJ,MIN_q2q_[rwc].dat, _d2d_[rwc].dat), -m
-(NAME_MAJ,MIN.dat, which btt's two seek streams write at once) and -B (NAME_MAJ,MIN_[rwc].dat) files, on the whole
-trace and in a -t/-T window. A crafted five-minute trace (long_seeks) makes the -m file longer than a stdio buffer,
-where the two streams' blocks overwrite each other. -D and -e (btt's output filters: the devices and processes shown,
-in the order given) on every dump and per-CPU set, not again on the sets' captures: they only select rows of the
+(NAME_MAJ,MIN.dat, which btt's two seek streams write at once), -B (NAME_MAJ,MIN_[rwc].dat) and -u (NAME_MAJ,MIN.dat,
+the unplug histogram) files, on the whole trace and in a -t/-T window. A crafted five-minute trace (long_seeks)
+makes the -m file longer than a stdio buffer, where the two streams' blocks overwrite each other; a crafted trace
+(unplugs) has unplugs in every bucket of -u, the corpus's only in the first. -D and -e (btt's output filters: the
+devices and processes shown, in the order given) on every dump and per-CPU set, not again on the sets' captures: they only select rows of the
 view the capture runs already compare, and the suite stays under a minute."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_blktrace_corpus import DUMPS, SETS, TRACES, reference_set
 
 LAT = ("-l", "d2c", "-q", "q2c", "-z", "q2d")
-EXTRA = ("-Q", "aqd", "-s", "sk", "-m", "sps", "-B", "bno")
+EXTRA = ("-Q", "aqd", "-s", "sk", "-m", "sps", "-B", "bno", "-u", "up")
 
 
 def ioscope_btt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -73,6 +74,7 @@ def compare(btt_input: Path, ios_input: str, work: Path, ios_cwd: Path, filters:
                 "sys_mbps_fp.dat"} <= set(got), sorted(got)
         if label == "extra":
             assert any(n.startswith("aqd_") for n in got) and any(n.startswith("sk_") for n in got), sorted(got)
+            assert any(n.startswith("up_") for n in got), sorted(got)
     if not filters:
         return
     # -D and -e: the devices btt set up in reverse order, one twice, and names of which some are no process
@@ -163,6 +165,59 @@ def test_seeks_per_second_past_a_buffer_equal_btt(tmp_path: Path) -> None:
     assert {"sk_8,0_q2q_r.dat", "sk_8,0_d2d_w.dat", "bno_8,0_c.dat", "aqd_8,0_aqd.dat"} <= set(got)
 
 
+def unplugs(seed: int = 3) -> bytes:
+    """A blkparse -d dump of two disks whose unplugs (U) carry counts from 0 to 130 (every bucket of btt's -u
+    histogram, its last of 100 or more included), some timer unplugs (UT, not counted), unplugs before a device is
+    set up (not counted) and while it culls (counted: btt has its d_info)."""
+    import struct
+
+    from blk_scenarios import raw_record
+    from ioscope.capture.events import (
+        TA_COMPLETE,
+        TA_GETRQ,
+        TA_INSERT,
+        TA_ISSUE,
+        TA_PLUG,
+        TA_QUEUE,
+        TA_UNPLUG_IO,
+        TA_UNPLUG_TIMER,
+        TC_COMPLETE,
+        TC_ISSUE,
+        TC_QUEUE,
+        TC_WRITE,
+    )
+    rnd = random.Random(seed)
+    sda, sdb = 8 << 20, (8 << 20) | 16
+    recs: list[tuple[int, int, int, int, int, int, bytes]] = [
+        (500, sdb, 0, 0, TA_UNPLUG_IO, TC_QUEUE, struct.pack(">Q", 12)),           # sdb not set up: not counted
+        (600, sdb, 64, 4096, TA_ISSUE, TC_WRITE | TC_ISSUE, b""),                  # sdb set up, culling
+        (700, sdb, 0, 0, TA_UNPLUG_IO, TC_QUEUE, struct.pack(">Q", 57))]           # counted
+    t = 1000
+    for i in range(400):
+        sec, n = rnd.randrange(0, 1 << 20) * 8, 4096
+        action = TA_UNPLUG_TIMER if i % 7 == 0 else TA_UNPLUG_IO
+        recs += [(t, sda, sec, n, TA_QUEUE, TC_WRITE | TC_QUEUE, b""), (t + 100, sda, 0, 0, TA_PLUG, TC_QUEUE, b""),
+                 (t + 200, sda, sec, n, TA_GETRQ, TC_WRITE, b""), (t + 300, sda, sec, n, TA_INSERT, TC_WRITE, b""),
+                 (t + 400, sda, 0, 0, action, TC_QUEUE, struct.pack(">Q", rnd.randrange(0, 131))),
+                 (t + 500, sda, sec, n, TA_ISSUE, TC_WRITE | TC_ISSUE, b""),
+                 (t + 90_000, sda, sec, n, TA_COMPLETE, TC_WRITE | TC_COMPLETE, b"")]
+        t += rnd.randrange(100_000, 2_000_000)
+    recs.sort(key=lambda r: r[0])
+    return b"".join(raw_record("<", i + 1, ts, s, n, a | (c << 16), 100, dev, 0, pdu=pdu)
+                    for i, (ts, dev, s, n, a, c, pdu) in enumerate(recs))
+
+
+def test_unplug_histogram_equal_btt(tmp_path: Path) -> None:
+    """btt's -u on unplugs of every bucket: the same files as btt, whole and in a -t/-T window."""
+    dump = tmp_path / "unplugs.dump"
+    dump.write_bytes(unplugs())
+    got = same_run(dump, str(dump), tmp_path, "up", "-o", "out", "-u", "up")
+    rows = [line.split() for line in got["up_8,0.dat"].decode().splitlines()]
+    assert len(rows) == 21 and all(int(n) > 0 for _i, n in rows), rows   # every bucket has unplugs
+    assert got["up_8,16.dat"].decode().splitlines()[11] == "11 1"
+    same_run(dump, str(dump), tmp_path, "upwin", "-o", "out", "-u", "up", "-t", "0.05", "-T", "0.2")
+
+
 def test_latency_rows_follow_btts_pairing_not_reports(tmp_path: Path) -> None:
     """On a trace with split bios btt never completes, btt's D2C file has fewer rows than report's CSV (ioscope's
     corrected pairing): ioscope btt writes btt's."""
@@ -182,7 +237,8 @@ def test_latency_rows_follow_btts_pairing_not_reports(tmp_path: Path) -> None:
     (["-i", "TRACE", "-t", "abc"], "-t", 2),
     (["-i", "TRACE", "-T", "1s"], "-T", 2),
     (["-i", "TRACE", "-d", "nan"], "-d", 2),
-    (["-i", "TRACE", "-u", "up"], "-u", 2),
+    (["-i", "TRACE", "-u"], "-u", 2),
+    (["-i", "TRACE", "-L", "1"], "-L", 2),      # not supported yet
     (["-i", "TRACE", "-m", "sps"], "-m", 2),     # btt: "-m option requires -s options"
     (["-i", "TRACE", "-s"], "-s", 2),
     (["-i", "TRACE", "-D", "7"], "-D", 2),

@@ -100,6 +100,7 @@ class BttDevice(TypedDict):
     rstat: tuple[int, int, int]        # the open second of its iops/mbps files: (second or -1, ios, blocks)
     sps_q2q: tuple[int, int, float]    # its open buckets of -m seeks per second: (first seek's time, seeks, value)
     sps_d2d: tuple[int, int, float]
+    unplug_hist: list[int]
 
 class BttResults(TypedDict):
     devices: list[BttDevice]

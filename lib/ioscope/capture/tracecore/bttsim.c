@@ -563,6 +563,12 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		d = &s->devs[e->dev];
 		if (!d->alloc)
 			return 0;
+		if (a == A_UNPLUG_IO) {   /* btt's -u: every unplug of a device set up, plugged or not, culling or not */
+			int n = (int)(uint32_t)e->aux;   /* btt reads the count into an int */
+			int b = n / UP_BKT_WIDTH;
+			if (b >= 0)   /* a negative count: btt indexes before its array (undefined): not counted */
+				d->uphist[b > N_UP_BKTS - 1 ? N_UP_BKTS - 1 : b]++;
+		}
 		if (a == A_PLUG) {
 			if (!d->plugged) {
 				d->plugged = 1;
@@ -854,6 +860,25 @@ static int set_sps(PyObject *dct, const char *key, const sps_t *b)
 	return r;
 }
 
+/* a device's counts (the -u histogram) as a list */
+static int set_counts(PyObject *dct, const char *key, const uint64_t *c, int n)
+{
+	PyObject *l = PyList_New(n);
+	if (!l)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		PyObject *x = PyLong_FromUnsignedLongLong(c[i]);
+		if (!x) {
+			Py_DECREF(l);
+			return -1;
+		}
+		PyList_SET_ITEM(l, i, x);
+	}
+	int r = PyDict_SetItemString(dct, key, l);
+	Py_DECREF(l);
+	return r;
+}
+
 static uint64_t count_nodes(const qtree_t *q, int32_t x, uint64_t *split)
 {
 	uint64_t n = 0;
@@ -891,7 +916,8 @@ PyObject *bs_result(bttsim_t *s)
 			"in_flight", inflight, "split_events", d->x_events, "split_bios", d->x_bios,
 			"split_never_completed", split, "q_replaced", d->q_replaced, "remaps_elsewhere", d->a_elsewhere,
 			"qranges", ranges_export(&d->qr), "cranges", ranges_export(&d->cr), "rstat", rstat_export(&d->rs));
-		if (dct && (set_sps(dct, "sps_q2q", &d->sps_q) < 0 || set_sps(dct, "sps_d2d", &d->sps_d) < 0)) {
+		if (dct && (set_sps(dct, "sps_q2q", &d->sps_q) < 0 || set_sps(dct, "sps_d2d", &d->sps_d) < 0 ||
+			    set_counts(dct, "unplug_hist", d->uphist, N_UP_BKTS) < 0)) {
 			Py_DECREF(dct);
 			goto err;
 		}

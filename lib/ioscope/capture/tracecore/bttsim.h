@@ -52,6 +52,11 @@ typedef struct {
 	uint64_t t_start, t_last, nseeks;
 } sps_t;
 
+/* btt's unplug histogram (-u NAME: NAME_MAJ,MIN.dat): buckets of 5 requests unplugged, 0-4 to 95-99, then
+ * one for 100 or more */
+#define N_UP_BKTS 21
+#define UP_BKT_WIDTH 5
+
 /* one device as btt's struct d_info holds it */
 typedef struct {
 	int alloc, culling, dm;
@@ -69,6 +74,7 @@ typedef struct {
 	rstat_t rs;
 	int64_t aqd;               /* -Q: the requests issued and not completed, as btt's aqd file counts them */
 	sps_t sps_q, sps_d;        /* -m: the seeks per second of the Q2Q and D2D streams */
+	uint64_t uphist[N_UP_BKTS]; /* -u: its unplugs (UNPLUG_IO) by requests unplugged, 5 a bucket */
 	/* what btt counts that ioscope's view counts otherwise, by reason */
 	uint64_t x_events, x_bios;     /* split pieces (X) and bios split: btt ignores X */
 	uint64_t x_never;              /* split bios btt never completes (no D or C covers them) */

@@ -256,6 +256,8 @@ class BttDev:
     # time in ns, seeks, the value btt prints; 0 seeks: none)
     sps_q2q: tuple[int, int, float] = (0, 0, 0.0)
     sps_d2d: tuple[int, int, float] = (0, 0, 0.0)
+    # btt's -u histogram: its unplugs (UNPLUG_IO) by requests unplugged, buckets of 5 (0-4 ... 95-99, 100 or more)
+    unplug_hist: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -760,7 +762,8 @@ class Btt:
                 i["t_act_q"], i["plugged"], i["last_plug"], i["plugged_s"], i["nplugs"], i["nplugs_t"], i["nios_up"],
                 i["nios_upt"], i["q2d_hist"], Seeks(**i["seek_q2q"]), Seeks(**i["seek_d2d"]), (n, tot, end),
                 i["in_flight"], i["split_events"], i["split_bios"], i["split_never_completed"], i["q_replaced"],
-                i["remaps_elsewhere"], i["qranges"], i["cranges"], i["rstat"], i["sps_q2q"], i["sps_d2d"]))
+                i["remaps_elsewhere"], i["qranges"], i["cranges"], i["rstat"], i["sps_q2q"], i["sps_d2d"],
+                i["unplug_hist"]))
         procs = []
         for key, avg, qr, cr in raw["processes"]:
             pname = self.btt_names[key] if key >= 0 else f"pid{-key - 1:09d}"

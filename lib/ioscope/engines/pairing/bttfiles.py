@@ -120,6 +120,12 @@ class SharedPath:
             self.f.close()
 
 
+def unplug_hist_text(counts: list[int]) -> str:
+    """btt's -u file (NAME_MAJ,MIN.dat): a line "%d %d" per bucket of 5 requests unplugged, its index and its
+    unplugs."""
+    return "".join(f"{i} {n}\n" for i, n in enumerate(counts))
+
+
 def msg_line(dev: int, t_ns: int, text: str) -> str:
     """A message as btt prints it: the device's label, the time as seconds.nanoseconds, the text."""
     return f"{dev_label(dev)} {t_ns // 1_000_000_000:5d}.{t_ns % 1_000_000_000:09d} {text}\n"

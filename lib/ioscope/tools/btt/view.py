@@ -42,6 +42,10 @@ def run(args: argparse.Namespace) -> int:
                                    btt_extra=("Q" in extra, "s" in extra, "m" in extra, "B" in extra))
         view = res.btt if res.btt is not None else bttavg.empty_view(res.time_zero)
         files.finish(view)
+        if args.unplug_hist:   # btt's -u: a file per device it set up, written as it frees the device
+            for d in view.devices:
+                with _open(f"{args.unplug_hist}_{bttfiles.dip_name(d.dev)}.dat") as f:
+                    f.write(bttfiles.unplug_hist_text(d.unplug_hist))
     finally:
         files.close()
         if msgs is not sys.stdout:
