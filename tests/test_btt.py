@@ -8,8 +8,8 @@ the -l/-q/-z latency files, and the -Q (NAME_MAJ,MIN_aqd.dat), -s (NAME_MAJ,MIN_
 the unplug histogram) files, on the whole trace and in a -t/-T window. A crafted five-minute trace (long_seeks)
 makes the -m file longer than a stdio buffer, where the two streams' blocks overwrite each other; a crafted trace
 (unplugs) has unplugs in every bucket of -u, the corpus's only in the first. -D and -e (btt's output filters: the
-devices and processes shown, in the order given) on every dump and per-CPU set, not again on the sets' captures: they only select rows of the
-view the capture runs already compare, and the suite stays under a minute."""
+devices and processes shown, in the order given) on every dump and per-CPU set, not again on the sets' captures:
+they only select rows of the view the capture runs already compare, and the suite stays under a minute."""
 
 from __future__ import annotations
 
