@@ -4,10 +4,11 @@ themselves) and each set imported as an ioscope capture. Every file btt writes i
 the default text (stdout: messages, averages, activity ranges), -o NAME's NAME.avg (with and without -A), NAME.dat,
 NAME.msg, NAME_qhist.dat and NAME_dhist.dat, the per-second MAJ,MIN_iops_fp.dat/_mbps_fp.dat and sys_* files, and
 the -l/-q/-z latency files, and the -Q (NAME_MAJ,MIN_aqd.dat), -s (NAME_MAJ,MIN_q2q_[rwc].dat, _d2d_[rwc].dat), -m
-(NAME_MAJ,MIN.dat, which btt's two seek streams write at once), -B (NAME_MAJ,MIN_[rwc].dat) and -u (NAME_MAJ,MIN.dat,
-the unplug histogram) files, on the whole trace and in a -t/-T window. A crafted five-minute trace (long_seeks)
-makes the -m file longer than a stdio buffer, where the two streams' blocks overwrite each other; a crafted trace
-(unplugs) has unplugs in every bucket of -u, the corpus's only in the first. -D and -e (btt's output filters: the
+(NAME_MAJ,MIN.dat, which btt's two seek streams write at once), -B (NAME_MAJ,MIN_[rwc].dat), -u (NAME_MAJ,MIN.dat,
+the unplug histogram) and -p (NAME: each I/O's track at its completion) files, on the whole trace and in a -t/-T
+window. A crafted five-minute trace (long_seeks) makes the -m file longer than a stdio buffer, where the two
+streams' blocks overwrite each other; a crafted trace (unplugs) has unplugs in every bucket of -u, the corpus's
+only in the first. -D and -e (btt's output filters: the
 devices and processes shown, in the order given) on every dump and per-CPU set, not again on the sets' captures:
 they only select rows of the view the capture runs already compare, and the suite stays under a minute."""
 
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_blktrace_corpus import DUMPS, SETS, TRACES, reference_set
 
 LAT = ("-l", "d2c", "-q", "q2c", "-z", "q2d")
-EXTRA = ("-Q", "aqd", "-s", "sk", "-m", "sps", "-B", "bno", "-u", "up")
+EXTRA = ("-Q", "aqd", "-s", "sk", "-m", "sps", "-B", "bno", "-u", "up", "-p", "pio")
 
 
 def ioscope_btt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -75,6 +76,7 @@ def compare(btt_input: Path, ios_input: str, work: Path, ios_cwd: Path, filters:
         if label == "extra":
             assert any(n.startswith("aqd_") for n in got) and any(n.startswith("sk_") for n in got), sorted(got)
             assert any(n.startswith("up_") for n in got), sorted(got)
+            assert b"-----\n" in got.get("pio", b""), sorted(got)
     if not filters:
         return
     # -D and -e: the devices btt set up in reverse order, one twice, and names of which some are no process
@@ -238,6 +240,7 @@ def test_latency_rows_follow_btts_pairing_not_reports(tmp_path: Path) -> None:
     (["-i", "TRACE", "-T", "1s"], "-T", 2),
     (["-i", "TRACE", "-d", "nan"], "-d", 2),
     (["-i", "TRACE", "-u"], "-u", 2),
+    (["-i", "TRACE", "-p"], "-p", 2),
     (["-i", "TRACE", "-L", "1"], "-L", 2),      # not supported yet
     (["-i", "TRACE", "-m", "sps"], "-m", 2),     # btt: "-m option requires -s options"
     (["-i", "TRACE", "-s"], "-s", 2),

@@ -163,6 +163,18 @@ static int seek_add(bttsim_t *s, bdev_t *d, int32_t dev, int is_d, uint64_t t, u
 	return 0;
 }
 
+/* btt's -p track of a Q a C completes: its Q, the G, I, M and D it had, the C (btt's display_io_track) */
+static int pio_track(bttsim_t *s, const qnode_t *q, int32_t dev, uint64_t t, uint64_t csec, uint64_t cn)
+{
+	if (file_row(s, BL_PIO_Q, dev, q->t, q->s, q->e - q->s) < 0 ||
+	    (q->g != NONE && file_row(s, BL_PIO_G, dev, q->g, 0, 0) < 0) ||
+	    (q->i != NONE && file_row(s, BL_PIO_I, dev, q->i, 0, 0) < 0) ||
+	    (q->m != NONE && file_row(s, BL_PIO_M, dev, q->m, 0, 0) < 0) ||
+	    (q->d != NONE && file_row(s, BL_PIO_D, dev, q->d, q->ds, q->dn) < 0))
+		return -1;
+	return file_row(s, BL_PIO_C, dev, t, csec, cn);
+}
+
 /* btt's bucket of a request of bytes (512-byte blocks, the last for more than 1024); -1 for less than a
  * block, which btt counts before its array (undefined: not counted here) */
 static int histo_idx(uint32_t bytes)
@@ -711,6 +723,8 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 			else if (q->m != NONE)
 				UPDATE(BP_M2D, d, q->pip, tdelta(q->m, t));
 			q->d = t;
+			q->ds = e->sector;
+			q->dn = e->bytes >> 9;
 			d->q2d[q2d_bucket(t - q->t)]++;
 			if (lat_row(s, BL_Q2D, e->dev, t, t - q->t) < 0)
 				return -1;
@@ -753,10 +767,14 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 				if (lat_row(s, BL_D2C, e->dev, t, tdelta(q->d, t)) < 0)
 					return -1;
 			}
+			if (s->pio_on && pio_track(s, q, e->dev, t, e->sector, e->bytes >> 9) < 0)
+				return -1;
 			s->done_ts[2 * s->ndone] = q->t;
 			s->done_ts[2 * s->ndone + 1] = q->s;
 			s->ndone++;
 		}
+		if (s->pio_on && file_row(s, BL_PIO_END, e->dev, t, 0, 0) < 0)
+			return -1;
 		for (size_t h = 0; h < s->qt.nhits; h++)
 			qt_erase(&s->qt, &d->root, s->qt.hits[h]);
 		if (d->live.n > 4096 || s->live_all.n > 4096)

@@ -632,12 +632,14 @@ static PyObject *Core_set_btt_files(Core *c, PyObject *args)
 	Py_RETURN_NONE;
 }
 
-/* btt's -Q, -s, -m, -B: the rows of its queue-depth, seek, seeks-per-second and block-number files */
+/* btt's -Q, -s, -m, -B, -p: the rows of its queue-depth, seek, seeks-per-second, block-number and per-I/O
+ * files */
 static PyObject *Core_set_btt_extra(Core *c, PyObject *args)
 {
-	int aqd, seek, sps, bno;
-	if (!PyArg_ParseTuple(args, "pppp", &aqd, &seek, &sps, &bno))
+	int aqd, seek, sps, bno, pio = 0;
+	if (!PyArg_ParseTuple(args, "pppp|p", &aqd, &seek, &sps, &bno, &pio))
 		return NULL;
+	c->sim.pio_on = pio;
 	c->sim.aqd_on = aqd;
 	c->sim.seek_on = seek;
 	c->sim.sps_on = sps;

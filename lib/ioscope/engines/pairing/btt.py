@@ -401,6 +401,9 @@ assert BLAT.itemsize == _tracecore.BLAT_SIZE
 # v the seeks, w the bits of the float64 btt prints); BL_READ added to a seek's or a D's kind for a read
 BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE = 0, 1, 2, 3, 4
 BL_AQD, BL_SEEK_Q, BL_SEEK_D, BL_BNO, BL_SPS_Q, BL_SPS_D = 5, 6, 7, 8, 9, 10
+# with btt's -p, at each C a track per Q it completes: the Q (v its sector, w its sectors), its G, I, M (t only,
+# when it had one), its D (v, w: the D's sector and sectors; when issued), the C (v, w: the C's), then the C's end
+BL_PIO_Q, BL_PIO_G, BL_PIO_I, BL_PIO_M, BL_PIO_D, BL_PIO_C, BL_PIO_END = 11, 12, 13, 14, 15, 16, 17
 BL_READ = 0x100
 # (rows, dev_of, texts): the rows of a chunk, device numbers by index, the chunk's message texts by row
 BttRowSink = Callable[[npt.NDArray[np.void], list[int], dict[int, str]], None]
@@ -429,7 +432,7 @@ class Btt:
                  on_io: IoSink | None = None, stats: bool = True, first_names: bool = False,
                  on_btt_rows: BttRowSink | None = None, btt_latencies: bool = False,
                  range_delta: float = 0.1, time_window: tuple[float, float] | None = None,
-                 btt_extra: tuple[bool, bool, bool, bool] = (False, False, False, False)) -> None:
+                 btt_extra: tuple[bool, ...] = (False, False, False, False, False)) -> None:
         """time_zero: the time btt's times count from: 0 for a blktrace dump, blkparse's genesis for per-CPU
         files; None for a capture, whose export counts from just before its first event
         (blktrace.EXPORT_BASE_OFFSET). stats=False: only ioscope's pairing, for on_io (no statistics,
@@ -440,7 +443,7 @@ class Btt:
         writes as it reads (BLAT, from btt's pairing: its messages, its per-second lines and, with
         btt_latencies, its per-I/O latency rows) after each chunk; range_delta: btt's -d, the gap that
         ends an activity range; time_window: btt's -t/-T (seconds from the time zero; btt reads nothing
-        after the first record past the end); btt_extra: the rows of btt's -Q, -s, -m and -B files too."""
+        after the first record past the end); btt_extra: the rows of btt's -Q, -s, -m, -B (and -p) files too."""
         self.core = _tracecore.Core()
         self.on_btt_rows = on_btt_rows
         if on_btt_rows is not None:

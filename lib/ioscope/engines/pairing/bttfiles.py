@@ -70,6 +70,36 @@ def _dir_lines(kind: int, r: npt.NDArray[np.void]) -> str:
     return seek_lines(r["t"], r["v"].view(np.int64), (r["kind"] & btt.BL_READ) != 0)
 
 
+PIO_CHAR = {btt.BL_PIO_Q: "Q", btt.BL_PIO_G: "G", btt.BL_PIO_I: "I", btt.BL_PIO_M: "M", btt.BL_PIO_D: "D",
+            btt.BL_PIO_C: "C"}
+PIO_END = "-" * 41 + "\n"
+
+
+def pio_lines(rows: list[tuple[int, int, int, int, int]], dev_of: list[int],
+              q: tuple[int, int]) -> tuple[str, tuple[int, int]]:
+    """btt's -p lines of rows (kind, device index, t, v, w) in order: a Q's track "MAJ,MIN: " then a line
+    "%5d.%09lu %c %10llu+%-4u" per step (the Q's sector and sectors for Q, G, I, M; the D's for D, the C's for
+    C; the steps after the Q indented by 9 spaces), an empty line after the C, and a line of 41 '-' at the end
+    of each C. q: the last Q's (sector, sectors), carried from one chunk to the next; returned updated."""
+    out = []
+    for kind, di, t, v, w in rows:
+        if kind == btt.BL_PIO_END:
+            out.append(PIO_END)
+            continue
+        if kind == btt.BL_PIO_Q:
+            ma, mi = kdev_split(dev_of[di])
+            out.append(f"{ma:3d},{mi:<3d}: ")
+            q = (v, w)
+        else:
+            out.append("         ")
+            if kind not in (btt.BL_PIO_D, btt.BL_PIO_C):
+                v, w = q
+        out.append(f"{t // 1_000_000_000:5d}.{t % 1_000_000_000:09d} {PIO_CHAR[kind]} {v:10d}+{w:<4d}\n")
+        if kind == btt.BL_PIO_C:
+            out.append("\n")
+    return "".join(out), q
+
+
 def sps_line(t_ns: int, value: float) -> str:
     """A line of btt's -m file: "%15.9lf %.2lf", a bucket's first seek and its seeks per second."""
     return f"{bit_times(np.array([t_ns]))[0]:15.9f} {value:.2f}\n"
@@ -198,7 +228,7 @@ class RowFiles:
                  extra: dict[str, str] | None = None) -> None:
         """extra: btt's NAMEs of its other files, by option: "Q" (NAME_MAJ,MIN_aqd.dat), "s"
         (NAME_MAJ,MIN_q2q_r.dat, _q2q_w, _q2q_c, _d2d_r ...), "m" (NAME_MAJ,MIN.dat), "B" (NAME_MAJ,MIN_r.dat,
-        _w, _c)."""
+        _w, _c), "p" (the file NAME itself: btt's per-I/O tracks)."""
         self.open = opener
         self.lat_names = lat_names        # BL_* -> btt's NAME
         self.extra = extra or {}
@@ -206,6 +236,7 @@ class RowFiles:
         self.files: dict[tuple[int, int], IO[str]] = {}
         self.named: dict[str, IO[str]] = {}
         self.sps: dict[int, SharedPath] = {}
+        self.pio_q = (0, 0)   # -p: the last Q's sector and sectors
         self.rates: dict[int, tuple[IO[str], IO[str]]] = {}
         self._rate_files(-1)
 
@@ -256,6 +287,11 @@ class RowFiles:
                     sel = r if m is None else r[m]
                     if len(sel):
                         self._named(f"{name}{suffix}.dat").write(_dir_lines(kind, sel))
+        if "p" in self.extra:
+            mp = (kinds >= btt.BL_PIO_Q) & (kinds <= btt.BL_PIO_END)
+            if mp.any():
+                text, self.pio_q = pio_lines(rows[mp].tolist(), dev_of, self.pio_q)
+                self._named(self.extra["p"]).write(text)
         ms = (base == btt.BL_SPS_Q) | (base == btt.BL_SPS_D)
         if "m" in self.extra and ms.any():
             for kind, di, t, _v, w in rows[ms].tolist():
