@@ -5,12 +5,13 @@ the default text (stdout: messages, averages, activity ranges), -o NAME's NAME.a
 NAME.msg, NAME_qhist.dat and NAME_dhist.dat, the per-second MAJ,MIN_iops_fp.dat/_mbps_fp.dat and sys_* files, and
 the -l/-q/-z latency files, and the -Q (NAME_MAJ,MIN_aqd.dat), -s (NAME_MAJ,MIN_q2q_[rwc].dat, _d2d_[rwc].dat), -m
 (NAME_MAJ,MIN.dat, which btt's two seek streams write at once), -B (NAME_MAJ,MIN_[rwc].dat), -u (NAME_MAJ,MIN.dat,
-the unplug histogram) and -p (NAME: each I/O's track at its completion) files, on the whole trace and in a -t/-T
-window. A crafted five-minute trace (long_seeks) makes the -m file longer than a stdio buffer, where the two
-streams' blocks overwrite each other; a crafted trace (unplugs) has unplugs in every bucket of -u, the corpus's
-only in the first. -D and -e (btt's output filters: the
-devices and processes shown, in the order given) on every dump and per-CPU set, not again on the sets' captures:
-they only select rows of the view the capture runs already compare, and the suite stays under a minute."""
+the unplug histogram), -p (NAME: each I/O's track at its completion) and -P (MAJ,MIN_pit.dat) files, on the whole
+trace and in a -t/-T window. A crafted five-minute trace (long_seeks) makes the -m file longer than a stdio buffer,
+where the two streams' blocks overwrite each other; a crafted trace (unplugs) has unplugs in every bucket of -u, the
+corpus's only in the first, and a device without a completion (an empty -P file, which btt keeps). -D and -e (btt's
+output filters: the devices and processes shown, in the order given) on every dump and per-CPU set, not again on the
+sets' captures: they only select rows of the view the capture runs already compare, and the suite stays under a
+minute."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_blktrace_corpus import DUMPS, SETS, TRACES, reference_set
 
 LAT = ("-l", "d2c", "-q", "q2c", "-z", "q2d")
-EXTRA = ("-Q", "aqd", "-s", "sk", "-m", "sps", "-B", "bno", "-u", "up", "-p", "pio")
+EXTRA = ("-Q", "aqd", "-s", "sk", "-m", "sps", "-B", "bno", "-u", "up", "-p", "pio", "-P", "pit")
 
 
 def ioscope_btt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -77,6 +78,7 @@ def compare(btt_input: Path, ios_input: str, work: Path, ios_cwd: Path, filters:
             assert any(n.startswith("aqd_") for n in got) and any(n.startswith("sk_") for n in got), sorted(got)
             assert any(n.startswith("up_") for n in got), sorted(got)
             assert b"-----\n" in got.get("pio", b""), sorted(got)
+            assert any(n.endswith("_pit.dat") and got[n] for n in got), sorted(got)
     if not filters:
         return
     # -D and -e: the devices btt set up in reverse order, one twice, and names of which some are no process
@@ -210,13 +212,15 @@ def unplugs(seed: int = 3) -> bytes:
 
 
 def test_unplug_histogram_equal_btt(tmp_path: Path) -> None:
-    """btt's -u on unplugs of every bucket: the same files as btt, whole and in a -t/-T window."""
+    """btt's -u on unplugs of every bucket: the same files as btt, whole and in a -t/-T window; -P's file of a
+    device set up without a completion (8,16), which btt leaves empty."""
     dump = tmp_path / "unplugs.dump"
     dump.write_bytes(unplugs())
-    got = same_run(dump, str(dump), tmp_path, "up", "-o", "out", "-u", "up")
+    got = same_run(dump, str(dump), tmp_path, "up", "-o", "out", "-u", "up", "-P", "pit")
     rows = [line.split() for line in got["up_8,0.dat"].decode().splitlines()]
     assert len(rows) == 21 and all(int(n) > 0 for _i, n in rows), rows   # every bucket has unplugs
     assert got["up_8,16.dat"].decode().splitlines()[11] == "11 1"
+    assert got["8,16_pit.dat"] == b"" and got["8,0_pit.dat"]   # btt keeps a device's -P file, even empty
     same_run(dump, str(dump), tmp_path, "upwin", "-o", "out", "-u", "up", "-t", "0.05", "-T", "0.2")
 
 
@@ -241,6 +245,7 @@ def test_latency_rows_follow_btts_pairing_not_reports(tmp_path: Path) -> None:
     (["-i", "TRACE", "-d", "nan"], "-d", 2),
     (["-i", "TRACE", "-u"], "-u", 2),
     (["-i", "TRACE", "-p"], "-p", 2),
+    (["-i", "TRACE", "-P"], "-P", 2),
     (["-i", "TRACE", "-L", "1"], "-L", 2),      # not supported yet
     (["-i", "TRACE", "-m", "sps"], "-m", 2),     # btt: "-m option requires -s options"
     (["-i", "TRACE", "-s"], "-s", 2),

@@ -731,7 +731,7 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		}
 		break;
 	case A_COMPLETE: {
-		uint64_t nblk = e->bytes >> 9;
+		uint64_t nblk = e->bytes >> 9, last_d = NONE;   /* last_d: btt's -P D time of the C */
 		avg_update(&s->all[BP_BLKS], nblk);
 		avg_update(&d->avg[BP_BLKS], nblk);
 		avg_update(&s->procs[pip].avg[BP_BLKS], nblk);
@@ -769,11 +769,17 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 			}
 			if (s->pio_on && pio_track(s, q, e->dev, t, e->sector, e->bytes >> 9) < 0)
 				return -1;
+			if (s->pit_on && file_row(s, BL_PIT_Q, e->dev, q->t, 0, 0) < 0)
+				return -1;
+			if (q->d != NONE)
+				last_d = q->d;
 			s->done_ts[2 * s->ndone] = q->t;
 			s->done_ts[2 * s->ndone + 1] = q->s;
 			s->ndone++;
 		}
 		if (s->pio_on && file_row(s, BL_PIO_END, e->dev, t, 0, 0) < 0)
+			return -1;
+		if (s->pit_on && file_row(s, BL_PIT_END, e->dev, t, last_d, 0) < 0)
 			return -1;
 		for (size_t h = 0; h < s->qt.nhits; h++)
 			qt_erase(&s->qt, &d->root, s->qt.hits[h]);

@@ -122,7 +122,9 @@ typedef struct {
  * its G, I, M (t, when it has one), its D (t, v the D's sector, w the D's sectors, when issued) and the C (t,
  * v the C's sector, w its sectors), then an end of the C (BL_PIO_END, after its last Q's track, none or more) */
 enum { BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE, BL_AQD, BL_SEEK_Q, BL_SEEK_D, BL_BNO, BL_SPS_Q, BL_SPS_D,
-       BL_PIO_Q, BL_PIO_G, BL_PIO_I, BL_PIO_M, BL_PIO_D, BL_PIO_C, BL_PIO_END };
+       BL_PIO_Q, BL_PIO_G, BL_PIO_I, BL_PIO_M, BL_PIO_D, BL_PIO_C, BL_PIO_END, BL_PIT_Q, BL_PIT_END };
+/* with btt's -P, at every C: the time of each Q it completes (BL_PIT_Q, t), then BL_PIT_END (t the C's time, v
+ * the D time of the last of those Qs that was issued, NONE when none was) */
 #define BL_READ 0x100
 
 typedef struct {
@@ -151,7 +153,7 @@ typedef struct {
 	 * per-second lines); cur_ord: the row in the chunk of the event being read */
 	int lat_on, files_on;
 	int aqd_on, seek_on, sps_on, bno_on;   /* btt's -Q, -s, -m, -B */
-	int pio_on;                            /* btt's -p */
+	int pio_on, pit_on;                    /* btt's -p, -P */
 	int64_t cur_ord;
 	double range_delta;
 	/* btt's -t/-T (time_bounded: both given or 0.0): records before t_start dropped, the first after t_end

@@ -632,14 +632,15 @@ static PyObject *Core_set_btt_files(Core *c, PyObject *args)
 	Py_RETURN_NONE;
 }
 
-/* btt's -Q, -s, -m, -B, -p: the rows of its queue-depth, seek, seeks-per-second, block-number and per-I/O
- * files */
+/* btt's -Q, -s, -m, -B, -p, -P: the rows of its queue-depth, seek, seeks-per-second, block-number, per-I/O
+ * and per-I/O times files */
 static PyObject *Core_set_btt_extra(Core *c, PyObject *args)
 {
-	int aqd, seek, sps, bno, pio = 0;
-	if (!PyArg_ParseTuple(args, "pppp|p", &aqd, &seek, &sps, &bno, &pio))
+	int aqd, seek, sps, bno, pio = 0, pit = 0;
+	if (!PyArg_ParseTuple(args, "pppp|pp", &aqd, &seek, &sps, &bno, &pio, &pit))
 		return NULL;
 	c->sim.pio_on = pio;
+	c->sim.pit_on = pit;
 	c->sim.aqd_on = aqd;
 	c->sim.seek_on = seek;
 	c->sim.sps_on = sps;

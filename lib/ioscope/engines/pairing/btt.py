@@ -404,6 +404,9 @@ BL_AQD, BL_SEEK_Q, BL_SEEK_D, BL_BNO, BL_SPS_Q, BL_SPS_D = 5, 6, 7, 8, 9, 10
 # with btt's -p, at each C a track per Q it completes: the Q (v its sector, w its sectors), its G, I, M (t only,
 # when it had one), its D (v, w: the D's sector and sectors; when issued), the C (v, w: the C's), then the C's end
 BL_PIO_Q, BL_PIO_G, BL_PIO_I, BL_PIO_M, BL_PIO_D, BL_PIO_C, BL_PIO_END = 11, 12, 13, 14, 15, 16, 17
+# with btt's -P, at each C: the time of each Q it completes (BL_PIT_Q), then BL_PIT_END (t the C's time, v the D
+# time of the last of them that was issued, NO_TIME when none was)
+BL_PIT_Q, BL_PIT_END = 18, 19
 BL_READ = 0x100
 # (rows, dev_of, texts): the rows of a chunk, device numbers by index, the chunk's message texts by row
 BttRowSink = Callable[[npt.NDArray[np.void], list[int], dict[int, str]], None]
@@ -443,7 +446,7 @@ class Btt:
         writes as it reads (BLAT, from btt's pairing: its messages, its per-second lines and, with
         btt_latencies, its per-I/O latency rows) after each chunk; range_delta: btt's -d, the gap that
         ends an activity range; time_window: btt's -t/-T (seconds from the time zero; btt reads nothing
-        after the first record past the end); btt_extra: the rows of btt's -Q, -s, -m, -B (and -p) files too."""
+        after the first record past the end); btt_extra: the rows of btt's -Q, -s, -m, -B (and -p, -P) files too."""
         self.core = _tracecore.Core()
         self.on_btt_rows = on_btt_rows
         if on_btt_rows is not None:

@@ -100,6 +100,20 @@ def pio_lines(rows: list[tuple[int, int, int, int, int]], dev_of: list[int],
     return "".join(out), q
 
 
+def pit_time(t: int) -> str:
+    """A time of btt's -P files: "%d.%09lu" of the seconds as a C int (btt's (int)SECONDS(): the D time of a C
+    that issued nothing, (u64)-1, prints as 1266874889.709551615) and the nanoseconds."""
+    sec = (t // 1_000_000_000) & 0xFFFFFFFF
+    return f"{sec - (1 << 32) if sec >= 1 << 31 else sec}.{t % 1_000_000_000:09d}"
+
+
+def pit_lines(rows: list[tuple[int, int, int, int, int]]) -> str:
+    """btt's -P lines (MAJ,MIN_pit.dat) of one device's rows: per C, the time of each Q it completes followed by a
+    space, then "| D-time | C-time"."""
+    return "".join(f"{pit_time(t)} " if kind == btt.BL_PIT_Q else f"| {pit_time(v)} | {pit_time(t)}\n"
+                   for kind, _di, t, v, _w in rows)
+
+
 def sps_line(t_ns: int, value: float) -> str:
     """A line of btt's -m file: "%15.9lf %.2lf", a bucket's first seek and its seeks per second."""
     return f"{bit_times(np.array([t_ns]))[0]:15.9f} {value:.2f}\n"
@@ -228,7 +242,7 @@ class RowFiles:
                  extra: dict[str, str] | None = None) -> None:
         """extra: btt's NAMEs of its other files, by option: "Q" (NAME_MAJ,MIN_aqd.dat), "s"
         (NAME_MAJ,MIN_q2q_r.dat, _q2q_w, _q2q_c, _d2d_r ...), "m" (NAME_MAJ,MIN.dat), "B" (NAME_MAJ,MIN_r.dat,
-        _w, _c), "p" (the file NAME itself: btt's per-I/O tracks)."""
+        _w, _c), "p" (the file NAME itself: btt's per-I/O tracks), "P" (btt's MAJ,MIN_pit.dat: btt ignores its NAME)."""
         self.open = opener
         self.lat_names = lat_names        # BL_* -> btt's NAME
         self.extra = extra or {}
@@ -292,6 +306,10 @@ class RowFiles:
             if mp.any():
                 text, self.pio_q = pio_lines(rows[mp].tolist(), dev_of, self.pio_q)
                 self._named(self.extra["p"]).write(text)
+        if "P" in self.extra:
+            mt = (kinds == btt.BL_PIT_Q) | (kinds == btt.BL_PIT_END)
+            for di in np.unique(devs[mt]).tolist():
+                self._named(f"{dip_name(dev_of[di])}_pit.dat").write(pit_lines(rows[mt & (devs == di)].tolist()))
         ms = (base == btt.BL_SPS_Q) | (base == btt.BL_SPS_D)
         if "m" in self.extra and ms.any():
             for kind, di, t, _v, w in rows[ms].tolist():
@@ -333,6 +351,9 @@ class RowFiles:
             a, b = rate_lines(*ends[dev])
             iops.write(a)
             mbps.write(b)
+        if "P" in self.extra:   # btt opens a device's _pit.dat when it sets the device up and keeps it, even empty
+            for d in v.devices:
+                self._named(f"{dip_name(d.dev)}_pit.dat")
         if "m" in self.extra:   # btt frees each device's D2D stream then its Q2Q stream, writing their last
             for d in v.devices:   # buckets, then closes them in the order it opened them: D2D first
                 for k, (t, n, value) in ((0, d.sps_d2d), (1, d.sps_q2q)):

@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
         window = (args.time_start or 0.0, args.time_end or 0.0)
     msgs = _open(f"{args.output}.msg") if args.output else sys.stdout
     extra = {opt: n for opt, n in (("Q", args.active_queue_depth), ("s", args.seeks), ("m", args.seeks_per_second),
-                                   ("B", args.dump_blocknos), ("p", args.per_io_dump)) if n}
+                                   ("B", args.dump_blocknos), ("p", args.per_io_dump),
+                                   ("P", args.per_io_trees)) if n}
     files = bttfiles.RowFiles(_open, names, msgs, extra)
     src = open_source(args.input_file)
     try:
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
                                    lambda line: print(f"ioscope btt: note: {line}", file=sys.stderr),
                                    on_btt_rows=files, btt_latencies=bool(names), range_delta=args.range_delta,
                                    time_window=window,
-                                   btt_extra=("Q" in extra, "s" in extra, "m" in extra, "B" in extra, "p" in extra))
+                                   btt_extra=tuple(o in extra for o in "QsmBpP"))
         view = res.btt if res.btt is not None else bttavg.empty_view(res.time_zero)
         files.finish(view)
         if args.unplug_hist:   # btt's -u: a file per device it set up, written as it frees the device
