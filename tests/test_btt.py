@@ -5,10 +5,11 @@ the default text (stdout: messages, averages, activity ranges), -o NAME's NAME.a
 NAME.msg, NAME_qhist.dat and NAME_dhist.dat, the per-second MAJ,MIN_iops_fp.dat/_mbps_fp.dat and sys_* files, and
 the -l/-q/-z latency files, and the -Q (NAME_MAJ,MIN_aqd.dat), -s (NAME_MAJ,MIN_q2q_[rwc].dat, _d2d_[rwc].dat), -m
 (NAME_MAJ,MIN.dat, which btt's two seek streams write at once), -B (NAME_MAJ,MIN_[rwc].dat), -u (NAME_MAJ,MIN.dat,
-the unplug histogram), -p (NAME: each I/O's track at its completion) and -P (MAJ,MIN_pit.dat) files, on the whole
-trace and in a -t/-T window. A crafted five-minute trace (long_seeks) makes the -m file longer than a stdio buffer,
-where the two streams' blocks overwrite each other; a crafted trace (unplugs) has unplugs in every bucket of -u, the
-corpus's only in the first, and a device without a completion (an empty -P file, which btt keeps). -D and -e (btt's
+the unplug histogram), -p (NAME: each I/O's track at its completion), -P (MAJ,MIN_pit.dat) and -L (1 ms periods:
+MAJ,MIN_{q2d,q2c,d2c}_plat.dat) files, on the whole trace and in a -t/-T window. A crafted five-minute trace
+(long_seeks) makes the -m file longer than a stdio buffer, where the two streams' blocks overwrite each other; a
+crafted trace (unplugs) has unplugs in every bucket of -u, the corpus's only in the first, and a device without a
+completion (an empty -P file, which btt keeps); -L 0 there writes no periodic file, as in btt. -D and -e (btt's
 output filters: the devices and processes shown, in the order given) on every dump and per-CPU set, not again on the
 sets' captures: they only select rows of the view the capture runs already compare, and the suite stays under a
 minute."""
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_blktrace_corpus import DUMPS, SETS, TRACES, reference_set
 
 LAT = ("-l", "d2c", "-q", "q2c", "-z", "q2d")
-EXTRA = ("-Q", "aqd", "-s", "sk", "-m", "sps", "-B", "bno", "-u", "up", "-p", "pio", "-P", "pit")
+EXTRA = ("-Q", "aqd", "-s", "sk", "-m", "sps", "-B", "bno", "-u", "up", "-p", "pio", "-P", "pit", "-L", "0.001")
 
 
 def ioscope_btt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -100,6 +101,8 @@ def latency_files(d: Path) -> list[str]:
 def test_dump_files_equal_btt(dump: str, tmp_path: Path) -> None:
     compare(TRACES / dump, str(TRACES / dump), tmp_path, tmp_path)
     assert latency_files(tmp_path / "ios-lat"), "no latency file compared"
+    got = outputs(tmp_path / "ios-extra")   # -L 0.001: several periods
+    assert any(n.endswith("_d2c_plat.dat") and got[n].count(b"\n") > 1 for n in got), sorted(got)
 
 
 @pytest.mark.parametrize("name", sorted(SETS))
@@ -222,6 +225,8 @@ def test_unplug_histogram_equal_btt(tmp_path: Path) -> None:
     assert got["up_8,16.dat"].decode().splitlines()[11] == "11 1"
     assert got["8,16_pit.dat"] == b"" and got["8,0_pit.dat"]   # btt keeps a device's -P file, even empty
     same_run(dump, str(dump), tmp_path, "upwin", "-o", "out", "-u", "up", "-t", "0.05", "-T", "0.2")
+    got = same_run(dump, str(dump), tmp_path, "nolat", "-L", "0")   # btt's -L 0 (or less): no periodic files
+    assert not any(n.endswith("_plat.dat") for n in got), sorted(got)
 
 
 def test_latency_rows_follow_btts_pairing_not_reports(tmp_path: Path) -> None:
@@ -246,7 +251,8 @@ def test_latency_rows_follow_btts_pairing_not_reports(tmp_path: Path) -> None:
     (["-i", "TRACE", "-u"], "-u", 2),
     (["-i", "TRACE", "-p"], "-p", 2),
     (["-i", "TRACE", "-P"], "-P", 2),
-    (["-i", "TRACE", "-L", "1"], "-L", 2),      # not supported yet
+    (["-i", "TRACE", "-L", "1ms"], "-L", 2),    # btt's atof() would read 1
+    (["-i", "TRACE", "-I", "io"], "-I", 2),     # not supported yet
     (["-i", "TRACE", "-m", "sps"], "-m", 2),     # btt: "-m option requires -s options"
     (["-i", "TRACE", "-s"], "-s", 2),
     (["-i", "TRACE", "-D", "7"], "-D", 2),

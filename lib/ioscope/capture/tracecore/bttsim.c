@@ -62,8 +62,40 @@ static int file_row(bttsim_t *s, int kind, int32_t dev, uint64_t t, uint64_t v, 
 	return 0;
 }
 
+static uint64_t dbl_bits(double v)
+{
+	uint64_t u;
+	memcpy(&u, &v, sizeof(u));
+	return u;
+}
+
+/* btt's plat_x2c() (-L): a latency of a kind into its period; a latency freq seconds or more after the period's
+ * first ends it (its line: the middle of its first and last time stamps, its mean latency) and starts the next */
+static int plat_add(bttsim_t *s, plat_t *p, int kind, int32_t dev, uint64_t ts, uint64_t latency)
+{
+	double now = (double)ts / 1.0e9, lat = (double)latency / 1.0e9;
+	if (p->nl && now - p->first_ts >= s->plat_freq) {
+		double mid = p->first_ts + (p->last_ts - p->first_ts) / 2;
+		if (file_row(s, BL_PLAT + kind, dev, dbl_bits(mid), dbl_bits(p->tl / (double)p->nl), 0) < 0)
+			return -1;
+		p->nl = 0;
+	}
+	if (p->nl == 0) {
+		p->first_ts = p->last_ts = now;
+		p->nl = 1;
+		p->tl = lat;
+	} else {
+		p->last_ts = now;
+		p->nl++;
+		p->tl += lat;
+	}
+	return 0;
+}
+
 static int lat_row(bttsim_t *s, int kind, int32_t dev, uint64_t t, uint64_t v)
 {
+	if (s->plat_freq > 0.0 && plat_add(s, &s->devs[dev].plat[kind], kind, dev, t, v) < 0)
+		return -1;
 	return s->lat_on ? file_row(s, kind, dev, t, v, 0) : 0;
 }
 
@@ -112,13 +144,6 @@ static double sps_value(const sps_t *b)
 	if (b->nseeks == 1 || delta < DBL_EPSILON)
 		return (double)b->nseeks;
 	return (double)b->nseeks / delta;
-}
-
-static uint64_t dbl_bits(double v)
-{
-	uint64_t u;
-	memcpy(&u, &v, sizeof(u));
-	return u;
 }
 
 /* a seek at t in a bucket: the bucket ends (its line written) at a seek a second or more after its first */
@@ -884,6 +909,18 @@ static int set_sps(PyObject *dct, const char *key, const sps_t *b)
 	return r;
 }
 
+/* a device's open -L periods, by BL_Q2D, BL_D2C, BL_Q2C: (latencies, the line btt prints at its end) */
+static int set_plat(PyObject *dct, const plat_t *p)
+{
+	PyObject *l = Py_BuildValue("[(Kdd)(Kdd)(Kdd)]",
+		(unsigned long long)p[0].nl, p[0].first_ts + (p[0].last_ts - p[0].first_ts) / 2, p[0].nl ? p[0].tl / (double)p[0].nl : 0.0,
+		(unsigned long long)p[1].nl, p[1].first_ts + (p[1].last_ts - p[1].first_ts) / 2, p[1].nl ? p[1].tl / (double)p[1].nl : 0.0,
+		(unsigned long long)p[2].nl, p[2].first_ts + (p[2].last_ts - p[2].first_ts) / 2, p[2].nl ? p[2].tl / (double)p[2].nl : 0.0);
+	int r = l ? PyDict_SetItemString(dct, "plat", l) : -1;
+	Py_XDECREF(l);
+	return r;
+}
+
 /* a device's counts (the -u histogram) as a list */
 static int set_counts(PyObject *dct, const char *key, const uint64_t *c, int n)
 {
@@ -941,7 +978,7 @@ PyObject *bs_result(bttsim_t *s)
 			"split_never_completed", split, "q_replaced", d->q_replaced, "remaps_elsewhere", d->a_elsewhere,
 			"qranges", ranges_export(&d->qr), "cranges", ranges_export(&d->cr), "rstat", rstat_export(&d->rs));
 		if (dct && (set_sps(dct, "sps_q2q", &d->sps_q) < 0 || set_sps(dct, "sps_d2d", &d->sps_d) < 0 ||
-			    set_counts(dct, "unplug_hist", d->uphist, N_UP_BKTS) < 0)) {
+			    set_counts(dct, "unplug_hist", d->uphist, N_UP_BKTS) < 0 || set_plat(dct, d->plat) < 0)) {
 			Py_DECREF(dct);
 			goto err;
 		}

@@ -57,6 +57,13 @@ typedef struct {
 #define N_UP_BKTS 21
 #define UP_BKT_WIDTH 5
 
+/* btt's periodic latencies (-L FREQ: MAJ,MIN_{q2d,q2c,d2c}_plat.dat) of one kind of a device: the latencies (in
+ * seconds) since the period's first, its first and last time stamps (nl 0: none yet) */
+typedef struct {
+	uint64_t nl;
+	double first_ts, last_ts, tl;
+} plat_t;
+
 /* one device as btt's struct d_info holds it */
 typedef struct {
 	int alloc, culling, dm;
@@ -74,6 +81,7 @@ typedef struct {
 	rstat_t rs;
 	int64_t aqd;               /* -Q: the requests issued and not completed, as btt's aqd file counts them */
 	sps_t sps_q, sps_d;        /* -m: the seeks per second of the Q2Q and D2D streams */
+	plat_t plat[3];            /* -L: the periods of the Q2D, D2C, Q2C latencies (by BL_Q2D, BL_D2C, BL_Q2C) */
 	uint64_t uphist[N_UP_BKTS]; /* -u: its unplugs (UNPLUG_IO) by requests unplugged, 5 a bucket */
 	/* what btt counts that ioscope's view counts otherwise, by reason */
 	uint64_t x_events, x_bios;     /* split pieces (X) and bios split: btt ignores X */
@@ -122,7 +130,9 @@ typedef struct {
  * its G, I, M (t, when it has one), its D (t, v the D's sector, w the D's sectors, when issued) and the C (t,
  * v the C's sector, w its sectors), then an end of the C (BL_PIO_END, after its last Q's track, none or more) */
 enum { BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE, BL_AQD, BL_SEEK_Q, BL_SEEK_D, BL_BNO, BL_SPS_Q, BL_SPS_D,
-       BL_PIO_Q, BL_PIO_G, BL_PIO_I, BL_PIO_M, BL_PIO_D, BL_PIO_C, BL_PIO_END, BL_PIT_Q, BL_PIT_END };
+       BL_PIO_Q, BL_PIO_G, BL_PIO_I, BL_PIO_M, BL_PIO_D, BL_PIO_C, BL_PIO_END, BL_PIT_Q, BL_PIT_END, BL_PLAT };
+/* with btt's -L, a period of a device's latencies ended: BL_PLAT + BL_Q2D, BL_D2C or BL_Q2C, t and v the bits of
+ * the two doubles btt prints (the period's middle time stamp, its mean latency) */
 /* with btt's -P, at every C: the time of each Q it completes (BL_PIT_Q, t), then BL_PIT_END (t the C's time, v
  * the D time of the last of those Qs that was issued, NONE when none was) */
 #define BL_READ 0x100
@@ -154,6 +164,7 @@ typedef struct {
 	int lat_on, files_on;
 	int aqd_on, seek_on, sps_on, bno_on;   /* btt's -Q, -s, -m, -B */
 	int pio_on, pit_on;                    /* btt's -p, -P */
+	double plat_freq;                      /* btt's -L: the period in seconds (0 or less: off) */
 	int64_t cur_ord;
 	double range_delta;
 	/* btt's -t/-T (time_bounded: both given or 0.0): records before t_start dropped, the first after t_end

@@ -632,13 +632,15 @@ static PyObject *Core_set_btt_files(Core *c, PyObject *args)
 	Py_RETURN_NONE;
 }
 
-/* btt's -Q, -s, -m, -B, -p, -P: the rows of its queue-depth, seek, seeks-per-second, block-number, per-I/O
- * and per-I/O times files */
+/* btt's -Q, -s, -m, -B, -p, -P, -L: the rows of its queue-depth, seek, seeks-per-second, block-number, per-I/O,
+ * per-I/O times and periodic latency files (-L: its period in seconds, 0 or less for none) */
 static PyObject *Core_set_btt_extra(Core *c, PyObject *args)
 {
 	int aqd, seek, sps, bno, pio = 0, pit = 0;
-	if (!PyArg_ParseTuple(args, "pppp|pp", &aqd, &seek, &sps, &bno, &pio, &pit))
+	double plat = 0.0;
+	if (!PyArg_ParseTuple(args, "pppp|ppd", &aqd, &seek, &sps, &bno, &pio, &pit, &plat))
 		return NULL;
+	c->sim.plat_freq = plat;
 	c->sim.pio_on = pio;
 	c->sim.pit_on = pit;
 	c->sim.aqd_on = aqd;

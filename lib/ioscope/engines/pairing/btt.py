@@ -258,6 +258,8 @@ class BttDev:
     sps_d2d: tuple[int, int, float] = (0, 0, 0.0)
     # btt's -u histogram: its unplugs (UNPLUG_IO) by requests unplugged, buckets of 5 (0-4 ... 95-99, 100 or more)
     unplug_hist: list[int] = field(default_factory=list)
+    # btt's -L periods still open at the end, by BL_Q2D, BL_D2C, BL_Q2C: (latencies, middle time stamp, mean)
+    plat: list[tuple[int, float, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -407,6 +409,9 @@ BL_PIO_Q, BL_PIO_G, BL_PIO_I, BL_PIO_M, BL_PIO_D, BL_PIO_C, BL_PIO_END = 11, 12,
 # with btt's -P, at each C: the time of each Q it completes (BL_PIT_Q), then BL_PIT_END (t the C's time, v the D
 # time of the last of them that was issued, NO_TIME when none was)
 BL_PIT_Q, BL_PIT_END = 18, 19
+# with btt's -L, a period of a device's latencies ended: BL_PLAT + BL_Q2D, BL_D2C or BL_Q2C (t, v: the bits of the
+# float64s btt prints, the period's middle time stamp and its mean latency)
+BL_PLAT = 20
 BL_READ = 0x100
 # (rows, dev_of, texts): the rows of a chunk, device numbers by index, the chunk's message texts by row
 BttRowSink = Callable[[npt.NDArray[np.void], list[int], dict[int, str]], None]
@@ -435,7 +440,8 @@ class Btt:
                  on_io: IoSink | None = None, stats: bool = True, first_names: bool = False,
                  on_btt_rows: BttRowSink | None = None, btt_latencies: bool = False,
                  range_delta: float = 0.1, time_window: tuple[float, float] | None = None,
-                 btt_extra: tuple[bool, ...] = (False, False, False, False, False)) -> None:
+                 btt_extra: tuple[bool, ...] = (False, False, False, False, False, False),
+                 plat_freq: float = 0.0) -> None:
         """time_zero: the time btt's times count from: 0 for a blktrace dump, blkparse's genesis for per-CPU
         files; None for a capture, whose export counts from just before its first event
         (blktrace.EXPORT_BASE_OFFSET). stats=False: only ioscope's pairing, for on_io (no statistics,
@@ -446,13 +452,15 @@ class Btt:
         writes as it reads (BLAT, from btt's pairing: its messages, its per-second lines and, with
         btt_latencies, its per-I/O latency rows) after each chunk; range_delta: btt's -d, the gap that
         ends an activity range; time_window: btt's -t/-T (seconds from the time zero; btt reads nothing
-        after the first record past the end); btt_extra: the rows of btt's -Q, -s, -m, -B (and -p, -P) files too."""
+        after the first record past the end); btt_extra: the rows of btt's -Q, -s, -m, -B (and -p, -P) files
+        too; plat_freq: btt's -L period in seconds (0 or less: none), the rows of its periodic latency files."""
         self.core = _tracecore.Core()
         self.on_btt_rows = on_btt_rows
         if on_btt_rows is not None:
             self.core.set_btt_files(True, range_delta)
             self.core.set_btt_latencies(btt_latencies)
-            self.core.set_btt_extra(*btt_extra)
+            aqd, seeks, sps, bno, per_io, per_io_times = (*btt_extra, False, False)[:6]
+            self.core.set_btt_extra(aqd, seeks, sps, bno, per_io, per_io_times, plat_freq)
         if time_window is not None:
             self.core.set_btt_window(*time_window)
         self.time_zero = time_zero
@@ -769,7 +777,7 @@ class Btt:
                 i["nios_upt"], i["q2d_hist"], Seeks(**i["seek_q2q"]), Seeks(**i["seek_d2d"]), (n, tot, end),
                 i["in_flight"], i["split_events"], i["split_bios"], i["split_never_completed"], i["q_replaced"],
                 i["remaps_elsewhere"], i["qranges"], i["cranges"], i["rstat"], i["sps_q2q"], i["sps_d2d"],
-                i["unplug_hist"]))
+                i["unplug_hist"], i["plat"]))
         procs = []
         for key, avg, qr, cr in raw["processes"]:
             pname = self.btt_names[key] if key >= 0 else f"pid{-key - 1:09d}"

@@ -114,6 +114,11 @@ def pit_lines(rows: list[tuple[int, int, int, int, int]]) -> str:
                    for kind, _di, t, v, _w in rows)
 
 
+def plat_line(x: float, y: float) -> str:
+    """A line of btt's -L files: "%lf %lf", a period's middle time stamp and its mean latency."""
+    return f"{x:f} {y:f}\n"
+
+
 def sps_line(t_ns: int, value: float) -> str:
     """A line of btt's -m file: "%15.9lf %.2lf", a bucket's first seek and its seeks per second."""
     return f"{bit_times(np.array([t_ns]))[0]:15.9f} {value:.2f}\n"
@@ -242,7 +247,8 @@ class RowFiles:
                  extra: dict[str, str] | None = None) -> None:
         """extra: btt's NAMEs of its other files, by option: "Q" (NAME_MAJ,MIN_aqd.dat), "s"
         (NAME_MAJ,MIN_q2q_r.dat, _q2q_w, _q2q_c, _d2d_r ...), "m" (NAME_MAJ,MIN.dat), "B" (NAME_MAJ,MIN_r.dat,
-        _w, _c), "p" (the file NAME itself: btt's per-I/O tracks), "P" (btt's MAJ,MIN_pit.dat: btt ignores its NAME)."""
+        _w, _c), "p" (the file NAME itself: btt's per-I/O tracks), "P" (btt's MAJ,MIN_pit.dat: btt ignores its NAME),
+        "L" (MAJ,MIN_q2d_plat.dat, _q2c_plat, _d2c_plat: the period is Btt's plat_freq)."""
         self.open = opener
         self.lat_names = lat_names        # BL_* -> btt's NAME
         self.extra = extra or {}
@@ -272,6 +278,9 @@ class RowFiles:
         if f is None:
             f = self.named[name] = self.open(name)
         return f
+
+    def _plat(self, dev: int, lat: int) -> IO[str]:
+        return self._named(f"{dip_name(dev)}_{LAT_SUFFIX[lat]}_plat.dat")
 
     def _sps(self, dev: int) -> SharedPath:
         f = self.sps.get(dev)
@@ -310,6 +319,12 @@ class RowFiles:
             mt = (kinds == btt.BL_PIT_Q) | (kinds == btt.BL_PIT_END)
             for di in np.unique(devs[mt]).tolist():
                 self._named(f"{dip_name(dev_of[di])}_pit.dat").write(pit_lines(rows[mt & (devs == di)].tolist()))
+        if "L" in self.extra:
+            mpl = (kinds >= btt.BL_PLAT) & (kinds <= btt.BL_PLAT + 2)
+            if mpl.any():
+                for kind, di, t, v, _w in rows[mpl].tolist():
+                    x, y = np.array([t, v], dtype=np.uint64).view(np.float64).tolist()
+                    self._plat(dev_of[di], kind - btt.BL_PLAT).write(plat_line(x, y))
         ms = (base == btt.BL_SPS_Q) | (base == btt.BL_SPS_D)
         if "m" in self.extra and ms.any():
             for kind, di, t, _v, w in rows[ms].tolist():
@@ -351,6 +366,11 @@ class RowFiles:
             a, b = rate_lines(*ends[dev])
             iops.write(a)
             mbps.write(b)
+        if "L" in self.extra:   # btt writes each kind's open period as it frees the device
+            for d in v.devices:
+                for lat, (n, x, y) in enumerate(d.plat):
+                    if n:
+                        self._plat(d.dev, lat).write(plat_line(x, y))
         if "P" in self.extra:   # btt opens a device's _pit.dat when it sets the device up and keeps it, even empty
             for d in v.devices:
                 self._named(f"{dip_name(d.dev)}_pit.dat")

@@ -16,13 +16,13 @@ examples:
 
 # btt's options this tool does not write yet: refused with one line rather than silently leaving files out
 NOT_YET = {"-a": "seek_absolute",
-           "-I": "iostat", "-L": "periodic_latencies", "-M": "dev_maps",
+           "-I": "iostat", "-M": "dev_maps",
            "-r": "no_remaps",
            "-S": "iostat_interval",
            "-v": "verbose", "-X": "easy_parse_avgs", "-Z": "do_active"}
 _FLAGS = {"-a", "-r", "-v", "-X", "-Z"}
 _LONG = {"-a": "--seek-absolute",
-         "-I": "--iostat", "-L": "--periodic-latencies", "-M": "--dev-maps",
+         "-I": "--iostat", "-M": "--dev-maps",
          "-r": "--no-remaps",
          "-S": "--iostat-interval",
          "-v": "--verbose", "-X": "--easy-parse-avgs", "-Z": "--do-active"}
@@ -87,6 +87,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("-P", "--per-io-trees", metavar="NAME",
                    help="per device, MAJ,MIN_pit.dat: a line per completion, its I/Os' Q times | D time | C time "
                         "(btt ignores NAME, and so does ioscope btt)")
+    p.add_argument("-L", "--periodic-latencies", type=seconds, metavar="FREQ",
+                   help="each device's mean Q2D, Q2C and D2C over periods of FREQ seconds: MAJ,MIN_q2d_plat.dat, "
+                        "_q2c_plat.dat, _d2c_plat.dat, 'middle-time mean' per period (0 or less: none, as in btt)")
     p.add_argument("-u", "--unplug-hist", metavar="NAME",
                    help="each device's unplugs by requests unplugged, buckets of 5: NAME_MAJ,MIN.dat")
     p.add_argument("-D", "--devices", type=device_list, metavar="MAJ,MIN;...",
@@ -115,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     asked = [opt for opt, dest in NOT_YET.items() if getattr(args, dest) not in (None, False)]
     if asked:
         raise UsageError(f"btt's {', '.join(asked)} not supported by ioscope btt yet (docs/btt.md lists what is: "
-                         "-i -o -A -l -q -z -Q -s -m -B -u -p -P -D -e -d -t -T)")
+                         "-i -o -A -l -q -z -Q -s -m -B -u -p -P -L -D -e -d -t -T)")
     if args.seeks_per_second and not args.seeks:   # btt's rule: its seeks per second come with its seek files
         raise UsageError("btt's -m (seeks per second) requires -s (seek files), as btt does")
     from ioscope.tools.btt.view import run as run_btt
