@@ -6,7 +6,8 @@ NAME.msg, NAME_qhist.dat and NAME_dhist.dat, the per-second MAJ,MIN_iops_fp.dat/
 the -l/-q/-z latency files, and the -Q (NAME_MAJ,MIN_aqd.dat), -s (NAME_MAJ,MIN_q2q_[rwc].dat, _d2d_[rwc].dat), -m
 (NAME_MAJ,MIN.dat, which btt's two seek streams write at once), -B (NAME_MAJ,MIN_[rwc].dat), -u (NAME_MAJ,MIN.dat,
 the unplug histogram), -p (NAME: each I/O's track at its completion), -P (MAJ,MIN_pit.dat) and -L (1 ms periods:
-MAJ,MIN_{q2d,q2c,d2c}_plat.dat) files, on the whole trace and in a -t/-T window. A crafted five-minute trace
+MAJ,MIN_{q2d,q2c,d2c}_plat.dat) files and -I's NAME (iostat), on the whole trace and in a -t/-T window. A crafted
+trace of two disks over 20 s (two_disks) has -I's intervals and their TOTAL lines; a crafted five-minute trace
 (long_seeks) makes the -m file longer than a stdio buffer, where the two streams' blocks overwrite each other; a
 crafted trace (unplugs) has unplugs in every bucket of -u, the corpus's only in the first, and a device without a
 completion (an empty -P file, which btt keeps); -L 0 there writes no periodic file, as in btt. -D and -e (btt's
@@ -29,7 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_blktrace_corpus import DUMPS, SETS, TRACES, reference_set
 
 LAT = ("-l", "d2c", "-q", "q2c", "-z", "q2d")
-EXTRA = ("-Q", "aqd", "-s", "sk", "-m", "sps", "-B", "bno", "-u", "up", "-p", "pio", "-P", "pit", "-L", "0.001")
+EXTRA = ("-Q", "aqd", "-s", "sk", "-m", "sps", "-B", "bno", "-u", "up", "-p", "pio", "-P", "pit", "-L", "0.001",
+         "-I", "io")
 
 
 def ioscope_btt(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -229,6 +231,61 @@ def test_unplug_histogram_equal_btt(tmp_path: Path) -> None:
     assert not any(n.endswith("_plat.dat") for n in got), sorted(got)
 
 
+def two_disks(seconds: int = 20, seed: int = 5) -> bytes:
+    """A blkparse -d dump of two disks (8,0 and 8,16) over some seconds: reads and writes, some back merges, a few
+    requests in flight at once, quiet stretches (idle time), a C of an I/O issued before the trace: btt's -I
+    intervals with a TOTAL line."""
+    from blk_scenarios import raw_record
+    from ioscope.capture.events import (
+        TA_BACKMERGE,
+        TA_COMPLETE,
+        TA_GETRQ,
+        TA_INSERT,
+        TA_ISSUE,
+        TA_QUEUE,
+        TC_COMPLETE,
+        TC_ISSUE,
+        TC_QUEUE,
+        TC_READ,
+        TC_WRITE,
+    )
+    rnd = random.Random(seed)
+    recs = [(500, 8 << 20, 1 << 20, 4096, TA_QUEUE, TC_WRITE | TC_QUEUE),
+            (700, (8 << 20) | 16, 999, 4096, TA_COMPLETE, TC_READ | TC_COMPLETE)]   # 8,16 culls: not counted
+    for dev in (8 << 20, (8 << 20) | 16):
+        t = rnd.randrange(1000, 50_000)
+        while t < seconds * 1_000_000_000:
+            sec = rnd.randrange(0, 64) * 8   # few distinct seeks: see docs/btt.md on more than 16 modes
+            cat = TC_READ if rnd.random() < 0.5 else TC_WRITE
+            n = 4096 * rnd.choice((1, 2, 8, 32))
+            recs += [(t, dev, sec, n, TA_QUEUE, cat | TC_QUEUE), (t + 1000, dev, sec, n, TA_GETRQ, cat),
+                     (t + 1500, dev, sec, n, TA_INSERT, cat)]
+            if rnd.random() < 0.3:
+                recs += [(t + 1800, dev, sec + n // 512, 4096, TA_QUEUE, cat | TC_QUEUE),
+                         (t + 1900, dev, sec + n // 512, 4096, TA_BACKMERGE, cat)]
+                n += 4096
+            done = t + rnd.randrange(3000, 40_000_000)
+            recs += [(t + 2500, dev, sec, n, TA_ISSUE, cat | TC_ISSUE),
+                     (done, dev, sec, n, TA_COMPLETE, cat | TC_COMPLETE)]
+            quiet = rnd.random() >= 0.95
+            t += rnd.randrange(500_000_000, 2_500_000_000) if quiet else rnd.randrange(1_000_000, 30_000_000)
+    recs.sort(key=lambda r: r[0])
+    return b"".join(raw_record("<", i + 1, ts, s, n, a | (c << 16), 100, dev, 0)
+                    for i, (ts, dev, s, n, a, c) in enumerate(recs))
+
+
+def test_iostat_intervals_equal_btt(tmp_path: Path) -> None:
+    """btt's -I on two disks over 20 s: a line per device and a TOTAL line per interval of -S seconds (1 and 3,
+    and in a -t/-T window), then the whole trace's; the corpus's traces are shorter than an interval."""
+    dump = tmp_path / "two.dump"
+    dump.write_bytes(two_disks())
+    got = same_run(dump, str(dump), tmp_path, "io1", "-o", "out", "-I", "io")
+    lines = got["io"].decode().splitlines()
+    assert sum(line.startswith("TOTAL ") for line in lines) > 10, lines[:8]   # intervals with a TOTAL line
+    same_run(dump, str(dump), tmp_path, "io3", "-I", "io", "-S", "3")
+    same_run(dump, str(dump), tmp_path, "iowin", "-I", "io", "-S", "1", "-t", "2", "-T", "15")
+
+
 def test_latency_rows_follow_btts_pairing_not_reports(tmp_path: Path) -> None:
     """On a trace with split bios btt never completes, btt's D2C file has fewer rows than report's CSV (ioscope's
     corrected pairing): ioscope btt writes btt's."""
@@ -252,7 +309,10 @@ def test_latency_rows_follow_btts_pairing_not_reports(tmp_path: Path) -> None:
     (["-i", "TRACE", "-p"], "-p", 2),
     (["-i", "TRACE", "-P"], "-P", 2),
     (["-i", "TRACE", "-L", "1ms"], "-L", 2),    # btt's atof() would read 1
-    (["-i", "TRACE", "-I", "io"], "-I", 2),     # not supported yet
+    (["-i", "TRACE", "-M", "maps"], "-M", 2),   # not supported yet
+    (["-i", "TRACE", "-I", "io", "-S", "0"], "-S", 2),     # btt divides by zero
+    (["-i", "TRACE", "-I", "io", "-S", "1.5"], "-S", 2),   # btt's sscanf("%u") would read 1
+    (["-i", "TRACE", "-I", "io", "-D", "7,2"], "-D", 2),   # not supported yet
     (["-i", "TRACE", "-m", "sps"], "-m", 2),     # btt: "-m option requires -s options"
     (["-i", "TRACE", "-s"], "-s", 2),
     (["-i", "TRACE", "-D", "7"], "-D", 2),

@@ -200,6 +200,65 @@ static int pio_track(bttsim_t *s, const qnode_t *q, int32_t dev, uint64_t t, uin
 	return file_row(s, BL_PIO_C, dev, t, csec, cn);
 }
 
+/* ------------------------------------------------------------------ btt's iostat (-I) */
+
+/* btt's update_tot_qusz(): the queue size times the time since it last changed, in both sets */
+static void ios_qusz(bdev_t *d, double now)
+{
+	d->ist.tot_qusz += (now - d->ist.last_qu_change) * d->ist.cur_qusz;
+	d->ist_all.tot_qusz += (now - d->ist_all.last_qu_change) * d->ist_all.cur_qusz;
+	d->ist.last_qu_change = d->ist_all.last_qu_change = now;
+}
+
+/* btt's update_idle_time(): the time since the device's last change counts idle when nothing is on the device
+ * (this interval's count decides for both sets), or always when forced (at every dump, as btt does) */
+static void ios_idle(bdev_t *d, double now, int force)
+{
+	if (d->ist.cur_dev == 0 || force) {
+		d->ist.idle_time += now - d->ist.last_dev_change;
+		d->ist_all.idle_time += now - d->ist_all.last_dev_change;
+	}
+	d->ist.last_dev_change = d->ist_all.last_dev_change = now;
+}
+
+/* btt's iostat dump of one interval (at a record's time stamp): per device its counters (after the forced idle
+ * and queue-size updates btt makes), then reset them */
+static int ios_dump(bttsim_t *s, uint64_t stamp)
+{
+	double now = (double)stamp / 1.0e9;
+	for (size_t k = 0; k < s->norder; k++) {
+		int32_t idx = s->order[k];
+		bdev_t *d = &s->devs[idx];
+		iostat_t *p = &d->ist;
+		ios_idle(d, now, 1);
+		ios_qusz(d, now);
+		if (file_row(s, BL_IOS_1, idx, stamp, p->rqm[0], p->rqm[1]) < 0 ||
+		    file_row(s, BL_IOS_2, idx, s->io_last_start, p->ios[0], p->ios[1]) < 0 ||
+		    file_row(s, BL_IOS_3, idx, 0, p->sec[0], p->sec[1]) < 0 ||
+		    file_row(s, BL_IOS_4, idx, 0, p->wait, p->svctm) < 0 ||
+		    file_row(s, BL_IOS_5, idx, 0, dbl_bits(p->tot_qusz), dbl_bits(p->idle_time)) < 0)
+			return -1;
+		p->rqm[0] = p->rqm[1] = p->ios[0] = p->ios[1] = p->sec[0] = p->sec[1] = 0;
+		p->wait = p->svctm = 0;
+		p->tot_qusz = p->idle_time = 0.0;
+	}
+	return file_row(s, BL_IOS_END, -1, stamp, 0, 0);
+}
+
+/* btt's iostat_check_time() at every record it reads past the time window (any action, any device) */
+static int ios_check(bttsim_t *s, uint64_t t)
+{
+	if (s->io_last_start == NONE) {
+		s->io_last_start = t;
+	} else if (t - s->io_last_start >= s->iostat_interval) {
+		if (ios_dump(s, t) < 0)
+			return -1;
+		s->io_last_start = t;
+	}
+	s->io_last_stamp = t;
+	return 0;
+}
+
 /* btt's bucket of a request of bytes (512-byte blocks, the last for more than 1024); -1 for less than a
  * block, which btt counts before its array (undefined: not counted here) */
 static int histo_idx(uint32_t bytes)
@@ -595,6 +654,8 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 			return 0;
 		}
 	}
+	if (s->iostat_on && ios_check(s, t) < 0)
+		return -1;
 	switch (a) {
 	case A_PLUG: case A_UNPLUG_IO: case A_UNPLUG_TIMER:
 		d = &s->devs[e->dev];
@@ -691,6 +752,11 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		}
 		break;
 	case A_GETRQ:
+		if (s->iostat_on) {   /* btt's iostat_getrq() */
+			ios_qusz(d, (double)t / 1.0e9);
+			d->ist.cur_qusz++;
+			d->ist_all.cur_qusz++;
+		}
 		s->g_node = x = qt_find(&s->qt, d->root, e->sector);
 		if (x >= 0) {
 			q = &s->qt.n[x];
@@ -713,6 +779,10 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		}
 		break;
 	case A_BACKMERGE: case A_FRONTMERGE:
+		if (s->iostat_on) {   /* btt's iostat_merge() */
+			d->ist.rqm[(e->category & TC_READ_) != 0]++;
+			d->ist_all.rqm[(e->category & TC_READ_) != 0]++;
+		}
 		if ((x = qt_find(&s->qt, d->root, e->sector)) >= 0) {
 			q = &s->qt.n[x];
 			q->m = t;
@@ -731,6 +801,16 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 			d->n_act_q--;
 		if (seek_add(s, d, e->dev, 1, t, e->sector, end, (e->category & TC_READ_) != 0) < 0)
 			return -1;
+		if (s->iostat_on) {   /* btt's iostat_issue() */
+			int rw = (e->category & TC_READ_) != 0;
+			d->ist.ios[rw]++;
+			d->ist_all.ios[rw]++;
+			d->ist.sec[rw] += e->bytes >> 9;
+			d->ist_all.sec[rw] += e->bytes >> 9;
+			ios_idle(d, (double)t / 1.0e9, 0);
+			d->ist.cur_dev++;
+			d->ist_all.cur_dev++;
+		}
 		if (s->bno_on && file_row(s, BL_BNO | ((e->category & TC_READ_) ? BL_READ : 0), e->dev, t, e->sector, end) < 0)
 			return -1;
 		if (s->aqd_on && file_row(s, BL_AQD, e->dev, t, (uint64_t)d->aqd, 1) < 0)
@@ -791,6 +871,19 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 				UPDATE(BP_D2C, d, q->pip, tdelta(q->d, t));
 				if (lat_row(s, BL_D2C, e->dev, t, tdelta(q->d, t)) < 0)
 					return -1;
+				if (s->iostat_on) {   /* btt's iostat_complete() */
+					uint64_t w = q->i != NONE ? tdelta(q->i, t) : q->m != NONE ? tdelta(q->m, t) : 0;
+					d->ist.wait += w;
+					d->ist_all.wait += w;
+					ios_qusz(d, (double)t / 1.0e9);
+					d->ist.cur_qusz--;
+					d->ist_all.cur_qusz--;
+					ios_idle(d, (double)t / 1.0e9, 0);
+					d->ist.cur_dev--;
+					d->ist_all.cur_dev--;
+					d->ist.svctm += tdelta(q->t, t);
+					d->ist_all.svctm += tdelta(q->t, t);
+				}
 			}
 			if (s->pio_on && pio_track(s, q, e->dev, t, e->sector, e->bytes >> 9) < 0)
 				return -1;
@@ -825,6 +918,8 @@ void bs_init(bttsim_t *s)
 	s->g_node = -1;
 	s->range_delta = 0.1;
 	s->rs.base_sec = -1;
+	s->iostat_interval = 1000000000;
+	s->io_last_start = NONE;
 	qt_init(&s->qt);
 }
 
@@ -977,6 +1072,19 @@ PyObject *bs_result(bttsim_t *s)
 			"in_flight", inflight, "split_events", d->x_events, "split_bios", d->x_bios,
 			"split_never_completed", split, "q_replaced", d->q_replaced, "remaps_elsewhere", d->a_elsewhere,
 			"qranges", ranges_export(&d->qr), "cranges", ranges_export(&d->cr), "rstat", rstat_export(&d->rs));
+		if (s->iostat_on) {   /* btt's last dump (the whole trace's) at the last record's time */
+			ios_idle(d, (double)s->io_last_stamp / 1.0e9, 1);
+			ios_qusz(d, (double)s->io_last_stamp / 1.0e9);
+		}
+		const iostat_t *ia = &d->ist_all;
+		PyObject *ios = Py_BuildValue("(KKKKKKKKdd)", ia->rqm[0], ia->rqm[1], ia->ios[0], ia->ios[1], ia->sec[0],
+					      ia->sec[1], ia->wait, ia->svctm, ia->tot_qusz, ia->idle_time);
+		if (dct && (!ios || PyDict_SetItemString(dct, "iostat", ios) < 0)) {
+			Py_XDECREF(ios);
+			Py_DECREF(dct);
+			goto err;
+		}
+		Py_XDECREF(ios);
 		if (dct && (set_sps(dct, "sps_q2q", &d->sps_q) < 0 || set_sps(dct, "sps_d2d", &d->sps_d) < 0 ||
 			    set_counts(dct, "unplug_hist", d->uphist, N_UP_BKTS) < 0 || set_plat(dct, d->plat) < 0)) {
 			Py_DECREF(dct);
@@ -998,7 +1106,8 @@ PyObject *bs_result(bttsim_t *s)
 			goto err;
 		PyList_SET_ITEM(procs, (Py_ssize_t)i, x);
 	}
-	res = Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:y#,s:y#}", "devices", devs, "processes", procs,
+	res = Py_BuildValue("{s:K,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:y#,s:y#}", "iostat_last_stamp",
+			    (unsigned long long)s->io_last_stamp, "devices", devs, "processes", procs,
 			    "all", avgs_export(s->all), "live", live_export(&s->live_all), "qranges", ranges_export(&s->qr),
 			    "cranges", ranges_export(&s->cr), "rstat", rstat_export(&s->rs),
 			    "qhist", (const char *)s->qhist, (Py_ssize_t)sizeof(s->qhist),

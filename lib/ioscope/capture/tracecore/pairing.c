@@ -650,6 +650,18 @@ static PyObject *Core_set_btt_extra(Core *c, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* btt's -I, -S: the rows of its iostat file, an interval of seconds */
+static PyObject *Core_set_btt_iostat(Core *c, PyObject *args)
+{
+	int on;
+	unsigned long long interval;
+	if (!PyArg_ParseTuple(args, "pK", &on, &interval))
+		return NULL;
+	c->sim.iostat_on = on;
+	c->sim.iostat_interval = interval * 1000000000ULL;
+	Py_RETURN_NONE;
+}
+
 /* btt's -t/-T: the records btt reads (bttsim.h) */
 static PyObject *Core_set_btt_window(Core *c, PyObject *args)
 {
@@ -811,7 +823,10 @@ static PyMethodDef Core_methods[] = {
 	{"set_btt_files", (PyCFunction)Core_set_btt_files, METH_VARARGS,
 	 "set_btt_files(flag, range_delta=0.1): keep the rows of btt's messages and per-second files (take_btt_latencies)"},
 	{"set_btt_extra", (PyCFunction)Core_set_btt_extra, METH_VARARGS,
-	 "set_btt_extra(aqd, seeks, sps, bno): keep the rows of btt's -Q, -s, -m and -B files (take_btt_latencies)"},
+	 "set_btt_extra(aqd, seeks, sps, bno, per_io=False, per_io_times=False, plat_freq=0.0): keep the rows of "
+	 "btt's -Q, -s, -m, -B, -p, -P and -L files (take_btt_latencies)"},
+	{"set_btt_iostat", (PyCFunction)Core_set_btt_iostat, METH_VARARGS,
+	 "set_btt_iostat(on, interval): keep the rows of btt's -I file, its intervals -S seconds long"},
 	{"set_btt_window", (PyCFunction)Core_set_btt_window, METH_VARARGS,
 	 "set_btt_window(t_start, t_end): btt's -t/-T (seconds; btt's default for the one not given is 0.0)"},
 	{"take_btt_latencies", (PyCFunction)Core_take_btt_latencies, METH_NOARGS,

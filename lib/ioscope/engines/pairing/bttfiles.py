@@ -119,6 +119,72 @@ def plat_line(x: float, y: float) -> str:
     return f"{x:f} {y:f}\n"
 
 
+IOSTAT_HDR = ("Device:       rrqm/s   wrqm/s     r/s     w/s    rsec/s    wsec/s     rkB/s     wkB/s avgrq-sz "
+              "avgqu-sz   await   svctm  %util   Stamp\n")
+
+
+def iostat_dev(dev: int) -> str:
+    """btt's device column of -I: "(%3d,%3d)" cut to 10 characters (its snprintf of 11 bytes)."""
+    ma, mi = kdev_split(dev)
+    return f"({ma:3d},{mi:3d})"[:10]
+
+
+class IostatTotal:
+    """btt's sums of one dump's device lines (its struct stats_t), for the TOTAL line of 2 devices or more."""
+
+    def __init__(self) -> None:
+        self.n = 0.0
+        self.rqm = [0.0, 0.0]
+        self.ios = [0.0, 0.0]
+        self.sec = [0.0, 0.0]
+        self.avgrq = self.avgqu = self.wait = self.svctm = self.util = 0.0
+
+    def line(self, tail: str) -> str:
+        """btt's TOTAL line: the sums of the rates in index order (writes under rrqm/s, r/s, rsec/s, rkB/s: btt's
+        columns) and the means of the rest."""
+        if self.n < 2.0:
+            return ""
+        n = self.n
+        return (f"{'TOTAL':<11s} {self.rqm[0]:8.2f} {self.rqm[1]:8.2f} {self.ios[0]:7.2f} {self.ios[1]:7.2f} "
+                f"{self.sec[0]:9.2f} {self.sec[1]:9.2f} {self.sec[0] / 2.0:9.2f} {self.sec[1] / 2.0:9.2f} "
+                f"{self.avgrq / n:8.2f} {self.avgqu / n:8.2f} {self.wait / n:7.2f} {self.svctm / n:7.2f} "
+                f"{self.util / n:6.2f}{tail}")
+
+
+def iostat_line(dev: int, dt: float, c: tuple[int, int, int, int, int, int, int, int, float, float], tail: str,
+                total: IostatTotal, reset: bool) -> str:
+    """A device's line of btt's -I file from its counters c (merges written, read; ios; sectors; wait, svctm ns;
+    tot_qusz, idle_time s) over dt seconds: btt's columns (reads first), tail its "   TOTAL" or time stamp. Adds
+    it to total as btt does: after an interval's reset (reset: the counters summed as 0), its means not."""
+    rqm0, rqm1, ios0, ios1, sec0, sec1, wait, svctm, qusz, idle = c
+    nios = float(ios0 + ios1)
+    nrqm = float(rqm0 + rqm1)
+    if nios > 0.0:
+        avgrq = float(sec0 + sec1) / nios
+        svc = 1000.0 * (svctm / 1.0e9) / nios
+    else:
+        avgrq = svc = 0.0
+    aw = 1000.0 * (wait / 1.0e9) / (nios + nrqm) if nios + nrqm > 0.0 else 0.0
+    util = 100.0 * (1.0 - idle / dt) if idle <= dt else 0.0
+    out = (f"{iostat_dev(dev):<11s} {rqm1 / dt:8.2f} {rqm0 / dt:8.2f} {ios1 / dt:7.2f} {ios0 / dt:7.2f} "
+           f"{sec1 / dt:9.2f} {sec0 / dt:9.2f} {(sec1 // 2) / dt:9.2f} {(sec0 // 2) / dt:9.2f} {avgrq:8.2f} "
+           f"{qusz / dt:8.2f} {aw:7.2f} {svc:7.2f} {util:6.2f}{tail}")
+    if reset:
+        rqm0 = rqm1 = ios0 = ios1 = sec0 = sec1 = 0
+        qusz = 0.0
+    total.n += 1.0
+    for i, (r, o, s) in enumerate(((rqm0, ios0, sec0), (rqm1, ios1, sec1))):
+        total.rqm[i] += r / dt
+        total.ios[i] += o / dt
+        total.sec[i] += s / dt
+    total.avgrq += avgrq
+    total.avgqu += qusz / dt
+    total.wait += aw
+    total.svctm += svc
+    total.util += util
+    return out
+
+
 def sps_line(t_ns: int, value: float) -> str:
     """A line of btt's -m file: "%15.9lf %.2lf", a bucket's first seek and its seeks per second."""
     return f"{bit_times(np.array([t_ns]))[0]:15.9f} {value:.2f}\n"
@@ -248,7 +314,8 @@ class RowFiles:
         """extra: btt's NAMEs of its other files, by option: "Q" (NAME_MAJ,MIN_aqd.dat), "s"
         (NAME_MAJ,MIN_q2q_r.dat, _q2q_w, _q2q_c, _d2d_r ...), "m" (NAME_MAJ,MIN.dat), "B" (NAME_MAJ,MIN_r.dat,
         _w, _c), "p" (the file NAME itself: btt's per-I/O tracks), "P" (btt's MAJ,MIN_pit.dat: btt ignores its NAME),
-        "L" (MAJ,MIN_q2d_plat.dat, _q2c_plat, _d2c_plat: the period is Btt's plat_freq)."""
+        "L" (MAJ,MIN_q2d_plat.dat, _q2c_plat, _d2c_plat: the period is Btt's plat_freq), "I" (the file NAME
+        itself: btt's iostat, its intervals Btt's btt_iostat)."""
         self.open = opener
         self.lat_names = lat_names        # BL_* -> btt's NAME
         self.extra = extra or {}
@@ -257,6 +324,11 @@ class RowFiles:
         self.named: dict[str, IO[str]] = {}
         self.sps: dict[int, SharedPath] = {}
         self.pio_q = (0, 0)   # -p: the last Q's sector and sectors
+        self.ios_acc: list[int] = []   # -I: the counters of the device being read, its dump's stamp and start
+        self.ios_stamp = self.ios_start = 0
+        self.ios_total = IostatTotal()
+        if "I" in self.extra:   # btt writes its header when it starts
+            self._named(self.extra["I"]).write(IOSTAT_HDR)
         self.rates: dict[int, tuple[IO[str], IO[str]]] = {}
         self._rate_files(-1)
 
@@ -281,6 +353,29 @@ class RowFiles:
 
     def _plat(self, dev: int, lat: int) -> IO[str]:
         return self._named(f"{dip_name(dev)}_{LAT_SUFFIX[lat]}_plat.dat")
+
+    def _iostat_rows(self, rows: list[tuple[int, int, int, int, int]], dev_of: list[int]) -> None:
+        """btt's interval lines of -I: five rows of counters a device, then the end of the dump."""
+        out = []
+        for kind, di, t, v, w in rows:
+            if kind == btt.BL_IOS_END:
+                out.append(self.ios_total.line(f"{t / 1.0e9:8.2f}\n"))
+                out.append("\n")
+                self.ios_total = IostatTotal()
+                continue
+            self.ios_acc.extend((v, w))
+            if kind == btt.BL_IOS_1:
+                self.ios_stamp = t
+            elif kind == btt.BL_IOS_2:
+                self.ios_start = t
+            elif kind == btt.BL_IOS_5:
+                a = self.ios_acc
+                qusz, idle = np.array(a[8:10], dtype=np.uint64).view(np.float64).tolist()
+                c = (a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], qusz, idle)
+                dt = (self.ios_stamp - self.ios_start) / 1.0e9
+                out.append(iostat_line(dev_of[di], dt, c, f"{self.ios_stamp / 1.0e9:8.2f}\n", self.ios_total, True))
+                self.ios_acc = []
+        self._named(self.extra["I"]).write("".join(out))
 
     def _sps(self, dev: int) -> SharedPath:
         f = self.sps.get(dev)
@@ -325,6 +420,10 @@ class RowFiles:
                 for kind, di, t, v, _w in rows[mpl].tolist():
                     x, y = np.array([t, v], dtype=np.uint64).view(np.float64).tolist()
                     self._plat(dev_of[di], kind - btt.BL_PLAT).write(plat_line(x, y))
+        if "I" in self.extra:
+            mi = (kinds >= btt.BL_IOS_1) & (kinds <= btt.BL_IOS_END)
+            if mi.any():
+                self._iostat_rows(rows[mi].tolist(), dev_of)
         ms = (base == btt.BL_SPS_Q) | (base == btt.BL_SPS_D)
         if "m" in self.extra and ms.any():
             for kind, di, t, _v, w in rows[ms].tolist():
@@ -366,6 +465,14 @@ class RowFiles:
             a, b = rate_lines(*ends[dev])
             iops.write(a)
             mbps.write(b)
+        if "I" in self.extra:   # btt's last dump: the whole trace's counters, over the time to the last record
+            out = ["\n", IOSTAT_HDR]
+            total = IostatTotal()
+            dt = v.iostat_last_stamp / 1.0e9
+            for d in v.devices:
+                out.append(iostat_line(d.dev, dt, d.iostat, f"{'TOTAL':>8s}\n", total, False))
+            out.append(total.line(f"{'TOTAL':>8s}\n"))
+            self._named(self.extra["I"]).write("".join(out))
         if "L" in self.extra:   # btt writes each kind's open period as it frees the device
             for d in v.devices:
                 for lat, (n, x, y) in enumerate(d.plat):

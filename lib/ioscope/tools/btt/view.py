@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     msgs = _open(f"{args.output}.msg") if args.output else sys.stdout
     extra = {opt: n for opt, n in (("Q", args.active_queue_depth), ("s", args.seeks), ("m", args.seeks_per_second),
                                    ("B", args.dump_blocknos), ("p", args.per_io_dump),
-                                   ("P", args.per_io_trees)) if n}
+                                   ("P", args.per_io_trees), ("I", args.iostat)) if n}
     if args.periodic_latencies is not None and args.periodic_latencies > 0:   # btt: 0 or less, no files
         extra["L"] = str(args.periodic_latencies)
     files = bttfiles.RowFiles(_open, names, msgs, extra)
@@ -43,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
                                    on_btt_rows=files, btt_latencies=bool(names), range_delta=args.range_delta,
                                    time_window=window,
                                    btt_extra=tuple(o in extra for o in "QsmBpP"),
-                                   plat_freq=args.periodic_latencies if "L" in extra else 0.0)
+                                   plat_freq=args.periodic_latencies if "L" in extra else 0.0,
+                                   btt_iostat=args.iostat_interval if args.iostat else None)
         view = res.btt if res.btt is not None else bttavg.empty_view(res.time_zero)
         files.finish(view)
         if args.unplug_hist:   # btt's -u: a file per device it set up, written as it frees the device
