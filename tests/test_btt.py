@@ -27,6 +27,23 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from blk_scenarios import raw_record
+from ioscope.capture.events import (
+    TA_BACKMERGE,
+    TA_COMPLETE,
+    TA_GETRQ,
+    TA_INSERT,
+    TA_ISSUE,
+    TA_PLUG,
+    TA_QUEUE,
+    TA_UNPLUG_IO,
+    TA_UNPLUG_TIMER,
+    TC_COMPLETE,
+    TC_ISSUE,
+    TC_QUEUE,
+    TC_READ,
+    TC_WRITE,
+)
 from test_blktrace_corpus import DUMPS, SETS, TRACES, reference_set
 
 LAT = ("-l", "d2c", "-q", "q2c", "-z", "q2d")
@@ -130,20 +147,6 @@ def long_seeks(seconds: int = 300, seed: int = 7) -> bytes:
     """A blkparse -d dump of one disk (8,0): an I/O every 0.15 to 0.5 s at a random sector, reads and writes, some
     with a back merge (a Q without its own D): btt's -m lines of the Q2Q and D2D streams differ, and each stream
     writes more than a 4 KiB stdio buffer."""
-    from blk_scenarios import raw_record
-    from ioscope.capture.events import (
-        TA_BACKMERGE,
-        TA_COMPLETE,
-        TA_GETRQ,
-        TA_INSERT,
-        TA_ISSUE,
-        TA_QUEUE,
-        TC_COMPLETE,
-        TC_ISSUE,
-        TC_QUEUE,
-        TC_READ,
-        TC_WRITE,
-    )
     rnd = random.Random(seed)
     recs = []
     t = 1000
@@ -180,21 +183,6 @@ def unplugs(seed: int = 3) -> bytes:
     set up (not counted) and while it culls (counted: btt has its d_info)."""
     import struct
 
-    from blk_scenarios import raw_record
-    from ioscope.capture.events import (
-        TA_COMPLETE,
-        TA_GETRQ,
-        TA_INSERT,
-        TA_ISSUE,
-        TA_PLUG,
-        TA_QUEUE,
-        TA_UNPLUG_IO,
-        TA_UNPLUG_TIMER,
-        TC_COMPLETE,
-        TC_ISSUE,
-        TC_QUEUE,
-        TC_WRITE,
-    )
     rnd = random.Random(seed)
     sda, sdb = 8 << 20, (8 << 20) | 16
     recs: list[tuple[int, int, int, int, int, int, bytes]] = [
@@ -235,20 +223,6 @@ def two_disks(seconds: int = 20, seed: int = 5) -> bytes:
     """A blkparse -d dump of two disks (8,0 and 8,16) over some seconds: reads and writes, some back merges, a few
     requests in flight at once, quiet stretches (idle time), a C of an I/O issued before the trace: btt's -I
     intervals with a TOTAL line."""
-    from blk_scenarios import raw_record
-    from ioscope.capture.events import (
-        TA_BACKMERGE,
-        TA_COMPLETE,
-        TA_GETRQ,
-        TA_INSERT,
-        TA_ISSUE,
-        TA_QUEUE,
-        TC_COMPLETE,
-        TC_ISSUE,
-        TC_QUEUE,
-        TC_READ,
-        TC_WRITE,
-    )
     rnd = random.Random(seed)
     recs = [(500, 8 << 20, 1 << 20, 4096, TA_QUEUE, TC_WRITE | TC_QUEUE),
             (700, (8 << 20) | 16, 999, 4096, TA_COMPLETE, TC_READ | TC_COMPLETE)]   # 8,16 culls: not counted
