@@ -1,7 +1,8 @@
 """btt's files besides its averages, each line as btt writes it, from btt's own pairing (engines/pairing/btt.py,
 the rows bttsim.c keeps): the per-I/O latency files (-l/-q/-z), its messages (NAME.msg, or stdout), the
 per-second counts of completions (MAJ,MIN_iops_fp.dat, MAJ,MIN_mbps_fp.dat, sys_*), the activity ranges
-(NAME.dat, or stdout after the averages) and the request-size histograms (NAME_qhist.dat, NAME_dhist.dat).
+(NAME.dat, or stdout after the averages), the request-size histograms (NAME_qhist.dat, NAME_dhist.dat) and the
+files of btt's other options (-Q, -s, -m, -B, -u, -p, -P, -L, -I).
 The numbers come from btt's rules in C; this module only formats them, in btt's formats."""
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 NAME.avg, or stdout), and the files engines/pairing/bttfiles.py formats from btt's own pairing: the messages
 (NAME.msg, or stdout before the averages), the activity ranges (NAME.dat, or stdout after them), the request-size
 histograms (NAME_qhist.dat, NAME_dhist.dat, with -o), the per-second counts (MAJ,MIN_iops_fp.dat,
-MAJ,MIN_mbps_fp.dat, sys_*, on every run) and the -l/-q/-z latency files."""
+MAJ,MIN_mbps_fp.dat, sys_*, on every run), the -l/-q/-z latency files and the files of -Q, -s, -m, -B, -u, -p,
+-P, -L and -I."""
 
 from __future__ import annotations
 
