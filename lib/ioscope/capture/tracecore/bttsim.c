@@ -62,8 +62,40 @@ static int file_row(bttsim_t *s, int kind, int32_t dev, uint64_t t, uint64_t v, 
 	return 0;
 }
 
+static uint64_t dbl_bits(double v)
+{
+	uint64_t u;
+	memcpy(&u, &v, sizeof(u));
+	return u;
+}
+
+/* btt's plat_x2c() (-L): a latency of a kind into its period; a latency freq seconds or more after the period's
+ * first ends it (its line: the middle of its first and last time stamps, its mean latency) and starts the next */
+static int plat_add(bttsim_t *s, plat_t *p, int kind, int32_t dev, uint64_t ts, uint64_t latency)
+{
+	double now = (double)ts / 1.0e9, lat = (double)latency / 1.0e9;
+	if (p->nl && now - p->first_ts >= s->plat_freq) {
+		double mid = p->first_ts + (p->last_ts - p->first_ts) / 2;
+		if (file_row(s, BL_PLAT + kind, dev, dbl_bits(mid), dbl_bits(p->tl / (double)p->nl), 0) < 0)
+			return -1;
+		p->nl = 0;
+	}
+	if (p->nl == 0) {
+		p->first_ts = p->last_ts = now;
+		p->nl = 1;
+		p->tl = lat;
+	} else {
+		p->last_ts = now;
+		p->nl++;
+		p->tl += lat;
+	}
+	return 0;
+}
+
 static int lat_row(bttsim_t *s, int kind, int32_t dev, uint64_t t, uint64_t v)
 {
+	if (s->plat_freq > 0.0 && plat_add(s, &s->devs[dev].plat[kind], kind, dev, t, v) < 0)
+		return -1;
 	return s->lat_on ? file_row(s, kind, dev, t, v, 0) : 0;
 }
 
@@ -114,13 +146,6 @@ static double sps_value(const sps_t *b)
 	return (double)b->nseeks / delta;
 }
 
-static uint64_t dbl_bits(double v)
-{
-	uint64_t u;
-	memcpy(&u, &v, sizeof(u));
-	return u;
-}
-
 /* a seek at t in a bucket: the bucket ends (its line written) at a seek a second or more after its first */
 static int sps_add(bttsim_t *s, sps_t *b, int kind, int32_t dev, uint64_t t)
 {
@@ -160,6 +185,77 @@ static int seek_add(bttsim_t *s, bdev_t *d, int32_t dev, int is_d, uint64_t t, u
 		return -1;
 	if (s->sps_on && sps_add(s, is_d ? &d->sps_d : &d->sps_q, is_d ? BL_SPS_D : BL_SPS_Q, dev, t) < 0)
 		return -1;
+	return 0;
+}
+
+/* btt's -p track of a Q a C completes: its Q, the G, I, M and D it had, the C (btt's display_io_track) */
+static int pio_track(bttsim_t *s, const qnode_t *q, int32_t dev, uint64_t t, uint64_t csec, uint64_t cn)
+{
+	if (file_row(s, BL_PIO_Q, dev, q->t, q->s, q->e - q->s) < 0 ||
+	    (q->g != NONE && file_row(s, BL_PIO_G, dev, q->g, 0, 0) < 0) ||
+	    (q->i != NONE && file_row(s, BL_PIO_I, dev, q->i, 0, 0) < 0) ||
+	    (q->m != NONE && file_row(s, BL_PIO_M, dev, q->m, 0, 0) < 0) ||
+	    (q->d != NONE && file_row(s, BL_PIO_D, dev, q->d, q->ds, q->dn) < 0))
+		return -1;
+	return file_row(s, BL_PIO_C, dev, t, csec, cn);
+}
+
+/* ------------------------------------------------------------------ btt's iostat (-I) */
+
+/* btt's update_tot_qusz(): the queue size times the time since it last changed, in both sets */
+static void ios_qusz(bdev_t *d, double now)
+{
+	d->ist.tot_qusz += (now - d->ist.last_qu_change) * d->ist.cur_qusz;
+	d->ist_all.tot_qusz += (now - d->ist_all.last_qu_change) * d->ist_all.cur_qusz;
+	d->ist.last_qu_change = d->ist_all.last_qu_change = now;
+}
+
+/* btt's update_idle_time(): the time since the device's last change counts idle when nothing is on the device
+ * (this interval's count decides for both sets), or always when forced (at every dump, as btt does) */
+static void ios_idle(bdev_t *d, double now, int force)
+{
+	if (d->ist.cur_dev == 0 || force) {
+		d->ist.idle_time += now - d->ist.last_dev_change;
+		d->ist_all.idle_time += now - d->ist_all.last_dev_change;
+	}
+	d->ist.last_dev_change = d->ist_all.last_dev_change = now;
+}
+
+/* btt's iostat dump of one interval (at a record's time stamp): per device its counters (after the forced idle
+ * and queue-size updates btt makes), then reset them */
+static int ios_dump(bttsim_t *s, uint64_t stamp)
+{
+	double now = (double)stamp / 1.0e9;
+	for (size_t k = 0; k < s->norder; k++) {
+		int32_t idx = s->order[k];
+		bdev_t *d = &s->devs[idx];
+		iostat_t *p = &d->ist;
+		ios_idle(d, now, 1);
+		ios_qusz(d, now);
+		if (file_row(s, BL_IOS_1, idx, stamp, p->rqm[0], p->rqm[1]) < 0 ||
+		    file_row(s, BL_IOS_2, idx, s->io_last_start, p->ios[0], p->ios[1]) < 0 ||
+		    file_row(s, BL_IOS_3, idx, 0, p->sec[0], p->sec[1]) < 0 ||
+		    file_row(s, BL_IOS_4, idx, 0, p->wait, p->svctm) < 0 ||
+		    file_row(s, BL_IOS_5, idx, 0, dbl_bits(p->tot_qusz), dbl_bits(p->idle_time)) < 0)
+			return -1;
+		p->rqm[0] = p->rqm[1] = p->ios[0] = p->ios[1] = p->sec[0] = p->sec[1] = 0;
+		p->wait = p->svctm = 0;
+		p->tot_qusz = p->idle_time = 0.0;
+	}
+	return file_row(s, BL_IOS_END, -1, stamp, 0, 0);
+}
+
+/* btt's iostat_check_time() at every record it reads past the time window (any action, any device) */
+static int ios_check(bttsim_t *s, uint64_t t)
+{
+	if (s->io_last_start == NONE) {
+		s->io_last_start = t;
+	} else if (t - s->io_last_start >= s->iostat_interval) {
+		if (ios_dump(s, t) < 0)
+			return -1;
+		s->io_last_start = t;
+	}
+	s->io_last_stamp = t;
 	return 0;
 }
 
@@ -558,11 +654,19 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 			return 0;
 		}
 	}
+	if (s->iostat_on && ios_check(s, t) < 0)
+		return -1;
 	switch (a) {
 	case A_PLUG: case A_UNPLUG_IO: case A_UNPLUG_TIMER:
 		d = &s->devs[e->dev];
 		if (!d->alloc)
 			return 0;
+		if (a == A_UNPLUG_IO) {   /* btt's -u: every unplug of a device set up, plugged or not, culling or not */
+			int n = (int)(uint32_t)e->aux;   /* btt reads the count into an int */
+			int b = n / UP_BKT_WIDTH;
+			if (b >= 0)   /* a negative count: btt indexes before its array (undefined): not counted */
+				d->uphist[b > N_UP_BKTS - 1 ? N_UP_BKTS - 1 : b]++;
+		}
 		if (a == A_PLUG) {
 			if (!d->plugged) {
 				d->plugged = 1;
@@ -648,6 +752,11 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		}
 		break;
 	case A_GETRQ:
+		if (s->iostat_on) {   /* btt's iostat_getrq() */
+			ios_qusz(d, (double)t / 1.0e9);
+			d->ist.cur_qusz++;
+			d->ist_all.cur_qusz++;
+		}
 		s->g_node = x = qt_find(&s->qt, d->root, e->sector);
 		if (x >= 0) {
 			q = &s->qt.n[x];
@@ -670,6 +779,10 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 		}
 		break;
 	case A_BACKMERGE: case A_FRONTMERGE:
+		if (s->iostat_on) {   /* btt's iostat_merge() */
+			d->ist.rqm[(e->category & TC_READ_) != 0]++;
+			d->ist_all.rqm[(e->category & TC_READ_) != 0]++;
+		}
 		if ((x = qt_find(&s->qt, d->root, e->sector)) >= 0) {
 			q = &s->qt.n[x];
 			q->m = t;
@@ -688,6 +801,16 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 			d->n_act_q--;
 		if (seek_add(s, d, e->dev, 1, t, e->sector, end, (e->category & TC_READ_) != 0) < 0)
 			return -1;
+		if (s->iostat_on) {   /* btt's iostat_issue() */
+			int rw = (e->category & TC_READ_) != 0;
+			d->ist.ios[rw]++;
+			d->ist_all.ios[rw]++;
+			d->ist.sec[rw] += e->bytes >> 9;
+			d->ist_all.sec[rw] += e->bytes >> 9;
+			ios_idle(d, (double)t / 1.0e9, 0);
+			d->ist.cur_dev++;
+			d->ist_all.cur_dev++;
+		}
 		if (s->bno_on && file_row(s, BL_BNO | ((e->category & TC_READ_) ? BL_READ : 0), e->dev, t, e->sector, end) < 0)
 			return -1;
 		if (s->aqd_on && file_row(s, BL_AQD, e->dev, t, (uint64_t)d->aqd, 1) < 0)
@@ -705,13 +828,15 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 			else if (q->m != NONE)
 				UPDATE(BP_M2D, d, q->pip, tdelta(q->m, t));
 			q->d = t;
+			q->ds = e->sector;
+			q->dn = e->bytes >> 9;
 			d->q2d[q2d_bucket(t - q->t)]++;
 			if (lat_row(s, BL_Q2D, e->dev, t, t - q->t) < 0)
 				return -1;
 		}
 		break;
 	case A_COMPLETE: {
-		uint64_t nblk = e->bytes >> 9;
+		uint64_t nblk = e->bytes >> 9, last_d = NONE;   /* last_d: btt's -P D time of the C */
 		avg_update(&s->all[BP_BLKS], nblk);
 		avg_update(&d->avg[BP_BLKS], nblk);
 		avg_update(&s->procs[pip].avg[BP_BLKS], nblk);
@@ -746,11 +871,34 @@ int bs_event(bttsim_t *s, const bs_ev_t *e)
 				UPDATE(BP_D2C, d, q->pip, tdelta(q->d, t));
 				if (lat_row(s, BL_D2C, e->dev, t, tdelta(q->d, t)) < 0)
 					return -1;
+				if (s->iostat_on) {   /* btt's iostat_complete() */
+					uint64_t w = q->i != NONE ? tdelta(q->i, t) : q->m != NONE ? tdelta(q->m, t) : 0;
+					d->ist.wait += w;
+					d->ist_all.wait += w;
+					ios_qusz(d, (double)t / 1.0e9);
+					d->ist.cur_qusz--;
+					d->ist_all.cur_qusz--;
+					ios_idle(d, (double)t / 1.0e9, 0);
+					d->ist.cur_dev--;
+					d->ist_all.cur_dev--;
+					d->ist.svctm += tdelta(q->t, t);
+					d->ist_all.svctm += tdelta(q->t, t);
+				}
 			}
+			if (s->pio_on && pio_track(s, q, e->dev, t, e->sector, e->bytes >> 9) < 0)
+				return -1;
+			if (s->pit_on && file_row(s, BL_PIT_Q, e->dev, q->t, 0, 0) < 0)
+				return -1;
+			if (q->d != NONE)
+				last_d = q->d;
 			s->done_ts[2 * s->ndone] = q->t;
 			s->done_ts[2 * s->ndone + 1] = q->s;
 			s->ndone++;
 		}
+		if (s->pio_on && file_row(s, BL_PIO_END, e->dev, t, 0, 0) < 0)
+			return -1;
+		if (s->pit_on && file_row(s, BL_PIT_END, e->dev, t, last_d, 0) < 0)
+			return -1;
 		for (size_t h = 0; h < s->qt.nhits; h++)
 			qt_erase(&s->qt, &d->root, s->qt.hits[h]);
 		if (d->live.n > 4096 || s->live_all.n > 4096)
@@ -770,6 +918,8 @@ void bs_init(bttsim_t *s)
 	s->g_node = -1;
 	s->range_delta = 0.1;
 	s->rs.base_sec = -1;
+	s->iostat_interval = 1000000000;
+	s->io_last_start = NONE;
 	qt_init(&s->qt);
 }
 
@@ -854,6 +1004,37 @@ static int set_sps(PyObject *dct, const char *key, const sps_t *b)
 	return r;
 }
 
+/* a device's open -L periods, by BL_Q2D, BL_D2C, BL_Q2C: (latencies, the line btt prints at its end) */
+static int set_plat(PyObject *dct, const plat_t *p)
+{
+	PyObject *l = Py_BuildValue("[(Kdd)(Kdd)(Kdd)]",
+		(unsigned long long)p[0].nl, p[0].first_ts + (p[0].last_ts - p[0].first_ts) / 2, p[0].nl ? p[0].tl / (double)p[0].nl : 0.0,
+		(unsigned long long)p[1].nl, p[1].first_ts + (p[1].last_ts - p[1].first_ts) / 2, p[1].nl ? p[1].tl / (double)p[1].nl : 0.0,
+		(unsigned long long)p[2].nl, p[2].first_ts + (p[2].last_ts - p[2].first_ts) / 2, p[2].nl ? p[2].tl / (double)p[2].nl : 0.0);
+	int r = l ? PyDict_SetItemString(dct, "plat", l) : -1;
+	Py_XDECREF(l);
+	return r;
+}
+
+/* a device's counts (the -u histogram) as a list */
+static int set_counts(PyObject *dct, const char *key, const uint64_t *c, int n)
+{
+	PyObject *l = PyList_New(n);
+	if (!l)
+		return -1;
+	for (int i = 0; i < n; i++) {
+		PyObject *x = PyLong_FromUnsignedLongLong(c[i]);
+		if (!x) {
+			Py_DECREF(l);
+			return -1;
+		}
+		PyList_SET_ITEM(l, i, x);
+	}
+	int r = PyDict_SetItemString(dct, key, l);
+	Py_DECREF(l);
+	return r;
+}
+
 static uint64_t count_nodes(const qtree_t *q, int32_t x, uint64_t *split)
 {
 	uint64_t n = 0;
@@ -891,7 +1072,21 @@ PyObject *bs_result(bttsim_t *s)
 			"in_flight", inflight, "split_events", d->x_events, "split_bios", d->x_bios,
 			"split_never_completed", split, "q_replaced", d->q_replaced, "remaps_elsewhere", d->a_elsewhere,
 			"qranges", ranges_export(&d->qr), "cranges", ranges_export(&d->cr), "rstat", rstat_export(&d->rs));
-		if (dct && (set_sps(dct, "sps_q2q", &d->sps_q) < 0 || set_sps(dct, "sps_d2d", &d->sps_d) < 0)) {
+		if (s->iostat_on) {   /* btt's last dump (the whole trace's) at the last record's time */
+			ios_idle(d, (double)s->io_last_stamp / 1.0e9, 1);
+			ios_qusz(d, (double)s->io_last_stamp / 1.0e9);
+		}
+		const iostat_t *ia = &d->ist_all;
+		PyObject *ios = Py_BuildValue("(KKKKKKKKdd)", ia->rqm[0], ia->rqm[1], ia->ios[0], ia->ios[1], ia->sec[0],
+					      ia->sec[1], ia->wait, ia->svctm, ia->tot_qusz, ia->idle_time);
+		if (dct && (!ios || PyDict_SetItemString(dct, "iostat", ios) < 0)) {
+			Py_XDECREF(ios);
+			Py_DECREF(dct);
+			goto err;
+		}
+		Py_XDECREF(ios);
+		if (dct && (set_sps(dct, "sps_q2q", &d->sps_q) < 0 || set_sps(dct, "sps_d2d", &d->sps_d) < 0 ||
+			    set_counts(dct, "unplug_hist", d->uphist, N_UP_BKTS) < 0 || set_plat(dct, d->plat) < 0)) {
 			Py_DECREF(dct);
 			goto err;
 		}
@@ -911,7 +1106,8 @@ PyObject *bs_result(bttsim_t *s)
 			goto err;
 		PyList_SET_ITEM(procs, (Py_ssize_t)i, x);
 	}
-	res = Py_BuildValue("{s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:y#,s:y#}", "devices", devs, "processes", procs,
+	res = Py_BuildValue("{s:K,s:N,s:N,s:N,s:N,s:N,s:N,s:N,s:y#,s:y#}", "iostat_last_stamp",
+			    (unsigned long long)s->io_last_stamp, "devices", devs, "processes", procs,
 			    "all", avgs_export(s->all), "live", live_export(&s->live_all), "qranges", ranges_export(&s->qr),
 			    "cranges", ranges_export(&s->cr), "rstat", rstat_export(&s->rs),
 			    "qhist", (const char *)s->qhist, (Py_ssize_t)sizeof(s->qhist),

@@ -52,6 +52,26 @@ typedef struct {
 	uint64_t t_start, t_last, nseeks;
 } sps_t;
 
+/* btt's unplug histogram (-u NAME: NAME_MAJ,MIN.dat): buckets of 5 requests unplugged, 0-4 to 95-99, then
+ * one for 100 or more */
+#define N_UP_BKTS 21
+#define UP_BKT_WIDTH 5
+
+/* btt's periodic latencies (-L FREQ: MAJ,MIN_{q2d,q2c,d2c}_plat.dat) of one kind of a device: the latencies (in
+ * seconds) since the period's first, its first and last time stamps (nl 0: none yet) */
+typedef struct {
+	uint64_t nl;
+	double first_ts, last_ts, tl;
+} plat_t;
+
+/* btt's iostat counters of a device (-I: its struct stats), one set per interval and one for the whole trace;
+ * index 1 of rqm, ios, sec: reads (btt's IOP_RW) */
+typedef struct {
+	uint64_t rqm[2], ios[2], sec[2], wait, svctm;
+	double last_qu_change, last_dev_change, tot_qusz, idle_time;
+	int cur_qusz, cur_dev;
+} iostat_t;
+
 /* one device as btt's struct d_info holds it */
 typedef struct {
 	int alloc, culling, dm;
@@ -69,6 +89,9 @@ typedef struct {
 	rstat_t rs;
 	int64_t aqd;               /* -Q: the requests issued and not completed, as btt's aqd file counts them */
 	sps_t sps_q, sps_d;        /* -m: the seeks per second of the Q2Q and D2D streams */
+	plat_t plat[3];            /* -L: the periods of the Q2D, D2C, Q2C latencies (by BL_Q2D, BL_D2C, BL_Q2C) */
+	iostat_t ist, ist_all;     /* -I: this interval's counters and the whole trace's */
+	uint64_t uphist[N_UP_BKTS]; /* -u: its unplugs (UNPLUG_IO) by requests unplugged, 5 a bucket */
 	/* what btt counts that ioscope's view counts otherwise, by reason */
 	uint64_t x_events, x_bios;     /* split pieces (X) and bios split: btt ignores X */
 	uint64_t x_never;              /* split bios btt never completes (no D or C covers them) */
@@ -112,7 +135,20 @@ typedef struct {
  * distance in sectors as btt's long long), a D's blocks (-B: v the start, w the end), a bucket of seeks
  * per second ended (-m: t its first seek's time, v the seeks, w the bits of the double btt prints);
  * BL_READ added to the kind of a seek or a D of a read (btt's files per direction) */
-enum { BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE, BL_AQD, BL_SEEK_Q, BL_SEEK_D, BL_BNO, BL_SPS_Q, BL_SPS_D };
+/* with btt's -p, at every C a track per Q it completes, in btt's order: its Q (t, v its sector, w its sectors),
+ * its G, I, M (t, when it has one), its D (t, v the D's sector, w the D's sectors, when issued) and the C (t,
+ * v the C's sector, w its sectors), then an end of the C (BL_PIO_END, after its last Q's track, none or more) */
+enum { BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE, BL_AQD, BL_SEEK_Q, BL_SEEK_D, BL_BNO, BL_SPS_Q, BL_SPS_D,
+       BL_PIO_Q, BL_PIO_G, BL_PIO_I, BL_PIO_M, BL_PIO_D, BL_PIO_C, BL_PIO_END, BL_PIT_Q, BL_PIT_END, BL_PLAT };
+/* with btt's -L, a period of a device's latencies ended: BL_PLAT + BL_Q2D, BL_D2C or BL_Q2C, t and v the bits of
+ * the two doubles btt prints (the period's middle time stamp, its mean latency) */
+/* with btt's -I, at the end of each interval (a record -S seconds or more after its start), per device btt set
+ * up, in its order, five rows of its counters: BL_IOS_1 (t the record's time, v, w: rqm[0], rqm[1]), BL_IOS_2
+ * (t the interval's start, ios[0], ios[1]), BL_IOS_3 (sec[0], sec[1]), BL_IOS_4 (wait, svctm in ns), BL_IOS_5
+ * (the bits of the doubles tot_qusz and idle_time); then BL_IOS_END (t the record's time) */
+enum { BL_IOS_1 = 23, BL_IOS_2, BL_IOS_3, BL_IOS_4, BL_IOS_5, BL_IOS_END };
+/* with btt's -P, at every C: the time of each Q it completes (BL_PIT_Q, t), then BL_PIT_END (t the C's time, v
+ * the D time of the last of those Qs that was issued, NONE when none was) */
 #define BL_READ 0x100
 
 typedef struct {
@@ -141,6 +177,10 @@ typedef struct {
 	 * per-second lines); cur_ord: the row in the chunk of the event being read */
 	int lat_on, files_on;
 	int aqd_on, seek_on, sps_on, bno_on;   /* btt's -Q, -s, -m, -B */
+	int pio_on, pit_on;                    /* btt's -p, -P */
+	double plat_freq;                      /* btt's -L: the period in seconds (0 or less: off) */
+	int iostat_on;                         /* btt's -I */
+	uint64_t iostat_interval, io_last_start, io_last_stamp;   /* -S (ns); the interval's start, the last record */
 	int64_t cur_ord;
 	double range_delta;
 	/* btt's -t/-T (time_bounded: both given or 0.0): records before t_start dropped, the first after t_end

@@ -632,16 +632,33 @@ static PyObject *Core_set_btt_files(Core *c, PyObject *args)
 	Py_RETURN_NONE;
 }
 
-/* btt's -Q, -s, -m, -B: the rows of its queue-depth, seek, seeks-per-second and block-number files */
+/* btt's -Q, -s, -m, -B, -p, -P, -L: the rows of its queue-depth, seek, seeks-per-second, block-number, per-I/O,
+ * per-I/O times and periodic latency files (-L: its period in seconds, 0 or less for none) */
 static PyObject *Core_set_btt_extra(Core *c, PyObject *args)
 {
-	int aqd, seek, sps, bno;
-	if (!PyArg_ParseTuple(args, "pppp", &aqd, &seek, &sps, &bno))
+	int aqd, seek, sps, bno, pio = 0, pit = 0;
+	double plat = 0.0;
+	if (!PyArg_ParseTuple(args, "pppp|ppd", &aqd, &seek, &sps, &bno, &pio, &pit, &plat))
 		return NULL;
+	c->sim.plat_freq = plat;
+	c->sim.pio_on = pio;
+	c->sim.pit_on = pit;
 	c->sim.aqd_on = aqd;
 	c->sim.seek_on = seek;
 	c->sim.sps_on = sps;
 	c->sim.bno_on = bno;
+	Py_RETURN_NONE;
+}
+
+/* btt's -I, -S: the rows of its iostat file, an interval of seconds */
+static PyObject *Core_set_btt_iostat(Core *c, PyObject *args)
+{
+	int on;
+	unsigned long long interval;
+	if (!PyArg_ParseTuple(args, "pK", &on, &interval))
+		return NULL;
+	c->sim.iostat_on = on;
+	c->sim.iostat_interval = interval * 1000000000ULL;
 	Py_RETURN_NONE;
 }
 
@@ -806,7 +823,10 @@ static PyMethodDef Core_methods[] = {
 	{"set_btt_files", (PyCFunction)Core_set_btt_files, METH_VARARGS,
 	 "set_btt_files(flag, range_delta=0.1): keep the rows of btt's messages and per-second files (take_btt_latencies)"},
 	{"set_btt_extra", (PyCFunction)Core_set_btt_extra, METH_VARARGS,
-	 "set_btt_extra(aqd, seeks, sps, bno): keep the rows of btt's -Q, -s, -m and -B files (take_btt_latencies)"},
+	 "set_btt_extra(aqd, seeks, sps, bno, per_io=False, per_io_times=False, plat_freq=0.0): keep the rows of "
+	 "btt's -Q, -s, -m, -B, -p, -P and -L files (take_btt_latencies)"},
+	{"set_btt_iostat", (PyCFunction)Core_set_btt_iostat, METH_VARARGS,
+	 "set_btt_iostat(on, interval): keep the rows of btt's -I file, its intervals -S seconds long"},
 	{"set_btt_window", (PyCFunction)Core_set_btt_window, METH_VARARGS,
 	 "set_btt_window(t_start, t_end): btt's -t/-T (seconds; btt's default for the one not given is 0.0)"},
 	{"take_btt_latencies", (PyCFunction)Core_take_btt_latencies, METH_NOARGS,

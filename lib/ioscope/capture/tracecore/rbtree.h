@@ -25,6 +25,7 @@ typedef struct {
 	uint64_t t, s, e;          /* Q time, start and end sector */
 	uint64_t g, i, m, d;       /* btt's g_time, i_time, m_time, d_time (NONE: not seen) */
 	uint64_t sl;               /* s_time (0: no sleep) */
+	uint64_t ds, dn;           /* btt's d_sec, d_nsec: the sector and sectors of the D that issued it (-p) */
 	int32_t pip;               /* btt's process of the Q (-1: none) */
 	uint32_t split;            /* btt ignores X: here it is only noted, for what btt counts differently */
 	int32_t l, r, p;

@@ -256,6 +256,13 @@ class BttDev:
     # time in ns, seeks, the value btt prints; 0 seeks: none)
     sps_q2q: tuple[int, int, float] = (0, 0, 0.0)
     sps_d2d: tuple[int, int, float] = (0, 0, 0.0)
+    # btt's -u histogram: its unplugs (UNPLUG_IO) by requests unplugged, buckets of 5 (0-4 ... 95-99, 100 or more)
+    unplug_hist: list[int] = field(default_factory=list)
+    # btt's -L periods still open at the end, by BL_Q2D, BL_D2C, BL_Q2C: (latencies, middle time stamp, mean)
+    plat: list[tuple[int, float, float]] = field(default_factory=list)
+    # btt's -I counters of the whole trace, as its last dump reads them: merges (written, read), ios, sectors, wait
+    # and svctm (ns), tot_qusz, idle_time (s)
+    iostat: tuple[int, int, int, int, int, int, int, int, float, float] = (0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0)
 
 
 @dataclass
@@ -276,6 +283,7 @@ class BttView:
     qhist: bytes = b""
     dhist: bytes = b""
     rstat: tuple[int, int, int] = (-1, 0, 0)
+    iostat_last_stamp: int = 0                     # btt's -I: the last record's time stamp
 
     def device(self, dev: int) -> BttDev | None:
         return next((d for d in self.devices if d.dev == dev), None)
@@ -399,6 +407,19 @@ assert BLAT.itemsize == _tracecore.BLAT_SIZE
 # v the seeks, w the bits of the float64 btt prints); BL_READ added to a seek's or a D's kind for a read
 BL_Q2D, BL_D2C, BL_Q2C, BL_MSG, BL_RATE = 0, 1, 2, 3, 4
 BL_AQD, BL_SEEK_Q, BL_SEEK_D, BL_BNO, BL_SPS_Q, BL_SPS_D = 5, 6, 7, 8, 9, 10
+# with btt's -p, at each C a track per Q it completes: the Q (v its sector, w its sectors), its G, I, M (t only,
+# when it had one), its D (v, w: the D's sector and sectors; when issued), the C (v, w: the C's), then the C's end
+BL_PIO_Q, BL_PIO_G, BL_PIO_I, BL_PIO_M, BL_PIO_D, BL_PIO_C, BL_PIO_END = 11, 12, 13, 14, 15, 16, 17
+# with btt's -P, at each C: the time of each Q it completes (BL_PIT_Q), then BL_PIT_END (t the C's time, v the D
+# time of the last of them that was issued, NO_TIME when none was)
+BL_PIT_Q, BL_PIT_END = 18, 19
+# with btt's -L, a period of a device's latencies ended: BL_PLAT + BL_Q2D, BL_D2C or BL_Q2C (t, v: the bits of the
+# float64s btt prints, the period's middle time stamp and its mean latency)
+BL_PLAT = 20
+# with btt's -I, at the end of each interval, per device btt set up: five rows of its counters (BL_IOS_1: t the
+# record's time, v, w its merges written, read; BL_IOS_2: t the interval's start, ios written, read; BL_IOS_3:
+# sectors written, read; BL_IOS_4: wait, svctm ns; BL_IOS_5: the bits of tot_qusz, idle_time), then BL_IOS_END
+BL_IOS_1, BL_IOS_2, BL_IOS_3, BL_IOS_4, BL_IOS_5, BL_IOS_END = 23, 24, 25, 26, 27, 28
 BL_READ = 0x100
 # (rows, dev_of, texts): the rows of a chunk, device numbers by index, the chunk's message texts by row
 BttRowSink = Callable[[npt.NDArray[np.void], list[int], dict[int, str]], None]
@@ -427,7 +448,8 @@ class Btt:
                  on_io: IoSink | None = None, stats: bool = True, first_names: bool = False,
                  on_btt_rows: BttRowSink | None = None, btt_latencies: bool = False,
                  range_delta: float = 0.1, time_window: tuple[float, float] | None = None,
-                 btt_extra: tuple[bool, bool, bool, bool] = (False, False, False, False)) -> None:
+                 btt_extra: tuple[bool, ...] = (False, False, False, False, False, False),
+                 plat_freq: float = 0.0, btt_iostat: int | None = None) -> None:
         """time_zero: the time btt's times count from: 0 for a blktrace dump, blkparse's genesis for per-CPU
         files; None for a capture, whose export counts from just before its first event
         (blktrace.EXPORT_BASE_OFFSET). stats=False: only ioscope's pairing, for on_io (no statistics,
@@ -438,13 +460,18 @@ class Btt:
         writes as it reads (BLAT, from btt's pairing: its messages, its per-second lines and, with
         btt_latencies, its per-I/O latency rows) after each chunk; range_delta: btt's -d, the gap that
         ends an activity range; time_window: btt's -t/-T (seconds from the time zero; btt reads nothing
-        after the first record past the end); btt_extra: the rows of btt's -Q, -s, -m and -B files too."""
+        after the first record past the end); btt_extra: the rows of btt's -Q, -s, -m, -B (and -p, -P) files
+        too; plat_freq: btt's -L period in seconds (0 or less: none), the rows of its periodic latency files;
+        btt_iostat: btt's -S interval in seconds for the rows of its -I file (None: no -I)."""
         self.core = _tracecore.Core()
         self.on_btt_rows = on_btt_rows
         if on_btt_rows is not None:
             self.core.set_btt_files(True, range_delta)
             self.core.set_btt_latencies(btt_latencies)
-            self.core.set_btt_extra(*btt_extra)
+            aqd, seeks, sps, bno, per_io, per_io_times = (*btt_extra, False, False)[:6]
+            self.core.set_btt_extra(aqd, seeks, sps, bno, per_io, per_io_times, plat_freq)
+            if btt_iostat is not None:
+                self.core.set_btt_iostat(True, btt_iostat)
         if time_window is not None:
             self.core.set_btt_window(*time_window)
         self.time_zero = time_zero
@@ -760,7 +787,8 @@ class Btt:
                 i["t_act_q"], i["plugged"], i["last_plug"], i["plugged_s"], i["nplugs"], i["nplugs_t"], i["nios_up"],
                 i["nios_upt"], i["q2d_hist"], Seeks(**i["seek_q2q"]), Seeks(**i["seek_d2d"]), (n, tot, end),
                 i["in_flight"], i["split_events"], i["split_bios"], i["split_never_completed"], i["q_replaced"],
-                i["remaps_elsewhere"], i["qranges"], i["cranges"], i["rstat"], i["sps_q2q"], i["sps_d2d"]))
+                i["remaps_elsewhere"], i["qranges"], i["cranges"], i["rstat"], i["sps_q2q"], i["sps_d2d"],
+                i["unplug_hist"], i["plat"], i["iostat"]))
         procs = []
         for key, avg, qr, cr in raw["processes"]:
             pname = self.btt_names[key] if key >= 0 else f"pid{-key - 1:09d}"
@@ -769,7 +797,7 @@ class Btt:
         n, tot, end = raw["live"]
         return BttView(devs, [(p[0], p[1]) for p in procs], _avgs(raw["all"]), (n, tot, end), tz,
                        raw["qranges"], raw["cranges"], [(p[2], p[3]) for p in procs], raw["qhist"], raw["dhist"],
-                       raw["rstat"])
+                       raw["rstat"], raw["iostat_last_stamp"])
 
 
 def _present(idx: npt.NDArray[Any]) -> list[int]:

@@ -1,7 +1,8 @@
 """btt's files besides its averages, each line as btt writes it, from btt's own pairing (engines/pairing/btt.py,
 the rows bttsim.c keeps): the per-I/O latency files (-l/-q/-z), its messages (NAME.msg, or stdout), the
 per-second counts of completions (MAJ,MIN_iops_fp.dat, MAJ,MIN_mbps_fp.dat, sys_*), the activity ranges
-(NAME.dat, or stdout after the averages) and the request-size histograms (NAME_qhist.dat, NAME_dhist.dat).
+(NAME.dat, or stdout after the averages), the request-size histograms (NAME_qhist.dat, NAME_dhist.dat) and the
+files of btt's other options (-Q, -s, -m, -B, -u, -p, -P, -L, -I).
 The numbers come from btt's rules in C; this module only formats them, in btt's formats."""
 
 from __future__ import annotations
@@ -70,6 +71,121 @@ def _dir_lines(kind: int, r: npt.NDArray[np.void]) -> str:
     return seek_lines(r["t"], r["v"].view(np.int64), (r["kind"] & btt.BL_READ) != 0)
 
 
+PIO_CHAR = {btt.BL_PIO_Q: "Q", btt.BL_PIO_G: "G", btt.BL_PIO_I: "I", btt.BL_PIO_M: "M", btt.BL_PIO_D: "D",
+            btt.BL_PIO_C: "C"}
+PIO_END = "-" * 41 + "\n"
+
+
+def pio_lines(rows: list[tuple[int, int, int, int, int]], dev_of: list[int],
+              q: tuple[int, int]) -> tuple[str, tuple[int, int]]:
+    """btt's -p lines of rows (kind, device index, t, v, w) in order: a Q's track "MAJ,MIN: " then a line
+    "%5d.%09lu %c %10llu+%-4u" per step (the Q's sector and sectors for Q, G, I, M; the D's for D, the C's for
+    C; the steps after the Q indented by 9 spaces), an empty line after the C, and a line of 41 '-' at the end
+    of each C. q: the last Q's (sector, sectors), carried from one chunk to the next; returned updated."""
+    out = []
+    for kind, di, t, v, w in rows:
+        if kind == btt.BL_PIO_END:
+            out.append(PIO_END)
+            continue
+        if kind == btt.BL_PIO_Q:
+            ma, mi = kdev_split(dev_of[di])
+            out.append(f"{ma:3d},{mi:<3d}: ")
+            q = (v, w)
+        else:
+            out.append("         ")
+            if kind not in (btt.BL_PIO_D, btt.BL_PIO_C):
+                v, w = q
+        out.append(f"{t // 1_000_000_000:5d}.{t % 1_000_000_000:09d} {PIO_CHAR[kind]} {v:10d}+{w:<4d}\n")
+        if kind == btt.BL_PIO_C:
+            out.append("\n")
+    return "".join(out), q
+
+
+def pit_time(t: int) -> str:
+    """A time of btt's -P files: "%d.%09lu" of the seconds as a C int (btt's (int)SECONDS(): the D time of a C
+    that issued nothing, (u64)-1, prints as 1266874889.709551615) and the nanoseconds."""
+    sec = (t // 1_000_000_000) & 0xFFFFFFFF
+    return f"{sec - (1 << 32) if sec >= 1 << 31 else sec}.{t % 1_000_000_000:09d}"
+
+
+def pit_lines(rows: list[tuple[int, int, int, int, int]]) -> str:
+    """btt's -P lines (MAJ,MIN_pit.dat) of one device's rows: per C, the time of each Q it completes followed by a
+    space, then "| D-time | C-time"."""
+    return "".join(f"{pit_time(t)} " if kind == btt.BL_PIT_Q else f"| {pit_time(v)} | {pit_time(t)}\n"
+                   for kind, _di, t, v, _w in rows)
+
+
+def plat_line(x: float, y: float) -> str:
+    """A line of btt's -L files: "%lf %lf", a period's middle time stamp and its mean latency."""
+    return f"{x:f} {y:f}\n"
+
+
+IOSTAT_HDR = ("Device:       rrqm/s   wrqm/s     r/s     w/s    rsec/s    wsec/s     rkB/s     wkB/s avgrq-sz "
+              "avgqu-sz   await   svctm  %util   Stamp\n")
+
+
+def iostat_dev(dev: int) -> str:
+    """btt's device column of -I: "(%3d,%3d)" cut to 10 characters (its snprintf of 11 bytes)."""
+    ma, mi = kdev_split(dev)
+    return f"({ma:3d},{mi:3d})"[:10]
+
+
+class IostatTotal:
+    """btt's sums of one dump's device lines (its struct stats_t), for the TOTAL line of 2 devices or more."""
+
+    def __init__(self) -> None:
+        self.n = 0.0
+        self.rqm = [0.0, 0.0]
+        self.ios = [0.0, 0.0]
+        self.sec = [0.0, 0.0]
+        self.avgrq = self.avgqu = self.wait = self.svctm = self.util = 0.0
+
+    def line(self, tail: str) -> str:
+        """btt's TOTAL line: the sums of the rates in index order (writes under rrqm/s, r/s, rsec/s, rkB/s: btt's
+        columns) and the means of the rest."""
+        if self.n < 2.0:
+            return ""
+        n = self.n
+        return (f"{'TOTAL':<11s} {self.rqm[0]:8.2f} {self.rqm[1]:8.2f} {self.ios[0]:7.2f} {self.ios[1]:7.2f} "
+                f"{self.sec[0]:9.2f} {self.sec[1]:9.2f} {self.sec[0] / 2.0:9.2f} {self.sec[1] / 2.0:9.2f} "
+                f"{self.avgrq / n:8.2f} {self.avgqu / n:8.2f} {self.wait / n:7.2f} {self.svctm / n:7.2f} "
+                f"{self.util / n:6.2f}{tail}")
+
+
+def iostat_line(dev: int, dt: float, c: tuple[int, int, int, int, int, int, int, int, float, float], tail: str,
+                total: IostatTotal, reset: bool) -> str:
+    """A device's line of btt's -I file from its counters c (merges written, read; ios; sectors; wait, svctm ns;
+    tot_qusz, idle_time s) over dt seconds: btt's columns (reads first), tail its "   TOTAL" or time stamp. Adds
+    it to total as btt does: after an interval's reset (reset: the counters summed as 0), its means not."""
+    rqm0, rqm1, ios0, ios1, sec0, sec1, wait, svctm, qusz, idle = c
+    nios = float(ios0 + ios1)
+    nrqm = float(rqm0 + rqm1)
+    if nios > 0.0:
+        avgrq = float(sec0 + sec1) / nios
+        svc = 1000.0 * (svctm / 1.0e9) / nios
+    else:
+        avgrq = svc = 0.0
+    aw = 1000.0 * (wait / 1.0e9) / (nios + nrqm) if nios + nrqm > 0.0 else 0.0
+    util = 100.0 * (1.0 - idle / dt) if idle <= dt else 0.0
+    out = (f"{iostat_dev(dev):<11s} {rqm1 / dt:8.2f} {rqm0 / dt:8.2f} {ios1 / dt:7.2f} {ios0 / dt:7.2f} "
+           f"{sec1 / dt:9.2f} {sec0 / dt:9.2f} {(sec1 // 2) / dt:9.2f} {(sec0 // 2) / dt:9.2f} {avgrq:8.2f} "
+           f"{qusz / dt:8.2f} {aw:7.2f} {svc:7.2f} {util:6.2f}{tail}")
+    if reset:
+        rqm0 = rqm1 = ios0 = ios1 = sec0 = sec1 = 0
+        qusz = 0.0
+    total.n += 1.0
+    for i, (r, o, s) in enumerate(((rqm0, ios0, sec0), (rqm1, ios1, sec1))):
+        total.rqm[i] += r / dt
+        total.ios[i] += o / dt
+        total.sec[i] += s / dt
+    total.avgrq += avgrq
+    total.avgqu += qusz / dt
+    total.wait += aw
+    total.svctm += svc
+    total.util += util
+    return out
+
+
 def sps_line(t_ns: int, value: float) -> str:
     """A line of btt's -m file: "%15.9lf %.2lf", a bucket's first seek and its seeks per second."""
     return f"{bit_times(np.array([t_ns]))[0]:15.9f} {value:.2f}\n"
@@ -118,6 +234,12 @@ class SharedPath:
         else:
             self.f.write(self.image.decode())
             self.f.close()
+
+
+def unplug_hist_text(counts: list[int]) -> str:
+    """btt's -u file (NAME_MAJ,MIN.dat): a line "%d %d" per bucket of 5 requests unplugged, its index and its
+    unplugs."""
+    return "".join(f"{i} {n}\n" for i, n in enumerate(counts))
 
 
 def msg_line(dev: int, t_ns: int, text: str) -> str:
@@ -192,7 +314,9 @@ class RowFiles:
                  extra: dict[str, str] | None = None) -> None:
         """extra: btt's NAMEs of its other files, by option: "Q" (NAME_MAJ,MIN_aqd.dat), "s"
         (NAME_MAJ,MIN_q2q_r.dat, _q2q_w, _q2q_c, _d2d_r ...), "m" (NAME_MAJ,MIN.dat), "B" (NAME_MAJ,MIN_r.dat,
-        _w, _c)."""
+        _w, _c), "p" (the file NAME itself: btt's per-I/O tracks), "P" (btt's MAJ,MIN_pit.dat: btt ignores its NAME),
+        "L" (MAJ,MIN_q2d_plat.dat, _q2c_plat, _d2c_plat: the period is Btt's plat_freq), "I" (the file NAME
+        itself: btt's iostat, its intervals Btt's btt_iostat)."""
         self.open = opener
         self.lat_names = lat_names        # BL_* -> btt's NAME
         self.extra = extra or {}
@@ -200,6 +324,12 @@ class RowFiles:
         self.files: dict[tuple[int, int], IO[str]] = {}
         self.named: dict[str, IO[str]] = {}
         self.sps: dict[int, SharedPath] = {}
+        self.pio_q = (0, 0)   # -p: the last Q's sector and sectors
+        self.ios_acc: list[int] = []   # -I: the counters of the device being read, its dump's stamp and start
+        self.ios_stamp = self.ios_start = 0
+        self.ios_total = IostatTotal()
+        if "I" in self.extra:   # btt writes its header when it starts
+            self._named(self.extra["I"]).write(IOSTAT_HDR)
         self.rates: dict[int, tuple[IO[str], IO[str]]] = {}
         self._rate_files(-1)
 
@@ -221,6 +351,32 @@ class RowFiles:
         if f is None:
             f = self.named[name] = self.open(name)
         return f
+
+    def _plat(self, dev: int, lat: int) -> IO[str]:
+        return self._named(f"{dip_name(dev)}_{LAT_SUFFIX[lat]}_plat.dat")
+
+    def _iostat_rows(self, rows: list[tuple[int, int, int, int, int]], dev_of: list[int]) -> None:
+        """btt's interval lines of -I: five rows of counters a device, then the end of the dump."""
+        out = []
+        for kind, di, t, v, w in rows:
+            if kind == btt.BL_IOS_END:
+                out.append(self.ios_total.line(f"{t / 1.0e9:8.2f}\n"))
+                out.append("\n")
+                self.ios_total = IostatTotal()
+                continue
+            self.ios_acc.extend((v, w))
+            if kind == btt.BL_IOS_1:
+                self.ios_stamp = t
+            elif kind == btt.BL_IOS_2:
+                self.ios_start = t
+            elif kind == btt.BL_IOS_5:
+                a = self.ios_acc
+                qusz, idle = np.array(a[8:10], dtype=np.uint64).view(np.float64).tolist()
+                c = (a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], qusz, idle)
+                dt = (self.ios_stamp - self.ios_start) / 1.0e9
+                out.append(iostat_line(dev_of[di], dt, c, f"{self.ios_stamp / 1.0e9:8.2f}\n", self.ios_total, True))
+                self.ios_acc = []
+        self._named(self.extra["I"]).write("".join(out))
 
     def _sps(self, dev: int) -> SharedPath:
         f = self.sps.get(dev)
@@ -250,6 +406,25 @@ class RowFiles:
                     sel = r if m is None else r[m]
                     if len(sel):
                         self._named(f"{name}{suffix}.dat").write(_dir_lines(kind, sel))
+        if "p" in self.extra:
+            mp = (kinds >= btt.BL_PIO_Q) & (kinds <= btt.BL_PIO_END)
+            if mp.any():
+                text, self.pio_q = pio_lines(rows[mp].tolist(), dev_of, self.pio_q)
+                self._named(self.extra["p"]).write(text)
+        if "P" in self.extra:
+            mt = (kinds == btt.BL_PIT_Q) | (kinds == btt.BL_PIT_END)
+            for di in np.unique(devs[mt]).tolist():
+                self._named(f"{dip_name(dev_of[di])}_pit.dat").write(pit_lines(rows[mt & (devs == di)].tolist()))
+        if "L" in self.extra:
+            mpl = (kinds >= btt.BL_PLAT) & (kinds <= btt.BL_PLAT + 2)
+            if mpl.any():
+                for kind, di, t, v, _w in rows[mpl].tolist():
+                    x, y = np.array([t, v], dtype=np.uint64).view(np.float64).tolist()
+                    self._plat(dev_of[di], kind - btt.BL_PLAT).write(plat_line(x, y))
+        if "I" in self.extra:
+            mi = (kinds >= btt.BL_IOS_1) & (kinds <= btt.BL_IOS_END)
+            if mi.any():
+                self._iostat_rows(rows[mi].tolist(), dev_of)
         ms = (base == btt.BL_SPS_Q) | (base == btt.BL_SPS_D)
         if "m" in self.extra and ms.any():
             for kind, di, t, _v, w in rows[ms].tolist():
@@ -291,6 +466,22 @@ class RowFiles:
             a, b = rate_lines(*ends[dev])
             iops.write(a)
             mbps.write(b)
+        if "I" in self.extra:   # btt's last dump: the whole trace's counters, over the time to the last record
+            out = ["\n", IOSTAT_HDR]
+            total = IostatTotal()
+            dt = v.iostat_last_stamp / 1.0e9
+            for d in v.devices:
+                out.append(iostat_line(d.dev, dt, d.iostat, f"{'TOTAL':>8s}\n", total, False))
+            out.append(total.line(f"{'TOTAL':>8s}\n"))
+            self._named(self.extra["I"]).write("".join(out))
+        if "L" in self.extra:   # btt writes each kind's open period as it frees the device
+            for d in v.devices:
+                for lat, (n, x, y) in enumerate(d.plat):
+                    if n:
+                        self._plat(d.dev, lat).write(plat_line(x, y))
+        if "P" in self.extra:   # btt opens a device's _pit.dat when it sets the device up and keeps it, even empty
+            for d in v.devices:
+                self._named(f"{dip_name(d.dev)}_pit.dat")
         if "m" in self.extra:   # btt frees each device's D2D stream then its Q2Q stream, writing their last
             for d in v.devices:   # buckets, then closes them in the order it opened them: D2D first
                 for k, (t, n, value) in ((0, d.sps_d2d), (1, d.sps_q2q)):

@@ -2,7 +2,8 @@
 NAME.avg, or stdout), and the files engines/pairing/bttfiles.py formats from btt's own pairing: the messages
 (NAME.msg, or stdout before the averages), the activity ranges (NAME.dat, or stdout after them), the request-size
 histograms (NAME_qhist.dat, NAME_dhist.dat, with -o), the per-second counts (MAJ,MIN_iops_fp.dat,
-MAJ,MIN_mbps_fp.dat, sys_*, on every run) and the -l/-q/-z latency files."""
+MAJ,MIN_mbps_fp.dat, sys_*, on every run), the -l/-q/-z latency files and the files of -Q, -s, -m, -B, -u, -p,
+-P, -L and -I."""
 
 from __future__ import annotations
 
@@ -30,7 +31,10 @@ def run(args: argparse.Namespace) -> int:
         window = (args.time_start or 0.0, args.time_end or 0.0)
     msgs = _open(f"{args.output}.msg") if args.output else sys.stdout
     extra = {opt: n for opt, n in (("Q", args.active_queue_depth), ("s", args.seeks), ("m", args.seeks_per_second),
-                                   ("B", args.dump_blocknos)) if n}
+                                   ("B", args.dump_blocknos), ("p", args.per_io_dump),
+                                   ("P", args.per_io_trees), ("I", args.iostat)) if n}
+    if args.periodic_latencies is not None and args.periodic_latencies > 0:   # btt: 0 or less, no files
+        extra["L"] = str(args.periodic_latencies)
     files = bttfiles.RowFiles(_open, names, msgs, extra)
     src = open_source(args.input_file)
     try:
@@ -39,9 +43,15 @@ def run(args: argparse.Namespace) -> int:
                                    lambda line: print(f"ioscope btt: note: {line}", file=sys.stderr),
                                    on_btt_rows=files, btt_latencies=bool(names), range_delta=args.range_delta,
                                    time_window=window,
-                                   btt_extra=("Q" in extra, "s" in extra, "m" in extra, "B" in extra))
+                                   btt_extra=tuple(o in extra for o in "QsmBpP"),
+                                   plat_freq=args.periodic_latencies if "L" in extra else 0.0,
+                                   btt_iostat=args.iostat_interval if args.iostat else None)
         view = res.btt if res.btt is not None else bttavg.empty_view(res.time_zero)
         files.finish(view)
+        if args.unplug_hist:   # btt's -u: a file per device it set up, written as it frees the device
+            for d in view.devices:
+                with _open(f"{args.unplug_hist}_{bttfiles.dip_name(d.dev)}.dat") as f:
+                    f.write(bttfiles.unplug_hist_text(d.unplug_hist))
     finally:
         files.close()
         if msgs is not sys.stdout:
