@@ -86,7 +86,9 @@ def check(reports: list[dict[str, Any]], truth: dict[str, Any], pid: int, least_
     print(f"waits {waits} ({delayed} dequeue delayed, {delayed_s:.6f} s) / delayacct {truth['blkio_count']}; "
           f"{seconds:.6f} s / {truth['blkio_delay_total'] / 1e9:.6f} s; IO> {pct}")
     check_against_delayacct(waits, seconds * 1e9, delayed, delayed_s * 1e9, truth)
-    assert seconds >= least_s and truth["blkio_delay_total"] >= least_s * 1e9
+    # (the accounting's time with the waits it missed: those whose dequeue was delayed)
+    assert seconds >= least_s and truth["blkio_delay_total"] + delayed_s * 1e9 >= least_s * 1e9, (
+        seconds, truth["blkio_delay_total"], delayed_s)
     return pct
 
 
@@ -101,8 +103,11 @@ def test_fsync_writes_in_a_throttled_cgroup_wait_as_delay_accounting_says(delaya
         (reports,), truth, pid = run_beside(cmd, ["top", "-b"])
     # a wait for nearly each write: blk-throttle lets the first slice's worth go at once (100 ms at 100 a
     # second: 10), and a write of those that completed before its writer slept did not wait (196 of 200 once
-    # in CI); the others are held, ~2 s at 100 a second, half of that at least
-    assert truth["blkio_count"] >= n - 10
+    # in CI); the others are held, ~2 s at 100 a second, half of that at least. Counted by top: delay
+    # accounting misses the waits whose dequeue the scheduler delayed (6.12+; check_against_delayacct),
+    # which beside busy guests can be most of them (23 of 200 counted in CI on 2026-11-29)
+    _s, waits, _pct, delayed, _delayed_s = waited(reports, pid)
+    assert waits >= n - 10, (waits, delayed, truth["blkio_count"])
     pct = check(reports, truth, pid, 0.5 * n / 100)
     assert max(pct) >= 50.0
 

@@ -53,6 +53,9 @@ def test_slow_fdatasync_service_found_with_fileslower() -> None:
             out, err = (d / "out").read_text(), (d / "err").read_text()
             assert (d / "rc").read_text().strip() == "0", err
     timings = [t for t in json.loads(svc.stdout.strip().splitlines()[-1]) if t[2] - t[1] >= 5_000_000]
+    # those surely 5 ms in the kernel too: the service's time less the time it waited for a CPU around the
+    # call (a preemption next to the call is in its time, not the call's) and 0.5 ms for its clock reads
+    sure = [t for t in timings if t[2] - t[1] - t[4] >= 5_500_000]
     lines = out.splitlines()
     assert lines[0].split() == ["TIME", "COMM", "PID", "CALL", "BYTES", "LAT(ms)", "FILE"]
     rows = []
@@ -63,7 +66,7 @@ def test_slow_fdatasync_service_found_with_fileslower() -> None:
             rows.append((m, p))
     # the service's slow calls: those it timed at 5 ms or more (a call it timed just over 5 ms may be
     # just under in the kernel: its clock reads are inside the service's)
-    assert len(timings) - 1 <= len(rows) <= len(timings), (len(rows), len(timings), out)
+    assert len(sure) <= len(rows) <= len(timings), (len(rows), len(sure), len(timings), out)
     assert len(rows) >= 5, out  # the limit held some writes
     for m, p in rows:
         lat = float(m.group(5))

@@ -193,7 +193,7 @@ def test_fileslower(fs: tuple[Any, Path], tmp_path: Path, attach: str) -> None:
     out, err = t.stop(signal.SIGINT)
     got = calls_of(json_lines(out), str(path))
     assert [r["call"] for r in got] == [c[0] for c in timings], err
-    for r, (call, t0, t1, ret) in zip(got, timings):
+    for r, (call, t0, t1, ret, _run_delay) in zip(got, timings):
         assert 0 < r["lat_ms"] * 1e6 <= t1 - t0 + 1, (r, t1 - t0)
         assert r["bytes"] == ret and 0 <= r["iowait_ms"] <= r["lat_ms"]
         if call == "pwrite64":
