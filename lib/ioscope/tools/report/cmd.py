@@ -13,6 +13,7 @@ examples:
   ioscope report --json trace.ioscope          # the same numbers as one JSON document
   ioscope report --btt trace.ioscope           # only btt's default sections, in btt's layout
   ioscope report --d2c-csv d2c.csv trace.ioscope   # per-I/O D2C latencies as CSV
+  ioscope report --explain 5 trace.ioscope     # the 5 slowest I/Os, each with why it was slow
   ioscope report sda.blktrace.0                # blktrace files work too
   ioscope report --html trace.html trace.ioscope   # heat maps and the other pictures as one page
   ioscope report --svg pics/ trace.ioscope     # each picture as pics/NAME.svg (--png: .png)
@@ -40,12 +41,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--q2d-csv", metavar="FILE",
                    help="write every I/O's Q2D latency as CSV, from ioscope's corrected pairing (each "
                         "piece of a split bio its own I/O); btt's own rows: ioscope btt -z")
+    p.add_argument("--explain", type=int, metavar="N",
+                   help="print only the N slowest I/Os (by Q2C), each with the reasons it took that long in "
+                        "the order they cost: tag wait, queue and scheduler, the device against its usual "
+                        "time, flushes in flight, requeues, limits; with -j as JSON")
     pages_cmd.add_arguments(p)
     p.set_defaults(func=run, tool="report")
 
 
 def run(args: argparse.Namespace) -> int:
     from ioscope.tools.report.view import run as run_report
+
+    if args.explain is not None:
+        from ioscope.tools.report.view import run_explain
+        return run_explain(args)
 
     if pages_cmd.wanted(args):   # the pictures; the text or JSON too only when asked for as well
         pages_cmd.run_report(args)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import json
 import sys
 from collections.abc import Callable
@@ -15,11 +16,11 @@ import numpy.typing as npt
 from ioscope.base import heat, outfile, units
 from ioscope.base.devices import kdev_str
 from ioscope.base.errors import IoscopeError, UsageError
-from ioscope.base.fmt import fmt_ns
+from ioscope.base.fmt import fmt_bytes, fmt_ns
 from ioscope.capture.events import action_mask_note
 from ioscope.engines.context import iolimits
 from ioscope.engines.context.throttle import held_line
-from ioscope.engines.pairing import btt, bttinput, ios
+from ioscope.engines.pairing import btt, bttinput, ios, outliers
 from ioscope.engines.pairing.btt import Avg, BttResult, DevState, Stat, live_summary
 from ioscope.engines.pairing.bttavg import LABELS, Q2D_HEADS, avg_reqs_at_q, merge_info, render_btt
 from ioscope.tools.report import model as report_model
@@ -488,4 +489,118 @@ def run(args: argparse.Namespace) -> int:
         lines += render_stacks(model)
         lines += render_iostat(model, name)
     sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+# ----------------------------------------------------------------------------- --explain: each outlier explained
+
+def _pow2(b: int) -> str:
+    for shift, suffix in ((30, "G"), (20, "M"), (10, "K")):
+        if b >= 1 << shift and b % (1 << shift) == 0:
+            return f"{b >> shift}{suffix}"
+    return str(b)
+
+
+def _size(cls: int) -> str:
+    """A size class of outliers.py (bytes in (2^(cls-1), 2^cls]) as the sizes it holds: '2K-4K'."""
+    if cls <= 0:
+        return "no-data"
+    return f"{_pow2(1 << (cls - 1))}-{_pow2(1 << cls)}"
+
+
+def _ratio(x: float) -> str:
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+
+
+def _whose(owners: list[dict[str, Any]]) -> str:
+    return ", ".join(f"{o['comm']} {o['ios']:,} ({fmt_bytes(o['bytes'], unit=True)})" for o in owners)
+
+
+def reason_line(r: outliers.Reason) -> str:
+    """One reason as a sentence (its cost first, where it has one)."""
+    d = r.detail
+    cost = f"{fmt_ns(r.cost_ns):>8s}  " if r.cost_ns is not None else f"{'':8s}  "
+    if r.kind == "tag":
+        nr = d["nr_requests"]
+        text = (f"getting a request (Q2G): {d['in_flight_at_queue']:,} I/Os "
+                f"({fmt_bytes(d['in_flight_bytes'], unit=True)}) were in flight when it was queued"
+                + (f", nr_requests {nr}" + (" (all in use: it waited for a tag)" if d["in_flight_at_queue"] >= nr
+                                            else "") if nr else ""))
+    elif r.kind == "queue":
+        where = f"the {d['scheduler']} scheduler" if d["scheduler"] and d["scheduler"] != "none" else "the queue"
+        text = (f"in {where} until issued (G2D): {d['issued_ahead']:,} I/Os "
+                f"({fmt_bytes(d['bytes_ahead'], unit=True)}) were issued ahead of it"
+                + (f": {_whose(d['owners'])}" if d["owners"] else ""))
+    elif r.kind == "device_slow":
+        text = (f"the device was slower than usual: D2C {_ratio(d['ratio'])}x its median {fmt_ns(d['usual_ns'])} "
+                f"for the disk's {d['like_n']:,} {_size(d['size_class'])} {d['op']}s; {d['at_device']:,} other "
+                f"I/Os ({fmt_bytes(d['at_device_bytes'], unit=True)}) were at the device when it was issued")
+    elif r.kind == "device":
+        if d["ratio"] is not None and d["ratio"] >= outliers.SLOW_RATIO:   # the part below the median
+            text = "the device's usual time for such an I/O (the median above)"
+        else:
+            text = ("the device's time (D2C)" + (f", {_ratio(d['ratio'])}x its median {fmt_ns(d['usual_ns'])} for "
+                    f"the disk's {d['like_n']:,} {_size(d['size_class'])} {d['op']}s" if d["usual_ns"] else "")
+                    + f"; {d['at_device']:,} other I/Os ({fmt_bytes(d['at_device_bytes'], unit=True)}) were at "
+                    "the device when it was issued")
+    elif r.kind == "flush":
+        text = (f"a cache flush or FUA write was in flight for this long while it was out: {d['flushes']:,} of "
+                f"them, {_whose(d['owners'])}")
+    elif r.kind == "requeue":
+        text = f"requeued {d['requeues']} time(s) by the driver (its phases are timed from its first issue)"
+    elif r.kind == "merged":
+        text = "merged into another request: its issue and completion are that request's"
+    elif r.kind == "limit":
+        text = (f"an I/O limit was in force on its cgroup {d['cgroup']}: blk-throttle's hold is before its "
+                "queue event, in none of these times")
+    else:   # in_flight
+        text = "not completed when the capture ended: its age then, a lower bound"
+    return cost + text
+
+
+def render_explained(e: outliers.Explained, wall_offset: int | None) -> list[str]:
+    head = f"==================== The slowest {len(e.outliers)} of {e.ios:,} I/Os, explained (ioscope) " \
+           "===================="
+    out = [head, "", "Each I/O's reasons in the order they cost (a cost is time of its Q2C; a flush in flight "
+           "overlaps the others)."]
+    for k, o in enumerate(e.outliers, 1):
+        when = (datetime.datetime.fromtimestamp((o.q_ns + wall_offset) / 1e9, datetime.timezone.utc)
+                .strftime("%H:%M:%S.%f") + " UTC") if wall_offset is not None else f"at {o.q_ns / 1e9:.6f} s"
+        took = f"out {fmt_ns(o.q2c_ns)} at the end" if o.in_flight else f"Q2C {fmt_ns(o.q2c_ns)}"
+        out.append("")
+        out.append(f"{k}. {took}  {o.disk} {o.op} {fmt_bytes(o.bytes, unit=True)} ({o.rwbs}) at sector {o.sector}  "
+                   f"{o.comm} pid {o.pid}" + (f"  cgroup {o.cgroup}" if o.cgroup else "") + f"  queued {when}")
+        ph = "  ".join(f"{n.upper()} {fmt_ns(v)}" for n, v in o.phases.items() if v is not None)
+        if ph:
+            out.append(f"   phases: {ph}")
+        out += [f"   {reason_line(r)}" for r in o.reasons]
+        if o.others:
+            out.append(f"   others queuing on {o.disk} meanwhile: {_whose(o.others)}")
+    return out
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    """report --explain N: the N slowest I/Os of the capture, each explained (engines/pairing/outliers.py)."""
+    from ioscope.capture.offline import open_source
+
+    if args.explain < 1:
+        raise UsageError(f"--explain takes how many of the slowest I/Os to explain (1 or more), not {args.explain}")
+    src = open_source(args.capture)
+    with src:
+        limits = iolimits.recorded(args.capture, src.meta)
+        e = outliers.explain(ios.ios_batches(src, ios.capture_id(src)), args.explain, limits,
+                             src.meta.get("devices"))
+        wall = ios.wall_offset(src)
+        truncation = src.truncation
+    if truncation:
+        sys.stderr.write(f"ioscope report: note: {truncation}\n")
+    if args.json:
+        json.dump(outliers.to_json(e), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+        return 0
+    if not e.outliers:
+        sys.stdout.write(f"{args.capture} holds no completed or unfinished I/O with a queue event: nothing to "
+                         "explain\n")
+        return 0
+    sys.stdout.write("\n".join(render_explained(e, wall)) + "\n")
     return 0
