@@ -17,7 +17,7 @@ For an I/O on disk D queued at Q, issued at I (its D event) and completed at C, 
   have no cost of their own in the table.
 
 Also who else queued I/O on the disk while it was out. Everything is a number of the table: nothing is
-guessed from the kernel version or the device's kind. Memory: the columns below for every I/O.
+guessed from the kernel version or the device's kind. Memory: the columns below for every I/O (about 120 bytes an I/O).
 """
 
 from __future__ import annotations
@@ -71,45 +71,62 @@ class Explained:
 
 
 class Table:
-    """The columns of the per-I/O table needed here, as numpy arrays (absent values NONE, strings as
-    objects), for every I/O with a queue event."""
+    """The columns of the per-I/O table needed here, as numpy arrays (absent values NONE, strings as codes
+    into their distinct values), for every I/O with a queue event."""
 
     def __init__(self, batches: Iterable[pa.RecordBatch]):
-        cols: dict[str, list[Any]] = {c: [] for c in COLUMNS}
-        for b in batches:
+        STRINGS = ("disk", "op", "rwbs", "comm", "cgroup")
+        parts: dict[str, list[npt.NDArray[Any]]] = {c: [] for c in COLUMNS}
+        values: dict[str, dict[str | None, int]] = {c: {} for c in STRINGS}   # each string's code
+        for b in batches:   # each batch to numpy at once: the Arrow batches are not all held
+            keep_b = np.asarray(b.column("q_ns").is_valid()) & ~np.asarray(
+                b.column("in_flight_start").fill_null(False), dtype=bool)
             for c in COLUMNS:
                 col = b.column(c)
-                if pa.types.is_dictionary(col.type):
-                    col = col.dictionary_decode()
-                cols[c].append(col.cast(_type(c)))
-        get = {c: pa.chunked_array(v, type=_type(c)) if v else pa.chunked_array([], type=_type(c))
-               for c, v in cols.items()}
-        keep = np.asarray(get["q_ns"].is_valid()) & ~np.asarray(get["in_flight_start"].fill_null(False))
-        self.n = int(keep.sum())
+                if c in STRINGS:   # as codes into the distinct values (few: disks, ops, commands, cgroups)
+                    enc = (col.dictionary_decode() if pa.types.is_dictionary(col.type) else col).dictionary_encode()
+                    known = values[c]
+                    remap = np.array([known.setdefault(v, len(known)) for v in enc.dictionary.to_pylist()]
+                                     + [known.setdefault(None, len(known))], dtype=np.int32)
+                    idx = np.asarray(enc.indices.fill_null(len(remap) - 1), dtype=np.int64)
+                    parts[c].append(remap[idx[keep_b]])
+                elif c in ("merged", "split", "in_flight_start", "in_flight_end"):
+                    parts[c].append(np.asarray(col.fill_null(False), dtype=bool)[keep_b])
+                else:
+                    parts[c].append(np.asarray(col.cast(pa.int64()).fill_null(NONE), dtype=np.int64)[keep_b])
+
+        def cat(c: str) -> npt.NDArray[Any]:
+            a = np.concatenate(parts.pop(c)) if parts[c] else np.zeros(0, dtype=np.int64)
+            return a
 
         def ints(c: str) -> npt.NDArray[np.int64]:
-            a: npt.NDArray[np.int64] = np.asarray(get[c].cast(pa.int64()).fill_null(NONE), dtype=np.int64)[keep]
+            a: npt.NDArray[np.int64] = cat(c).astype(np.int64, copy=False)
             return a
 
-        def objs(c: str) -> npt.NDArray[np.object_]:
-            a: npt.NDArray[np.object_] = np.asarray(get[c].to_pylist(), dtype=object)[keep]
-            return a
+        def codes(c: str) -> tuple[npt.NDArray[np.int32], list[str | None]]:
+            names: list[str | None] = [None] * len(values[c])
+            for v, k in values[c].items():
+                names[k] = v
+            a: npt.NDArray[np.int32] = cat(c).astype(np.int32, copy=False)
+            return a, names
 
         def bools(c: str) -> npt.NDArray[np.bool_]:
-            a: npt.NDArray[np.bool_] = np.asarray(get[c].fill_null(False), dtype=bool)[keep]
+            a: npt.NDArray[np.bool_] = cat(c).astype(bool, copy=False)
             return a
 
-        self.disk, self.op, self.rwbs, self.comm, self.cgroup = (objs(c) for c in ("disk", "op", "rwbs", "comm",
-                                                                                    "cgroup"))
+        (self.disk, self.disks), (self.op, self.ops), (self.rwbs, self.rwbss), (self.comm, self.comms), \
+            (self.cgroup, self.cgroups) = (codes(c) for c in ("disk", "op", "rwbs", "comm", "cgroup"))
         self.sector, self.bytes, self.pid = ints("sector"), ints("bytes"), ints("pid")
         self.q, self.g, self.d, self.c = ints("q_ns"), ints("g_ns"), ints("d_ns"), ints("c_ns")
         self.q2g, self.d2c, self.q2c = ints("q2g"), ints("d2c"), ints("q2c")
         self.merged, self.split, self.end_open = bools("merged"), bools("split"), bools("in_flight_end")
-        self.requeues = np.asarray(get["requeues"].fill_null(0), dtype=np.int64)[keep]
+        self.requeues = np.maximum(ints("requeues"), 0)
+        self.n = len(self.q)
         inst = np.concatenate([a[a != NONE] for a in (self.q, self.g, self.d, self.c)]) if self.n else np.zeros(0)
         self.end_ns = int(inst.max()) if len(inst) else 0
         # a cache flush (blkparse's leading F) or a FUA write (F after the op letter)
-        self.flushy = np.array([bool(r) and (r[0] == "F" or "F" in r[1:]) for r in self.rwbs], dtype=bool)
+        flush_codes = [k for k, r in enumerate(self.rwbss) if r and (r[0] == "F" or "F" in r[1:])]
+        self.flushy = np.isin(self.rwbs, flush_codes)
         self.size_class = np.where(self.bytes > 0, np.frexp(np.maximum(self.bytes - 1, 1))[1], 0)
 
 
@@ -127,7 +144,8 @@ def _owners(t: Table, sel: npt.NDArray[np.bool_]) -> list[dict[str, Any]]:
     """The commands behind the selected I/Os, the most bytes first (ties: the most I/Os, then the name)."""
     if not sel.any():
         return []
-    names, inv = np.unique(t.comm[sel].astype(str), return_inverse=True)
+    used, inv = np.unique(t.comm[sel], return_inverse=True)
+    names = [str(t.comms[k]) for k in used]
     ios = np.bincount(inv, minlength=len(names))
     nbytes = np.bincount(inv, weights=t.bytes[sel], minlength=len(names))
     order = sorted(range(len(names)), key=lambda k: (-nbytes[k], -ios[k], names[k]))
@@ -153,8 +171,8 @@ def _union_within(starts: npt.NDArray[np.int64], ends: npt.NDArray[np.int64], lo
 
 
 def _explain(t: Table, i: int, limited: Mapping[str, set[str]], queues: Mapping[str, Mapping[str, Any]]) -> Outlier:
-    disk = t.disk[i]
-    same = t.disk == disk
+    disk = str(t.disks[t.disk[i]])
+    same = t.disk == t.disk[i]
     q, g, d, c = (int(a[i]) for a in (t.q, t.g, t.d, t.c))
     open_ = c == NONE
     end = t.end_ns if open_ else c
@@ -192,7 +210,7 @@ def _explain(t: Table, i: int, limited: Mapping[str, set[str]], queues: Mapping[
         like = same & (t.op == t.op[i]) & (t.size_class == t.size_class[i]) & (t.d2c != NONE)
         usual = int(np.median(t.d2c[like])) if like.any() else None
         at_dev = same_o & (t.d != NONE) & (t.d < d) & done_after(d)
-        dev = {"usual_ns": usual, "like_n": int(like.sum()), "op": t.op[i], "size_class": int(t.size_class[i]),
+        dev = {"usual_ns": usual, "like_n": int(like.sum()), "op": t.ops[t.op[i]], "size_class": int(t.size_class[i]),
                "at_device": int(at_dev.sum()), "at_device_bytes": int(t.bytes[at_dev].sum()),
                "ratio": round(d2c / usual, 2) if usual else None}
         if usual is not None and usual > 0 and d2c >= SLOW_RATIO * usual and d2c - usual >= MIN_COST_NS:
@@ -211,15 +229,15 @@ def _explain(t: Table, i: int, limited: Mapping[str, set[str]], queues: Mapping[
         reasons.append(Reason("requeue", None, {"requeues": int(t.requeues[i])}))
     if t.merged[i]:
         reasons.append(Reason("merged", None, {}))
-    cg = t.cgroup[i]
+    cg = t.cgroups[t.cgroup[i]]
     if cg is not None and cg in limited.get(disk, set()):
         reasons.append(Reason("limit", None, {"cgroup": cg}))
     if open_:
         reasons.append(Reason("in_flight", None, {"age_ns": end - q}))
     reasons.sort(key=lambda r: -(r.cost_ns if r.cost_ns is not None else -1))
     during = same_o & (t.q >= q) & (t.q < end)
-    return Outlier(disk=str(disk), sector=int(t.sector[i]), bytes=int(t.bytes[i]), op=str(t.op[i]),
-                   rwbs=str(t.rwbs[i]), pid=int(t.pid[i]), comm=str(t.comm[i]),
+    return Outlier(disk=disk, sector=int(t.sector[i]), bytes=int(t.bytes[i]), op=str(t.ops[t.op[i]]),
+                   rwbs=str(t.rwbss[t.rwbs[i]]), pid=int(t.pid[i]), comm=str(t.comms[t.comm[i]]),
                    cgroup=None if cg is None else str(cg), q_ns=q, q2c_ns=end - q, in_flight=open_,
                    phases=phases, reasons=reasons, others=_owners(t, during))
 
