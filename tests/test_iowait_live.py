@@ -112,6 +112,81 @@ def test_fsync_writes_in_a_throttled_cgroup_wait_as_delay_accounting_says(delaya
     assert max(pct) >= 50.0
 
 
+def test_host_io_pressure_holds_the_stall_the_limit_imposes() -> None:
+    """top's I/O pressure line (PSI: /proc/pressure/io over each interval): the throttled fsync service's
+    writes stall it on I/O for most of its run (at 100 IOPS, 200 writes: 1 s blocked at least). The kernel's
+    "some" is the CPUs' stall time weighted by their non-idle time (base/psi.py): while the service is
+    blocked its CPU has some stall and is non-idle, so the host's "some" over top's intervals grows by at
+    least 1/NCPU of that, and by no more than the kernel's total grew over top's whole run (read before and
+    after it). (Not against delay accounting: with delayed dequeues, 6.18 once gave the service a
+    blkio_delay_total of 35,008 s, the machine's uptime.)"""
+    from ioscope.base import psi
+
+    n = 200
+    least_s = 0.5 * n / 100
+    before = psi.host_io()
+    if before is None:
+        pytest.skip("no /proc/pressure/io: the kernel has no PSI (CONFIG_PSI, psi=1)")
+    with LoopFS(256) as fs, limited(fs.loop.device.majmin, "w", 100) as cg:
+        cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}")
+        (reports,), _truth, pid = run_beside(cmd, ["top", "-b"])
+    after = psi.host_io()
+    assert after is not None
+    shares = [r["io_pressure"]["some"] for r in reports[1:]]   # the first report's interval has no previous read
+    stalled = sum(x["interval_s"] for x in shares)
+    grew = (after.some.total_us - before.some.total_us) / 1e6
+    blocked, *_ = waited(reports, pid)
+    ncpu = os.cpu_count() or 1
+    print(f"some stalled {stalled:.6f} s in top's intervals, {grew:.6f} s over its run; top's IO> time of the "
+          f"service {blocked:.6f} s; shares {[x['interval_pct'] for x in shares]}")
+    assert least_s / ncpu <= stalled <= grew + 1e-6, (least_s, ncpu, stalled, grew)
+    assert max(x["interval_pct"] for x in shares) >= 0.5 * 100 / ncpu
+    for r, x in zip(reports[1:], shares):   # each interval's share is its seconds over the interval
+        assert abs(x["interval_pct"] - 100 * x["interval_s"] / r["interval_s"]) <= 0.01 + 1e-3 * x["interval_pct"]
+
+
+def test_the_exporter_exports_the_kernels_io_pressure_totals() -> None:
+    """ioscope_pressure_io_{waiting,stalled}_seconds_total: /proc/pressure/io's some and full totals, each
+    scrape's between the kernel's total read just before it and just after; over the throttled fsync
+    service's run the waiting total grows by at least 1/NCPU of the time the limit blocks it (base/psi.py:
+    150 writes at 100 IOPS, 0.75 s at least)."""
+    from ioscope.base import psi
+    from test_exporter_live import free_port, pick, scrape, start, stop
+
+    if psi.host_io() is None:
+        pytest.skip("no /proc/pressure/io: the kernel has no PSI (CONFIG_PSI, psi=1)")
+    names = {"some": "ioscope_pressure_io_waiting_seconds_total", "full": "ioscope_pressure_io_stalled_seconds_total"}
+
+    def scraped(port: int) -> dict[str, float]:
+        before = psi.host_io()
+        m = scrape(port)
+        after = psi.host_io()
+        assert before is not None and after is not None and before.full and after.full
+        got = {k: pick(m, name) for k, name in names.items()}
+        for k, lo, hi in (("some", before.some, after.some), ("full", before.full, after.full)):
+            assert lo.total_us / 1e6 <= got[k] <= hi.total_us / 1e6, (k, lo, got[k], hi)
+        return got
+
+    n = 150
+    with LoopFS(256) as fs, limited(fs.loop.device.majmin, "w", 100) as cg:
+        port = free_port()
+        exporter = start(port, "-d", fs.name)
+        try:
+            first = scraped(port)
+            work = subprocess.Popen(cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            assert work.stdout is not None and work.stdin is not None
+            assert work.stdout.readline().strip() == "done"
+            work.stdin.close()
+            assert work.wait(timeout=30) == 0
+            last = scraped(port)
+        finally:
+            assert stop(exporter) == 0
+    grew = last["some"] - first["some"]
+    print(f"waiting grew {grew:.6f} s")
+    assert grew >= 0.5 * n / 100 / (os.cpu_count() or 1), grew
+
+
 def test_page_cache_misses_wait_as_delay_accounting_says(delayacct: None) -> None:
     """300 buffered 4 KiB reads of a file not in the page cache, 8 KiB apart with readahead off, in a
     cgroup limited to 200 read IOPS: a read from the disk, held by the throttle, for each miss, and the

@@ -238,9 +238,10 @@ def test_cgroup_view_in_batch_screen_and_json() -> None:
     text = view.batch_text(snap)
     lines = text.splitlines()
     head = next(i for i, ln in enumerate(lines) if ln.startswith(" CGROUP"))
-    assert lines[head].split()[-3:] == ["HELD", "thr_p99", "IO>"]
+    assert lines[head].split()[-4:] == ["HELD", "thr_p99", "IO>", "PSI"]
     backup = next(ln for ln in lines[head:] if ln.startswith(" /batch.slice/backup.service"))
-    assert backup.split()[1:3] == ["loop2", "1"] and backup.split()[-3] == "27", backup
+    # no io.pressure (a v1 blkio cgroup, or PSI off): PSI "-"
+    assert backup.split()[1:3] == ["loop2", "1"] and backup.split()[-4] == "27" and backup.split()[-1] == "-", backup
     assert "[docker abababababab]" in text
     assert ("blk-throttle held 27 bios of cgroup /batch.slice/backup.service on loop2: their wait is not in q2c; "
             "waited (measured for 27) p50 ") in text
@@ -273,3 +274,39 @@ def test_hung_io_line_in_bold_red_and_json() -> None:
         "vda: 2 in flight, none completed for 7.2 s (queued before top started: who queued it is not known)"]
     # a disk filter keeps that disk's line only
     assert view.snapshot_json(view.filter_snapshot(snap, disk="loop2"))["in_flight_oldest"] == {}
+
+
+def test_io_pressure_line_column_and_json() -> None:
+    """The host's I/O pressure over the interval (a line under the disks, in bold magenta on the screen from
+    PSI_HIGH), a cgroup's in its PSI column, and both in JSON with the kernel's averages and totals."""
+    from ioscope.base import psi
+    from ioscope.tools.top.model import cgroup_rows
+
+    snap = top_fixture.snapshot()
+    end = psi.Pressure(psi.Line(41.5, 20.25, 5.0, 12_500_000), psi.Line(1.0, 0.5, 0.25, 1_000_000))
+    snap.pressure = psi.Share(62.5, 2.5, 0.625, 0.025, end)
+    text = view.batch_text(snap)
+    assert ("I/O pressure (PSI): some 62.5%, full 2.5% of the interval (avg10/60/300 some 41.50/20.25/5.00, "
+            "full 1.00/0.50/0.25)") in text.splitlines()
+    pr = [t for t in view.screen_lines(view.ViewState(), snap, top_fixture.heat(), 120, 40)
+          if t.plain.startswith("I/O pressure")]
+    assert len(pr) == 1 and str(pr[0].style) == "bold magenta"
+    snap.procs = [replace(p, cgroup="/svc" if k == 0 else "/") for k, p in enumerate(snap.procs)]
+    snap.cgroups = cgroup_rows(snap.procs, [])
+    assert len(snap.cgroups) >= 2
+    snap.cgroups[0].psi, snap.cgroups[0].psi_pct = psi.Share(12.345, None, 0.123, None, end), 12.345
+    doc = view.snapshot_json(snap)
+    assert doc["io_pressure"] == {
+        "some": {"interval_pct": 62.5, "interval_s": 0.625, "avg10": 41.5, "avg60": 20.25, "avg300": 5.0,
+                 "total_s": 12.5},
+        "full": {"interval_pct": 2.5, "interval_s": 0.025, "avg10": 1.0, "avg60": 0.5, "avg300": 0.25,
+                 "total_s": 1.0}}
+    row = doc["cgroups"][0]
+    assert row["psi_pct"] == 12.345 and row["io_pressure"]["some"]["interval_pct"] == 12.345
+    assert all(c["io_pressure"] is None for c in doc["cgroups"][1:])
+    line = next(ln for ln in view.batch_text(snap).splitlines() if ln.startswith(f" {snap.cgroups[0].label}"))
+    assert line.split()[-1] == "12.35", line   # (fmt_num: as many digits as the column holds)
+    # without PSI (no /proc/pressure/io, or its first interval): no line, null
+    snap.pressure = None
+    assert not any(ln.startswith("I/O pressure") for ln in view.batch_text(snap).splitlines())
+    assert view.snapshot_json(snap)["io_pressure"] is None

@@ -319,7 +319,8 @@ def test_cgroups(disk: Any, tmp_path: Path) -> None:
     kernel (bpf/cgroup.bpf.h) and the filter from the cgroup's own ancestors (ancestor_ids[] before 6.0,
     ancestors[] after): each count equals its dd's, in each cgroup, on every kernel, with the io
     controller on v1 blkio (the host's way) and on cgroup v2 (the v2 boot), where io.stat's own counts
-    of each cgroup agree too."""
+    of each cgroup agree too, and top's rows carry each cgroup's own io.pressure."""
+    from ioscope.base import psi
     from ioscope.base.cgroups import io_cgroup_root
     from ioscope.base.testbed import TestCgroups
 
@@ -339,12 +340,14 @@ def test_cgroups(disk: Any, tmp_path: Path) -> None:
                 (("agg", "-d", disk.name, "-c", f"{top}/a", "-j", "-e", "count() by cgroup,op"), "Tracing"))]
             lat, topt, agg = (f.result() for f in starts)
         before = {k: io_stat(cg.root / k, disk.device.majmin) for k in leaves} if cg.v2 else {}
+        psi_before = {k: psi.cgroup_io(io[0], f"{top}/{k}") for k in leaves} if cg.v2 else {}
         for group, cmd in (("a/child", f"dd if={disk.path} of=/dev/null bs=4k count={READS} iflag=direct"),
                            ("a/sib", f"dd if=/dev/zero of={disk.path} bs=4k count={CG_WRITES_SIB} seek={READS} "
                                      "oflag=direct"),
                            ("b", f"dd if=/dev/zero of={disk.path} bs=4k count={CG_WRITES_B} seek=2000 oflag=direct")):
             subprocess.run(cg.shell(group, cmd), check=True, capture_output=True, timeout=600)
         after = {k: io_stat(cg.root / k, disk.device.majmin) for k in leaves} if cg.v2 else {}
+        psi_after = {k: psi.cgroup_io(io[0], f"{top}/{k}") for k in leaves} if cg.v2 else {}
         dd("if=" + disk.path, "of=/dev/null", "bs=4k", f"count={CG_READS_ROOT}", "skip=3000", "iflag=direct")
         topt.wait_lines(len(topt.out.read_text().splitlines()) + 2)
         settle()
@@ -375,6 +378,17 @@ def test_cgroups(disk: Any, tmp_path: Path) -> None:
     for k, n in want.items():
         assert_counted(got.get(k, 0), n, unseen)
     assert got.get("/", 0) + unseen >= CG_READS_ROOT, got
+    # top: each cgroup row's I/O pressure, its own io.pressure (v2; a v1 blkio cgroup has none): the kernel's
+    # stall total as top read it, between the test's reads of that file before and after its dd
+    for k in leaves if cg.v2 else ():
+        lo, hi = psi_before[k], psi_after[k]
+        assert lo is not None and hi is not None, k
+        seen = [c["io_pressure"] for d in outs["top"] for c in d["cgroups"] if c["cgroup"] == f"{top}/{k}"]
+        assert seen and all(x is not None for x in seen), (k, seen)
+        for x in seen:
+            assert lo.some.total_us / 1e6 <= x["some"]["total_s"] <= hi.some.total_us / 1e6, (k, lo, x, hi)
+    if not cg.v2:
+        assert all(c["io_pressure"] is None for d in outs["top"] for c in d["cgroups"])
     # agg -c TOP/a: the parent's filter keeps its children's I/O, and nothing of b's or the root's
     unseen = sum(lost_unseen(d) for d in outs["agg"])
     rows: dict[tuple[str, str], int] = {}

@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ioscope.base import devices
+from ioscope.base import cgroups, devices, psi
 from ioscope.base.collector import Tick
 from ioscope.base.hist import Hist
 from ioscope.tools.exporter.model import (
@@ -120,6 +120,20 @@ class ExporterCollector:
             SeriesSet[str](opts.per_cgroup, opts.series_idle_s, opts.series_window_s, "waited_ns")
             if opts.per_cgroup and opts.io_wait else None)
         self.agg: AggCollector | None = None
+        # the cgroups' io.pressure: where the io controller's hierarchy is v2 (a v1 blkio cgroup has none)
+        io = cgroups.io_cgroup_root() if opts.per_cgroup else None
+        self.psi_root = io[0] if io is not None and io[1] == "v2" else None
+
+    def _pressure(self) -> tuple[psi.Pressure | None, dict[str, psi.Pressure]]:
+        """The host's I/O pressure, and that of each cgroup with a series (v2 only)."""
+        got: dict[str, psi.Pressure] = {}
+        if self.psi_root is not None:
+            keys: set[str] = set()
+            for ss in (self.state.cgroups, self.state.cgroup_waits):
+                if ss is not None:
+                    keys |= {k for k in (*ss.series, *ss.frozen) if isinstance(k, str) and k.startswith("/")}
+            got = {k: pr for k in keys if (pr := psi.cgroup_io(self.psi_root, k)) is not None}
+        return psi.host_io(), got
 
     def set_agg(self, agg: AggCollector) -> None:
         with self.lock:
@@ -210,6 +224,7 @@ class ExporterCollector:
             thr = self.lat.throttle
             held = [h for h in thr.read(self.lat.names.name, self.lat.cgroup_names.name) if self.wanted(h.disk)]
             oldest, followed = self.lat.in_flight_oldest()
+            pressure, cg_pressure = self._pressure()
             return self.state.scrape(ScrapeSample(
                 now=self.clock(), diskstats=stats, mq=self._mq_of(stats), hists=hists,
                 losses=dict(lo.counters), loss_names=lo.loss_names,
@@ -217,7 +232,8 @@ class ExporterCollector:
                 unstamped={d: n for d, n in unstamped.items() if self.wanted(d)},
                 held=held, limits=[x for x in thr.limits if self.wanted(str(x.get("disk")))],
                 throttle_no_wait=thr.no_wait, throttle_no_held=thr.no_held,
-                oldest={d: o for d, o in oldest.items() if self.wanted(d)}, followed=followed))
+                oldest={d: o for d, o in oldest.items() if self.wanted(d)}, followed=followed,
+                pressure=pressure, cgroup_pressure=cg_pressure))
 
     def close(self) -> None:
         with self.lock:  # not while a scrape (the server's worker thread) reads the maps

@@ -25,7 +25,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
-from ioscope.base import hist
+from ioscope.base import hist, psi
 from ioscope.base.devices import DiskStats, completed_requests
 from ioscope.base.losses import UNSEEN
 from ioscope.engines.context.throttle import HeldBios
@@ -356,6 +356,9 @@ class ScrapeSample:
     # slot table follows (timed by the probes): those get the gauges
     oldest: dict[str, OldestIO] = field(default_factory=dict)
     followed: list[str] = field(default_factory=list)
+    # I/O pressure (base/psi.py): the host's, and each cgroup's with a series (v2 io.pressure)
+    pressure: psi.Pressure | None = None
+    cgroup_pressure: dict[str, psi.Pressure] = field(default_factory=dict)
 
 
 @dataclass
@@ -506,6 +509,8 @@ class ExporterState:
             throttle_no_wait=s.throttle_no_wait,
             throttle_no_held=s.throttle_no_held,
             in_flight_oldest=in_flight_oldest(s),
+            pressure=s.pressure,
+            cgroup_pressure=dict(s.cgroup_pressure),
         )
 
 
@@ -557,6 +562,8 @@ class Exposition:
     # disk -> (the age of its oldest I/O in flight over 1 s, the bios in flight over 1 s): the disks the
     # slot table follows (timed by the probes)
     in_flight_oldest: dict[str, tuple[float, int]] = field(default_factory=dict)
+    pressure: psi.Pressure | None = None                                   # the host's (None: no PSI)
+    cgroup_pressure: dict[str, psi.Pressure] = field(default_factory=dict)  # cgroup path -> its (v2)
 
 
 __all__ = [

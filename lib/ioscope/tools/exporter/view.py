@@ -112,6 +112,7 @@ def families(x: Exposition, o: ViewOptions = ViewOptions()) -> Iterator[Metric]:
         oldest.add_metric([name], age)
         over.add_metric([name], n)
     yield from (oldest, over)
+    yield from _pressure(x)
     if x.processes is not None:
         yield from _processes(x.processes, o.process_pid)
     if x.cgroups is not None:
@@ -172,6 +173,35 @@ def _disks(x: Exposition) -> Iterator[Metric]:
         weighted.add_metric([name], s.weighted_ms / 1000)
         inf.add_metric([name], s.in_flight)
     yield from (ios, byt, mrg, tim, busy, weighted, inf)
+
+
+PSI_DOC = ("the CPUs' stall times weighted by their non-idle time (PSI; docs/exporter.md, 'I/O pressure'): "
+           "rate() is the share of the machine's capacity lost")
+
+
+def _pressure(x: Exposition) -> Iterator[Metric]:
+    """I/O pressure totals (base/psi.py): the host's (/proc/pressure/io, node_exporter's
+    node_pressure_io_*_seconds_total under ioscope's names) and each exported cgroup's io.pressure (v2)."""
+    if x.pressure is not None:
+        for name, line, what, who in (("waiting", x.pressure.some, "some", "some tasks"),
+                                      ("stalled", x.pressure.full, "full", "all non-idle tasks")):
+            if line is None:
+                continue
+            fam = CounterMetricFamily(f"ioscope_pressure_io_{name}_seconds",
+                                      f"seconds in which {who} were stalled on I/O, {PSI_DOC} "
+                                      f"(/proc/pressure/io {what} total)")
+            fam.add_metric([], line.total_us / 1e6)
+            yield fam
+    if x.cgroup_pressure:
+        for name, what, who in (("waiting", "some", "some"), ("stalled", "full", "all non-idle")):
+            fam = CounterMetricFamily(f"ioscope_cgroup_pressure_io_{name}_seconds",
+                                      f"seconds in which {who} of the cgroup's tasks were stalled on I/O, "
+                                      f"{PSI_DOC} (its io.pressure {what} total)", labels=CGROUP_LABELS)
+            for path, pr in sorted(x.cgroup_pressure.items()):
+                line = pr.some if what == "some" else pr.full
+                if line is not None:
+                    fam.add_metric(list(cgroup_labels(path)), line.total_us / 1e6)
+            yield fam
 
 
 def _node_disks(x: Exposition) -> Iterator[Metric]:

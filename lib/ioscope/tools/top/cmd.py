@@ -127,6 +127,8 @@ class Sampler:
                               cgroup_view=self.cgroup_view, throttle_no_wait=self.c.throttle.no_wait,
                               cgroup_name=self.c.cgroup_names.name)
         self.prev = cur
+        if snap.cgroups is not None:   # their pressure read at the next sample too
+            self.c.psi_watch = {r.cgroup for r in snap.cgroups}
         if self.stacks:
             from ioscope.tools.top.model import stack_rows
             snap.extras["stacks"] = stack_rows(snap.devices, self.stacks)

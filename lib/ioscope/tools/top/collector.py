@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ioscope.base import cgroups, devices
+from ioscope.base import cgroups, devices, psi
 from ioscope.base.collector import Tick
 from ioscope.base.losses import PENDING, Losses, StatsDelta, settle_unreported, unreported_completions
 from ioscope.engines.context.throttle import HOOKS as THROTTLE_HOOKS
@@ -51,6 +51,11 @@ class TopCollector:
         self.cgroup = cgroups.cgroup_filter(cgroup) if cgroup else None
         self.per_cgroup = per_cgroup or self.cgroup is not None
         self.cgroup_names = cgroups.CgroupNames()
+        # the cgroups' io.pressure (base/psi.py): only where the io controller's hierarchy is v2 (a v1 blkio
+        # cgroup has none; its v2 cgroup in a hybrid set-up is another one)
+        io = cgroups.io_cgroup_root() if self.per_cgroup else None
+        self.psi_root = io[0] if io is not None and io[1] == "v2" else None
+        self.psi_watch: set[str] = set()               # cgroups whose pressure is read (the rows shown last)
         self._comms: dict[int, str] = {}              # tgid -> name seen by BPF at queue time
         self._live: dict[int, str] = {0: "[unknown]"}  # tgid -> name for the current refresh
         self.bpf = BPFObject("top", btf=btf)
@@ -124,6 +129,7 @@ class TopCollector:
         mono, wall = time.monotonic(), time.time()
         waits = self.iowait.read()
         ds = devices.read_diskstats(self.proc_root)
+        pressure = psi.host_io(self.proc_root)
         oldest = self.oldest.read(ds)
         pk, pv, pn = self.procs.dump(sum=False, delete=True)
         dk, dv, dn = self.disks.dump(sum=False, delete=True)
@@ -132,6 +138,11 @@ class TopCollector:
         disk_keys = np.frombuffer(dk, dtype=abi.TOP_DISK_KEY, count=dn).copy()
         disk_hists = abi.combine_percpu_hists(dv, dn, self.disks.ncpus)[:, 0]
         self._refresh_comms()
+        cg_pressure: dict[str, psi.Pressure] = {}
+        if self.psi_root is not None:   # the rows shown last and the cgroups of this interval's I/O
+            paths = self.psi_watch | {self.cgroup_names.name(int(c)) for c in np.unique(proc_keys["cgroup"])}
+            cg_pressure = {p: pr for p in paths if p.startswith("/")
+                           and (pr := psi.cgroup_io(self.psi_root, p)) is not None}
         losses = self.losses()
         if final:
             traced = [n for n in self.whole_disks() if devices.is_mq(n, self.sys_root)]
@@ -139,7 +150,7 @@ class TopCollector:
             settle_unreported(losses, unreported_completions(losses, in_flight))
         return Sample(mono, wall, ds, proc_keys, proc_vals, disk_keys, disk_hists, losses.lost,
                       dict(losses.counters), self.throttle.read(self.names.name, self.cgroup_names.name), waits,
-                      oldest)
+                      oldest, pressure, cg_pressure)
 
     def losses(self) -> Losses:
         """Losses since the previous call."""

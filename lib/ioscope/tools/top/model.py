@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ioscope.base import cgroups, hist
+from ioscope.base import cgroups, hist, psi
 from ioscope.base.devices import DiskStats
 from ioscope.base.heat import HeatGrid
 from ioscope.base.hist import Hist
@@ -97,6 +97,8 @@ class CgroupRow:
     held: int = 0                # bios blk-throttle held before their queue event (not in avg_ms, p99ms)
     thr_p99_ms: float | None = None  # their wait in the throttle, where it is measured (fentry or submit notes)
     io_pct: float = 0.0          # IO>: % of the interval its tasks were blocked in I/O waits (whatever the disk)
+    psi_pct: float | None = None  # PSI: % of the interval some of its tasks were stalled on I/O (v2 io.pressure)
+    psi: psi.Share | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -191,6 +193,8 @@ class Sample:
     throttled: list[HeldBios] = field(default_factory=list)  # bios blk-throttle held since the last sample
     iowait: ThreadWaits = field(default_factory=ThreadWaits)  # every thread's I/O waits so far (not a delta)
     oldest: dict[int, OldestIO] = field(default_factory=dict)  # dev -> its oldest bio in flight over OVER_NS
+    pressure: psi.Pressure | None = None  # the host's I/O pressure (/proc/pressure/io), None without PSI
+    cgroup_pressure: dict[str, psi.Pressure] = field(default_factory=dict)  # cgroup -> its io.pressure (v2)
 
 
 @dataclass
@@ -215,6 +219,16 @@ class Snapshot:
     throttle_no_wait: str = ""  # why their wait is not measured here ("" when it is)
     waits: list[WaitRow] = field(default_factory=list)  # processes blocked in I/O waits, most first
     in_flight: list[InFlightRow] = field(default_factory=list)  # disks with an I/O in flight over 1 s, oldest first
+    pressure: psi.Share | None = None  # the host's I/O pressure over the interval (None without PSI)
+
+
+def with_pressure(rows: list[CgroupRow], prev: Sample, cur: Sample, seconds: float) -> list[CgroupRow]:
+    """Each cgroup row's I/O pressure over the interval (from two reads of its io.pressure; a cgroup read
+    for the first time has none yet)."""
+    for r in rows:
+        r.psi = psi.share(prev.cgroup_pressure.get(r.cgroup), cur.cgroup_pressure.get(r.cgroup), seconds)
+        r.psi_pct = None if r.psi is None else r.psi.some_pct
+    return rows
 
 
 def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],
@@ -347,9 +361,10 @@ def build_snapshot(prev: Sample, cur: Sample, *, host: str, kernel: str, disks: 
     cgs = cgroup_rows(procs, cur.throttled) if cgroup_view else None
     return Snapshot(wall=cur.wall, interval=seconds, host=host, kernel=kernel, devices=devs, procs=procs,
                     lost=cur.lost, lost_detail=dict(cur.lost_detail), attach=attach, disk_hists=dh,
-                    cgroups=None if cgs is None else cgroups_with_waits(cgs, waits),
+                    cgroups=None if cgs is None else with_pressure(cgroups_with_waits(cgs, waits), prev, cur, seconds),
                     throttled=list(cur.throttled), throttle_no_wait=throttle_no_wait, waits=waits,
-                    in_flight=in_flight_rows(cur.oldest, disks, name_of, comm_of))
+                    in_flight=in_flight_rows(cur.oldest, disks, name_of, comm_of),
+                    pressure=psi.share(prev.pressure, cur.pressure, seconds))
 
 
 NO_DISK = "-"  # the DISK of a row of a process (or cgroup) that waited on I/O and completed none
@@ -448,8 +463,7 @@ def filter_snapshot(s: Snapshot, disk: str | None = None, pid: int | None = None
     held = [t for t in s.throttled if disk is None or t.disk == disk]
     waits = [w for w in s.waits if pid is None or w.pid == pid]
     hung = [r for r in s.in_flight if disk is None or r.disk == disk]
-    return Snapshot(s.wall, s.interval, s.host, s.kernel, devs, procs, s.lost, s.lost_detail, s.attach,
-                    s.disk_hists, s.extras, cgs, held, s.throttle_no_wait, waits, hung)
+    return replace(s, devices=devs, procs=procs, cgroups=cgs, throttled=held, waits=waits, in_flight=hung)
 
 
 # -- heat map -----------------------------------------------------------------

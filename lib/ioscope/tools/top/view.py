@@ -25,7 +25,7 @@ from rich.control import Control
 from rich.segment import ControlType
 from rich.text import Text
 
-from ioscope.base import cgroups, units
+from ioscope.base import cgroups, psi, units
 from ioscope.base.fmt import fmt_ns, iso_time
 from ioscope.base.heat import HEAT_CHARS, HeatGrid
 from ioscope.base.heat import level as heat_level
@@ -121,7 +121,23 @@ CGROUP_COLUMNS = (
     Column("held", "HELD", 6, 72, "int"),         # bios blk-throttle held (their wait is not in avg_ms, p99ms)
     Column("thr_p99_ms", "thr_p99", 8, 71),       # their wait in it, where measured (fentry or submit notes)
     Column("io_pct", "IO>", 7, 89),               # % of the interval its tasks were blocked in I/O waits
+    Column("psi_pct", "PSI", 6, 87),              # % of the interval some of its tasks were stalled on I/O (v2)
 )
+
+
+PSI_HIGH = 40.0   # the screen's pressure line is drawn bold from this share of the interval (%)
+
+
+def pressure_text(s: Snapshot) -> list[str]:
+    """The host's I/O pressure over the interval (PSI: /proc/pressure/io), with the kernel's averages."""
+    pr = s.pressure
+    if pr is None or pr.some_pct is None:
+        return []
+    full = "" if pr.full_pct is None else f", full {pr.full_pct:.1f}%"
+    e = pr.end
+    avgs = f"some {e.some.avg10:.2f}/{e.some.avg60:.2f}/{e.some.avg300:.2f}" + (
+        f", full {e.full.avg10:.2f}/{e.full.avg60:.2f}/{e.full.avg300:.2f}" if e.full else "")
+    return [f"I/O pressure (PSI): some {pr.some_pct:.1f}%{full} of the interval (avg10/60/300 {avgs})"]
 
 
 def throttle_text(s: Snapshot) -> list[str]:
@@ -259,6 +275,7 @@ def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: in
     lines.append("".join(c.head() for c in dev_cols).rstrip())
     for d in sort_devices(s.devices, "util"):
         lines.append("".join(c.cell(d) for c in dev_cols).rstrip())
+    lines += pressure_text(s)
     lines += in_flight_text(s)
     lines += throttle_text(s)
     lines.append("")
@@ -491,6 +508,8 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
     dev_block = table_lines(devs[:dev_rows], dev_cols)
     if not devs:
         dev_block.append(Text(" no disk did I/O in this interval", style="dim"))
+    dev_block += [Text(line, style="bold magenta" if s.pressure and (s.pressure.some_pct or 0) >= PSI_HIGH else "")
+                  for line in pressure_text(s)]
     dev_block += [Text(line, style="bold red") for line in in_flight_text(s)[:3]]
     dev_block += [Text(line, style="bold yellow") for line in throttle_text(s)[:3]]
     if s.cgroups is not None:  # the cgroup view: up to a quarter of the body, after the devices
@@ -718,9 +737,27 @@ def in_flight_json(s: Snapshot) -> dict[str, Any]:
     return out
 
 
+def pressure_json(pr: psi.Share | None) -> dict[str, Any] | None:
+    """An interval's I/O pressure: the share of it (some, full: % and seconds stalled) and the kernel's
+    averages and totals at its end (/proc/pressure/io's, or a cgroup's io.pressure)."""
+    if pr is None:
+        return None
+
+    def line(pct: float | None, secs: float | None, ln: psi.Line | None) -> dict[str, Any] | None:
+        if ln is None:
+            return None
+        return {"interval_pct": None if pct is None else round(pct, 3), "interval_s": None if secs is None
+                else round(secs, 6), "avg10": ln.avg10, "avg60": ln.avg60, "avg300": ln.avg300,
+                "total_s": ln.total_us / 1e6}
+
+    return {"some": line(pr.some_pct, pr.some_s, pr.end.some), "full": line(pr.full_pct, pr.full_s, pr.end.full)}
+
+
 def cgroup_json(c: CgroupRow) -> dict[str, Any]:
     d = _rounded(c)
     d.pop("label")
+    d.pop("psi", None)
+    d["io_pressure"] = pressure_json(c.psi)
     n = cgroups.named(cgroups.describe(c.cgroup)) if c.cgroup.startswith("/") else None
     k8s = {"namespace": n.namespace, "pod_name": n.pod_name, "container": n.container or None} \
         if n and n.pod_name else {}   # what the host says of a Kubernetes pod and container (base.kubenames)
@@ -736,6 +773,7 @@ def snapshot_json(s: Snapshot) -> dict[str, Any]:
         "devices": [device_json(d) for d in s.devices], "procs": [proc_json(p) for p in s.procs],
         "waits": [wait_json(w) for w in s.waits],
         "in_flight_oldest": in_flight_json(s),
+        "io_pressure": pressure_json(s.pressure),
         **({"cgroups": [cgroup_json(c) for c in s.cgroups]} if s.cgroups is not None else {}),
         "throttle": {"held": [held_json(h) for h in s.throttled],
                      **({"wait_not_measured": s.throttle_no_wait} if s.throttle_no_wait else {})},

@@ -1,0 +1,103 @@
+"""I/O pressure (PSI, Documentation/accounting/psi.rst): the share of time in which some (or all non-idle)
+tasks of the host, or of a cgroup v2, were stalled waiting on I/O, as the kernel accounts it.
+
+/proc/pressure/io (4.20+, CONFIG_PSI, not booted with psi=0) and a v2 cgroup's io.pressure both read
+
+    some avg10=5.80 avg60=6.70 avg300=3.13 total=691182224
+    full avg10=0.15 avg60=0.07 avg300=0.28 total=181745767
+
+avg10/60/300 are the kernel's running averages in percent; total is the stall time in microseconds since
+boot (or since the cgroup was made), which is what a tool turns into the share of its own interval: the
+averages lag a short interval and are rounded to 0.01 %. A task is stalled on I/O while it sleeps with
+in_iowait set (io_schedule and its kin: the same waits as delay accounting's blkio and top's IO>).
+
+"some" and "full" are kept per CPU (a CPU has some stall while a task stalled on it, full while every
+non-idle task of it is) and the host's (or cgroup's) figure is their average **weighted by each CPU's
+non-idle time**: the share of the machine's productive capacity lost, not the time in which some task
+waited. One task blocked on I/O all the time reads 100 % on a host whose other CPUs are idle, and 1/N of
+it beside N-1 busy CPUs (measured: a service blocked 1.76 s of a 2-CPU host's run, the other CPU busy with
+the test suite, made 0.94 s of "some"; tests/test_iowait_live.py bounds it between those two).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Line:
+    avg10: float
+    avg60: float
+    avg300: float
+    total_us: int
+
+
+@dataclass(frozen=True)
+class Pressure:
+    some: Line
+    full: Line | None   # absent in the host's cpu file before 5.13; io has it since PSI came
+
+
+@dataclass(frozen=True)
+class Share:
+    """The pressure over one interval (from two reads' totals), with the kernel's averages at its end; the
+    interval's share is None when there was no read at its start (a cgroup seen for the first time)."""
+    some_pct: float | None
+    full_pct: float | None
+    some_s: float | None        # seconds stalled in the interval
+    full_s: float | None
+    end: Pressure
+
+
+def parse(text: str) -> Pressure | None:
+    """A pressure file's text; None when it is not one."""
+    lines: dict[str, Line] = {}
+    for raw in text.splitlines():
+        words = raw.split()
+        if not words or words[0] not in ("some", "full"):
+            continue
+        try:
+            kv = dict(w.split("=", 1) for w in words[1:])
+            lines[words[0]] = Line(float(kv["avg10"]), float(kv["avg60"]), float(kv["avg300"]), int(kv["total"]))
+        except (KeyError, ValueError):
+            return None
+    some = lines.get("some")
+    return None if some is None else Pressure(some, lines.get("full"))
+
+
+def read(path: str | Path) -> Pressure | None:
+    """A pressure file; None where it does not exist or cannot be read (no PSI, psi=0, a v1 cgroup)."""
+    try:
+        return parse(Path(path).read_text())
+    except OSError:   # ENOENT, and EOPNOTSUPP when the kernel was booted with psi=0
+        return None
+
+
+def host_io(proc_root: str = "/proc") -> Pressure | None:
+    return read(Path(proc_root) / "pressure" / "io")
+
+
+def cgroup_io(v2_root: str | Path, cgroup: str) -> Pressure | None:
+    """A cgroup's io.pressure, cgroup a path in the v2 hierarchy mounted at v2_root ("/" its root)."""
+    rel = cgroup.strip("/")
+    return read(Path(v2_root) / rel / "io.pressure" if rel else Path(v2_root) / "io.pressure")
+
+
+def share(prev: Pressure | None, cur: Pressure | None, seconds: float) -> Share | None:
+    """The interval's pressure between two reads seconds apart; None without the read at its end; the
+    kernel's figures at its end alone without the one at its start (or when a total went back: a cgroup
+    removed and made again under the same path)."""
+    if cur is None:
+        return None
+    some_us = cur.some.total_us - prev.some.total_us if prev is not None else -1
+    if some_us < 0 or seconds <= 0 or prev is None:
+        return Share(None, None, None, None, cur)
+    full_us = cur.full.total_us - prev.full.total_us if cur.full and prev.full else None
+    if full_us is not None and full_us < 0:
+        full_us = None
+    return Share(min(100.0, some_us / 1e4 / seconds), None if full_us is None else min(100.0, full_us / 1e4 / seconds),
+                 some_us / 1e6, None if full_us is None else full_us / 1e6, cur)
+
+
+__all__ = ["Line", "Pressure", "Share", "cgroup_io", "host_io", "parse", "read", "share"]
