@@ -10,6 +10,7 @@ import re
 import signal
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -384,3 +385,63 @@ def test_the_first_save_does_not_grow_the_recorder(flight: Callable[..., Flight]
     # measured: 107 MiB before, 117, 118, 119 after each save (Arrow's first allocations and zstd contexts
     # at the first, ~1 MiB each after); before the fix 84 MiB, then 119 at the first save
     assert after - before < 16 and seen[2] - seen[0] < 4, (before, seen, after)
+
+
+def test_the_kernels_pressure_trigger_saves_a_stalled_service(flight: Callable[..., Flight], tmp_path: Path) -> None:
+    """--trigger-pressure: the kernel's own PSI trigger on /proc/pressure/io. A service whose O_DIRECT writes
+    blk-throttle holds (100 IOPS, fdatasync after each) is blocked on I/O nearly all the time, which the
+    kernel counts as about 1/NCPU of the machine's capacity (base/psi.py); a threshold of 40/NCPU % of a
+    2 s window fires while it runs, and the window saved holds the service's writes."""
+    from ioscope.base import psi
+    from ioscope.base.testbed import LoopFS
+    from iowait_util import WORKLOAD, limited
+
+    if psi.host_io() is None:
+        pytest.skip("no /proc/pressure/io: the kernel has no PSI (CONFIG_PSI, psi=1)")
+    pct = round(40 / (os.cpu_count() or 1), 1)
+    n = 400   # 4 s at 100 IOPS
+    with LoopFS(256) as fs, limited(fs.loop.device.majmin, "w", 100) as cg:
+        f = flight(tmp_path / "psi", "30s", "--after", "500ms", "-d", fs.name, "--trigger-pressure", f"some > {pct}%")
+        assert any(f"on: SIGUSR1 (kill -USR1 {f.p.pid}), I/O pressure some > {pct:g}% over 2s." in ln
+                   for ln in f.err), f.err
+        work = subprocess.Popen(cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert work.stdout is not None and work.stdin is not None
+        try:
+            (m, *_) = f.saves(1, timeout=60)
+            assert work.stdout.readline().strip() == "done"
+        finally:
+            work.stdin.close()
+            work.wait(timeout=30)
+        assert f.stop() == 0
+        dev = devices.resolve_disk(fs.name).dev
+    assert m[2].startswith(f"I/O pressure some > {pct:g}% over 2s (avg10 "), m[2]
+    assert_private(m[1])
+    assert queued_by(m[1], dev).get("python", 0) >= 10   # the service's writes were in the window
+    (summary,) = [ln for ln in f.err if ln.startswith("Flight recorder ran")]
+    assert re.search(r"[Tt]he I/O pressure trigger fired [1-9]\d* times?\.", summary), summary
+
+
+def test_a_pressure_trigger_the_kernel_refuses_is_one_line(tmp_path: Path) -> None:
+    """A bad condition: exit 2 before anything is attached. A 1 s window: the kernel takes it only from a
+    process with CAP_SYS_RESOURCE (root here has it or not, as its container gives it): recording with it,
+    or one line saying why not and what to give instead."""
+    from ioscope.base import psi
+
+    bad = subprocess.run(ioscope_cmd("record", "--ring", "10s", "-o", str(tmp_path / "x"), "--trigger-pressure",
+                                     "sum > 4"), capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "is not a pressure condition: write 'some > 40%'" in bad.stderr
+    if psi.host_io() is None:
+        pytest.skip("no /proc/pressure/io: the kernel has no PSI (CONFIG_PSI, psi=1)")
+    p = subprocess.Popen(ioscope_cmd("record", "--ring", "10s", "-o", str(tmp_path / "y"), "-q", "-w", "1",
+                                     "--trigger-pressure", "some > 50% over 1s"),
+                         stderr=subprocess.PIPE, text=True)
+    _, err = p.communicate(timeout=120)
+    if psi.has_sys_resource():
+        assert p.returncode == 0 and "I/O pressure some > 50% over 1s" in err, err
+    else:
+        assert p.returncode == 1 and len(err.strip().splitlines()) == 1, err
+        assert ("without CAP_SYS_RESOURCE (this process lacks it) a trigger's window must be a multiple of 2 s: "
+                "give 'over 2s' or 'over 4s'") in err, err
+        assert "Traceback" not in err

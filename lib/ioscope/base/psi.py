@@ -21,6 +21,9 @@ the test suite, made 0.94 s of "some"; tests/test_iowait_live.py bounds it betwe
 
 from __future__ import annotations
 
+import errno
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,4 +103,98 @@ def share(prev: Pressure | None, cur: Pressure | None, seconds: float) -> Share 
                  some_us / 1e6, None if full_us is None else full_us / 1e6, cur)
 
 
-__all__ = ["Line", "Pressure", "Share", "cgroup_io", "host_io", "parse", "read", "share"]
+# -- triggers: the kernel's own (Documentation/accounting/psi.rst, "Userspace monitors") -------------------
+
+HOST_IO = "/proc/pressure/io"
+WINDOW_MIN_S, WINDOW_MAX_S = 0.5, 10.0   # the kernel's bounds on a trigger's window
+_TRIGGER = re.compile(r"^\s*(some|full)\s*>\s*([0-9]*\.?[0-9]+)\s*%\s*"
+                      r"(?:(?:over|in)\s+([0-9]*\.?[0-9]+)\s*(ms|s)\s*)?$")
+
+
+@dataclass(frozen=True)
+class TriggerSpec:
+    """Fire when `kind` stall time exceeds pct % of a window of window_s seconds (the kernel's trigger:
+    a threshold of stall microseconds within a moving window)."""
+    kind: str          # some | full
+    pct: float
+    window_s: float
+
+    @property
+    def stall_us(self) -> int:
+        return max(1, round(self.window_s * 1e6 * self.pct / 100))
+
+    def kernel_text(self) -> str:
+        return f"{self.kind} {self.stall_us} {round(self.window_s * 1e6)}"
+
+    def describe(self) -> str:
+        return f"{self.kind} > {self.pct:g}% over {self.window_s:g}s"
+
+
+def parse_trigger(text: str) -> TriggerSpec:
+    """'some > 40%', 'full > 10% over 4s', 'some > 5% over 500ms' (the window 2 s when not given: windows
+    that are not a multiple of 2 s need CAP_SYS_RESOURCE); ValueError with what is wrong."""
+    m = _TRIGGER.match(text)
+    if m is None:
+        raise ValueError(f"{text!r} is not a pressure condition: write 'some > 40%' or 'full > 10% over 2s'")
+    pct = float(m[2])
+    window = 2.0 if m[3] is None else float(m[3]) / (1000 if m[4] == "ms" else 1)
+    if not 0 < pct <= 100:
+        raise ValueError(f"{text!r}: the share must be above 0% and at most 100%")
+    if not WINDOW_MIN_S <= window <= WINDOW_MAX_S:
+        raise ValueError(f"{text!r}: the kernel takes windows of {WINDOW_MIN_S * 1000:g}ms to {WINDOW_MAX_S:g}s")
+    return TriggerSpec(m[1], pct, window)
+
+
+def open_trigger(spec: TriggerSpec, path: str = HOST_IO) -> int:
+    """A file descriptor of path with the kernel's trigger set on it: poll() it for POLLPRI, which the kernel
+    raises (at most once a window) when the stall exceeds the threshold; POLLERR when the file went away (a
+    cgroup removed). OSError with the kernel's reason (ENOENT: no PSI; EOPNOTSUPP: booted with psi=0;
+    EINVAL: a bound; EPERM: unprivileged and a window not a multiple of 2 s)."""
+    fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        os.write(fd, spec.kernel_text().encode() + b"\0")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def trigger_error(exc: OSError, path: str = HOST_IO) -> str:
+    """Why the kernel refused a trigger, in words."""
+    if exc.errno == errno.ENOENT:
+        return f"{path} does not exist: this kernel has no PSI (CONFIG_PSI)"
+    if exc.errno == errno.EOPNOTSUPP:
+        return f"{path}: PSI is off on this kernel (booted with psi=0, or built with it off): boot it with psi=1"
+    if exc.errno == errno.EINVAL and not has_sys_resource():
+        return (f"{path}: the kernel refused the trigger: without CAP_SYS_RESOURCE (this process lacks it) a "
+                "trigger's window must be a multiple of 2 s: give 'over 2s' or 'over 4s'")
+    return f"{path}: the kernel refused the trigger: {exc.strerror}"
+
+
+def has_sys_resource(status: str = "/proc/self/status") -> bool:
+    """Whether this process has CAP_SYS_RESOURCE (the kernel lets it set any trigger window)."""
+    try:
+        for line in Path(status).read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> 24 & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+__all__ = [
+    "HOST_IO",
+    "Line",
+    "Pressure",
+    "Share",
+    "TriggerSpec",
+    "cgroup_io",
+    "has_sys_resource",
+    "host_io",
+    "open_trigger",
+    "parse",
+    "parse_trigger",
+    "read",
+    "share",
+    "trigger_error",
+]

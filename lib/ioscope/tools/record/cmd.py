@@ -63,6 +63,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="save when an I/O matches COND, in agg's language, evaluated in the kernel: "
                          "'q2c > 500ms', 'd2c > 100ms where disk == \"sda\" and op == \"write\"' (repeatable); "
                          "SIGUSR1 always saves")
+    fl.add_argument("--trigger-pressure", metavar="COND", type=_pressure_type,
+                    help="save when the host's I/O pressure (PSI) passes COND, the kernel's own trigger: "
+                         "'some > 40%%' (of a 2 s window), 'full > 10%% over 4s'")
     fl.add_argument("--trigger-cmd", metavar="CMD",
                     help="run CMD (with sh) every --trigger-every seconds; save when it exits non-zero or hangs")
     fl.add_argument("--trigger-every", type=_duration("--trigger-every"), default=10.0, metavar="DURATION",
@@ -84,6 +87,14 @@ def _ring_type(text: str) -> object:
     return parse_ring(text)
 
 
+def _pressure_type(text: str) -> object:
+    from ioscope.base import psi
+    try:
+        return psi.parse_trigger(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _duration(what: str) -> Any:
     def conv(text: str) -> float:
         from ioscope.tools.record.flight import parse_duration
@@ -100,6 +111,7 @@ def run(args: argparse.Namespace) -> int:
         from ioscope.tools.record.flight_cmd import run_ring
         return run_ring(args, mask)
     for opt, given in (("--trigger", args.trigger), ("--trigger-cmd", args.trigger_cmd),
+                       ("--trigger-pressure", args.trigger_pressure),
                        ("--context", args.context), ("--save-on-exit", args.save_on_exit)):
         if given:
             raise UsageError(f"{opt} goes with --ring (the flight recorder)",

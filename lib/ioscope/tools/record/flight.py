@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import queue
+import select
 import signal
 import subprocess
 import threading
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ioscope.base import psi
 from ioscope.base.cgroups import CgroupNames
 from ioscope.base.cgroups import label as cgroup_label
 from ioscope.base.collector import Tick
@@ -287,7 +289,7 @@ class Trigger:
     why: str                 # one line: "q2c > 500ms: loop7 read, q2c up to 612 ms (3 I/Os)", "SIGUSR1", ...
     mono_ns: int
     wall: float
-    kind: str                # "condition", "signal", "command", "exit"
+    kind: str                # "condition", "signal", "command", "pressure", "exit"
 
 
 # a trigger's I/Os are counted by these: the save line names the disks and ops, and who did the worst one
@@ -417,6 +419,52 @@ class CommandTrigger:
         self._stop.set()
         self._kill()
         self.thread.join(timeout=5)
+
+
+class PressureTrigger:
+    """--trigger-pressure: the kernel's own PSI trigger on /proc/pressure/io (base/psi.py): it raises POLLPRI,
+    at most once a window, when the stall in a moving window exceeds the threshold; each is a save asked for.
+    Nothing is polled in between: the thread sleeps in poll() (woken every POLL_S to see a stop)."""
+
+    POLL_S = 0.2
+
+    def __init__(self, spec: psi.TriggerSpec, request: Callable[[str, str], None], path: str = psi.HOST_IO) -> None:
+        self.spec = spec
+        self.path = path
+        self.request = request
+        self.fired = 0
+        try:
+            self.fd = psi.open_trigger(spec, path)
+        except OSError as exc:
+            raise IoscopeError(f"--trigger-pressure {spec.describe()!r}: {psi.trigger_error(exc, path)}") from exc
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="ioscope-trigger-pressure", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLPRI)
+        while not self._stop.is_set():
+            events = poller.poll(self.POLL_S * 1000)
+            if self._stop.is_set():
+                return
+            for _fd, ev in events:
+                if ev & select.POLLERR:   # the file went away (never for /proc/pressure/io)
+                    self.request(f"--trigger-pressure: {self.path} went away", "pressure")
+                    return
+                if ev & select.POLLPRI:
+                    self.fired += 1
+                    now = psi.read(self.path)
+                    line = None if now is None else now.full if self.spec.kind == "full" and now.full else now.some
+                    avgs = f" (avg10 {line.avg10:.2f}%, avg60 {line.avg60:.2f}%)" if line is not None else ""
+                    self.request(f"I/O pressure {self.spec.describe()}{avgs}", "pressure")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=5)
+        os.close(self.fd)
 
 
 # -- saving ---------------------------------------------------------------------------------

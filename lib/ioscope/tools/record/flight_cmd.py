@@ -70,7 +70,13 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
     from ioscope.base import devices, system
     from ioscope.engines.aggregate.collector import programs
     from ioscope.engines.recording.recorder import Recorder, RecorderOptions, capture_meta
-    from ioscope.tools.record.flight import CommandTrigger, FlightSession, KernelTriggers, parse_triggers
+    from ioscope.tools.record.flight import (
+        CommandTrigger,
+        FlightSession,
+        KernelTriggers,
+        PressureTrigger,
+        parse_triggers,
+    )
 
     check_args(args)
     exprs = parse_triggers(args.trigger or [])   # a bad condition: one line, exit 2, nothing attached
@@ -81,6 +87,7 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
     rec = Recorder(RecorderOptions(disks=disks, pid=args.pid, buffer_bytes=args.buffer, btf=btf, act_mask=mask))
     trig: KernelTriggers | None = None
     cmd: CommandTrigger | None = None
+    pressure: PressureTrigger | None = None
     try:
         live.warn_unavailable("record", rec.unavailable)
         if exprs:
@@ -94,8 +101,12 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
             session.request(why, "signal")
         if args.trigger_cmd:
             cmd = CommandTrigger(args.trigger_cmd, args.trigger_every, session.request)
-        return _fly(session, args, disks, cmd)
+        if args.trigger_pressure is not None:   # the kernel refusing it: one line, before recording starts
+            pressure = PressureTrigger(args.trigger_pressure, session.request)
+        return _fly(session, args, disks, cmd, pressure)
     finally:
+        if pressure is not None:
+            pressure.stop()
         if cmd is not None:
             cmd.stop()
         if trig is not None:
@@ -103,7 +114,7 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
         rec.close()
 
 
-def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> int:
+def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pressure: Any = None) -> int:
     from ioscope.base.fmt import fmt_bytes
     from ioscope.engines.recording.recorder import ALL_ACTIONS, mask_names
     from ioscope.tools.record.flight import FlightSession
@@ -116,6 +127,8 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> 
     on = [repr(t) for t in args.trigger or []] + [f"SIGUSR1 (kill -USR1 {os.getpid()})"]
     if args.trigger_cmd:
         on.append(f"--trigger-cmd failing (every {args.trigger_every:g} s)")
+    if pressure is not None:
+        on.append(f"I/O pressure {pressure.spec.describe()}")
     stop_how = f"for {args.duration:g}s" if args.duration else "until Ctrl-C"
     print(f"Flight recorder: keeping {session.spec.describe()} of block I/O events{what} on {where}{pid} in memory "
           f"({session.rec.bpf.variant_summary()}) {stop_how}; saving {args.after:g} s after a trigger to "
@@ -127,6 +140,8 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> 
     session.start()
     if cmd is not None:
         cmd.start()
+    if pressure is not None:
+        pressure.start()
     ring = session.ring
     try:
         while not session.done.is_set():
@@ -162,6 +177,8 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any) -> 
                      f"{session.spec.window_s:g} s at times: give --ring {session.spec.window_s:g}s,SIZE")
     if cmd is not None:
         extra.append(f"--trigger-cmd ran {cmd.runs} times, failed {cmd.failures}")
+    if pressure is not None:
+        extra.append(f"the I/O pressure trigger fired {pressure.fired} time{'s' if pressure.fired != 1 else ''}")
     saves = len(session.saves)
     print(f"Flight recorder ran {elapsed:.1f}s: {ring.events_seen:,} events seen, the ring held the last {held:.1f} s "
           f"({fmt_bytes(ring.bytes, prose=True)}) at the end; {saves} window{'s' if saves != 1 else ''} saved; lost "

@@ -429,6 +429,29 @@ def analyse_source(path: str, interval_ns: int = 1_000_000_000, csv_paths: dict[
 UNIT = {"q2c q2d q2a q2g g2i q2m m2d": units.PIECES, "d2c iostat": units.REQUESTS}
 
 
+def capture_notes(path: str, src: Any) -> tuple[str | None, Any, str | None, list[dict[str, Any]]]:
+    """The capture's notes, one line each on stderr whatever the output: cut short, recorded with -a, the
+    I/O limits in force and what blk-throttle held. Returns (the -a note, the limits, their note, the held
+    bios' records) for the JSON document."""
+    if src.truncation:
+        sys.stderr.write(f"ioscope report: note: {src.truncation}\n")
+    masked = action_mask_note(path, src.meta.get("action_mask"))
+    if masked:   # recorded with -a: the phases it cannot have are empty, not zero (and in the JSON)
+        sys.stderr.write(f"ioscope report: note: {masked}\n")
+    # a cgroup throttle limit on a traced disk (record's capture_meta, a bundle's contexts): its wait is
+    # before Q, in no Q2C
+    limits = iolimits.recorded(path, src.meta)
+    limited = iolimits.describe(limits)
+    if limited:
+        sys.stderr.write(f"ioscope report: note: {limited}\n")
+    # what blk-throttle held while it was recorded (record's end record): how many, whose, how long
+    held = [d for d in src.meta.get("throttle_held") or [] if isinstance(d, dict)]
+    no_wait = str(src.meta.get("throttle_wait_not_measured", ""))
+    for d in held:
+        sys.stderr.write(f"ioscope report: note: {held_line(d, no_wait, fmt_ns)}, nor in any figure below\n")
+    return masked, limits, limited, held
+
+
 def run(args: argparse.Namespace) -> int:
     if not args.interval > 0:
         raise UsageError(f"interval must be a positive number of seconds, not {args.interval}")
@@ -440,22 +463,7 @@ def run(args: argparse.Namespace) -> int:
         n = src.dev_name(dev)
         return f"{n} {dev_key(dev)}" if n else dev_key(dev)
 
-    if src.truncation:   # one line on stderr, whatever the output (and in the JSON document)
-        sys.stderr.write(f"ioscope report: note: {src.truncation}\n")
-    masked = action_mask_note(args.capture, src.meta.get("action_mask"))
-    if masked:   # recorded with -a: the phases it cannot have are empty, not zero (and in the JSON)
-        sys.stderr.write(f"ioscope report: note: {masked}\n")
-    # a cgroup throttle limit on a traced disk (record's capture_meta, a bundle's contexts): its wait is
-    # before Q, in no Q2C
-    limits = iolimits.recorded(args.capture, src.meta)
-    limited = iolimits.describe(limits)
-    if limited:
-        sys.stderr.write(f"ioscope report: note: {limited}\n")
-    # what blk-throttle held while it was recorded (record's end record): how many, whose, how long
-    held = [d for d in src.meta.get("throttle_held") or [] if isinstance(d, dict)]
-    no_wait = str(src.meta.get("throttle_wait_not_measured", ""))
-    for d in held:
-        sys.stderr.write(f"ioscope report: note: {held_line(d, no_wait, fmt_ns)}, nor in any figure below\n")
+    masked, limits, limited, held = capture_notes(args.capture, src)
     empty = (f"{args.capture} holds no block events: nothing was queued on the traced disks while it was "
              "recorded" + (" (up to the point where it was cut short)" if src.truncation else ""))
     model = report_model.build(r, src.meta, src.cgroups)
@@ -587,13 +595,10 @@ def run_explain(args: argparse.Namespace) -> int:
         raise UsageError(f"--explain takes how many of the slowest I/Os to explain (1 or more), not {args.explain}")
     src = open_source(args.capture)
     with src:
-        limits = iolimits.recorded(args.capture, src.meta)
-        e = outliers.explain(ios.ios_batches(src, ios.capture_id(src)), args.explain, limits,
-                             src.meta.get("devices"))
+        e = outliers.explain(ios.ios_batches(src, ios.capture_id(src)), args.explain,
+                             iolimits.recorded(args.capture, src.meta), src.meta.get("devices"))
         wall = ios.wall_offset(src)
-        truncation = src.truncation
-    if truncation:
-        sys.stderr.write(f"ioscope report: note: {truncation}\n")
+        capture_notes(args.capture, src)   # (after the read: a capture cut short says so once it is read)
     if args.json:
         json.dump(outliers.to_json(e), sys.stdout, indent=1)
         sys.stdout.write("\n")
