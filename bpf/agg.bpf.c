@@ -53,6 +53,10 @@ const volatile bool targ_at_queue = false; /* records made at queue, by the queu
 const volatile __u32 targ_nexprs = 0;
 const volatile bool targ_waits = false;     /* some expression is answered from I/O waits (reads iowait) */
 const volatile __u32 targ_wait_need = 0;    /* bit per enum agg_field those expressions read */
+/* iomap_dio_bio_end_io's address (/proc/kallsyms; 0: not known): a direct I/O bio of ext4, XFS and the
+ * other iomap file systems carries it in bi_end_io and its struct iomap_dio in bi_private, whose kiocb
+ * names the file (the file key of direct I/O, which has no page cache page to name it) */
+const volatile __u64 targ_dio_end_io = 0;
 const volatile struct agg_expr targ_exprs[AGG_MAX_EXPRS] = {};
 const volatile struct agg_insn targ_insns[AGG_MAX_INSNS] = {};
 
@@ -338,14 +342,36 @@ __noinline int agg_eval(__u32 have, __u32 source)
 
 /* ---- files: the inode a bio's data belongs to, and its name ---- */
 
-/* The inode whose page cache the bio's first page is in (0: anonymous memory, e.g. direct I/O, or no data). */
+/* The inode of the file a direct I/O bio of an iomap file system (ext4, XFS, ...) reads or writes: its
+ * bi_private is the struct iomap_dio whose kiocb is the caller's (read, write, io_submit, io_uring alike);
+ * 0 for any other bio, or where the kernel has no struct iomap_dio (CO-RE: the branch is then dropped). */
+static __always_inline __u64 bio_dio_inode(struct bio *bio)
+{
+	struct iomap_dio *dio;
+
+	if (!targ_dio_end_io || !bpf_core_field_exists(((struct iomap_dio *)0)->iocb))
+		return 0;
+	if ((__u64)BPF_CORE_READ(bio, bi_end_io) != targ_dio_end_io)
+		return 0;
+	dio = BPF_CORE_READ(bio, bi_private);
+	if (!dio)
+		return 0;
+	return (__u64)BPF_CORE_READ(dio, iocb, ki_filp, f_inode);
+}
+
+/* The inode a bio's data belongs to: a direct I/O's file (bio_dio_inode: first, as its user buffer may be
+ * another file's mapped pages), else the one whose page cache the bio's first page is in (0: anonymous
+ * memory, a direct I/O the kernel does not say the file of, or no data). */
 static __always_inline __u64 bio_inode(struct bio *bio)
 {
 	struct bio_vec *bv = BPF_CORE_READ(bio, bi_io_vec);
 	struct address_space *mapping;
 	struct page *page;
 	unsigned long head;
+	__u64 dio = bio_dio_inode(bio);
 
+	if (dio)
+		return dio;
 	if (!bv || !BPF_CORE_READ(bio, bi_vcnt))
 		return 0;
 	page = BPF_CORE_READ(bv, bv_page);

@@ -555,7 +555,9 @@ def test_kstack_tells_the_code_paths_apart(live: None, tmp_path: Path, attach: s
 @pytest.mark.parametrize("attach", ["tp_btf", "raw_tp"])
 def test_file_key_names_the_files_read(live: None, tmp_path: Path, attach: str) -> None:
     """`sum(bytes) by file`: two files read through the page cache on ext4, at two depths, appear
-    under their paths with exactly their sizes; direct I/O of the raw disk has no file."""
+    under their paths with exactly their sizes; direct I/O of a file (read and write: ext4's iomap
+    direct I/O, named from the bio's struct iomap_dio) under its path, each I/O once; direct I/O of the
+    raw disk has no file."""
     from ioscope.base.testbed import LoopFS, drop_caches
 
     with LoopFS(size_mb=64) as fs:
@@ -573,15 +575,23 @@ def test_file_key_names_the_files_read(live: None, tmp_path: Path, attach: str) 
                                check=True, stderr=subprocess.DEVNULL)
             subprocess.run([named_dd(tmp_path, "direct"), f"if={fs.loop.path}", "of=/dev/null", "bs=4k",
                             "count=7", "skip=9000", "iflag=direct"], check=True, stderr=subprocess.DEVNULL)
+            a = next(iter(files))
+            subprocess.run([named_dd(tmp_path, "dio-rd"), f"if={a}", "of=/dev/null", "bs=4k", "count=11",
+                            "iflag=direct"], check=True, stderr=subprocess.DEVNULL)
+            subprocess.run([named_dd(tmp_path, "dio-wr"), "if=/dev/zero", f"of={sub / 'c.dat'}", "bs=4k",
+                            "count=13", "oflag=direct"], check=True, stderr=subprocess.DEVNULL)
             time.sleep(0.2)
     assert run.returncode == 0, run.stderr
     sums = {r["keys"]["file"]: r["sum"] for r in run.rows("sum(bytes) by file")}
-    for f, size in files.items():
-        assert sums[str(f)] == size, (f, sums)
+    for f, size in files.items():   # a.dat: its buffered read and dio-rd's 11 direct 4 KiB reads
+        assert sums[str(f)] == size + (11 * 4096 if f == a else 0), (f, sums)
+    assert sums[str(sub / "c.dat")] == 13 * 4096
     by = {(r["keys"]["comm"], r["keys"]["file"]): r["count"] for r in run.rows("count() by comm,file")}
     assert by[("direct", "[no file]")] == 7
     assert {k for k in by if k[0].startswith("rd-") and k[1].endswith(".dat")} == {
         (f"rd-{f.stem}", str(f)) for f in files}
+    assert by[("dio-rd", str(a))] == 11 and by[("dio-wr", str(sub / "c.dat"))] == 13, by
+    assert not any(k[0].startswith("dio-") and k[1] == "[no file]" for k in by), by
 
 
 def _build_ustk(tmp: Path) -> str:

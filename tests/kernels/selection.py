@@ -21,7 +21,7 @@ SELECTION: dict[str, dict[str, list[str]]] = {
     # readahead. Chosen so that four kernels, two guests at a time, fit in CI's hour with the host suite)
     "kernels/test_matrix.py": {
         "lat": ["test_lat[tp_btf-auto]", "test_lat[tp_btf-probes]", "test_completions_seen"],
-        "top": ["test_top[tp_btf]"], "agg": ["test_agg[tp_btf]"],
+        "top": ["test_top[tp_btf]"], "agg": ["test_agg[tp_btf]", "test_agg_file"],
         "fileslower": ["test_fileslower[tp_btf]"],
         "snoop": ["test_snoop[tp_btf]"], "record": ["test_record_report_parse_and_blkparse[tp_btf]"],
         "readsize": ["test_readsize[tp_btf]"], "fair": ["test_fair[tp_btf]"], "demo": ["test_demo_main_job"],

@@ -204,6 +204,31 @@ def test_fileslower(fs: tuple[Any, Path], tmp_path: Path, attach: str) -> None:
     assert summary and summary[-1]["lost"] == 0, summary
 
 
+DIO_READS, DIO_WRITES = 11, 13   # direct 4 KiB reads of a file and writes of another, on ext4
+
+
+def test_agg_file(fs: tuple[Any, Path], tmp_path: Path) -> None:
+    """agg's file key of direct I/O (ext4's iomap direct I/O: the file from the bio's struct iomap_dio, a
+    CO-RE read of a type local to fs/iomap/direct-io.c, bpf/agg.bpf.c): each direct read and write under
+    its file's path, exactly as many as dd made."""
+    dev, mnt = fs
+    t = Tool(tmp_path, "agg", "-d", dev.name, "-j", "-e", "count() by file,op")
+    dd(f"if={mnt / 'a'}", "of=/dev/null", "bs=4k", f"count={DIO_READS}", "iflag=direct")
+    dd("if=/dev/zero", f"of={mnt / 'c'}", "bs=4k", f"count={DIO_WRITES}", "oflag=direct")
+    settle()
+    out, _err = t.stop(signal.SIGINT)
+    docs = json_lines(out)
+    rows: dict[tuple[str, str], int] = {}
+    for d in docs:
+        for a in d["aggs"]:
+            for r in a["rows"]:
+                k = (r["keys"]["file"], r["keys"]["op"])
+                rows[k] = rows.get(k, 0) + int(r["count"])
+    unseen = sum(lost_unseen(d) for d in docs)
+    assert_counted(rows.get((str(mnt / "a"), "read"), 0), DIO_READS, unseen)
+    assert_counted(rows.get((str(mnt / "c"), "write"), 0), DIO_WRITES, unseen)
+
+
 @pytest.mark.parametrize("attach", VARIANTS)
 def test_agg(disk: Any, tmp_path: Path, attach: str) -> None:
     # by cgroup: the cgroup the block layer charges, read from the bio (bi_blkg) on every kernel
