@@ -174,14 +174,22 @@ def parse_blk_tracer(text: str, dev: str) -> list[dict[str, Any]]:
     return out
 
 
+def kworker_queues(text: str, dev: str) -> list[dict[str, Any]]:
+    """The queue events (Q) on device "maj,min" whose task is a kworker ("[kworker/..]" ending the line)."""
+    return [e for e in parse_blk_tracer(text, dev) if e["action"] == "Q" and e["tail"].endswith("]")
+            and e["tail"].rsplit("[", 1)[1].startswith("kworker/")]
+
+
+LAST_THROTTLED: dict[str, Any] = {}   # throttled_dd's last tracer text's kworker queue events (for diagnostics)
+
+
 def throttle_released(text: str, dev: str) -> int:
     """Bios blk-throttle held and let go on device "maj,min", by the kernel's own blk tracer: the queue
     events (Q) its dispatch work made, whose task is the kworker running it ("[kworker/..]" at the end
     of the line). The throttle's own "throtl bios disp=N" messages count a bio once per level of a cgroup
     v2 hierarchy it is dispatched through (v2's throttle is hierarchical; v1's flat), so they equal this
     on v1 only."""
-    return sum(1 for e in parse_blk_tracer(text, dev) if e["action"] == "Q" and e["tail"].endswith("]")
-               and e["tail"].rsplit("[", 1)[1].startswith("kworker/"))
+    return len(kworker_queues(text, dev))
 
 
 def throttled_dd(cg: Any, group: str, disk: Any, count: int) -> tuple[int, float]:
@@ -195,4 +203,6 @@ def throttled_dd(cg: Any, group: str, disk: Any, count: int) -> tuple[int, float
         time.sleep(0.5)
     m = re.search(r"copied, ([0-9.e+-]+) s", p.stderr)
     assert m, p.stderr
-    return throttle_released(tracer.text, disk.device.majmin.replace(":", ",")), float(m.group(1))
+    dev = disk.device.majmin.replace(":", ",")
+    LAST_THROTTLED["queues"] = [f"{e['ts']:.6f} {e['rwbs']} {e['tail']}" for e in kworker_queues(tracer.text, dev)]
+    return throttle_released(tracer.text, dev), float(m.group(1))

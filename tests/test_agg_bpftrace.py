@@ -10,6 +10,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -219,3 +220,25 @@ def test_with_bounds_keys_min_and_max_like_the_histogram() -> None:
             f"{BOUND}hi_h[comm, args->dev] = max(args->a[1] + 2);") in out
     assert f"@ = lhist(arg0, 0, 9, (1)); {BOUND}lo_ = min(arg0); {BOUND}hi_ = max(arg0) }}" in out
     assert out.endswith('// @c = hist(1)\nt:y { printf("@d = hist(3)"); @e = count(); }')
+
+
+def test_a_bpftrace_that_does_not_exit_after_sigint_is_killed(tmp_path: Path) -> None:
+    """BpftraceRun.stop(): a child that does not exit within STOP_GRACE_S of its SIGINT (bpftrace's detach
+    once took over 600 s on a loaded CI host) is killed and says so. The child here is a shell that ignores
+    SIGINT, in bpftrace's place: what is tested is ioscope's handling of a child that does not stop."""
+    from ioscope.tools.agg.bpftrace import BpftraceRun
+
+    stuck = tmp_path / "stuck"
+    stuck.write_text("#!/bin/sh\ntrap '' INT\necho '{\"type\": \"attached_probes\", \"data\": {\"probes\": 1}}'\n"
+                     "while :; do sleep 0.1; done\n")
+    stuck.chmod(0o755)
+    run = BpftraceRun("", bpftrace=str(stuck))
+    run.STOP_GRACE_S = 0.5
+    try:
+        assert next(run.events())["type"] == "attached_probes"
+        t0 = time.monotonic()
+        run.stop()
+        assert run.p.wait(timeout=10) != 0
+        assert run.killed_late and 0.4 <= time.monotonic() - t0 < 5
+    finally:
+        run.close()

@@ -313,8 +313,9 @@ def test_disk_p99_from_the_kernels_start_only_where_it_stamped_it(live: None, lo
     assert "issued_not_completed" in docs[-1]["lost_detail"] and "issued_not_completed" not in docs[1]["lost_detail"]
     assert_counted(sum(dv["lat_ios"] for dv in devs), job["read"]["total_ios"], unseen)
     assert sum(p["ios"] for p in procs) == sum(dv["lat_ios"] for dv in devs)
-    # a tmpfs loop device answers 4 KiB reads in well under 10 ms, at every percentile
-    assert all(dv["p99_ms"] < 10 for dv in devs), [dv["p99_ms"] for dv in devs]
+    # a stale start is over 1.5 s old (the sleep above); a tmpfs loop device answers 4 KiB reads in well under
+    # 10 ms, but a loaded host's loop worker can wait tens (16.3 ms once in CI, beside the guests): under 1 s
+    assert all(dv["p99_ms"] < 1000 for dv in devs), [dv["p99_ms"] for dv in devs]
     assert all(p["p99_ms"] < 10 for p in procs), [p["p99_ms"] for p in procs]
 
 

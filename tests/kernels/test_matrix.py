@@ -436,7 +436,7 @@ def test_throttle_held(disk: Any, tmp_path: Path) -> None:
     loads, lat from the submit notes (tracepoints only, what a locked-down kernel allows; forced here with
     IOSCOPE_THROTTLE_WAIT=notes where fentry would load), and the waits add up to most of dd's own time
     and never more."""
-    from blk_tracer import throttled_dd
+    from blk_tracer import LAST_THROTTLED, throttled_dd
     from ioscope.base.cgroups import io_cgroup_root
     from ioscope.base.testbed import TestCgroups
     from ioscope.kernel.loader import fentry_error
@@ -476,7 +476,7 @@ def test_throttle_held(disk: Any, tmp_path: Path) -> None:
         # a program preempted by another run of itself on its CPU, which PREEMPT_RT allows)
         n = sum(h["held"] for h in held)
         missed = sum(int((d.get("lost_detail") or {}).get("recursion_misses", 0)) for d in docs[tool])
-        assert truth - missed <= n <= truth, (tool, held, truth, lost)
+        assert truth - missed <= n <= truth, (tool, held, truth, lost, LAST_THROTTLED.get("queues"))
         # every held wait measured, the way this kernel allows, each credited to dd (the submitter)
         assert sum(h["wait_measured"] for h in held) == n, (tool, held)
         assert {h["wait_from"] for h in held} == {wait_from[tool]}, (tool, held)

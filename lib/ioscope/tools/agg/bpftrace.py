@@ -177,6 +177,8 @@ class BpftraceRun:
         self.attached = 0
         self.started = False  # BEGIN ran: every probe attached
         self.err_lines: list[str] = []
+        self.killed_late = False   # did not exit within STOP_GRACE_S of its SIGINT: killed
+        self._late: threading.Timer | None = None
         self._err = threading.Thread(target=self._read_stderr, daemon=True)
         self._err.start()
 
@@ -201,9 +203,26 @@ class BpftraceRun:
             if isinstance(doc, dict):
                 yield doc
 
+    STOP_GRACE_S = 30.0   # bpftrace's own stop (detach, print its maps) took over 60 s beside a CPU hog
+
     def stop(self) -> None:
+        """SIGINT: bpftrace detaches and prints its maps a last time. Should it not exit within STOP_GRACE_S
+        (its detach waits on the kernel: once more than 600 s on a loaded CI host), it is killed, and
+        killed_late says so."""
         if self.p.poll() is None:
             os.killpg(self.p.pid, signal.SIGINT)
+            if self._late is None:
+                self._late = threading.Timer(self.STOP_GRACE_S, self._kill_late)
+                self._late.daemon = True
+                self._late.start()
+
+    def _kill_late(self) -> None:
+        if self.p.poll() is None:
+            self.killed_late = True
+            try:
+                os.killpg(self.p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def stderr(self) -> str:
         self._err.join(timeout=5)
@@ -213,6 +232,8 @@ class BpftraceRun:
         if self.p.poll() is None:
             os.killpg(self.p.pid, signal.SIGKILL)
         self.p.wait()
+        if self._late is not None:
+            self._late.cancel()
         if self.p.stdout is not None:
             self.p.stdout.close()
         self._err.join(timeout=5)
@@ -373,6 +394,10 @@ def run(args: Any, emit: Any) -> int:
                     started = now
                     break
         rc = bt.p.wait()
+        if bt.killed_late:
+            raise IoscopeError(f"bpftrace did not exit within {bt.STOP_GRACE_S:g} s of its SIGINT (its detach waits "
+                               "on the kernel): killed, its last maps are lost; the intervals before were printed",
+                               "a loaded host can take long to detach probes: run it again when the host is quieter")
         if rc != 0 and (not bt.started or not stopping):
             # an attach failure comes after bpftrace's attached_probes line: only BEGIN's mark says it ran
             line = error_line(bt.stderr())
