@@ -130,9 +130,6 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pre
     if pressure is not None:
         on.append(f"I/O pressure {pressure.spec.describe()}")
     stop_how = f"for {args.duration:g}s" if args.duration else "until Ctrl-C"
-    print(f"Flight recorder: keeping {session.spec.describe()} of block I/O events{what} on {where}{pid} in memory "
-          f"({session.rec.bpf.variant_summary()}) {stop_how}; saving {args.after:g} s after a trigger to "
-          f"{args.output}-*.ioscope on: {', '.join(on)}.", file=sys.stderr, flush=True)
     tty = sys.stderr.isatty() and not args.quiet
     started = time.monotonic()
     deadline = started + args.duration if args.duration else None
@@ -144,6 +141,11 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pre
         pressure.start()
     ring = session.ring
     try:
+        # the start line inside the try: a stop signal sent once a script has read it is always a clean stop
+        # (sent between the line and the loop, it once ended the recorder with 130 in CI)
+        print(f"Flight recorder: keeping {session.spec.describe()} of block I/O events{what} on {where}{pid} in "
+              f"memory ({session.rec.bpf.variant_summary()}) {stop_how}; saving {args.after:g} s after a trigger "
+              f"to {args.output}-*.ioscope on: {', '.join(on)}.", file=sys.stderr, flush=True)
         while not session.done.is_set():
             if live.wait_or_deadline(session.done, deadline):
                 session.stop(f"-w {args.duration:g}s elapsed")
