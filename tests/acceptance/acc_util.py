@@ -1,10 +1,54 @@
-"""Helpers of the acceptance scenarios: reading the numbers out of what the tools print."""
+"""Helpers of the acceptance scenarios: a tool run from a script, and reading the numbers out of what the
+tools print."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
+import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
+
+
+class ScriptJob:
+    """`ioscope ARGS > DIR/out 2> DIR/err &` from a shell script, as a user's script runs a tool in the
+    background (its SIGINT ignored, as a script's background job starts), its pid in DIR/pid and its exit
+    status in DIR/rc once the script's `wait` returns. stop() is the script's `kill -INT $(cat DIR/pid)`."""
+
+    def __init__(self, d: Path, args: str) -> None:
+        self.d = d
+        script = (f"{sys.executable} -m ioscope.cli {args} > {d}/out 2> {d}/err &\n"
+                  f"echo $! > {d}/pid\nwait $!\necho $? > {d}/rc\n")
+        self.shell = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL)
+
+    def wait_for(self, name: str, text: str, timeout: float = 60) -> None:
+        """Until DIR/name (out or err) holds text."""
+        path, deadline = self.d / name, time.monotonic() + timeout
+        while text not in (path.read_text() if path.exists() else ""):
+            assert time.monotonic() < deadline and self.shell.poll() is None, self.err()
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 60) -> str:
+        """kill -INT from the script; the tool's exit status, as the script's wait saw it."""
+        try:
+            subprocess.run(["sh", "-c", f"kill -INT $(cat {self.d}/pid)"], check=True)
+            assert self.shell.wait(timeout=timeout) == 0
+        finally:
+            self.kill()
+        return (self.d / "rc").read_text().strip()
+
+    def kill(self) -> None:
+        if self.shell.poll() is None:
+            self.shell.kill()
+            self.shell.wait()
+
+    def out(self) -> str:
+        return (self.d / "out").read_text()
+
+    def err(self) -> str:
+        return (self.d / "err").read_text() if (self.d / "err").exists() else ""
 
 _SUMMARY_RE = re.compile(r"^Recorded ([\d,]+) events \(([^)]*)\) and (\d+) process notes in [\d.]+s to (.+?) "
                          r"\([^)]*\); lost (\d+)(?: \(.*\))?; stopped: (.+)\.$")

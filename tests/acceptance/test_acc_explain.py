@@ -11,8 +11,9 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from acc_util import ScriptJob
 
 from slowdisk import SlowDisk
 
@@ -24,24 +25,16 @@ def test_why_were_the_slowest_reads_slow() -> None:
         d = Path(tmp)
         assert sd.cgroup is not None
         upper, cgroup = sd.upper, sd.cgroup.name
-        script = (f"{sys.executable} -m ioscope.cli record -d {sd.upper} -o {d}/case.ioscope > {d}/out "
-                  f"2> {d}/err &\necho $! > {d}/pid\nwait $!\necho $? > {d}/rc\n")
-        shell = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL)
+        job = ScriptJob(d, f"record -d {sd.upper} -o {d}/case.ioscope")
         try:
-            deadline = time.monotonic() + 60
-            while "Recording" not in ((d / "err").read_text() if (d / "err").exists() else ""):
-                assert time.monotonic() < deadline and shell.poll() is None, (d / "err").read_text()
-                time.sleep(0.05)
+            job.wait_for("err", "Recording")
             subprocess.run(["dd", f"if={sd.upper_path}", "of=/dev/null", "bs=4k", f"count={HEALTHY}",
                             "iflag=direct", "status=none"], check=True)
             sd.run(["dd", f"if={sd.upper_path}", "of=/dev/null", "bs=4k", f"count={SLOW}", "skip=2000",
                     "iflag=direct", "status=none"], check=True)
-            subprocess.run(["sh", "-c", f"kill -INT $(cat {d}/pid)"], check=True)
-            assert shell.wait(timeout=60) == 0
+            assert job.stop() == "0", job.err()
         finally:
-            if shell.poll() is None:
-                shell.kill()
-        assert (d / "rc").read_text().strip() == "0", (d / "err").read_text()
+            job.kill()
         rep = subprocess.run([sys.executable, "-m", "ioscope.cli", "report", "--explain", "3", f"{d}/case.ioscope"],
                              capture_output=True, text=True, timeout=120)
     assert rep.returncode == 0 and rep.stderr == "", rep.stderr

@@ -14,6 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from acc_util import ScriptJob
+
 from fileslower_util import WORKLOAD
 from ioscope.base.testbed import LoopFS
 from iowait_util import limited
@@ -24,34 +26,23 @@ PARTS = re.compile(r"^\s+= I/O wait ([\d.]+)(?: \(\d+ waits\))? \+ other blocked
                    r"(?: \+ waiting for a CPU ([\d.]+))? \+ on CPU ([\d.]+) ms; (.*)$")
 
 
-def _wait_for(path: Path, text: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not (path.exists() and text in path.read_text()):
-        assert time.monotonic() < deadline, path.read_text() if path.exists() else path
-        time.sleep(0.05)
-
-
 def test_slow_fdatasync_service_found_with_fileslower() -> None:
     with LoopFS(256) as fs, tempfile.TemporaryDirectory(prefix="ioscope-acc-") as tmp:
         d = Path(tmp)
         wal = fs.make_file("wal.log", N * 8192)
         with limited(fs.loop.device.majmin, "w", 100) as cg:
-            script = (f"{sys.executable} -m ioscope.cli fileslower -d {fs.name} -m 5 > {d}/out 2> {d}/err &\n"
-                      f"echo $! > {d}/pid\nwait $!\necho $? > {d}/rc\n")
-            shell = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL)
+            job = ScriptJob(d, f"fileslower -d {fs.name} -m 5")
             try:
-                _wait_for(d / "err", "Tracing")
+                job.wait_for("err", "Tracing")
                 svc = subprocess.run(cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' {wal} {N}"),
                                      capture_output=True, text=True, timeout=120)
                 assert svc.returncode == 0, svc.stderr
                 time.sleep(0.5)
-                subprocess.run(["sh", "-c", f"kill -INT $(cat {d}/pid)"], check=True)
-                shell.wait(timeout=30)
+                rc = job.stop(timeout=30)
             finally:
-                if shell.poll() is None:
-                    shell.kill()
-            out, err = (d / "out").read_text(), (d / "err").read_text()
-            assert (d / "rc").read_text().strip() == "0", err
+                job.kill()
+            out, err = job.out(), job.err()
+            assert rc == "0", err
     timings = [t for t in json.loads(svc.stdout.strip().splitlines()[-1]) if t[2] - t[1] >= 5_000_000]
     # those surely 5 ms in the kernel too: the service's time less the time it waited for a CPU around the
     # call (a preemption next to the call is in its time, not the call's) and 0.5 ms for its clock reads

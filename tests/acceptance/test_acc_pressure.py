@@ -14,10 +14,10 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import pytest
+from acc_util import ScriptJob
 
 from ioscope.base import psi
 from ioscope.base.testbed import LoopFS
@@ -32,28 +32,18 @@ def test_a_stalled_service_is_saved_by_the_pressure_trigger() -> None:
     with LoopFS(256) as fs, tempfile.TemporaryDirectory(prefix="ioscope-acc-") as tmp, \
             limited(fs.loop.device.majmin, "w", 100) as cg:
         d = Path(tmp)
-        script = (f"{sys.executable} -m ioscope.cli record --ring 30s --after 1s -d {fs.name} "
-                  f"--trigger-pressure 'some > {pct}%' -o {d}/svc -q > {d}/out 2> {d}/err &\n"
-                  f"echo $! > {d}/pid\nwait $!\necho $? > {d}/rc\n")
-        shell = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL)
+        job = ScriptJob(d, f"record --ring 30s --after 1s -d {fs.name} --trigger-pressure 'some > {pct}%' "
+                           f"-o {d}/svc -q")
         try:
-            deadline = time.monotonic() + 60
-            while "Flight recorder: keeping" not in ((d / "err").read_text() if (d / "err").exists() else ""):
-                assert time.monotonic() < deadline and shell.poll() is None, (d / "err").read_text()
-                time.sleep(0.05)
+            job.wait_for("err", "Flight recorder: keeping")
             work = subprocess.run(cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"),
                                   input="", capture_output=True, text=True, timeout=120)
             assert work.returncode == 0 and work.stdout.strip() == "done", work.stderr
-            while "ioscope record: saved " not in (d / "out").read_text():
-                assert time.monotonic() < deadline + 60, (d / "out").read_text()
-                time.sleep(0.1)
-            subprocess.run(["sh", "-c", f"kill -INT $(cat {d}/pid)"], check=True)
-            assert shell.wait(timeout=60) == 0
+            job.wait_for("out", "ioscope record: saved ", timeout=120)
+            assert job.stop() == "0", job.err()
         finally:
-            if shell.poll() is None:
-                shell.kill()
-        err, out = (d / "err").read_text(), (d / "out").read_text()
-        assert (d / "rc").read_text().strip() == "0", err
+            job.kill()
+        err, out = job.err(), job.out()
         saved = [ln for ln in out.splitlines() if ln.startswith("ioscope record: saved ")]
         assert saved and all(f": I/O pressure some > {pct:g}% over 2s (avg10 " in ln for ln in saved), out
         path = re.match(r"ioscope record: saved (\S+): ", saved[0])
