@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 SCRIPT = r"""
 import os, signal, sys, time
@@ -47,3 +48,39 @@ def test_without_the_hook_the_same_stop_is_lost() -> None:
     """The scenario is real: with Python's own hook (cli.main() inside another program, or before the fix)
     the same signal is swallowed and the script runs on."""
     assert run("python", "SIGINT") == "ran on"
+
+
+def test_threads_ioscope_starts_leave_the_stop_signals_to_the_main_thread() -> None:
+    """live.start_thread: the kernel delivers SIGINT, SIGTERM and SIGHUP to the main thread only, so two
+    sent together are taken in the kernel's order (an exporter thread once took SIGTERM before the main
+    thread took SIGHUP: exit 0 where 129 was due). The thread's own mask, read from /proc, says so; the
+    main thread's is unchanged."""
+    import signal as sig
+    import threading
+
+    from ioscope.base import live
+
+    def blocked(tid: int) -> int:
+        line = next(ln for ln in open(f"/proc/self/task/{tid}/status") if ln.startswith("SigBlk:"))
+        return int(line.split()[1], 16)
+
+    stops = sum(1 << (s - 1) for s in (sig.SIGINT, sig.SIGTERM, sig.SIGHUP))
+    seen: list[int] = []
+    go = threading.Event()
+
+    def body() -> None:
+        seen.append(blocked(threading.get_native_id()))
+        go.wait(5)
+
+    before = blocked(threading.get_native_id())
+    t = threading.Thread(target=body)
+    live.start_thread(t)
+    try:
+        deadline = time.monotonic() + 5
+        while not seen and time.monotonic() < deadline:
+            time.sleep(0.001)
+    finally:
+        go.set()
+        t.join()
+    assert seen and seen[0] & stops == stops, [hex(m) for m in seen]
+    assert blocked(threading.get_native_id()) == before and before & stops == 0

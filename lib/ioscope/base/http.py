@@ -13,6 +13,7 @@ from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 
+from ioscope.base import live
 from ioscope.base.errors import IoscopeError, UsageError
 
 ANY = ""  # ":PORT": every address of the host, IPv6 and IPv4
@@ -100,7 +101,7 @@ def serve(host: str, port: int, wsgi: WSGIApp, name: str) -> tuple[Any, threadin
     """Bind and serve in a daemon thread; the server's shutdown() and server_close() stop it."""
     server = _Server(bind(host, port), host, wsgi)
     t = threading.Thread(target=server.serve_forever, name=f"ioscope-{name}-http", daemon=True)
-    t.start()
+    live.start_thread(t)
     return server, t
 
 

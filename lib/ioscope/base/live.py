@@ -8,6 +8,7 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -56,12 +57,10 @@ def _unraisable(u: Any) -> None:
     10 ms later from a thread (sent now, its handler would run inside this hook and be lost again; a
     finalizer still running then loses it once more, and it comes back 10 ms later)."""
     if isinstance(u.exc_value, KeyboardInterrupt):
-        import threading
-
         _swallowed.append(u.exc_value)
         t = threading.Timer(0.01, os.kill, (os.getpid(), REDELIVER))
         t.daemon = True
-        t.start()
+        start_thread(t)
         return
     sys.__unraisablehook__(u)
 
@@ -70,6 +69,16 @@ def redeliver_swallowed_stops() -> None:
     """Install _unraisable and REDELIVER's handler (cli.py, with the stop signals' own)."""
     signal.signal(REDELIVER, _raise_swallowed)
     sys.unraisablehook = _unraisable
+
+
+def start_thread(t: threading.Thread) -> None:
+    """Start t with the stop signals (and REDELIVER) blocked in it, so that the kernel delivers them to the
+    main thread only, lowest number first, where Python runs their handlers. Delivered to any thread, two
+    stop signals sent together (kill -TERM then kill -HUP to a stopped exporter) had their handlers run in
+    either order, and the exit status changed from run to run (0 for 129 once in CI). Threads that t starts
+    inherit its mask."""
+    with signals_deferred():
+        t.start()
 
 
 @contextlib.contextmanager

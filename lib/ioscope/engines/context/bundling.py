@@ -104,6 +104,8 @@ def piped_into(w: BundleWriter) -> Iterator[str]:
     import tempfile
     import threading
 
+    from ioscope.base import live
+
     tmpd = tempfile.mkdtemp(prefix="ioscope-collect-")
     fifo = os.path.join(tmpd, "capture.ioscope")
     os.mkfifo(fifo, 0o600)
@@ -116,7 +118,7 @@ def piped_into(w: BundleWriter) -> Iterator[str]:
             w.stream_write(data)
 
     t = threading.Thread(target=pump, name="ioscope-collect-pump", daemon=True)
-    t.start()
+    live.start_thread(t)
     try:
         yield fifo
     finally:

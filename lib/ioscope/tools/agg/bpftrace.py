@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ioscope.base import live
 from ioscope.base.errors import IoscopeError, UsageError
 from ioscope.base.losses import Losses
 from ioscope.engines.aggregate.model import AggResult, AggTable, ResultRow, buckets_percentiles
@@ -180,7 +181,7 @@ class BpftraceRun:
         self.killed_late = False   # did not exit within STOP_GRACE_S of its SIGINT: killed
         self._late: threading.Timer | None = None
         self._err = threading.Thread(target=self._read_stderr, daemon=True)
-        self._err.start()
+        live.start_thread(self._err)
 
     def _read_stderr(self) -> None:
         """bpftrace's messages: kept for the error line, and its warnings passed on once it runs."""
@@ -214,7 +215,7 @@ class BpftraceRun:
             if self._late is None:
                 self._late = threading.Timer(self.STOP_GRACE_S, self._kill_late)
                 self._late.daemon = True
-                self._late.start()
+                live.start_thread(self._late)
 
     def _kill_late(self) -> None:
         if self.p.poll() is None:

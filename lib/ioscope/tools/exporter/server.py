@@ -45,6 +45,7 @@ from urllib.parse import parse_qs
 
 import h11
 
+from ioscope.base import live
 from ioscope.base.http import bind
 from ioscope.tools.exporter.webconfig import (
     BasicAuth,
@@ -523,7 +524,7 @@ class Server:
 
     # lifecycle
     def start(self) -> None:
-        self._thread.start()
+        live.start_thread(self._thread)
         self._started.wait()
         if self._error is not None:
             raise self._error

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ioscope.base import psi
+from ioscope.base import live, psi
 from ioscope.base.cgroups import CgroupNames
 from ioscope.base.cgroups import label as cgroup_label
 from ioscope.base.collector import Tick
@@ -378,7 +378,7 @@ class CommandTrigger:
         self.thread = threading.Thread(target=self._run, name="ioscope-trigger-cmd", daemon=True)
 
     def start(self) -> None:
-        self.thread.start()
+        live.start_thread(self.thread)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_s):
@@ -441,7 +441,7 @@ class PressureTrigger:
         self.thread = threading.Thread(target=self._run, name="ioscope-trigger-pressure", daemon=True)
 
     def start(self) -> None:
-        self.thread.start()
+        live.start_thread(self.thread)
 
     def _run(self) -> None:
         poller = select.poll()
@@ -546,8 +546,8 @@ class FlightSession:
     # -- control (any thread) --
 
     def start(self) -> None:
-        self.saver.start()
-        self.thread.start()
+        live.start_thread(self.saver)
+        live.start_thread(self.thread)
 
     def request(self, why: str, kind: str = "signal") -> None:
         """Ask for a save (thread- and signal-safe: the consumer thread acts on it)."""
@@ -636,7 +636,7 @@ class FlightSession:
             except Exception as exc:   # a context that failed does not cost the window
                 p.context["start"] = {"error": str(exc)}
         p.context_thread = threading.Thread(target=snap, name="ioscope-flight-context", daemon=True)
-        p.context_thread.start()
+        live.start_thread(p.context_thread)
 
     def _hand_over(self, now_ns: int, cut_short: str = "") -> None:
         """The pending save's window goes to the saver thread."""
