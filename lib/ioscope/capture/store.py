@@ -507,6 +507,11 @@ class CaptureWriter:
     def bytes_written(self) -> int:
         return self._pos
 
+    def bytes_accepted(self) -> int:
+        """The file's size once the events handed over so far are written: what is written, and what is
+        pending or held back (the reorder window) at their size in the file (record --max-size)."""
+        return self._pos + (self._pending_rows + len(self._held)) * EVENT.itemsize
+
     def unwritten_by_action(self) -> dict[str, int]:
         """Events not written (file system full) per blktrace letter ("note": process notes)."""
         from ioscope.capture.events import ACTION_LETTERS

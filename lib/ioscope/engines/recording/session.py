@@ -75,7 +75,7 @@ class RecordSession:
         self.thread = threading.Thread(target=self._run, name="ioscope-record", daemon=False)
 
     def start(self) -> None:
-        self.thread.start()
+        live.start_thread(self.thread)
 
     def stop(self, reason: str) -> None:
         if not self.status.stop_reason:
@@ -113,8 +113,10 @@ class RecordSession:
                 if self.held is not None and now - last_held >= CHECK_EVERY_S:
                     self._take_held()
                     last_held = now
-                if self.max_size and self.status.bytes >= self.max_size:
-                    self.stop(f"--max-size reached ({self.status.bytes} bytes)")
+                # written and handed to the writer: then only what the rings hold now and take until the
+                # probes are detached comes after it (docs/record.md, --max-size)
+                if self.max_size and (accepted := w.bytes_accepted()) >= self.max_size:
+                    self.stop(f"--max-size reached ({accepted} bytes)")
             rec.detach()
             self._take(rec.drain(), time.monotonic_ns())
             lost = rec.capture_lost()
@@ -230,8 +232,6 @@ def _record(session: RecordSession, req: RecordRequest, disks: list[devices.Bloc
 
     mask = session.rec.opts.act_mask
     what = "" if mask & ALL_ACTIONS == ALL_ACTIONS else f" ({', '.join(mask_names(mask))})"
-    print(f"Recording block I/O events{what} on {where}{pid} to {req.output} "
-          f"({session.rec.bpf.variant_summary()}) {stop_how}.", file=sys.stderr, flush=True)
     tty = sys.stderr.isatty() and not req.quiet
     started = time.monotonic()
     deadline = started + req.duration if req.duration else None
@@ -239,7 +239,9 @@ def _record(session: RecordSession, req: RecordRequest, disks: list[devices.Bloc
     last_events = 0
     st = session.status
     session.start()
-    try:
+    try:  # a stop signal sent once a script read the start line is a clean stop (as in record --ring)
+        print(f"Recording block I/O events{what} on {where}{pid} to {req.output} "
+              f"({session.rec.bpf.variant_summary()}) {stop_how}.", file=sys.stderr, flush=True)
         while not session.done.is_set():
             if live.wait_or_deadline(session.done, deadline):
                 session.stop(f"-w {req.duration:g}s elapsed")
