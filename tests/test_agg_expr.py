@@ -248,3 +248,35 @@ def test_comm_globs_are_split_from_the_kernels_condition() -> None:
                       ('count() where (comm == "k*" or pid == 1) and op == read', 16)]:
         with pytest.raises(E.ExprError, match=f"cannot be under 'or' or 'not' at column {col}"):
             E.parse(text)
+
+
+def test_a_condition_decided_for_an_io_still_in_flight() -> None:
+    """expr.decide: a time only grows while the I/O is out, so 'q2c > 2s' is true once 2 s have passed and
+    stays so; a field the I/O has not got yet (bytes, op) leaves the condition open, unless the rest decides
+    it; a known field that fails decides it false."""
+    from ioscope.engines.aggregate.expr import decide, parse_condition, time_floor
+    s = 1_000_000_000
+
+    def d(text: str, known: dict[str, int | str], lower: dict[str, int]) -> bool | None:
+        return decide(parse_condition(text), known, lower)
+
+    assert d("q2c > 2s", {}, {"q2c": 3 * s}) is True
+    assert d("q2c > 2s", {}, {"q2c": 2 * s}) is None          # not yet: it may pass 2 s later
+    assert d("q2c >= 2s", {}, {"q2c": 2 * s}) is True
+    assert d("q2c < 2s", {}, {"q2c": 2 * s}) is False         # it can never come back under
+    assert d("q2c < 2s", {}, {"q2c": s}) is None
+    assert d("not (q2c <= 500ms)", {}, {"q2c": s}) is True
+    assert d("q2c != 1s", {}, {"q2c": 2 * s}) is True
+    assert d("q2c == 1s", {}, {"q2c": 2 * s}) is False
+    assert d('q2c > 2s and disk == "sdb"', {"disk": "sdb"}, {"q2c": 3 * s}) is True
+    assert d('q2c > 2s and disk == "sdb"', {"disk": "sda"}, {"q2c": 3 * s}) is False
+    assert d("q2c > 2s and bytes > 1M", {"disk": "sda"}, {"q2c": 3 * s}) is None   # its size: at completion
+    assert d("q2c > 2s or bytes > 1M", {"disk": "sda"}, {"q2c": 3 * s}) is True
+    assert d("d2c > 1s", {}, {"q2c": 3 * s}) is None           # not issued, or no issue stamp: open
+    assert d("q2d > 1s", {"q2d": 2 * s}, {"q2c": 3 * s}) is True   # issued: q2d is final
+    assert d('q2c > 1s and comm == "post*"', {"comm": "postgres"}, {"q2c": 2 * s}) is True
+    assert d('q2c > 1s and comm != "post*"', {"comm": "postgres"}, {"q2c": 2 * s}) is False
+    assert d("q2c > 1s and tgid == 42", {"tgid": 42}, {"q2c": 2 * s}) is True
+    # the smallest time a condition names: no younger I/O can make it true by its age
+    assert time_floor(parse_condition("q2c > 2s or (d2c > 500ms and disk == sda)")) == s // 2
+    assert time_floor(parse_condition('bytes > 1M and comm == "dd"')) is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -280,3 +281,81 @@ def test_hung_read_shown_by_top_and_the_exporter_and_kept_by_the_sweep(held_disk
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+
+
+def test_a_flight_recorder_saves_while_the_io_hangs(held_disk: HeldDisk, tmp_path: Path) -> None:
+    """`record --ring --trigger 'q2c > 2s'`: a read held by the FUSE daemon fires the trigger while it is
+    still in flight, about 2 s after dd queued it, and the saved window holds its queue event and no
+    completion. A recorder started during the hang has no slot for that read: the disk that has completed
+    nothing fires its 'd2c > 1500ms' from /proc/diskstats alone. Conditions an I/O in flight cannot decide
+    (its size) or that it fails (its process) never fire. Once the daemon replies, the read's completion
+    fires the first condition once more, from the kernel's evaluation."""
+    from ioscope.capture.store import open_capture
+    from test_flight_live import SAVED, Flight, events_of
+
+    d = held_disk
+    hold_s = 8.0
+    dev = devices.resolve_disk(d.name).dev
+    f = Flight(tmp_path / "hung", "30s", "--after", "500ms", "-d", d.name, "--trigger", "q2c > 2s",
+               "--trigger", 'd2c > 1s and comm == "nobody"', "--trigger", "q2c > 2s and bytes > 1M")
+    late: Flight | None = None
+    dd: subprocess.Popen[str] | None = None
+    try:
+        assert d.in_flight() == 0
+        d.hold()
+        t0 = time.monotonic()
+        dd = subprocess.Popen(["dd", f"if={d.loop}", "of=/dev/null", "bs=4k", "count=1", "iflag=direct", "skip=1000"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(0.5)
+        late = Flight(tmp_path / "late", "30s", "--after", "500ms", "-d", d.name, "--trigger", "d2c > 1500ms")
+        tl = time.monotonic()   # its start line: attached and watching
+        (m,) = f.saves(1, timeout=hold_s - 1.5)
+        assert dd.poll() is None, "the save came after the read completed"
+        got = re.fullmatch(rf"'q2c > 2s': an I/O in flight for ([\d.]+)(ms|s) on {d.name} \(issued to the device "
+                           rf"\S+ ago\), by dd \(pid {dd.pid}\)", m[2])
+        assert got, m[2]
+        age = float(got[1]) / (1000 if got[2] == "ms" else 1)
+        (lm,) = late.saves(1, timeout=max(0.5, t0 + hold_s - 0.5 - time.monotonic()))
+        assert dd.poll() is None, "the late recorder's save came after the read completed"
+        lgot = re.fullmatch(rf"'d2c > 1500ms': {d.name} has completed nothing for ([\d.]+)(ms|s) with 1 request in "
+                            r"flight \(who queued them is not known\)", lm[2])
+        assert lgot, lm[2]
+        assert d.in_flight() == 1   # the kernel's own count: still held
+        d.release()
+        dd.wait(timeout=10)
+        assert dd.returncode == 0
+        # the completion: the kernel's evaluation of the first condition
+        second = f.saves(2, timeout=30)[1]
+        assert re.fullmatch(rf"'q2c > 2s': 1 I/O \({d.name} reads\), q2c up to \S+, by dd in .*", second[2]), second[2]
+        time.sleep(1.0)
+        assert f.stop() == 0 and late.stop() == 0
+        lines = f.out + late.out
+        assert not [ln for ln in lines if "nobody" in ln or "bytes > 1M" in ln], lines
+        assert len([ln for ln in f.out if SAVED.match(ln)]) == 2
+        assert len([ln for ln in late.out if SAVED.match(ln)]) == 1
+    finally:
+        d.release()
+        if dd is not None and dd.poll() is None:
+            dd.kill()
+            dd.wait(timeout=10)
+        for x in (f, late):
+            if x is not None:
+                x.kill()
+    # when each fired: the first about 2 s after dd queued the read (the table is read once a second), with
+    # the age it said; the late one once it had watched the stall for 1.5 s
+    with open_capture(m[1]) as cap:
+        trig = cap.meta["flight"]["trigger"]
+    fired = trig["mono_ns"] / 1e9 - t0
+    assert 2.0 <= fired <= 2.0 + READ_EVERY + 1.5, fired
+    assert 2.0 <= age <= fired + 0.1, (age, fired)
+    with open_capture(lm[1]) as cap:
+        lfired = cap.meta["flight"]["trigger"]["mono_ns"] / 1e9 - tl
+    # its watch's first reading comes a little before the line the test read
+    assert 1.0 <= lfired <= 1.5 + READ_EVERY + 1.5, lfired
+    lage = float(lgot[1]) / (1000 if lgot[2] == "ms" else 1)
+    assert 1.5 <= lage <= lfired + (tl - t0), (lage, lfired)
+    # the hung read is in the first window: queued, never completed there
+    ev = events_of(m[1], dev)
+    mine = ev[ev["sector"] == 1000 * 8]
+    from ioscope.capture.events import TA_COMPLETE, TA_QUEUE
+    assert (mine["action"] == TA_QUEUE).sum() == 1 and (mine["action"] == TA_COMPLETE).sum() == 0, mine

@@ -195,6 +195,10 @@ class OldestWatch:
         self.idle_at: dict[int, int] = {}    # dev -> the last reading with nothing in flight (0: none seen)
         self.busy_from: dict[int, int] = {}  # dev -> the first reading with requests in flight since then
         self.last: dict[int, OldestIO] = {}
+        # the slots the last read of the table returned, and the disks it was read for (dev -> the last
+        # moment it was seen idle): the flight recorder decides its conditions on the I/Os in flight there
+        self.vals: np.ndarray = np.empty(0, dtype=abi.BIO_SLOT)
+        self.due: dict[int, int] = {}
         self.read_at: int | None = None      # when the table was last read
         self.reads = 0
         self.cpu_s = 0.0                     # time.thread_time() spent reading the table (reads included)
@@ -241,6 +245,7 @@ class OldestWatch:
         elif self.read_at is None or now - self.read_at >= self.every_ns * 9 // 10:  # a 1 s refresh's jitter
             t0 = time.thread_time()
             _, vals = self.table.slots()
+            self.vals, self.due = vals, due
             self.last = oldest_in_flight(vals, self.clock(), due, self.issue_known, self.over_ns)
             self.cpu_s += time.thread_time() - t0
             self.reads += 1

@@ -193,12 +193,14 @@ class AggCollector:
         b.set_global("targ_waits", bool(waits), "?")
         b.set_global("targ_wait_need", wait_need, "I")
         b.set_max_entries("iowait_tids", 1)  # top's totals: agg adds each wait to its expressions instead
+        self.issue_stamped = False
         if all(e.on_waits for e in o.exprs):
             self._setup_waits_only(need | wait_need)
             return
         # the issue program only when an expression reads what it measures: a request's issue time
         # (q2d, d2c) or the disk's in-flight count; count() by comm,disk runs two programs per I/O
         issue = bool(need & sum(1 << abi.FIELDS[f] for f in ("q2d", "d2c", "inflight")))
+        self.issue_stamped = issue   # the slots' d_ns is each request's issue (else it stays 0)
         # the kernel's stamps carry no process, cgroup or queue-time detail, and no -p/-c to filter on
         stamps = o.timing in ("auto", "stamps") and request_level(o.exprs) and not o.pid and self.cgroup is None
         # else, with nothing read at issue or completion: every record made at queue, one program

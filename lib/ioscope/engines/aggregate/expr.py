@@ -270,6 +270,53 @@ def cond_fields(c: Cond) -> set[str]:
     return out
 
 
+# -- a condition on an I/O still in flight ---------------------------------------
+
+TIME_VALUES = ("q2c", "q2d", "d2c")  # the times that only grow while an I/O is out
+
+
+def time_floor(c: Cond) -> int | None:
+    """The smallest time (ns) a comparison of q2c, q2d or d2c names in c: no I/O younger than that can make
+    c true by its age alone; None when c reads none of them (it cannot be decided while the I/O is out)."""
+    if isinstance(c, Cmp):
+        return int(c.lit.value) if c.field in TIME_VALUES and c.lit.kind == "num" else None
+    floors = [f for a in ((c.arg,) if isinstance(c, Not) else c.args) if (f := time_floor(a)) is not None]
+    return min(floors) if floors else None
+
+
+def _decide_cmp(c: Cmp, known: dict[str, int | str], lower: dict[str, int]) -> bool | None:
+    if c.field in known:
+        v = known[c.field]
+        if isinstance(v, str):
+            if is_glob(c):
+                return glob_match((c,), v)
+            return (v == c.lit.value) == (c.op == "==")
+        return compare(v, c.op, int(c.lit.value))
+    if c.field not in lower:
+        return None
+    lo, x = lower[c.field], int(c.lit.value)  # the value is lo or more: it can only grow
+    if c.op in (">", ">=", "!="):
+        return True if compare(lo, c.op if c.op != "!=" else ">", x) else None
+    return False if (lo >= x if c.op == "<" else lo > x) else None
+
+
+def decide(c: Cond, known: dict[str, int | str], lower: dict[str, int]) -> bool | None:
+    """Whether c holds for an I/O that is still in flight, whatever the rest of its life: known holds its
+    fields that are final (disk, tgid, comm; q2d once it was issued), lower the times that are at least
+    that much now and can only grow (q2c, d2c, q2d before its issue). True: c holds however it ends; False:
+    it cannot; None: not known yet (a field it has not got, such as its size or op to the slot table, or a
+    time still below the threshold). Kleene's three-valued and, or and not."""
+    if isinstance(c, Cmp):
+        return _decide_cmp(c, known, lower)
+    if isinstance(c, Not):
+        v = decide(c.arg, known, lower)
+        return None if v is None else not v
+    vals = [decide(a, known, lower) for a in c.args]
+    if c.op == "and":
+        return False if False in vals else None if None in vals else True
+    return True if True in vals else None if None in vals else False
+
+
 # -- the parser ---------------------------------------------------------------
 
 def _names(d: Iterable[str]) -> str:
@@ -644,5 +691,6 @@ def compare(a: int, op: str, b: int) -> bool:
     return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
 
 
-__all__ = ["FUNCS", "KEYS", "VALUES", "WAIT_FIELDS", "WAIT_VALUE", "BoolOp", "Cmp", "Cond", "Expr", "ExprError",
-           "Insn", "Literal", "Not", "compile_cond", "parse", "parse_all", "run_program"]
+__all__ = ["FUNCS", "KEYS", "TIME_VALUES", "VALUES", "WAIT_FIELDS", "WAIT_VALUE", "BoolOp", "Cmp", "Cond", "Expr",
+           "ExprError", "Insn", "Literal", "Not", "compile_cond", "decide", "parse", "parse_all", "run_program",
+           "time_floor"]

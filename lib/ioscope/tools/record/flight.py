@@ -315,6 +315,118 @@ def parse_triggers(texts: Sequence[str]) -> list[Expr]:
     return out
 
 
+class InFlightConditions:
+    """The --trigger conditions that read q2c, q2d or d2c, decided for the I/Os still in flight: 'q2c > 2s'
+    holds as soon as an I/O has been out 2 s, completed or not (a hung device completes nothing, and a
+    condition the kernel evaluates at completion never fires on it).
+
+    Only I/Os out longer than inflight.OVER_NS (1 s, top's hung-I/O line) are looked at: a shorter one
+    completes within a read or two and fires then. They come from the slot table of the triggers' BPF
+    object (the probes: each bio's queue and issue time, its process; kernel/inflight.py OldestWatch
+    reads it at most once a second, and only while a traced disk has had requests in flight for 1 s),
+    or, where no slot holds them (the request stamps, or a bio queued before the recorder started), from
+    /proc/diskstats alone: a disk with requests in flight that has completed none for that long (who
+    queued them, and anything but the disk and the time, is not known then; with a slot table, only once
+    a read of it made after that moment found no slot there). A condition is decided with
+    what an I/O in flight has (expr.decide): the disk, the process, its times so far; one on its size,
+    op or cgroup is not known until it completes, and fires then. Each I/O fires each condition once
+    while in flight (and once more when it completes, from the kernel's evaluation)."""
+
+    FORGET_NS = 10_000_000_000   # an I/O that fired and has not been seen in flight for this long is forgotten
+
+    def __init__(self, exprs: Sequence[Expr], disks: Sequence[Any], pid: int | None,
+                 diskstats: Callable[[], Mapping[str, Any]] | None = None, proc_root: str = "/proc") -> None:
+        from ioscope.base import devices
+        from ioscope.engines.aggregate.expr import time_floor
+        from ioscope.kernel.inflight import OVER_NS, OldestWatch
+        floors = {e.text: f for e in exprs if e.where is not None and (f := time_floor(e.where)) is not None}
+        self.exprs = [e for e in exprs if e.text in floors]
+        floor = min(floors.values(), default=0)
+        self.over_ns = max(OVER_NS, floor)
+        self.watch = OldestWatch(None, issue_known=True, over_ns=self.over_ns)
+        self.devs = {d.dev for d in disks} or {d.dev for d in devices.list_disks()}
+        self.pid = pid
+        self.diskstats = diskstats or devices.read_diskstats
+        self.proc_root = proc_root
+        self.fired: dict[tuple[Any, ...], int] = {}   # (condition, I/O) -> when it was last seen in flight
+        self._reads = 0
+
+    def _comm(self, tgid: int) -> str:
+        try:
+            with open(f"{self.proc_root}/{tgid}/comm") as f:
+                return f.read().strip()
+        except OSError:
+            return "?"
+
+    def check(self, table: Any, issue_known: bool) -> list[str]:
+        """The conditions that hold for an I/O in flight now, each once per I/O (table: the SlotTable
+        the BPF object fills, None while no disk is followed by the probes; issue_known: its slots get
+        each request's issue time, when a condition reads q2d or d2c)."""
+        from ioscope.base import devices
+        from ioscope.base.fmt import fmt_ns
+        from ioscope.engines.aggregate.expr import decide
+        if not self.exprs:
+            return []
+        self.watch.table = table
+        stats = self.diskstats()
+        current = self.watch.read(stats)
+        now = self.watch.clock()
+        names = {devices.kdev(st.major, st.minor): name for name, st in stats.items()}
+        found: list[tuple[tuple[Any, ...], dict[str, int | str], dict[str, int], str]] = []
+        if table is not None and self.watch.reads != self._reads:   # the table was read again
+            self._reads = self.watch.reads
+            vals = self.watch.vals
+            q, d = vals["q_ns"].astype(np.int64), vals["d_ns"].astype(np.int64)
+            ts = np.where(q > 0, q, d)
+            for i in np.flatnonzero((ts > 0) & (now - ts >= self.over_ns)):
+                dev = int(vals["dev"][i])
+                idle = self.watch.due.get(dev)
+                age = now - int(ts[i])
+                if dev not in self.devs or idle is None or ts[i] <= max(idle, 1):
+                    continue   # not a disk read for, or a slot from before it was last idle (a lost completion)
+                tgid = int(vals["tgid"][i])
+                disk = names.get(dev, devices.kdev_str(dev))
+                known: dict[str, int | str] = {"disk": disk}
+                lower = {"q2c": age}
+                if tgid:
+                    known |= {"tgid": tgid, "comm": self._comm(tgid)}
+                if not issue_known:   # no issue program: d_ns is never set, where it is is not known
+                    where = ""
+                elif d[i] > 1:
+                    lower["d2c"] = now - int(d[i])
+                    if q[i] > 0:
+                        known["q2d"] = int(d[i] - q[i])
+                    where = f" (issued to the device {fmt_ns(now - int(d[i]))} ago)"
+                else:
+                    lower["q2d"] = age
+                    where = " (not yet issued to the device)"
+                who = f"by {known['comm']} (pid {tgid})" if tgid else "queued before the recorder started"
+                found.append((("slot", int(vals["bio"][i]), int(ts[i])), known, lower,
+                              f"an I/O in flight for {fmt_ns(age)} on {disk}{where}, {who}"))
+        if self.pid is None:   # a stalled disk says nothing of whose I/O it holds
+            for dev, o in current.items():
+                if o.known or dev not in self.devs:
+                    continue
+                since = self.watch.done.get(dev, (0, now - o.age_ns))[1]
+                if table is not None and (self.watch.read_at or 0) < since + self.over_ns:
+                    continue   # the table, read since the stall grew this old, would name its I/O: wait for it
+                disk = names.get(dev, devices.kdev_str(dev))
+                found.append((("stall", dev, since), {"disk": disk}, {"q2c": o.age_ns, "d2c": o.age_ns},
+                              f"{disk} has completed nothing for {fmt_ns(o.age_ns)} with {o.over} request"
+                              f"{'s' if o.over != 1 else ''} in flight (who queued them is not known)"))
+        out = []
+        for ident, known, lower, what in found:
+            for e in self.exprs:
+                key = (e.text, *ident)
+                if key in self.fired:
+                    self.fired[key] = now
+                elif e.where is not None and decide(e.where, known, lower):
+                    self.fired[key] = now
+                    out.append(f"'{e.text}': {what}")
+        self.fired = {k: t for k, t in self.fired.items() if now - t < self.FORGET_NS}
+        return out
+
+
 class KernelTriggers:
     """The --trigger conditions, evaluated in the kernel by the agg BPF object; check() reads (and clears)
     its maps: the triggers that matched an I/O since the last read."""
@@ -334,6 +446,7 @@ class KernelTriggers:
                                                                timing="probes" if from_queue else "auto"))
         self._tick_every = TICK_S
         self._ticked = time.monotonic()
+        self.in_flight = InFlightConditions(exprs, disks, pid)
 
     def check(self) -> list[str]:
         from ioscope.base.fmt import fmt_ns
@@ -357,7 +470,8 @@ class KernelTriggers:
             who = f"{worst.keys.get('comm')} in {cgroup_label(str(worst.keys.get('cgroup')))}"
             ios = f"{n} I/O{'s' if n != 1 else ''}"
             out.append(f"'{e.text}': {ios} ({where}){what}, by {who}")
-        return out
+        c = self.collector
+        return out + self.in_flight.check(c.slots if c.slotted else None, c.issue_stamped)
 
     def close(self) -> None:
         self.collector.close()
