@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT / "lib"))
 
 from ioscope.base.testbed import LoopDevice, run_fio  # noqa: E402
 
-QUIET_IOPS = 270_000  # this workload on the quiet 2-CPU test VM (docs/environment.md)
+QUIET_IOPS = 270_000  # this workload on the quiet 2-CPU test VM (measured there, docs/top.md's overhead)
 
 
 def cpu_seconds(pid: int) -> float:

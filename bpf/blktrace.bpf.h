@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * blktrace's codes, as struct trace_event (trace_event.h) carries them and lib/ioscope/trace/
- * events.py mirrors them (TA_*, TC_*): the action codes (BLK_TA_*, low 16 bits) and category bits
+ * blktrace's codes, as struct trace_event (trace_event.h) carries them and
+ * lib/ioscope/capture/events.py mirrors them (TA_*, TC_*): the action codes (BLK_TA_*, low 16 bits) and category bits
  * (BLK_TC_*) of include/uapi/linux/blktrace_api.h, and what the kernel's blk tracer
  * (kernel/trace/blktrace.c) computes from a request or bio: its categories, whether it is a
  * passthrough request, its error. Used by record and by agg's flags field.

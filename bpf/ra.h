@@ -2,7 +2,8 @@
 /*
  * Structs shared by readsize.bpf.c / readahead.bpf.c and lib/ioscope/engines/procio/abi.py
  * (ioscope readsize, readahead and fair). Fixed width, largest first, no
- * hidden padding; tests/test_ra_abi.py compares them with the numpy dtypes.
+ * hidden padding; tests/test_abi.py compares them with the numpy dtypes (their BTF) and
+ * tests/test_ra_unit.py the constants.
  */
 #ifndef IOSCOPE_RA_H
 #define IOSCOPE_RA_H

@@ -594,7 +594,7 @@ IOS_TP(sys_exit, sys_exit, on_sys_exit(ret), struct pt_regs *regs, long ret)
 
 
 /* --- io_uring: the submit and complete tracepoints, whose arguments changed across kernels; user
- * space picks the programs that match this kernel's (their BTF, collector.py: URING_HOOKS). ---- */
+ * space picks the programs that match this kernel's (their BTF: lib/ioscope/engines/procio/collector.py uring_hooks). ---- */
 
 #define PF_KTHREAD 0x00200000
 

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause) */
 /*
- * Constants shared by bpf/record.bpf.c and lib/ioscope/tools/record/cmd.py
+ * Constants shared by bpf/record.bpf.c and lib/ioscope/engines/recording/recorder.py
  * (the event record itself is struct trace_event in trace_event.h).
  */
 #ifndef RECORD_H

@@ -33,7 +33,7 @@ BLK_STS_RESOURCE/DEV_RESOURCE (or the driver requeues itself, as SCSI and NVMe d
 loop driver's queue_rq returns only OK or IOERR, blk-mq puts back a request it could not get a
 driver tag or budget for without that tracepoint, and the flush state machine moves requests on
 its own list without it.
-There is no null_blk or scsi_debug on these machines (docs/environment.md). The tests still check
+There is no null_blk or scsi_debug on these machines (the test VMs' kernels lack both modules). The tests still check
 that the R counts of the capture, record's summary and blkparse agree (all zero).
 
 IOSCOPE_ACC_KEEP=DIR copies the session's files (capture, export, import, btt's output) to DIR.

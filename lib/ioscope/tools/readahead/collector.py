@@ -44,7 +44,7 @@ RA_MECHANISM = {"ra_order": "page_cache_ra_order"}
 RA_LOSSES = ("page_map_full", "file_map_full", "task_map_full")
 RA_EXPLAIN = {"page_map_full": "pages beyond --max-pages, counted as untracked"}
 RESOLVE_PATHS = 50
-# pages one program run walks (bpf/readahead.bpf.h MAX_READ_PAGES; RA_LOOP_MAX without bpf_loop)
+# pages one program run walks (bpf/readahead.bpf.c MAX_READ_PAGES; RA_LOOP_MAX without bpf_loop)
 RANGE_MAX = {"readahead": 4096, "readahead_noloop": 32}
 
 
