@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -359,3 +360,85 @@ def test_a_flight_recorder_saves_while_the_io_hangs(held_disk: HeldDisk, tmp_pat
     mine = ev[ev["sector"] == 1000 * 8]
     from ioscope.capture.events import TA_COMPLETE, TA_QUEUE
     assert (mine["action"] == TA_QUEUE).sum() == 1 and (mine["action"] == TA_COMPLETE).sum() == 0, mine
+
+
+def test_the_live_page_shows_the_hung_read_and_the_pressure(held_disk: HeldDisk) -> None:
+    """`ioscope web` beside a held read: its /data's status names the disk's oldest I/O in flight (with
+    --by comm, whose bios agg follows: dd's pid and name, issued, its age within the test's clock; without,
+    timed from the kernel's stamps: from /proc/diskstats alone, who queued it unknown), the line the page
+    shows in red says so in headless Chromium, and the host's I/O pressure of the last second lies within
+    the kernel's own totals read around it. Once dd completes, the line goes."""
+    import urllib.request
+
+    from conftest import ioscope_cmd
+    from ioscope.base import psi
+    from ioscope.engines.pages.browser import chromium, open_page
+    from test_web_live import free_port
+
+    d = held_disk
+    procs: list[subprocess.Popen[str]] = []
+    urls = []
+    dd: subprocess.Popen[str] | None = None
+
+    def data(url: str) -> dict[str, Any]:
+        with urllib.request.urlopen(url + "data?since=999999999", timeout=10) as r:
+            return dict(json.loads(r.read())["status"])
+
+    try:
+        for extra in (["--by", "comm"], []):
+            p = subprocess.Popen(ioscope_cmd("web", "-d", d.name, "--listen", f"127.0.0.1:{free_port()}", *extra),
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+            procs.append(p)
+            assert p.stderr is not None
+            line = p.stderr.readline()
+            m = re.search(r"at (http://127\.0\.0\.1:\d+/)", line)
+            assert m, line
+            urls.append(m.group(1))
+        time.sleep(1.5)
+        assert all(data(u).get("in_flight_oldest") == {} for u in urls)
+        d.hold()
+        t0 = time.monotonic()
+        dd = subprocess.Popen(["dd", f"if={d.loop}", "of=/dev/null", "bs=4k", "count=1", "iflag=direct", "skip=1000"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(4.0)
+        assert dd.poll() is None and d.in_flight() == 1
+        before = psi.host_io()
+        by_comm, plain = data(urls[0]), data(urls[1])
+        after = psi.host_io()
+        elapsed = time.monotonic() - t0
+        o = by_comm["in_flight_oldest"][d.name]
+        assert (o["pid"], o["comm"], o["issued"], o["over_1s"], o["known"]) == (dd.pid, "dd", True, 1, True), o
+        assert elapsed - 1.0 - READ_EVERY - 1.0 <= o["age_s"] <= elapsed, (o, elapsed)
+        assert by_comm["alerts"] == [f"{d.name}: oldest I/O in flight {o['age_s']:.1f} s, pid {dd.pid} dd, 1 over 1 s, "
+                                     "issued"], by_comm["alerts"]
+        q = plain["in_flight_oldest"][d.name]
+        assert (q["pid"], q["known"], q["over_1s"]) == (0, False, 1) and q["age_s"] <= elapsed, q
+        assert "who queued it is not known" in plain["alerts"][0], plain["alerts"]
+        # the pressure of the last second: a share of it, and the kernel's total at its end between ours
+        assert before is not None and after is not None
+        pr = by_comm["io_pressure"]["some"]
+        assert 0 < pr["interval_pct"] <= 100, pr          # dd was blocked on the I/O all that second
+        assert before.some.total_us / 1e6 - 2.0 <= pr["total_s"] <= after.some.total_us / 1e6, (pr, before, after)
+        assert by_comm["lines"] and by_comm["lines"][0].startswith("I/O pressure (PSI): some "), by_comm["lines"]
+        # the page, drawn: the red line under the controls
+        with chromium(offline=False, allow=(urls[0],)) as ctx:
+            page = open_page(ctx, urls[0], "window.ioscopeLive && window.ioscopeLive.polls >= 1", allow=(urls[0],))
+            assert not page.errors, page.errors
+            shown = page.page.inner_text("#alerts")
+            assert shown.startswith(f"{d.name}: oldest I/O in flight ") and f"pid {dd.pid} dd" in shown, shown
+            assert page.page.inner_text("#pressure").startswith("I/O pressure (PSI): some ")
+        d.release()
+        dd.wait(timeout=10)
+        assert dd.returncode == 0
+        time.sleep(2.5)
+        assert all(data(u)["in_flight_oldest"] == {} and data(u)["alerts"] == [] for u in urls)
+    finally:
+        d.release()
+        if dd is not None and dd.poll() is None:
+            dd.kill()
+            dd.wait(timeout=10)
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGTERM)
+            _, err = p.communicate(timeout=30)
+            assert p.returncode == 0 and "Traceback" not in err, err

@@ -26,6 +26,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,33 @@ def share(prev: Pressure | None, cur: Pressure | None, seconds: float) -> Share 
 
 
 # -- triggers: the kernel's own (Documentation/accounting/psi.rst, "Userspace monitors") -------------------
+
+def share_lines(pr: Share | None, span: str) -> list[str]:
+    """The share of a span (an interval, a second) stalled on I/O, with the kernel's averages: one line."""
+    if pr is None or pr.some_pct is None:
+        return []
+    full = "" if pr.full_pct is None else f", full {pr.full_pct:.1f}%"
+    e = pr.end
+    avgs = f"some {e.some.avg10:.2f}/{e.some.avg60:.2f}/{e.some.avg300:.2f}" + (
+        f", full {e.full.avg10:.2f}/{e.full.avg60:.2f}/{e.full.avg300:.2f}" if e.full else "")
+    return [f"I/O pressure (PSI): some {pr.some_pct:.1f}%{full} of the {span} (avg10/60/300 {avgs})"]
+
+
+def share_json(pr: Share | None) -> dict[str, Any] | None:
+    """A span's I/O pressure: the share of it (some, full: % and seconds stalled) and the kernel's averages
+    and totals at its end (/proc/pressure/io's, or a cgroup's io.pressure)."""
+    if pr is None:
+        return None
+
+    def line(pct: float | None, secs: float | None, ln: Line | None) -> dict[str, Any] | None:
+        if ln is None:
+            return None
+        return {"interval_pct": None if pct is None else round(pct, 3), "interval_s": None if secs is None
+                else round(secs, 6), "avg10": ln.avg10, "avg60": ln.avg60, "avg300": ln.avg300,
+                "total_s": ln.total_us / 1e6}
+
+    return {"some": line(pr.some_pct, pr.some_s, pr.end.some), "full": line(pr.full_pct, pr.full_s, pr.end.full)}
+
 
 HOST_IO = "/proc/pressure/io"
 WINDOW_MIN_S, WINDOW_MAX_S = 0.5, 10.0   # the kernel's bounds on a trigger's window
@@ -196,5 +224,7 @@ __all__ = [
     "parse_trigger",
     "read",
     "share",
+    "share_json",
+    "share_lines",
     "trigger_error",
 ]

@@ -71,6 +71,15 @@ def tracepoint_exists(category: str, name: str, tracefs: str = TRACEFS) -> bool:
     return Path(tracefs, "events", category, name).is_dir()
 
 
+def proc_comm(pid: int, proc_root: str = "/proc") -> str | None:
+    """A live process's name (/proc/PID/comm); None once it has exited."""
+    try:
+        with open(f"{proc_root}/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def present_cpus(sys_root: str = "/sys") -> int:
     """1 + the highest CPU id present (/sys/devices/system/cpu/present, e.g. '0-3,8-11' -> 12):
     the CPUs that can run code now or after being brought online."""

@@ -255,11 +255,63 @@ class OldestWatch:
         return dict(self.last)
 
 
+@dataclass
+class InFlightRow:
+    """A disk whose oldest I/O in flight is older than OVER_NS, as the live views show it (top, web)."""
+
+    disk: str
+    age_s: float                 # since it was queued
+    pid: int                     # the process that queued it (0: queued before the tool started)
+    comm: str
+    issued: bool | None          # None: the tool has no issue program and cannot tell
+    over_1s: int                 # bios in flight on the disk longer than OVER_NS, this one included
+    # False: no bio of the tool's in flight there: from /proc/diskstats alone, the requests in flight (over_1s)
+    # with none completed for age_s (a lower bound of the oldest's age; who queued it is not known)
+    known: bool = True
+
+
+def in_flight_rows(oldest: Mapping[int, OldestIO], disks: Iterable[str], name_of: Callable[[int], str],
+                   comm_of: Callable[[int], str]) -> list[InFlightRow]:
+    """The disks (of those shown) whose oldest I/O in flight is older than OVER_NS, oldest first."""
+    names = set(disks)
+    rows = [InFlightRow(name_of(o.dev), o.age_ns / 1e9, o.tgid, comm_of(o.tgid) if o.tgid else "[unknown]",
+                        o.issued if o.known else None, o.over, o.known)
+            for o in oldest.values() if o.age_ns >= OVER_NS]
+    return sorted((r for r in rows if r.disk in names), key=lambda r: (-r.age_s, r.disk))
+
+
+def in_flight_lines(rows: Iterable[InFlightRow], tool: str, unknown: str = "") -> list[str]:
+    """A line per disk whose oldest I/O in flight is older than 1 s, oldest first (rows' order). unknown: why
+    a disk's I/O in flight is known from /proc/diskstats alone (default: queued before the tool started)."""
+    out = []
+    unknown = unknown or f"queued before {tool} started"
+    for r in rows:
+        if not r.known:  # /proc/diskstats alone: no bio of the tool's in flight there
+            out.append(f"{r.disk}: {r.over_1s} in flight, none completed for {r.age_s:.1f} s ({unknown}: who queued "
+                       "it is not known)")
+            continue
+        issued = "" if r.issued is None else (", issued" if r.issued else ", not issued yet")
+        who = f"pid {r.pid} {r.comm}" if r.pid else f"queued before {tool} started"
+        out.append(f"{r.disk}: oldest I/O in flight {r.age_s:.1f} s, {who}, {r.over_1s} over 1 s{issued}")
+    return out
+
+
+def in_flight_json(rows: Iterable[InFlightRow]) -> dict[str, dict[str, object]]:
+    """disk -> its oldest I/O in flight over 1 s (issued: null where the tool cannot tell)."""
+    from dataclasses import asdict
+    out = {}
+    for r in rows:
+        d = {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(r).items()}
+        out[str(d.pop("disk"))] = d
+    return out
+
+
 def kernel_in_flight(disks: Iterable[str]) -> int:
     """Requests the kernel has in flight now on these blk-mq disks (/proc/diskstats)."""
     stats = devices.read_diskstats()
     return sum(stats[n].in_flight for n in disks if n in stats)
 
 
-__all__ = ["EXPLAIN", "OVER_NS", "POLL_S", "READ_EVERY_NS", "SETTLE_S", "STALE_NS", "SWEEP_EVERY_S", "OldestIO",
-           "OldestWatch", "SlotTable", "in_flight_by_dev", "kernel_in_flight", "oldest_in_flight"]
+__all__ = ["EXPLAIN", "OVER_NS", "POLL_S", "READ_EVERY_NS", "SETTLE_S", "STALE_NS", "SWEEP_EVERY_S", "InFlightRow",
+           "OldestIO", "OldestWatch", "SlotTable", "in_flight_by_dev", "in_flight_json", "in_flight_lines",
+           "in_flight_rows", "kernel_in_flight", "oldest_in_flight"]

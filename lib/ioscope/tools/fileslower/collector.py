@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -149,10 +148,8 @@ class FileSlowerCollector:
 
 
 def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return "[exited]"
+    from ioscope.base.system import proc_comm
+    return proc_comm(pid) or "[exited]"
 
 
 __all__ = ["FileSlowerCollector", "FileSlowerOptions"]

@@ -352,11 +352,8 @@ class InFlightConditions:
         self._reads = 0
 
     def _comm(self, tgid: int) -> str:
-        try:
-            with open(f"{self.proc_root}/{tgid}/comm") as f:
-                return f.read().strip()
-        except OSError:
-            return "?"
+        from ioscope.base.system import proc_comm
+        return proc_comm(tgid, self.proc_root) or "[exited]"
 
     def check(self, table: Any, issue_known: bool) -> list[str]:
         """The conditions that hold for an I/O in flight now, each once per I/O (table: the SlotTable

@@ -7,13 +7,12 @@ the previous one and user space never walks keys one by one.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 
 import numpy as np
 
-from ioscope.base import cgroups, devices, psi
+from ioscope.base import cgroups, devices, psi, system
 from ioscope.base.collector import Tick
 from ioscope.base.losses import PENDING, Losses, StatsDelta, settle_unreported, unreported_completions
 from ioscope.engines.context.throttle import HOOKS as THROTTLE_HOOKS
@@ -105,11 +104,7 @@ class TopCollector:
         c = self._live.get(tgid)
         if c is not None:
             return c
-        try:
-            with open(os.path.join(self.proc_root, str(tgid), "comm")) as f:
-                c = f.read().strip()
-        except OSError:
-            c = self._comms.get(tgid, "[exited]")
+        c = system.proc_comm(tgid, self.proc_root) or self._comms.get(tgid, "[exited]")
         self._live[tgid] = c
         return c
 

@@ -28,7 +28,7 @@ from ioscope.base.heat import HeatGrid
 from ioscope.base.hist import Hist
 from ioscope.engines.context.throttle import HeldBios
 from ioscope.kernel import abi
-from ioscope.kernel.inflight import OVER_NS, OldestIO
+from ioscope.kernel.inflight import InFlightRow, OldestIO, in_flight_rows
 from ioscope.kernel.iowait import ThreadWaits, per_process, waited_between
 
 NS_PER_MS = 1e6
@@ -116,21 +116,6 @@ class WaitRow:
     dequeue_delayed: int = 0     # of its waits that ended, those whose dequeue the scheduler delayed (EEVDF,
                                  # 6.12+): delay accounting (iotop) counts them later or not at all
     dequeue_delayed_s: float = 0.0  # their time
-
-
-@dataclass
-class InFlightRow:
-    """A disk whose oldest I/O in flight is older than OVER_NS (kernel/inflight.py: OldestWatch)."""
-
-    disk: str
-    age_s: float                 # since it was queued
-    pid: int                     # the process that queued it (0: queued before top started)
-    comm: str
-    issued: bool | None          # None: top has no issue program and cannot tell
-    over_1s: int                 # bios in flight on the disk longer than OVER_NS, this one included
-    # False: no bio of top's in flight there: from /proc/diskstats alone, the requests in flight (over_1s)
-    # with none completed for age_s (a lower bound of the oldest's age; who queued it is not known)
-    known: bool = True
 
 
 def iostat(prev: DiskStats, cur: DiskStats, seconds: float) -> DeviceRow:
@@ -239,16 +224,6 @@ def device_hists(keys: npt.NDArray[Any], hists: npt.NDArray[Any],
     devs, inv = np.unique(keys["dev"], return_inverse=True)
     merged = merge_hists(hists, inv.astype(np.int64), len(devs))
     return {name_of(int(dev)): h for dev, h in zip(devs, abi.hists_from_array(merged))}
-
-
-def in_flight_rows(oldest: dict[int, OldestIO], disks: Iterable[str], name_of: Callable[[int], str],
-                   comm_of: Callable[[int], str]) -> list[InFlightRow]:
-    """The disks (of those shown) whose oldest I/O in flight is older than OVER_NS, oldest first."""
-    names = set(disks)
-    rows = [InFlightRow(name_of(o.dev), o.age_ns / 1e9, o.tgid, comm_of(o.tgid) if o.tgid else "[unknown]",
-                        o.issued if o.known else None, o.over, o.known)
-            for o in oldest.values() if o.age_ns >= OVER_NS]
-    return sorted((r for r in rows if r.disk in names), key=lambda r: (-r.age_s, r.disk))
 
 
 def proc_rows(keys: npt.NDArray[Any], vals: npt.NDArray[Any], seconds: float,

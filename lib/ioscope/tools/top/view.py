@@ -30,12 +30,13 @@ from ioscope.base.fmt import fmt_ns, iso_time
 from ioscope.base.heat import HEAT_CHARS, HeatGrid
 from ioscope.base.heat import level as heat_level
 from ioscope.engines.context.throttle import held_json, summary
+from ioscope.kernel import inflight
+from ioscope.kernel.inflight import in_flight_lines
 from ioscope.tools.top import PROC_SORT_KEYS
 from ioscope.tools.top.model import (
     CgroupRow,
     DeviceRow,
     HeatHistory,
-    InFlightRow,
     ProcRow,
     Snapshot,
     WaitRow,
@@ -130,14 +131,7 @@ PSI_HIGH = 40.0   # the screen's pressure line is drawn bold from this share of 
 
 def pressure_text(s: Snapshot) -> list[str]:
     """The host's I/O pressure over the interval (PSI: /proc/pressure/io), with the kernel's averages."""
-    pr = s.pressure
-    if pr is None or pr.some_pct is None:
-        return []
-    full = "" if pr.full_pct is None else f", full {pr.full_pct:.1f}%"
-    e = pr.end
-    avgs = f"some {e.some.avg10:.2f}/{e.some.avg60:.2f}/{e.some.avg300:.2f}" + (
-        f", full {e.full.avg10:.2f}/{e.full.avg60:.2f}/{e.full.avg300:.2f}" if e.full else "")
-    return [f"I/O pressure (PSI): some {pr.some_pct:.1f}%{full} of the interval (avg10/60/300 {avgs})"]
+    return psi.share_lines(s.pressure, "interval")
 
 
 def throttle_text(s: Snapshot) -> list[str]:
@@ -147,16 +141,7 @@ def throttle_text(s: Snapshot) -> list[str]:
 
 def in_flight_text(s: Snapshot) -> list[str]:
     """A line per disk whose oldest I/O in flight is older than 1 s (kernel/inflight.py), oldest first."""
-    out = []
-    for r in s.in_flight:
-        if not r.known:  # /proc/diskstats alone: no bio of top's in flight there (queued before top started)
-            out.append(f"{r.disk}: {r.over_1s} in flight, none completed for {r.age_s:.1f} s (queued before top "
-                       f"started: who queued it is not known)")
-            continue
-        issued = "" if r.issued is None else (", issued" if r.issued else ", not issued yet")
-        who = f"pid {r.pid} {r.comm}" if r.pid else "queued before top started"
-        out.append(f"{r.disk}: oldest I/O in flight {r.age_s:.1f} s, {who}, {r.over_1s} over 1 s{issued}")
-    return out
+    return in_flight_lines(s.in_flight, "top")
 
 
 def proc_columns(s: Snapshot) -> tuple[Column, ...]:
@@ -708,7 +693,7 @@ def interactive(sample_fn: Callable[[], Snapshot], st: ViewState, heat: HeatHist
     return 0
 
 
-def _rounded(row: DeviceRow | ProcRow | CgroupRow | WaitRow | InFlightRow) -> dict[str, Any]:
+def _rounded(row: DeviceRow | ProcRow | CgroupRow | WaitRow) -> dict[str, Any]:
     d = asdict(row)
     d.pop("hist", None)
     return {k: round(v, 3) if isinstance(v, float) else v for k, v in d.items()}
@@ -730,27 +715,10 @@ def wait_json(w: WaitRow) -> dict[str, Any]:
 
 def in_flight_json(s: Snapshot) -> dict[str, Any]:
     """disk -> its oldest I/O in flight over 1 s (issued: null, top cannot tell)."""
-    out = {}
-    for r in s.in_flight:
-        d = _rounded(r)
-        out[d.pop("disk")] = d
-    return out
+    return inflight.in_flight_json(s.in_flight)
 
 
-def pressure_json(pr: psi.Share | None) -> dict[str, Any] | None:
-    """An interval's I/O pressure: the share of it (some, full: % and seconds stalled) and the kernel's
-    averages and totals at its end (/proc/pressure/io's, or a cgroup's io.pressure)."""
-    if pr is None:
-        return None
-
-    def line(pct: float | None, secs: float | None, ln: psi.Line | None) -> dict[str, Any] | None:
-        if ln is None:
-            return None
-        return {"interval_pct": None if pct is None else round(pct, 3), "interval_s": None if secs is None
-                else round(secs, 6), "avg10": ln.avg10, "avg60": ln.avg60, "avg300": ln.avg300,
-                "total_s": ln.total_us / 1e6}
-
-    return {"some": line(pr.some_pct, pr.some_s, pr.end.some), "full": line(pr.full_pct, pr.full_s, pr.end.full)}
+pressure_json = psi.share_json
 
 
 def cgroup_json(c: CgroupRow) -> dict[str, Any]:

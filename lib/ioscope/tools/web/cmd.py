@@ -50,7 +50,9 @@ class LiveSource:
     event, to know the process and cgroup that queued it)."""
 
     def __init__(self, by: list[str], disks: list[Any], btf: str | None) -> None:
+        from ioscope.kernel.inflight import OldestWatch
         self.by = by
+        self.watch = OldestWatch(None, issue_known=True)   # its table: the collector's, set at each read
         self.collector: Any
         if not by:
             from ioscope.engines.latency.collector import LatCollector, LatOptions
@@ -61,6 +63,16 @@ class LiveSource:
             from ioscope.tools.web.model import PHASES
             exprs = parse_all([f"llquantize({p}) by {','.join(['disk', 'op', *by])}" for p in PHASES])
             self.collector = AggCollector(AggOptions(exprs=exprs, disks=disks, btf=btf, programs=programs(exprs)))
+
+    def oldest(self, diskstats: Any) -> dict[int, Any]:
+        """The oldest I/O in flight over 1 s per disk (kernel/inflight.py): from the collector's slot table
+        where it follows bios (lat's probes, agg's), else /proc/diskstats alone."""
+        c = self.collector
+        if self.by:
+            self.watch.table, self.watch.issue_known = (c.slots if c.slotted else None), c.issue_stamped
+        else:
+            self.watch.table = None if c.stamps.stamps_only else c.slots
+        return self.watch.read(diskstats)
 
     def read(self, started: float) -> tuple[list[Row], int]:
         """The histograms since the last read (cleared), and the events lost meanwhile."""
@@ -83,10 +95,11 @@ class LiveSource:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ioscope.base import devices, system
+    from ioscope.base import devices, psi, system
     from ioscope.base.errors import UsageError
     from ioscope.base.http import parse_listen, serve, url
     from ioscope.base.live import sleep_until, warn_unavailable
+    from ioscope.kernel.inflight import in_flight_json, in_flight_lines, in_flight_rows
     from ioscope.kernel.stamps import TICK_S
     from ioscope.tools.web.model import LiveHeat
     from ioscope.tools.web.page import render
@@ -113,10 +126,23 @@ def run(args: argparse.Namespace) -> int:
               flush=True)
         start = last = time.time()
         last_tick = start
+        names = devices.DevNames()
+        pressure = psi.host_io()
         while args.wait is None or time.time() - start < args.wait:
             sleep_until(last + 1.0)
             now = time.time()
             rows, lost = source.read(last)
+            # beside the map: the host's I/O pressure over the second, and the disks with an I/O out over 1 s
+            oldest = source.oldest(devices.read_diskstats())
+            shown = [d.name for d in disks] or [names.name(dev) for dev in oldest]
+            hung = in_flight_rows(oldest, shown, names.name, lambda pid: system.proc_comm(pid) or "[exited]")
+            now_pr = psi.host_io()
+            share = psi.share(pressure, now_pr, now - last)
+            pressure = now_pr
+            heat.status = {"io_pressure": psi.share_json(share), "in_flight_oldest": in_flight_json(hung),
+                           "lines": psi.share_lines(share, "second"),
+                           "alerts": in_flight_lines(hung, "web", "" if source.watch.table is not None else
+                                                     "timed from the kernel's request stamps, no bio followed")}
             heat.add(now, now - last, rows, lost)
             last = now
             if now - last_tick >= TICK_S:

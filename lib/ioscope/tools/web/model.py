@@ -31,6 +31,9 @@ class LiveHeat:
     key_ids: dict[tuple[str, str, str, str], int] = field(default_factory=dict)
     cols: deque[Column] = field(default_factory=deque)
     seq: int = 0
+    # the last second's lines beside the map: the host's I/O pressure (lines, io_pressure) and the disks whose
+    # oldest I/O in flight is over 1 s (alerts, in_flight_oldest): base/psi.py, kernel/inflight.py
+    status: dict[str, Any] = field(default_factory=dict)
 
     def key(self, k: tuple[str, str, str, str]) -> int:
         i = self.key_ids.get(k)
@@ -57,7 +60,7 @@ class LiveHeat:
 
     def to_json(self, since: int = 0) -> dict[str, Any]:
         """The columns after `since` (the page's last seq) and every key (the page's lookup table)."""
-        return {"seq": self.seq, "columns": self.columns,
+        return {"seq": self.seq, "columns": self.columns, "status": self.status,
                 "keys": [dict(zip(DIMS, k), k=i) for i, k in enumerate(self.keys)],
                 "data": [{"seq": c.seq, "t": c.t, "w": c.width, "lost": c.lost, "cells": c.cells}
                          for c in self.cols if c.seq > since]}

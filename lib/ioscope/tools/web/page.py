@@ -115,6 +115,13 @@ async function poll() {
       view.change('live', view.changeset().insert(rows).remove(x => x.t < now - win - 1));
       view.signal('now', now);
     }
+    if (d.status) {
+      const al = document.getElementById('alerts');
+      al.textContent = (d.status.alerts || []).join('\n');
+      al.style.display = al.textContent ? 'block' : 'none';
+      document.getElementById('pressure').textContent = (d.status.lines || []).join('\n');
+      window.ioscopeLive.status = d.status;
+    }
     if (now) {
       window.ioscopeLive.rows += rows.length;
       document.getElementById('status').textContent =
@@ -160,7 +167,10 @@ def render(window_s: int, what: str) -> bytes:
     doc = ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>ioscope web</title>"
            f"<style>{CSS}</style><script>{vega_bundle()}</script></head><body>"
            f"<h1>ioscope web: live latency heat map</h1><p class=note>{html.escape(what)}</p>{controls}"
-           "<p class=note id=status>waiting for the first second</p><div id=live></div>"
+           "<p class=note id=status>waiting for the first second</p>"
+           "<p class=note id=pressure></p>"
+           "<pre id=alerts style='display:none;color:#b00020;font-weight:bold;margin:0.4em 0'></pre>"
+           "<div id=live></div>"
            f"<script>const SPEC = {spec_js};</script><script>{JS}</script>"
            "</body></html>")
     return doc.encode()
