@@ -460,3 +460,67 @@ def test_a_pressure_trigger_the_kernel_refuses_is_one_line(tmp_path: Path) -> No
         assert ("without CAP_SYS_RESOURCE (this process lacks it) a trigger's window must be a multiple of 2 s: "
                 "give 'over 2s' or 'over 4s'") in err, err
         assert "Traceback" not in err
+
+
+def test_a_baseline_trigger_saves_when_a_disk_leaves_its_usual(tmp_path: Path) -> None:
+    """--trigger-baseline 'p99(q2c) > 10x usual' --baseline 20s --until-trigger: fio reads 4 KiB at 100 IOPS
+    from the slow disk's upper device outside the throttled cgroup (fast: its usual), and once the recorder
+    has learned (half of --baseline, and 2,000 I/Os: 20 s), two dd loops read in the cgroup at the
+    throttle's 2 IOPS (~1 s each, two waiting): 2% of the I/Os, so the p99 of the last seconds becomes the
+    throttle's wait. (10x, not 3x: beside the CI's guests fio's own p99 on these loop devices moved from 5
+    to 15 ms within seconds, which is 3x; the usual was up to 55 ms, a tenth of the throttle's wait.)
+    The recorder saves once, within a few seconds of the first slow read, says
+    the usual (fio's own clat p99 bounds it) and the new p99, and exits 3 by itself; nothing was saved while it
+    learned or while the disk was as usual."""
+    import json
+
+    def ns(text: str) -> float:   # base.fmt.fmt_ns's "49.9ms", "200us", "2.13s"
+        num, unit = re.fullmatch(r"([\d.]+)(ns|us|ms|s)", text).groups()  # type: ignore[union-attr]
+        return float(num) * {"ns": 1, "us": 1e3, "ms": 1e6, "s": 1e9}[unit]
+
+    with SlowDisk(iops=2) as sd:
+        upper = sd.upper
+        fio = subprocess.Popen(["fio", "--name=usual", f"--filename={sd.upper_path}", "--rw=randread", "--bs=4k",
+                                "--direct=1", "--ioengine=psync", "--rate_iops=100", "--time_based", "--runtime=50",
+                                "--output-format=json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(ioscope_cmd("record", "--ring", "60s", "--after", "1s", "-d", sd.upper, "-q",
+                                         "--trigger-baseline", "p99(q2c) > 10x usual", "--baseline", "20s",
+                                         "--until-trigger", "-w", "60", "-o", str(tmp_path / "usual")),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        slow: subprocess.Popen[str] | None = None
+        try:
+            assert p.stderr is not None
+            first = p.stderr.readline()
+            assert first.startswith("Flight recorder: keeping"), first + p.communicate()[1]
+            time.sleep(21.0)
+            assert p.poll() is None, p.communicate()
+            t_slow = time.monotonic()
+            loop = (f"for i in $(seq 40); do dd if={sd.upper_path} of=/dev/null bs=4k count=1 iflag=direct "
+                    "skip=$((i * 7 + {k})) 2>/dev/null; done")
+            slow = sd.popen(["sh", "-c", " & ".join(loop.replace("{k}", str(k)) for k in (1, 3)) + "; wait"])
+            out, err = p.communicate(timeout=40)
+            err = first + err
+        finally:
+            for x in (slow, fio, p):
+                if x is not None and x.poll() is None:
+                    x.kill()
+                    x.wait()
+        fio_out = fio.communicate()[0]
+        job = json.loads(fio_out[fio_out.index("{"):]) if fio.returncode == 0 and "{" in fio_out else None
+    assert p.returncode == 3, (p.returncode, out, err)
+    assert "stopped: --until-trigger: a window was saved" in err and "The baseline trigger fired 1 time" in err, err
+    saves = [m for m in (SAVED.match(ln) for ln in out.splitlines()) if m]
+    assert len(saves) == 1, out
+    m = re.match(rf"'p99\(q2c\) > 10x usual': {upper} p99\(q2c\) (\S+) over the last (\d+) s \(([\d,]+) I/Os\), "
+                 r"([\d.]+)x its usual (\S+) \(p99\(q2c\) of ([\d,]+) I/Os in the (\d+) s before\)", saves[0][2])
+    assert m, saves[0][2]
+    now_ns, usual_ns = ns(m[1]), ns(m[5])
+    assert now_ns >= 400e6, m[1]                      # the throttle's ~0.5-1 s
+    assert int(m[3].replace(",", "")) >= 200 and int(m[6].replace(",", "")) >= 2000
+    assert int(m[7]) >= 10                            # it had learned for half of --baseline
+    if job is not None:                               # fio's own p99 of its (fast) reads bounds the usual
+        fio_p99 = float(job["jobs"][0]["read"]["clat_ns"]["percentile"]["99.000000"])
+        assert usual_ns <= max(3 * fio_p99, 5e6), (usual_ns, fio_p99)
+    with open_capture(saves[0][1]) as cap:
+        fired = cap.meta["flight"]["trigger"]["mono_ns"] / 1e9 - t_slow
+    assert 0.4 <= fired <= 6.0, fired                 # after the first slow read completed, within seconds

@@ -230,3 +230,113 @@ def test_a_window_the_memory_bound_cut_says_so(tmp_path: Path) -> None:
     job.events = sum(len(p) for p in job.parts)
     line = sess.save_line(job)
     assert "the 1.0 MiB memory bound kept" in line and "of the 20.0 s asked (--ring 20s,SIZE keeps more)" in line, line
+
+
+def test_a_baseline_condition_parses_and_bad_ones_are_one_line() -> None:
+    from ioscope.tools.record.flight import parse_baseline
+    s = parse_baseline("p99(q2c) > 3x usual")
+    assert (s.pct, s.phase, s.factor, s.name, s.min_ios) == (99.0, "q2c", 3.0, "p99(q2c)", 200)
+    assert parse_baseline("p99.9(D2C) > 2.5 times usual").phase == "d2c"
+    assert parse_baseline("p50(q2d) > 4x").min_ios == 4
+    assert parse_baseline("p90(q2c)>3 x").min_ios == 20
+    for bad, said in (("p99(q2c) > 3", "usual"), ("p100(q2c) > 3x", "p100"), ("p99(q2c) > 1x usual", "above"),
+                      ("avg(q2c) > 3x usual", "PCT(TIME)"), ("p99(bytes) > 3x", "PCT(TIME)")):
+        if bad == "p99(q2c) > 3":   # the factor's x may be left out: 3 is 3x
+            assert parse_baseline(bad).factor == 3.0
+            continue
+        with pytest.raises(UsageError) as e:
+            parse_baseline(bad)
+        assert said in str(e.value) and "\n" not in str(e.value), e.value
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _second(watch: object, clock: _Clock, disk: str, values_ns: list[int],
+            more: dict[str, list[int]] | None = None) -> list[str]:
+    """One second of I/Os (values_ns on disk, and more's on other disks), then the watch's tick."""
+    from ioscope.base.hist import Hist
+    from ioscope.tools.record.flight import BaselineWatch
+    assert isinstance(watch, BaselineWatch)
+    for d, vals in {disk: values_ns, **(more or {})}.items():
+        if vals:
+            watch.add("q2c", d, Hist.from_values(vals))
+    clock.t += 1.0
+    return watch.tick()
+
+
+def test_the_baseline_learns_then_fires_once_per_episode() -> None:
+    """300 I/Os a second of 100-200 us: the usual p99 is ~200 us; nothing fires while it learns (half of
+    --baseline 60s) or while the disk stays as usual; 10% of the I/Os at 50 ms then make the p99 of the last
+    second 250x the usual: it fires once, not again while it lasts (5 s), and again after the disk was back
+    to its usual for 30 s and slowed down once more. Another disk, always slow, never fires: slow is its usual."""
+    from ioscope.tools.record.flight import BaselineWatch, parse_baseline
+    clock = _Clock()
+    w = BaselineWatch([parse_baseline("p99(q2c) > 3x usual")], baseline_s=60, clock=clock)
+    fast = [100_000 + (i * 337) % 100_000 for i in range(300)]
+    slow = fast[:270] + [50_000_000] * 30
+    other = {"sdb": slow}
+    fired: list[tuple[int, str]] = []
+    for s in range(40):
+        fired += [(s, x) for x in _second(w, clock, "sda", fast, other)]
+    assert fired == []
+    for s in range(40, 45):
+        fired += [(s, x) for x in _second(w, clock, "sda", slow, other)]
+    assert len(fired) == 1 and fired[0][0] == 40, fired
+    line = fired[0][1]
+    assert line.startswith("'p99(q2c) > 3x usual': sda p99(q2c) ") and " over the last 1 s (300 I/Os), " in line, line
+    assert "x its usual " in line and "(p99(q2c) of 12,000 I/Os in the 40 s before)" in line, line
+    for s in range(45, 75):
+        fired += [(s, x) for x in _second(w, clock, "sda", fast, other)]
+    for s in range(75, 77):
+        fired += [(s, x) for x in _second(w, clock, "sda", slow, other)]
+    # the second episode: 150 slow I/Os of the 18,000 in the 60 s before are under 1%: its usual is fast again
+    assert [s for s, _ in fired] == [40, 75], fired
+    assert w.fired == 2
+
+
+def test_the_baseline_decides_nothing_while_it_learns() -> None:
+    """Slow at second 20 of a --baseline 60s: the usual spans 20 s of the 30 it needs, nothing fires; the
+    same slowdown at second 31 fires."""
+    from ioscope.tools.record.flight import BaselineWatch, parse_baseline
+    fast = [100_000 + (i * 337) % 100_000 for i in range(300)]
+    slow = fast[:270] + [50_000_000] * 30
+    for at, fires in ((20, False), (31, True)):
+        clock = _Clock()
+        w = BaselineWatch([parse_baseline("p99(q2c) > 3x usual")], baseline_s=60, clock=clock)
+        got = [x for s in range(at + 1) for x in _second(w, clock, "sda", slow if s == at else fast)]
+        assert bool(got) == fires, (at, got)
+
+
+def test_the_baseline_needs_enough_ios_and_says_nothing_on_a_quiet_disk() -> None:
+    """A p99 needs 200 I/Os: at 15 a second the current value spans 10 s (150 I/Os: not enough), so a disk
+    that slow never fires, whatever its latencies; at 25 a second it spans 8 s and does."""
+    from ioscope.tools.record.flight import BaselineWatch, parse_baseline
+    clock = _Clock()
+    quiet = BaselineWatch([parse_baseline("p99(q2c) > 3x usual")], baseline_s=100, clock=clock)
+    for _ in range(200):
+        assert _second(quiet, clock, "sda", [100_000] * 15) == []
+    for _ in range(20):
+        assert _second(quiet, clock, "sda", [90_000_000] * 15) == []
+    clock2 = _Clock()
+    busy = BaselineWatch([parse_baseline("p99(q2c) > 3x usual")], baseline_s=100, clock=clock2)
+    for _ in range(120):
+        assert _second(busy, clock2, "sda", [100_000] * 25) == []
+    got = [x for _ in range(10) for x in _second(busy, clock2, "sda", [100_000] * 24 + [90_000_000])]
+    assert len(got) == 1 and " over the last 8 s (200 I/Os)" in got[0], got
+
+
+def test_baseline_options_are_for_the_flight_recorder(tmp_path: Path) -> None:
+    p = subprocess.run(ioscope_cmd("record", "-o", str(tmp_path / "x"), "--trigger-baseline", "p99(q2c) > 3x"),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "--trigger-baseline goes with --ring" in p.stderr, p.stderr
+    p = subprocess.run(ioscope_cmd("record", "--ring", "10s", "-o", str(tmp_path / "x"),
+                                   "--trigger-baseline", "p99(q2c) > 0.5x usual"),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "a factor of 0.5 is not above the usual" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) <= 2, p.stderr

@@ -66,6 +66,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     fl.add_argument("--trigger-pressure", metavar="COND", type=_pressure_type,
                     help="save when the host's I/O pressure (PSI) passes COND, the kernel's own trigger: "
                          "'some > 40%%' (of a 2 s window), 'full > 10%% over 4s'")
+    fl.add_argument("--trigger-baseline", action="append", metavar="COND",
+                    help="save when a disk's percentile of a time over its last seconds passes a factor of its "
+                         "usual (the same percentile over --baseline): 'p99(q2c) > 3x usual' (repeatable)")
+    fl.add_argument("--baseline", type=_duration("--baseline"), default=600.0, metavar="DURATION",
+                    help="how far back the usual of --trigger-baseline looks (default 10m); nothing fires before "
+                         "half of it was seen")
+    fl.add_argument("--until-trigger", action="store_true",
+                    help="stop once the first window is saved, and exit with status 3 (0 when -w or a stop signal "
+                         "ended it first): for cron and systemd")
     fl.add_argument("--trigger-cmd", metavar="CMD",
                     help="run CMD (with sh) every --trigger-every seconds; save when it exits non-zero or hangs")
     fl.add_argument("--trigger-every", type=_duration("--trigger-every"), default=10.0, metavar="DURATION",
@@ -112,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         return run_ring(args, mask)
     for opt, given in (("--trigger", args.trigger), ("--trigger-cmd", args.trigger_cmd),
                        ("--trigger-pressure", args.trigger_pressure),
+                       ("--trigger-baseline", args.trigger_baseline), ("--until-trigger", args.until_trigger),
                        ("--context", args.context), ("--save-on-exit", args.save_on_exit)):
         if given:
             raise UsageError(f"{opt} goes with --ring (the flight recorder)",

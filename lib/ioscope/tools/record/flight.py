@@ -20,8 +20,10 @@ incident read as one recording cut in pieces, and no event is written twice.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import queue
+import re
 import select
 import signal
 import subprocess
@@ -39,6 +41,7 @@ from ioscope.base.cgroups import CgroupNames
 from ioscope.base.cgroups import label as cgroup_label
 from ioscope.base.collector import Tick
 from ioscope.base.errors import IoscopeError, UsageError
+from ioscope.base.hist import Hist
 from ioscope.capture.events import EVENT, join_events, select_events
 from ioscope.capture.store import require_writer
 
@@ -315,6 +318,134 @@ def parse_triggers(texts: Sequence[str]) -> list[Expr]:
     return out
 
 
+# -- a trigger against the usual: 'p99(q2c) > 3x usual' ----------------------------------------------
+
+DEFAULT_BASELINE_S = 600.0   # --baseline: how far back "usual" looks
+CURRENT_MAX_S = 10           # the current value spans at most this many of the last seconds
+_BASELINE = re.compile(r"^\s*p(\d{1,2}(?:\.\d+)?)\s*\(\s*(q2c|d2c|q2d)\s*\)\s*>\s*(\d+(?:\.\d+)?)\s*"
+                       r"(?:x|\*|times)?\s*(?:(?:the\s+)?usual)?\s*$", re.I)
+
+
+@dataclass(frozen=True)
+class BaselineSpec:
+    """--trigger-baseline 'p99(q2c) > 3x usual': a disk's percentile of a time over its last seconds passes
+    factor times the same percentile over the --baseline before them."""
+
+    text: str
+    pct: float       # 99.0
+    phase: str       # q2c, d2c or q2d
+    factor: float    # 3.0
+
+    @property
+    def name(self) -> str:
+        return f"p{self.pct:g}({self.phase})"
+
+    @property
+    def min_ios(self) -> int:
+        """The I/Os a window needs for its percentile to be more than its largest value, twice over: 200 for
+        p99, 20 for p90, 4 for p50 (a p99 of 100 I/Os is the slowest one, not a percentile)."""
+        return math.ceil(2 / (1 - self.pct / 100) - 1e-9)
+
+
+def parse_baseline(text: str) -> BaselineSpec:
+    """'p99(q2c) > 3x usual' (or '> 3x', '> 3 x usual', '> 3 times usual') -> BaselineSpec (UsageError)."""
+    m = _BASELINE.match(text)
+    if not m:
+        raise UsageError(f"--trigger-baseline '{text}': not PCT(TIME) > FACTORx usual",
+                         "e.g. --trigger-baseline 'p99(q2c) > 3x usual' (PCT p50 to p99.9, TIME q2c, d2c or q2d)")
+    pct, factor = float(m[1]), float(m[3])
+    if not 0 < pct < 100:
+        raise UsageError(f"--trigger-baseline '{text}': p{m[1]} is not a percentile between p0 and p100",
+                         "e.g. p99 or p99.9")
+    if not factor > 1:
+        raise UsageError(f"--trigger-baseline '{text}': a factor of {m[3]} is not above the usual",
+                         "give a factor above 1: 'p99(q2c) > 3x usual'")
+    return BaselineSpec(text.strip(), pct, m[2].lower(), factor)
+
+
+class BaselineWatch:
+    """The --trigger-baseline conditions, per disk, from a histogram of the time per disk and second (agg's
+    llquantize by disk, read with the other triggers' maps every 100 ms and summed into the second).
+
+    Each second, for each condition and disk: the current value is the percentile over the fewest last
+    seconds (at most CURRENT_MAX_S) that hold min_ios I/Os (too few I/Os in 10 s: nothing is decided);
+    the usual is the same percentile over the --baseline seconds before those (the I/Os themselves, not
+    an average of per-second values). Nothing is decided until the usual spans half of --baseline and
+    holds ten times min_ios I/Os. A condition fires when current > factor x usual, once, and again only
+    after the current value went back under it (a slow hour fires once, not every second)."""
+
+    def __init__(self, specs: Sequence[BaselineSpec], baseline_s: float = DEFAULT_BASELINE_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.specs = list(specs)
+        self.phases = sorted({s.phase for s in self.specs})
+        self.baseline_s = math.ceil(baseline_s)
+        self.clock = clock
+        self.second = 0                      # the index of the second being summed
+        self.started = clock()
+        self.cur: dict[tuple[str, str], Hist] = {}
+        self.secs: dict[tuple[str, str], deque[tuple[int, Hist]]] = {}
+        self.first: dict[tuple[str, str], int] = {}   # the first second a disk had I/O of the phase
+        self.armed: dict[tuple[int, str], bool] = {}
+        self.fired = 0
+
+    def add(self, phase: str, disk: str, h: Hist) -> None:
+        key = (phase, disk)
+        was = self.cur.get(key)
+        self.cur[key] = h if was is None else was.merge(h)
+
+    def tick(self) -> list[str]:
+        """Close the seconds that ended; the conditions that fired (one line each)."""
+        out: list[str] = []
+        while self.clock() - self.started >= self.second + 1:
+            for key, h in self.cur.items():
+                self.secs.setdefault(key, deque()).append((self.second, h))
+                self.first.setdefault(key, self.second)
+            self.cur = {}
+            self.second += 1
+            keep = self.second - self.baseline_s - CURRENT_MAX_S
+            for q in self.secs.values():
+                while q and q[0][0] < keep:
+                    q.popleft()
+            out += self._decide()
+        return out
+
+    def _decide(self) -> list[str]:
+        from ioscope.base.fmt import fmt_ns
+        out = []
+        for i, spec in enumerate(self.specs):
+            for (phase, disk), cols in self.secs.items():
+                if phase != spec.phase:
+                    continue
+                cur, start = Hist(), self.second
+                for idx, h in reversed(cols):
+                    if idx < self.second - CURRENT_MAX_S or cur.count >= spec.min_ios:
+                        break
+                    cur, start = cur.merge(h), idx
+                if cur.count < spec.min_ios:
+                    continue
+                base = Hist()
+                for idx, h in cols:
+                    if start - self.baseline_s <= idx < start:
+                        base = base.merge(h)
+                if base.count < 10 * spec.min_ios or start - self.first[(phase, disk)] < self.baseline_s / 2:
+                    continue   # still learning what is usual
+                now, usual = cur.percentile(spec.pct), base.percentile(spec.pct)
+                key = (i, disk)
+                if now > spec.factor * usual:
+                    if self.armed.get(key, True):
+                        self.armed[key] = False
+                        self.fired += 1
+                        span = self.second - start
+                        base_s = start - max(self.first[(phase, disk)], start - self.baseline_s)
+                        out.append(f"'{spec.text}': {disk} {spec.name} {fmt_ns(int(now))} over the last {span} s "
+                                   f"({cur.count:,} I/Os), {now / usual if usual else float('inf'):.1f}x its usual "
+                                   f"{fmt_ns(int(usual))} ({spec.name} of {base.count:,} I/Os in the {base_s} s "
+                                   "before)")
+                else:
+                    self.armed[key] = True
+        return out
+
+
 class InFlightConditions:
     """The --trigger conditions that read q2c, q2d or d2c, decided for the I/Os still in flight: 'q2c > 2s'
     holds as soon as an I/O has been out 2 s, completed or not (a hung device completes nothing, and a
@@ -429,16 +560,22 @@ class KernelTriggers:
     its maps: the triggers that matched an I/O since the last read."""
 
     def __init__(self, exprs: list[Expr], disks: Sequence[Any], pid: int | None, btf: str | None,
-                 progs: list[list[Any]]) -> None:
+                 progs: list[list[Any]], baseline: BaselineWatch | None = None) -> None:
         from ioscope.engines.aggregate.collector import AggCollector, AggOptions
+        from ioscope.engines.aggregate.expr import parse
         from ioscope.kernel.stamps import TICK_S
         self.exprs = exprs
+        # the baseline's histograms of each time it reads, by disk, beside the conditions (no WHERE)
+        self.baseline = baseline
+        self.base_exprs = [parse(f"llquantize({ph}) by disk") for ph in (baseline.phases if baseline else [])]
+        progs = [*progs, *([] for _ in self.base_exprs)]
         # a condition on the time from the queue (q2c, q2d) is timed from each bio's queue event, not from
         # its request's stamps: the remainder of a split bio that blk-throttle holds again (an iops limit,
         # 6.1 on) becomes a request only when the throttle lets it go, and a request's own start would
         # miss that wait (issue 24 finding 1: 'q2c > 200ms' never fired on writes that took a second)
-        from_queue = any(f in ("q2c", "q2d") for e in exprs for f in e.fields())
-        self.collector: AggCollector = AggCollector(AggOptions(exprs=exprs, disks=list(disks), pid=pid, btf=btf,
+        from_queue = any(f in ("q2c", "q2d") for e in [*exprs, *self.base_exprs] for f in e.fields())
+        self.collector: AggCollector = AggCollector(AggOptions(exprs=[*exprs, *self.base_exprs], disks=list(disks),
+                                                               pid=pid, btf=btf,
                                                                programs=progs,
                                                                timing="probes" if from_queue else "auto"))
         self._tick_every = TICK_S
@@ -467,6 +604,12 @@ class KernelTriggers:
             who = f"{worst.keys.get('comm')} in {cgroup_label(str(worst.keys.get('cgroup')))}"
             ios = f"{n} I/O{'s' if n != 1 else ''}"
             out.append(f"'{e.text}': {ios} ({where}){what}, by {who}")
+        if self.baseline is not None:
+            for e, rows in zip(self.base_exprs, sample.rows[len(self.exprs):]):
+                for r in rows:
+                    if isinstance(r.stat, Hist) and r.stat.count:
+                        self.baseline.add(str(e.value), str(r.keys.get("disk")), r.stat)
+            out += self.baseline.tick()
         c = self.collector
         return out + self.in_flight.check(c.slots if c.slotted else None, c.issue_stamped)
 
@@ -649,6 +792,7 @@ class FlightSession:
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self.done = threading.Event()
+        self.saved = threading.Event()   # a save was written (or failed): --until-trigger stops then
         self._jobs: queue.SimpleQueue[SaveJob | None] = queue.SimpleQueue()
         self._wall_off = time.time() - time.monotonic_ns() / 1e9   # wall time of CLOCK_MONOTONIC 0
         self.thread = threading.Thread(target=self._run, name="ioscope-flight", daemon=False)
@@ -788,6 +932,7 @@ class FlightSession:
             finally:
                 job.parts = []   # the ring's memory is the ring's again
             self.say(self.save_line(job))
+            self.saved.set()
 
     def _header(self, job: SaveJob) -> dict[str, Any]:
         t = job.trigger

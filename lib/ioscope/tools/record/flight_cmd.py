@@ -71,16 +71,20 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
     from ioscope.engines.aggregate.collector import programs
     from ioscope.engines.recording.recorder import Recorder, RecorderOptions, capture_meta
     from ioscope.tools.record.flight import (
+        BaselineWatch,
         CommandTrigger,
         FlightSession,
         KernelTriggers,
         PressureTrigger,
+        parse_baseline,
         parse_triggers,
     )
 
     check_args(args)
     exprs = parse_triggers(args.trigger or [])   # a bad condition: one line, exit 2, nothing attached
     progs = programs(exprs)                      # names in conditions (disks, cgroups) resolved here too
+    specs = [parse_baseline(t) for t in args.trigger_baseline or []]
+    baseline = BaselineWatch(specs, args.baseline) if specs else None
     system.require_bpf_privileges("record")
     btf = system.btf_path(getattr(args, "btf", None))
     disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
@@ -90,8 +94,8 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
     pressure: PressureTrigger | None = None
     try:
         live.warn_unavailable("record", rec.unavailable)
-        if exprs:
-            trig = KernelTriggers(exprs, disks, args.pid, btf, progs)
+        if exprs or baseline is not None:
+            trig = KernelTriggers(exprs, disks, args.pid, btf, progs, baseline)
         command = " ".join(["ioscope", *sys.argv[1:]])
         session = FlightSession(rec, args.ring, prefix=args.output, meta=capture_meta(rec, sys.argv[1:]),
                                 after_s=args.after, triggers=trig, max_saves=args.max_saves,
@@ -103,7 +107,7 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
             cmd = CommandTrigger(args.trigger_cmd, args.trigger_every, session.request)
         if args.trigger_pressure is not None:   # the kernel refusing it: one line, before recording starts
             pressure = PressureTrigger(args.trigger_pressure, session.request)
-        return _fly(session, args, disks, cmd, pressure)
+        return _fly(session, args, disks, cmd, pressure, baseline)
     finally:
         if pressure is not None:
             pressure.stop()
@@ -114,7 +118,12 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
         rec.close()
 
 
-def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pressure: Any = None) -> int:
+# --until-trigger: the status when a window was saved (1 is an error, 2 bad usage, 130 and up a signal's)
+EXIT_TRIGGERED = 3
+
+
+def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pressure: Any = None,
+         baseline: Any = None) -> int:
     from ioscope.base.fmt import fmt_bytes
     from ioscope.engines.recording.recorder import ALL_ACTIONS, mask_names
     from ioscope.tools.record.flight import FlightSession
@@ -129,6 +138,8 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pre
         on.append(f"--trigger-cmd failing (every {args.trigger_every:g} s)")
     if pressure is not None:
         on.append(f"I/O pressure {pressure.spec.describe()}")
+    if baseline is not None:
+        on += [f"'{s.text}' (usual: the {args.baseline:g} s before)" for s in baseline.specs]
     stop_how = f"for {args.duration:g}s" if args.duration else "until Ctrl-C"
     tty = sys.stderr.isatty() and not args.quiet
     started = time.monotonic()
@@ -149,6 +160,8 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pre
         while not session.done.is_set():
             if live.wait_or_deadline(session.done, deadline):
                 session.stop(f"-w {args.duration:g}s elapsed")
+            if args.until_trigger and session.saved.is_set():
+                session.stop("--until-trigger: a window was saved")
             now = time.monotonic()
             if not args.quiet and now - last_line >= (1.0 if tty else 60.0) and not session.done.is_set():
                 oldest = ring.oldest_ts()
@@ -181,6 +194,8 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pre
         extra.append(f"--trigger-cmd ran {cmd.runs} times, failed {cmd.failures}")
     if pressure is not None:
         extra.append(f"the I/O pressure trigger fired {pressure.fired} time{'s' if pressure.fired != 1 else ''}")
+    if baseline is not None:
+        extra.append(f"the baseline trigger fired {baseline.fired} time{'s' if baseline.fired != 1 else ''}")
     saves = len(session.saves)
     print(f"Flight recorder ran {elapsed:.1f}s: {ring.events_seen:,} events seen, the ring held the last {held:.1f} s "
           f"({fmt_bytes(ring.bytes, prose=True)}) at the end; {saves} window{'s' if saves != 1 else ''} saved; lost "
@@ -190,7 +205,9 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pre
         print("ioscope record: records were lost; a larger --buffer (e.g. --buffer 256M) or fewer disks (-d) helps",
               file=sys.stderr)
     failed = [j for j in session.saves if j.error]
-    return 1 if failed else 0
+    if failed:
+        return 1
+    return EXIT_TRIGGERED if args.until_trigger and session.saves else 0
 
 
 __all__ = ["check_args", "run_ring"]
