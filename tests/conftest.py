@@ -279,6 +279,21 @@ def io_cgroup(live: None) -> Iterator[tuple[Path, str]]:
                 time.sleep(0.1)
 
 
+@pytest.fixture
+def held_disk(live: None) -> Iterator[Any]:
+    """A loop disk over a FUSE file system whose daemon stops replying on demand (hung_util.HeldDisk):
+    hold() and a read on it hangs, release() and it completes; everything removed after the test."""
+    from hung_util import HeldDisk, fuse_problem
+    problem = fuse_problem()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(f"{problem} (CI is set: live tests must run, not skip; scripts/bootstrap.sh --test "
+                        "installs fusepy and libfuse2)")
+        pytest.skip(problem)
+    with HeldDisk() as d:
+        yield d
+
+
 from harness import (  # noqa: E402
     pytest_configure,
     pytest_runtest_call,

@@ -39,6 +39,14 @@ class ScriptJob:
             self.kill()
         return (self.d / "rc").read_text().strip()
 
+    def ended(self, timeout: float = 60) -> str:
+        """The tool's exit status once it ended by itself (the script's wait returned)."""
+        try:
+            assert self.shell.wait(timeout=timeout) == 0
+        finally:
+            self.kill()
+        return (self.d / "rc").read_text().strip()
+
     def kill(self) -> None:
         if self.shell.poll() is None:
             self.shell.kill()
