@@ -71,6 +71,12 @@ class HeldDisk:
     def hold(self) -> None:
         self.gate.touch()
 
+    def held_read(self) -> subprocess.Popen[str]:
+        """hold(), then dd reads one 4 KiB block at sector 8000 with O_DIRECT: it blocks until release()."""
+        self.hold()
+        return subprocess.Popen(["dd", f"if={self.loop}", "of=/dev/null", "bs=4k", "count=1", "iflag=direct",
+                                 "skip=1000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
     def release(self) -> None:
         self.gate.unlink(missing_ok=True)
 

@@ -92,10 +92,8 @@ def test_hung_read_shown_by_top_and_the_exporter_and_kept_by_the_sweep(held_disk
         lat.slots.stale_ns = 2_000_000_000
         lines.wait(time.monotonic())
         assert d.in_flight() == 0
-        d.hold()
         t0 = time.monotonic()
-        dd = subprocess.Popen(["dd", f"if={d.loop}", "of=/dev/null", "bs=4k", "count=1", "iflag=direct", "skip=1000"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        dd = d.held_read()
         time.sleep(1.0)
         # started during the hang: a top and an exporter timed from the kernel's stamps (no slot table) see no
         # bio of theirs in flight; /proc/diskstats says a request has been in flight and none completed
@@ -204,10 +202,8 @@ def test_a_flight_recorder_saves_while_the_io_hangs(held_disk: HeldDisk, tmp_pat
     dd: subprocess.Popen[str] | None = None
     try:
         assert d.in_flight() == 0
-        d.hold()
         t0 = time.monotonic()
-        dd = subprocess.Popen(["dd", f"if={d.loop}", "of=/dev/null", "bs=4k", "count=1", "iflag=direct", "skip=1000"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        dd = d.held_read()
         time.sleep(0.5)
         late = Flight(tmp_path / "late", "30s", "--after", "500ms", "-d", d.name, "--trigger", "d2c > 1500ms")
         tl = time.monotonic()   # its start line: attached and watching
@@ -234,6 +230,10 @@ def test_a_flight_recorder_saves_while_the_io_hangs(held_disk: HeldDisk, tmp_pat
         lines = f.out + late.out
         assert not [ln for ln in lines if "nobody" in ln or "bytes > 1M" in ln], lines
         assert len([ln for ln in f.out if SAVED.match(ln)]) == 2
+        # what watching cost, in its summary: the table was read (the slot path fired)
+        cost = re.search(r"[Ww]atching the I/Os in flight took ([\d.]+) s of CPU \((\d+) reads? of the slot table\)",
+                         "\n".join(f.err))
+        assert cost and int(cost[2]) >= 1 and float(cost[1]) < 5, f.err
         assert len([ln for ln in late.out if SAVED.match(ln)]) == 1
     finally:
         d.release()
@@ -297,10 +297,8 @@ def test_the_live_page_shows_the_hung_read_and_the_pressure(held_disk: HeldDisk)
             urls.append(m.group(1))
         time.sleep(1.5)
         assert all(data(u).get("in_flight_oldest") == {} for u in urls)
-        d.hold()
         t0 = time.monotonic()
-        dd = subprocess.Popen(["dd", f"if={d.loop}", "of=/dev/null", "bs=4k", "count=1", "iflag=direct", "skip=1000"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        dd = d.held_read()
         time.sleep(4.0)
         assert dd.poll() is None and d.in_flight() == 1
         before = psi.host_io()

@@ -30,10 +30,8 @@ def test_a_script_waits_for_the_hung_read_and_gets_status_3(held_disk: HeldDisk)
         dd: subprocess.Popen[str] | None = None
         try:
             job.wait_for("err", "Flight recorder: keeping")
-            d.hold()
             t0 = time.monotonic()
-            dd = subprocess.Popen(["dd", f"if={d.loop}", "of=/dev/null", "bs=4k", "count=1", "iflag=direct",
-                                   "skip=1000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            dd = d.held_read()
             rc = job.ended(timeout=30)
             took = time.monotonic() - t0
             assert dd.poll() is None, "dd completed before the recorder ended"

@@ -6,9 +6,11 @@ recorder").
   trimmed to the window by time (plus --after) and to a memory bound; the process names seen, and the
   loss counters at each block's start, so that a saved window has its names and its own losses.
 - Triggers: conditions in agg's language evaluated in the kernel by the agg BPF object (KernelTriggers:
-  one aggregation per condition, read every TRIGGER_POLL_S), SIGUSR1 (the command), and a health
-  check run every interval (CommandTrigger). Each asks FlightSession.request(); a trigger while a save
-  is waiting for its --after time joins that save.
+  one aggregation per condition, read every TRIGGER_POLL_S; InFlightConditions decides those on a time
+  for the I/Os still in flight), the disks' percentiles against their usual (BaselineWatch, from
+  histograms in the same object), the host's I/O pressure (PressureTrigger, the kernel's PSI trigger),
+  SIGUSR1 (the command), and a health check run every interval (CommandTrigger). Each asks
+  FlightSession.request(); a trigger while a save is waiting for its --after time joins that save.
 - FlightSession: the consumer thread (the recorder's rings -> the ring, the kernel triggers, the saves
   due) and the Saver thread, which writes each window with CaptureWriter (or into a collect bundle with
   the host's context), so that writing a large window never stops the rings from being emptied.
@@ -481,6 +483,7 @@ class InFlightConditions:
         self.proc_root = proc_root
         self.fired: dict[tuple[Any, ...], int] = {}   # (condition, I/O) -> when it was last seen in flight
         self._reads = 0
+        self.cpu_s = 0.0   # time.thread_time() spent in check(): its cost, said in the summary
 
     def _comm(self, tgid: int) -> str:
         from ioscope.base.system import proc_comm
@@ -490,11 +493,18 @@ class InFlightConditions:
         """The conditions that hold for an I/O in flight now, each once per I/O (table: the SlotTable
         the BPF object fills, None while no disk is followed by the probes; issue_known: its slots get
         each request's issue time, when a condition reads q2d or d2c)."""
+        if not self.exprs:
+            return []
+        t0 = time.thread_time()
+        try:
+            return self._check(table, issue_known)
+        finally:
+            self.cpu_s += time.thread_time() - t0
+
+    def _check(self, table: Any, issue_known: bool) -> list[str]:
         from ioscope.base import devices
         from ioscope.base.fmt import fmt_ns
         from ioscope.engines.aggregate.expr import decide
-        if not self.exprs:
-            return []
         self.watch.table = table
         stats = self.diskstats()
         current = self.watch.read(stats)

@@ -194,6 +194,11 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pre
         extra.append(f"--trigger-cmd ran {cmd.runs} times, failed {cmd.failures}")
     if pressure is not None:
         extra.append(f"the I/O pressure trigger fired {pressure.fired} time{'s' if pressure.fired != 1 else ''}")
+    kt = session.kernel_triggers
+    if kt is not None and kt.in_flight.exprs:
+        w = kt.in_flight.watch
+        extra.append(f"watching the I/Os in flight took {kt.in_flight.cpu_s:.2f} s of CPU ({w.reads} read"
+                     f"{'s' if w.reads != 1 else ''} of the slot table)")
     if baseline is not None:
         extra.append(f"the baseline trigger fired {baseline.fired} time{'s' if baseline.fired != 1 else ''}")
     saves = len(session.saves)
