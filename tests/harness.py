@@ -143,7 +143,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """Note what the test starts (its body; fixtures manage their own)."""
     before = descendants()
     yield
-    item.stash[_STARTED] = {p: v for p, v in descendants().items() if before.get(p) != v}
+    item.stash[_STARTED] = {p: v for p, v in descendants().items() if p not in before or before[p][0] != v[0]}
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -154,7 +154,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     # whatever the test started and is still running, with what those started since
     now = descendants()
-    left = {p: v for p, v in now.items() if p in started and started[p] == v}
+    # the same process: the same pid and start time (not the command line: a job a shell forked may exec its
+    # program after the test's snapshot, on a loaded host, and was then taken for another process and left
+    # running: `sh -c "sleep 300 &"` in CI once)
+    left = {p: v for p, v in now.items() if p in started and started[p][0] == v[0]}
     for p in list(left):
         left.update(descendants(p))
     stopped = stop_leftovers(left) if left else []
