@@ -365,6 +365,34 @@ def parse_baseline(text: str) -> BaselineSpec:
     return BaselineSpec(text.strip(), pct, m[2].lower(), factor)
 
 
+@dataclass(frozen=True)
+class _Second:
+    """One second's histogram of one disk, its non-zero buckets only: a Hist holds all of them (4 KiB), and
+    --baseline 10m keeps 610 seconds per disk and time."""
+
+    idx: np.ndarray     # bucket indexes
+    n: np.ndarray       # their counts
+    count: int
+    lo: int             # the smallest and largest value seen
+    hi: int
+
+    @classmethod
+    def of(cls, h: Hist) -> _Second:
+        idx = np.flatnonzero(h.counts)
+        return cls(idx, h.counts[idx].copy(), h.count, h.min, h.max)
+
+
+def _joined(parts: Sequence[_Second]) -> Hist:
+    """The histogram of several seconds."""
+    from ioscope.base.hist import NBUCKETS
+    full = [p for p in parts if p.count]
+    if not full:
+        return Hist()
+    counts = np.zeros(NBUCKETS, dtype=np.uint64)
+    np.add.at(counts, np.concatenate([p.idx for p in full]), np.concatenate([p.n for p in full]))
+    return Hist(counts, sum(p.count for p in full), 0, min(p.lo for p in full), max(p.hi for p in full))
+
+
 class BaselineWatch:
     """The --trigger-baseline conditions, per disk, from a histogram of the time per disk and second (agg's
     llquantize by disk, read with the other triggers' maps every 100 ms and summed into the second).
@@ -385,7 +413,7 @@ class BaselineWatch:
         self.second = 0                      # the index of the second being summed
         self.started = clock()
         self.cur: dict[tuple[str, str], Hist] = {}
-        self.secs: dict[tuple[str, str], deque[tuple[int, Hist]]] = {}
+        self.secs: dict[tuple[str, str], deque[tuple[int, _Second]]] = {}
         self.first: dict[tuple[str, str], int] = {}   # the first second a disk had I/O of the phase
         self.armed: dict[tuple[int, str], bool] = {}
         self.fired = 0
@@ -400,7 +428,7 @@ class BaselineWatch:
         out: list[str] = []
         while self.clock() - self.started >= self.second + 1:
             for key, h in self.cur.items():
-                self.secs.setdefault(key, deque()).append((self.second, h))
+                self.secs.setdefault(key, deque()).append((self.second, _Second.of(h)))
                 self.first.setdefault(key, self.second)
             self.cur = {}
             self.second += 1
@@ -418,17 +446,17 @@ class BaselineWatch:
             for (phase, disk), cols in self.secs.items():
                 if phase != spec.phase:
                     continue
-                cur, start = Hist(), self.second
-                for idx, h in reversed(cols):
-                    if idx < self.second - CURRENT_MAX_S or cur.count >= spec.min_ios:
+                parts: list[_Second] = []
+                n, start = 0, self.second
+                for idx, sec in reversed(cols):
+                    if idx < self.second - CURRENT_MAX_S or n >= spec.min_ios:
                         break
-                    cur, start = cur.merge(h), idx
-                if cur.count < spec.min_ios:
+                    parts.append(sec)
+                    n, start = n + sec.count, idx
+                if n < spec.min_ios:
                     continue
-                base = Hist()
-                for idx, h in cols:
-                    if start - self.baseline_s <= idx < start:
-                        base = base.merge(h)
+                cur = _joined(parts)
+                base = _joined([sec for idx, sec in cols if start - self.baseline_s <= idx < start])
                 if base.count < 10 * spec.min_ios or start - self.first[(phase, disk)] < self.baseline_s / 2:
                     continue   # still learning what is usual
                 now, usual = cur.percentile(spec.pct), base.percentile(spec.pct)
