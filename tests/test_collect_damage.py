@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 import subprocess
 import tarfile
 import tempfile
@@ -37,7 +38,10 @@ def _members(data: bytes) -> dict[str, bytes]:
         return {m.name: t.extractfile(m).read() for m in t if m.isfile()}  # type: ignore[union-attr]
 
 
-def _collect(out: str, disk: str, dev: str, nreads: int, seconds: int, *extra: str) -> subprocess.CompletedProcess[str]:
+def _collect(out: str, disk: str, dev: str, nreads: int, seconds: int, *extra: str,
+             stop: bool = False) -> subprocess.CompletedProcess[str]:
+    """collect -w SECONDS while dd makes nreads direct reads; stop: SIGINT once dd is done (every read is in
+    the capture, however slowly a loaded host ran dd), else -w ends it."""
     p = subprocess.Popen(ioscope_cmd("collect", "-o", out, "-d", disk, "-w", str(seconds), *extra),
                          stderr=subprocess.PIPE, text=True)
     assert p.stderr is not None
@@ -45,6 +49,8 @@ def _collect(out: str, disk: str, dev: str, nreads: int, seconds: int, *extra: s
     assert first.startswith("Recording block I/O events"), first + p.stderr.read()
     subprocess.run(["dd", f"if={dev}", "of=/dev/null", "bs=1k", f"count={nreads}", "iflag=direct"], check=True,
                    stderr=subprocess.DEVNULL)
+    if stop:
+        p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=120)
     return subprocess.CompletedProcess(p.args, p.returncode, "", first + err)
 
@@ -177,14 +183,16 @@ def test_flipped_bytes_are_found_or_harmless(bundle: tuple[str, bytes, dict[str,
 
 @pytest.mark.parametrize("extra", [(), ("--redact", "comms")], ids=["plain", "redacted"])
 def test_collect_on_a_full_tmpfs_keeps_the_context_and_what_fits(live: None, extra: tuple[str, ...]) -> None:
-    """(Redacted, the recording goes to $TMPDIR first: its process names are rewritten once all are known.)"""
+    """200,000 direct reads recorded whole (the recorder stopped once dd is done: -w 5 once recorded only the
+    82,000 a loaded CI host ran in 5 s, and its 1.74M bundle fit in the 2 MiB tmpfs) do not fit: about 4 MiB.
+    (Redacted, the recording goes to $TMPDIR first: its process names are rewritten once all are known.)"""
     from ioscope.base.testbed import LoopDevice
     mnt = tempfile.mkdtemp(prefix="ioscope-small-")
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0755", "tmpfs", mnt], check=True)
     try:
         out = os.path.join(mnt, "case.ioscope")
         with LoopDevice(size_mb=256) as ld:
-            r = _collect(out, ld.name, ld.path, 200_000, 5, *extra)
+            r = _collect(out, ld.name, ld.path, 200_000, 300, *extra, stop=True)
         assert "Traceback" not in r.stderr, r.stderr
         assert r.returncode == 1, r.stderr
         lost = [ln for ln in r.stderr.splitlines() if "filled up" in ln]
