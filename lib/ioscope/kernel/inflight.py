@@ -219,7 +219,9 @@ class OldestWatch:
                  every_ns: int = READ_EVERY_NS, over_ns: int = OVER_NS) -> None:
         self.table, self.issue_known, self.clock = table, issue_known, clock
         self.every_ns, self.over_ns = every_ns, over_ns
-        self.done: dict[int, tuple[int, int]] = {}  # dev -> (requests completed, since when that count)
+        # dev -> (requests completed, the first reading that saw requests in flight with that count; -1: none
+        # yet, the disk was idle at the last reading)
+        self.done: dict[int, tuple[int, int]] = {}
         self.current: dict[int, OldestIO] = {}      # what the last read() returned
         self.idle_at: dict[int, int] = {}    # dev -> the last reading with nothing in flight (0: none seen)
         self.busy_from: dict[int, int] = {}  # dev -> the first reading with requests in flight since then
@@ -248,13 +250,15 @@ class OldestWatch:
     def stalled(self, diskstats: Mapping[str, devices.DiskStats], now: int) -> dict[int, tuple[int, int]]:
         """dev -> (ns, requests in flight) of each disk that has had requests in flight and completed none
         for OVER_NS or longer, counted from this watch's first reading: the requests in flight when the
-        stall began are in flight still, so the disk's oldest request is at least that old."""
+        stall began are in flight still, so the disk's oldest request is at least that old. It is counted
+        from the first reading that saw them, not from the idle reading before it: a request issued between
+        the two is younger than that (a web page said 4.01 s for a read dd had started 4.006 s before)."""
         out = {}
         for st in diskstats.values():
             dev, n = devices.kdev(st.major, st.minor), devices.completed_requests(st)
             was = self.done.get(dev)
-            if was is None or was[0] != n or st.in_flight == 0:
-                self.done[dev] = (n, now)
+            if was is None or was[0] != n or st.in_flight == 0 or was[1] < 0:
+                self.done[dev] = (n, now if st.in_flight else -1)
             elif now - was[1] >= self.over_ns:
                 out[dev] = (now - was[1], st.in_flight)
         return out
