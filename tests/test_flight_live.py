@@ -482,7 +482,8 @@ def test_a_baseline_trigger_saves_when_a_disk_leaves_its_usual(tmp_path: Path) -
         upper = sd.upper
         fio = subprocess.Popen(["fio", "--name=usual", f"--filename={sd.upper_path}", "--rw=randread", "--bs=4k",
                                 "--direct=1", "--ioengine=psync", "--rate_iops=100", "--time_based", "--runtime=50",
-                                "--output-format=json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                "--thread", "--output-format=json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         p = subprocess.Popen(ioscope_cmd("record", "--ring", "60s", "--after", "1s", "-d", sd.upper, "-q",
                                          "--trigger-baseline", "p99(q2c) > 10x usual", "--baseline", "20s",
                                          "--until-trigger", "-w", "60", "-o", str(tmp_path / "usual")),
