@@ -47,7 +47,8 @@ class Tool:
         self.args = args
         self.out = tmp / f"{args[0]}.out"
         self.err = tmp / f"{args[0]}.err"
-        env = {**os.environ, **(env_extra or {})}
+        # PYTHONFAULTHANDLER: a tool that does not stop is sent SIGABRT and prints every thread's Python stack
+        env = {**os.environ, "PYTHONFAULTHANDLER": "1", **(env_extra or {})}
         if attach:
             env["IOSCOPE_ATTACH"] = attach
         with open(self.out, "w") as out, open(self.err, "w") as err:
@@ -76,14 +77,37 @@ class Tool:
         try:
             self.rc = self.proc.wait(timeout=START_TIMEOUT)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            raise AssertionError(f"ioscope {self.args[0]} did not stop on signal {sig}") from None
+            where = hung_where(self.proc)
+            raise AssertionError(f"ioscope {self.args[0]} did not stop on signal {sig}; {where}; its stderr: "
+                                 f"{self.err.read_text()[-6000:]}") from None
         out, err = self.out.read_text(), self.err.read_text()
         assert self.rc == 0, err
         assert "Traceback" not in err, err
         assert self.progs, f"ioscope {self.args[0]} held no BPF program while tracing"
         assert not programs_left(self.progs, timeout=30), f"ioscope {self.args[0]} left BPF programs loaded"
         return out, err
+
+
+def hung_where(proc: subprocess.Popen[bytes]) -> str:
+    """Where a tool that did not stop is stuck: each thread's kernel wait channel, then its Python stacks
+    (SIGABRT: faulthandler writes them to its stderr), then it is killed."""
+    threads = []
+    for task in sorted(Path(f"/proc/{proc.pid}/task").glob("*")):
+        try:
+            comm = (task / "comm").read_text().strip()
+            wchan = (task / "wchan").read_text().strip() or "running"
+            state = next(ln.split(None, 1)[1] for ln in (task / "status").read_text().splitlines()
+                         if ln.startswith("State:"))
+        except (OSError, StopIteration):
+            continue
+        threads.append(f"{task.name} {comm} {state} in {wchan}")
+    proc.send_signal(signal.SIGABRT)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    return "threads: " + "; ".join(threads)
 
 
 def dd(*args: str) -> int:

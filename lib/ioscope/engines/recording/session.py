@@ -70,8 +70,8 @@ class RecordSession:
         self.completed: dict[int, int] = {}  # kernel dev_t -> C events recorded
         self.completed_attached: dict[int, int] = {}  # ... of them inside rec.attached_window()
         self.check: dict[str, dict[str, Any]] = {}
-        self._stop = threading.Event()
-        self.done = threading.Event()
+        self._stop = live.Flag()
+        self.done = live.Flag()
         self.thread = threading.Thread(target=self._run, name="ioscope-record", daemon=False)
 
     def start(self) -> None:

@@ -518,7 +518,7 @@ class Server:
         self.page = landing_page(version, app.telemetry_path)
         self._servers: list[asyncio.AbstractServer] = []
         self._thread = threading.Thread(target=self._run, name="ioscope-exporter-http", daemon=True)
-        self._started = threading.Event()
+        self._started = live.Flag()
         self._error: BaseException | None = None
         self._web: WebConfig | None = app.web.config if app.web is not None else None
 

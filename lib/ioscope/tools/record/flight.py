@@ -665,7 +665,7 @@ class CommandTrigger:
         self.request = request
         self.runs = 0
         self.failures = 0
-        self._stop = threading.Event()
+        self._stop = live.Flag()
         self._proc: subprocess.Popen[bytes] | None = None
         self.thread = threading.Thread(target=self._run, name="ioscope-trigger-cmd", daemon=True)
 
@@ -729,7 +729,7 @@ class PressureTrigger:
             self.fd = psi.open_trigger(spec, path)
         except OSError as exc:
             raise IoscopeError(f"--trigger-pressure {spec.describe()!r}: {psi.trigger_error(exc, path)}") from exc
-        self._stop = threading.Event()
+        self._stop = live.Flag()
         self.thread = threading.Thread(target=self._run, name="ioscope-trigger-pressure", daemon=True)
 
     def start(self) -> None:
@@ -828,9 +828,9 @@ class FlightSession:
         self.not_saved = 0
         self.stop_reason = ""
         self.error: BaseException | None = None
-        self._stop = threading.Event()
-        self.done = threading.Event()
-        self.saved = threading.Event()   # a save was written (or failed): --until-trigger stops then
+        self._stop = live.Flag()
+        self.done = live.Flag()
+        self.saved = live.Flag()   # a save was written (or failed): --until-trigger stops then
         self._jobs: queue.SimpleQueue[SaveJob | None] = queue.SimpleQueue()
         self._wall_off = time.time() - time.monotonic_ns() / 1e9   # wall time of CLOCK_MONOTONIC 0
         self.thread = threading.Thread(target=self._run, name="ioscope-flight", daemon=False)
