@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ioscope.base import outfile
+from ioscope.base import live, outfile
 from ioscope.base.errors import IoscopeError
 from ioscope.capture.offline import Source, open_source
 from ioscope.engines.pairing import ios
@@ -78,14 +78,19 @@ class _Writer:
         if self.held:
             self._wait()
             table = pa.Table.from_batches(self.held, self.schema)
-            self.busy = self.pool.submit(self.w.write_table, table, row_group_size=ROW_GROUP_ROWS)
+            with live.signals_deferred():   # the pool's thread, started here, leaves stop signals to this one
+                self.busy = self.pool.submit(self.w.write_table, table, row_group_size=ROW_GROUP_ROWS)
             self.rows += self.nheld
             self.held, self.nheld = [], 0
 
     def _wait(self) -> None:
         if self.busy is not None:
             busy, self.busy = self.busy, None
-            busy.result()
+            # Ctrl-C waits for the row group being written (under a second): raised inside Future.result(),
+            # its KeyboardInterrupt can leave the future's lock held, and abort()'s shutdown would then wait
+            # for ever on the writer thread that cannot hand its result over (see live.Flag)
+            with live.signals_deferred():
+                busy.result()
 
     def close(self) -> None:
         self._flush()
