@@ -18,22 +18,39 @@ echo "== import contracts (layers, no tool imports another, no cycles: pyproject
 # output follows the host suite's.
 kernels=${IOSCOPE_KERNELS:-}
 matrix_pid=""
+pytest_pid=""
+# A stop (Ctrl-C, or SIGTERM/SIGHUP sent to this script alone: a CI runner's timeout) stops both at once:
+# pytest tears its test down and prints its summary (tests/harness.py: SIGTERM is its Ctrl-C), and
+# kernels.py kills its guests. Both run in the background, waited for: bash runs a trap only once its
+# foreground command has ended, which for pytest would be after the whole suite.
+stop_all() {
+    for pid in $pytest_pid $matrix_pid; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    wait 2>/dev/null || true
+    exit "$1"
+}
+trap 'stop_all 130' INT
+trap 'stop_all 143' TERM
+trap 'stop_all 129' HUP
 if [ "$kernels" != none ]; then
     matrix_log=$(mktemp /tmp/ioscope-matrix.XXXXXX.log)
     echo "== kernel matrix: started beside the host suite (its log: $matrix_log)"
     # shellcheck disable=SC2086
     .venv/bin/python scripts/kernels.py run $kernels >"$matrix_log" 2>&1 &
     matrix_pid=$!
-    # a stopped suite stops the guests too (kernels.py kills them on SIGTERM)
-    trap 'kill -TERM $matrix_pid 2>/dev/null; wait $matrix_pid 2>/dev/null; exit 130' INT TERM HUP
 fi
 echo "== pytest"
 suite=0
-.venv/bin/python -m pytest -q --durations=25 tests "$@" || suite=$?
+.venv/bin/python -m pytest -q --durations=25 tests "$@" &
+pytest_pid=$!
+wait "$pytest_pid" || suite=$?
+pytest_pid=""
 matrix=0
 if [ -n "$matrix_pid" ]; then
     echo "== kernel matrix (waiting for it)"
     wait "$matrix_pid" || matrix=$?
+    matrix_pid=""
     cat "$matrix_log"
     rm -f "$matrix_log"
 fi

@@ -42,6 +42,18 @@ def children_start_with_default_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HARNESS_SIGNALS)
 
 
+def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM stops the suite as Ctrl-C does: the test running is torn down (its loop devices, cgroups,
+    servers), the summary printed. test.sh runs pytest in the background and passes it SIGTERM on any
+    stop (a background job ignores SIGINT); killed as by default, it would leave its test's set-up."""
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
+
+
 def _become_subreaper() -> None:
     import ctypes
     PR_SET_CHILD_SUBREAPER = 36
@@ -134,6 +146,7 @@ def stop_leftovers(left: dict[int, tuple[int, str]], grace: float = 2.0) -> list
 
 def pytest_configure(config: pytest.Config) -> None:
     children_start_with_default_signals()
+    stop_on_sigterm()
     _become_subreaper()
     _track_popen()
 
