@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+# the interpreter in a shell line: quoted (a clone under "/tmp/io scope" has a space in it)
+PY = shlex.quote(sys.executable)
 
 
 def _bpf_problem() -> str | None:

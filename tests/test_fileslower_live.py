@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from conftest import PY
 from fileslower_util import WORKLOAD, calls_of, run_beside
 from ioscope.base.cgroups import io_cgroup_root
 from ioscope.base.testbed import LoopFS, TestCgroups
@@ -64,7 +65,7 @@ def test_fsync_writes(live: None, attach: str | None) -> None:
         path = fs.make_file("wal.log", N * 8192)
         cg = TestCgroups(io_root(), "ioscope-fileslower", ["svc"])
         try:
-            cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' {path} {N}")
+            cmd = cg.shell("svc", f"{PY} -c '{WORKLOAD}' {path} {N}")
             lines, timings, err, rc = run_beside(cmd, ["-m", "0", "-c", f"{cg.top}/svc", "-d", fs.name],
                                                  env={"IOSCOPE_ATTACH": attach} if attach else None)
         finally:
@@ -80,7 +81,7 @@ def test_fsync_writes_in_a_throttled_cgroup(live: None) -> None:
     with LoopFS(256) as fs:
         path = fs.make_file("wal.log", N * 8192)
         with limited(fs.loop.device.majmin, "w", IOPS) as cg:
-            cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' {path} {N}")
+            cmd = cg.shell("svc", f"{PY} -c '{WORKLOAD}' {path} {N}")
             lines, timings, err, rc = run_beside(cmd, ["-m", "0", "-c", f"{cg.top}/svc", "-d", fs.name])
     assert rc == 0, err
     got = calls_of(lines, path)

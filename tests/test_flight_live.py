@@ -10,7 +10,6 @@ import re
 import signal
 import stat
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import bpf_prog_ids, ioscope_cmd, programs_left, run_ioscope
+from conftest import PY, bpf_prog_ids, ioscope_cmd, programs_left, run_ioscope
 from ioscope.base import devices
 from ioscope.capture.events import TA_COMPLETE, TA_QUEUE
 from ioscope.capture.store import open_capture
@@ -419,7 +418,7 @@ def test_the_kernels_pressure_trigger_saves_a_stalled_service(flight: Callable[.
         f = flight(tmp_path / "psi", "30s", "--after", "500ms", "-d", fs.name, "--trigger-pressure", f"some > {pct}%")
         assert any(f"on: SIGUSR1 (kill -USR1 {f.p.pid}), I/O pressure some > {pct:g}% over 2s." in ln
                    for ln in f.err), f.err
-        work = subprocess.Popen(cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"),
+        work = subprocess.Popen(cg.shell("svc", f"{PY} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert work.stdout is not None and work.stdin is not None
         try:

@@ -15,14 +15,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from conftest import ioscope_cmd, json_lines
+from conftest import PY, ioscope_cmd, json_lines
 from ioscope.base.testbed import LoopFS, drop_caches
 from iowait_util import WORKLOAD, check_against_delayacct, delay_accounting, limited, taskstats, waited
 from top_live_util import top_past
@@ -99,7 +98,7 @@ def test_fsync_writes_in_a_throttled_cgroup_wait_as_delay_accounting_says(delaya
     most of each interval it ran (iotop's IO>)."""
     n = 200
     with LoopFS(256) as fs, limited(fs.loop.device.majmin, "w", 100) as cg:
-        cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}")
+        cmd = cg.shell("svc", f"{PY} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}")
         (reports,), truth, pid = run_beside(cmd, ["top", "-b"])
     # a wait for nearly each write: blk-throttle lets the first slice's worth go at once (100 ms at 100 a
     # second: 10), and a write of those that completed before its writer slept did not wait (196 of 200 once
@@ -128,7 +127,7 @@ def test_host_io_pressure_holds_the_stall_the_limit_imposes() -> None:
     if before is None:
         pytest.skip("no /proc/pressure/io: the kernel has no PSI (CONFIG_PSI, psi=1)")
     with LoopFS(256) as fs, limited(fs.loop.device.majmin, "w", 100) as cg:
-        cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}")
+        cmd = cg.shell("svc", f"{PY} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}")
         (reports,), _truth, pid = run_beside(cmd, ["top", "-b"])
     after = psi.host_io()
     assert after is not None
@@ -173,7 +172,7 @@ def test_the_exporter_exports_the_kernels_io_pressure_totals() -> None:
         exporter = start(port, "-d", fs.name)
         try:
             first = scraped(port)
-            work = subprocess.Popen(cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"),
+            work = subprocess.Popen(cg.shell("svc", f"{PY} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"),
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             assert work.stdout is not None and work.stdin is not None
             assert work.stdout.readline().strip() == "done"
@@ -196,7 +195,7 @@ def test_page_cache_misses_wait_as_delay_accounting_says(delayacct: None) -> Non
         path = fs.make_file("data.db", n * 8192)
         drop_caches()
         with limited(fs.loop.device.majmin, "r", 200) as cg:
-            cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' read {path} {n}")
+            cmd = cg.shell("svc", f"{PY} -c '{WORKLOAD}' read {path} {n}")
             (reports,), truth, pid = run_beside(cmd, ["top", "-b", "-d", fs.name])
     check(reports, truth, pid, 0.5 * n / 2 / 200)  # (two of its reads to a request here: 150 requests at least)
 
@@ -214,7 +213,7 @@ def test_agg_answers_iowait_as_top_and_delay_accounting_say(delayacct: None) -> 
         drop_caches()
         reads0 = fs.loop.diskstats().reads
         with limited(fs.loop.device.majmin, "r", 200) as cg:
-            cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' read {path} {n}")
+            cmd = cg.shell("svc", f"{PY} -c '{WORKLOAD}' read {path} {n}")
             (aggs, tops), truth, pid = run_beside(cmd, ["agg", *(a for e in exprs for a in ("-e", e)), "-d", fs.name],
                                                   ["top", "-b", "-d", fs.name])
         reads = fs.loop.diskstats().reads - reads0
@@ -278,7 +277,7 @@ def test_the_exporter_exports_who_waits_as_top_and_delay_accounting_say(delayacc
         assert io is not None
         path = "/" + str((cg.root / "svc").relative_to(io[0]))  # the cgroup label: its path in the io hierarchy
         try:
-            cmd = cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}")
+            cmd = cg.shell("svc", f"{PY} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}")
             watcher = threading.Thread(target=watch)
             watcher.start()
             while not seen:  # a scrape before the workload: its series cannot exist yet

@@ -4,6 +4,7 @@ tools print."""
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -19,8 +20,9 @@ class ScriptJob:
 
     def __init__(self, d: Path, args: str) -> None:
         self.d = d
-        script = (f"{sys.executable} -m ioscope.cli {args} > {d}/out 2> {d}/err &\n"
-                  f"echo $! > {d}/pid\nwait $!\necho $? > {d}/rc\n")
+        q = shlex.quote(str(d))
+        script = (f"{shlex.quote(sys.executable)} -m ioscope.cli {args} > {q}/out 2> {q}/err &\n"
+                  f"echo $! > {q}/pid\nwait $!\necho $? > {q}/rc\n")
         self.shell = subprocess.Popen(["sh", "-c", script], stdin=subprocess.DEVNULL)
 
     def wait_for(self, name: str, text: str, timeout: float = 60) -> None:
@@ -33,7 +35,7 @@ class ScriptJob:
     def stop(self, timeout: float = 60) -> str:
         """kill -INT from the script; the tool's exit status, as the script's wait saw it."""
         try:
-            subprocess.run(["sh", "-c", f"kill -INT $(cat {self.d}/pid)"], check=True)
+            subprocess.run(["sh", "-c", f"kill -INT $(cat {shlex.quote(str(self.d))}/pid)"], check=True)
             assert self.shell.wait(timeout=timeout) == 0
         finally:
             self.kill()

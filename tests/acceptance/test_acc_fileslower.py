@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from acc_util import ScriptJob
 
+from conftest import PY
 from fileslower_util import WORKLOAD
 from ioscope.base.testbed import LoopFS
 from iowait_util import limited
@@ -34,7 +34,7 @@ def test_slow_fdatasync_service_found_with_fileslower() -> None:
             job = ScriptJob(d, f"fileslower -d {fs.name} -m 5")
             try:
                 job.wait_for("err", "Tracing")
-                svc = subprocess.run(cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' {wal} {N}"),
+                svc = subprocess.run(cg.shell("svc", f"{PY} -c '{WORKLOAD}' {wal} {N}"),
                                      capture_output=True, text=True, timeout=120)
                 assert svc.returncode == 0, svc.stderr
                 time.sleep(0.5)

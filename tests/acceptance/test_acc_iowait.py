@@ -9,10 +9,9 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 
-from conftest import ioscope_cmd, json_lines
+from conftest import PY, ioscope_cmd, json_lines
 from ioscope.base.testbed import LoopFS
 from iowait_util import WORKLOAD, limited
 
@@ -31,7 +30,7 @@ def test_a_service_blocked_on_io_shows_in_top_and_agg() -> None:
             assert agg.stderr.readline().startswith("Tracing")
             # the service, named walwriter (its comm), in the limited cgroup
             # the service: a process writing with fdatasync after each write (iowait_util.WORKLOAD), in the cgroup
-            svc = subprocess.Popen(cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {N}"),
+            svc = subprocess.Popen(cg.shell("svc", f"{PY} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {N}"),
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             t0 = time.monotonic()
             assert svc.stdout is not None and svc.stdin is not None

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import EMULATION_FACTOR
+from conftest import EMULATION_FACTOR, PY
 from nic_veth import HEADERS, PORT, VethPair, delta, drain, sysfs_counters, veth_pair
 
 DATAGRAMS = 101       # of PAYLOAD bytes each
@@ -42,7 +42,7 @@ def _script(tmp: Path, p: VethPair, opts: list[str], n: int, sig: str) -> tuple[
     script = (f"{nic} > {tmp}/out 2> {tmp}/err &\n"
               f"pid=$!\n"
               f"until grep -q Tracing {tmp}/err 2>/dev/null || ! kill -0 $pid 2>/dev/null; do sleep 0.05; done\n"
-              f"{shlex.quote(sys.executable)} -c {shlex.quote(send)}\n"
+              f"{PY} -c {shlex.quote(send)}\n"
               f"sleep 0.7\n"
               f"date +%s.%N > {tmp}/killed\n"
               f"kill -{sig} $pid\n"

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from acc_util import ScriptJob
 
+from conftest import PY
 from ioscope.base import psi
 from ioscope.base.testbed import LoopFS
 from iowait_util import WORKLOAD, limited
@@ -36,7 +37,7 @@ def test_a_stalled_service_is_saved_by_the_pressure_trigger() -> None:
                            f"-o {d}/svc -q")
         try:
             job.wait_for("err", "Flight recorder: keeping")
-            work = subprocess.run(cg.shell("svc", f"{sys.executable} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"),
+            work = subprocess.run(cg.shell("svc", f"{PY} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"),
                                   input="", capture_output=True, text=True, timeout=120)
             assert work.returncode == 0 and work.stdout.strip() == "done", work.stderr
             job.wait_for("out", "ioscope record: saved ", timeout=120)

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from conftest import assert_counted, bpf_prog_ids, ioscope_cmd, json_lines, programs_left
+from conftest import PY, assert_counted, bpf_prog_ids, ioscope_cmd, json_lines, programs_left
 
 READS = 401    # 4 KiB direct reads: a prime
 WRITES = 211   # 4 KiB direct writes, after the reads' area
@@ -162,14 +162,13 @@ def test_top(disk: Any, tmp_path: Path, attach: str) -> None:
     """top's I/O counts per process and disk, exact; and its I/O waits (IO>, the scheduler's tracepoints:
     bpf/iowait.bpf.h) of a process that reads WAITER_READS blocks directly, against the kernel's own delay
     accounting (iowait_util.check_against_delayacct; tests/test_iowait_live.py on the host)."""
-    import sys
 
     from iowait_util import WORKLOAD, check_against_delayacct, delay_accounting, limited, taskstats, waited
 
     with delay_accounting(), limited(disk.device.majmin, "r", WAITER_IOPS) as cg:
         t = Tool(tmp_path, "top", "-j", "-d", disk.name, attach=attach, ready="json")
         rpid, wpid = workload(disk.path)
-        reader = f"{sys.executable} -c '{WORKLOAD}' direct {disk.path} {WAITER_READS}"
+        reader = f"{PY} -c '{WORKLOAD}' direct {disk.path} {WAITER_READS}"
         waiter = subprocess.Popen(cg.shell("svc", reader), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert waiter.stdout is not None and waiter.stdin is not None
         assert waiter.stdout.readline().strip() == "done"
