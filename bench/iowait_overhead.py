@@ -15,19 +15,30 @@ two wakeups an operation, nothing else). Rounds alternate, in one run:
 It prints each one's time per operation against none's (a ratio: lower is better, 1.00 is free), and
 the kernel's own run time of each tool's scheduler programs (bpf_stats: ns a run, runs an operation).
 
+With --workload direct, the worst case of SWAPIN's check instead (bpf/iowait.bpf.h reads the kernel stack
+of every thread that blocks in an I/O wait, and compares it with the swap-in functions): dd reading 4 KiB
+with O_DIRECT from a loop disk, one read at a time (a wait on every read, no swap-in: the whole stack is
+walked and nothing matches), with swap in use (a process's pages on a swap loop disk: without, no stack is
+read), rounds alternating between nothing attached, top, and top with IOSCOPE_SWAPIN=off (no stack read);
+time per read, and the switch program's run time.
+
 Run as root from the repository: .venv/bin/python bench/iowait_overhead.py [--loops 300000] [--rounds 5]
+                                 .venv/bin/python bench/iowait_overhead.py --workload direct [--loops 50000]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,15 +65,28 @@ def top_programs(pid: int) -> dict[str, tuple[int, int]]:
             if p["id"] in ids and "sched" in p["name"]}
 
 
+def direct_us(disk: str, loops: int) -> float:
+    """dd's time per O_DIRECT 4 KiB read from disk (µs)."""
+    t0 = time.perf_counter()
+    subprocess.run(["dd", f"if={disk}", "of=/dev/null", "bs=4k", f"count={loops}", "iflag=direct"], check=True,
+                   capture_output=True)
+    return (time.perf_counter() - t0) / loops * 1e6
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--loops", type=int, default=300_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--no-stats", action="store_true",
                     help="leave the kernel's per-program run-time accounting off (it adds to top's runs)")
+    ap.add_argument("--workload", choices=("pipe", "direct"), default="pipe",
+                    help="pipe: a context-switch storm (the scheduler programs); direct: an I/O wait on every read "
+                         "(SWAPIN's stack read)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("iowait_overhead: run as root")
+    if args.workload == "direct":
+        return direct_main(args)
     was = DELAYACCT.read_text() if DELAYACCT.exists() else None
     res: dict[str, list[float]] = {"none": [], "top": [], "delayacct": [], "exporter": [], "exporter --no-io-wait": []}
     port = 19863
@@ -114,6 +138,77 @@ def main() -> int:
     for name, v in sorted(progs.items()):
         unit = "" if name.endswith("runs/op") else " ns a run"
         print(f"  {name:40s} {statistics.median(v):8.2f}{unit}")
+    return 0
+
+
+@contextlib.contextmanager
+def swap_in_use() -> Iterator[None]:
+    """Swap on a loop disk with 48 MiB of a process's memory on it (SWAPPER in a cgroup limited to 16 MiB),
+    held until the end: the host state where SWAPIN reads a stack at every I/O wait."""
+    from ioscope.base.cgroups import memory_cgroup_root
+    from ioscope.base.testbed import SWAPPER, LoopSwap, TestCgroups
+    from ioscope.kernel.iowait import swap_used_kb
+    mem = memory_cgroup_root()
+    assert mem is not None, "no memory controller mounted"
+    with LoopSwap(128):
+        cg = TestCgroups(mem, "ioscope-bench-swap", ["hold"], controllers="memory")
+        p = None
+        try:
+            (cg.root / "hold" / ("memory.max" if cg.v2 else "memory.limit_in_bytes")).write_text(f"{16 << 20}\n")
+            p = subprocess.Popen(cg.shell("hold", f"{shlex.quote(sys.executable)} -c '{SWAPPER}' 64 private"),
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            assert p.stdout is not None and p.stdout.readline().strip() == "filled"
+            assert swap_used_kb() > 0
+            yield
+        finally:
+            if p is not None:
+                p.kill()
+                p.wait()
+            cg.remove()
+
+
+def direct_main(args: argparse.Namespace) -> int:
+    from ioscope.base.testbed import LoopDevice
+    loops = min(args.loops, 60_000)   # 4 KiB each: within the 256 MiB disk
+    modes = {"none": None, "top": {}, "top IOSCOPE_SWAPIN=off": {"IOSCOPE_SWAPIN": "off"}}
+    res: dict[str, list[float]] = {m: [] for m in modes}
+    progs: dict[str, list[float]] = {}
+    stats_fd = enable_bpf_stats()
+    try:
+        with LoopDevice(256) as dev, swap_in_use():
+            subprocess.run(["dd", "if=/dev/urandom", f"of={dev.path}", "bs=1M", "count=256", "oflag=direct"],
+                           check=True, capture_output=True)
+            for _ in range(args.rounds):
+                for mode, env in modes.items():
+                    top = None
+                    if env is not None:
+                        top = subprocess.Popen([sys.executable, "-m", "ioscope.cli", "top", "-b", "1"],
+                                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                               env={**os.environ, **env})
+                        time.sleep(3)
+                        assert top.poll() is None, top.stderr.read() if top.stderr else ""
+                        before = top_programs(top.pid)
+                    try:
+                        res[mode].append(direct_us(dev.path, loops))
+                    finally:
+                        if top is not None:
+                            after = top_programs(top.pid)
+                            for name, (ns, cnt) in after.items():
+                                d_ns, d_cnt = ns - before.get(name, (0, 0))[0], cnt - before.get(name, (0, 0))[1]
+                                if d_cnt:
+                                    progs.setdefault(f"{mode}: {name}", []).append(d_ns / d_cnt)
+                            top.terminate()
+                            top.wait(timeout=30)
+    finally:
+        os.close(stats_fd)
+    base = statistics.median(res["none"])
+    print(f"dd O_DIRECT 4 KiB reads x {loops} from a loop disk, swap in use, {args.rounds} rounds alternating, medians "
+          f"({os.cpu_count()} CPUs, kernel {os.uname().release})")
+    for mode, v in res.items():
+        print(f"  {mode:24s} {statistics.median(v):7.3f} us/read  ratio {statistics.median(v) / base:5.3f}  "
+              f"(runs: {', '.join(f'{x:.3f}' for x in v)})")
+    for name, v in sorted(progs.items()):
+        print(f"  {name:48s} {statistics.median(v):8.2f} ns a run")
     return 0
 
 

@@ -124,6 +124,8 @@ struct iowait_start {
 	__s32 kstack; /* where it blocked, an id in the object's stacks map (-1: not taken; agg's kstack key) */
 	__s32 ustack; /* the same of its user stack (agg's ustack key) */
 	__u32 delayed; /* 1: the scheduler delayed its dequeue (EEVDF's DELAY_DEQUEUE, 6.12+; see iowait.bpf.h) */
+	__u32 swapin;  /* 1: a swap-in (a swap-in function on its kernel stack: iowait_in_swapin) */
+	__u32 _pad;
 };
 
 /* iowait.bpf.h: the I/O waits of one thread that have ended (woken: sched_wakeup), since tracing began */
@@ -134,6 +136,8 @@ struct iowait_val {
 	__u64 delayed_ns; /* the part of ns in waits whose dequeue the scheduler delayed */
 	__u32 delayed;    /* those waits */
 	__u32 tgid;
+	__u64 swapin_ns;  /* the part of ns in swap-ins (iotop's SWAPIN) */
+	__u64 swapins;    /* those waits */
 };
 
 /* A slot of top's direct-mapped table of bios in flight (index: hash of the

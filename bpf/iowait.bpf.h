@@ -22,6 +22,15 @@
  * starts at the delayed dequeue, or never when the task is woken before it. The task was blocked all
  * the same: such waits are counted here from the switch, and marked (delayed, delayed_ns).
  *
+ * A swap-in is a wait with a swap-in function on the blocked task's kernel stack (do_swap_page, the
+ * anonymous memory's fault; shmem_swapin_folio, tmpfs's): their [start, end) come from /proc/kallsyms
+ * (targ_swapin_fns, set by user space; all 0: not looked for). Such a wait is an I/O wait too, as in the
+ * kernel's delay accounting, whose swap-in delay (iotop's SWAPIN) wraps waits that its blkio delay (IO>)
+ * counts as well. The stack is read only for a task that blocks in an I/O wait while the host has swap in
+ * use (iowait_swap_used), IOWAIT_SWAPIN_DEPTH frames deep (a wait in reclaim that a swap-in's charge
+ * entered, deeper, is not looked for); see docs/top.md for its cost (bench/iowait_overhead.py --workload
+ * direct), nothing on a host without swap.
+ *
  * Two hash maps keyed by thread id: iowait_starts (the waits in progress, read by user space to count
  * the part of a long wait that falls in each interval, and to show who is blocked now) and iowait_tids
  * (the waits ended: time and number, never reset; user space takes differences and removes the threads
@@ -58,6 +67,61 @@ struct {
 } iowait_tids SEC(".maps");
 
 static struct iowait_val zero_iowait;
+
+#define IOWAIT_SWAPIN_FNS 4
+#define IOWAIT_SWAPIN_DEPTH 10 /* the swap-in function is the 5th or 6th frame under __schedule, 3 more under the program */
+const volatile __u64 targ_swapin_fns[IOWAIT_SWAPIN_FNS][2] = {}; /* [start, end) of each; 0: none */
+
+/* 1 while the host has swap in use (user space: kernel/iowait.py SwapGate, from /proc/meminfo once a
+ * refresh): a host without swap, or none used, never has a swap-in, and no stack is read there */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} iowait_swap_used SEC(".maps");
+
+struct iowait_stack {
+	__u64 ip[IOWAIT_SWAPIN_DEPTH];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct iowait_stack);
+} iowait_stack_buf SEC(".maps");
+
+/* Is the current task, blocking, in a swap-in? One read of its kernel stack, compared with the swap-in
+ * functions' ranges. */
+static __always_inline bool iowait_in_swapin(void *ctx)
+{
+	struct iowait_stack *st;
+	__u32 zero = 0, *used;
+	long n;
+
+	if (!targ_swapin_fns[0][0])
+		return false;
+	used = bpf_map_lookup_elem(&iowait_swap_used, &zero);
+	if (!used || !*used)
+		return false;
+	st = bpf_map_lookup_elem(&iowait_stack_buf, &zero);
+	if (!st)
+		return false;
+	n = bpf_get_stack(ctx, st->ip, sizeof(st->ip), 0);
+	if (n <= 0)
+		return false;
+	n /= sizeof(__u64);
+	for (int i = 0; i < IOWAIT_SWAPIN_DEPTH; i++) {
+		if (i >= n)
+			break;
+		for (int f = 0; f < IOWAIT_SWAPIN_FNS; f++) {
+			if (st->ip[i] >= targ_swapin_fns[f][0] && st->ip[i] < targ_swapin_fns[f][1])
+				return true;
+		}
+	}
+	return false;
+}
 
 /* Before 5.14 (commit 2f064a59a11f, "sched: Change task_struct::state"), the state was a long named
  * state; it is an unsigned int named __state since. */
@@ -106,6 +170,10 @@ static __always_inline void iowait_add_total(const struct iowait_start *s, __u32
 		v->delayed += 1;
 		v->delayed_ns += delta;
 	}
+	if (s->swapin) {
+		v->swapins += 1;
+		v->swapin_ns += delta;
+	}
 	v->tgid = s->tgid;
 	v->cgroup = s->cgroup;
 }
@@ -135,6 +203,7 @@ static __always_inline int iowait_switch(void *ctx, bool preempt, struct task_st
 	s.delayed = task_dequeue_delayed(prev, btf);
 	if (!iowait_began(ctx, &s))
 		return 0;
+	s.swapin = iowait_in_swapin(ctx);
 	if (map_update(&iowait_starts, &tid, &s, BPF_ANY))
 		stat_inc(IOS_LOST_IOWAIT_FULL);
 	return 0;

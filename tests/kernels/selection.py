@@ -33,6 +33,8 @@ SELECTION: dict[str, dict[str, list[str]]] = {
     "acceptance/test_acc_exporter.py": {"exporter": ["test_exporter_background_scrape_and_term"]},
     "acceptance/test_acc_nic.py": {"nic": ["test_nic_stopped_by_a_script[INT]"]},
     "test_map_errors.py": {"map-errors": ["test_a_full_map_is_counted_by_its_error"]},
+    # SWAPIN: the swap-in functions found on the stack where each kernel has them (shmem_swapin_page on 5.10)
+    "test_swapin_live.py": {"swapin": ["test_a_process_reading_back_its_swapped_out_memory_shows_swapin"]},
 }
 
 

@@ -183,6 +183,21 @@ def cgroup2_root(mounts: str = "/proc/self/mounts") -> Path | None:
     return next((Path(f[1]) for f in _mount_fields(mounts) if len(f) > 2 and f[2] == "cgroup2"), None)
 
 
+def memory_cgroup_root(mounts: str = "/proc/self/mounts") -> Path | None:
+    """The memory controller's hierarchy: v1's own mount, else the v2 mount when it has the controller."""
+    fields = _mount_fields(mounts)
+    for f in fields:
+        if len(f) > 3 and f[2] == "cgroup" and "memory" in f[3].split(","):
+            return Path(f[1])
+    root = cgroup2_root(mounts)
+    try:
+        if root is not None and "memory" in (root / "cgroup.controllers").read_text().split():
+            return root
+    except OSError:
+        pass
+    return None
+
+
 def io_cgroup_root(mounts: str = "/proc/self/mounts") -> tuple[Path, str] | None:
     """The hierarchy the io controller is on, where the BPF objects' cgroup ids come from (the bio's
     blkg): (its mount, "v1 blkio") when a cgroup v1 hierarchy carries blkio, else (the v2 mount, "v2")."""

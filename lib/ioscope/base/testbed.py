@@ -177,6 +177,63 @@ class TestCgroups:
                     time.sleep(0.1)
 
 
+class LoopSwap:
+    """A loop disk (size_mb, on tmpfs) as swap of the highest priority, with vm.page-cluster set to
+    page_cluster while it is on (0: a fault reads one page, no swap readahead); all undone at exit
+    (swapoff reads back what is on it). Use as a context manager; path is the disk."""
+
+    def __init__(self, size_mb: int = 256, page_cluster: int = 0) -> None:
+        self.loop = LoopDevice(size_mb)
+        self.page_cluster = page_cluster
+        self.path = ""
+        self._cluster_was: str | None = None
+
+    def __enter__(self) -> LoopSwap:
+        self.loop.__enter__()
+        try:
+            _run(["mkswap", self.loop.path], "mkswap")
+            _run(["swapon", "-p", "32767", self.loop.path], "swapon")
+            self.path = self.loop.path
+            cluster = Path("/proc/sys/vm/page-cluster")
+            self._cluster_was = cluster.read_text()
+            cluster.write_text(f"{self.page_cluster}\n")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, v: BaseException | None, tb: TracebackType | None) -> None:
+        if self._cluster_was is not None:
+            Path("/proc/sys/vm/page-cluster").write_text(self._cluster_was)
+            self._cluster_was = None
+        if self.path:
+            subprocess.run(["swapoff", self.path], capture_output=True)
+            self.path = ""
+        self.loop.__exit__(t, v, tb)
+
+
+# python3 -c SWAPPER MB KIND: touches MB of anonymous memory a page at a time and says "filled"; on a line
+# from stdin reads it all back a page at a time and says "done"; lives until stdin closes. KIND private:
+# the process's own memory (swapped back in by do_swap_page); shared: shared memory (tmpfs's pages, by
+# shmem_swapin_folio; Python's mmap(-1) is that). In a memory cgroup limited below MB, what does not fit
+# goes to swap, and the reading back swaps it in.
+SWAPPER = r"""
+import mmap, sys
+n = int(sys.argv[1]) << 20
+flags = mmap.MAP_ANONYMOUS | (mmap.MAP_PRIVATE if sys.argv[2] == "private" else mmap.MAP_SHARED)
+m = mmap.mmap(-1, n, flags=flags)
+for i in range(0, n, 4096):
+    m[i] = 1
+print("filled", flush=True)
+sys.stdin.readline()
+s = 0
+for i in range(0, n, 4096):
+    s += m[i]
+print("done", s, flush=True)
+sys.stdin.read()
+"""
+
+
 def drop_caches() -> None:
     """Write back dirty pages and empty the page cache (echo 3 > /proc/sys/vm/drop_caches)."""
     os.sync()

@@ -128,6 +128,8 @@ IOWAIT_START = np.dtype([
     ("kstack", np.int32),
     ("ustack", np.int32),
     ("delayed", np.uint32),
+    ("swapin", np.uint32),
+    ("_pad", np.uint32),
 ])
 
 IOWAIT_VAL = np.dtype([
@@ -137,6 +139,8 @@ IOWAIT_VAL = np.dtype([
     ("delayed_ns", np.uint64),
     ("delayed", np.uint32),
     ("tgid", np.uint32),
+    ("swapin_ns", np.uint64),
+    ("swapins", np.uint64),
 ])
 
 STRUCTS = {"hist": HIST, "lat_key": LAT_KEY, "lat_val": LAT_VAL, "bio_start": BIO_START,

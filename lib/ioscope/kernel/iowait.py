@@ -31,10 +31,70 @@ EXPLAIN = {LOST: "I/O waits not counted: the map of threads that wait was full",
            "iowait_wake_unseen": "I/O waits dropped: the thread ran again and no program saw its wakeup"}
 
 
+# the kernel functions a swap-in waits in (bpf/iowait.bpf.h: targ_swapin_fns): anonymous memory's fault, and
+# tmpfs's swap-in (named so from 6.0 on, shmem_swapin_page before)
+SWAPIN_FUNCTIONS = ("do_swap_page", "shmem_swapin_folio", "shmem_swapin_page")
+SWAPIN_SLOTS = 4   # IOWAIT_SWAPIN_FNS
+# IOSCOPE_SWAPIN=off: no stack read at each I/O wait (its cost: bench/iowait_overhead.py --workload direct)
+SWAPIN_ENV = "IOSCOPE_SWAPIN"
+
+
+class _Global(Protocol):
+    def set_global(self, name: str, value: bool | int | tuple[int, ...], fmt: str) -> None: ...
+
+
+def set_swapin_functions(bpf: _Global, kallsyms: str = "/proc/kallsyms") -> str | None:
+    """Give the object the swap-in functions' addresses, before its load; None, or why swap-ins cannot be
+    told from other waits here (the addresses hidden: kptr_restrict, or not root)."""
+    from ioscope.kernel.ksyms import kernel_function_ranges
+    if os.environ.get(SWAPIN_ENV, "") == "off":
+        return f"SWAPIN: not looked for ({SWAPIN_ENV}=off); it shows 0"
+    found = [r for r in kernel_function_ranges(SWAPIN_FUNCTIONS, kallsyms).values() if r[0]]
+    if not found:
+        return "SWAPIN: no swap-in function's address in /proc/kallsyms (hidden by kernel.kptr_restrict?); it shows 0"
+    flat = [a for r in found[:SWAPIN_SLOTS] for a in r] + [0, 0] * (SWAPIN_SLOTS - len(found[:SWAPIN_SLOTS]))
+    bpf.set_global("targ_swapin_fns", tuple(flat), f"{2 * SWAPIN_SLOTS}Q")
+    return None
+
+
+def swap_used_kb(meminfo: str = "/proc/meminfo") -> int:
+    """The host's swap in use (SwapTotal - SwapFree), in KiB; 0 without swap."""
+    total = free = 0
+    try:
+        with open(meminfo) as f:
+            for line in f:
+                if line.startswith("SwapTotal:"):
+                    total = int(line.split()[1])
+                elif line.startswith("SwapFree:"):
+                    free = int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return 1   # not known: looked for
+    return max(0, total - free)
+
+
+class SwapGate:
+    """Keeps the object's iowait_swap_used at 1 while the host has swap in use, 0 otherwise (bpf/iowait.bpf.h
+    reads the stack of a thread that blocks only at 1). Checked at each refresh: a swap-in needs a page
+    swapped out before it, seen by the refresh after that (a host whose first swap-out and swap-ins fall in
+    one interval has those swap-ins in IO> and not in SWAPIN)."""
+
+    def __init__(self, flag: _Map, meminfo: str = "/proc/meminfo") -> None:
+        self.flag, self.meminfo = flag, meminfo
+        self.on: bool | None = None
+
+    def check(self) -> None:
+        on = swap_used_kb(self.meminfo) > 0
+        if on != self.on:
+            self.flag.update(np.uint32(0).tobytes(), np.uint32(on).tobytes())
+            self.on = on
+
+
 class _Map(Protocol):
     def dump(self, sum: bool = ..., delete: bool = ...) -> tuple[bytes, bytes, int]: ...
 
     def delete(self, key: bytes) -> bool: ...
+
+    def update(self, key: bytes, value: bytes, flags: int = ...) -> None: ...
 
 
 def _empty(dt: np.dtype) -> npt.NDArray[Any]:
@@ -56,6 +116,9 @@ class ThreadWaits:
     # counts them from the delayed dequeue, or not at all), and their time
     delayed: npt.NDArray[Any] = field(default_factory=lambda: _empty(_U64))
     delayed_ns: npt.NDArray[Any] = field(default_factory=lambda: _empty(_U64))
+    # the part of waited_ns in swap-ins (bpf/iowait.bpf.h: iotop's SWAPIN; a wait in progress included)
+    swapin_ns: npt.NDArray[Any] = field(default_factory=lambda: _empty(_U64))
+    swapins: npt.NDArray[Any] = field(default_factory=lambda: _empty(_U64))     # swap-in waits ended
 
 
 def combine(ended: npt.NDArray[Any], ended_tids: npt.NDArray[Any], starts: npt.NDArray[Any],
@@ -71,6 +134,8 @@ def combine(ended: npt.NDArray[Any], ended_tids: npt.NDArray[Any], starts: npt.N
     blocked = np.zeros(n, dtype=np.uint64)
     delayed = np.zeros(n, dtype=np.uint64)
     delayed_ns = np.zeros(n, dtype=np.uint64)
+    swapin_ns = np.zeros(n, dtype=np.uint64)
+    swapins = np.zeros(n, dtype=np.uint64)
     if len(ended_tids):
         i = np.searchsorted(tid, ended_tids)
         tgid[i], cgroup[i] = ended["tgid"], ended["cgroup"]
@@ -78,6 +143,8 @@ def combine(ended: npt.NDArray[Any], ended_tids: npt.NDArray[Any], starts: npt.N
         waits[i] = ended["waits"]
         delayed[i] = ended["delayed"]
         delayed_ns[i] = ended["delayed_ns"]
+        swapin_ns[i] = ended["swapin_ns"]
+        swapins[i] = ended["swapins"]
     if len(start_tids):
         i = np.searchsorted(tid, start_tids)
         tgid[i], cgroup[i] = starts["tgid"], starts["cgroup"]  # the wait in progress is the latest
@@ -85,7 +152,8 @@ def combine(ended: npt.NDArray[Any], ended_tids: npt.NDArray[Any], starts: npt.N
         age = np.where(began < np.uint64(mono_ns), np.uint64(mono_ns) - began, np.uint64(0))
         blocked[i] = age
         waited[i] += age
-    return ThreadWaits(mono_ns, tid, tgid, cgroup, waited, waits, blocked, delayed, delayed_ns)
+        swapin_ns[i] += np.where(starts["swapin"] != 0, age, np.uint64(0))
+    return ThreadWaits(mono_ns, tid, tgid, cgroup, waited, waits, blocked, delayed, delayed_ns, swapin_ns, swapins)
 
 
 @dataclass(frozen=True)
@@ -101,6 +169,8 @@ class Waited:
     blocked_ns: npt.NDArray[Any]  # at the end of the interval, the wait in progress so far (0: not blocked)
     delayed: npt.NDArray[Any]     # of the waits ended, those whose dequeue was delayed (ThreadWaits)
     delayed_ns: npt.NDArray[Any]
+    swapin_ns: npt.NDArray[Any]   # the part of waited_ns in swap-ins
+    swapins: npt.NDArray[Any]     # swap-in waits that ended in it
 
 
 def waited_between(prev: ThreadWaits, cur: ThreadWaits) -> Waited:
@@ -114,14 +184,19 @@ def waited_between(prev: ThreadWaits, cur: ThreadWaits) -> Waited:
     p_n = np.where(known, prev.waits[i_ok] if len(prev.tid) else 0, 0).astype(np.uint64)
     p_dl = np.where(known, prev.delayed[i_ok] if len(prev.tid) else 0, 0).astype(np.uint64)
     p_dl_ns = np.where(known, prev.delayed_ns[i_ok] if len(prev.tid) else 0, 0).astype(np.uint64)
-    back = (cur.waited_ns < p_wait) | (cur.waits < p_n)
-    p_wait, p_n, p_dl, p_dl_ns = (np.where(back, 0, a).astype(np.uint64) for a in (p_wait, p_n, p_dl, p_dl_ns))
+    p_sw = np.where(known, prev.swapin_ns[i_ok] if len(prev.tid) else 0, 0).astype(np.uint64)
+    p_swn = np.where(known, prev.swapins[i_ok] if len(prev.tid) else 0, 0).astype(np.uint64)
+    # a swap-in in progress at the last read that has ended since counts whole in swapin_ns now
+    back = (cur.waited_ns < p_wait) | (cur.waits < p_n) | (cur.swapin_ns < p_sw)
+    p_wait, p_n, p_dl, p_dl_ns, p_sw, p_swn = (np.where(back, 0, a).astype(np.uint64)
+                                               for a in (p_wait, p_n, p_dl, p_dl_ns, p_sw, p_swn))
     d_wait = cur.waited_ns - p_wait
     d_n = cur.waits - p_n
     keep = (d_wait > 0) | (d_n > 0) | (cur.blocked_ns > 0)
     return Waited((cur.mono_ns - prev.mono_ns) / 1e9, cur.tid[keep], cur.tgid[keep], cur.cgroup[keep],
                   d_wait[keep], d_n[keep], cur.blocked_ns[keep], (cur.delayed - p_dl)[keep],
-                  (cur.delayed_ns - p_dl_ns)[keep])
+                  (cur.delayed_ns - p_dl_ns)[keep], (cur.swapin_ns - p_sw)[keep],
+                  (cur.swapins - p_swn)[keep])
 
 
 class IowaitReader:
@@ -169,21 +244,29 @@ class ProcessWait:
     oldest_s: float           # the longest of those waits so far (0: none blocked)
     delayed: int = 0          # of the waits ended, those whose dequeue the scheduler delayed (ThreadWaits)
     delayed_s: float = 0.0    # their time
+    swapin_s: float = 0.0     # the part of waited_s in swap-ins (iotop's SWAPIN)
+    swapins: int = 0          # the swap-in waits that ended
 
     def percent(self, seconds: float) -> float:
         """iotop's IO>: the share of the interval spent blocked, summed over threads (a process whose
         two threads are blocked throughout shows 200, as top's %CPU counts two busy CPUs)."""
         return 100.0 * self.waited_s / seconds if seconds > 0 else 0.0
 
+    def swapin_percent(self, seconds: float) -> float:
+        """iotop's SWAPIN: the share of the interval spent blocked in swap-ins (part of percent())."""
+        return 100.0 * self.swapin_s / seconds if seconds > 0 else 0.0
+
 
 def per_process(w: Waited) -> list[ProcessWait]:
     """The threads of w added up per process, most waiting first."""
     out: dict[int, ProcessWait] = {}
-    for tgid, cg, ns, n, b, dl, dl_ns in zip(w.tgid.tolist(), w.cgroup.tolist(), w.waited_ns.tolist(),
-                                             w.waits.tolist(), w.blocked_ns.tolist(), w.delayed.tolist(),
-                                             w.delayed_ns.tolist()):
+    for tgid, cg, ns, n, b, dl, dl_ns, sw, swn in zip(
+            w.tgid.tolist(), w.cgroup.tolist(), w.waited_ns.tolist(), w.waits.tolist(), w.blocked_ns.tolist(),
+            w.delayed.tolist(), w.delayed_ns.tolist(), w.swapin_ns.tolist(), w.swapins.tolist()):
         p = out.setdefault(tgid, ProcessWait(tgid, cg, 0.0, 0, 0, 0.0))
         p.waited_s += ns / 1e9
+        p.swapin_s += sw / 1e9
+        p.swapins += swn
         p.waits += n
         p.delayed += dl
         p.delayed_s += dl_ns / 1e9
@@ -194,5 +277,5 @@ def per_process(w: Waited) -> list[ProcessWait]:
     return sorted(out.values(), key=lambda p: (p.waited_s, p.blocked, p.pid), reverse=True)
 
 
-__all__ = ["EXPLAIN", "HOOKS", "LOST", "IowaitReader", "ProcessWait", "ThreadWaits", "Waited", "combine",
-           "per_process", "waited_between"]
+__all__ = ["EXPLAIN", "HOOKS", "LOST", "SWAPIN_FUNCTIONS", "IowaitReader", "ProcessWait", "SwapGate", "ThreadWaits",
+           "Waited", "combine", "per_process", "set_swapin_functions", "swap_used_kb", "waited_between"]

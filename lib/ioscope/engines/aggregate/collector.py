@@ -225,7 +225,7 @@ class AggCollector:
         if not (need | wait_need) & ((1 << abi.FIELDS["kstack"]) | (1 << abi.FIELDS["ustack"])):
             b.set_max_entries("stacks", 1)  # 8192 stacks x 1 KiB only when asked for
         if need & (1 << abi.FIELDS["file"]):   # direct I/O's file: its bio's end_io (bpf/agg.bpf.c)
-            from ioscope.engines.context.throttle import kernel_function
+            from ioscope.kernel.ksyms import kernel_function
             b.set_global("targ_dio_end_io", kernel_function("iomap_dio_bio_end_io"), "Q")
         if not need & (1 << abi.FIELDS["file"]):
             b.set_max_entries("files", 1)

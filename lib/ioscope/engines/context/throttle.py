@@ -30,6 +30,7 @@ from ioscope.base.hist import Hist
 from ioscope.base.syscalls import NRS
 from ioscope.engines.context import iolimits
 from ioscope.kernel import abi
+from ioscope.kernel.ksyms import kernel_function, kernel_function_range
 from ioscope.kernel.loader import BPFObject
 
 SUBMIT_HOOKS = ("sn_remap", "sn_alloc", "sn_alloc_site", "sn_sys")  # the submit notes (THROTTLE_SUBMIT_PROGRAMS)
@@ -45,40 +46,6 @@ STACK_BIO_SYSCALLS = ("read", "write", "pread64", "pwrite64", "readv", "writev",
 WAIT_FROM = {"fentry": "the hold's start", "submit notes": "the bio's submission"}
 # IOSCOPE_THROTTLE_WAIT=notes: submit notes even where fentry attaches (the kernel matrix compares both)
 WAIT_ENV = "IOSCOPE_THROTTLE_WAIT"
-
-
-def kernel_function(name: str, kallsyms: str = "/proc/kallsyms") -> int:
-    """A kernel function's address from /proc/kallsyms; 0 when it is not there or addresses are hidden
-    (kptr_restrict)."""
-    try:
-        with open(kallsyms) as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) >= 3 and parts[2] == name and parts[1] in "tT":
-                    return int(parts[0], 16)
-    except OSError:
-        return 0
-    return 0
-
-
-def kernel_function_range(name: str, kallsyms: str = "/proc/kallsyms") -> tuple[int, int]:
-    """A kernel text function's [start, end) from /proc/kallsyms: its address and the next symbol's
-    above it; (0, 0) when it is not there or addresses are hidden."""
-    start, addrs = 0, []
-    try:
-        with open(kallsyms) as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) < 3 or parts[1] not in "tT" or len(parts) > 3:  # [module] symbols: not vmlinux
-                    continue
-                a = int(parts[0], 16)
-                if parts[2] == name:
-                    start = a
-                addrs.append(a)
-    except (OSError, ValueError):
-        return 0, 0
-    above = [a for a in addrs if a > start] if start else []
-    return (start, min(above)) if above else (0, 0)
 
 
 @dataclass
@@ -454,5 +421,5 @@ def held_json(h: HeldBios) -> dict[str, Any]:
 
 
 __all__ = ["CHECK_EVERY_S", "HOOKS", "SUBMIT_HOOKS", "HeldBios", "HeldWatch", "Submitter", "ThrottleWatch", "held_json",
-           "held_line", "kernel_function", "kernel_function_range", "limited_cgroup_ids", "merge_held",
+           "held_line", "limited_cgroup_ids", "merge_held",
            "submitted_by", "summary"]

@@ -8,4 +8,4 @@ cmd.py        the command line
 
 # The process table's sort columns: here, not in model.py, so that `ioscope top --help` needs no numpy.
 PROC_SORT_KEYS = ("pid", "comm", "disk", "cgroup", "r_s", "w_s", "rkB_s", "wkB_s", "avg_kB", "avg_ms", "p99_ms",
-                  "io_pct")
+                  "swapin_pct", "io_pct")

@@ -22,7 +22,7 @@ from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, OldestWatch, SlotTable
 from ioscope.kernel.iowait import EXPLAIN as IOWAIT_EXPLAIN
 from ioscope.kernel.iowait import HOOKS as IOWAIT_HOOKS
 from ioscope.kernel.iowait import LOST as IOWAIT_LOST
-from ioscope.kernel.iowait import IowaitReader
+from ioscope.kernel.iowait import IowaitReader, SwapGate, set_swapin_functions
 from ioscope.kernel.loader import BPFObject
 from ioscope.tools.top.model import Sample
 
@@ -69,9 +69,12 @@ class TopCollector:
             b.set_max_entries("procs", proc_entries(_libbpf.num_possible_cpus()))
             b.filter_disks(disks)
             b.set_global("targ_per_cgroup", self.per_cgroup, "?")
+            no_swapin = set_swapin_functions(b)
             for name, (value, fmt) in (self.cgroup.bpf_globals() if self.cgroup else {}).items():
                 b.set_global(name, value, fmt)
             b.load()
+            if no_swapin:
+                b.unavailable.append(no_swapin)
             self.procs = b.map("procs")
             self.disks = b.map("disks")
             self.comms = b.map("comms")
@@ -82,6 +85,8 @@ class TopCollector:
             # top has no issue program: whether the oldest bio's request was issued it cannot tell
             self.oldest = OldestWatch(self.slots, issue_known=False)
             self.iowait = IowaitReader(b.map("iowait_tids"), b.map("iowait_starts"), proc_root)
+            self.swap_gate = SwapGate(b.map("iowait_swap_used"))
+            self.swap_gate.check()
             self.throttle.loaded()
             # (the throttle's hooks: ThrottleWatch.tick)
             b.attach(["bio_queue", "rq_complete", "split", "task_rename", *IOWAIT_HOOKS])
@@ -123,6 +128,7 @@ class TopCollector:
         self.throttle.tick()
         mono, wall = time.monotonic(), time.time()
         waits = self.iowait.read()
+        self.swap_gate.check()
         ds = devices.read_diskstats(self.proc_root)
         pressure = psi.host_io(self.proc_root)
         oldest = self.oldest.read(ds)

@@ -75,6 +75,7 @@ class ProcRow:
     cgroup: str | None = None    # the cgroup its I/O was charged to (the cgroup view, -c), else None
     io_pct: float = 0.0          # IO>: % of the interval its threads were blocked in I/O waits (the process's,
                                  # whatever the disk: the same on each of its rows; summed over its threads)
+    swapin_pct: float = 0.0      # SWAPIN: the part of io_pct in swap-ins (iotop's SWAPIN)
 
 
 @dataclass
@@ -97,6 +98,7 @@ class CgroupRow:
     held: int = 0                # bios blk-throttle held before their queue event (not in avg_ms, p99ms)
     thr_p99_ms: float | None = None  # their wait in the throttle, where it is measured (fentry or submit notes)
     io_pct: float = 0.0          # IO>: % of the interval its tasks were blocked in I/O waits (whatever the disk)
+    swapin_pct: float = 0.0      # SWAPIN: the part of io_pct in swap-ins
     psi_pct: float | None = None  # PSI: % of the interval some of its tasks were stalled on I/O (v2 io.pressure)
     psi: psi.Share | None = field(default=None, repr=False, compare=False)
 
@@ -116,6 +118,9 @@ class WaitRow:
     dequeue_delayed: int = 0     # of its waits that ended, those whose dequeue the scheduler delayed (EEVDF,
                                  # 6.12+): delay accounting (iotop) counts them later or not at all
     dequeue_delayed_s: float = 0.0  # their time
+    swapin_pct: float = 0.0      # SWAPIN: the part of io_pct in swap-ins (iotop's SWAPIN)
+    swapin_s: float = 0.0        # the part of waited_s in swap-ins
+    swapins: int = 0             # the swap-in waits that ended in the interval
 
 
 def iostat(prev: DiskStats, cur: DiskStats, seconds: float) -> DeviceRow:
@@ -350,7 +355,8 @@ def wait_rows(prev: ThreadWaits, cur: ThreadWaits, comm_of: Callable[[int], str]
     """The processes whose threads were blocked in I/O waits between two samples, most first."""
     w = waited_between(prev, cur)
     return [WaitRow(p.pid, comm_of(p.pid), p.percent(w.seconds), p.waited_s, p.waits, p.blocked, p.oldest_s,
-                    cgroup_name(p.cgroup), p.delayed, p.delayed_s) for p in per_process(w)]
+                    cgroup_name(p.cgroup), p.delayed, p.delayed_s, p.swapin_percent(w.seconds), p.swapin_s, p.swapins)
+            for p in per_process(w)]
 
 
 def with_waits(procs: list[ProcRow], waits: Sequence[WaitRow], per_cgroup: bool, waiters: bool = True) -> list[ProcRow]:
@@ -363,9 +369,10 @@ def with_waits(procs: list[ProcRow], waits: Sequence[WaitRow], per_cgroup: bool,
     for r in procs:
         w = by.get(r.pid)
         if w is not None:
-            r.io_pct = w.io_pct
+            r.io_pct, r.swapin_pct = w.io_pct, w.swapin_pct
             seen.add(r.pid)
-    return procs + [ProcRow(w.pid, w.comm, NO_DISK, io_pct=w.io_pct, cgroup=w.cgroup if per_cgroup else None)
+    return procs + [ProcRow(w.pid, w.comm, NO_DISK, io_pct=w.io_pct, swapin_pct=w.swapin_pct,
+                            cgroup=w.cgroup if per_cgroup else None)
                     for w in waits if waiters and w.pid not in seen and (w.waited_s > 0 or w.blocked)]
 
 
@@ -373,14 +380,16 @@ def cgroups_with_waits(rows: list[CgroupRow], waits: Sequence[WaitRow]) -> list[
     """Each cgroup row with the IO> of the processes whose waits were in that cgroup (on each of its
     disks' rows), and a row (DISK '-') for a cgroup that waited and had no I/O charged to it."""
     pct: dict[str, float] = {}
+    swap: dict[str, float] = {}
     for w in waits:
         pct[w.cgroup] = pct.get(w.cgroup, 0.0) + w.io_pct
+        swap[w.cgroup] = swap.get(w.cgroup, 0.0) + w.swapin_pct
     seen = set()
     for r in rows:
         if r.cgroup in pct:
-            r.io_pct = pct[r.cgroup]
+            r.io_pct, r.swapin_pct = pct[r.cgroup], swap[r.cgroup]
             seen.add(r.cgroup)
-    return rows + [CgroupRow(cg, NO_DISK, cgroups.label(cg), io_pct=v) for cg, v in pct.items()
+    return rows + [CgroupRow(cg, NO_DISK, cgroups.label(cg), io_pct=v, swapin_pct=swap[cg]) for cg, v in pct.items()
                    if cg not in seen and v > 0]
 
 

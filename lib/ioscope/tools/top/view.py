@@ -103,6 +103,7 @@ PROC_COLUMNS = (
     Column("avg_kB", "avgKB", 6, 60),
     Column("avg_ms", "avg_ms", 7, 70),
     Column("p99_ms", "p99ms", 7, 75),
+    Column("swapin_pct", "SWAPIN", 7, 86),  # the part of IO> in swap-ins (iotop's SWAPIN)
     Column("io_pct", "IO>", 7, 89),   # % of the interval blocked in I/O waits (iotop's IO>), the process's
 )
 
@@ -121,6 +122,7 @@ CGROUP_COLUMNS = (
     Column("p99_ms", "p99ms", 7, 75),
     Column("held", "HELD", 6, 72, "int"),         # bios blk-throttle held (their wait is not in avg_ms, p99ms)
     Column("thr_p99_ms", "thr_p99", 8, 71),       # their wait in it, where measured (fentry or submit notes)
+    Column("swapin_pct", "SWAPIN", 7, 86),        # the part of IO> in swap-ins
     Column("io_pct", "IO>", 7, 89),               # % of the interval its tasks were blocked in I/O waits
     Column("psi_pct", "PSI", 6, 87),              # % of the interval some of its tasks were stalled on I/O (v2)
 )
@@ -144,11 +146,28 @@ def in_flight_text(s: Snapshot) -> list[str]:
     return in_flight_lines(s.in_flight, "top")
 
 
-def proc_columns(s: Snapshot) -> tuple[Column, ...]:
-    """The process table's columns: with a CGROUP column when the rows carry their cgroup."""
+SWAPIN = "swapin_pct"
+
+
+def _with_swapin(cols: tuple[Column, ...], rows: Sequence[Any], sort: str | None) -> tuple[Column, ...]:
+    """SWAPIN only where a row swapped in during the interval, or sorted by it: most hosts have no swap,
+    and an always-0 column would take a narrow screen's room from the others (JSON always has it)."""
+    if sort == SWAPIN or any(r.swapin_pct > 0 for r in rows):
+        return cols
+    return tuple(c for c in cols if c.key != SWAPIN)
+
+
+def proc_columns(s: Snapshot, sort: str | None = None) -> tuple[Column, ...]:
+    """The process table's columns: with a CGROUP column when the rows carry their cgroup, SWAPIN when one
+    swapped in (_with_swapin)."""
+    cols = _with_swapin(PROC_COLUMNS, s.procs, sort)
     if not any(p.cgroup is not None for p in s.procs):
-        return PROC_COLUMNS
-    return (*PROC_COLUMNS[:3], PROC_CGROUP_COLUMN, *PROC_COLUMNS[3:])
+        return cols
+    return (*cols[:3], PROC_CGROUP_COLUMN, *cols[3:])
+
+
+def cgroup_columns(s: Snapshot) -> tuple[Column, ...]:
+    return _with_swapin(CGROUP_COLUMNS, s.cgroups or [], None)
 
 
 def fmt_num(v: float, width: int) -> str:
@@ -265,14 +284,15 @@ def batch_text(s: Snapshot, sort: str = "total", reverse: bool = True, limit: in
     lines += throttle_text(s)
     lines.append("")
     if s.cgroups is not None:
-        cg_cols = fit_columns(CGROUP_COLUMNS, sum(c.width for c in CGROUP_COLUMNS) + 18, stretch="label", most=48)
+        cg_all = cgroup_columns(s)
+        cg_cols = fit_columns(cg_all, sum(c.width for c in cg_all) + 18, stretch="label", most=48)
         lines.append("".join(c.head() for c in cg_cols).rstrip())
         for c in s.cgroups[:limit] if limit else s.cgroups:
             lines.append("".join(col.cell(c) for col in cg_cols).rstrip())
         if not s.cgroups:
             lines.append(" no cgroup's I/O completed in this interval")
         lines.append("")
-    cols = proc_columns(s)
+    cols = proc_columns(s, sort)
     proc_cols = fit_columns(cols, sum(c.width for c in cols) + 9, stretch="comm")
     lines.append("".join(c.head() for c in proc_cols).rstrip())
     procs = sort_procs(s.procs, sort, reverse)
@@ -484,7 +504,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
         body += [Text(f"  {k:<12}{h}") for k, (_, h) in PANEL_KEYS.items()]
         return [top, info, *body[:body_h], footer][:height]
     dev_cols = fit_columns(DEV_COLUMNS, width)
-    proc_cols = fit_columns(proc_columns(s), width, stretch="comm")
+    proc_cols = fit_columns(proc_columns(s, st.sort), width, stretch="comm")
     st.shown = tuple(c.key for c in proc_cols)
     devs = sort_devices(s.devices, "util")
     procs = sort_procs(s.procs, st.sort, st.reverse)
@@ -499,7 +519,7 @@ def screen_lines(st: ViewState, snap: Snapshot | None, heat: HeatHistory, width:
     dev_block += [Text(line, style="bold yellow") for line in throttle_text(s)[:3]]
     if s.cgroups is not None:  # the cgroup view: up to a quarter of the body, after the devices
         cg_rows = min(len(s.cgroups), max(1, body_h // 4 - 1))
-        cg_block = table_lines(s.cgroups[:cg_rows], fit_columns(CGROUP_COLUMNS, width, stretch="label", most=70))
+        cg_block = table_lines(s.cgroups[:cg_rows], fit_columns(cgroup_columns(s), width, stretch="label", most=70))
         if not s.cgroups:
             cg_block.append(Text(" no cgroup's I/O completed in this interval", style="dim"))
         dev_block += cg_block
@@ -710,7 +730,7 @@ def proc_json(p: ProcRow) -> dict[str, Any]:
 def wait_json(w: WaitRow) -> dict[str, Any]:
     """A process's waits; its seconds to the microsecond (they add up over intervals to delay accounting's)."""
     return {**_rounded(w), "waited_s": round(w.waited_s, 6), "oldest_s": round(w.oldest_s, 6),
-            "dequeue_delayed_s": round(w.dequeue_delayed_s, 6)}
+            "dequeue_delayed_s": round(w.dequeue_delayed_s, 6), "swapin_s": round(w.swapin_s, 6)}
 
 
 def in_flight_json(s: Snapshot) -> dict[str, Any]:
