@@ -65,6 +65,17 @@ def top_programs(pid: int) -> dict[str, tuple[int, int]]:
             if p["id"] in ids and "sched" in p["name"]}
 
 
+def add_runs(progs: dict[str, list[float]], mode: str, before: dict[str, tuple[int, int]],
+             after: dict[str, tuple[int, int]], ops: int | None = None) -> None:
+    """Each program's ns a run between two readings (and its runs an operation, given ops), into progs."""
+    for name, (ns, cnt) in after.items():
+        d_ns, d_cnt = ns - before.get(name, (0, 0))[0], cnt - before.get(name, (0, 0))[1]
+        if d_cnt:
+            progs.setdefault(f"{mode}: {name}", []).append(d_ns / d_cnt)
+            if ops:
+                progs.setdefault(f"{mode}: {name} runs/op", []).append(d_cnt / ops)
+
+
 def direct_us(disk: str, loops: int) -> float:
     """dd's time per O_DIRECT 4 KiB read from disk (µs)."""
     t0 = time.perf_counter()
@@ -115,12 +126,7 @@ def main() -> int:
                     if mode == "delayacct" and was is not None:
                         DELAYACCT.write_text(was)
                     if top is not None:
-                        after = top_programs(top.pid)
-                        for name, (ns, cnt) in after.items():
-                            d_ns, d_cnt = ns - before.get(name, (0, 0))[0], cnt - before.get(name, (0, 0))[1]
-                            if d_cnt:
-                                progs.setdefault(f"{mode}: {name}", []).append(d_ns / d_cnt)
-                                progs.setdefault(f"{mode}: {name} runs/op", []).append(d_cnt / args.loops)
+                        add_runs(progs, mode, before, top_programs(top.pid), args.loops)
                         top.terminate()
                         top.wait(timeout=30)
     finally:
@@ -192,11 +198,7 @@ def direct_main(args: argparse.Namespace) -> int:
                         res[mode].append(direct_us(dev.path, loops))
                     finally:
                         if top is not None:
-                            after = top_programs(top.pid)
-                            for name, (ns, cnt) in after.items():
-                                d_ns, d_cnt = ns - before.get(name, (0, 0))[0], cnt - before.get(name, (0, 0))[1]
-                                if d_cnt:
-                                    progs.setdefault(f"{mode}: {name}", []).append(d_ns / d_cnt)
+                            add_runs(progs, mode, before, top_programs(top.pid))
                             top.terminate()
                             top.wait(timeout=30)
     finally:
