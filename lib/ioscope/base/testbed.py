@@ -140,12 +140,21 @@ class TestCgroups:
     def __init__(self, mount: Path, prefix: str, names: list[str], controllers: str = "io") -> None:
         self.top = f"/{prefix}-{os.getpid()}"
         self.root = mount / self.top.lstrip("/")
-        self.root.mkdir()
         # cgroup v2: a child has a controller's state of its own only when its parent enables it for its
         # children (cgroup.subtree_control); without it, its I/O is charged to the nearest ancestor
         # that has it. Processes then go in leaves only (v2's "no internal processes").
         self.v2 = (mount / "cgroup.controllers").exists()
+        # a controller the hierarchy has but its root does not pass down (the unified hierarchy beside v1,
+        # memory bound to no v1 hierarchy): enabled at the root for the test, disabled again by remove()
+        self.enabled_at_root: list[str] = []
+        if self.v2:
+            on = (mount / "cgroup.subtree_control").read_text().split()
+            self.enabled_at_root = [c for c in controllers.split(",") if c not in on]
+            if self.enabled_at_root:
+                (mount / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in self.enabled_at_root))
+        self.mount = mount
         try:
+            self.root.mkdir()
             for n in names:
                 d = self.root / n
                 if self.v2:
@@ -175,6 +184,12 @@ class TestCgroups:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.1)
+        if self.enabled_at_root:
+            try:
+                (self.mount / "cgroup.subtree_control").write_text(" ".join(f"-{c}" for c in self.enabled_at_root))
+            except OSError:
+                pass   # another cgroup uses it now: left on
+            self.enabled_at_root = []
 
 
 class LoopSwap:
