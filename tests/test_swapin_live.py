@@ -4,8 +4,8 @@ limit is a third of what it touched, then reading it all back.
 
 Ground truth: the process's own major faults (/proc/PID/stat; with vm.page-cluster=0 each is one page read
 from swap, and /proc/vmstat's pswpin says the pages came from swap) and the kernel's delay accounting of its
-time blocked (taskstats: every swap-in wait is an I/O wait there too). A process that only misses the page
-cache waits as long and swaps nothing in: its SWAPIN is 0.
+time blocked (taskstats: every swap-in wait is an I/O wait there too). A process that reads its disk with
+O_DIRECT waits as often and swaps nothing in: its SWAPIN is 0.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 from conftest import PY, ioscope_cmd, json_lines
 from ioscope.base.cgroups import memory_cgroup_root
-from ioscope.base.testbed import SWAPPER, LoopFS, LoopSwap, TestCgroups, drop_caches
+from ioscope.base.testbed import SWAPPER, LoopFS, LoopSwap, TestCgroups
 from iowait_util import EPS_NS, delay_accounting, taskstats
 from top_live_util import top_past
 
@@ -31,15 +31,17 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 TOUCHED_MB = 48   # (small: the kernel matrix's emulated guests run it too)
 LIMIT_MB = 16
 
-# the control: n buffered 4 KiB reads 8 KiB apart of a file not in the page cache, on a line from stdin
+# the control: n O_DIRECT 4 KiB reads of a file (each one waits for the disk, whatever the page cache
+# holds), on a line from stdin
 READER = r"""
-import os, sys
+import mmap, os, sys
 path, n = sys.argv[1], int(sys.argv[2])
 print("ready", flush=True)
 sys.stdin.readline()
-fd = os.open(path, os.O_RDONLY)
+buf = mmap.mmap(-1, 4096)
+fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
 for i in range(n):
-    os.pread(fd, 4096, i * 8192)
+    os.preadv(fd, [buf], i * 4096)
 print("done", flush=True)
 sys.stdin.read()
 """
@@ -142,13 +144,12 @@ def test_a_process_reading_back_its_swapped_out_memory_shows_swapin(kind: str) -
     assert got["swapin_pct"] > 0 and got["swapin_pct"] <= got["io_pct"] + 1e-6
 
 
-def test_a_page_cache_reader_waits_and_swaps_nothing_in() -> None:
-    """The control: the same top, a process that misses the page cache (a wait for each read): IO>, no
+def test_a_direct_reader_waits_and_swaps_nothing_in() -> None:
+    """The control: the same top, a process whose every read waits for the disk (O_DIRECT): IO>, no
     SWAPIN."""
     n = 400
-    with LoopFS(256, read_ahead_kb=0) as fs:
-        path = fs.make_file("data.db", n * 8192)
-        drop_caches()
+    with LoopFS(256) as fs:
+        path = fs.make_file("data.db", n * 4096)
         reads = fs.loop.diskstats().reads
         reports, _after, pid, _f, _b = top_waits([sys.executable, "-c", READER, str(path), str(n)], "ready", "go")
         reads = fs.loop.diskstats().reads - reads
