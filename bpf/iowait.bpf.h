@@ -23,7 +23,9 @@
  * the same: such waits are counted here from the switch, and marked (delayed, delayed_ns).
  *
  * A swap-in is a wait with a swap-in function on the blocked task's kernel stack (do_swap_page, the
- * anonymous memory's fault; shmem_swapin_folio, tmpfs's): their [start, end) come from /proc/kallsyms
+ * anonymous memory's fault; shmem_swapin_folio, tmpfs's; swap_readpage/swap_read_folio, the read itself,
+ * where 5.10 waits for a single page read synchronously, under shmem_swapin_page 9 frames down): their
+ * [start, end) come from /proc/kallsyms
  * (targ_swapin_fns, set by user space; all 0: not looked for). Such a wait is an I/O wait too, as in the
  * kernel's delay accounting, whose swap-in delay (iotop's SWAPIN) wraps waits that its blkio delay (IO>)
  * counts as well. The stack is read only for a task that blocks in an I/O wait while the host has swap in
@@ -69,7 +71,7 @@ struct {
 static struct iowait_val zero_iowait;
 
 #define IOWAIT_SWAPIN_FNS 4
-#define IOWAIT_SWAPIN_DEPTH 10 /* the swap-in function is the 5th or 6th frame under __schedule, 3 more under the program */
+#define IOWAIT_SWAPIN_DEPTH 12 /* the swap-in function is the 5th to 8th frame under __schedule, 3 more under the program */
 const volatile __u64 targ_swapin_fns[IOWAIT_SWAPIN_FNS][2] = {}; /* [start, end) of each; 0: none */
 
 /* 1 while the host has swap in use (user space: kernel/iowait.py SwapGate, from /proc/meminfo once a

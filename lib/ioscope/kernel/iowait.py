@@ -31,9 +31,11 @@ EXPLAIN = {LOST: "I/O waits not counted: the map of threads that wait was full",
            "iowait_wake_unseen": "I/O waits dropped: the thread ran again and no program saw its wakeup"}
 
 
-# the kernel functions a swap-in waits in (bpf/iowait.bpf.h: targ_swapin_fns): anonymous memory's fault, and
-# tmpfs's swap-in (named so from 6.0 on, shmem_swapin_page before)
-SWAPIN_FUNCTIONS = ("do_swap_page", "shmem_swapin_folio", "shmem_swapin_page")
+# the kernel functions a swap-in waits in (bpf/iowait.bpf.h: targ_swapin_fns): anonymous memory's fault,
+# tmpfs's swap-in (named so from 6.0 on, shmem_swapin_page before), and the read itself (swap_read_folio
+# from 6.6, swap_readpage before: 5.10 waits there, deep under shmem_swapin_page, for a single page read
+# synchronously); at most three of them on one kernel
+SWAPIN_FUNCTIONS = ("do_swap_page", "shmem_swapin_folio", "shmem_swapin_page", "swap_read_folio", "swap_readpage")
 SWAPIN_SLOTS = 4   # IOWAIT_SWAPIN_FNS
 # IOSCOPE_SWAPIN=off: no stack read at each I/O wait (its cost: bench/iowait_overhead.py --workload direct)
 SWAPIN_ENV = "IOSCOPE_SWAPIN"
