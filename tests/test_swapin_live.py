@@ -3,8 +3,9 @@ stack, iotop's SWAPIN column) on a real swap-in: swap on a loop device, a proces
 limit is a third of what it touched, then reading it all back.
 
 Ground truth: the process's own major faults (/proc/PID/stat; with vm.page-cluster=0 each is one page read
-from swap, and /proc/vmstat's pswpin says the pages came from swap) and the kernel's delay accounting of its
-time blocked (taskstats: every swap-in wait is an I/O wait there too). A process that reads its disk with
+from swap, and /proc/vmstat's pswpin says the pages came from swap), that its I/O waits while it reads its
+memory back are swap-ins, and the kernel's delay accounting of its time blocked (taskstats: every swap-in
+wait is an I/O wait there too). A process that reads its disk with
 O_DIRECT waits as often and swaps nothing in: its SWAPIN is 0.
 """
 
@@ -130,14 +131,15 @@ def test_a_process_reading_back_its_swapped_out_memory_shows_swapin(kind: str) -
     print(f"major faults {faults}, pswpin {pswpin}, pswpout {pswpout}; top: {got}; delay accounting {kernel_s:.6f} s")
     # two thirds of what it touched could not stay in memory: read back from swap, a page a fault
     assert pswpin >= faults >= (TOUCHED_MB - LIMIT_MB) * 256 // 2, (pswpin, faults)
-    # a wait for nearly every page read (a read the loop disk finished before the fault locked its page did
-    # not wait), and a few more: a fault whose page was still being swapped out (a minor fault: the page
-    # is in the swap cache, locked or under writeback) waits for that write, and so does one whose new
-    # page's charge made the cgroup reclaim (v1 waits there for pages under writeback): at most one for
-    # each page written to swap meanwhile (2026-11-29: 24,667 waits for 24,668 faults, 42,614 pages out;
-    # 24,670 for 24,660 once)
-    assert 0.8 * faults <= got["swapins"] <= faults + pswpout, (got, faults, pswpout)
-    assert 0 < got["swapin_s"] <= got["waited_s"] + 1e-6 and got["swapins"] <= got["waits"]
+    # while it read its memory back, its I/O waits were swap-ins (all of them on this host): the others are
+    # its cgroup's reclaim waiting for pages being written out, deeper under the fault than is looked at.
+    # How many of its faults wait at all is the scheduler's business: on the host nearly every one (12,385
+    # waits for 12,366 faults, 2026-11-29), in the 1-CPU 6.1-rt guest 726 of 12,389 (the loop disk's
+    # worker preempts the faulting thread and reads the page before it sleeps; delay accounting counts as
+    # few). A wait for a page still being written out adds one, at most one for each page written to swap
+    assert got["swapins"] >= max(1.0, 0.8 * got["waits"]), got
+    assert got["swapins"] <= faults + pswpout, (got, faults, pswpout)
+    assert 0 < got["swapin_s"] <= got["waited_s"] + 1e-6
     # every swap-in wait is an I/O wait in the kernel's delay accounting too (ours begins after its
     # start and ends at most EPS_NS after its end: iowait_util.check_against_delayacct)
     assert got["swapin_s"] <= kernel_s + EPS_NS * got["swapins"] / 1e9, (got, kernel_s)
