@@ -42,16 +42,37 @@ def children_start_with_default_signals() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HARNESS_SIGNALS)
 
 
+_RUNNER_PID = 0
+
+
 def _stop_on_sigterm(signum: int, frame: Any) -> None:
+    if os.getpid() != _RUNNER_PID:
+        # a fork of the runner that has not exec'd (pyroute2's network-namespace helper): SIGTERM ends it as
+        # by default. Raised there, the KeyboardInterrupt ran the whole session's end in the fork (its
+        # summary on the suite's output, the test's namespace removed) and the runner waited for ever.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
     raise KeyboardInterrupt("SIGTERM")
+
+
+def _default_sigterm_in_fork() -> None:
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:   # not the main thread of the fork: the handler's pid check does it
+        pass
 
 
 def stop_on_sigterm() -> None:
     """SIGTERM stops the suite as Ctrl-C does: the test running is torn down (its loop devices, cgroups,
     servers), the summary printed. test.sh runs pytest in the background and passes it SIGTERM on any
-    stop (a background job ignores SIGINT); killed as by default, it would leave its test's set-up."""
+    stop (a background job ignores SIGINT); killed as by default, it would leave its test's set-up.
+    Only in the runner itself: a fork of it (not exec'd) gets the default back."""
+    global _RUNNER_PID
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        _RUNNER_PID = os.getpid()
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
+        os.register_at_fork(after_in_child=_default_sigterm_in_fork)
 
 
 def _become_subreaper() -> None:

@@ -76,3 +76,28 @@ def test_suite_started_with_signals_ignored(tmp_path: Path) -> None:
         assert not _alive(pid), f"process {pid} started by the inner tests is still running"
     assert "processes tests left running (stopped after the test)" in p.stdout, p.stdout
     assert "sleep 300" in p.stdout and "sleep 301" in p.stdout and "sleep 302" in p.stdout, p.stdout
+
+
+def test_a_fork_of_the_runner_dies_of_sigterm_and_the_runner_stops_on_it(tmp_path: Path) -> None:
+    """The harness takes SIGTERM as Ctrl-C in the runner only (test.sh's stop). A fork of the runner that has
+    not exec'd (pyroute2's network-namespace helper, which its owner ends with SIGTERM) dies of it, silently:
+    with the runner's handler it once ran the session's end in the fork and the suite hung. The runner,
+    sent SIGTERM, stops with its summary and status 2 (interrupted)."""
+    pid = os.fork()
+    if pid == 0:   # the fork: nothing but wait to be ended
+        time.sleep(60)
+        os._exit(0)
+    time.sleep(0.2)
+    os.kill(pid, signal.SIGTERM)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status
+    # a runner of its own (started with the harness, as test.sh starts pytest), sent SIGTERM mid-test
+    (tmp_path / "test_slow.py").write_text("import time\n\ndef test_slow():\n    time.sleep(60)\n")
+    (tmp_path / "conftest.py").write_text(f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n"
+                                          "pytest_plugins = ['harness']\n")
+    p = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_slow.py"],
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(3)
+    p.send_signal(signal.SIGTERM)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 2 and "KeyboardInterrupt: SIGTERM" in out, out
