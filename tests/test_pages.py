@@ -203,7 +203,7 @@ def test_page_in_chromium_offline(made: dict[str, Any]) -> None:
         assert not o.requests, o.requests
         assert o.page.evaluate("document.body.dataset.error") is None
         for view in ("overview", "heat", "access", "scatter", "curves", "phases"):
-            assert o.inked(f"#{view}") > 0.01, view
+            assert o.inked(f"#{view}", 0.01) > 0.01, view
         cells = o.marks("heat", "heat")
         assert sum(int(x["n"]) for x in cells) == rep["phases"]["q2c"]["n"]
         # the IOPS curve as drawn: rate x column width, summed, is every request completed (iostat's)

@@ -68,7 +68,7 @@ def test_web_counts_fio_and_stops_clean(loopdev: Any) -> None:
             assert not o.errors and not o.requests, (o.errors, o.requests)
             cells = o.marks("live", "live")
             assert sum(int(x["n"]) for x in cells) == NIOS
-            assert o.inked("#live") > 0.001
+            assert o.inked("#live", 0.001) > 0.001
     finally:
         os.killpg(p.pid, signal.SIGTERM)
         _out, err = p.communicate(timeout=30)

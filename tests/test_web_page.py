@@ -78,7 +78,7 @@ def test_live_page_draws_what_the_server_holds() -> None:
             o.page.select_option("select[name=phase]", "1")
             o.page.wait_for_function("window.ioscopeLive.polls >= 3")
             assert sum(int(x["n"]) for x in o.marks("live", "live")) == sum(100 + i for i in range(5))
-            assert o.inked("#live") > 0.001
+            assert o.inked("#live", 0.001) > 0.001
     finally:
         server.shutdown()
         server.server_close()

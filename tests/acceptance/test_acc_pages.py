@@ -37,7 +37,7 @@ def _page_sums(page: Path) -> tuple[int, dict[str, int]]:
         o = open_page(ctx, page.as_uri())
         assert not o.errors and not o.requests, (o.errors, o.requests)
         for view in ("overview", "heat", "access", "scatter", "curves", "phases"):
-            assert o.inked(f"#{view}") > 0.005, view
+            assert o.inked(f"#{view}", 0.005) > 0.005, view
         cells = o.marks("heat", "heat")
         per_op: dict[str, int] = {}
         for x in cells:

@@ -33,10 +33,12 @@ MARKS_JS = """([view, mark]) => {
 }"""
 
 
-# the share of the canvas pixels of an element that are not white: a picture was drawn
+# the share of the canvas pixels of an element that are not white: a picture was drawn (a canvas not sized
+# yet, 0 wide or high, holds none: getImageData would throw)
 INKED_JS = """(sel) => {
   let ink = 0, all = 0;
   for (const c of document.querySelectorAll(sel + ' canvas')) {
+    if (!c.width || !c.height) continue;
     const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
     for (let i = 0; i < d.length; i += 4) {
       all++;
@@ -54,7 +56,17 @@ class Opened:
     requests: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    def inked(self, selector: str) -> float:
+    def inked(self, selector: str, least: float = 0.0, timeout_s: float = 30.0) -> float:
+        """The share of the element's canvas pixels drawn; with least, waited for (up to timeout_s) to pass
+        least first: a loaded machine's browser sizes and draws a canvas after the page said ready (a
+        canvas 0 wide once in CI beside the hogs)."""
+        if least > 0:
+            from playwright.sync_api import TimeoutError as PlaywrightTimeout
+            try:
+                self.page.wait_for_function(f"([sel, least]) => ({INKED_JS})(sel) > least", arg=[selector, least],
+                                            timeout=timeout_s * 1000)
+            except PlaywrightTimeout:
+                pass   # the value says how far it got
         return float(self.page.evaluate(INKED_JS, selector))
 
     def marks(self, view: str, mark: str) -> list[dict[str, Any]]:
