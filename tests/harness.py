@@ -183,6 +183,12 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
     yield
+    # a test (or code it ran in this process) that left SIGTERM ignored or handled otherwise: the runner's
+    # handler put back, and the test named (an ignored SIGTERM is inherited by every program started after
+    # it: in a run beside the hogs, hog.sh and a runner of the harness's test then ignored it)
+    if _RUNNER_PID == os.getpid() and signal.getsignal(signal.SIGTERM) is not _stop_on_sigterm:
+        _SIGNALS_LEFT.append(f"{item.nodeid}: SIGTERM left {signal.getsignal(signal.SIGTERM)!r}")
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
     started = item.stash.get(_STARTED, {})
     if not started:
         return
@@ -202,6 +208,10 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _SIGNALS_LEFT:
+        terminalreporter.section("signal dispositions tests changed (put back after the test)")
+        for line in _SIGNALS_LEFT:
+            terminalreporter.write_line(line)
     if _LEFTOVERS:
         terminalreporter.section("processes tests left running (stopped after the test)")
         for line in _LEFTOVERS:
@@ -210,6 +220,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 _STARTED = pytest.StashKey[dict[int, tuple[int, str]]]()
 _LEFTOVERS: list[str] = []
+_SIGNALS_LEFT: list[str] = []
 
 
 __all__ = ["pytest_configure", "pytest_runtest_call", "pytest_runtest_teardown", "pytest_terminal_summary"]
