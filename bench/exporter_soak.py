@@ -283,6 +283,9 @@ def soak(minutes: float, every: float, scraper_count: int = 4, names: int = 2000
     exporter: subprocess.Popen[str] | None = None
     errfile: TextIO | None = None
     exit_status, stderr, fio_status, fio_iops = -1, "", -1, 0.0
+    # put back at the end: soak() also runs inside the test suite's process (tests/test_exporter_soak.py),
+    # where a SIGTERM left ignored was inherited by every program started after it
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         dd = shutil.which("dd") or "/bin/dd"
         for i in range(names):
@@ -377,6 +380,9 @@ def soak(minutes: float, every: float, scraper_count: int = 4, names: int = 2000
         if cg is not None:
             cg.remove()
         shutil.rmtree(tmp, ignore_errors=True)
+        for sig, h in handlers.items():
+            if h is not None:
+                signal.signal(sig, h)
 
 
 def _stop_now(signum: int, frame: FrameType | None) -> None:
