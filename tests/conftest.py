@@ -73,9 +73,9 @@ def loopdev(live: None) -> Iterator[Callable[..., Any]]:
     made: list[LoopDevice] = []
 
     def make(**kw: Any) -> LoopDevice:
-        d = LoopDevice(**kw).__enter__()
-        made.append(d)
-        return d
+        d = LoopDevice(**kw)
+        made.append(d)   # before it is made: a stop that lands as it returns still has it removed
+        return d.__enter__()
 
     yield make
     for d in reversed(made):
