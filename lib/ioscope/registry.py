@@ -56,7 +56,7 @@ TOOLS: tuple[Tool, ...] = (
     Tool("fair", "fair", "fair", True, ("readsize",), _DISK_JSON,
          ("test_acc_background_stop.py", "test_acc_exec_workers.py")),
     Tool("top", "top", "top", True, ("top",), _DISK_JSON, ("test_acc_background_stop.py", "test_acc_stacked.py",
-                                                                  "test_acc_iowait.py")),
+                                                                  "test_acc_iowait.py", "test_acc_swapin.py")),
     Tool("fileslower", "fileslower", "fileslower", True, ("fileslower",), ("-j", "--hist", "-d", "{disk}"),
          ("test_acc_fileslower.py",)),
     Tool("agg", "agg", "agg", True, ("agg",), ("-j", "-d", "{disk}", "-e", "count() by disk"),
