@@ -325,11 +325,19 @@ def test_churn_the_heaviest_get_series_and_topk_answers_them() -> None:
 
 # ---- hostile clients ----
 
+SCRAPE_S = 2   # the storm test's scrape interval and timeout (its docstring says why)
+
+
 def test_up_never_zero_under_a_scraper_storm_and_an_idle_flood() -> None:
     """The issue: 50 concurrent scrapers for 30 s made Prometheus record 15 consecutive up=0, and 974
     idle sockets made every scrape fail. Both at once, for 30 s, the exporter as the unit runs it
-    (defaults: --web.max-requests 40, --web.max-connections 512), Prometheus scraping every second
-    with a 1 s timeout: every scrape succeeds."""
+    (defaults: --web.max-requests 40, --web.max-connections 512), Prometheus scraping every 2 s with a
+    2 s timeout (Prometheus's default is 10 s): every scrape succeeds.
+
+    Why 2 s and not 1: the storm keeps the exporter busy answering, so a scrape's time is the ~40 answers
+    ahead of it over the CPU the exporter gets. Its slowest scrape, measured: 0.42 and 0.52 s beside four
+    busy loops (scripts/hog.sh -c 4), 1.03 s in a CI-like run (two emulated guests, a busy loop and fio
+    beside), 1.01 s with 14 of 33 scrapes timed out beside eight busy loops; never 2 s."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))  # this test's own 1,000 sockets
     with LoopDevice(128) as loop:
@@ -361,7 +369,8 @@ def test_up_never_zero_under_a_scraper_storm_and_an_idle_flood() -> None:
 
         fl = threading.Thread(target=flood)
         try:
-            with prometheus(job("ioscope", eport)) as prom:
+            every = f"    scrape_interval: {SCRAPE_S}s\n    scrape_timeout: {SCRAPE_S}s\n"
+            with prometheus(job("ioscope", eport, every)) as prom:
                 prom.wait_up("ioscope")
                 start_t = time.time()
                 fl.start()
@@ -379,8 +388,8 @@ def test_up_never_zero_under_a_scraper_storm_and_an_idle_flood() -> None:
                        "up": prom.value(f'sum_over_time(up{{job="ioscope"}}{span})'),
                        "slowest": prom.value(f"max_over_time(scrape_duration_seconds{span})")}
                 assert prom.value(f'min_over_time(up{{job="ioscope"}}{span})') == 1, why
-                assert (prom.value(f'count_over_time(up{{job="ioscope"}}{span})') or 0) >= 28
-                assert (prom.value(f"max_over_time(scrape_duration_seconds{span})") or 1) < 1
+                assert (prom.value(f'count_over_time(up{{job="ioscope"}}{span})') or 0) >= 30 / SCRAPE_S - 1
+                assert (prom.value(f"max_over_time(scrape_duration_seconds{span})") or SCRAPE_S) < SCRAPE_S
                 assert (prom.value(f'max_over_time(ioscope_http_connections{span})') or 1e9) <= 512
                 assert (prom.value('ioscope_http_connections_closed_total{reason="evicted"}') or 0) > 0
                 # a flood of connects is accepted whole before the oldest idle ones are closed (peaks of
