@@ -3,13 +3,19 @@
 Python cannot raise the handler's KeyboardInterrupt out of a finalizer or a weakref callback: it prints
 "Exception ignored in ..." and goes on. top, stopped with SIGINT beside agg, ran on for 60 s that way
 (tests/test_iowait_live.py, 2026-11-29). The script below makes that moment on purpose: a __del__ that
-signals its own process and runs on while the handler fires inside it."""
+signals its own process and runs on while the handler fires inside it. And a Ctrl-C that lands in a
+collector's set-up, once its programs are attached, leaves none behind."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 
 SCRIPT = r"""
 import os, signal, sys, time
@@ -130,3 +136,42 @@ def test_a_flag_waited_on_by_the_main_thread_survives_every_stop() -> None:
     twice now and then (CI: a flight recorder that never stopped on SIGINT)."""
     trials, stuck = waits("flag", 3.0)
     assert trials > 1000 and stuck == 0, (trials, stuck)
+
+
+def _collectors() -> dict[str, Callable[[], object]]:
+    """Every collector whose set-up is BPFObject.closed_on_error's, made with its defaults."""
+    from ioscope.engines.aggregate.collector import AggCollector, AggOptions
+    from ioscope.engines.aggregate.expr import parse_all
+    from ioscope.engines.latency.collector import LatCollector, LatOptions
+    from ioscope.engines.recording.recorder import Recorder, RecorderOptions
+    from ioscope.tools.fileslower.collector import FileSlowerCollector, FileSlowerOptions
+    from ioscope.tools.readahead.collector import ReadaheadCollector, ReadaheadOptions
+    from ioscope.tools.top.collector import TopCollector
+    return {"lat": lambda: LatCollector(LatOptions()),
+            "agg": lambda: AggCollector(AggOptions(exprs=parse_all(["count() by comm", "sum(swapin) by comm"]))),
+            "record": lambda: Recorder(RecorderOptions()), "top": lambda: TopCollector(),
+            "fileslower": lambda: FileSlowerCollector(FileSlowerOptions()),
+            "readahead": lambda: ReadaheadCollector(ReadaheadOptions())}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
+@pytest.mark.parametrize("tool", ["lat", "agg", "record", "top", "fileslower", "readahead"])
+def test_ctrl_c_in_a_collectors_set_up_leaves_no_program(tool: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C landing in a collector's set-up right after its programs were attached: the KeyboardInterrupt
+    goes on, and every program the object had attached is gone from the kernel (BPFObject.closed_on_error)."""
+    from conftest import bpf_prog_ids, programs_left
+    from ioscope.kernel.loader import BPFObject
+
+    real = BPFObject.attach
+    held: set[int] = set()
+
+    def attach_then_interrupted(self: BPFObject, hooks: Any = None) -> None:
+        real(self, hooks)
+        held.update(bpf_prog_ids(os.getpid()))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(BPFObject, "attach", attach_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        _collectors()[tool]()
+    assert held, "nothing was attached"
+    assert not programs_left(held), programs_left(held)

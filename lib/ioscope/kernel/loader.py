@@ -29,10 +29,11 @@ refuse the probe, and the hook is then unavailable like a missing tracepoint.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -395,6 +396,16 @@ class BPFObject:
         """Detach every program and free the object. Safe to call twice."""
         self.obj.close()
         self.attached = []
+
+    @contextlib.contextmanager
+    def closed_on_error(self) -> Iterator[BPFObject]:
+        """For a collector's set-up: if the block raises (a refused load, a Ctrl-C), the object is closed
+        (whatever was attached detached) and the error goes on; else it stays open for its owner."""
+        try:
+            yield self
+        except BaseException:
+            self.close()
+            raise
 
     def __enter__(self) -> BPFObject:
         return self

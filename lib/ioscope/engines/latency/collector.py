@@ -55,11 +55,8 @@ class LatCollector:
         # -D: the stacks (dm, md, btrfs) with a traced member, as sysfs has them at the start
         self.stacks = {k: v for k, v in devices.stack_meta().items()
                        if any(m in names for m in v.get("members", []))} if opts.per_disk else {}
-        try:
+        with self.bpf.closed_on_error():
             self._setup()
-        except BaseException:
-            self.bpf.close()
-            raise
         # the kernel's counts from after the attach: a request completed in between is seen by the
         # program and not in the kernel's delta, never the other way round
         self._last_kernel = self._kernel_counts()

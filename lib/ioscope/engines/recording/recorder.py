@@ -169,11 +169,8 @@ class Recorder:
         self.ring_bytes = self.nrings * self.ring_slots * EVENT.itemsize
         self.bpf = BPFObject("record", btf=opts.btf)
         self.detached = False
-        try:
+        with self.bpf.closed_on_error():
             self._setup()
-        except BaseException:
-            self.bpf.close()
-            raise
 
     def _setup(self) -> None:
         b, o = self.bpf, self.opts

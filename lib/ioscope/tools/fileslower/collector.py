@@ -57,11 +57,8 @@ class FileSlowerCollector:
         self.mono_to_wall = time.time() - time.monotonic()
         self._pending: list[CallRecord] = []
         self.bpf = BPFObject("fileslower", btf=opts.btf)
-        try:
+        with self.bpf.closed_on_error():
             self._setup()
-        except BaseException:
-            self.bpf.close()
-            raise
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf

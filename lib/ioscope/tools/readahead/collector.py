@@ -127,11 +127,8 @@ class ReadaheadCollector:
         self.comms: dict[int, str] = {}
         self._mounts: dict[int, str] = {}
         self._bdev_names: dict[int, str] = {}
-        try:
+        with self.bpf.closed_on_error():
             self._setup()
-        except BaseException:
-            self.bpf.close()
-            raise
         self.started = time.time()  # the totals count from here
 
     def _setup(self) -> None:

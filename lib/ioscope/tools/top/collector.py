@@ -58,7 +58,7 @@ class TopCollector:
         self._comms: dict[int, str] = {}              # tgid -> name seen by BPF at queue time
         self._live: dict[int, str] = {0: "[unknown]"}  # tgid -> name for the current refresh
         self.bpf = BPFObject("top", btf=btf)
-        try:
+        with self.bpf.closed_on_error():
             b = self.bpf
             b.choose(required=["bio_queue", "rq_complete", *IOWAIT_HOOKS],
                      optional=["split", "task_rename", *THROTTLE_HOOKS])
@@ -91,9 +91,6 @@ class TopCollector:
             # (the throttle's hooks: ThrottleWatch.tick)
             b.attach(["bio_queue", "rq_complete", "split", "task_rename", *IOWAIT_HOOKS])
             self.throttle.tick()   # a limit in force at the start: attached before the first snapshot's interval
-        except BaseException:
-            self.bpf.close()
-            raise
 
     @property
     def unavailable(self) -> list[str]:
