@@ -937,8 +937,13 @@ static __always_inline void iowait_ended(const struct iowait_start *s, __u32 tid
 	r->f[AGG_F_KSTACK] = s->kstack >= 0 ? (__u64)s->kstack + 1 : 0;
 	r->f[AGG_F_USTACK] = s->ustack >= 0 ? (__u64)s->ustack + 1 : 0;
 	r->f[AGG_F_IOWAIT] = ns;
+	r->f[AGG_F_SWAPIN] = ns;
 	r->have = (1u << AGG_F_PID) | (1u << AGG_F_TGID) | (1u << AGG_F_CGROUP) | (1u << AGG_F_KSTACK) |
 		  (1u << AGG_F_USTACK) | (1u << AGG_F_IOWAIT);
+	/* swapin: a value of the swap-ins only (sum(swapin) is their time, quantize(swapin) their
+	 * distribution); s->swapin is 0 unless an expression reads it (targ_swapin_fns set) */
+	if (s->swapin)
+		r->have |= 1u << AGG_F_SWAPIN;
 	agg_eval(r->have, AGG_SRC_WAIT);
 }
 

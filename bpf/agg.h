@@ -42,13 +42,14 @@ enum agg_field {
 	AGG_F_COMM0 = 18,   /* the process name, bytes 0-7 (WHERE comm == "...") */
 	AGG_F_COMM1 = 19,   /* bytes 8-15 */
 	AGG_F_IOWAIT = 20,  /* ns a thread was blocked in an I/O wait: a record of a wait (iowait.bpf.h), not of an I/O */
-	AGG_NR_FIELDS = 21, /* as an expression's value: count() */
+	AGG_F_SWAPIN = 21,  /* the same ns, present only when the wait was a swap-in (iowait.bpf.h; iotop's SWAPIN) */
+	AGG_NR_FIELDS = 22, /* as an expression's value: count() */
 };
 
 /* What a record is of, and which expressions it is for (struct agg_expr.source): agg_eval's second argument. */
 enum agg_source {
 	AGG_SRC_IO = 0,     /* a bio or a request (queued or completed) */
-	AGG_SRC_WAIT = 1,   /* a thread's I/O wait that ended: pid, tgid, cgroup, kstack, ustack, iowait */
+	AGG_SRC_WAIT = 1,   /* a thread's I/O wait that ended: pid, tgid, cgroup, kstack, ustack, iowait, swapin */
 	AGG_NR_SOURCES = 2,
 };
 

@@ -4,11 +4,14 @@ until told, the kernel's own delay accounting of a thread, and a process's waits
 from __future__ import annotations
 
 import contextlib
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from conftest import unreported_bound
+from conftest import ioscope_cmd, json_lines, unreported_bound
+from top_live_util import top_past
 
 if TYPE_CHECKING:
     from ioscope.base.testbed import TestCgroups
@@ -45,6 +48,54 @@ sys.stdin.read()
 """
 
 
+
+
+class Tools:
+    """ioscope tools (argv lists: top, agg, ...) run with -j 0.5 beside a workload: started, and attached
+    once they return (top: its first report; the others: their "Tracing" line); end(t) reads each one's
+    reports up to the first whose interval closed after wall time t, stops it with SIGINT (exit 0 asserted)
+    and returns each one's reports. Killed on any other path (close)."""
+
+    def __init__(self, *tools: list[str]) -> None:
+        self.procs = [subprocess.Popen(ioscope_cmd(*t, "-j", "0.5"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True) for t in tools]
+        self.firsts: list[str] = []
+        try:
+            for t, p in zip(tools, self.procs):
+                assert p.stdout is not None and p.stderr is not None
+                if t[0] == "top":  # its first report: the programs are attached
+                    self.firsts.append(p.stdout.readline())
+                    assert self.firsts[-1].startswith("{"), self.firsts[-1] + (p.stderr.read() if p.poll() is not None
+                                                                               else "")
+                else:  # "Tracing ...": attached
+                    self.firsts.append("")
+                    line = p.stderr.readline()
+                    assert line.startswith("Tracing"), line + (p.stderr.read() if p.poll() is not None else "")
+        except BaseException:
+            self.close()
+            raise
+
+    def end(self, t: float) -> list[list[dict[str, Any]]]:
+        lines = [first + top_past(p, t) for first, p in zip(self.firsts, self.procs)]
+        out = []
+        for p, got in zip(self.procs, lines):
+            p.send_signal(signal.SIGINT)
+            rest, err = p.communicate(timeout=60)
+            assert p.returncode == 0, err
+            out.append(json_lines(got + rest))
+        return out
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+    def __enter__(self) -> Tools:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 @contextlib.contextmanager

@@ -179,16 +179,18 @@ def test_every_combination_of_function_and_value_parses() -> None:
         if func == "count":
             continue
         text = f"{func}({value}, 0, 100, 10)" if func == "lquantize" else f"{func}({value})"
-        keys = tuple(k for k in E.KEYS if k in E.WAIT_FIELDS) if value == E.WAIT_VALUE else tuple(E.KEYS)
+        keys = tuple(k for k in E.KEYS if k in E.WAIT_FIELDS) if value in E.WAIT_VALUES else tuple(E.KEYS)
         e = E.parse(text + " by " + ",".join(keys))
         assert e.func == func and e.value == value and e.keys == keys
-        assert e.on_waits == (value == E.WAIT_VALUE)
+        assert e.on_waits == (value in E.WAIT_VALUES)
 
 
 @pytest.mark.parametrize("text, word", [
     ("sum(iowait) by disk", "disk"),
     ("count() by comm where iowait > 1ms and op == write", "op"),
     ("quantize(iowait) by file", "file"),
+    ("sum(swapin) by disk", "disk"),
+    ("count() by comm where swapin > 0 and size > 4k", "size"),
 ])
 def test_an_io_wait_has_no_disk_op_or_file(text: str, word: str) -> None:
     with pytest.raises(E.ExprError) as e:
@@ -196,10 +198,12 @@ def test_an_io_wait_has_no_disk_op_or_file(text: str, word: str) -> None:
     assert f"'{word}' is not known of an I/O wait" in str(e.value)
 
 
-def test_a_trigger_cannot_read_iowait() -> None:
+@pytest.mark.parametrize("value", ["iowait", "swapin"])
+def test_a_trigger_cannot_read_a_wait(value: str) -> None:
     with pytest.raises(E.ExprError) as e:
-        E.parse_condition("iowait > 1s")
-    assert "a condition fires on an I/O" in str(e.value)
+        E.parse_condition(f"disk == \"sda\" and {value} > 1s")
+    assert f"a condition fires on an I/O, and {value} is a value of a thread's I/O wait" in str(e.value)
+    assert e.value.col == len('disk == "sda" and ') + 1
 
 
 def test_help_examples_are_on_the_doc_page() -> None:

@@ -427,9 +427,15 @@ def test_wait_series_are_chosen_by_time_blocked_and_exported_in_seconds() -> Non
     b.add({"backup": Delta(ios=1000, bytes=1 << 30), "svc": Delta(waits=1, waited_ns=1000)}, now=0)
     assert set(b.series) == {"svc"}
     procs = SeriesView.of(s, 1)
-    cgs = SeriesView({"/system.slice/postgresql.service": Counter(waits=10, waited_ns=95_000_000)},
+    cgs = SeriesView({"/system.slice/postgresql.service": Counter(waits=10, waited_ns=95_000_000, swapins=4,
+                                                                  swapin_ns=7_000_000)},
                      Counter(waits=1, waited_ns=2_000_000), 0)
     out = _samples(_text(_x(process_waits=procs, cgroup_waits=cgs)))
+    # the swap-ins among the waits: in the same series, 0 where none
+    sw = [(n, v) for (n, ls), v in out.items() if n.startswith("ioscope_cgroup_swapin")
+          and ("cgroup", "/system.slice/postgresql.service") in ls]
+    assert sorted(sw) == [("ioscope_cgroup_swapin_seconds_total", 0.007), ("ioscope_cgroup_swapins_total", 4)], sw
+    assert out[("ioscope_process_swapin_seconds_total", (("comm", "postgres"),))] == 0
     assert out[("ioscope_process_io_wait_seconds_total", (("comm", "postgres"),))] == 0.095
     assert out[("ioscope_process_io_waits_total", (("comm", "postgres"),))] == 10
     assert out[("ioscope_process_io_wait_seconds_total", (("comm", PROCESS_OTHER),))] == 0.905
@@ -438,7 +444,18 @@ def test_wait_series_are_chosen_by_time_blocked_and_exported_in_seconds() -> Non
     assert cg == [0.095]
     assert out[("ioscope_process_io_wait_series_replaced_total", ())] == 0
     # not asked for (--no-io-wait, or no --per-process): no such family
-    assert not [k for k in _samples(_text(_x())) if "io_wait" in k[0]]
+    assert not [k for k in _samples(_text(_x())) if "io_wait" in k[0] or "swapin" in k[0]]
+
+
+def test_swapins_add_up_in_a_series_and_in_other() -> None:
+    """A Delta's swap-ins add to its series' counter as its waits do, and to other when it has no place."""
+    s: SeriesSet[str] = SeriesSet(limit=1, idle_s=600, window_s=60, weight="waited_ns")
+    s.add({"db": Delta(waits=5, waited_ns=50_000_000, swapins=2, swapin_ns=30_000_000),
+           "cron": Delta(waits=1, waited_ns=1_000, swapins=1, swapin_ns=1_000)}, now=0)
+    s.add({"db": Delta(waits=5, waited_ns=50_000_000, swapins=3, swapin_ns=40_000_000),
+           "cron": Delta(waits=1, waited_ns=1_000, swapins=1, swapin_ns=1_000)}, now=1)
+    assert (s.series["db"].swapins, s.series["db"].swapin_ns) == (3, 40_000_000)
+    assert (s.other.swapins, s.other.swapin_ns) == (4, 30_002_000)
 
 
 def test_oldest_in_flight_gauges_for_the_disks_the_slot_table_follows() -> None:

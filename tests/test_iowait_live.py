@@ -13,7 +13,6 @@ the two reads would add its stop).
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -21,10 +20,9 @@ from typing import Any
 
 import pytest
 
-from conftest import PY, ioscope_cmd, json_lines
+from conftest import PY
 from ioscope.base.testbed import LoopFS, drop_caches
-from iowait_util import WORKLOAD, check_against_delayacct, delay_accounting, limited, taskstats, waited
-from top_live_util import top_past
+from iowait_util import WORKLOAD, Tools, check_against_delayacct, delay_accounting, limited, taskstats, waited
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -40,42 +38,22 @@ def run_beside(cmd: list[str], *tools: list[str], started: Callable[[int], objec
     """Each ioscope TOOL... (-j, every 0.5 s) from before the workload starts until a report closed its
     interval after the workload said "done"; the workload's taskstats read then, while it lives. Returns
     each tool's reports, the taskstats, the workload's pid (given to started() as it starts)."""
-    procs = [subprocess.Popen(ioscope_cmd(*t, "-j", "0.5"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for t in tools]
-    work = None
-    try:
-        firsts = []
-        for t, p in zip(tools, procs):
-            assert p.stdout is not None and p.stderr is not None
-            if t[0] == "top":  # its first report: the programs are attached
-                firsts.append(p.stdout.readline())
-                assert firsts[-1].startswith("{"), firsts[-1] + (p.stderr.read() if p.poll() is not None else "")
-            else:  # "Tracing ...": attached
-                firsts.append("")
-                line = p.stderr.readline()
-                assert line.startswith("Tracing"), line + (p.stderr.read() if p.poll() is not None else "")
+    with Tools(*tools) as running:
         work = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        started(work.pid)
-        assert work.stdout is not None and work.stdin is not None
-        assert work.stdout.readline().strip() == "done"
-        done = time.time()
-        truth = taskstats(work.pid)
-        # until a report closed its interval after the workload's last wait
-        lines = [first + top_past(p, done) for first, p in zip(firsts, procs)]
-        work.stdin.close()
-        assert work.wait(timeout=30) == 0
-        out = []
-        for p, got in zip(procs, lines):
-            p.send_signal(signal.SIGINT)
-            rest, err = p.communicate(timeout=60)
-            assert p.returncode == 0, err
-            out.append(json_lines(got + rest))
-        return out, truth, work.pid
-    finally:
-        for q in (work, *procs):
-            if q is not None and q.poll() is None:
-                q.kill()
-                q.wait()
+        try:
+            started(work.pid)
+            assert work.stdout is not None and work.stdin is not None
+            assert work.stdout.readline().strip() == "done"
+            done = time.time()
+            truth = taskstats(work.pid)
+            out = running.end(done)   # until a report closed its interval after the workload's last wait
+            work.stdin.close()
+            assert work.wait(timeout=30) == 0
+            return out, truth, work.pid
+        finally:
+            if work.poll() is None:
+                work.kill()
+                work.wait()
 
 
 def check(reports: list[dict[str, Any]], truth: dict[str, Any], pid: int, least_s: float) -> list[float]:

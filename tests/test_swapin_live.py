@@ -12,20 +12,19 @@ O_DIRECT waits as often and swaps nothing in: its SWAPIN is 0.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from conftest import PY, ioscope_cmd, json_lines
+from conftest import PY
 from ioscope.base.cgroups import memory_cgroup_root
 from ioscope.base.testbed import SWAPPER, LoopFS, LoopSwap, TestCgroups
-from iowait_util import EPS_NS, delay_accounting, taskstats
-from top_live_util import top_past
+from iowait_util import EPS_NS, Tools, delay_accounting, taskstats
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root")
 
@@ -56,40 +55,40 @@ def majflt(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[9])
 
 
-def top_waits(cmd: list[str], before_top: str, go: str) -> tuple[list[dict[str, Any]], dict[str, Any], int, int,
-                                                                dict[str, Any]]:
-    """Run cmd (a workload that prints before_top, then, given the line go, does the part measured and
-    prints a line starting "done"); top -b -j 0.5 from before_top's line until a report past
-    "done". Returns top's reports, the taskstats then and before the measured part, the workload's pid and
-    its major faults in the measured part."""
+def waits_beside(cmd: list[str], before: str, go: str, *tools: list[str],
+                 ready: Callable[[int], object] = lambda pid: None,
+                 finished: Callable[[int], object] = lambda pid: None,
+                 ) -> tuple[list[list[dict[str, Any]]], dict[str, Any], int, int, dict[str, Any]]:
+    """Run cmd (a workload that prints before, then, given the line go, does the part measured and prints a
+    line starting "done"); each ioscope tool (-j 0.5; iowait_util.Tools) from before's line until a report
+    past "done" (ready(pid) called once they are attached, before go; finished(pid) once it said "done",
+    while it waits, doing nothing, to be told to exit). Returns each tool's reports, the
+    taskstats then and before the measured part, the workload's pid and its major faults in the measured
+    part."""
     work = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    top = None
     try:
         assert work.stdout is not None and work.stdin is not None
-        assert work.stdout.readline().strip() == before_top
-        top = subprocess.Popen(ioscope_cmd("top", "-b", "-j", "0.5"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True)
-        assert top.stdout is not None
-        first = top.stdout.readline()
-        assert first.startswith("{"), first
-        before, flt0 = taskstats(work.pid), majflt(work.pid)
-        work.stdin.write(go + "\n")
-        work.stdin.flush()
-        assert work.stdout.readline().startswith("done")
-        done = time.time()
-        after, flt = taskstats(work.pid), majflt(work.pid) - flt0
-        lines = first + top_past(top, done)
-        top.send_signal(signal.SIGINT)
-        rest, err = top.communicate(timeout=60)
-        assert top.returncode == 0, err
+        assert work.stdout.readline().strip() == before
+        with Tools(*tools) as running:
+            ready(work.pid)
+            before_ts, flt0 = taskstats(work.pid), majflt(work.pid)
+            work.stdin.write(go + "\n")
+            work.stdin.flush()
+            assert work.stdout.readline().startswith("done")
+            done = time.time()
+            finished(work.pid)
+            after, flt = taskstats(work.pid), majflt(work.pid) - flt0
+            reports = running.end(done)
         work.stdin.close()
         assert work.wait(timeout=60) == 0
-        return json_lines(lines + rest), after, work.pid, flt, before
+        return reports, after, work.pid, flt, before_ts
     finally:
-        for p in (work, top):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+        if work.poll() is None:
+            work.kill()
+            work.wait()
+
+
+TOP = ["top", "-b"]
 
 
 def mine(reports: list[dict[str, Any]], pid: int) -> dict[str, float]:
@@ -120,8 +119,8 @@ def test_a_process_reading_back_its_swapped_out_memory_shows_swapin(kind: str) -
             limit = cg.root / "svc" / ("memory.max" if cg.v2 else "memory.limit_in_bytes")
             limit.write_text(f"{LIMIT_MB << 20}\n")
             pswpin, pswpout = vmstat("pswpin"), vmstat("pswpout")
-            reports, after, pid, faults, before = top_waits(
-                cg.shell("svc", f"{PY} -c '{SWAPPER}' {TOUCHED_MB} {kind}"), "filled", "go")
+            (reports,), after, pid, faults, before = waits_beside(
+                cg.shell("svc", f"{PY} -c '{SWAPPER}' {TOUCHED_MB} {kind}"), "filled", "go", TOP)
             pswpin, pswpout = vmstat("pswpin") - pswpin, vmstat("pswpout") - pswpout
         finally:
             cg.remove()
@@ -153,8 +152,100 @@ def test_a_direct_reader_waits_and_swaps_nothing_in() -> None:
     with LoopFS(256) as fs:
         path = fs.make_file("data.db", n * 4096)
         reads = fs.loop.diskstats().reads
-        reports, _after, pid, _f, _b = top_waits([sys.executable, "-c", READER, str(path), str(n)], "ready", "go")
+        (reports,), _after, pid, _f, _b = waits_beside([sys.executable, "-c", READER, str(path), str(n)], "ready",
+                                                       "go", TOP)
         reads = fs.loop.diskstats().reads - reads
     got = mine(reports, pid)
     assert got["waits"] >= n // 2 and got["waited_s"] > 0, (got, f"{reads} reads on the disk")
     assert got["swapins"] == 0 and got["swapin_s"] == 0 and got["swapin_pct"] == 0, got
+
+
+def test_agg_swapin_is_tops_swapin() -> None:
+    """agg's swapin value (a wait's time when it was a swap-in; absent from the other waits) beside top on
+    the same swap-ins: the same waits seen by two objects' programs, the same count; swapin within
+    iowait, and within delay accounting's time blocked."""
+    mem = memory_cgroup_root()
+    assert mem is not None, "no memory controller mounted"
+    exprs = ["sum(swapin) by tgid", "quantize(swapin) by tgid", "sum(iowait) by tgid",
+             "count() by tgid where swapin > 0"]
+    with LoopSwap(256), delay_accounting():
+        cg = TestCgroups(mem, "ioscope-swapin", ["svc"], controllers="memory")
+        try:
+            limit = cg.root / "svc" / ("memory.max" if cg.v2 else "memory.limit_in_bytes")
+            limit.write_text(f"{LIMIT_MB << 20}\n")
+            (aggs, tops), after, pid, faults, before = waits_beside(
+                cg.shell("svc", f"{PY} -c '{SWAPPER}' {TOUCHED_MB} private"), "filled", "go",
+                ["agg", *(a for e in exprs for a in ("-e", e))], TOP)
+        finally:
+            cg.remove()
+    rows = {e: [r for d in aggs for a in d["aggs"] if a["expr"] == e for r in a["rows"]
+                if int(r["keys"]["tgid"]) == pid] for e in exprs}
+    swapin_ns = sum(r["sum"] for r in rows[exprs[0]])
+    swapins = sum(b[2] for r in rows[exprs[1]] for b in r["buckets"])
+    iowait_ns = sum(r["sum"] for r in rows[exprs[2]])
+    counted = sum(r["count"] for r in rows[exprs[3]])
+    top = mine(tops, pid)
+    kernel_s = (after["blkio_delay_total"] - before["blkio_delay_total"]
+                + after["swapin_delay_total"] - before["swapin_delay_total"]) / 1e9
+    print(f"agg: {swapins} swap-ins {swapin_ns / 1e9:.6f} s of {iowait_ns / 1e9:.6f} s waited; top: {top}; "
+          f"faults {faults}; delay accounting {kernel_s:.6f} s")
+    # the same swap-in waits as top's, counted by the quantize and by the condition alike
+    assert swapins == counted == top["swapins"] > 0, (swapins, counted, top)
+    assert swapins <= faults + 2 * (TOUCHED_MB << 8), (swapins, faults)
+    # their time: within what the process waited in all (both ended by the same wake-ups), and within the
+    # kernel's time blocked (each wait begins after delay accounting's and ends at most EPS_NS after it)
+    assert 0 < swapin_ns <= iowait_ns, (swapin_ns, iowait_ns)
+    assert swapin_ns / 1e9 <= kernel_s + EPS_NS * swapins / 1e9, (swapin_ns, kernel_s)
+    # and top's time for them, within the programs' own run per wait (two objects read the clock apart)
+    assert abs(swapin_ns / 1e9 - top["swapin_s"]) <= EPS_NS * swapins / 1e9, (swapin_ns, top)
+
+
+def test_the_exporter_exports_the_swapins_top_sees() -> None:
+    """The exporter's swap-in series (agg's sum(swapin) by tgid,comm) on the same swap-ins as top, from the
+    moment top was attached: the process's series and the other series together grew by top's swap-in
+    waits (a series starts at 0 and the read that made it put what it held in other); its swap-in seconds
+    within its I/O wait seconds. Scraped when the process says it is done, as top's last report: its
+    interpreter's exit swaps in pages again (the heap it frees: ~576 waits more, counted by the exporter
+    after top stopped)."""
+    from test_exporter_live import free_port, pick, scrape, start, stop
+
+    mem = memory_cgroup_root()
+    assert mem is not None, "no memory controller mounted"
+    other = {"pid": "", "comm": "(other processes)"}
+    at: dict[str, float] = {}
+    with LoopSwap(256):
+        port = free_port()
+        exporter = start(port, "--per-process", "1000", "--process-pid")
+        try:
+            cg = TestCgroups(mem, "ioscope-swapin", ["svc"], controllers="memory")
+            try:
+                limit = cg.root / "svc" / ("memory.max" if cg.v2 else "memory.limit_in_bytes")
+                limit.write_text(f"{LIMIT_MB << 20}\n")
+
+                def ready(pid: int) -> None:
+                    m0 = scrape(port)
+                    at["other0"] = pick(m0, "ioscope_process_swapins_total", **other)
+                    at["mine0"] = pick(m0, "ioscope_process_swapins_total", pid=str(pid))
+
+                def finished(pid: int) -> None:   # (a scrape reads the kernel's maps then)
+                    got.update(scrape(port))
+                got: dict[Any, float] = {}
+                (tops,), _after, pid, _faults, _before = waits_beside(
+                    cg.shell("svc", f"{PY} -c '{SWAPPER}' {TOUCHED_MB} private"), "filled", "go", TOP, ready=ready,
+                    finished=finished)
+            finally:
+                cg.remove()
+        finally:
+            assert stop(exporter) == 0
+    top = mine(tops, pid)
+    m = got
+    n = pick(m, "ioscope_process_swapins_total", pid=str(pid)) - at["mine0"]
+    s = pick(m, "ioscope_process_swapin_seconds_total", pid=str(pid))
+    waited_s = pick(m, "ioscope_process_io_wait_seconds_total", pid=str(pid))
+    to_other = pick(m, "ioscope_process_swapins_total", **other) - at["other0"]
+    print(f"exporter: {n:.0f} swap-ins, {s:.6f} s of {waited_s:.6f} s waited (+{to_other:.0f} in other); top {top}")
+    assert top["swapins"] > 0 and n > 0
+    # its swap-ins since top started all counted, in its series or in other's (other: also any other
+    # process's swap-ins meanwhile), and none twice
+    assert n <= top["swapins"] <= n + to_other, (n, to_other, top)
+    assert 0 < s <= waited_s, (s, waited_s)

@@ -34,7 +34,10 @@ SELECTION: dict[str, dict[str, list[str]]] = {
     "acceptance/test_acc_nic.py": {"nic": ["test_nic_stopped_by_a_script[INT]"]},
     "test_map_errors.py": {"map-errors": ["test_a_full_map_is_counted_by_its_error"]},
     # SWAPIN: the swap-in functions found on the stack where each kernel has them (shmem_swapin_page on 5.10)
-    "test_swapin_live.py": {"swapin": ["test_a_process_reading_back_its_swapped_out_memory_shows_swapin"]},
+    # (agg's swapin: the same stack read in agg's object, with its expressions' program beside)
+    "test_swapin_live.py": {"swapin": ["test_a_process_reading_back_its_swapped_out_memory_shows_swapin[private]",
+                                       "test_a_process_reading_back_its_swapped_out_memory_shows_swapin[shared]"],
+                            "agg-swapin": ["test_agg_swapin_is_tops_swapin"]},
 }
 
 

@@ -15,9 +15,9 @@ FILE_NAME = 32
 FIELDS = {
     "disk": 0, "op": 1, "flags": 2, "pid": 3, "tgid": 4, "cgroup": 5, "cpu": 6, "size": 7, "kstack": 8,
     "file": 9, "ustack": 10, "bytes": 11, "q2c": 12, "q2d": 13, "d2c": 14, "seek": 15, "inflight": 16,
-    "throttle": 17, "comm0": 18, "comm1": 19, "iowait": 20,
+    "throttle": 17, "comm0": 18, "comm1": 19, "iowait": 20, "swapin": 21,
 }
-NR_FIELDS = 21
+NR_FIELDS = 22
 VALUE_COUNT = NR_FIELDS  # agg_expr.value of count()
 KEY_FIELD = {"disk": "disk", "op": "op", "flags": "flags", "comm": "tgid", "pid": "pid", "tgid": "tgid",
              "cgroup": "cgroup", "cpu": "cpu", "size": "size", "kstack": "kstack", "file": "file",

@@ -35,7 +35,8 @@ MISSING_IN_CAPTURES = {"kstack": "stacks (record does not store them)",
                        "ustack": "stacks (record does not store them)",
                        "file": "file names (record does not store them)",
                        "throttle": "blk-throttle's waits (record does not store them)",
-                       "iowait": "the threads' I/O waits (record does not store them)"}
+                       "iowait": "the threads' I/O waits (record does not store them)",
+                       "swapin": "the threads' I/O waits (record does not store them)"}
 
 
 def op_of(category: int, nbytes: int) -> int:

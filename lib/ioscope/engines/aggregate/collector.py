@@ -30,6 +30,7 @@ from ioscope.kernel.inflight import EXPLAIN, SETTLE_S, SlotTable
 from ioscope.kernel.iowait import EXPLAIN as IOWAIT_EXPLAIN
 from ioscope.kernel.iowait import HOOKS as IOWAIT_HOOKS
 from ioscope.kernel.iowait import LOST as IOWAIT_LOST
+from ioscope.kernel.iowait import SwapGate, set_swapin_functions
 from ioscope.kernel.loader import BPFObject
 from ioscope.kernel.stamps import LOSS_EXPLAIN, StampTiming
 
@@ -177,11 +178,10 @@ class AggCollector:
         self.bpf = BPFObject("agg", btf=opts.btf)
         self._namer = LiveNamer({})
         self.stamps: StampTiming | None = None  # the I/O's timing (None: every expression reads iowait)
-        try:
+        self.swap_gate: SwapGate | None = None  # an expression reads swapin: the stack is read at each wait
+        self._no_swapin: str | None = None
+        with self.bpf.closed_on_error():
             self._setup()
-        except BaseException:
-            self.bpf.close()
-            raise
 
     def _setup(self) -> None:
         o, b = self.opts, self.bpf
@@ -193,6 +193,10 @@ class AggCollector:
         b.set_global("targ_waits", bool(waits), "?")
         b.set_global("targ_wait_need", wait_need, "I")
         b.set_max_entries("iowait_tids", 1)  # top's totals: agg adds each wait to its expressions instead
+        # swap-ins told from the other waits (a stack read at each wait while swap is in use) only for swapin
+        self.swapin = bool(wait_need & (1 << abi.FIELDS["swapin"]))
+        if self.swapin:
+            self._no_swapin = set_swapin_functions(b)
         self.issue_stamped = False
         if all(e.on_waits for e in o.exprs):
             self._setup_waits_only(need | wait_need)
@@ -264,6 +268,11 @@ class AggCollector:
         b.obj.set_global("targ_exprs", ex.tobytes())
         b.obj.set_global("targ_insns", ins.tobytes())
         b.load()
+        if self._no_swapin:
+            b.unavailable.append(self._no_swapin)
+        if self.swapin:
+            self.swap_gate = SwapGate(b.map("iowait_swap_used"))
+            self.swap_gate.check()
         self.aggs = b.map("aggs")
         self.hists = b.map("hists")
         self.comms = b.map("comms")
@@ -286,7 +295,10 @@ class AggCollector:
         return self.stamps.timing if self.stamps is not None else {}
 
     def tick(self) -> None:
-        """Housekeeping, every stamps.TICK_S: disks without stamps to the probes, stale slots swept."""
+        """Housekeeping, every stamps.TICK_S: disks without stamps to the probes, stale slots swept, swap in
+        use looked at (swapin)."""
+        if self.swap_gate is not None:
+            self.swap_gate.check()
         if self.stamps is None:
             return
         self.stamps.tick()

@@ -31,12 +31,13 @@ HIST_FUNCS = ("quantize", "lquantize", "llquantize")
 # VALUE -> unit: "ns" (durations), "bytes", "sectors", "count"
 VALUES: dict[str, str] = {
     "bytes": "bytes", "q2c": "ns", "q2d": "ns", "d2c": "ns", "seek": "sectors", "inflight": "count", "throttle": "ns",
-    "iowait": "ns",
+    "iowait": "ns", "swapin": "ns",
 }
-# iowait is a value of a thread's I/O wait, not of an I/O: an expression that reads it is answered from the
-# waits that ended (one record each, bpf/iowait.bpf.h), and may read only what a wait has
-WAIT_VALUE = "iowait"
-WAIT_FIELDS = ("comm", "pid", "tgid", "cgroup", "kstack", "ustack", WAIT_VALUE)
+# iowait and swapin are values of a thread's I/O wait, not of an I/O: an expression that reads one is answered
+# from the waits that ended (one record each, bpf/iowait.bpf.h), and may read only what a wait has. swapin is
+# the wait's time when it was a swap-in (iotop's SWAPIN), absent from the other waits
+WAIT_VALUES = ("iowait", "swapin")
+WAIT_FIELDS = ("comm", "pid", "tgid", "cgroup", "kstack", "ustack", *WAIT_VALUES)
 # KEY -> kind: "str" (compared with strings) or the unit of a number
 KEYS: dict[str, str] = {
     "disk": "str", "op": "str", "flags": "str", "comm": "str", "pid": "count", "tgid": "count",
@@ -187,8 +188,8 @@ class Expr:
 
     @property
     def on_waits(self) -> bool:
-        """Answered from the threads' I/O waits (it reads iowait), not from the I/O."""
-        return WAIT_VALUE in self.fields()
+        """Answered from the threads' I/O waits (it reads iowait or swapin), not from the I/O."""
+        return not self.fields().isdisjoint(WAIT_VALUES)
 
     @property
     def is_hist(self) -> bool:
@@ -417,7 +418,7 @@ class _Parser:
             if other:
                 col = self.text.lower().find(other[0]) + 1 or 1
                 raise ExprError(f"'{other[0]}' is not known of an I/O wait", col,
-                                f"an expression that reads {WAIT_VALUE} is answered from the threads' I/O waits, "
+                                "an expression that reads iowait or swapin is answered from the threads' I/O waits, "
                                 f"which have {_names(WAIT_FIELDS)}; ask of the I/O in another -e")
         return e
 
@@ -610,9 +611,10 @@ def parse_condition(text: str) -> Cond:
         if p.tok.text == ")":
             raise ExprError("unbalanced ')'", p.tok.col)
         raise ExprError(f"expected 'and', 'or', 'where' or the end, found {_found(p.tok)}", p.tok.col)
-    if WAIT_VALUE in cond_fields(c):
-        raise ExprError(f"a condition fires on an I/O, and {WAIT_VALUE} is a value of a thread's I/O wait",
-                        text.lower().find(WAIT_VALUE) + 1, "agg -e 'quantize(iowait) by comm' shows who waits")
+    for w in WAIT_VALUES:
+        if w in cond_fields(c):
+            raise ExprError(f"a condition fires on an I/O, and {w} is a value of a thread's I/O wait",
+                            text.lower().find(w) + 1, f"agg -e 'quantize({w}) by comm' shows who waits")
     kernel, _globs = split_globs(c)
     if kernel is not None:
         check_program_size(kernel, text)
@@ -691,6 +693,6 @@ def compare(a: int, op: str, b: int) -> bool:
     return {"==": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op]
 
 
-__all__ = ["FUNCS", "KEYS", "TIME_VALUES", "VALUES", "WAIT_FIELDS", "WAIT_VALUE", "BoolOp", "Cmp", "Cond", "Expr",
+__all__ = ["FUNCS", "KEYS", "TIME_VALUES", "VALUES", "WAIT_FIELDS", "WAIT_VALUES", "BoolOp", "Cmp", "Cond", "Expr",
            "ExprError", "Insn", "Literal", "Not", "compile_cond", "decide", "parse", "parse_all", "run_program",
            "time_floor"]

@@ -83,8 +83,9 @@ def expressions(o: ExporterOptions) -> list[str]:
             ex += ["llquantize(q2c) by cgroup", "llquantize(d2c) by cgroup"]
     if o.io_wait and o.per_process:
         ex.append("sum(iowait) by tgid,comm" if o.process_pid else "sum(iowait) by comm")
+        ex.append("sum(swapin) by tgid,comm" if o.process_pid else "sum(swapin) by comm")
     if o.io_wait and o.per_cgroup:
-        ex.append("sum(iowait) by cgroup")
+        ex += ["sum(iowait) by cgroup", "sum(swapin) by cgroup"]
     return ex
 
 
@@ -183,15 +184,21 @@ class ExporterCollector:
                     d = cgroups.setdefault(str(r.keys.get("cgroup")), Delta())
                     have = d.hists.get(phase)
                     d.hists[phase] = have.merge(h) if have is not None else h
-        # sum(iowait): a record per wait that ended, its time in ns
+        # sum(iowait): a record per wait that ended, its time in ns; sum(swapin): the swap-ins among them
         waited: list[tuple[NamedRow, Delta]] = []
+        swapped: list[tuple[NamedRow, Delta]] = []
         if self.opts.io_wait and self.opts.per_process:
             waited += [(r, pwaits.setdefault(process(r), Delta())) for r in rows.pop(0)]
+            swapped += [(r, pwaits.setdefault(process(r), Delta())) for r in rows.pop(0)]
         if self.opts.io_wait and self.opts.per_cgroup:
             waited += [(r, cwaits.setdefault(str(r.keys.get("cgroup")), Delta())) for r in rows.pop(0)]
+            swapped += [(r, cwaits.setdefault(str(r.keys.get("cgroup")), Delta())) for r in rows.pop(0)]
         for r, d in waited:
             d.waits += r.stat.count
             d.waited_ns += r.stat.total
+        for r, d in swapped:
+            d.swapins += r.stat.count
+            d.swapin_ns += r.stat.total
         lo = sample.losses
         self.state.add_agg(AggDeltas(self.clock(), procs, cgroups, dict(lo.counters), lo.loss_names, pwaits, cwaits))
 

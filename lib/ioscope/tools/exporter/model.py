@@ -10,7 +10,8 @@ Everything exported is cumulative and every series is stable (docs/exporter.md, 
   `limit` series), keeps it while it does I/O, and loses it only after `idle_s` seconds without any;
   the I/O of keys without a series is summed in one `other` series;
 - per-process and per-cgroup time blocked in I/O waits (the same SeriesSet, chosen by time blocked):
-  agg's `sum(iowait)`, one record per wait when it ends, so a wait counts when it ends;
+  agg's `sum(iowait)`, one record per wait when it ends, so a wait counts when it ends; of it, the
+  swap-ins (agg's `sum(swapin)`, iotop's SWAPIN), in the same series;
 - completions no program counted (CompletionCheck): per disk, the requests the kernel completed since
   the attach (/proc/diskstats, read before the maps) beyond those counted, as a counter that never
   goes down;
@@ -94,13 +95,15 @@ REPLACE_FACTOR = 2.0    # a key takes the place of the lightest series only with
 class Delta:
     """What one key did since the previous read: I/Os and bytes queued, and (per-cgroup latency) the
     histograms of its I/O's phases (phase -> log-linear histogram, agg's); or, for the I/O wait series, the
-    waits its threads ended and their time blocked."""
+    waits its threads ended and their time blocked, and of those the swap-ins."""
 
     ios: int = 0
     bytes: int = 0
     hists: dict[str, hist.Hist] = field(default_factory=dict)
     waits: int = 0
     waited_ns: int = 0
+    swapins: int = 0
+    swapin_ns: int = 0
 
 
 @dataclass
@@ -112,6 +115,8 @@ class Counter:
     hists: dict[str, hist.Hist] = field(default_factory=dict)
     waits: int = 0
     waited_ns: int = 0
+    swapins: int = 0       # of the waits, the swap-ins (iotop's SWAPIN), and their time
+    swapin_ns: int = 0
     since: float = 0.0     # when it (last) got its place
     last_io: float = 0.0   # when it last grew (the collector's monotonic clock)
 
@@ -120,6 +125,8 @@ class Counter:
         self.bytes += d.bytes
         self.waits += d.waits
         self.waited_ns += d.waited_ns
+        self.swapins += d.swapins
+        self.swapin_ns += d.swapin_ns
         for phase, h in d.hists.items():
             have = self.hists.get(phase)
             self.hists[phase] = have.merge(h) if have is not None else h

@@ -230,10 +230,16 @@ def _waits(name: str, what: str, labels: list[str], rows: list[tuple[list[str], 
     sec = CounterMetricFamily(f"{name}_io_wait_seconds", f"seconds its threads were blocked in I/O waits {doc}",
                               labels=labels)
     n = CounterMetricFamily(f"{name}_io_waits", f"I/O waits its threads ended {doc}", labels=labels)
+    sw = CounterMetricFamily(f"{name}_swapin_seconds", "of those seconds, the waits that were swap-ins (iotop's "
+                             "SWAPIN: a swap-in function on the blocked thread's stack; 0 while the host has no swap "
+                             f"in use) {doc}", labels=labels)
+    swn = CounterMetricFamily(f"{name}_swapins", f"of those waits, the swap-ins {doc}", labels=labels)
     for k, c in rows:
         sec.add_metric(k, c.waited_ns / 1e9)
         n.add_metric(k, c.waits)
-    yield from (sec, n)
+        sw.add_metric(k, c.swapin_ns / 1e9)
+        swn.add_metric(k, c.swapins)
+    yield from (sec, n, sw, swn)
 
 
 def _process_labels(k: Hashable) -> list[str]:
