@@ -436,6 +436,87 @@ def test_the_kernels_pressure_trigger_saves_a_stalled_service(flight: Callable[.
     assert re.search(r"[Tt]he I/O pressure trigger fired [1-9]\d* times?\.", summary), summary
 
 
+def test_a_cgroups_pressure_trigger_saves_when_its_service_stalls(flight: Callable[..., Flight],
+                                                                  tmp_path: Path) -> None:
+    """--trigger-pressure '... where cgroup == "/..."': the kernel's trigger on a v2 cgroup's io.pressure,
+    which counts that cgroup's tasks alone, whatever the host's other CPUs do: the fsync service above
+    stalls about half of its time there (its throttled writes; its fdatasync's wait for the journal is no
+    I/O wait: 2.03 s of a 4.3 s run, measured), where the host reads 1/NCPU of that. Two triggers at 25 %,
+    the service's cgroup and an empty one: the service's fires (its io.pressure grew by more than a second
+    meanwhile, the kernel's own total), the empty one's never."""
+    from ioscope.base import psi
+    from ioscope.base.cgroups import cgroup2_root, io_cgroup_root
+    from ioscope.base.testbed import LoopFS, TestCgroups
+    from iowait_util import WORKLOAD, limited
+
+    v2 = cgroup2_root()
+    if psi.host_io() is None or v2 is None:
+        pytest.skip("no PSI, or no cgroup v2 hierarchy: a cgroup's io.pressure is a v2 file")
+    n = 600   # 6 s at 100 IOPS
+    with LoopFS(256) as fs, limited(fs.loop.device.majmin, "w", 100) as cg:
+        io = io_cgroup_root()
+        assert io is not None
+        # the service's v2 cgroup: the limited one where io is on v2; beside v1 blkio, one of its own (no
+        # controller: its pressure is kept all the same), the process in both
+        own = None if io[1] == "v2" else TestCgroups(v2, "ioscope-psi", ["svc", "idle"], controllers="")
+        try:
+            svc_dir = cg.root / "svc" if own is None else own.root / "svc"
+            idle_dir = (own.root if own is not None else cg.root) / "idle"
+            if own is None:
+                idle_dir.mkdir()
+            svc, idle = ("/" + str(d.relative_to(v2)) for d in (svc_dir, idle_dir))
+            f = flight(tmp_path / "psi", "30s", "--after", "500ms", "-d", fs.name,
+                       "--trigger-pressure", f'some > 25% where cgroup == "{svc}"',
+                       "--trigger-pressure", f'some > 25% where cgroup == "{idle}"')
+            assert any(f"I/O pressure some > 25% over 2s in cgroup {svc}, I/O pressure some > 25% over 2s in "
+                       f"cgroup {idle}." in ln for ln in f.err), f.err
+            before = psi.read(svc_dir / "io.pressure")
+            inner = f"{PY} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"
+            cmd = cg.shell("svc", inner) if own is None else [
+                "sh", "-c", f"echo $$ > {svc_dir / 'cgroup.procs'} && echo $$ > {cg.root / 'svc' / 'cgroup.procs'}"
+                f" && exec {inner}"]
+            work = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            assert work.stdout is not None and work.stdin is not None
+            try:
+                (m, *_) = f.saves(1, timeout=60)
+                assert work.stdout.readline().strip() == "done"
+            finally:
+                work.stdin.close()
+                work.wait(timeout=30)
+            after = psi.read(svc_dir / "io.pressure")
+            idle_total = psi.read(idle_dir / "io.pressure")
+            assert f.stop() == 0
+        finally:
+            if own is not None:
+                own.remove()
+            elif idle_dir.exists():
+                idle_dir.rmdir()
+        dev = devices.resolve_disk(fs.name).dev
+    assert before is not None and after is not None and idle_total is not None
+    grew_s = (after.some.total_us - before.some.total_us) / 1e6
+    print(f"svc io.pressure some grew {grew_s:.3f} s; save: {m[2]}")
+    assert grew_s >= 1.0, grew_s   # the kernel saw it stalled over half a 2 s window at least
+    assert idle_total.some.total_us == 0, idle_total
+    assert m[2].startswith(f"I/O pressure some > 25% over 2s in cgroup {svc} (avg10 "), m[2]
+    assert_private(m[1])
+    assert queued_by(m[1], dev).get("python", 0) >= 10   # the service's writes were in the window
+    (summary,) = [ln for ln in f.err if ln.startswith("Flight recorder ran")]
+    assert re.search(rf"I/O pressure trigger \(some > 25% over 2s in cgroup {re.escape(svc)}\) fired [1-9]\d* "
+                     r"times?", summary), summary
+    assert f"I/O pressure trigger (some > 25% over 2s in cgroup {idle}) fired 0 times" in summary, summary
+
+
+def test_a_pressure_trigger_on_a_cgroup_that_is_not_there_is_one_line(tmp_path: Path) -> None:
+    """A cgroup not in the v2 hierarchy: one line naming it, exit 1, before anything is loaded."""
+    p = subprocess.run(ioscope_cmd("record", "--ring", "10s", "-o", str(tmp_path / "x"), "--trigger-pressure",
+                                   'some > 10% where cgroup == "/no/such.service"'),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert "cgroup /no/such.service does not exist in the v2 hierarchy" in p.stderr or \
+        "no cgroup v2 hierarchy is mounted" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and not list(tmp_path.iterdir())
+
+
 def test_a_pressure_trigger_the_kernel_refuses_is_one_line(tmp_path: Path) -> None:
     """A bad condition: exit 2 before anything is attached. A 1 s window: the kernel takes it only from a
     process with CAP_SYS_RESOURCE (root here has it or not, as its container gives it): recording with it,

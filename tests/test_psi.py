@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from ioscope.base import psi
 
 TEXT = ("some avg10=5.80 avg60=6.70 avg300=3.13 total=691182224\n"
@@ -46,3 +48,42 @@ def test_an_intervals_share() -> None:
         sh = psi.share(first, a, 0.5)
         assert sh is not None and (sh.some_pct, sh.some_s, sh.end) == (None, None, a)
     assert psi.share(a, None, 0.5) is None
+
+
+@pytest.mark.parametrize("text, want", [
+    ("some > 40%", ("some", 40.0, 2.0, None, "some > 40% over 2s")),
+    ("full > 10% over 4s", ("full", 10.0, 4.0, None, "full > 10% over 4s")),
+    ("some > 5% over 500ms", ("some", 5.0, 0.5, None, "some > 5% over 0.5s")),
+    ('some > 50% where cgroup == "/system.slice/db.service"',
+     ("some", 50.0, 2.0, "/system.slice/db.service", "some > 50% over 2s in cgroup /system.slice/db.service")),
+    ("full>20% over 2s where cgroup==/svc/", ("full", 20.0, 2.0, "/svc", "full > 20% over 2s in cgroup /svc")),
+    ('some > 1% where cgroup == "/"', ("some", 1.0, 2.0, "/", "some > 1% over 2s in cgroup /")),
+])
+def test_a_pressure_condition_of_the_host_or_a_cgroup(text: str, want: tuple[object, ...]) -> None:
+    s = psi.parse_trigger(text)
+    assert (s.kind, s.pct, s.window_s, s.cgroup, s.describe()) == want
+
+
+@pytest.mark.parametrize("text, words", [
+    ("some > 40% where cgroup == svc", "a cgroup is its path in the v2 hierarchy, from its root"),
+    ('some > 40% where cgroup == "/a/../b"', "a cgroup is its path in the v2 hierarchy"),
+    ("some > 40% where comm == x", "is not a pressure condition"),
+    ("some > 40% where cgroup ==", "is not a pressure condition"),
+])
+def test_a_bad_cgroup_in_a_pressure_condition(text: str, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
+        psi.parse_trigger(text)
+
+
+def test_a_triggers_pressure_file(tmp_path: Path) -> None:
+    """The host's file, a cgroup's io.pressure under the v2 mount, and one line when either is missing."""
+    (tmp_path / "system.slice" / "db.service").mkdir(parents=True)
+    assert psi.trigger_path(psi.parse_trigger("some > 1%"), None) == psi.HOST_IO
+    cg = psi.parse_trigger('some > 1% where cgroup == "/system.slice/db.service"')
+    assert psi.trigger_path(cg, tmp_path) == str(tmp_path / "system.slice" / "db.service" / "io.pressure")
+    assert psi.trigger_path(psi.parse_trigger('some > 1% where cgroup == "/"'), tmp_path) == str(
+        tmp_path / "io.pressure")
+    with pytest.raises(ValueError, match="no cgroup v2 hierarchy is mounted"):
+        psi.trigger_path(cg, None)
+    with pytest.raises(ValueError, match=r"cgroup /gone does not exist in the v2 hierarchy at"):
+        psi.trigger_path(psi.parse_trigger('some > 1% where cgroup == "/gone"'), tmp_path)

@@ -136,7 +136,8 @@ def share_json(pr: Share | None) -> dict[str, Any] | None:
 HOST_IO = "/proc/pressure/io"
 WINDOW_MIN_S, WINDOW_MAX_S = 0.5, 10.0   # the kernel's bounds on a trigger's window
 _TRIGGER = re.compile(r"^\s*(some|full)\s*>\s*([0-9]*\.?[0-9]+)\s*%\s*"
-                      r"(?:(?:over|in)\s+([0-9]*\.?[0-9]+)\s*(ms|s)\s*)?$")
+                      r"(?:(?:over|in)\s+([0-9]*\.?[0-9]+)\s*(ms|s)\s*)?"
+                      r"(?:where\s+cgroup\s*==\s*(?:\"([^\"]*)\"|(\S+))\s*)?$")
 
 
 @dataclass(frozen=True)
@@ -146,6 +147,7 @@ class TriggerSpec:
     kind: str          # some | full
     pct: float
     window_s: float
+    cgroup: str | None = None   # a cgroup's io.pressure: its path in the v2 hierarchy ("/system.slice/x.service")
 
     @property
     def stall_us(self) -> int:
@@ -155,22 +157,46 @@ class TriggerSpec:
         return f"{self.kind} {self.stall_us} {round(self.window_s * 1e6)}"
 
     def describe(self) -> str:
-        return f"{self.kind} > {self.pct:g}% over {self.window_s:g}s"
+        return f"{self.kind} > {self.pct:g}% over {self.window_s:g}s" + (f" in cgroup {self.cgroup}"
+                                                                         if self.cgroup is not None else "")
 
 
 def parse_trigger(text: str) -> TriggerSpec:
     """'some > 40%', 'full > 10% over 4s', 'some > 5% over 500ms' (the window 2 s when not given: windows
-    that are not a multiple of 2 s need CAP_SYS_RESOURCE); ValueError with what is wrong."""
+    that are not a multiple of 2 s need CAP_SYS_RESOURCE), and of a cgroup's io.pressure:
+    'some > 50% where cgroup == "/system.slice/db.service"'; ValueError with what is wrong."""
     m = _TRIGGER.match(text)
     if m is None:
-        raise ValueError(f"{text!r} is not a pressure condition: write 'some > 40%' or 'full > 10% over 2s'")
+        raise ValueError(f"{text!r} is not a pressure condition: write 'some > 40%', 'full > 10% over 2s' or "
+                         "'some > 50% where cgroup == \"/system.slice/db.service\"'")
     pct = float(m[2])
     window = 2.0 if m[3] is None else float(m[3]) / (1000 if m[4] == "ms" else 1)
     if not 0 < pct <= 100:
         raise ValueError(f"{text!r}: the share must be above 0% and at most 100%")
     if not WINDOW_MIN_S <= window <= WINDOW_MAX_S:
         raise ValueError(f"{text!r}: the kernel takes windows of {WINDOW_MIN_S * 1000:g}ms to {WINDOW_MAX_S:g}s")
-    return TriggerSpec(m[1], pct, window)
+    cgroup = m[5] if m[5] is not None else m[6]
+    if cgroup is not None:
+        if not cgroup.startswith("/") or "/../" in cgroup + "/" or "\0" in cgroup:
+            raise ValueError(f"{text!r}: a cgroup is its path in the v2 hierarchy, from its root: '/' or "
+                             "'/system.slice/db.service' (as top -G and the exporter name it)")
+        cgroup = "/" + cgroup.strip("/")
+    return TriggerSpec(m[1], pct, window, cgroup)
+
+
+def trigger_path(spec: TriggerSpec, v2_root: str | Path | None) -> str:
+    """The pressure file a trigger goes on: the host's, or its cgroup's io.pressure under v2_root (the v2
+    hierarchy's mount; None: not mounted). ValueError saying what is missing."""
+    if spec.cgroup is None:
+        return HOST_IO
+    if v2_root is None:
+        raise ValueError("no cgroup v2 hierarchy is mounted: a cgroup's io.pressure is a v2 file (mount cgroup2, "
+                         "or watch the host's pressure: leave 'where cgroup' out)")
+    d = Path(v2_root) / spec.cgroup.strip("/")
+    if not d.is_dir():
+        raise ValueError(f"cgroup {spec.cgroup} does not exist in the v2 hierarchy at {v2_root}: give its path "
+                         "there, as top -G names it (e.g. /system.slice/db.service)")
+    return str(d / "io.pressure")
 
 
 def open_trigger(spec: TriggerSpec, path: str = HOST_IO) -> int:
@@ -227,4 +253,5 @@ __all__ = [
     "share_json",
     "share_lines",
     "trigger_error",
+    "trigger_path",
 ]

@@ -138,6 +138,8 @@ class TestCgroups:
     __test__ = False  # not a pytest test class
 
     def __init__(self, mount: Path, prefix: str, names: list[str], controllers: str = "io") -> None:
+        """controllers: comma-separated, enabled for the children (v2); "" for none (a v2 cgroup's own files:
+        cgroup.procs, io.pressure)."""
         self.top = f"/{prefix}-{os.getpid()}"
         self.root = mount / self.top.lstrip("/")
         # cgroup v2: a child has a controller's state of its own only when its parent enables it for its
@@ -147,9 +149,10 @@ class TestCgroups:
         # a controller the hierarchy has but its root does not pass down (the unified hierarchy beside v1,
         # memory bound to no v1 hierarchy): enabled at the root for the test, disabled again by remove()
         self.enabled_at_root: list[str] = []
+        wanted = [c for c in controllers.split(",") if c]
         if self.v2:
             on = (mount / "cgroup.subtree_control").read_text().split()
-            self.enabled_at_root = [c for c in controllers.split(",") if c not in on]
+            self.enabled_at_root = [c for c in wanted if c not in on]
             if self.enabled_at_root:
                 (mount / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in self.enabled_at_root))
         self.mount = mount
@@ -157,9 +160,8 @@ class TestCgroups:
             self.root.mkdir()
             for n in names:
                 d = self.root / n
-                if self.v2:
-                    (d.parent / "cgroup.subtree_control").write_text(
-                        " ".join(f"+{c}" for c in controllers.split(",")))
+                if self.v2 and wanted:
+                    (d.parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in wanted))
                 d.mkdir()
         except BaseException:
             self.remove()

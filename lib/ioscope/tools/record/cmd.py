@@ -63,9 +63,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
                     help="save when an I/O matches COND, in agg's language, evaluated in the kernel: "
                          "'q2c > 500ms', 'd2c > 100ms where disk == \"sda\" and op == \"write\"' (repeatable); "
                          "SIGUSR1 always saves")
-    fl.add_argument("--trigger-pressure", metavar="COND", type=_pressure_type,
+    fl.add_argument("--trigger-pressure", action="append", metavar="COND", type=_pressure_type,
                     help="save when the host's I/O pressure (PSI) passes COND, the kernel's own trigger: "
-                         "'some > 40%%' (of a 2 s window), 'full > 10%% over 4s'")
+                         "'some > 40%%' (of a 2 s window), 'full > 10%% over 4s'; a cgroup's: 'some > 50%% "
+                         "where cgroup == \"/system.slice/db.service\"' (repeatable)")
     fl.add_argument("--trigger-baseline", action="append", metavar="COND",
                     help="save when a disk's percentile of a time over its last seconds passes a factor of its "
                          "usual (the same percentile over --baseline): 'p99(q2c) > 3x usual' (repeatable)")

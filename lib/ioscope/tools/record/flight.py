@@ -8,8 +8,8 @@ recorder").
 - Triggers: conditions in agg's language evaluated in the kernel by the agg BPF object (KernelTriggers:
   one aggregation per condition, read every TRIGGER_POLL_S; InFlightConditions decides those on a time
   for the I/Os still in flight), the disks' percentiles against their usual (BaselineWatch, from
-  histograms in the same object), the host's I/O pressure (PressureTrigger, the kernel's PSI trigger),
-  SIGUSR1 (the command), and a health check run every interval (CommandTrigger). Each asks
+  histograms in the same object), the host's or a cgroup's I/O pressure (PressureTrigger, the kernel's PSI
+  trigger), SIGUSR1 (the command), and a health check run every interval (CommandTrigger). Each asks
   FlightSession.request(); a trigger while a save is waiting for its --after time joins that save.
 - FlightSession: the consumer thread (the recorder's rings -> the ring, the kernel triggers, the saves
   due) and the Saver thread, which writes each window with CaptureWriter (or into a collect bundle with
@@ -714,9 +714,11 @@ class CommandTrigger:
 
 
 class PressureTrigger:
-    """--trigger-pressure: the kernel's own PSI trigger on /proc/pressure/io (base/psi.py): it raises POLLPRI,
-    at most once a window, when the stall in a moving window exceeds the threshold; each is a save asked for.
-    Nothing is polled in between: the thread sleeps in poll() (woken every POLL_S to see a stop)."""
+    """--trigger-pressure: the kernel's own PSI trigger on /proc/pressure/io or a v2 cgroup's io.pressure
+    (base/psi.py): it raises POLLPRI, at most once a window, when the stall in a moving window exceeds the
+    threshold; each is a save asked for. Nothing is polled in between: the thread sleeps in poll() (woken
+    every POLL_S to see a stop). A cgroup removed meanwhile raises POLLERR: one save, then the trigger is
+    done."""
 
     POLL_S = 0.2
 

@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,13 +86,15 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
     progs = programs(exprs)                      # names in conditions (disks, cgroups) resolved here too
     specs = [parse_baseline(t) for t in args.trigger_baseline or []]
     baseline = BaselineWatch(specs, args.baseline) if specs else None
+    # a cgroup's pressure file: found (or one line) before anything is loaded
+    pressure_paths = [(spec, pressure_path(spec)) for spec in args.trigger_pressure or []]
     system.require_bpf_privileges("record")
     btf = system.btf_path(getattr(args, "btf", None))
     disks = list(dict.fromkeys(devices.resolve_disk(d) for d in args.disk or []))
     rec = Recorder(RecorderOptions(disks=disks, pid=args.pid, buffer_bytes=args.buffer, btf=btf, act_mask=mask))
     trig: KernelTriggers | None = None
     cmd: CommandTrigger | None = None
-    pressure: PressureTrigger | None = None
+    pressure: list[PressureTrigger] = []
     try:
         live.warn_unavailable("record", rec.unavailable)
         if exprs or baseline is not None:
@@ -105,12 +108,12 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
             session.request(why, "signal")
         if args.trigger_cmd:
             cmd = CommandTrigger(args.trigger_cmd, args.trigger_every, session.request)
-        if args.trigger_pressure is not None:   # the kernel refusing it: one line, before recording starts
-            pressure = PressureTrigger(args.trigger_pressure, session.request)
+        for spec, path in pressure_paths:   # the kernel refusing one: one line, before recording starts
+            pressure.append(PressureTrigger(spec, session.request, path))
         return _fly(session, args, disks, cmd, pressure, baseline)
     finally:
-        if pressure is not None:
-            pressure.stop()
+        for p in pressure:
+            p.stop()
         if cmd is not None:
             cmd.stop()
         if trig is not None:
@@ -122,7 +125,17 @@ def _run_ring(args: argparse.Namespace, mask: int, early: list[str]) -> int:
 EXIT_TRIGGERED = 3
 
 
-def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pressure: Any = None,
+def pressure_path(spec: Any) -> str:
+    """The pressure file of a --trigger-pressure: the host's, or its cgroup's (one line when there is none)."""
+    from ioscope.base import psi
+    from ioscope.base.cgroups import cgroup2_root
+    try:
+        return psi.trigger_path(spec, cgroup2_root())
+    except ValueError as exc:
+        raise IoscopeError(f"--trigger-pressure {spec.describe()!r}: {exc}") from None
+
+
+def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pressure: Sequence[Any] = (),
          baseline: Any = None) -> int:
     from ioscope.base.fmt import fmt_bytes
     from ioscope.engines.recording.recorder import ALL_ACTIONS, mask_names
@@ -136,8 +149,8 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pre
     on = [repr(t) for t in args.trigger or []] + [f"SIGUSR1 (kill -USR1 {os.getpid()})"]
     if args.trigger_cmd:
         on.append(f"--trigger-cmd failing (every {args.trigger_every:g} s)")
-    if pressure is not None:
-        on.append(f"I/O pressure {pressure.spec.describe()}")
+    for p in pressure:
+        on.append(f"I/O pressure {p.spec.describe()}")
     if baseline is not None:
         on += [f"'{s.text}' (usual: the {args.baseline:g} s before)" for s in baseline.specs]
     stop_how = f"for {args.duration:g}s" if args.duration else "until Ctrl-C"
@@ -148,8 +161,8 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pre
     session.start()
     if cmd is not None:
         cmd.start()
-    if pressure is not None:
-        pressure.start()
+    for p in pressure:
+        p.start()
     ring = session.ring
     try:
         # the start line inside the try: a stop signal sent once a script has read it is always a clean stop
@@ -192,8 +205,9 @@ def _fly(session: Any, args: argparse.Namespace, disks: list[Any], cmd: Any, pre
                      f"{session.spec.window_s:g} s at times: give --ring {session.spec.window_s:g}s,SIZE")
     if cmd is not None:
         extra.append(f"--trigger-cmd ran {cmd.runs} times, failed {cmd.failures}")
-    if pressure is not None:
-        extra.append(f"the I/O pressure trigger fired {pressure.fired} time{'s' if pressure.fired != 1 else ''}")
+    for p in pressure:
+        of = f" ({p.spec.describe()})" if len(pressure) > 1 or p.spec.cgroup is not None else ""
+        extra.append(f"the I/O pressure trigger{of} fired {p.fired} time{'s' if p.fired != 1 else ''}")
     kt = session.kernel_triggers
     if kt is not None and kt.in_flight.exprs:
         w = kt.in_flight.watch
