@@ -19,7 +19,8 @@ With --workload direct, the worst case of SWAPIN's check instead (bpf/iowait.bpf
 of every thread that blocks in an I/O wait, and compares it with the swap-in functions): dd reading 4 KiB
 with O_DIRECT from a loop disk, one read at a time (a wait on every read, no swap-in: the whole stack is
 walked and nothing matches), with swap in use (a process's pages on a swap loop disk: without, no stack is
-read), rounds alternating between nothing attached, top, and top with IOSCOPE_SWAPIN=off (no stack read);
+read), rounds alternating between nothing attached, top, top with IOSCOPE_SWAPIN=off (no stack read), the
+exporter (its swap-in series: agg's object reads the same stack) and the exporter with IOSCOPE_SWAPIN=off;
 time per read, and the switch program's run time.
 
 Run as root from the repository: .venv/bin/python bench/iowait_overhead.py [--loops 300000] [--rounds 5]
@@ -176,7 +177,13 @@ def swap_in_use() -> Iterator[None]:
 def direct_main(args: argparse.Namespace) -> int:
     from ioscope.base.testbed import LoopDevice
     loops = min(args.loops, 60_000)   # 4 KiB each: within the 256 MiB disk
-    modes = {"none": None, "top": {}, "top IOSCOPE_SWAPIN=off": {"IOSCOPE_SWAPIN": "off"}}
+    port = 19863
+    top_cmd = ["top", "-b", "1"]
+    exp_cmd = ["exporter", "--listen", f"127.0.0.1:{port}", "--per-process", "10", "--per-cgroup", "10"]
+    off = {"IOSCOPE_SWAPIN": "off"}
+    modes: dict[str, tuple[list[str], dict[str, str]] | None] = {
+        "none": None, "top": (top_cmd, {}), "top IOSCOPE_SWAPIN=off": (top_cmd, off),
+        "exporter": (exp_cmd, {}), "exporter IOSCOPE_SWAPIN=off": (exp_cmd, off)}
     res: dict[str, list[float]] = {m: [] for m in modes}
     progs: dict[str, list[float]] = {}
     stats_fd = enable_bpf_stats()
@@ -185,10 +192,11 @@ def direct_main(args: argparse.Namespace) -> int:
             subprocess.run(["dd", "if=/dev/urandom", f"of={dev.path}", "bs=1M", "count=256", "oflag=direct"],
                            check=True, capture_output=True)
             for _ in range(args.rounds):
-                for mode, env in modes.items():
+                for mode, how in modes.items():
                     top = None
-                    if env is not None:
-                        top = subprocess.Popen([sys.executable, "-m", "ioscope.cli", "top", "-b", "1"],
+                    if how is not None:
+                        argv, env = how
+                        top = subprocess.Popen([sys.executable, "-m", "ioscope.cli", *argv],
                                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                                env={**os.environ, **env})
                         time.sleep(3)
