@@ -206,6 +206,51 @@ def with_messages(per: dict[int, list[Rec]]) -> dict[int, list[Rec]]:
     return out
 
 
+def with_idle_timers(per: dict[int, list[Rec]], slice_idle_ns: int, ncpus: int, kworker: int,
+                     work_ns: int = 500_000) -> dict[int, list[Rec]]:
+    """CFQ idling, on a host of ncpus (4) CPUs: a sync queue's completion arms the idle slice timer
+    (`arm_idle`, on the completing CPU); when no block event comes within slice_idle_ns the timer fires on
+    another CPU (an idle CPU's timer migrated to a busy one), in softirq (pid 0), which expires the slice and
+    schedules a dispatch; kblockd's worker (pid kworker) runs it work_ns later on yet another CPU. The
+    timer and the worker go to CPUs (2, 3), (3, 0), (1, 0) in turn. So groups of messages written on
+    CPUs that have no block event, with no block event between them, each on the CPU (and in the pid, at
+    the time) that wrote it; a later group on a lower-numbered CPU than the one before it, and on a higher
+    one: blkparse prints them merged by time, not in its files' order. The last completion's groups come
+    after the trace's last block event (the trace's last record is a message)."""
+    out = {cpu: list(recs) for cpu, recs in per.items()}
+    for cpu in range(ncpus):
+        out.setdefault(cpu, [])
+    blocks = sorted((r for recs in per.values() for r in recs if r.note is None), key=lambda r: r.time)
+    fired_n = 0
+    owner: dict[int, int] = {}   # sector -> the pid that queued it (CFQ's queue is the submitter's)
+    for i, r in enumerate(blocks):
+        if r.code == 1:
+            owner[r.sector] = r.pid
+        if r.code != 8 or not r.nbytes or not r.cat & TC["SYNC"]:
+            continue
+        nxt = blocks[i + 1].time if i + 1 < len(blocks) else None
+        q = f"cfq{owner.get(r.sector, r.pid)}{'W' if r.cat & TC['WRITE'] else 'R'}S"
+        armed = [Rec(r.time + 2, r.cpu, r.pid, r.dev, note=TN_MESSAGE,
+                     pdu=f"{q} arm_idle: {slice_idle_ns // 1_000_000} group_idle: 0".encode())]
+        fired = r.time + slice_idle_ns
+        if nxt is None or nxt > fired + work_ns + 100_000:
+            tcpu, wcpu = ((ncpus - 2, ncpus - 1), (ncpus - 1, 0), (1, 0))[fired_n % 3]
+            fired_n += 1
+            texts = ["cfq idle timer fired", f"{q} idle_slice_timer", f"{q} slice expired t=0",
+                     f"{q} sl_used={slice_idle_ns // 1_000_000} disp=1 charge=2 iops=0 sect={r.nbytes // 512}",
+                     f"{q} del_from_rr", "cfq schedule dispatch"]
+            armed += [Rec(fired + 1000 * j, tcpu, 0, r.dev, note=TN_MESSAGE, pdu=t.encode())
+                      for j, t in enumerate(texts)]
+            armed.append(Rec(fired + work_ns, wcpu, kworker, r.dev, note=TN_MESSAGE, pdu=f"{q} put_queue".encode()))
+        for m in armed:   # into its CPU's file where its time goes (after a record of the same time)
+            lst = out[m.cpu]
+            at = len(lst)
+            while at and lst[at - 1].time > m.time:
+                at -= 1
+            lst.insert(at, m)
+    return out
+
+
 def write_set(out: Path, name: str, per: dict[int, list[Rec]], order: str = "<", skip: tuple[int, ...] = (),
               ncpus: int | None = None) -> list[Path]:
     """NAME.blktrace.CPU files (every CPU up to the highest; skip: CPUs whose file is left out)."""
@@ -290,6 +335,11 @@ def build(out: Path) -> None:
     # the I/O scheduler's messages (CFQ's), in the files and in their dump
     write_set(out, "messages", with_messages(with_notes(splits.recs, disk, stamp)))
     blkparse_dump(out, "messages", "messages.dump")
+    # CFQ idling on a 4-CPU host: message groups of CPUs with no block event, between block events and after
+    # the last one, a later group on a lower-numbered CPU (blkparse prints them merged by time)
+    write_set(out, "cfqidle", with_idle_timers(with_messages(with_notes(splits.recs, disk, stamp)), 1_000_000, 4,
+                                               next(p for p, c in splits.comms.items() if c.startswith("kworker"))))
+    blkparse_dump(out, "cfqidle", "cfqidle.dump")
     # big-endian (a POWER or s390 host's files)
     write_set(out, "bigend", with_notes(splits.recs, disk, stamp), order=">")
     blkparse_dump(out, "bigend", "bigend.dump")
