@@ -27,9 +27,9 @@ import blk_scenarios as bs
 TRACES = Path(__file__).resolve().parent / "traces"
 # per-CPU sets: name -> the other sets blkparse is given with it (-i NAME -i OTHER)
 SETS = {"splits": [], "nostamp": [], "unnamed": [], "renamed": [], "bigend": [], "missing": [], "partition": [],
-        "parttraced": [], "dm-0": ["sda"], "messages": [], "batched": []}
+        "parttraced": [], "dm-0": ["sda"], "messages": [], "batched": [], "cfqidle": []}
 DUMPS = ["splits.dump", "nostamp.dump", "bigend.dump", "partition.dump", "parttraced.dump", "dm.dump",
-         "messages.dump", "misnamed.blktrace.0"]
+         "messages.dump", "cfqidle.dump", "misnamed.blktrace.0"]
 CUT = "==================== Latency percentiles (ioscope)"
 
 

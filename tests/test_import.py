@@ -321,3 +321,26 @@ def test_misnamed_and_incomplete_inputs(tmp_path: Path) -> None:
     with open_capture(str(tmp_path / "import2.ioscope")) as c:
         ev = c.read_all()
     assert sorted(set(ev["cpu"][(ev["flags"] & 1) == 0].tolist())) == [0, 1]
+
+
+def test_messages_of_several_cpus_come_in_blkparse_order() -> None:
+    """Messages written on CPUs with no block event, in groups with no block event between them (cfqidle:
+    CFQ's idle timer and kblockd's worker), come where blkparse prints them: in its merge of the per-CPU
+    files by time, a later group of a lower-numbered CPU after an earlier one (not in file order, as the
+    count of block events before each left them). An import made before that order was kept (no
+    "printed") gives them by time at one place, the same here: these files' times only go forward."""
+    from ioscope.capture import importer
+    sets = importer.read_sets(importer.expand_inputs([str(TRACES / "cfqidle")]))
+    theirs = [(int(ln.split()[1]), ln.split(" m   N ", 1)[1]) for ln in blkparse_files(TRACES, ["cfqidle"]).splitlines()
+              if " m   N " in ln]
+    assert len({c for c, _t in theirs}) == 4 and len(theirs) > 100
+    fs = importer._from_side(sets.side, "")
+
+    def ours(fs: importer.FileSets, order: list[tuple[int, int]]) -> list[tuple[int, str]]:
+        return [(fs.notes[k][1], fs.note_text(k)) for _mp, k in order]
+
+    assert ours(fs, fs.messages()) == theirs
+    by_file = sorted((mp, k) for mp, k in fs.messages())   # the order of before: block events before, then file
+    assert ours(fs, by_file) != theirs
+    legacy = importer._from_side({k: v for k, v in sets.side.items() if k != "printed"}, "")
+    assert legacy.printed is None and ours(legacy, legacy.messages()) == theirs

@@ -31,7 +31,7 @@ from ioscope.tools.report.view import analyse_source
 
 TRACES = Path(__file__).parent / "traces"
 DUMPS = ["splits.dump", "nostamp.dump", "bigend.dump", "partition.dump", "parttraced.dump", "dm.dump",
-         "messages.dump"]
+         "messages.dump", "cfqidle.dump"]
 
 
 def btt_all(text: str) -> dict[str, tuple[float, int]]:

@@ -213,6 +213,30 @@ def test_file_set_record_checked_once(imported: bytes, path: list[Any], value: A
     assert what in str(exc.value) and "\n" not in str(exc.value)
 
 
+def test_file_set_printed_messages_checked(tmp_path: Path) -> None:
+    """The messages' print order ("printed": the notes printed, each once, none after fewer block events than
+    one before it) is checked like the rest; an import without it (made before it was kept) is valid."""
+    import base64
+    import zlib
+    cap = tmp_path / "m.ioscope"
+    p = ioscope("import", str(Path(__file__).resolve().parent / "traces" / "cfqidle"), "-o", str(cap))
+    assert p.returncode == 0, p.stderr
+    side = _side(cap.read_bytes())
+    printed = np.frombuffer(zlib.decompress(base64.b64decode(side["printed"])), "<u4")
+    assert importer._from_side(side, "f").printed is not None
+    assert importer._from_side({k: v for k, v in side.items() if k != "printed"}, "f").printed is None
+
+    def packed(a: Any) -> str:
+        return base64.b64encode(zlib.compress(np.asarray(a, "<u4").tobytes())).decode()
+
+    for value, what in ((5, "printed: not packed"), (packed(printed[:-1]), "values for"),
+                        (packed(np.r_[printed[1:], printed[:1] + 1]), "printed: not the notes printed"),
+                        (packed(printed[::-1]), "printed: a message before one printed after fewer block events")):
+        with pytest.raises(IoscopeError, match="corrupt blktrace record of the import") as exc:
+            importer._from_side(_damaged(side, ["printed"], value), "f")
+        assert what in str(exc.value), (what, str(exc.value))
+
+
 def test_file_set_note_time_and_length_checked(imported: bytes) -> None:
     side = _side(imported)
     rec = bytearray(bytes.fromhex(side["notes"][0][4]))

@@ -162,7 +162,8 @@ class FileSets:
     one's sequence number; set_of: the set it came from; notes: every notify record (and, in a per-CPU
     file, every record of another CPU) as (set, cpu, block records before it in its file, block events
     blkparse printed before it or -1 when it is not printed, its bytes); raw: the records EVENT does not
-    give back byte for byte, by index.
+    give back byte for byte, by index; printed: the notes blkparse prints (its messages) in the order it
+    prints them (see messages()).
     """
 
     sets: list[dict[str, Any]]
@@ -171,6 +172,22 @@ class FileSets:
     notes: list[tuple[int, int, int, int, bytes]]
     raw: dict[int, bytes]
     rank: npt.NDArray[np.uint32] | None = None   # capture index -> place in blkparse's order (None: the same)
+    printed: npt.NDArray[np.uint32] | None = None   # message notes, in blkparse's order (None: not kept)
+
+    def messages(self) -> list[tuple[int, int]]:
+        """The messages blkparse prints, in its order: [(block events printed before it, note index)].
+
+        How many block events come before a message does not order the messages between two block events:
+        blkparse prints those in its merge of the per-CPU files (blkparse_merge), so messages of several
+        CPUs with no block event between them come in the order of their times, not their files'. The
+        import keeps that order (printed); an import made before it did gives these, at one place, by their
+        time, then file order (blkparse's order when the files' times only go forward and none are equal)."""
+        if self.printed is not None:
+            return [(self.notes[k][3], k) for k in self.printed.tolist()]
+        ks = [k for k, n in enumerate(self.notes) if n[3] >= 0 and self.note_kind(k) == "message"]
+        key = {k: (self.notes[k][3], _note_action(self.notes[k][4], self.order(*self.notes[k][:2]))[1], k)
+               for k in ks}
+        return [(self.notes[k][3], k) for k in sorted(ks, key=key.__getitem__)]
 
     def in_blkparse_order(self, ev: npt.NDArray[np.void]) -> tuple[npt.NDArray[np.void], FileSets]:
         """The capture's block events, and this record, in blkparse's order (a no-op unless rank)."""
@@ -181,7 +198,8 @@ class FileSets:
         back = np.empty(len(pos), dtype=np.int64)
         back[pos] = np.arange(len(pos))
         return blktrace.select_events(ev, pos), FileSets(self.sets, self.seq[pos], self.set_of[pos], self.notes,
-                                                         {int(back[g]): r for g, r in self.raw.items()})
+                                                         {int(back[g]): r for g, r in self.raw.items()},
+                                                         printed=self.printed)
 
     @property
     def names(self) -> list[str]:
@@ -526,6 +544,17 @@ def _from_side(side: dict[str, Any], path: str) -> FileSets:
             if act == blktrace.NOTIFY_ACTION | blktrace.TN_TIMESTAMP and plen < 8:
                 raise _Corrupt(f"note {j}: a timestamp note of {plen} bytes")
             notes.append((si, cpu, fpos, mpos, rec))
+        printed = None
+        if "printed" in side:   # the message notes (printed at >= 0), in blkparse's order
+            if not isinstance(side["printed"], str):
+                raise _Corrupt("printed: not packed")
+            shown = [j for j, nt in enumerate(notes) if nt[3] >= 0]
+            printed = _unpack(side["printed"], "<u4", len(shown)).astype(np.uint32)
+            if sorted(printed.tolist()) != shown:
+                raise _Corrupt("printed: not the notes printed")
+            at = [notes[j][3] for j in printed.tolist()]
+            if any(b < a for a, b in zip(at, at[1:])):
+                raise _Corrupt("printed: a message before one printed after fewer block events")
         raw: dict[int, bytes] = {}
         for j, r in enumerate(_list(side.get("raw"), "raw")):
             if not isinstance(r, list) or len(r) != 2:
@@ -534,7 +563,7 @@ def _from_side(side: dict[str, Any], path: str) -> FileSets:
             raw[g] = _record(r[1], f"raw record {j}")
         if raw and not n:
             raise _Corrupt("raw records of no event")
-        return FileSets(sets, seq, set_of, notes, raw, rank)
+        return FileSets(sets, seq, set_of, notes, raw, rank, printed)
     except (ValueError, TypeError, zlib.error, binascii.Error) as exc:   # _Corrupt is a ValueError
         raise IoscopeError(f"{path}: corrupt blktrace record of the import ({exc})",
                            "import the blktrace files again") from None
@@ -693,6 +722,8 @@ def read_sets(groups: list[Group]) -> ImportedSets:
     before: npt.NDArray[np.int64] = np.cumsum(isblk) - isblk   # block events printed before each trace
     msg_at = {(int(s), int(-1 - k)): int(b) for s, k, b in zip(sid[~isblk].tolist(), r[~isblk].tolist(),
                                                                  before[~isblk].tolist())}
+    noff = np.cumsum([0] + [len(st.ft.notes) for st in streams])
+    printed = (noff[sid[~isblk]] - 1 - r[~isblk]).astype("<u4")   # the messages as side notes, in print order
     all_ev = blktrace.join_events([st.ft.events for st in streams]) if streams else np.zeros(0, dtype=EVENT)
     ev = blktrace.select_events(all_ev, gblk)
     seq = np.concatenate([st.ft.seq for st in streams])[gblk] if streams else np.zeros(0, np.uint32)
@@ -710,7 +741,7 @@ def read_sets(groups: list[Group]) -> ImportedSets:
                 sec, nsec = np.frombuffer(rec[48:56], dtype=st.ft.order + "u4").tolist()
                 stamps.append((t, int(sec) * 1_000_000_000 + int(nsec), st.cpu == DUMP_CPU))
     side: dict[str, Any] = {"sets": sets, "events": n, "seq": _pack(seq.astype("<u4")),
-                            "set": _pack(set_of.astype("<u2")), "notes": side_notes,
+                            "set": _pack(set_of.astype("<u2")), "notes": side_notes, "printed": _pack(printed),
                             "raw": [[g, raw_kept[g].hex()] for g in sorted(raw_kept)]}
     # the capture's process notes (for its own readers: snoop, agg, report's own view, parquet): a per-CPU
     # file's at its own time (the records' clock); a dump's notes keep the kernel's time while its records
@@ -912,8 +943,7 @@ def btt_stream(fs: FileSets, chunks: Any, texts: bool = False) -> Iterator[Any]:
         keys = np.array(sorted(own), dtype=np.int64)
         chunks = [allev]
     order = NoteOrder(fs, ("process",), "file")
-    msgs = sorted((max(mp, 0), k) for k, (_s, _c, _f, mp, _r) in enumerate(fs.notes)
-                  if mp >= 0 and fs.note_kind(k) == "message")
+    msgs = fs.messages()
     mi = 0
     g = 0
     for c in chunks:
@@ -933,7 +963,7 @@ def btt_stream(fs: FileSets, chunks: Any, texts: bool = False) -> Iterator[Any]:
             yield (blk, dev, {}) if texts else (blk, dev)
             g += n
             continue
-        ins.sort(key=lambda x: (x[0], x[1]))
+        ins.sort(key=lambda x: (x[0], x[1]))   # stable: the messages at one place stay in blkparse's order
         parts: list[npt.NDArray[np.void]] = []
         owns: list[npt.NDArray[np.uint32]] = []
         rows_of: dict[int, int] = {}
@@ -970,8 +1000,8 @@ def time_zero(fs: FileSets, first_ts: int | None) -> int:
     else blkparse's genesis, the first trace it prints (`blkparse -d` writes times from there)."""
     if fs.dumps_only or first_ts is None:
         return 0
-    first_msg = [k for k, n in enumerate(fs.notes) if n[3] == 0 and fs.note_kind(k) == "message"]
-    if first_msg:
-        t = int(message_rows(fs, first_msg[:1])["ts"][0])
+    msgs = fs.messages()
+    if msgs and msgs[0][0] == 0:   # a message printed first
+        t = int(message_rows(fs, [msgs[0][1]])["ts"][0])
         return min(t, first_ts)
     return first_ts

@@ -116,8 +116,7 @@ def export_blkparse_dump(src: Source, fs: FileSets, f: BinaryIO) -> tuple[int, i
         allev, fs = fs.in_blkparse_order(allev)
         chunks = iter([allev])
     order = NoteOrder(fs, ("process", "timestamp", "other"))
-    msgs = sorted((max(mp, 0), k) for k, (_s, _c, _f, mp, _r) in enumerate(fs.notes)
-                  if mp >= 0 and fs.note_kind(k) == "message")
+    msgs = fs.messages()
     mi = 0
     g = 0
     base: int | None = None

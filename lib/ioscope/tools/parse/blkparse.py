@@ -810,7 +810,7 @@ def feed_file_sets(parser: Parser, chunks: Any, comms: dict[int, str], fs: Any, 
     wall = fs.wall_clock()
     if wall is not None:   # blkparse 1.2.0 reading files takes a timestamp note's clock for time zero, as is
         parser.wall_of = lambda _genesis: wall
-    msgs = sorted((mp, k) for k, (_s, _c, _fp, mp, _r) in enumerate(fs.notes) if mp >= 0)
+    msgs = fs.messages()
     order = NoteOrder(fs, ("process",))
     mi = 0
     g = 0
