@@ -178,12 +178,12 @@ def direct_main(args: argparse.Namespace) -> int:
     from ioscope.base.testbed import LoopDevice
     loops = min(args.loops, 60_000)   # 4 KiB each: within the 256 MiB disk
     port = 19863
-    top_cmd = ["top", "-b", "1"]
-    exp_cmd = ["exporter", "--listen", f"127.0.0.1:{port}", "--per-process", "10", "--per-cgroup", "10"]
+    top_argv = ["top", "-b", "1"]
+    exporter_argv = ["exporter", "--listen", f"127.0.0.1:{port}", "--per-process", "10", "--per-cgroup", "10"]
     off = {"IOSCOPE_SWAPIN": "off"}
     modes: dict[str, tuple[list[str], dict[str, str]] | None] = {
-        "none": None, "top": (top_cmd, {}), "top IOSCOPE_SWAPIN=off": (top_cmd, off),
-        "exporter": (exp_cmd, {}), "exporter IOSCOPE_SWAPIN=off": (exp_cmd, off)}
+        "none": None, "top": (top_argv, {}), "top IOSCOPE_SWAPIN=off": (top_argv, off),
+        "exporter": (exporter_argv, {}), "exporter IOSCOPE_SWAPIN=off": (exporter_argv, off)}
     res: dict[str, list[float]] = {m: [] for m in modes}
     progs: dict[str, list[float]] = {}
     stats_fd = enable_bpf_stats()
