@@ -59,9 +59,10 @@ EXPORTER_ARGS = ["--per-process", str(PER_PROCESS), "--per-cgroup", str(PER_CGRO
                  "--series-idle", "60"]
 # per cgroup key: ios, bytes, and two latency histograms (q2c, d2c) of 25 series each (22 bounds, +Inf,
 # sum, count); at most 2N + 1 keys per kind (N named, at most N frozen, other: docs/exporter.md, "Series");
-# and the I/O wait series (io_wait_seconds, io_waits), a set of their own of at most 2N + 1 keys too
-CGROUP_SERIES_PER_KEY = 2 + 2 * 25 + 2
-PROCESS_SERIES_PER_KEY = 2 + 2
+# and the I/O wait series (io_wait_seconds, io_waits, swapin_seconds, swapins), a set of their own of at most
+# 2N + 1 keys too
+CGROUP_SERIES_PER_KEY = 2 + 2 * 25 + 4
+PROCESS_SERIES_PER_KEY = 2 + 4
 CHURN_NICE = 5  # the churn thread and the processes it starts: fio and the exporter keep their CPU share
 
 # the verdict's bounds (why each is that size: bound_reasons())

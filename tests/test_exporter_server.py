@@ -218,7 +218,11 @@ def test_concurrent_scrapes_share_collections_at_most_a_second_old() -> None:
         for t in threads:
             t.join()
         assert len(got) == 30
-        assert src.calls <= 4, src.calls  # 30 requests over ~0.8 s: a few collections, one at a time
+        # a few collections, one at a time: the first request's, then (a crowd asking) one at most every
+        # FRESH_S / 2 while it asks, and one in progress at its end. Bounded by the span the requests really
+        # came over, not the 0.6 s they were meant to (beside two emulated guests and the hogs, 6 collections)
+        span = max(t for t, _ in got) - min(t for t, _ in got)
+        assert src.calls <= 3 + span / (srv.FRESH_S / 2), (src.calls, span)
         for arrived, v in got:  # no answer older than FRESH_S when its request arrived
             assert src.started[int(v) - 1] >= arrived - srv.FRESH_S - 0.3  # (+ the collection's 0.2 s)
     finally:
