@@ -401,6 +401,20 @@ def test_the_first_save_does_not_grow_the_recorder(flight: Callable[..., Flight]
     assert after - before < 16 and seen[2] - seen[0] < 4, (before, seen, after)
 
 
+def first_save_while(f: Flight, cmd: list[str]) -> re.Match[str]:
+    """Run a WORKLOAD (iowait_util: it says "done", then waits for its stdin to close) beside the flight
+    recorder f: its first save's line, which must come while the workload runs; the workload then ended."""
+    work = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert work.stdout is not None and work.stdin is not None
+    try:
+        (m, *_) = f.saves(1, timeout=60)
+        assert work.stdout.readline().strip() == "done"
+    finally:
+        work.stdin.close()
+        work.wait(timeout=30)
+    return m
+
+
 def test_the_kernels_pressure_trigger_saves_a_stalled_service(flight: Callable[..., Flight], tmp_path: Path) -> None:
     """--trigger-pressure: the kernel's own PSI trigger on /proc/pressure/io. A service whose O_DIRECT writes
     blk-throttle holds (100 IOPS, fdatasync after each) is blocked on I/O nearly all the time, which the
@@ -418,15 +432,7 @@ def test_the_kernels_pressure_trigger_saves_a_stalled_service(flight: Callable[.
         f = flight(tmp_path / "psi", "30s", "--after", "500ms", "-d", fs.name, "--trigger-pressure", f"some > {pct}%")
         assert any(f"on: SIGUSR1 (kill -USR1 {f.p.pid}), I/O pressure some > {pct:g}% over 2s." in ln
                    for ln in f.err), f.err
-        work = subprocess.Popen(cg.shell("svc", f"{PY} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert work.stdout is not None and work.stdin is not None
-        try:
-            (m, *_) = f.saves(1, timeout=60)
-            assert work.stdout.readline().strip() == "done"
-        finally:
-            work.stdin.close()
-            work.wait(timeout=30)
+        m = first_save_while(f, cg.shell("svc", f"{PY} -c '{WORKLOAD}' fsync {fs.path('wal.log')} {n}"))
         assert f.stop() == 0
         dev = devices.resolve_disk(fs.name).dev
     assert m[2].startswith(f"I/O pressure some > {pct:g}% over 2s (avg10 "), m[2]
@@ -475,14 +481,7 @@ def test_a_cgroups_pressure_trigger_saves_when_its_service_stalls(flight: Callab
             cmd = cg.shell("svc", inner) if own is None else [
                 "sh", "-c", f"echo $$ > {svc_dir / 'cgroup.procs'} && echo $$ > {cg.root / 'svc' / 'cgroup.procs'}"
                 f" && exec {inner}"]
-            work = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            assert work.stdout is not None and work.stdin is not None
-            try:
-                (m, *_) = f.saves(1, timeout=60)
-                assert work.stdout.readline().strip() == "done"
-            finally:
-                work.stdin.close()
-                work.wait(timeout=30)
+            m = first_save_while(f, cmd)
             after = psi.read(svc_dir / "io.pressure")
             idle_total = psi.read(idle_dir / "io.pressure")
             assert f.stop() == 0
