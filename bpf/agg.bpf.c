@@ -138,13 +138,26 @@ struct cur_rq {
 };
 
 /* One record per source (enum agg_source): a wait's program may run in an interrupt on a CPU whose
- * completion program is building an I/O's record. */
+ * completion program is building an I/O's record. A wait's record has a slot per nesting level
+ * (AGG_SRC_WAIT + level, wait_nest): sched_wakeup in an interrupt may end another task's wait while
+ * sched_waking, interrupted, evaluates its own; with one slot the interrupted one evaluated the other's
+ * record (one wait lost, one counted twice: the swap-in tests beside a disk hog). */
+#define AGG_WAIT_LEVELS 4 /* task, softirq, hardirq, NMI */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, AGG_NR_SOURCES);
+	__uint(max_entries, AGG_NR_SOURCES + AGG_WAIT_LEVELS - 1);
 	__type(key, __u32);
 	__type(value, struct agg_rec);
 } recs SEC(".maps");
+
+/* This CPU's wait records being built (iowait_ended): the next one's level. Programs nest only by
+ * interrupts, and the interrupting one is done before the interrupted one resumes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} wait_nest SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -179,11 +192,12 @@ static __always_inline bool cmp_u64(__u64 a, __u8 cmp, __u64 b)
 	}
 }
 
-/* The WHERE program of insns [start, start + n) on this CPU's record of source: a stack of booleans in a word. */
-__noinline int agg_pred(__u32 start, __u32 n, __u32 source)
+/* The WHERE program of insns [start, start + n) on this CPU's record in slot (recs): a stack of booleans
+ * in a word. */
+__noinline int agg_pred(__u32 start, __u32 n, __u32 slot)
 {
 	__u32 st = 0, b, i;
-	struct agg_rec *r = bpf_map_lookup_elem(&recs, &source);
+	struct agg_rec *r = bpf_map_lookup_elem(&recs, &slot);
 
 	if (!r)
 		return 0;
@@ -276,13 +290,13 @@ static __always_inline void rec_comm(struct agg_rec *r, __u32 tgid)
 	r->have |= (1u << AGG_F_COMM0) | (1u << AGG_F_COMM1);
 }
 
-/* Every expression of source (enum agg_source) on this CPU's record of it (have: its fields, never 0).
- * One program calls it per source (the completion's or the queue's; the wakeup's): one writer per CPU
- * value, the expressions of the two sources keyed apart (agg_key.expr). */
-__noinline int agg_eval(__u32 have, __u32 source)
+/* Every expression of source (enum agg_source) on this CPU's record in slot (recs: the source's, or a
+ * wait's at its nesting level) (have: its fields, never 0). The expressions of the two sources are keyed
+ * apart (agg_key.expr). */
+__noinline int agg_eval(__u32 have, __u32 source, __u32 slot)
 {
 	__u32 e, j;
-	struct agg_rec *r = bpf_map_lookup_elem(&recs, &source);
+	struct agg_rec *r = bpf_map_lookup_elem(&recs, &slot);
 
 	if (!r || !have)
 		return 0;
@@ -303,7 +317,7 @@ __noinline int agg_eval(__u32 have, __u32 source)
 				continue; /* the I/O has no such value (d2c of a bio after a request's first) */
 			v = r->f[vf];
 		}
-		if (targ_exprs[e].ninsns && !agg_pred(targ_exprs[e].insn_start, targ_exprs[e].ninsns, source))
+		if (targ_exprs[e].ninsns && !agg_pred(targ_exprs[e].insn_start, targ_exprs[e].ninsns, slot))
 			continue;
 		mask = targ_exprs[e].key_mask;
 		for (j = 0; j < AGG_NR_KEYS; j++)
@@ -561,7 +575,7 @@ static __always_inline int agg_at_queue(void *ctx, struct bio *bio, const bool b
 	r->f[AGG_F_SIZE] = size;
 	r->f[AGG_F_BYTES] = size;
 	rec_extras(r, x);
-	agg_eval(r->have, AGG_SRC_IO);
+	agg_eval(r->have, AGG_SRC_IO, AGG_SRC_IO);
 	return 0;
 }
 
@@ -750,7 +764,7 @@ static __always_inline void flush_rq_done(struct request *rq, __u32 dev, __u8 op
 		}
 	}
 	if (r)
-		agg_eval(r->have, AGG_SRC_IO);
+		agg_eval(r->have, AGG_SRC_IO, AGG_SRC_IO);
 	if (!rs)
 		return;
 	map_delete(&rq_starts, &key, false);
@@ -812,7 +826,7 @@ static __always_inline void bio_rec(struct bio_slot *sl, __u32 dev, __u8 op, __u
 		r->f[AGG_F_INFLIGHT] = cur->inflight;
 		r->have |= 1u << AGG_F_INFLIGHT;
 	}
-	agg_eval(r->have, AGG_SRC_IO);
+	agg_eval(r->have, AGG_SRC_IO, AGG_SRC_IO);
 }
 
 static __always_inline void bio_done(struct request *rq, struct bio_slot *sl, __u32 dev, __u8 op, __u32 size,
@@ -876,7 +890,7 @@ static __always_inline int agg_stamps_done(struct request *rq, unsigned int nr_b
 		r->f[AGG_F_Q2D] = st.io - st.start;
 		r->have |= (1u << AGG_F_Q2C) | (1u << AGG_F_Q2D);
 	}
-	agg_eval(r->have, AGG_SRC_IO);
+	agg_eval(r->have, AGG_SRC_IO, AGG_SRC_IO);
 	return 0;
 }
 
@@ -925,11 +939,22 @@ static __always_inline bool iowait_began(void *ctx, struct iowait_start *s)
 
 static __always_inline void iowait_ended(const struct iowait_start *s, __u32 tid, __u64 ns)
 {
-	__u32 src = AGG_SRC_WAIT;
-	struct agg_rec *r = bpf_map_lookup_elem(&recs, &src);
+	__u32 zero = 0, level, slot;
+	__u32 *nest = bpf_map_lookup_elem(&wait_nest, &zero);
+	struct agg_rec *r;
 
+	if (!nest)
+		return;
+	level = *nest;
+	if (level >= AGG_WAIT_LEVELS) {
+		stat_inc(IOS_LOST_IOWAIT_FULL); /* not reached: a wait not counted */
+		return;
+	}
+	slot = AGG_SRC_WAIT + level;
+	r = bpf_map_lookup_elem(&recs, &slot);
 	if (!r)
 		return;
+	*nest = level + 1;
 	__builtin_memset(r, 0, sizeof(*r));
 	r->f[AGG_F_PID] = tid;
 	r->f[AGG_F_TGID] = s->tgid;
@@ -944,7 +969,8 @@ static __always_inline void iowait_ended(const struct iowait_start *s, __u32 tid
 	 * distribution); s->swapin is 0 unless an expression reads it (targ_swapin_fns set) */
 	if (s->swapin)
 		r->have |= 1u << AGG_F_SWAPIN;
-	agg_eval(r->have, AGG_SRC_WAIT);
+	agg_eval(r->have, AGG_SRC_WAIT, slot);
+	*nest = level;
 }
 
 #include "iowait.bpf.h"
